@@ -1,0 +1,20 @@
+#include <cblas.h>
+
+#include "cli/commands.h"
+#include "core/build_info.h"
+#include "core/error.h"
+
+namespace pd::cli {
+
+std::string version_text() {
+  std::string s = cat("pipedream ", PIPEDREAM_VERSION, "\nbackends: cpu (OpenBLAS ",
+                      openblas_get_config(), ")");
+#if PIPEDREAM_HAVE_CUDA_BUILD
+  s += "; cuda (compiled in)";
+#else
+  s += "; cuda not compiled in";
+#endif
+  return s;
+}
+
+}  // namespace pd::cli

@@ -1,0 +1,82 @@
+#pragma once
+// Layers are stateless functions of (parameters, input, per-minibatch
+// context). Forward is given the parameter tensors to use and a context in
+// which it saves what backward needs; backward is given the same parameters
+// and context. A layer object holds only hyper-parameters (sizes, strides),
+// never weights - so a pipeline stage can run minibatch m on whichever
+// stashed weight version m must see, without copying into the layer.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/tensor.h"
+
+namespace pd {
+
+// A named parameter or buffer, e.g. {"weight", {64, 32, 5, 5}}.
+struct ParamSpec {
+  std::string name;
+  Shape shape;
+};
+
+// What one layer saved in forward for its backward; composites keep one
+// child context per sub-layer. Freed as soon as backward has run.
+struct LayerContext {
+  std::vector<Tensor> saved;
+  std::vector<LayerContext> children;
+  size_t saved_bytes() const;  // this context and all children
+  void clear() { saved.clear(); children.clear(); }
+};
+
+// Per-call facts a layer may need: training vs eval, and the key of the RNG
+// stream (dropout masks are keyed by seed, layer index and minibatch id).
+struct StepInfo {
+  bool training = true;
+  uint64_t seed = 0;
+  uint32_t layer_index = 0;    // top-level index in the model
+  uint64_t minibatch_id = 0;
+};
+
+struct ForwardArgs {
+  std::span<const Tensor> params;
+  std::span<Tensor> buffers;  // running statistics (BatchNorm); updated when training
+  StepInfo step;
+};
+
+struct BackwardArgs {
+  std::span<const Tensor> params;
+  std::span<Tensor> grads;  // same shapes as params; backward ADDS into them
+  StepInfo step;
+  bool need_input_grad = true;  // false on the first stage: skip dx
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual std::string type() const = 0;               // "conv2d"
+  virtual std::string describe() const { return type(); }  // "conv2d(1->32, k5, s1, p2)"
+  virtual std::vector<ParamSpec> param_specs() const { return {}; }
+  virtual std::vector<ParamSpec> buffer_specs() const { return {}; }
+  // Fills params and buffers; must depend only on rng (seeded by the
+  // model seed and the layer's top-level index).
+  virtual void init(std::span<Tensor> params, std::span<Tensor> buffers, const CounterRng& rng) const;
+  // Output shape for one sample (no batch dimension).
+  virtual Shape output_shape(const Shape& sample_in) const = 0;
+  // Input dtype this layer expects (I32 for token ids).
+  virtual DType input_dtype() const { return DType::F32; }
+
+  virtual Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const = 0;
+  // Returns dx (undefined Tensor when !need_input_grad). May consume ctx.
+  virtual Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const = 0;
+};
+
+using LayerPtr = std::unique_ptr<Layer>;
+
+// Allocates params/buffers for a layer (zeros) on a device.
+std::vector<Tensor> allocate_params(const Layer& l, Device d = Device::cpu());
+std::vector<Tensor> allocate_buffers(const Layer& l, Device d = Device::cpu());
+
+}  // namespace pd

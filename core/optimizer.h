@@ -1,0 +1,56 @@
+#pragma once
+// Optimizers update a list of parameter tensors in place from gradients.
+// Their state (momentum, Adam moments, step count) lives in OptimizerState
+// so a pipeline stage can checkpoint it and a test can inspect it.
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace pd {
+
+struct OptimizerConfig {
+  std::string kind = "sgd";  // sgd | adam | adamw
+  float lr = 0.01f;
+  float momentum = 0.0f;      // sgd
+  float weight_decay = 0.0f;  // sgd: L2 added to the grad; adamw: decoupled
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // adam/adamw
+  bool nesterov = false;
+};
+
+struct OptimizerState {
+  int64_t step = 0;
+  std::vector<Tensor> slots;  // per param: [momentum] or [m, v]
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string kind() const = 0;
+  virtual int slots_per_param() const = 0;
+  // Allocates state for these params (zeros, same devices).
+  OptimizerState make_state(std::span<const Tensor> params) const;
+  // One update with learning rate lr (from the schedule).
+  virtual void step(std::span<Tensor> params, std::span<const Tensor> grads, OptimizerState& st,
+                    float lr) const = 0;
+};
+
+// Throws UserError for an unknown kind or a bad value.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c);
+
+// Learning-rate schedules; step counts optimizer steps from 0.
+struct LrSchedule {
+  std::string kind = "constant";  // constant | step | cosine
+  float base_lr = 0.01f;
+  int64_t warmup_steps = 0;       // linear warm-up from 0 over these steps
+  int64_t step_size = 0;          // step: multiply by gamma every step_size steps
+  float gamma = 0.1f;
+  int64_t total_steps = 0;        // cosine: decays to min_lr at total_steps
+  float min_lr = 0.0f;
+  float lr_at(int64_t step) const;
+};
+void validate(const LrSchedule& s);  // throws UserError
+
+}  // namespace pd

@@ -1,0 +1,62 @@
+#pragma once
+// The plan format (DESIGN.md §5): which layers form each stage, how many
+// workers replicate it, and on which ranks. Read by simulate, schedule, run.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "planner/topology.h"
+
+namespace pd {
+
+struct PlanStage {
+  int index = 0;
+  int first_layer = 0, last_layer = 0;  // inclusive, in profile node order
+  std::vector<std::string> layer_names;
+  std::vector<int> nodes;               // profile node ids (DAG profiles)
+  int replicas = 1;
+  std::vector<int> ranks;
+  double compute_s = 0;                 // forward + backward of one minibatch on one worker
+  double forward_s = 0, backward_s = 0;
+  double sync_s = 0, transfer_s = 0, time_s = 0;
+  uint64_t output_bytes = 0;            // activation sent to the next stage per minibatch
+  uint64_t parameter_bytes = 0;
+  uint64_t memory_bytes = 0;
+  int in_flight = 1;
+};
+
+struct ProfileRef {
+  std::string path, sha256, model, device;
+  int batch_size = 0;
+};
+
+struct Plan {
+  std::string format = "pipedream-plan/1";
+  ProfileRef profile;
+  Topology topology;
+  std::string cost_model = "paper";
+  std::string schedule = "1f1b-rr";
+  std::string config;  // "7-1"
+  int noam = 1;
+  std::string state_space;  // "chain" | "antichain" | "topological-prefix"
+  std::vector<PlanStage> stages;
+  double time_per_minibatch_s = 0, throughput_samples_per_s = 0;
+  double speedup_vs_single = 0, speedup_vs_data_parallel = 0;
+  int bottleneck_stage = 0;
+  double single_worker_s = 0, data_parallel_s = 0;
+
+  int workers() const;  // sum of replicas
+  int stage_of_rank(int rank) const;
+};
+
+nlohmann::json plan_to_json(const Plan& p);
+// Checks consistency (contiguous layer ranges, ranks 0..R-1 each once,
+// replicas == ranks.size()); throws UserError naming the field.
+Plan plan_from_json(const nlohmann::json& j, const std::string& source);
+Plan read_plan(const std::string& path);
+void write_plan(const Plan& p, const std::string& path);  // atomic
+std::string config_string(const std::vector<int>& replicas);  // {7,1} -> "7-1"
+
+}  // namespace pd

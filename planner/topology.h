@@ -1,0 +1,29 @@
+#pragma once
+// Cluster topology: levels from the innermost out (DESIGN.md §5).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pd {
+
+struct TopologyLevel {
+  int count = 1;                 // workers (or groups) per group at this level
+  double bandwidth_GBps = 1.0;   // 10^9 bytes/s
+};
+
+struct Topology {
+  std::vector<TopologyLevel> levels;
+  uint64_t worker_memory_bytes = 0;  // 0: unlimited
+  int total_workers() const;
+  // Bandwidth between two ranks: the level of their lowest common group.
+  double bandwidth_between(int rank_a, int rank_b) const;  // GB/s
+  // Bandwidth used by a group of ranks for all-reduce (its slowest link).
+  double group_bandwidth(const std::vector<int>& ranks) const;
+};
+
+Topology read_topology(const std::string& path);  // throws UserError
+Topology flat_topology(int workers, double bandwidth_GBps);
+// "4000000000", "4GB", "16GiB", "512MB" -> bytes; throws UserError.
+uint64_t parse_size(const std::string& s);
+
+}  // namespace pd

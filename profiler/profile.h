@@ -1,0 +1,45 @@
+#pragma once
+// The profile format (DESIGN.md §4): per-layer costs of a model on a device.
+// No dependency on the compute core: the planner reads this alone.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pd {
+
+struct ProfileNode {
+  int id = 0;
+  std::string name;         // "conv1" or PipeDream's description
+  std::string op;           // "conv2d"; empty for graph.txt
+  double forward_ms = 0, backward_ms = 0;
+  double forward_p90_ms = 0, backward_p90_ms = 0;
+  uint64_t output_bytes = 0;      // activation sent to the next layer
+  uint64_t activation_bytes = 0;  // kept for backward (stashed)
+  uint64_t parameter_bytes = 0;
+  uint64_t optimizer_state_bytes = 0;
+};
+
+struct Profile {
+  std::string format = "pipedream-profile/1";
+  std::string source_path;  // where it was read from
+  std::string source_kind;  // "json" | "graph.txt"
+  std::string sha256;       // of the file's bytes
+  std::string model, device = "cpu", dtype = "f32";
+  int batch_size = 0, threads = 1;
+  double step_forward_backward_ms = 0;
+  std::vector<ProfileNode> nodes;
+  std::vector<std::pair<int, int>> edges;  // (from id, to id)
+  bool is_chain() const;  // edges are exactly i -> i+1 in node order
+};
+
+// Detects the format (JSON or graph.txt) from the content. Throws UserError
+// with file:line for malformed input (bad numbers, unknown node in an edge,
+// cycles, empty graph).
+Profile read_profile(const std::string& path);
+Profile parse_profile_json(const std::string& text, const std::string& source);
+Profile parse_graph_txt(const std::string& text, const std::string& source);
+void write_profile_json(const Profile& p, const std::string& path);  // atomic
+std::string sha256_hex(const std::string& bytes);
+
+}  // namespace pd
