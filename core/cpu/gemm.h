@@ -1,0 +1,19 @@
+#pragma once
+// Row-major single-precision GEMM through OpenBLAS, and the thread count
+// that every CPU kernel uses. With a fixed thread count results are
+// bitwise reproducible (OpenBLAS partitions work deterministically; our
+// own loops use OpenMP static schedules and never reduce across threads).
+#include <cstdint>
+
+namespace pd::cpu {
+
+// C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C. Row-major; lda/ldb/ldc
+// are the row strides of A, B, C as stored.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// Sets OpenBLAS and OpenMP threads for this process.
+void set_compute_threads(int n);
+int compute_threads();
+
+}  // namespace pd::cpu
