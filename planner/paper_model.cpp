@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "core/error.h"
 #include "planner/state_space.h"
@@ -84,44 +85,66 @@ struct LevelResult {
   std::vector<LevelStage> stages;
 };
 
-// The table DP A(j, m) of DESIGN.md §5 over states, exactly m units.
-LevelResult solve_table(const StageCosts& costs, int first_state, bool straight, bool fewer) {
-  const StateSpace& s = costs.space();
-  const int n = s.size(), M = costs.units();
+// The table DP A(j, m) of DESIGN.md §5 over states: the best bottleneck of
+// the states after `first` up to j on exactly m units.
+class TableDP {
+ public:
+  TableDP(const StageCosts& costs, int first, bool straight)
+      : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), first_(first),
+        a_(size_t(n_) * (M_ + 1)) {
+    at(first, 0).time = 0;
+    for (int j = first + 1; j < n_; ++j)
+      for_each_nested(s_, j, [&](int k) {
+        if (k < first) return;
+        if (!s_.all_earlier_nest() && k != first && !s_.members[first].subset_of(s_.members[k])) return;
+        for (int m = 1; m <= M_; ++m)
+          for (int mp = 1; mp <= (straight ? 1 : m); ++mp) {
+            const Cell& prev = at(k, m - mp);
+            if (prev.time == kInf) continue;
+            double t = std::max(prev.time, costs_.value(k, j, mp, m - mp));
+            Cell& cell = at(j, m);
+            if (t < cell.time) cell = {t, k, mp};
+          }
+      });
+  }
+  // Units the optimum up to j uses: all of them, or the best count with `fewer`.
+  int best_units(int j, bool fewer) const {
+    int best = M_;
+    if (fewer)
+      for (int m = 1; m <= M_; ++m)
+        if (at(j, m).time < at(j, best).time) best = m;
+    return best;
+  }
+  double time(int j, bool fewer) const { return at(j, best_units(j, fewer)).time; }
+  LevelResult result(int j, bool fewer) const {
+    LevelResult r;
+    int m = best_units(j, fewer);
+    r.time = at(j, m).time;
+    if (r.time == kInf) return r;
+    while (j != first_) {
+      const Cell& c = at(j, m);
+      r.stages.push_back({c.k, j, c.mp});
+      j = c.k, m -= c.mp;
+    }
+    std::reverse(r.stages.begin(), r.stages.end());
+    return r;
+  }
+
+ private:
   struct Cell {
     double time = kInf;
     int k = -1, mp = 0;
   };
-  std::vector<Cell> a(size_t(n) * (M + 1));
-  auto at = [&](int j, int m) -> Cell& { return a[size_t(j) * (M + 1) + m]; };
-  at(first_state, 0).time = 0;
-  for (int j = first_state + 1; j < n; ++j)
-    for_each_nested(s, j, [&](int k) {
-      if (k < first_state) return;
-      if (!s.all_earlier_nest() && k != first_state && !s.members[first_state].subset_of(s.members[k])) return;
-      for (int m = 1; m <= M; ++m)
-        for (int mp = 1; mp <= (straight ? 1 : m); ++mp) {
-          const Cell& prev = at(k, m - mp);
-          if (prev.time == kInf) continue;
-          double t = std::max(prev.time, costs.value(k, j, mp, m - mp));
-          Cell& cell = at(j, m);
-          if (t < cell.time) cell = {t, k, mp};
-        }
-    });
-  LevelResult r;
-  int best_m = M;
-  if (fewer)
-    for (int m = 1; m <= M; ++m)
-      if (at(n - 1, m).time < at(n - 1, best_m).time) best_m = m;
-  r.time = at(n - 1, best_m).time;
-  if (r.time == kInf) return r;
-  for (int j = n - 1, m = best_m; j != first_state;) {
-    const Cell& c = at(j, m);
-    r.stages.push_back({c.k, j, c.mp});
-    j = c.k, m -= c.mp;
-  }
-  std::reverse(r.stages.begin(), r.stages.end());
-  return r;
+  Cell& at(int j, int m) { return a_[size_t(j) * (M_ + 1) + m]; }
+  const Cell& at(int j, int m) const { return a_[size_t(j) * (M_ + 1) + m]; }
+  const StageCosts& costs_;
+  const StateSpace& s_;
+  const int n_, M_, first_;
+  std::vector<Cell> a_;
+};
+
+LevelResult solve_table(const StageCosts& costs, bool straight, bool fewer) {
+  return TableDP(costs, 0, straight).result(costs.space().size() - 1, fewer);
 }
 
 // Parametric search on the bottleneck τ: a stage's time is non-increasing
@@ -326,9 +349,48 @@ LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, Pape
   bool table = algorithm == PaperAlgorithm::table ||
                (algorithm == PaperAlgorithm::automatic &&
                 (costs.memory_limited() || pairs * units * (straight ? 1 : units) / 2 <= 2e7));
-  if (table) return solve_table(costs, 0, straight, fewer);
+  if (table) return solve_table(costs, straight, fewer);
   return ParametricSolver(costs, straight, fewer).solve();
 }
+
+}  // namespace
+
+namespace {
+
+// Turns the top level's stages into worker-level stages: a stage on u units
+// runs the inner level's optimal sub-pipeline of its range in each unit.
+struct Flattener {
+  const StateSpace& space;
+  const std::vector<std::unique_ptr<StageCosts>>& costs;  // per level
+  const std::vector<int>& unit_workers;                   // per level
+  bool straight, fewer;
+  std::vector<PlannedStage> out;
+
+  void expand(int level, const std::vector<LevelStage>& stages, const std::vector<int>& unit_starts,
+              double replication) {
+    int offset = 0, before = 0;
+    for (const auto& st : stages) {
+      std::vector<int> starts;
+      for (int base : unit_starts)
+        for (int r = 0; r < st.units; ++r) starts.push_back(base + (offset + r) * unit_workers[level]);
+      offset += st.units;
+      const StageCosts& c = *costs[level];
+      if (level == 0) {
+        PlannedStage p;
+        p.nodes = space.stage_nodes(st.from, st.to);
+        p.ranks = starts;
+        p.sync_s = c.sync(st.from, st.to, st.units);
+        p.transfer_s = c.transfer(st.from, st.units) / replication;
+        p.time_s = c.value(st.from, st.to, st.units, before) / replication;
+        out.push_back(std::move(p));
+      } else {
+        LevelResult inner = TableDP(*costs[level - 1], st.from, straight).result(st.to, fewer);
+        expand(level - 1, inner.stages, starts, replication * st.units);
+      }
+      before += st.units;
+    }
+  }
+};
 
 }  // namespace
 
@@ -339,50 +401,52 @@ PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, con
   const double memory = double(options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes);
   const int n = space.size();
   const int levels = int(topology.levels.size());
-  std::vector<Level> level(levels);
+  std::vector<int> unit_workers(levels);
+  std::vector<std::unique_ptr<StageCosts>> costs(levels);
+  // Inner levels: the optimal time of every nested range on one unit becomes
+  // the next level's compute (PipeDream's hierarchical solve).
+  std::vector<std::vector<double>> inner(levels);
   for (int l = 0, unit = 1; l < levels; ++l) {
-    level[l] = {topology.levels[l].count, topology.levels[l].bandwidth_GBps * 1e9, unit};
+    unit_workers[l] = unit;
+    Level level{topology.levels[l].count, topology.levels[l].bandwidth_GBps * 1e9, unit};
+    costs[l] = std::make_unique<StageCosts>(space, level, total_workers, memory, l == 0 ? nullptr : &inner[l - 1]);
     unit *= topology.levels[l].count;
-  }
-  // Inner levels: the optimal time of every nested range on one unit.
-  std::vector<double> inner;
-  std::vector<std::vector<std::vector<LevelStage>>> inner_layouts(levels);
-  for (int l = 0; l + 1 < levels; ++l) {
-    std::vector<double> next(size_t(n) * n, kInf);
-    inner_layouts[l].assign(size_t(n) * n, {});
-    StageCosts costs(space, level[l], level[l].units, memory, l == 0 ? nullptr : &inner);
-    for (int k = 0; k < n; ++k) {
-      // Sub-problems start at state k: solve with k as the empty state.
-      LevelResult r = solve_table(costs, k, options.straight, options.fewer_workers);
-      (void)r;
+    if (l + 1 == levels) break;
+    inner[l].assign(size_t(n) * n, kInf);
+    for (int k = 0; k + 1 < n; ++k) {
+      TableDP dp(*costs[l], k, options.straight);
+      for (int j = k + 1; j < n; ++j) inner[l][size_t(k) * n + j] = dp.time(j, options.fewer_workers);
     }
-    inner.swap(next);
   }
-  (void)inner_layouts;
-  StageCosts top(space, level[levels - 1], total_workers, memory, levels > 1 ? &inner : nullptr);
+  const StageCosts& top = *costs[levels - 1];
   LevelResult result = solve_level(top, options.straight, options.fewer_workers, algorithm);
-  if (result.time == kInf) {
-    throw UserError("no pipeline fits");
-  }
+  if (result.time == kInf) throw NoFeasiblePlan("no pipeline fits the memory limit (paper cost model)");
   PlannedPipeline out;
   out.state_space = space.kind;
   out.time_per_minibatch_s = result.time;
   out.single_worker_s = space.compute[n - 1];
+  Flattener flat{space, costs, unit_workers, options.straight, options.fewer_workers, {}};
+  flat.expand(levels - 1, result.stages, {0}, 1.0);
+  out.stages = std::move(flat.out);
+  // Exact per-stage memory and in-flight count from the flat placement.
   int before = 0;
-  for (const auto& st : result.stages) {
-    PlannedStage p;
-    p.nodes = space.stage_nodes(st.from, st.to);
-    for (int r = 0; r < st.units; ++r) p.ranks.push_back(before + r);
-    p.sync_s = top.sync(st.from, st.to, st.units);
-    p.transfer_s = top.transfer(st.from, st.units);
-    p.time_s = top.value(st.from, st.to, st.units, before);
-    p.in_flight = top.in_flight(st.units, before);
-    p.memory_bytes = top.memory(st.from, st.to, st.units, before);
-    before += st.units;
-    out.stages.push_back(std::move(p));
+  for (auto& st : out.stages) {
+    int m = int(st.ranks.size());
+    st.in_flight = (total_workers - 1 - before) / m + 1;
+    double p = 0, o = 0, a = 0;
+    for (int v : st.nodes) {
+      p += g.nodes[v].parameter_bytes, o += g.nodes[v].optimizer_state_bytes, a += g.nodes[v].activation_bytes;
+    }
+    st.memory_bytes = p * (st.in_flight + 1) + o + a * st.in_flight;
+    before += m;
   }
-  StageCosts flat(space, level[0], total_workers, 0, nullptr);
-  out.data_parallel_s = flat.value(0, n - 1, total_workers, 0);
+  // Data parallelism: the whole model replicated, level by level.
+  double dp = out.single_worker_s, params = space.parameters[n - 1];
+  for (int l = 0; l < levels; ++l) {
+    int m = topology.levels[l].count;
+    dp = std::max(dp, 4.0 * (m - 1) * params / (m * topology.levels[l].bandwidth_GBps * 1e9) / unit_workers[l]) / m;
+  }
+  out.data_parallel_s = dp;
   return out;
 }
 

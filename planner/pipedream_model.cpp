@@ -205,7 +205,7 @@ PlannedPipeline plan_pipedream(const PlanningGraph& g, const Topology& topology,
   result.state_space = g.is_chain() ? "chain" : "antichain";
   result.time_per_minibatch_s = solver.answer();
   if (result.time_per_minibatch_s == kUndefined)
-    throw UserError("no allocation fits (pipedream cost model): raise --memory or change the worker count");
+    throw NoFeasiblePlan("no allocation fits the memory limit (pipedream cost model)");
   result.single_worker_s = sums.compute[n - 1];
   double dp = result.single_worker_s;
   previous = 1;
