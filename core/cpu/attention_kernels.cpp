@@ -14,11 +14,10 @@ void causal_softmax_rows(float* scores, int64_t T) {
     float* row = scores + t * T;
     float mx = row[0];
     for (int64_t j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
+    for (int64_t j = 0; j <= t; ++j) row[j] -= mx;
+    map8(row, row, t + 1, exp8);
     float sum = 0.0f;
-    for (int64_t j = 0; j <= t; ++j) {
-      row[j] = exp_approx(row[j] - mx);
-      sum += row[j];
-    }
+    for (int64_t j = 0; j <= t; ++j) sum += row[j];
     float inv = 1.0f / sum;
     for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
     std::fill(row + t + 1, row + T, 0.0f);
