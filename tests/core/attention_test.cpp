@@ -104,6 +104,7 @@ TEST(Attention, ParamsShapesAndValidation) {
 }
 
 TEST(Attention, BackwardMatchesFiniteDifferences) {
+  testing::OneComputeThread one;
   LayerPtr a = make_causal_self_attention(8, 2);
   // Larger weights than the 0.02 init so the softmax is far from uniform.
   std::vector<Tensor> p{testing::random_tensor({24, 8}, 30, 0.5f), testing::random_tensor({24}, 31, 0.2f),
