@@ -1,4 +1,5 @@
 #include "core/cpu/attention_kernels.h"
+#include "core/cpu/parallel_grain.h"
 
 #include <algorithm>
 #include <cmath>
@@ -54,7 +55,7 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* probs, 
     HeadView hv = head_of(s, qkv, bh);
     gemm(false, true, T, T, hd, scale, hv.q, 3 * D, hv.k, 3 * D, 0.0f, probs + bh * T * T, T);
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(BH * T * T))
   for (int64_t bh = 0; bh < BH; ++bh) causal_softmax_rows(probs + bh * T * T, T);
   for (int64_t bh = 0; bh < BH; ++bh) {
     HeadView hv = head_of(s, qkv, bh);
@@ -77,7 +78,7 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
     gemm(true, false, T, hd, T, 1.0f, P, T, dO, D, 0.0f, dq + 2 * D, 3 * D);                // dV
   }
   // Softmax backward in place: dS = P * (dP - sum_j P dP) * scale.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(BH * T * T))
   for (int64_t bh = 0; bh < BH; ++bh) {
     for (int64_t t = 0; t < T; ++t) {
       const float* pr = probs + (bh * T + t) * T;

@@ -1,4 +1,5 @@
 #include "core/cpu/layernorm_kernels.h"
+#include "core/cpu/parallel_grain.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +10,7 @@ namespace pd::cpu {
 
 void layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
                        float* rstd, int64_t rows, int64_t D, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * D))
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * D;
     float m = sum8(xr, D) / static_cast<float>(D);
@@ -28,7 +29,7 @@ void layernorm_backward(const float* x, const float* w, const float* mean, const
   // Parameter gradients: threads split the columns (no cross-thread sums).
   constexpr int64_t kChunk = 64;
   int64_t chunks = (D + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * D))
   for (int64_t ch = 0; ch < chunks; ++ch) {
     int64_t c0 = ch * kChunk, c1 = std::min(D, c0 + kChunk);
     for (int64_t r = 0; r < rows; ++r) {
@@ -43,7 +44,7 @@ void layernorm_backward(const float* x, const float* w, const float* mean, const
   }
   if (!dx) return;
   // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * D))
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * D;
     const float* gr = dy + r * D;

@@ -114,13 +114,14 @@ TEST(TransformerBlock, SkipsInputGradButStillAccumulatesParamGrads) {
 TEST(SequenceLayers, TwoRunsWithTheSameThreadCountAreBitwiseEqual) {
   int keep = cpu::compute_threads();
   cpu::set_compute_threads(2);
-  LayerPtr emb = make_embedding(50, 32, 16);
-  LayerPtr blk = make_transformer_block(32, 4, 0.1f);
-  LayerPtr head = make_linear(32, 50);
+  // [2, 64, 512] activations: above the parallel grain, so threads split the loops.
+  LayerPtr emb = make_embedding(50, 512, 64);
+  LayerPtr blk = make_transformer_block(512, 8, 0.1f);
+  LayerPtr head = make_linear(512, 50);
   auto pe = testing::init_params(*emb, 1, 0), pb = testing::init_params(*blk, 1, 1), ph = testing::init_params(*head, 1, 2);
-  std::vector<int32_t> ids(4 * 16);
+  std::vector<int32_t> ids(2 * 64);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 13) % 50);
-  Tensor x = Tensor::from_ints(ids, {4, 16});
+  Tensor x = Tensor::from_ints(ids, {2, 64});
   auto run = [&] {
     StepInfo s;
     s.seed = 9;
