@@ -1,5 +1,4 @@
 #include "core/cpu/attention_kernels.h"
-#include "core/cpu/parallel_grain.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,6 +6,7 @@
 
 #include "core/cpu/fast_math.h"
 #include "core/cpu/gemm.h"
+#include "core/cpu/parallel_grain.h"
 
 namespace pd::cpu {
 

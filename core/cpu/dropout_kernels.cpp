@@ -1,8 +1,8 @@
 #include "core/cpu/dropout_kernels.h"
-#include "core/cpu/parallel_grain.h"
 
 #include <algorithm>
 
+#include "core/cpu/parallel_grain.h"
 #include "core/error.h"
 
 namespace pd::cpu {

@@ -1,7 +1,8 @@
 #include "core/cpu/embedding_kernels.h"
-#include "core/cpu/parallel_grain.h"
 
 #include <algorithm>
+
+#include "core/cpu/parallel_grain.h"
 
 namespace pd::cpu {
 

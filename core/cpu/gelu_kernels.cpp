@@ -1,9 +1,9 @@
 #include "core/cpu/gelu_kernels.h"
-#include "core/cpu/parallel_grain.h"
 
 #include <algorithm>
 
 #include "core/cpu/fast_math.h"
+#include "core/cpu/parallel_grain.h"
 
 namespace pd::cpu {
 

@@ -1,10 +1,10 @@
 #include "core/cpu/layernorm_kernels.h"
-#include "core/cpu/parallel_grain.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/cpu/fast_math.h"
+#include "core/cpu/parallel_grain.h"
 
 namespace pd::cpu {
 

@@ -1,9 +1,9 @@
 #include "core/cpu/linear_kernels.h"
-#include "core/cpu/parallel_grain.h"
 
 #include <algorithm>
 
 #include "core/cpu/gemm.h"
+#include "core/cpu/parallel_grain.h"
 
 namespace pd::cpu {
 

@@ -1,4 +1,5 @@
 #include "core/cpu/residual_kernels.h"
+
 #include "core/cpu/parallel_grain.h"
 
 namespace pd::cpu {
