@@ -26,13 +26,20 @@ struct ProfileArgs {
 class ProgressLine {
  public:
   explicit ProgressLine(std::string what) : what_(std::move(what)), tty_(::isatty(STDERR_FILENO) == 1) {}
+  // Before the first iteration, which can be the slowest (allocation).
+  void start(int warmup, int iters) {
+    std::fprintf(stderr, tty_ ? "\r%s: %d warm-up + %d measured iterations\033[K" : "%s: %d warm-up + %d measured iterations\n",
+                 what_.c_str(), warmup, iters);
+    drawn_ = tty_;
+    std::fflush(stderr);
+  }
   void update(const ProfileProgress& p) {
     const char* phase = p.warmup ? "warm-up" : "measuring";
     if (tty_) {
       std::fprintf(stderr, "\r%s: %s %d/%d\033[K", what_.c_str(), phase, p.iteration, p.iterations);
       drawn_ = true;
-    } else if (p.iteration == 1) {
-      std::fprintf(stderr, "%s: %s (%d iterations)\n", what_.c_str(), phase, p.iterations);
+    } else if (p.iteration == p.iterations) {
+      std::fprintf(stderr, "%s: %s done\n", what_.c_str(), phase);
     }
     std::fflush(stderr);
   }
@@ -97,11 +104,12 @@ void run_profile(const ProfileArgs& a) {
   o.optimizer.kind = a.optimizer;
   o.optimizer.momentum = a.optimizer == "sgd" ? 0.9f : 0.0f;
   // Cheap checks first: a bad batch or device should not wait for a model build.
-  if (o.batch < 1) throw UserError(cat("--batch must be >= 1, got ", o.batch));
+  check_profile_options(o);
   Model model = resolve_model(a.model, a.spec_file, a.model_options);
 
   ProgressLine line(cat("profiling ", model.name, " (batch ", o.batch, ", ", o.device.str(), ")"));
   o.progress = [&line](const ProfileProgress& p) { line.update(p); };
+  line.start(o.warmup, o.iters);
   Profile p;
   MeasureDetails details;
   try {

@@ -22,7 +22,9 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-void validate(const ProfileOptions& o) {
+}  // namespace
+
+void check_profile_options(const ProfileOptions& o) {
   if (o.batch < 1) throw UserError(cat("--batch must be >= 1, got ", o.batch));
   if (o.iters < 1) throw UserError(cat("--iters must be >= 1, got ", o.iters));
   if (o.warmup < 0) throw UserError(cat("--warmup must be >= 0, got ", o.warmup));
@@ -41,6 +43,8 @@ void validate(const ProfileOptions& o) {
 #endif
   }
 }
+
+namespace {
 
 // Random inputs and labels of the model's shapes: costs do not depend on
 // the values (no data-dependent kernels), only on shapes.
@@ -144,7 +148,7 @@ uint64_t parameter_bytes(const ParameterStore& w, int layer) {
 }  // namespace
 
 Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDetails* details) {
-  validate(o);
+  check_profile_options(o);
   if (details) *details = {};
   PD_CHECK(model.size() > 0, "model ", model.name, " has no layers");
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -59,9 +59,12 @@ struct MeasureDetails {
 };
 
 // Throws UserError for options that cannot be measured (batch < 1,
-// iters < 1, warmup < 0, threads < 0, a CUDA device in a build without
-// CUDA or on a machine without that GPU). Sets the process's compute thread
-// count (cpu::set_compute_threads) to the measured count.
+// iters < 1, warmup < 0, threads < 0, an unknown optimizer, a CUDA device
+// in a build without CUDA or on a machine without that GPU).
+void check_profile_options(const ProfileOptions& options);
+
+// Checks the options as above, then measures. Sets the process's compute
+// thread count (cpu::set_compute_threads) to the measured count.
 Profile measure_profile(const Model& model, const ProfileOptions& options, MeasureDetails* details = nullptr);
 
 double sample_median(std::vector<double> v);  // mean of the middle two for an even count
