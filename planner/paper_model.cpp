@@ -159,16 +159,18 @@ class ParametricSolver {
 
   LevelResult solve() {
     LevelResult r;
-    double hi = 1e-9;
+    // Every stage needs compute/m ≤ τ, so τ ≥ total compute / units.
+    double lo = 0, hi = costs_.compute(0, n_ - 1) / M_;
+    if (!(hi > 0)) hi = 1e-12;
     while (!feasible(hi)) {
-      hi *= 4;
+      lo = hi;
+      hi *= 2;
       if (hi > 1e30) return r;
     }
-    double lo = 0;
-    if (feasible(lo)) hi = lo;
+    if (lo == 0 && feasible(0)) hi = 0;
     // Bisect on the bit patterns: positive doubles order like their bits.
     uint64_t lo_bits = bits(lo), hi_bits = bits(hi);
-    while (hi_bits - lo_bits > 1) {
+    while (hi_bits > lo_bits + 1) {
       uint64_t mid = lo_bits + (hi_bits - lo_bits) / 2;
       if (feasible(from_bits(mid))) hi_bits = mid;
       else lo_bits = mid;
@@ -198,20 +200,27 @@ class ParametricSolver {
   }
 
   // Fewest replicas ≥ 2 that bring stage (k, j] within τ (M_ + 1: none).
+  // From 2 replicas on, compute/m, the ring sync 4(m-1)P/(m²·B·u) and the
+  // transfer all fall with m, so the answer is the largest of three closed
+  // forms, checked (and nudged past rounding) with the exact predicate.
   int min_replicas(int k, int j, int before, double tau) const {
     if (straight_) return M_ + 1;
     double c = costs_.compute(k, j);
-    if (c == kInf) return M_ + 1;
-    if (tau <= 0) return value_ok(k, j, 2, before, tau) ? 2 : M_ + 1;
-    // Lower bounds from compute/m <= τ and transfer(k, 1)/m <= τ.
+    if (c == kInf || tau <= 0) return (tau <= 0 && value_ok(k, j, 2, before, tau)) ? 2 : M_ + 1;
+    double q = costs_.sync(k, j, 2) * 2.0;  // q = 4P/(B·u): sync(m)/m = q(m-1)/m²
     double guess = std::max({2.0, std::ceil(c / tau), std::ceil(costs_.transfer(k, 1) / tau)});
-    int m = int(std::min<double>(guess, M_ + 1));
-    if (m > M_) return M_ + 1;
-    // Walk to the exact boundary; the closed-form guess is a lower bound
-    // up to rounding, and the sync term is found by doubling.
+    if (q > 4 * tau) guess = std::max(guess, std::floor((q + std::sqrt(q * q - 4 * tau * q)) / (2 * tau)));
+    if (guess > M_ + 1) guess = M_ + 1;
+    int m = int(guess);
     while (m > 2 && value_ok(k, j, m - 1, before, tau)) --m;
-    if (value_ok(k, j, m, before, tau)) return m;
-    int step = 1, good = -1, bad = m;
+    while (m <= M_ && !value_ok(k, j, m, before, tau)) {
+      if (costs_.memory_limited()) return doubling_search(k, j, before, tau, m);
+      ++m;
+    }
+    return m;
+  }
+  int doubling_search(int k, int j, int before, double tau, int bad) const {
+    int step = 1, good = -1;
     while (true) {
       int probe = bad + step;
       if (probe > M_) {
@@ -249,11 +258,17 @@ class ParametricSolver {
     f_[0][0] = 0;
     for (int j = 1; j < n_; ++j)
       for_each_nested(s_, j, [&](int k) {
+        // Without a memory limit a stage's fit does not depend on the
+        // workers before it: evaluate it once for both flags.
+        bool one = false;
+        int more = M_ + 1;
         for (int flag = 0; flag < 2; ++flag) {
           int base = f_[flag][k];
           if (base > M_) continue;
-          bool one = value_ok(k, j, 1, base, tau);
-          int more = min_replicas(k, j, base, tau);
+          if (flag == 0 || f_[0][k] > M_ || costs_.memory_limited()) {
+            one = value_ok(k, j, 1, base, tau);
+            more = min_replicas(k, j, base, tau);
+          }
           auto offer = [&](int to_flag, int m) {
             if (base + m < f_[to_flag][j]) {
               f_[to_flag][j] = base + m;
