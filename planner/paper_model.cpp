@@ -13,6 +13,7 @@ namespace pd {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kMaxDownSets = 2000;
 
 // One level of the hierarchy: `units` groups (workers at level 0) joined by
 // `bandwidth`; each unit holds `unit_workers` workers.
@@ -167,10 +168,40 @@ class ParametricSolver {
       hi *= 2;
       if (hi > 1e30) return r;
     }
-    if (lo == 0 && feasible(0)) hi = 0;
+    if (lo == 0) {
+      // τ = total/units was feasible already: it is (up to rounding) the
+      // optimum; find an infeasible lower end below it.
+      if (feasible(0)) {
+        hi = 0;
+      } else {
+        lo = hi / 2;
+        while (lo > 1e-300 && feasible(lo)) hi = lo, lo /= 2;
+        if (!(lo > 1e-300)) lo = 0;
+      }
+    }
+    if (!costs_.memory_limited() && hi > 0) {
+      // Narrow (lo, hi] to a relative width of 1e-9, then finish exactly:
+      // the optimum is one stage's value, so among the stage values in
+      // (lo, hi] it is the smallest feasible one.
+      while (lo > 0 && hi > lo * (1 + 1e-9)) {
+        double mid = lo + (hi - lo) / 2;
+        if (mid <= lo || mid >= hi) break;
+        (feasible(mid) ? hi : lo) = mid;
+      }
+      std::vector<double> candidates = stage_values_between(lo, hi);
+      std::sort(candidates.begin(), candidates.end());
+      candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+      size_t a = 0, b = candidates.size();  // answer index in [a, b]; b means hi itself
+      while (a < b) {
+        size_t mid = a + (b - a) / 2;
+        if (feasible(candidates[mid])) b = mid;
+        else a = mid + 1;
+      }
+      if (b < candidates.size()) hi = candidates[b];
+    }
     // Bisect on the bit patterns: positive doubles order like their bits.
     uint64_t lo_bits = bits(lo), hi_bits = bits(hi);
-    while (hi_bits > lo_bits + 1) {
+    while (hi_bits > lo_bits + 1 && costs_.memory_limited()) {
       uint64_t mid = lo_bits + (hi_bits - lo_bits) / 2;
       if (feasible(from_bits(mid))) hi_bits = mid;
       else lo_bits = mid;
@@ -197,6 +228,24 @@ class ParametricSolver {
     double d;
     std::memcpy(&d, &b, 8);
     return d;
+  }
+
+  // Every stage value in (lo, hi] (no memory limit: values do not depend
+  // on the workers before a stage, and fall with m from 2 replicas on).
+  std::vector<double> stage_values_between(double lo, double hi) const {
+    std::vector<double> out;
+    for (int j = 1; j < n_; ++j)
+      for_each_nested(s_, j, [&](int k) {
+        double one = costs_.value(k, j, 1, 0);
+        if (one > lo && one <= hi) out.push_back(one);
+        if (straight_) return;
+        int first = min_replicas(k, j, 0, hi), past = std::min(min_replicas(k, j, 0, lo), M_ + 1);
+        for (int m = first; m < past && m <= M_; ++m) {
+          double v = costs_.value(k, j, m, 0);
+          if (v > lo && v <= hi) out.push_back(v);
+        }
+      });
+    return out;
   }
 
   // Fewest replicas ≥ 2 that bring stage (k, j] within τ (M_ + 1: none).
@@ -259,23 +308,31 @@ class ParametricSolver {
     for (int j = 1; j < n_; ++j)
       for_each_nested(s_, j, [&](int k) {
         // Without a memory limit a stage's fit does not depend on the
-        // workers before it: evaluate it once for both flags.
-        bool one = false;
-        int more = M_ + 1;
+        // workers before it: evaluate it at most once for both flags, and
+        // only when an offer could still improve f[.][j].
+        const double c = costs_.compute(k, j);
+        const bool shared = !costs_.memory_limited();
+        int cached_more = -1, cached_one = -1;
         for (int flag = 0; flag < 2; ++flag) {
           int base = f_[flag][k];
           if (base > M_) continue;
-          if (flag == 0 || f_[0][k] > M_ || costs_.memory_limited()) {
-            one = value_ok(k, j, 1, base, tau);
-            more = min_replicas(k, j, base, tau);
-          }
           auto offer = [&](int to_flag, int m) {
             if (base + m < f_[to_flag][j]) {
               f_[to_flag][j] = base + m;
               choice_[to_flag][j] = {k, m, flag};
             }
           };
+          bool one;
+          if (shared && cached_one >= 0) one = cached_one;
+          else one = c <= tau && value_ok(k, j, 1, base, tau), cached_one = one;
           if (one) offer(flag, 1);
+          if (straight_) continue;
+          // Lower bound on the replicas ≥ 2 a stage needs: compute/m ≤ τ.
+          double lb = c == kInf ? kInf : std::max(2.0, std::ceil(c / tau));
+          if (!(base + (one ? 1.0 : lb) < f_[1][j]) && !(base + lb < f_[1][j])) continue;
+          int more;
+          if (shared && cached_more >= 0) more = cached_more;
+          else more = min_replicas(k, j, base, tau), cached_more = more;
           if (one && more == 2) offer(1, 1);
           if (more <= M_) offer(1, more);
         }
@@ -290,15 +347,37 @@ class ParametricSolver {
   // exactly M_ stages?
   bool exact_stage_count(double tau) {
     if (M_ > n_ - 1) return false;
-    reach_.assign(size_t(n_) * (M_ + 1), 0);
+    const int words = (M_ + 1 + 63) / 64;
+    reach_.assign(size_t(n_) * words, 0);
     reach_[0] = 1;
-    for (int j = 1; j < n_; ++j)
-      for_each_nested(s_, j, [&](int k) {
-        for (int c = 0; c < M_; ++c)
-          if (reach_[size_t(k) * (M_ + 1) + c] && value_ok(k, j, 1, c, tau))
-            reach_[size_t(j) * (M_ + 1) + c + 1] = 1;
-      });
-    return reach_[size_t(n_ - 1) * (M_ + 1) + M_];
+    auto bit = [&](int j, int c) { return reach_[size_t(j) * words + c / 64] >> (c % 64) & 1; };
+    for (int j = 1; j < n_; ++j) {
+      uint64_t* to = &reach_[size_t(j) * words];
+      auto relax = [&](int k) {
+        const uint64_t* from = &reach_[size_t(k) * words];
+        if (!costs_.memory_limited()) {
+          // The stage fits or not whatever its position: shift the whole set.
+          if (!value_ok(k, j, 1, 0, tau)) return;
+          for (int w = words - 1; w >= 0; --w) to[w] |= from[w] << 1 | (w ? from[w - 1] >> 63 : 0);
+        } else {
+          for (int c = 0; c < M_; ++c)
+            if (bit(k, c) && value_ok(k, j, 1, c, tau)) to[(c + 1) / 64] |= uint64_t(1) << ((c + 1) % 64);
+        }
+      };
+      if (s_.all_earlier_nest()) {
+        // One replica needs compute ≤ τ, and compute only grows as k falls.
+        for (int k = j - 1; k >= 0 && costs_.compute(k, j) <= tau; --k) relax(k);
+      } else {
+        for (int k : s_.nested_in[j]) relax(k);
+      }
+      // Stage counts above M_ are of no use; keep the top word clean.
+      if ((M_ + 1) % 64) to[words - 1] &= (uint64_t(1) << ((M_ + 1) % 64)) - 1;
+    }
+    return bit(n_ - 1, M_);
+  }
+  bool reach(int j, int c) const {
+    const int words = (M_ + 1 + 63) / 64;
+    return reach_[size_t(j) * words + c / 64] >> (c % 64) & 1;
   }
 
   std::vector<LevelStage> reconstruct(double tau) {
@@ -312,7 +391,7 @@ class ParametricSolver {
       for (int j = last, c = M_; j != 0; --c) {
         int pick = -1;
         for_each_nested(s_, j, [&](int k) {
-          if (pick < 0 && reach_[size_t(k) * (M_ + 1) + c - 1] && value_ok(k, j, 1, c - 1, tau)) pick = k;
+          if (pick < 0 && reach(k, c - 1) && value_ok(k, j, 1, c - 1, tau)) pick = k;
         });
         out.push_back({pick, j, 1});
         j = pick;
@@ -352,7 +431,7 @@ class ParametricSolver {
   const bool straight_, fewer_;
   std::vector<int> f_[2];
   std::vector<Choice> choice_[2];
-  std::vector<char> reach_;
+  std::vector<uint64_t> reach_;
 };
 
 LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, PaperAlgorithm algorithm) {
@@ -411,7 +490,9 @@ struct Flattener {
 
 PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, const PlannerOptions& options,
                            PaperAlgorithm algorithm) {
-  StateSpace space = build_state_space(g, options.max_antichain_states);
+  // Down-sets nest pairwise far more often than antichain states connect:
+  // the DP visits every nested pair, so their number is capped lower here.
+  StateSpace space = build_state_space(g, std::min(options.max_antichain_states, kMaxDownSets));
   const int total_workers = topology.total_workers();
   const double memory = double(options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes);
   const int n = space.size();
