@@ -92,20 +92,27 @@ class TableDP {
  public:
   TableDP(const StageCosts& costs, int first, bool straight)
       : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), first_(first),
-        a_(size_t(n_) * (M_ + 1)) {
+        a_(size_t(n_) * (M_ + 1)), value_(M_ + 1) {
     at(first, 0).time = 0;
     for (int j = first + 1; j < n_; ++j)
       for_each_nested(s_, j, [&](int k) {
         if (k < first) return;
         if (!s_.all_earlier_nest() && k != first && !s_.members[first].subset_of(s_.members[k])) return;
-        for (int m = 1; m <= M_; ++m)
+        // Without a memory limit a stage's value does not depend on its
+        // position: evaluate it once per replica count.
+        const bool shared = !costs_.memory_limited();
+        if (shared)
+          for (int mp = 1; mp <= (straight ? 1 : M_); ++mp) value_[mp] = costs_.value(k, j, mp, 0);
+        const Cell* prev_row = &at(k, 0);
+        for (int m = 1; m <= M_; ++m) {
+          Cell& cell = at(j, m);
           for (int mp = 1; mp <= (straight ? 1 : m); ++mp) {
-            const Cell& prev = at(k, m - mp);
-            if (prev.time == kInf) continue;
-            double t = std::max(prev.time, costs_.value(k, j, mp, m - mp));
-            Cell& cell = at(j, m);
+            double prev = prev_row[m - mp].time;
+            if (prev == kInf) continue;
+            double t = std::max(prev, shared ? value_[mp] : costs_.value(k, j, mp, m - mp));
             if (t < cell.time) cell = {t, k, mp};
           }
+        }
       });
   }
   // Units the optimum up to j uses: all of them, or the best count with `fewer`.
@@ -142,6 +149,7 @@ class TableDP {
   const StateSpace& s_;
   const int n_, M_, first_;
   std::vector<Cell> a_;
+  std::vector<double> value_;
 };
 
 LevelResult solve_table(const StageCosts& costs, bool straight, bool fewer) {
