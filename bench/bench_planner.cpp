@@ -7,6 +7,7 @@
 // One JSON object per line on stdout.
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,8 +41,13 @@ std::string executable_dir() {
   return path.substr(0, path.rfind('/'));
 }
 
-// Wall seconds of one child process; stdout/stderr go to /dev/null.
-double run_process(const std::vector<std::string>& argv) {
+struct ProcessTime {
+  double wall_s = 0, cpu_s = 0;  // cpu: user + system of the child
+};
+
+// One child process, stdout/stderr to /dev/null. The CPU time is reported
+// too: on a shared machine the wall time includes waiting for a core.
+ProcessTime run_process(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -54,12 +60,14 @@ double run_process(const std::vector<std::string>& argv) {
   if (posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ) != 0)
     throw RuntimeFailure(cat("cannot start ", argv[0]));
   int status = 0;
-  waitpid(pid, &status, 0);
+  struct rusage usage {};
+  wait4(pid, &status, 0, &usage);
   double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  double cpu = usage.ru_utime.tv_sec + usage.ru_utime.tv_usec * 1e-6 + usage.ru_stime.tv_sec + usage.ru_stime.tv_usec * 1e-6;
   posix_spawn_file_actions_destroy(&actions);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw RuntimeFailure(cat(argv[0], " failed (status ", status, ")"));
-  return wall;
+  return {wall, cpu};
 }
 
 void golden_suite(const std::string& data_dir, const std::string& pipedream, int repeats) {
@@ -85,22 +93,28 @@ void golden_suite(const std::string& data_dir, const std::string& pipedream, int
     if (row["use_fewer_machines"].get<bool>()) argv.push_back("--fewer-workers");
     if (!row["memory_limit_bytes"].is_null())
       argv.insert(argv.end(), {"--memory", std::to_string(uint64_t(row["memory_limit_bytes"].get<double>()))});
-    double best = 1e300;
-    for (int r = 0; r < repeats; ++r) best = std::min(best, run_process(argv));
+    double best = 1e300, best_cpu = 1e300;
+    for (int r = 0; r < repeats; ++r) {
+      ProcessTime t = run_process(argv);
+      best = std::min(best, t.wall_s), best_cpu = std::min(best_cpu, t.cpu_s);
+    }
     std::remove(topology.c_str());
     double theirs = row["pipedream_optimizer_wall_s"];
     bool slow = theirs >= 1.0;
     bool met = slow ? best * 100 <= theirs : best <= 0.050;
+    bool met_cpu = slow ? best_cpu * 100 <= theirs : best_cpu <= 0.050;
     nlohmann::json out = {{"suite", "planner"},
                           {"case", "golden"},
                           {"row", index++},
                           {"profile", row["profile"]},
                           {"workers_per_level", row["workers_per_level"]},
                           {"wall_s", best},
+                          {"cpu_s", best_cpu},
                           {"pipedream_optimizer_wall_s", theirs},
                           {"speedup", theirs / best},
                           {"target", slow ? ">=100x" : "<=0.050s"},
-                          {"met", met}};
+                          {"met", met},
+                          {"met_cpu", met_cpu}};
     std::cout << out.dump() << std::endl;
   }
 }
