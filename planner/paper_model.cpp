@@ -1,5 +1,7 @@
 #include "planner/paper_model.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -90,11 +92,12 @@ struct LevelResult {
 // the states after `first` up to j on exactly m units.
 class TableDP {
  public:
-  TableDP(const StageCosts& costs, int first, bool straight)
+  // States after `last` are not needed (-1: all).
+  TableDP(const StageCosts& costs, int first, bool straight, int last = -1)
       : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), first_(first),
         a_(size_t(n_) * (M_ + 1)), value_(M_ + 1) {
     at(first, 0).time = 0;
-    for (int j = first + 1; j < n_; ++j)
+    for (int j = first + 1; j < (last < 0 ? n_ : last + 1); ++j)
       for_each_nested(s_, j, [&](int k) {
         if (k < first) return;
         if (!s_.all_earlier_nest() && k != first && !s_.members[first].subset_of(s_.members[k])) return;
@@ -486,13 +489,54 @@ struct Flattener {
         p.time_s = c.value(st.from, st.to, st.units, before) / replication;
         out.push_back(std::move(p));
       } else {
-        LevelResult inner = TableDP(*costs[level - 1], st.from, straight).result(st.to, fewer);
+        LevelResult inner = TableDP(*costs[level - 1], st.from, straight, st.to).result(st.to, fewer);
         expand(level - 1, inner.stages, starts, replication * st.units);
       }
       before += st.units;
     }
   }
 };
+
+// min over x in [lo, hi) of max(a[x], b[x]) — exact (no rounding), 4 lanes.
+double min_of_max(const double* a, const double* b, int lo, int hi) {
+  __m256d best = _mm256_set1_pd(kInf);
+  int x = lo;
+  for (; x + 4 <= hi; x += 4) best = _mm256_min_pd(best, _mm256_max_pd(_mm256_loadu_pd(a + x), _mm256_loadu_pd(b + x)));
+  double lanes[4];
+  _mm256_storeu_pd(lanes, best);
+  double r = std::min(std::min(lanes[0], lanes[1]), std::min(lanes[2], lanes[3]));
+  for (; x < hi; ++x) r = std::min(r, std::max(a[x], b[x]));
+  return r;
+}
+
+// The optimal time of every range (k, j] on one unit, for prefix state
+// spaces without a memory limit: the table DP of every start row at once,
+// with stage values (position-independent here) computed once and the
+// split loop as a vectorised min-of-max. Same values as TableDP per row.
+void all_ranges_on_one_unit(const StageCosts& costs, bool straight, bool fewer, std::vector<double>& out) {
+  const int n = costs.space().size(), M = costs.units(), max_mp = straight ? 1 : M;
+  const size_t stride = size_t(M + 1) * n;
+  std::vector<double> value(size_t(n) * stride, kInf);  // [j][mp][x] = value(x, j, mp)
+  for (int j = 1; j < n; ++j)
+    for (int mp = 1; mp <= max_mp; ++mp)
+      for (int x = 0; x < j; ++x) value[size_t(j) * stride + size_t(mp) * n + x] = costs.value(x, j, mp, 0);
+  std::vector<double> a(stride);  // [m][x] = A_k(x, m) for the current row k
+  for (int k = 0; k + 1 < n; ++k) {
+    std::fill(a.begin(), a.end(), kInf);
+    a[k] = 0;
+    for (int j = k + 1; j < n; ++j) {
+      double best_any = kInf;
+      for (int m = 1; m <= M; ++m) {
+        double best = kInf;
+        for (int mp = 1; mp <= std::min(m, max_mp); ++mp)
+          best = std::min(best, min_of_max(&a[size_t(m - mp) * n], &value[size_t(j) * stride + size_t(mp) * n], k, j));
+        a[size_t(m) * n + j] = best;
+        best_any = std::min(best_any, best);
+      }
+      out[size_t(k) * n + j] = fewer ? best_any : a[size_t(M) * n + j];
+    }
+  }
+}
 
 }  // namespace
 
@@ -517,6 +561,11 @@ PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, con
     unit *= topology.levels[l].count;
     if (l + 1 == levels) break;
     inner[l].assign(size_t(n) * n, kInf);
+    if (space.all_earlier_nest() && !costs[l]->memory_limited() &&
+        double(n) * n * (topology.levels[l].count + 1) <= 2.5e7) {
+      all_ranges_on_one_unit(*costs[l], options.straight, options.fewer_workers, inner[l]);
+      continue;
+    }
     for (int k = 0; k + 1 < n; ++k) {
       TableDP dp(*costs[l], k, options.straight);
       for (int j = k + 1; j < n; ++j) inner[l][size_t(k) * n + j] = dp.time(j, options.fewer_workers);
