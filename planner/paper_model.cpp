@@ -1,7 +1,5 @@
 #include "planner/paper_model.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -38,7 +36,8 @@ class StageCosts {
       : s_(s), level_(level), total_workers_(total_workers), memory_(memory), inner_(inner) {}
 
   double compute(int k, int j) const {
-    return inner_ ? (*inner_)[size_t(k) * s_.size() + j] : s_.compute[j] - s_.compute[k];
+    // Inner optima are stored by end state (out[j * n + k]): the DPs scan k for a fixed j.
+    return inner_ ? (*inner_)[size_t(j) * s_.size() + k] : s_.compute[j] - s_.compute[k];
   }
   double sync(int k, int j, int m) const {
     // Ring all-reduce of the stage's weights among m replicas; a unit's
@@ -497,43 +496,60 @@ struct Flattener {
   }
 };
 
-// min over x in [lo, hi) of max(a[x], b[x]) — exact (no rounding), 4 lanes.
-double min_of_max(const double* a, const double* b, int lo, int hi) {
-  __m256d best = _mm256_set1_pd(kInf);
-  int x = lo;
-  for (; x + 4 <= hi; x += 4) best = _mm256_min_pd(best, _mm256_max_pd(_mm256_loadu_pd(a + x), _mm256_loadu_pd(b + x)));
-  double lanes[4];
-  _mm256_storeu_pd(lanes, best);
-  double r = std::min(std::min(lanes[0], lanes[1]), std::min(lanes[2], lanes[3]));
-  for (; x < hi; ++x) r = std::min(r, std::max(a[x], b[x]));
-  return r;
-}
-
 // The optimal time of every range (k, j] on one unit, for prefix state
-// spaces without a memory limit: the table DP of every start row at once,
-// with stage values (position-independent here) computed once and the
-// split loop as a vectorised min-of-max. Same values as TableDP per row.
+// spaces at level 0 without a memory limit (a stage's value then depends
+// only on its range and replica count, and compute is a prefix sum). It is
+// the table DP A_k(x, m) of every start row k, with the split loop of each
+// cell restricted to the splits that can still beat the best found so far:
+// a split at y on mp replicas costs max(A_k(y, r), value(y, x, mp)) with
+// r = m - mp, where value ≥ C(y, x)/mp (falls as y grows) and A_k(y, r) ≥
+// C(k, y)/r (a max of c_i/m_i is at least Σc_i/Σm_i; grows with y). So the
+// splits worth evaluating form one interval of y around the balance point
+// C(k, y) ≈ C(k, x)·r/m; scanning outwards from it until each bound reaches
+// the incumbent visits exactly the splits that could improve it. The result
+// is the same minimum as the full table DP (every pruned split is provably
+// no better), usually after a handful of splits per cell instead of x - k.
+// Output layout: out[j * n + k].
 void all_ranges_on_one_unit(const StageCosts& costs, bool straight, bool fewer, std::vector<double>& out) {
-  const int n = costs.space().size(), M = costs.units(), max_mp = straight ? 1 : M;
-  const size_t stride = size_t(M + 1) * n;
-  std::vector<double> value(size_t(n) * stride, kInf);  // [j][mp][x] = value(x, j, mp)
-  for (int j = 1; j < n; ++j)
-    for (int mp = 1; mp <= max_mp; ++mp)
-      for (int x = 0; x < j; ++x) value[size_t(j) * stride + size_t(mp) * n + x] = costs.value(x, j, mp, 0);
-  std::vector<double> a(stride);  // [m][x] = A_k(x, m) for the current row k
+  const StateSpace& s = costs.space();
+  const int n = s.size(), M = costs.units(), max_mp = straight ? 1 : M;
+  const double* compute = s.compute.data();
+  // A_k(y, r) is a max over stages of rounded c_i/m_i: allow for rounding.
+  constexpr double kBoundSlack = 1 - 1e-12;
+  std::vector<double> a(size_t(M + 1) * n);      // [m][x] = A_k(x, m) for the current row k
+  std::vector<int> balance(size_t(M + 1) * (M + 1));  // [m][r]: balance point, rises with x
   for (int k = 0; k + 1 < n; ++k) {
     std::fill(a.begin(), a.end(), kInf);
     a[k] = 0;
-    for (int j = k + 1; j < n; ++j) {
+    std::fill(balance.begin(), balance.end(), k + 1);
+    for (int x = k + 1; x < n; ++x) {
+      const double total = compute[x] - compute[k];
       double best_any = kInf;
       for (int m = 1; m <= M; ++m) {
-        double best = kInf;
-        for (int mp = 1; mp <= std::min(m, max_mp); ++mp)
-          best = std::min(best, min_of_max(&a[size_t(m - mp) * n], &value[size_t(j) * stride + size_t(mp) * n], k, j));
-        a[size_t(m) * n + j] = best;
+        double best = m <= max_mp ? costs.value(k, x, m, 0) : kInf;  // one stage
+        for (int mp = 1; mp <= std::min(m - 1, max_mp); ++mp) {
+          const int r = m - mp;
+          const double* prev = &a[size_t(r) * n];
+          // Largest y < x with C(k, y) ≤ C(k, x)·r/m (at least k + 1).
+          int& y0 = balance[size_t(m) * (M + 1) + r];
+          const double target = total * r / m;
+          while (y0 + 1 < x && compute[y0 + 1] - compute[k] <= target) ++y0;
+          if (y0 >= x) continue;  // x = k + 1: no split inside the range
+          for (int y = y0; y > k; --y) {
+            if ((compute[x] - compute[y]) / mp >= best) break;
+            double t = std::max(prev[y], costs.value(y, x, mp, 0));
+            if (t < best) best = t;
+          }
+          for (int y = y0 + 1; y < x; ++y) {
+            if ((compute[y] - compute[k]) / r * kBoundSlack >= best) break;
+            double t = std::max(prev[y], costs.value(y, x, mp, 0));
+            if (t < best) best = t;
+          }
+        }
+        a[size_t(m) * n + x] = best;
         best_any = std::min(best_any, best);
       }
-      out[size_t(k) * n + j] = fewer ? best_any : a[size_t(M) * n + j];
+      out[size_t(x) * n + k] = fewer ? best_any : a[size_t(M) * n + x];
     }
   }
 }
@@ -561,14 +577,13 @@ PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, con
     unit *= topology.levels[l].count;
     if (l + 1 == levels) break;
     inner[l].assign(size_t(n) * n, kInf);
-    if (space.all_earlier_nest() && !costs[l]->memory_limited() &&
-        double(n) * n * (topology.levels[l].count + 1) <= 2.5e7) {
+    if (l == 0 && space.all_earlier_nest() && !costs[l]->memory_limited()) {
       all_ranges_on_one_unit(*costs[l], options.straight, options.fewer_workers, inner[l]);
       continue;
     }
     for (int k = 0; k + 1 < n; ++k) {
       TableDP dp(*costs[l], k, options.straight);
-      for (int j = k + 1; j < n; ++j) inner[l][size_t(k) * n + j] = dp.time(j, options.fewer_workers);
+      for (int j = k + 1; j < n; ++j) inner[l][size_t(j) * n + k] = dp.time(j, options.fewer_workers);
     }
   }
   const StageCosts& top = *costs[levels - 1];
