@@ -45,6 +45,12 @@ class StageCosts {
     return 4.0 * (m - 1) * (s_.parameters[j] - s_.parameters[k]) / (m * level_.bandwidth) / level_.unit_workers;
   }
   double transfer(int k, int m) const { return 2.0 * s_.cut_bytes[k] / (level_.bandwidth * m); }
+  // q with sync(k, j, m) / m = q(m-1)/m², and transfer(k, 1): for closed-form
+  // replica estimates (not bit-identical to sync and transfer).
+  double sync_coefficient(int k, int j) const {
+    return (s_.parameters[j] - s_.parameters[k]) * (4.0 / (level_.bandwidth * level_.unit_workers));
+  }
+  double transfer_coefficient(int k) const { return s_.cut_bytes[k] * (2.0 / level_.bandwidth); }
   // Minibatches a stage holds at once under 1F1B-RR (DESIGN.md §6).
   int in_flight(int m, int before) const { return (total_workers_ - 1 - before) / m + 1; }
   double memory(int k, int j, int m, int before) const {
@@ -266,17 +272,21 @@ class ParametricSolver {
     if (straight_) return M_ + 1;
     double c = costs_.compute(k, j);
     if (c == kInf || tau <= 0) return (tau <= 0 && value_ok(k, j, 2, before, tau)) ? 2 : M_ + 1;
-    double q = costs_.sync(k, j, 2) * 2.0;  // q = 4P/(B·u): sync(m)/m = q(m-1)/m²
-    double guess = std::max({2.0, std::ceil(c / tau), std::ceil(costs_.transfer(k, 1) / tau)});
-    if (q > 4 * tau) guess = std::max(guess, std::floor((q + std::sqrt(q * q - 4 * tau * q)) / (2 * tau)));
-    if (guess > M_ + 1) guess = M_ + 1;
-    int m = int(guess);
+    int m = int(std::min(replica_guess(k, j, c, tau), M_ + 1.0));
     while (m > 2 && value_ok(k, j, m - 1, before, tau)) --m;
     while (m <= M_ && !value_ok(k, j, m, before, tau)) {
       if (costs_.memory_limited()) return doubling_search(k, j, before, tau, m);
       ++m;
     }
     return m;
+  }
+  // The closed forms of min_replicas, from at least 2: within one of the
+  // exact answer (rounding), so guess - 1 is a safe lower bound.
+  double replica_guess(int k, int j, double c, double tau) const {
+    double q = costs_.sync_coefficient(k, j);  // sync(m)/m = q(m-1)/m²
+    double guess = std::max({2.0, std::ceil(c / tau), std::ceil(costs_.transfer_coefficient(k) / tau)});
+    if (q > 4 * tau) guess = std::max(guess, std::floor((q + std::sqrt(q * q - 4 * tau * q)) / (2 * tau)));
+    return guess;
   }
   int doubling_search(int k, int j, int before, double tau, int bad) const {
     int step = 1, good = -1;
@@ -337,9 +347,12 @@ class ParametricSolver {
           else one = c <= tau && value_ok(k, j, 1, base, tau), cached_one = one;
           if (one) offer(flag, 1);
           if (straight_) continue;
-          // Lower bound on the replicas ≥ 2 a stage needs: compute/m ≤ τ.
-          double lb = c == kInf ? kInf : std::max(2.0, std::ceil(c / tau));
-          if (!(base + (one ? 1.0 : lb) < f_[1][j]) && !(base + lb < f_[1][j])) continue;
+          // Lower bound on the replicas ≥ 2 a stage needs (closed forms,
+          // minus one for rounding): skip the exact count when no offer to
+          // flag 1 could improve f[1][j]. A single replica reaches flag 1
+          // only when 2 replicas fit too.
+          double lb = c == kInf ? kInf : std::max(2.0, replica_guess(k, j, c, tau) - 1);
+          if (!(base + (one && lb <= 2 ? 1.0 : lb) < f_[1][j])) continue;
           int more;
           if (shared && cached_more >= 0) more = cached_more;
           else more = min_replicas(k, j, base, tau), cached_more = more;
