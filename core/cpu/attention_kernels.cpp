@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <memory>
 
 #include "core/cpu/fast_math.h"
 #include "core/cpu/gemm.h"
@@ -68,13 +68,15 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
                         const float* dout, float* dqkv) {
   const int64_t T = s.seq, hd = s.head_dim, D = s.dim(), BH = s.batch * s.heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> dS(static_cast<size_t>(BH * T * T));
+  // Every element is written by the dP GEMM before it is read.
+  auto dS_buffer = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(BH * T * T));
+  float* dS = dS_buffer.get();
   for (int64_t bh = 0; bh < BH; ++bh) {
     HeadView hv = head_of(s, qkv, bh);
     const float* dO = dout + head_offset(s, bh, D);
     const float* P = probs + bh * T * T;
     float* dq = dqkv + head_offset(s, bh, 3 * D);
-    gemm(false, true, T, T, hd, 1.0f, dO, D, hv.v, 3 * D, 0.0f, dS.data() + bh * T * T, T);  // dP
+    gemm(false, true, T, T, hd, 1.0f, dO, D, hv.v, 3 * D, 0.0f, dS + bh * T * T, T);  // dP
     gemm(true, false, T, hd, T, 1.0f, P, T, dO, D, 0.0f, dq + 2 * D, 3 * D);                // dV
   }
   // Softmax backward in place: dS = P * (dP - sum_j P dP) * scale.
@@ -82,7 +84,7 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
   for (int64_t bh = 0; bh < BH; ++bh) {
     for (int64_t t = 0; t < T; ++t) {
       const float* pr = probs + (bh * T + t) * T;
-      float* gr = dS.data() + (bh * T + t) * T;
+      float* gr = dS + (bh * T + t) * T;
       float dot = dot8(pr, gr, t + 1);
       for (int64_t j = 0; j <= t; ++j) gr[j] = pr[j] * (gr[j] - dot) * scale;
       std::fill(gr + t + 1, gr + T, 0.0f);
@@ -90,7 +92,7 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
   }
   for (int64_t bh = 0; bh < BH; ++bh) {
     HeadView hv = head_of(s, qkv, bh);
-    const float* g = dS.data() + bh * T * T;
+    const float* g = dS + bh * T * T;
     float* dq = dqkv + head_offset(s, bh, 3 * D);
     gemm(false, false, T, hd, T, 1.0f, g, T, hv.k, 3 * D, 0.0f, dq, 3 * D);     // dQ
     gemm(true, false, T, hd, T, 1.0f, g, T, hv.q, 3 * D, 0.0f, dq + D, 3 * D);  // dK
