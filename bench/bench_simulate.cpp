@@ -44,6 +44,12 @@ Plan synthetic_plan(const std::vector<int>& replicas) {
   return p;
 }
 
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 long peak_rss_kib() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -58,7 +64,9 @@ void run_case(const std::string& name, const std::vector<int>& replicas, Schedul
   opt.schedule.minibatches = minibatches;
   opt.schedule.microbatches = microbatches;
   auto t0 = std::chrono::steady_clock::now();
+  double cpu0 = cpu_seconds();
   SimulationReport rep = simulate(plan, opt);
+  double cpu = cpu_seconds() - cpu0;
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int64_t actions = 0;  // compute actions replayed
   for (const auto& st : plan.stages) actions += 2 * minibatches * microbatches;
@@ -71,6 +79,7 @@ void run_case(const std::string& name, const std::vector<int>& replicas, Schedul
                       {"microbatches", microbatches},
                       {"compute_actions", actions},
                       {"wall_s", wall},
+                      {"cpu_s", cpu},  // wall_s includes waiting for a busy machine
                       {"compute_actions_per_s", double(actions) / wall},
                       {"peak_rss_mib_after", double(peak_rss_kib()) / 1024.0},
                       {"simulated_time_per_minibatch_s", rep.time_per_minibatch_s}};

@@ -113,8 +113,9 @@ TEST(SimulatorOnPipeDreamProfiles, PaperModelIsABoundMetWhereItsAssumptionsHold)
     bool exact = model_should_be_exact(plan, terms);
     std::string config;
     for (const auto& s : plan.stages) config += (config.empty() ? "" : "-") + std::to_string(s.replicas);
-    // The model is a bound the replay can only meet or miss.
-    EXPECT_GE(simulated, model_s * (1 - 1e-9)) << line;
+    // The model is a bound the replay can only meet or miss (up to the
+    // edge effects of a 200-minibatch measuring window).
+    EXPECT_GE(simulated, model_s * 0.99) << line;
     if (exact)
       EXPECT_NEAR(simulated / model_s, 1.0, 0.05)
           << model << " " << config << " on " << g["workers_per_level"][0] << " workers: simulated " << simulated
