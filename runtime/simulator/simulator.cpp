@@ -339,7 +339,8 @@ class Simulation {
       WorkerReport wr;
       wr.rank = r;
       wr.stage = w.stage;
-      wr.busy_fraction = window > 0 ? (w.busy_at_mark[1] - w.busy_at_mark[0]) / window : 0;
+      double busy = window > 0 ? (w.busy_at_mark[1] - w.busy_at_mark[0]) / window : 0;
+      wr.busy_fraction = std::clamp(busy, 0.0, 1.0);  // rounding can leave 1 + 1e-16
       wr.bubble_fraction = 1.0 - wr.busy_fraction;
       wr.peak_in_flight = w.peak_in_flight;
       wr.peak_activation_bytes = static_cast<uint64_t>(w.peak_in_flight) * costs_[w.stage].stashed_bytes;
