@@ -113,6 +113,13 @@ class PipedreamSolver {
   // one entry the candidates are tried in PipeDream's order (k, then m'),
   // so the result, ties included, is the same.
   void recurse_row(int i, double bandwidth) {
+    sync_factor_.assign(m_ + 1, 0), inverse_.assign(m_ + 1, 0), transfer_factor_.assign(m_ + 1, 0);
+    for (int mp = 1; mp <= m_; ++mp) {
+      sync_factor_[mp] = 4.0 * (mp - 1) / (bandwidth * mp);
+      inverse_[mp] = 1.0 / mp;
+      if (options_.activation_compression_ratio)
+        transfer_factor_[mp] = 2.0 / (bandwidth * mp) / *options_.activation_compression_ratio;
+    }
     std::vector<int> candidates;
     std::vector<double> last, transfer;  // per candidate, per m'
     std::vector<double> stash_bytes;
@@ -126,21 +133,24 @@ class PipedreamSolver {
         candidates.push_back(int(k));
       });
       const size_t c = candidates.size();
-      last.assign(c * m_, 0);
-      transfer.assign(c * m_, 0);
-      stash_bytes.assign(c, 0);
+      const int max_mp = options_.straight ? 1 : m_ - 1;
+      last.resize(c * m_);
+      if (ratio) transfer.resize(c * m_);
+      stash_bytes.resize(c);
+      // Per-m' factors, hoisted; the products differ from PipeDream's
+      // expression order by at most an ulp.
       for (size_t t = 0; t < c; ++t) {
         int k = candidates[t];
         double last_compute = compute_[idx2(k + 1, j)];
         double param = range(sums_.param, k + 1, j);
         stash_bytes[t] = range(sums_.act, k + 1, j) + param;
-        for (int mp = 1; mp < m_; ++mp) {
-          last[t * m_ + mp] = (last_compute + 4.0 * (mp - 1) * param / (bandwidth * mp)) / mp;
-          if (ratio) {
-            double x = 2.0 * sums_.out[k] / (bandwidth * mp) / *ratio;
-            if (j < n_ - 1) x = std::max(x, 2.0 * sums_.out[j] / (bandwidth * mp) / *ratio);
-            transfer[t * m_ + mp] = x;
-          }
+        double* l = &last[t * m_];
+        for (int mp = 1; mp <= max_mp; ++mp) l[mp] = (last_compute + param * sync_factor_[mp]) * inverse_[mp];
+        if (ratio) {
+          double* x = &transfer[t * m_];
+          double out = sums_.out[k];
+          if (j < n_ - 1) out = std::max(out, sums_.out[j]);
+          for (int mp = 1; mp <= max_mp; ++mp) x[mp] = out * transfer_factor_[mp];
         }
       }
       for (int m = 1; m < m_; ++m) {
@@ -173,6 +183,7 @@ class PipedreamSolver {
   double memory_;
   int n_, m_ = 1, rows_ = 1;
   std::vector<double> compute_;
+  std::vector<double> sync_factor_, inverse_, transfer_factor_;
   std::vector<Entry> table_;
   std::vector<std::vector<Entry>> levels_;
   std::vector<int> level_workers_, level_rows_;

@@ -70,7 +70,7 @@ struct SimulationReport {
   int64_t minibatches = 0;          // 1f1b-rr: minibatches; flush: batches
   double makespan_s = 0;            // first action to last
   double time_per_minibatch_s = 0;  // steady state (flush: per batch)
-  double throughput_samples_per_s = 0;
+  double throughput_samples_per_s = 0;  // 0 when the plan's batch size is unknown
   std::vector<WorkerReport> workers;
 };
 

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "core/cpu/attention_kernels.h"
 #include "core/cpu/dropout_kernels.h"
 #include "core/cpu/embedding_kernels.h"
 #include "core/cpu/gelu_kernels.h"
@@ -49,6 +50,15 @@ std::vector<std::vector<float>> run_elementwise_kernels() {
   cpu::embedding_backward(ids.data(), dy.data(), dtok.data(), dpos.data(), R / T, T, D);
   add(dtok);
   add(dpos);
+  // Attention in row blocks: single-threaded GEMMs inside OpenMP threads.
+  cpu::AttentionShape as{2, 128, 4, 64};
+  const int64_t n_qkv = 2 * 128 * 3 * 256, n_out = 2 * 128 * 256;
+  auto qkv = testing::random_vec(n_qkv, 7, 2.0f), dout = testing::random_vec(n_out, 8);
+  std::vector<float> probs(2 * 4 * 128 * 128), att(n_out), dqkv(n_qkv);
+  cpu::attention_forward(as, qkv.data(), probs.data(), att.data());
+  add(att);
+  cpu::attention_backward(as, qkv.data(), probs.data(), dout.data(), dqkv.data());
+  add(dqkv);
   return out;
 }
 

