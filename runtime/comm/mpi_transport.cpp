@@ -136,6 +136,31 @@ class MpiEngine {
     owners_.push_back({std::move(op), slot});
   }
 
+  // Comm thread: receives from one (peer, tag) take turns, because each is
+  // a header message then a payload message: a receive holds the channel
+  // from posting its header receive until it has posted its payload
+  // receive, so two receives in flight never swap each other's messages.
+  void acquire_channel(int peer, int tag, std::function<void()> start) {
+    Channel& c = channels_[{peer, tag}];
+    if (c.busy) {
+      c.waiting.push_back(std::move(start));
+      return;
+    }
+    c.busy = true;
+    start();
+  }
+  void release_channel(int peer, int tag) {
+    auto it = channels_.find({peer, tag});
+    PD_CHECK(it != channels_.end() && it->second.busy);
+    if (it->second.waiting.empty()) {
+      channels_.erase(it);
+      return;
+    }
+    auto next = std::move(it->second.waiting.front());
+    it->second.waiting.pop_front();
+    next();
+  }
+
   void finish(MpiOp& op, std::string error);
   bool test(MpiOp& op);
   void wait(MpiOp& op, double timeout_s);
@@ -201,6 +226,11 @@ class MpiEngine {
   std::atomic<int64_t> last_wait_start_ns_{0};
 
   // Comm-thread state.
+  struct Channel {
+    bool busy = false;
+    std::deque<std::function<void()>> waiting;
+  };
+  std::map<std::pair<int, int>, Channel> channels_;
   std::vector<MPI_Request> reqs_;
   std::vector<Owner> owners_;
   std::vector<int> done_idx_;
@@ -247,13 +277,17 @@ class MpiOp : public RequestState, public std::enable_shared_from_this<MpiOp> {
     update_waiting_peer();
   }
   void fail(const std::string& msg) {
+    if (finished_) return;
     finished_ = true;
+    on_finished();
     eng_.finish(*this, msg);
   }
   void succeed() {
     finished_ = true;
+    on_finished();
     eng_.finish(*this, "");
   }
+  virtual void on_finished() {}
   void check_posted(int rc, int peer) {
     if (rc != MPI_SUCCESS) throw RuntimeFailure(cat(what_, " with rank ", peer, ": ", mpi_error_text(rc)));
   }
@@ -484,10 +518,21 @@ class RecvOp final : public MpiOp {
     waiting_peer_ = peer;
   }
   void start() override {
-    MPI_Request r;
-    check_posted(MPI_Irecv(&header_, sizeof header_, MPI_BYTE, peer_, tag_, eng_.p2p_, &r), peer_);
-    track(r, peer_, true);
+    auto self = std::static_pointer_cast<RecvOp>(shared_from_this());
+    eng_.acquire_channel(peer_, tag_, [self] {
+      self->holds_channel_ = true;
+      try {
+        MPI_Request r;
+        self->check_posted(MPI_Irecv(&self->header_, sizeof self->header_, MPI_BYTE, self->peer_,
+                                     self->tag_, self->eng_.p2p_, &r),
+                           self->peer_);
+        self->track(r, self->peer_, true);
+      } catch (const std::exception& e) {
+        self->fail(e.what());
+      }
+    });
   }
+  void on_finished() override { release(); }
   void on_request_done(int slot, const MPI_Status&) override {
     if (slot == 0) {
       on_header();
@@ -535,8 +580,15 @@ class RecvOp final : public MpiOp {
     MPI_Request r;
     check_posted(MPI_Irecv(host_.raw(), bytes, MPI_BYTE, peer_, tag_, eng_.p2p_, &r), peer_);
     track(r, peer_, true);
+    release();
+  }
+  void release() {
+    if (!holds_channel_) return;
+    holds_channel_ = false;
+    eng_.release_channel(peer_, tag_);
   }
 
+  bool holds_channel_ = false;
   Tensor into_, host_;
   WireHeader header_;
   int peer_, tag_;
