@@ -222,6 +222,7 @@ class MpiEngine {
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
   bool drain_ = true;
+  bool receives_cancelled_ = false;
   std::atomic<int> waiters_{0};
   std::atomic<int64_t> last_wait_start_ns_{0};
 
@@ -273,9 +274,16 @@ class MpiOp : public RequestState, public std::enable_shared_from_this<MpiOp> {
       fail(cat(what_, " with rank ", peers_[slot], ": ", mpi_error_text(st.MPI_ERROR)));
       return;
     }
+    int cancelled = 0;
+    MPI_Test_cancelled(&st, &cancelled);
+    if (cancelled) {
+      fail(cat(what_, ": cancelled at shutdown"));
+      return;
+    }
     on_request_done(slot, st);
     update_waiting_peer();
   }
+  bool slot_is_recv(int slot) const { return recv_[slot]; }
   void fail(const std::string& msg) {
     if (finished_) return;
     finished_ = true;
@@ -442,8 +450,14 @@ void MpiEngine::loop() {
     for (auto& c : cmds) c();
     int handled = progress();
     if (stopping && cmds.empty()) {
-      // Normal shutdown: let in-flight sends finish (bounded), then leave.
+      // Normal shutdown: receives nobody will match are cancelled; sends
+      // in flight may finish (bounded by the timeout), then leave.
       if (reqs_.empty() || !drain) break;
+      if (!receives_cancelled_) {
+        receives_cancelled_ = true;
+        for (size_t i = 0; i < reqs_.size(); ++i)
+          if (owners_[i].op->slot_is_recv(owners_[i].slot)) MPI_Cancel(&reqs_[i]);
+      }
       if (Clock::now() - last_activity > duration<double>(timeout_s_.load())) break;
     }
     const auto now = Clock::now();
@@ -465,7 +479,7 @@ void MpiEngine::loop() {
     const int64_t seen_wait = last_wait_start_ns_.load();
     std::unique_lock lk(queue_mu_);
     queue_cv_.wait_for(lk, nap, [&] {
-      return !queue_.empty() || stopping_ || last_wait_start_ns_.load() != seen_wait;
+      return !queue_.empty() || stopping_ != stopping || last_wait_start_ns_.load() != seen_wait;
     });
   }
 }
