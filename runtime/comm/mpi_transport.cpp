@@ -319,7 +319,7 @@ class MpiOp : public RequestState, public std::enable_shared_from_this<MpiOp> {
   std::string what_;
   std::atomic<int> waiting_peer_{-1};
   // Guarded by the engine's done mutex.
-  bool done_ = false;
+  std::atomic<bool> done_{false};  // written under the mutex, read lock-free
   std::string error_;
 
  protected:
@@ -352,6 +352,15 @@ void MpiEngine::wait(MpiOp& op, double timeout_s) {
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(timeout_s));
+  // Short spin first: a reply that is microseconds away should not pay
+  // for a futex sleep and wake-up on both sides.
+  if (!op.done_.load(std::memory_order_acquire)) {
+    waiters_.fetch_add(1);
+    last_wait_start_ns_.store(start.time_since_epoch().count());
+    const auto spin_until = start + std::chrono::microseconds(30);
+    while (!op.done_.load(std::memory_order_acquire) && Clock::now() < spin_until) sched_yield();
+    waiters_.fetch_sub(1);
+  }
   std::unique_lock lk(done_mu_);
   if (op.done_) {
     if (!op.error_.empty()) throw RuntimeFailure(op.error_);
