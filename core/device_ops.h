@@ -133,12 +133,13 @@ struct DeviceOps {
   void (*layernorm_forward)(int64_t rows, int64_t dim, const float* x, const float* gamma,
                             const float* beta, float eps, float* y, float* save_mean,
                             float* save_rstd) = nullptr;
+  // dx may be null (first stage: no input gradient).
   void (*layernorm_backward)(int64_t rows, int64_t dim, const float* x, const float* dy,
                              const float* gamma, const float* save_mean, const float* save_rstd,
                              float* dx, float* dgamma_accum, float* dbeta_accum) = nullptr;
 
   // --- softmax cross-entropy: logits [rows, classes], labels int32 [rows] ---
-  // grad (may be null) = (softmax - onehot) * grad_scale. Synchronises and
+  // grad (may be null, may alias logits) = (softmax - onehot) * grad_scale. Synchronises and
   // returns on the host the summed loss (in row order, in double) and the
   // rows whose first argmax equals the label. Throws RuntimeFailure on a
   // label outside [0, classes).

@@ -109,7 +109,8 @@ const Perf* pick(const std::vector<Perf>& perfs, int count, bool deterministic, 
     const Perf& p = perfs[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspace) continue;
     if (deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
-    if (!tf32 && p.mathType == CUDNN_TENSOR_OP_MATH) continue;
+    if (!tf32 && (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+      continue;
     return &p;
   }
   return nullptr;
@@ -157,6 +158,9 @@ ConvPlan& plan_for(const Conv2dGeometry& g) {
     p.bwd_filter_math = best->mathType;
     p.bwd_filter_ws = best->memory;
   }
+  // CUDNN_DEFAULT_MATH permits TF32 on Ampere and later: without TF32 every
+  // algorithm runs in FMA (true FP32) math.
+  if (!c.allow_tf32) p.fwd_math = p.bwd_data_math = p.bwd_filter_math = CUDNN_FMA_MATH;
   // The heuristics' memory figure is advisory; ask for the exact sizes.
   CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.d, p.fwd_math));
   CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(c.cudnn, p.x.d, p.w.d, p.conv.d, p.y.d, p.fwd, &p.fwd_ws));

@@ -99,6 +99,7 @@ __global__ void softmax_xent_kernel(int64_t classes, const float* logits, const 
     row_correct[r] = ok && amax == label ? 1 : 0;
   }
   if (grad) {
+    __syncthreads();  // every read of x above precedes any write: grad may alias logits
     float inv = 1.0f / sum;
     for (int64_t i = threadIdx.x; i < classes; i += kThreads) {
       float p = expf(x[i] - mx) * inv;

@@ -78,6 +78,11 @@ void sum_rows_accum(int64_t rows, int64_t cols, const float* x, float* out) {
 }
 void permute(int rank, const int64_t* x_shape, const int* perm, const float* x, float* y) {
   PD_CHECK(rank >= 1 && rank <= 6, "permute supports rank 1..6, got ", rank);
+  bool seen[6] = {};
+  for (int d = 0; d < rank; ++d) {
+    PD_CHECK(perm[d] >= 0 && perm[d] < rank && !seen[perm[d]], "permute: perm is not a permutation of 0..", rank - 1);
+    seen[perm[d]] = true;
+  }
   kernels::permute(rank, x_shape, perm, x, y, cs());
 }
 
