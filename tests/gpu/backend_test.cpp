@@ -1,4 +1,5 @@
 // Backend plumbing: initialisation, caching allocator, copies, fills, events.
+#if defined(PIPEDREAM_HAVE_CUDA)  // the whole file needs the CUDA backend
 #include "core/cuda/allocator.h"
 #include "core/cuda/backend.h"
 #include "core/cuda/context.h"
@@ -107,3 +108,5 @@ TEST_F(CudaBackend, EventsMeasureNonNegativeTime) {
 }
 
 }  // namespace pd::gputest
+
+#endif  // PIPEDREAM_HAVE_CUDA

@@ -1,6 +1,7 @@
 // cuBLAS GEMM against a naive double-precision loop.
 // Tolerance: atol 1e-4 + rtol 1e-4 for K <= 100 with inputs in [-1, 1]
 // (FP32 accumulation error is about K * 6e-8; TF32 is off by default).
+#if defined(PIPEDREAM_HAVE_CUDA)  // the whole file needs the CUDA backend
 #include "tests/gpu/gpu_test.h"
 #include "tests/gpu/reference.h"
 
@@ -51,3 +52,5 @@ TEST_F(CudaGemm, RepeatedCallsAreBitwiseIdentical) {
 }
 
 }  // namespace pd::gputest
+
+#endif  // PIPEDREAM_HAVE_CUDA

@@ -4,6 +4,7 @@
 // kernels (NCHW flatten into a linear layer, gradient accumulation, the
 // optimizer touching the right buffers) that per-kernel tests cannot.
 // Tolerance: atol 1e-4 + rtol 1e-3 on the updated weights and the loss.
+#if defined(PIPEDREAM_HAVE_CUDA)  // the whole file needs the CUDA backend
 #include "tests/gpu/gpu_test.h"
 #include "tests/gpu/reference.h"
 
@@ -99,3 +100,5 @@ TEST_F(CudaCnnStep, ForwardBackwardSgdMatchesCpuComposition) {
 }
 
 }  // namespace pd::gputest
+
+#endif  // PIPEDREAM_HAVE_CUDA

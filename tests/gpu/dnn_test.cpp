@@ -4,6 +4,7 @@
 //     algorithms whose FP32 error exceeds a direct sum's (about 1e-4 here);
 //   pooling: max exact (a selection), average atol 1e-6 + rtol 1e-6;
 //   batch norm: atol 1e-4 + rtol 1e-3 (variance of 2048 values per channel).
+#if defined(PIPEDREAM_HAVE_CUDA)  // the whole file needs the CUDA backend
 #include "core/cuda/dnn.h"
 #include "tests/gpu/gpu_test.h"
 #include "tests/gpu/reference.h"
@@ -164,3 +165,5 @@ TEST_F(CudaBatchNorm, TrainingEvalAndBackward) {
 }
 
 }  // namespace pd::gputest
+
+#endif  // PIPEDREAM_HAVE_CUDA
