@@ -39,11 +39,12 @@ void apply_math_mode(Context& c) {
 // copy from the host waits too, so the (pageable) source may be freed.
 void device_copy(void* dst, Device dd, const void* src, Device sd, size_t n) {
   Context& c = context();
+  for (Device d : {dd, sd})
+    if (d.is_cuda() && d.index != c.device)
+      throw UserError(cat("a tensor on ", d.str(), " in a process that drives cuda:", c.device,
+                          ": one process uses one GPU"));
   if (dd.is_cuda() && sd.is_cuda()) {
-    if (dd.index == sd.index)
-      CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c.compute));
-    else
-      CUDA_CHECK(cudaMemcpyPeerAsync(dst, dd.index, src, sd.index, n, c.compute));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c.compute));
     return;
   }
   cudaMemcpyKind kind = dd.is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
