@@ -73,7 +73,9 @@ TEST_F(CudaElementwise, DropoutMaskIsTheCpuCounterRngMask) {
   for (size_t i = 0; i < n; ++i) {
     bool keep = ref::dropout_keep(key, p, i);
     ASSERT_EQ(hy[i] != 0.0f, keep) << "element " << i;
-    if (keep) EXPECT_FLOAT_EQ(hy[i], x[i] * scale);
+    if (keep) {
+      EXPECT_FLOAT_EQ(hy[i], x[i] * scale);
+    }
     kept += keep;
   }
   EXPECT_EQ(host(g), hy) << "backward applies the forward mask and scale";
