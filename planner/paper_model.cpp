@@ -60,6 +60,8 @@ class StageCosts {
            (s_.activations[j] - s_.activations[k]) * f;
   }
   bool memory_limited() const { return memory_ > 0 && !inner_; }
+  // Layer compute (prefix sums) rather than an inner level's optima.
+  bool compute_is_additive() const { return !inner_; }
   // The stage's contribution to the bottleneck; kInf when it does not fit.
   double value(int k, int j, int m, int before) const {
     double c = compute(k, j);
@@ -178,7 +180,8 @@ class ParametricSolver {
     LevelResult r;
     // Every stage needs compute/m ≤ τ, so τ ≥ total compute / units.
     double lo = 0, hi = costs_.compute(0, n_ - 1) / M_;
-    if (!(hi > 0)) hi = 1e-12;
+    // (An inner level can leave the whole range infeasible on one unit.)
+    if (!(hi > 0) || !std::isfinite(hi)) hi = 1e-12;
     while (!feasible(hi)) {
       lo = hi;
       hi *= 2;
@@ -388,8 +391,14 @@ class ParametricSolver {
         }
       };
       if (s_.all_earlier_nest()) {
-        // One replica needs compute ≤ τ, and compute only grows as k falls.
-        for (int k = j - 1; k >= 0 && costs_.compute(k, j) <= tau; --k) relax(k);
+        // One replica needs compute ≤ τ. Layer compute only grows as k
+        // falls; an inner level's optimum need not (its first stage pays
+        // the transfer into the range).
+        const bool additive = costs_.compute_is_additive();
+        for (int k = j - 1; k >= 0; --k) {
+          if (costs_.compute(k, j) <= tau) relax(k);
+          else if (additive) break;
+        }
       } else {
         for (int k : s_.nested_in[j]) relax(k);
       }
