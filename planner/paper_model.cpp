@@ -354,8 +354,10 @@ class ParametricSolver {
           // minus one for rounding): skip the exact count when no offer to
           // flag 1 could improve f[1][j]. A single replica reaches flag 1
           // only when 2 replicas fit too.
-          double lb = c == kInf ? kInf : std::max(2.0, replica_guess(k, j, c, tau) - 1);
-          if (!(base + (one && lb <= 2 ? 1.0 : lb) < f_[1][j])) continue;
+          auto cannot_improve = [&](double lb) { return !(base + (one && lb <= 2 ? 1.0 : lb) < f_[1][j]); };
+          double lb = c == kInf ? kInf : std::max(2.0, std::ceil(c / tau * (1 - 1e-12)));  // compute alone
+          if (cannot_improve(lb)) continue;
+          if (cannot_improve(std::max(lb, replica_guess(k, j, c, tau) - 1))) continue;
           int more;
           if (shared && cached_more >= 0) more = cached_more;
           else more = min_replicas(k, j, base, tau), cached_more = more;
