@@ -526,7 +526,8 @@ struct Flattener {
 // the table DP A_k(x, m) of every start row k, with the split loop of each
 // cell restricted to the splits that can still beat the best found so far:
 // a split at y on mp replicas costs max(A_k(y, r), value(y, x, mp)) with
-// r = m - mp, where value ≥ C(y, x)/mp (falls as y grows) and A_k(y, r) ≥
+// r = m - mp, where value ≥ max(C(y, x), sync)/mp (falls as y grows: the
+// stage's compute and parameters shrink) and A_k(y, r) ≥
 // C(k, y)/r (a max of c_i/m_i is at least Σc_i/Σm_i; grows with y). So the
 // splits worth evaluating form one interval of y around the balance point
 // C(k, y) ≈ C(k, x)·r/m; scanning outwards from it until each bound reaches
@@ -560,8 +561,10 @@ void all_ranges_on_one_unit(const StageCosts& costs, bool straight, bool fewer, 
           while (y0 + 1 < x && compute[y0 + 1] - compute[k] <= target) ++y0;
           if (y0 >= x) continue;  // x = k + 1: no split inside the range
           for (int y = y0; y > k; --y) {
-            if ((compute[x] - compute[y]) / mp >= best) break;
-            double t = std::max(prev[y], costs.value(y, x, mp, 0));
+            // value(y, x, mp) without its transfer term: grows as y falls.
+            const double stage = std::max(compute[x] - compute[y], costs.sync(y, x, mp)) / mp;
+            if (stage >= best) break;
+            double t = std::max(prev[y], std::max(stage, costs.transfer(y, mp)));
             if (t < best) best = t;
           }
           for (int y = y0 + 1; y < x; ++y) {
