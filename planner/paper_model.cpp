@@ -174,7 +174,9 @@ LevelResult solve_table(const StageCosts& costs, bool straight, bool fewer) {
 class ParametricSolver {
  public:
   ParametricSolver(const StageCosts& costs, bool straight, bool fewer)
-      : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), straight_(straight), fewer_(fewer) {}
+      : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), straight_(straight), fewer_(fewer) {
+    for (int k = 0; k < n_; ++k) transfer_one_.push_back(costs_.transfer(k, 1));
+  }
 
   LevelResult solve() {
     LevelResult r;
@@ -328,6 +330,7 @@ class ParametricSolver {
       choice_[flag].assign(n_, {});
     }
     f_[0][0] = 0;
+    const double inv_tau = 1 / tau;
     for (int j = 1; j < n_; ++j)
       for_each_nested(s_, j, [&](int k) {
         // Without a memory limit a stage's fit does not depend on the
@@ -336,6 +339,7 @@ class ParametricSolver {
         const double c = costs_.compute(k, j);
         const bool shared = !costs_.memory_limited();
         int cached_more = -1, cached_one = -1;
+        double compute_bound = -1, closed_form_bound = -1;  // per pair, when first needed
         for (int flag = 0; flag < 2; ++flag) {
           int base = f_[flag][k];
           if (base > M_) continue;
@@ -347,7 +351,8 @@ class ParametricSolver {
           };
           bool one;
           if (shared && cached_one >= 0) one = cached_one;
-          else one = c <= tau && value_ok(k, j, 1, base, tau), cached_one = one;
+          // On one replica there is no sync: the value is max(compute, transfer).
+          else one = c <= tau && (shared ? transfer_one_[k] <= tau : value_ok(k, j, 1, base, tau)), cached_one = one;
           if (one) offer(flag, 1);
           if (straight_) continue;
           // Lower bound on the replicas ≥ 2 a stage needs (closed forms,
@@ -355,9 +360,11 @@ class ParametricSolver {
           // flag 1 could improve f[1][j]. A single replica reaches flag 1
           // only when 2 replicas fit too.
           auto cannot_improve = [&](double lb) { return !(base + (one && lb <= 2 ? 1.0 : lb) < f_[1][j]); };
-          double lb = c == kInf ? kInf : std::max(2.0, std::ceil(c / tau * (1 - 1e-12)));  // compute alone
-          if (cannot_improve(lb)) continue;
-          if (cannot_improve(std::max(lb, replica_guess(k, j, c, tau) - 1))) continue;
+          if (compute_bound < 0)  // compute alone
+            compute_bound = c == kInf ? kInf : std::max(2.0, std::ceil(c * inv_tau * (1 - 1e-12)));
+          if (cannot_improve(compute_bound)) continue;
+          if (closed_form_bound < 0) closed_form_bound = std::max(compute_bound, replica_guess(k, j, c, tau) - 1);
+          if (cannot_improve(closed_form_bound)) continue;
           int more;
           if (shared && cached_more >= 0) more = cached_more;
           else more = min_replicas(k, j, base, tau), cached_more = more;
@@ -466,6 +473,7 @@ class ParametricSolver {
   std::vector<int> f_[2];
   std::vector<Choice> choice_[2];
   std::vector<uint64_t> reach_;
+  std::vector<double> transfer_one_;  // transfer(k, 1)
 };
 
 LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, PaperAlgorithm algorithm) {
