@@ -60,6 +60,7 @@ class StageCosts {
            (s_.activations[j] - s_.activations[k]) * f;
   }
   bool memory_limited() const { return memory_ > 0 && !inner_; }
+  bool fits(int k, int j, int m, int before) const { return !memory_limited() || memory(k, j, m, before) <= memory_; }
   // Layer compute (prefix sums) rather than an inner level's optima.
   bool compute_is_additive() const { return !inner_; }
   // The stage's contribution to the bottleneck; kInf when it does not fit.
@@ -529,9 +530,10 @@ struct Flattener {
 };
 
 // The optimal time of every range (k, j] on one unit, for prefix state
-// spaces at level 0 without a memory limit (a stage's value then depends
-// only on its range and replica count, and compute is a prefix sum). It is
-// the table DP A_k(x, m) of every start row k, with the split loop of each
+// spaces at level 0 (compute is a prefix sum; with a memory limit a stage
+// that does not fit is worth kInf, which the bounds below still bound). It
+// is the table DP A_k(x, m) of every start row k (TableDP's values, with the
+// workers before a stage counted from k), with the split loop of each
 // cell restricted to the splits that can still beat the best found so far:
 // a split at y on mp replicas costs max(A_k(y, r), value(y, x, mp)) with
 // r = m - mp, where value ≥ max(C(y, x), sync)/mp (falls as y grows: the
@@ -569,15 +571,19 @@ void all_ranges_on_one_unit(const StageCosts& costs, bool straight, bool fewer, 
           while (y0 + 1 < x && compute[y0 + 1] - compute[k] <= target) ++y0;
           if (y0 >= x) continue;  // x = k + 1: no split inside the range
           for (int y = y0; y > k; --y) {
-            // value(y, x, mp) without its transfer term: grows as y falls.
+            // value(y, x, mp) without its transfer term grows as y falls.
+            if ((compute[x] - compute[y]) / mp >= best) break;
+            if (prev[y] >= best) continue;
             const double stage = std::max(compute[x] - compute[y], costs.sync(y, x, mp)) / mp;
             if (stage >= best) break;
+            if (!costs.fits(y, x, mp, r)) continue;
             double t = std::max(prev[y], std::max(stage, costs.transfer(y, mp)));
             if (t < best) best = t;
           }
           for (int y = y0 + 1; y < x; ++y) {
             if ((compute[y] - compute[k]) / r * kBoundSlack >= best) break;
-            double t = std::max(prev[y], costs.value(y, x, mp, 0));
+            if (prev[y] >= best) continue;
+            double t = std::max(prev[y], costs.value(y, x, mp, r));
             if (t < best) best = t;
           }
         }
@@ -612,7 +618,7 @@ PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, con
     unit *= topology.levels[l].count;
     if (l + 1 == levels) break;
     inner[l].assign(size_t(n) * n, kInf);
-    if (l == 0 && space.all_earlier_nest() && !costs[l]->memory_limited()) {
+    if (l == 0 && space.all_earlier_nest()) {
       all_ranges_on_one_unit(*costs[l], options.straight, options.fewer_workers, inner[l]);
       continue;
     }
