@@ -60,6 +60,7 @@ class StageCosts {
            (s_.activations[j] - s_.activations[k]) * f;
   }
   bool memory_limited() const { return memory_ > 0 && !inner_; }
+  bool fits(int k, int j, int m, int before) const { return !memory_limited() || memory(k, j, m, before) <= memory_; }
   // Layer compute (prefix sums) rather than an inner level's optima.
   bool compute_is_additive() const { return !inner_; }
   // The stage's contribution to the bottleneck; kInf when it does not fit.
@@ -174,7 +175,9 @@ LevelResult solve_table(const StageCosts& costs, bool straight, bool fewer) {
 class ParametricSolver {
  public:
   ParametricSolver(const StageCosts& costs, bool straight, bool fewer)
-      : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), straight_(straight), fewer_(fewer) {}
+      : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), straight_(straight), fewer_(fewer) {
+    for (int k = 0; k < n_; ++k) transfer_one_.push_back(costs_.transfer(k, 1));
+  }
 
   LevelResult solve() {
     LevelResult r;
@@ -328,6 +331,7 @@ class ParametricSolver {
       choice_[flag].assign(n_, {});
     }
     f_[0][0] = 0;
+    const double inv_tau = 1 / tau;
     for (int j = 1; j < n_; ++j)
       for_each_nested(s_, j, [&](int k) {
         // Without a memory limit a stage's fit does not depend on the
@@ -336,6 +340,7 @@ class ParametricSolver {
         const double c = costs_.compute(k, j);
         const bool shared = !costs_.memory_limited();
         int cached_more = -1, cached_one = -1;
+        double compute_bound = -1, closed_form_bound = -1;  // per pair, when first needed
         for (int flag = 0; flag < 2; ++flag) {
           int base = f_[flag][k];
           if (base > M_) continue;
@@ -347,15 +352,20 @@ class ParametricSolver {
           };
           bool one;
           if (shared && cached_one >= 0) one = cached_one;
-          else one = c <= tau && value_ok(k, j, 1, base, tau), cached_one = one;
+          // On one replica there is no sync: the value is max(compute, transfer).
+          else one = c <= tau && (shared ? transfer_one_[k] <= tau : value_ok(k, j, 1, base, tau)), cached_one = one;
           if (one) offer(flag, 1);
           if (straight_) continue;
           // Lower bound on the replicas ≥ 2 a stage needs (closed forms,
           // minus one for rounding): skip the exact count when no offer to
           // flag 1 could improve f[1][j]. A single replica reaches flag 1
           // only when 2 replicas fit too.
-          double lb = c == kInf ? kInf : std::max(2.0, replica_guess(k, j, c, tau) - 1);
-          if (!(base + (one && lb <= 2 ? 1.0 : lb) < f_[1][j])) continue;
+          auto cannot_improve = [&](double lb) { return !(base + (one && lb <= 2 ? 1.0 : lb) < f_[1][j]); };
+          if (compute_bound < 0)  // compute alone
+            compute_bound = c == kInf ? kInf : std::max(2.0, std::ceil(c * inv_tau * (1 - 1e-12)));
+          if (cannot_improve(compute_bound)) continue;
+          if (closed_form_bound < 0) closed_form_bound = std::max(compute_bound, replica_guess(k, j, c, tau) - 1);
+          if (cannot_improve(closed_form_bound)) continue;
           int more;
           if (shared && cached_more >= 0) more = cached_more;
           else more = min_replicas(k, j, base, tau), cached_more = more;
@@ -464,6 +474,7 @@ class ParametricSolver {
   std::vector<int> f_[2];
   std::vector<Choice> choice_[2];
   std::vector<uint64_t> reach_;
+  std::vector<double> transfer_one_;  // transfer(k, 1)
 };
 
 LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, PaperAlgorithm algorithm) {
@@ -519,12 +530,14 @@ struct Flattener {
 };
 
 // The optimal time of every range (k, j] on one unit, for prefix state
-// spaces at level 0 without a memory limit (a stage's value then depends
-// only on its range and replica count, and compute is a prefix sum). It is
-// the table DP A_k(x, m) of every start row k, with the split loop of each
+// spaces at level 0 (compute is a prefix sum; with a memory limit a stage
+// that does not fit is worth kInf, which the bounds below still bound). It
+// is the table DP A_k(x, m) of every start row k (TableDP's values, with the
+// workers before a stage counted from k), with the split loop of each
 // cell restricted to the splits that can still beat the best found so far:
 // a split at y on mp replicas costs max(A_k(y, r), value(y, x, mp)) with
-// r = m - mp, where value ≥ C(y, x)/mp (falls as y grows) and A_k(y, r) ≥
+// r = m - mp, where value ≥ max(C(y, x), sync)/mp (falls as y grows: the
+// stage's compute and parameters shrink) and A_k(y, r) ≥
 // C(k, y)/r (a max of c_i/m_i is at least Σc_i/Σm_i; grows with y). So the
 // splits worth evaluating form one interval of y around the balance point
 // C(k, y) ≈ C(k, x)·r/m; scanning outwards from it until each bound reaches
@@ -558,13 +571,19 @@ void all_ranges_on_one_unit(const StageCosts& costs, bool straight, bool fewer, 
           while (y0 + 1 < x && compute[y0 + 1] - compute[k] <= target) ++y0;
           if (y0 >= x) continue;  // x = k + 1: no split inside the range
           for (int y = y0; y > k; --y) {
+            // value(y, x, mp) without its transfer term grows as y falls.
             if ((compute[x] - compute[y]) / mp >= best) break;
-            double t = std::max(prev[y], costs.value(y, x, mp, 0));
+            if (prev[y] >= best) continue;
+            const double stage = std::max(compute[x] - compute[y], costs.sync(y, x, mp)) / mp;
+            if (stage >= best) break;
+            if (!costs.fits(y, x, mp, r)) continue;
+            double t = std::max(prev[y], std::max(stage, costs.transfer(y, mp)));
             if (t < best) best = t;
           }
           for (int y = y0 + 1; y < x; ++y) {
             if ((compute[y] - compute[k]) / r * kBoundSlack >= best) break;
-            double t = std::max(prev[y], costs.value(y, x, mp, 0));
+            if (prev[y] >= best) continue;
+            double t = std::max(prev[y], costs.value(y, x, mp, r));
             if (t < best) best = t;
           }
         }
@@ -599,7 +618,7 @@ PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, con
     unit *= topology.levels[l].count;
     if (l + 1 == levels) break;
     inner[l].assign(size_t(n) * n, kInf);
-    if (l == 0 && space.all_earlier_nest() && !costs[l]->memory_limited()) {
+    if (l == 0 && space.all_earlier_nest()) {
       all_ranges_on_one_unit(*costs[l], options.straight, options.fewer_workers, inner[l]);
       continue;
     }
