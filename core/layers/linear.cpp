@@ -2,6 +2,7 @@
 
 #include "core/cpu/linear_kernels.h"
 #include "core/layers.h"
+#include "core/layers/device_linear.h"
 #include "core/layers/sequence_parts.h"
 
 namespace pd {
@@ -56,6 +57,7 @@ class Linear : public Layer {
     int64_t rows = rows_over_last_dim(x, in_, "linear");
     Shape ys = x.shape();
     ys.back() = out_;
+    if (x.device().is_cuda()) return forward_cuda(a, x, ys, rows, ctx);
     Tensor y = Tensor::empty(ys);
     cpu::linear_forward(x.f32(), a.params[0].f32(), bias_ ? a.params[1].f32() : nullptr, y.f32(),
                         rows, in_, out_);
@@ -65,6 +67,7 @@ class Linear : public Layer {
   Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
     const Tensor& x = ctx.saved.at(0);
     int64_t rows = rows_over_last_dim(x, in_, "linear");
+    if (x.device().is_cuda()) return backward_cuda(a, dy, x, rows, ctx);
     Tensor dx = a.need_input_grad ? Tensor::empty(x.shape()) : Tensor();
     cpu::linear_backward(x.f32(), a.params[0].f32(), dy.f32(), dx.defined() ? dx.f32() : nullptr,
                          a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr, rows, in_, out_);
@@ -73,6 +76,24 @@ class Linear : public Layer {
   }
 
  private:
+  Tensor forward_cuda(const ForwardArgs& a, const Tensor& x, const Shape& ys, int64_t rows,
+                      LayerContext& ctx) const {
+    Tensor y = Tensor::empty(ys, DType::F32, x.device());
+    device_linear_forward(device_ops(x.device()), x.f32(), a.params[0].f32(),
+                          bias_ ? a.params[1].f32() : nullptr, y.f32(), rows, in_, out_);
+    ctx.saved = {x};
+    return y;
+  }
+  Tensor backward_cuda(const BackwardArgs& a, const Tensor& dy, const Tensor& x, int64_t rows,
+                       LayerContext& ctx) const {
+    Tensor dx = a.need_input_grad ? Tensor::empty(x.shape(), DType::F32, x.device()) : Tensor();
+    device_linear_backward(device_ops(x.device()), x.f32(), a.params[0].f32(), dy.f32(),
+                           dx.defined() ? dx.f32() : nullptr, a.grads[0].f32(),
+                           bias_ ? a.grads[1].f32() : nullptr, rows, in_, out_);
+    ctx.clear();
+    return dx;
+  }
+
   int64_t in_, out_;
   bool bias_;
   LinearInit init_;
