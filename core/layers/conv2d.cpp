@@ -36,6 +36,13 @@ class Conv2d : public Layer {
     const float bound = 1.0f / std::sqrt(static_cast<float>(in_ * kernel_ * kernel_));
     uint64_t next = 0;
     for (Tensor& p : params) {
+      if (p.device().is_cuda()) {  // drawn on the host: the same values as on the CPU
+        Tensor h = Tensor::empty(p.shape());
+        float* v = h.f32();
+        for (int64_t i = 0; i < h.numel(); ++i) v[i] = bound * (2.0f * rng.uniform(next++) - 1.0f);
+        p.copy_from(h);
+        continue;
+      }
       float* v = p.f32();
       for (int64_t i = 0; i < p.numel(); ++i) v[i] = bound * (2.0f * rng.uniform(next++) - 1.0f);
     }

@@ -7,12 +7,24 @@
 
 namespace pd {
 
+// Parameters on a GPU are drawn on the host and copied: the same values as on the CPU.
+template <class Fill>
+bool fill_on_host_if_device(Tensor& t, Fill fill) {
+  if (!t.device().is_cuda()) return false;
+  Tensor h = Tensor::empty(t.shape());
+  fill(h);
+  t.copy_from(h);
+  return true;
+}
+
 void fill_normal(Tensor& t, const CounterRng& rng, uint64_t offset, float std) {
+  if (fill_on_host_if_device(t, [&](Tensor& h) { fill_normal(h, rng, offset, std); })) return;
   float* p = t.f32();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = std * rng.normal(offset + static_cast<uint64_t>(i));
 }
 
 void fill_uniform(Tensor& t, const CounterRng& rng, uint64_t offset, float bound) {
+  if (fill_on_host_if_device(t, [&](Tensor& h) { fill_uniform(h, rng, offset, bound); })) return;
   float* p = t.f32();
   for (int64_t i = 0; i < t.numel(); ++i)
     p[i] = bound * (2.0f * rng.uniform(offset + static_cast<uint64_t>(i)) - 1.0f);

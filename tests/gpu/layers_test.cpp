@@ -222,6 +222,27 @@ TEST_F(CudaLayers, ResNetBottleneckIdentityShortcutWithoutInputGradient) {
                        training_step(), false);
 }
 
+// Parameters allocated on the GPU get exactly the CPU's initial values.
+TEST_F(CudaLayers, InitOnTheDeviceDrawsTheCpuValues) {
+  std::vector<LayerPtr> layers;
+  layers.push_back(make_linear(9, 5));
+  layers.push_back(make_conv2d(3, 4, 3));
+  layers.push_back(make_batchnorm2d(4));
+  layers.push_back(make_layernorm(8));
+  layers.push_back(make_embedding(11, 8, 6));
+  layers.push_back(make_causal_self_attention(8, 2));
+  layers.push_back(make_transformer_block(8, 2));
+  layers.push_back(make_resnet_basic_block(4, 8, 2));
+  for (const LayerPtr& l : layers) {
+    std::vector<Tensor> cp = allocate_params(*l), cb = allocate_buffers(*l);
+    std::vector<Tensor> gp = allocate_params(*l, Device::cuda(0)), gb = allocate_buffers(*l, Device::cuda(0));
+    l->init(cp, cb, CounterRng(11, 2, 0));
+    l->init(gp, gb, CounterRng(11, 2, 0));
+    for (size_t i = 0; i < cp.size(); ++i) EXPECT_TRUE(same(gp[i], cp[i], kExact)) << l->describe() << " param " << i;
+    for (size_t i = 0; i < cb.size(); ++i) EXPECT_TRUE(same(gb[i], cb[i], kExact)) << l->describe() << " buffer " << i;
+  }
+}
+
 using CudaLoss = GpuTest;
 
 TEST_F(CudaLoss, SoftmaxCrossEntropyMatchesCpu) {
