@@ -45,13 +45,16 @@ struct Pool2dGeometry {
   int64_t out_w() const { return (in_w + 2 * padding - kernel_w) / stride_w + 1; }
 };
 
-// Key of a dropout mask: element i is kept iff
-// CounterRng(seed, layer_index, minibatch_id).uniform(i) >= p, and a kept
-// element is multiplied by 1 / (1 - p) computed in float.
+// Key of a dropout mask, the same as cpu::DropoutKey (core/cpu/dropout_kernels.h):
+// element i is kept iff uniform01 of word i%4 of Philox block
+// (i/4 | substream << 32) of CounterRng(seed, layer_index, minibatch_id) is
+// >= p, and a kept element is multiplied by 1 / (1 - p) computed in float.
+// With substream 0 that is CounterRng(...).uniform(i) >= p.
 struct DropoutKey {
   uint64_t seed = 0;
   uint32_t layer_index = 0;
   uint32_t minibatch_id = 0;
+  uint32_t substream = 0;  // several dropouts inside one top-level layer (transformer block)
 };
 
 struct DeviceOps {
@@ -108,6 +111,13 @@ struct DeviceOps {
                              const float* dy, const float* gamma, const float* save_mean,
                              const float* save_invstd, float eps, float* dx, float* dgamma_accum,
                              float* dbeta_accum) = nullptr;
+  // Backward of eval mode (fixed statistics): dx = dy * gamma * invstd
+  // (dx may be null), dgamma += sum dy * (x - mean) * invstd, dbeta += sum dy,
+  // with invstd = 1 / sqrt(running_var + eps).
+  void (*batchnorm_backward_eval)(int64_t n, int64_t c, int64_t h, int64_t w, const float* x,
+                                  const float* dy, const float* gamma, const float* running_mean,
+                                  const float* running_var, float eps, float* dx,
+                                  float* dgamma_accum, float* dbeta_accum) = nullptr;
 
   // --- elementwise (own kernels); y may alias x ---
   void (*relu_forward)(int64_t n, const float* x, float* y) = nullptr;

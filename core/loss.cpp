@@ -4,9 +4,40 @@
 #include <vector>
 
 #include "core/cpu/parallel.h"
+#include "core/device_ops.h"
 #include "core/error.h"
 
 namespace pd {
+
+namespace {
+
+// Logits on a GPU: labels may sit on the host (checked there, like the CPU
+// path, then copied) or on the device (checked by the kernel, which throws
+// RuntimeFailure). The loss is summed per row in row order on the host.
+LossResult softmax_cross_entropy_on_device(const Tensor& logits, const Tensor& labels, int64_t rows, int64_t C,
+                                           bool want_grad) {
+  const Device dev = logits.device();
+  Tensor t = labels;
+  if (!labels.device().is_cuda()) {
+    const int32_t* h = labels.data<int32_t>();
+    for (int64_t r = 0; r < rows; ++r)
+      if (h[r] < 0 || h[r] >= C)
+        throw UserError(cat("softmax_cross_entropy: label ", h[r], " at row ", r, " is outside [0, ", C, ")"));
+    t = labels.to(dev);
+  }
+  LossResult out;
+  out.count = rows;
+  if (want_grad) out.grad = Tensor::empty(logits.shape(), DType::F32, dev);
+  if (rows == 0) return out;
+  const float inv_rows = 1.0f / static_cast<float>(rows);
+  double total = 0;
+  device_ops(dev).softmax_cross_entropy(rows, C, logits.f32(), t.data<int32_t>(), inv_rows,
+                                        want_grad ? out.grad.f32() : nullptr, &total, &out.correct);
+  out.loss = static_cast<float>(total / static_cast<double>(rows));
+  return out;
+}
+
+}  // namespace
 
 LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels, bool want_grad) {
   PD_CHECK(logits.ndim() >= 1, "softmax_cross_entropy: logits are a scalar");
@@ -15,6 +46,7 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels, boo
   if (labels.numel() != rows)
     throw UserError(cat("softmax_cross_entropy: ", rows, " rows of logits ", shape_str(logits.shape()),
                         " but ", labels.numel(), " labels ", shape_str(labels.shape())));
+  if (logits.device().is_cuda()) return softmax_cross_entropy_on_device(logits, labels, rows, C, want_grad);
   const float* z = logits.f32();
   const int32_t* t = labels.data<int32_t>();
   for (int64_t r = 0; r < rows; ++r)

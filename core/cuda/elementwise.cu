@@ -57,13 +57,14 @@ __global__ void gelu_bwd_kernel(int64_t n, const float* x, const float* dy, floa
 }
 
 // One Philox block gives the uniforms of elements 4j .. 4j+3, exactly as
-// CounterRng::uniform(i) = uniform01(block(i / 4).v[i % 4]) on the CPU.
+// cpu::dropout_apply: block (j | substream << 32) of CounterRng(seed, a, b).
 __global__ void dropout_kernel(int64_t n, float p, float keep_scale, uint64_t seed, uint32_t a, uint32_t b,
-                               const float* x, float* y) {
+                               uint32_t substream, const float* x, float* y) {
   int64_t blocks = (n + 3) / 4;
   CounterRng rng(seed, a, b);
+  const uint64_t high = static_cast<uint64_t>(substream) << 32;
   PD_GRID_STRIDE(j, blocks) {
-    Philox4 r = rng.block(static_cast<uint64_t>(j));
+    Philox4 r = rng.block(static_cast<uint64_t>(j) | high);
     for (int k = 0; k < 4; ++k) {
       int64_t i = 4 * j + k;
       if (i >= n) break;
@@ -157,11 +158,11 @@ void gelu_backward(int64_t n, const float* x, const float* dy, float* dx, cudaSt
   gelu_bwd_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, dy, dx);
   CUDA_CHECK_LAUNCH();
 }
-void dropout(int64_t n, float p, uint64_t seed, uint32_t a, uint32_t b, const float* x, float* y,
-             cudaStream_t s) {
+void dropout(int64_t n, float p, uint64_t seed, uint32_t a, uint32_t b, uint32_t substream, const float* x,
+             float* y, cudaStream_t s) {
   if (n == 0) return;
   float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-  dropout_kernel<<<grid_for((n + 3) / 4), kThreads, 0, s>>>(n, p, keep_scale, seed, a, b, x, y);
+  dropout_kernel<<<grid_for((n + 3) / 4), kThreads, 0, s>>>(n, p, keep_scale, seed, a, b, substream, x, y);
   CUDA_CHECK_LAUNCH();
 }
 void add_bias_rows(int64_t rows, int64_t cols, const float* bias, float* y, cudaStream_t s) {

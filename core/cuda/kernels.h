@@ -19,8 +19,8 @@ void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t s);
 void axpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t s);
 void gelu_forward(int64_t n, const float* x, float* y, cudaStream_t s);
 void gelu_backward(int64_t n, const float* x, const float* dy, float* dx, cudaStream_t s);
-void dropout(int64_t n, float p, uint64_t seed, uint32_t a, uint32_t b, const float* x, float* y,
-             cudaStream_t s);
+void dropout(int64_t n, float p, uint64_t seed, uint32_t a, uint32_t b, uint32_t substream, const float* x,
+             float* y, cudaStream_t s);
 void add_bias_rows(int64_t rows, int64_t cols, const float* bias, float* y, cudaStream_t s);
 void sum_rows_accum(int64_t rows, int64_t cols, const float* x, float* out, cudaStream_t s);
 void permute(int rank, const int64_t* x_shape, const int* perm, const float* x, float* y,
@@ -56,6 +56,11 @@ void embedding_token_grad(int64_t n_tokens, int64_t dim, const int32_t* rows,
                           float* dwte, cudaStream_t s);
 void embedding_position_grad(int64_t batch, int64_t T, int64_t dim, const float* dy, float* dwpe,
                              cudaStream_t s);
+
+// Batch norm backward with fixed (running) statistics, one block per channel.
+void batchnorm_backward_eval(int64_t n, int64_t c, int64_t hw, const float* x, const float* dy,
+                             const float* gamma, const float* running_mean, const float* running_var,
+                             float eps, float* dx, float* dgamma, float* dbeta, cudaStream_t s);
 
 void sgd_step(int64_t n, float lr, float momentum, float weight_decay, bool nesterov, float* p,
               const float* grad, float* buf, cudaStream_t s);

@@ -64,10 +64,11 @@ void gelu_backward(int64_t n, const float* x, const float* dy, float* dx) { kern
 
 // Backward applies the same mask and scale to dy as forward applied to x.
 void dropout_forward(int64_t n, float p, DropoutKey k, const float* x, float* y) {
-  kernels::dropout(n, p, k.seed, k.layer_index, k.minibatch_id, x, y, cs());
+  PD_CHECK(n / 4 < (int64_t{1} << 32), "dropout over ", n, " elements exceeds the mask counter");
+  kernels::dropout(n, p, k.seed, k.layer_index, k.minibatch_id, k.substream, x, y, cs());
 }
 void dropout_backward(int64_t n, float p, DropoutKey k, const float* dy, float* dx) {
-  kernels::dropout(n, p, k.seed, k.layer_index, k.minibatch_id, dy, dx, cs());
+  kernels::dropout(n, p, k.seed, k.layer_index, k.minibatch_id, k.substream, dy, dx, cs());
 }
 
 void add_bias_rows(int64_t rows, int64_t cols, const float* bias, float* y) {
@@ -179,6 +180,13 @@ void embedding_backward_accum(int64_t batch, int64_t T, int64_t dim, int64_t voc
   CUDA_CHECK(cudaStreamSynchronize(cs()));
 }
 
+void batchnorm_backward_eval(int64_t n, int64_t c, int64_t h, int64_t w, const float* x, const float* dy,
+                             const float* gamma, const float* running_mean, const float* running_var, float eps,
+                             float* dx, float* dgamma, float* dbeta) {
+  kernels::batchnorm_backward_eval(n, c, h * w, x, dy, gamma, running_mean, running_var, eps, dx, dgamma, dbeta,
+                                   cs());
+}
+
 void sgd_step(int64_t n, float lr, float momentum, float weight_decay, bool nesterov, float* p, const float* grad,
               float* buf) {
   PD_CHECK(momentum == 0.0f || buf, "sgd with momentum needs a momentum buffer");
@@ -211,6 +219,7 @@ DeviceOps make_table() {
   o.batchnorm_forward_train = &batchnorm_forward_train;
   o.batchnorm_forward_eval = &batchnorm_forward_eval;
   o.batchnorm_backward = &batchnorm_backward;
+  o.batchnorm_backward_eval = &batchnorm_backward_eval;
   o.relu_forward = &relu_forward;
   o.relu_backward = &relu_backward;
   o.add = &add;

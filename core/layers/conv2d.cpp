@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "core/cpu/conv_kernels.h"
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/layers.h"
 
@@ -35,6 +36,13 @@ class Conv2d : public Layer {
     const float bound = 1.0f / std::sqrt(static_cast<float>(in_ * kernel_ * kernel_));
     uint64_t next = 0;
     for (Tensor& p : params) {
+      if (p.device().is_cuda()) {  // drawn on the host: the same values as on the CPU
+        Tensor h = Tensor::empty(p.shape());
+        float* v = h.f32();
+        for (int64_t i = 0; i < h.numel(); ++i) v[i] = bound * (2.0f * rng.uniform(next++) - 1.0f);
+        p.copy_from(h);
+        continue;
+      }
       float* v = p.f32();
       for (int64_t i = 0; i < p.numel(); ++i) v[i] = bound * (2.0f * rng.uniform(next++) - 1.0f);
     }
@@ -52,6 +60,7 @@ class Conv2d : public Layer {
   Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const override {
     PD_CHECK(x.ndim() == 4, describe(), " got input ", shape_str(x.shape()));
     Shape out = output_shape({x.dim(1), x.dim(2), x.dim(3)});
+    if (x.device().is_cuda()) return forward_cuda(a, x, out, ctx);
     cpu::ConvShape s = conv_shape(x.dim(0), {x.dim(1), x.dim(2), x.dim(3)});
     Tensor y = Tensor::empty({x.dim(0), out[0], out[1], out[2]});
     cpu::conv2d_forward(s, x.f32(), a.params[0].f32(), bias_ ? a.params[1].f32() : nullptr, y.f32());
@@ -62,6 +71,7 @@ class Conv2d : public Layer {
   Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
     PD_CHECK(ctx.saved.size() == 1, describe(), ": backward without forward");
     const Tensor x = ctx.saved[0];
+    if (x.device().is_cuda()) return backward_cuda(a, dy, x, ctx);
     cpu::ConvShape s = conv_shape(x.dim(0), {x.dim(1), x.dim(2), x.dim(3)});
     Tensor dx = a.need_input_grad ? Tensor::empty(x.shape()) : Tensor();
     cpu::conv2d_backward(s, x.f32(), a.params[0].f32(), dy.f32(), dx.defined() ? dx.f32() : nullptr,
@@ -71,6 +81,39 @@ class Conv2d : public Layer {
   }
 
  private:
+  Conv2dGeometry geometry(const Tensor& x) const {
+    Conv2dGeometry g;
+    g.batch = x.dim(0);
+    g.in_channels = x.dim(1);
+    g.in_h = x.dim(2);
+    g.in_w = x.dim(3);
+    g.out_channels = out_;
+    g.kernel_h = g.kernel_w = kernel_;
+    g.stride = stride_;
+    g.padding = padding_;
+    return g;
+  }
+  Tensor forward_cuda(const ForwardArgs& a, const Tensor& x, const Shape& out, LayerContext& ctx) const {
+    Tensor y = Tensor::empty({x.dim(0), out[0], out[1], out[2]}, DType::F32, x.device());
+    device_ops(x.device()).conv2d_forward(geometry(x), x.f32(), a.params[0].f32(),
+                                          bias_ ? a.params[1].f32() : nullptr, y.f32());
+    ctx.saved = {x};
+    return y;
+  }
+  Tensor backward_cuda(const BackwardArgs& a, const Tensor& dy, const Tensor& x, LayerContext& ctx) const {
+    const DeviceOps& ops = device_ops(x.device());
+    const Conv2dGeometry g = geometry(x);
+    Tensor dx;
+    if (a.need_input_grad) {
+      dx = Tensor::empty(x.shape(), DType::F32, x.device());
+      ops.conv2d_backward_data(g, a.params[0].f32(), dy.f32(), dx.f32());
+    }
+    ops.conv2d_backward_params_accum(g, x.f32(), dy.f32(), a.grads[0].f32(),
+                                     bias_ ? a.grads[1].f32() : nullptr);
+    ctx.saved.clear();
+    return dx;
+  }
+
   cpu::ConvShape conv_shape(int64_t batch, const Shape& in) const {
     cpu::ConvShape s;
     s.batch = batch;

@@ -1,5 +1,6 @@
 #include <cstdint>
 
+#include "core/device_ops.h"
 #include "core/layers.h"
 #include "core/layers/sequence_parts.h"
 
@@ -13,6 +14,11 @@ cpu::DropoutKey dropout_key(const StepInfo& step, uint32_t substream) {
 }
 
 namespace {
+
+// The same key on a device: both devices drop the same elements.
+DropoutKey device_key(const cpu::DropoutKey& k) {
+  return {k.seed, k.layer_index, k.minibatch_id, k.substream};
+}
 
 // Saves nothing: backward regenerates the mask from the key, which forward
 // records (as I64 [seed, layer, minibatch]) so a backward called with a
@@ -31,8 +37,11 @@ class Dropout : public Layer {
       return x;
     }
     cpu::DropoutKey k = dropout_key(a.step, substream_);
-    Tensor y = Tensor::empty(x.shape());
-    cpu::dropout_apply(k, p_, x.f32(), y.f32(), x.numel());
+    Tensor y = Tensor::empty(x.shape(), DType::F32, x.device());
+    if (x.device().is_cuda())
+      device_ops(x.device()).dropout_forward(x.numel(), p_, device_key(k), x.f32(), y.f32());
+    else
+      cpu::dropout_apply(k, p_, x.f32(), y.f32(), x.numel());
     Tensor key = Tensor::empty({3}, DType::I64);
     key.data<int64_t>()[0] = static_cast<int64_t>(k.seed);
     key.data<int64_t>()[1] = k.layer_index;
@@ -49,8 +58,11 @@ class Dropout : public Layer {
         const int64_t* key = ctx.saved[0].data<int64_t>();
         cpu::DropoutKey k{static_cast<uint64_t>(key[0]), static_cast<uint32_t>(key[1]),
                           static_cast<uint32_t>(key[2]), substream_};
-        dx = Tensor::empty(dy.shape());
-        cpu::dropout_apply(k, p_, dy.f32(), dx.f32(), dy.numel());
+        dx = Tensor::empty(dy.shape(), DType::F32, dy.device());
+        if (dy.device().is_cuda())
+          device_ops(dy.device()).dropout_backward(dy.numel(), p_, device_key(k), dy.f32(), dx.f32());
+        else
+          cpu::dropout_apply(k, p_, dy.f32(), dx.f32(), dy.numel());
       }
     }
     ctx.clear();

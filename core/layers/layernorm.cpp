@@ -1,4 +1,5 @@
 #include "core/cpu/layernorm_kernels.h"
+#include "core/device_ops.h"
 #include "core/layers.h"
 #include "core/layers/sequence_parts.h"
 
@@ -28,6 +29,7 @@ class LayerNorm : public Layer {
   }
   Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const override {
     int64_t rows = rows_over_last_dim(x, dim_, "layernorm");
+    if (x.device().is_cuda()) return forward_cuda(a, x, rows, ctx);
     Tensor y = Tensor::empty(x.shape());
     Tensor mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
     cpu::layernorm_forward(x.f32(), a.params[0].f32(), a.params[1].f32(), y.f32(), mean.f32(),
@@ -38,6 +40,7 @@ class LayerNorm : public Layer {
   Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
     const Tensor& x = ctx.saved.at(0);
     int64_t rows = rows_over_last_dim(x, dim_, "layernorm");
+    if (x.device().is_cuda()) return backward_cuda(a, dy, rows, ctx);
     Tensor dx = a.need_input_grad ? Tensor::empty(x.shape()) : Tensor();
     cpu::layernorm_backward(x.f32(), a.params[0].f32(), ctx.saved[1].f32(), ctx.saved[2].f32(),
                             dy.f32(), dx.defined() ? dx.f32() : nullptr, a.grads[0].f32(),
@@ -47,6 +50,25 @@ class LayerNorm : public Layer {
   }
 
  private:
+  Tensor forward_cuda(const ForwardArgs& a, const Tensor& x, int64_t rows, LayerContext& ctx) const {
+    const Device dev = x.device();
+    Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
+    Tensor mean = Tensor::empty({rows}, DType::F32, dev), rstd = Tensor::empty({rows}, DType::F32, dev);
+    device_ops(dev).layernorm_forward(rows, dim_, x.f32(), a.params[0].f32(), a.params[1].f32(), eps_, y.f32(),
+                                      mean.f32(), rstd.f32());
+    ctx.saved = {x, mean, rstd};
+    return y;
+  }
+  Tensor backward_cuda(const BackwardArgs& a, const Tensor& dy, int64_t rows, LayerContext& ctx) const {
+    const Tensor& x = ctx.saved[0];
+    Tensor dx = a.need_input_grad ? Tensor::empty(x.shape(), DType::F32, x.device()) : Tensor();
+    device_ops(x.device()).layernorm_backward(rows, dim_, x.f32(), dy.f32(), a.params[0].f32(), ctx.saved[1].f32(),
+                                              ctx.saved[2].f32(), dx.defined() ? dx.f32() : nullptr,
+                                              a.grads[0].f32(), a.grads[1].f32());
+    ctx.clear();
+    return dx;
+  }
+
   int64_t dim_;
   float eps_;
 };

@@ -2,16 +2,29 @@
 
 #include "core/cpu/linear_kernels.h"
 #include "core/layers.h"
+#include "core/layers/device_linear.h"
 #include "core/layers/sequence_parts.h"
 
 namespace pd {
 
+// Parameters on a GPU are drawn on the host and copied: the same values as on the CPU.
+template <class Fill>
+bool fill_on_host_if_device(Tensor& t, Fill fill) {
+  if (!t.device().is_cuda()) return false;
+  Tensor h = Tensor::empty(t.shape());
+  fill(h);
+  t.copy_from(h);
+  return true;
+}
+
 void fill_normal(Tensor& t, const CounterRng& rng, uint64_t offset, float std) {
+  if (fill_on_host_if_device(t, [&](Tensor& h) { fill_normal(h, rng, offset, std); })) return;
   float* p = t.f32();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = std * rng.normal(offset + static_cast<uint64_t>(i));
 }
 
 void fill_uniform(Tensor& t, const CounterRng& rng, uint64_t offset, float bound) {
+  if (fill_on_host_if_device(t, [&](Tensor& h) { fill_uniform(h, rng, offset, bound); })) return;
   float* p = t.f32();
   for (int64_t i = 0; i < t.numel(); ++i)
     p[i] = bound * (2.0f * rng.uniform(offset + static_cast<uint64_t>(i)) - 1.0f);
@@ -56,6 +69,7 @@ class Linear : public Layer {
     int64_t rows = rows_over_last_dim(x, in_, "linear");
     Shape ys = x.shape();
     ys.back() = out_;
+    if (x.device().is_cuda()) return forward_cuda(a, x, ys, rows, ctx);
     Tensor y = Tensor::empty(ys);
     cpu::linear_forward(x.f32(), a.params[0].f32(), bias_ ? a.params[1].f32() : nullptr, y.f32(),
                         rows, in_, out_);
@@ -65,6 +79,7 @@ class Linear : public Layer {
   Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
     const Tensor& x = ctx.saved.at(0);
     int64_t rows = rows_over_last_dim(x, in_, "linear");
+    if (x.device().is_cuda()) return backward_cuda(a, dy, x, rows, ctx);
     Tensor dx = a.need_input_grad ? Tensor::empty(x.shape()) : Tensor();
     cpu::linear_backward(x.f32(), a.params[0].f32(), dy.f32(), dx.defined() ? dx.f32() : nullptr,
                          a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr, rows, in_, out_);
@@ -73,6 +88,24 @@ class Linear : public Layer {
   }
 
  private:
+  Tensor forward_cuda(const ForwardArgs& a, const Tensor& x, const Shape& ys, int64_t rows,
+                      LayerContext& ctx) const {
+    Tensor y = Tensor::empty(ys, DType::F32, x.device());
+    device_linear_forward(device_ops(x.device()), x.f32(), a.params[0].f32(),
+                          bias_ ? a.params[1].f32() : nullptr, y.f32(), rows, in_, out_);
+    ctx.saved = {x};
+    return y;
+  }
+  Tensor backward_cuda(const BackwardArgs& a, const Tensor& dy, const Tensor& x, int64_t rows,
+                       LayerContext& ctx) const {
+    Tensor dx = a.need_input_grad ? Tensor::empty(x.shape(), DType::F32, x.device()) : Tensor();
+    device_linear_backward(device_ops(x.device()), x.f32(), a.params[0].f32(), dy.f32(),
+                           dx.defined() ? dx.f32() : nullptr, a.grads[0].f32(),
+                           bias_ ? a.grads[1].f32() : nullptr, rows, in_, out_);
+    ctx.clear();
+    return dx;
+  }
+
   int64_t in_, out_;
   bool bias_;
   LinearInit init_;

@@ -1,11 +1,33 @@
 // MaxPool2d, AvgPool2d and AdaptiveAvgPool2d (NCHW, square windows).
 #include "core/cpu/pool_kernels.h"
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/layers.h"
 
 namespace pd {
 
 namespace {
+
+// GPU pooling (cuDNN) needs the input and output in backward, not an argmax.
+Tensor pool_forward_cuda(PoolKind kind, const Pool2dGeometry& g, const Tensor& x, LayerContext& ctx) {
+  Tensor y = Tensor::empty({g.batch, g.channels, g.out_h(), g.out_w()}, DType::F32, x.device());
+  device_ops(x.device()).pool2d_forward(kind, g, x.f32(), y.f32());
+  ctx.saved = {x, y};
+  return y;
+}
+
+Tensor pool_backward_cuda(PoolKind kind, const Pool2dGeometry& g, const BackwardArgs& a, const Tensor& dy,
+                          LayerContext& ctx) {
+  PD_CHECK(ctx.saved.size() == 2, "pooling: backward without a GPU forward");
+  Tensor dx;
+  if (a.need_input_grad) {
+    const Tensor& x = ctx.saved[0];
+    dx = Tensor::empty(x.shape(), DType::F32, x.device());
+    device_ops(x.device()).pool2d_backward(kind, g, x.f32(), ctx.saved[1].f32(), dy.f32(), dx.f32());
+  }
+  ctx.saved.clear();
+  return dx;
+}
 
 Shape chw(const Layer& l, const Shape& in) {
   if (in.size() != 3) throw UserError(cat(l.describe(), " expects input [C, H, W], got ", shape_str(in)));
@@ -35,6 +57,8 @@ class WindowPool : public Layer {
   Tensor forward(const ForwardArgs&, const Tensor& x, LayerContext& ctx) const override {
     PD_CHECK(x.ndim() == 4, describe(), " got input ", shape_str(x.shape()));
     Shape out = output_shape({x.dim(1), x.dim(2), x.dim(3)});
+    if (x.device().is_cuda())
+      return pool_forward_cuda(max_ ? PoolKind::Max : PoolKind::Average, geometry(x), x, ctx);
     cpu::PoolShape s = pool_shape(x.dim(0), {x.dim(1), x.dim(2), x.dim(3)});
     Tensor y = Tensor::empty({x.dim(0), out[0], out[1], out[2]});
     // Backward needs only the input's shape, plus the argmax for max pooling.
@@ -53,6 +77,8 @@ class WindowPool : public Layer {
 
   Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
     PD_CHECK(!ctx.saved.empty(), describe(), ": backward without forward");
+    if (dy.device().is_cuda())
+      return pool_backward_cuda(max_ ? PoolKind::Max : PoolKind::Average, geometry(ctx.saved[0]), a, dy, ctx);
     Tensor dx;
     if (a.need_input_grad) {
       const int32_t* d = ctx.saved[0].data<int32_t>();
@@ -68,6 +94,19 @@ class WindowPool : public Layer {
   }
 
  private:
+  Pool2dGeometry geometry(const Tensor& x) const {
+    Pool2dGeometry g;
+    g.batch = x.dim(0);
+    g.channels = x.dim(1);
+    g.in_h = x.dim(2);
+    g.in_w = x.dim(3);
+    g.kernel_h = g.kernel_w = kernel_;
+    g.stride_h = g.stride_w = stride_;
+    g.padding = padding_;
+    g.count_include_pad = true;  // like cpu::avgpool2d_forward
+    return g;
+  }
+
   cpu::PoolShape pool_shape(int64_t batch, const Shape& in) const {
     cpu::PoolShape s;
     s.planes = batch * in[0];
@@ -97,6 +136,7 @@ class AdaptiveAvgPool : public Layer {
   }
   Tensor forward(const ForwardArgs&, const Tensor& x, LayerContext& ctx) const override {
     PD_CHECK(x.ndim() == 4, describe(), " got input ", shape_str(x.shape()));
+    if (x.device().is_cuda()) return pool_forward_cuda(PoolKind::Average, geometry(x), x, ctx);
     Tensor y = Tensor::empty({x.dim(0), x.dim(1), oh_, ow_});
     cpu::adaptive_avgpool2d_forward(x.dim(0) * x.dim(1), x.dim(2), x.dim(3), oh_, ow_, x.f32(), y.f32());
     ctx.saved = {Tensor::from_ints({int32_t(x.dim(0)), int32_t(x.dim(1)), int32_t(x.dim(2)),
@@ -105,6 +145,8 @@ class AdaptiveAvgPool : public Layer {
   }
   Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
     PD_CHECK(!ctx.saved.empty(), describe(), ": backward without forward");
+    if (dy.device().is_cuda())
+      return pool_backward_cuda(PoolKind::Average, geometry(ctx.saved[0]), a, dy, ctx);
     Tensor dx;
     if (a.need_input_grad) {
       const int32_t* d = ctx.saved[0].data<int32_t>();
@@ -116,6 +158,22 @@ class AdaptiveAvgPool : public Layer {
   }
 
  private:
+  // On a GPU: an average pool with kernel = stride = in / out, which is what
+  // the adaptive pool computes when the output size divides the input.
+  Pool2dGeometry geometry(const Tensor& x) const {
+    if (x.dim(2) % oh_ != 0 || x.dim(3) % ow_ != 0)
+      throw UserError(cat(describe(), " on ", x.device().str(), ": the output size must divide the input ",
+                          shape_str(x.shape()), " (uneven adaptive windows run on the CPU only)"));
+    Pool2dGeometry g;
+    g.batch = x.dim(0);
+    g.channels = x.dim(1);
+    g.in_h = x.dim(2);
+    g.in_w = x.dim(3);
+    g.kernel_h = g.stride_h = x.dim(2) / oh_;
+    g.kernel_w = g.stride_w = x.dim(3) / ow_;
+    return g;
+  }
+
   int64_t oh_, ow_;
 };
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/cpu/elementwise_kernels.h"
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/layers.h"
 
@@ -61,6 +62,7 @@ class ResidualBlock : public Layer {
     Tensor h = run_forward(main_, a, x, ctx, 0);
     Tensor sc = run_forward(shortcut_, a, x, ctx, main_.size());
     PD_CHECK(h.shape() == sc.shape(), describe_, ": branch shapes differ");
+    if (h.device().is_cuda()) return add_relu_cuda(h, sc, ctx);
     Tensor y = Tensor::empty(h.shape());
     cpu::add_relu_forward(y.numel(), h.f32(), sc.f32(), y.f32());
     ctx.saved = {y};
@@ -71,6 +73,7 @@ class ResidualBlock : public Layer {
     PD_CHECK(ctx.saved.size() == 1 && ctx.children.size() == main_.size() + shortcut_.size(),
              describe_, ": backward without forward");
     const Tensor& y = ctx.saved[0];
+    if (y.device().is_cuda()) return backward_cuda(a, dy, ctx);
     Tensor dsum = Tensor::empty(y.shape());
     cpu::relu_backward(y.numel(), y.f32(), dy.f32(), dsum.f32());
     ctx.saved.clear();
@@ -86,6 +89,27 @@ class ResidualBlock : public Layer {
   }
 
  private:
+  Tensor add_relu_cuda(const Tensor& h, const Tensor& sc, LayerContext& ctx) const {
+    const DeviceOps& ops = device_ops(h.device());
+    Tensor y = Tensor::empty(h.shape(), DType::F32, h.device());
+    ops.add(y.numel(), h.f32(), sc.f32(), y.f32());
+    ops.relu_forward(y.numel(), y.f32(), y.f32());
+    ctx.saved = {y};
+    return y;
+  }
+  Tensor backward_cuda(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const {
+    const DeviceOps& ops = device_ops(dy.device());
+    const Tensor y = ctx.saved[0];
+    Tensor dsum = Tensor::empty(y.shape(), DType::F32, y.device());
+    ops.relu_backward(y.numel(), y.f32(), dy.f32(), dsum.f32());
+    ctx.saved.clear();
+    Tensor dx = run_backward(main_, a, dsum, ctx, 0);
+    const Tensor branch = shortcut_.empty() ? dsum : run_backward(shortcut_, a, dsum, ctx, main_.size());
+    if (dx.defined()) ops.add(dx.numel(), dx.f32(), branch.f32(), dx.f32());
+    ctx.children.clear();
+    return dx;
+  }
+
   void add(std::vector<SubLayer>& seq, std::string prefix, LayerPtr l) {
     SubLayer s;
     s.prefix = std::move(prefix);

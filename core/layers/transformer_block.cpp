@@ -1,6 +1,7 @@
 #include <array>
 
 #include "core/cpu/residual_kernels.h"
+#include "core/device_ops.h"
 #include "core/layers.h"
 #include "core/layers/sequence_parts.h"
 
@@ -9,6 +10,11 @@ namespace pd {
 namespace {
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  if (a.device().is_cuda()) {
+    Tensor y = Tensor::empty(a.shape(), DType::F32, a.device());
+    device_ops(a.device()).add(a.numel(), a.f32(), b.f32(), y.f32());
+    return y;
+  }
   Tensor y = Tensor::empty(a.shape());
   cpu::residual_add(a.f32(), b.f32(), y.f32(), a.numel());
   return y;

@@ -1,0 +1,46 @@
+#include "core/optimizer_on_device.h"
+
+#include "core/device_ops.h"
+#include "core/error.h"
+
+namespace pd {
+
+namespace {
+
+void check_on_device(const Tensor& p, const Tensor& g) {
+  PD_CHECK(p.device().is_cuda() && g.device() == p.device(), "GPU optimizer step given ", p.device().str(),
+           " params with ", g.device().str(), " grads");
+  PD_CHECK(p.numel() == g.numel(), "param/grad size mismatch: ", shape_str(p.shape()), " vs ",
+           shape_str(g.shape()));
+}
+
+}  // namespace
+
+void sgd_step_on_device(const OptimizerConfig& c, std::span<Tensor> params, std::span<const Tensor> grads,
+                        OptimizerState& st, float lr) {
+  PD_CHECK(params.size() == grads.size(), "params/grads count mismatch");
+  const bool use_momentum = c.momentum != 0.0f;
+  PD_CHECK(!use_momentum || st.slots.size() == params.size(), "optimizer state not made for these params");
+  for (size_t i = 0; i < params.size(); ++i) {
+    check_on_device(params[i], grads[i]);
+    device_ops(params[i].device())
+        .sgd_step(params[i].numel(), lr, c.momentum, c.weight_decay, c.nesterov, params[i].f32(), grads[i].f32(),
+                  use_momentum ? st.slots[i].f32() : nullptr);
+  }
+  ++st.step;
+}
+
+void adam_step_on_device(const OptimizerConfig& c, bool decoupled, std::span<Tensor> params,
+                         std::span<const Tensor> grads, OptimizerState& st, float lr) {
+  PD_CHECK(params.size() == grads.size(), "params/grads count mismatch");
+  PD_CHECK(st.slots.size() == 2 * params.size(), "optimizer state not made for these params");
+  const int64_t t = ++st.step;
+  for (size_t i = 0; i < params.size(); ++i) {
+    check_on_device(params[i], grads[i]);
+    device_ops(params[i].device())
+        .adam_step(params[i].numel(), lr, c.beta1, c.beta2, c.eps, c.weight_decay, decoupled, t, params[i].f32(),
+                   grads[i].f32(), st.slots[2 * i].f32(), st.slots[2 * i + 1].f32());
+  }
+}
+
+}  // namespace pd
