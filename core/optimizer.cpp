@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/optimizer_on_device.h"
 
 namespace pd {
 
@@ -29,6 +30,7 @@ class Sgd final : public Optimizer {
   void step(std::span<Tensor> params, std::span<const Tensor> grads, OptimizerState& st,
             float lr) const override {
     PD_CHECK(params.size() == grads.size(), "params/grads count mismatch");
+    if (!params.empty() && params[0].device().is_cuda()) return sgd_step_on_device(c_, params, grads, st, lr);
     const bool use_momentum = c_.momentum != 0.0f;
     PD_CHECK(!use_momentum || st.slots.size() == params.size(), "optimizer state not made for these params");
     const bool first = st.step == 0;
@@ -68,6 +70,8 @@ class Adam final : public Optimizer {
   void step(std::span<Tensor> params, std::span<const Tensor> grads, OptimizerState& st,
             float lr) const override {
     PD_CHECK(params.size() == grads.size(), "params/grads count mismatch");
+    if (!params.empty() && params[0].device().is_cuda())
+      return adam_step_on_device(c_, decoupled_, params, grads, st, lr);
     PD_CHECK(st.slots.size() == 2 * params.size(), "optimizer state not made for these params");
     const int64_t t = ++st.step;
     const float b1 = c_.beta1, b2 = c_.beta2, wd = c_.weight_decay;
