@@ -1,6 +1,7 @@
 #include "runtime/simulator/simulator.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -16,10 +17,14 @@ struct Message {
   double arrival;
 };
 
+struct PeerBandwidth {
+  int peer = -1;
+  double bytes_per_s = 0;
+};
+
 struct WorkerState {
   ActionCursor cursor;
-  Action action;
-  bool has_action = false;
+  const Action* action = nullptr;  // the current one, in the cursor's buffer
   int stage = 0;
   bool computing = false;
   double compute_start = 0, compute_end = 0;
@@ -32,6 +37,7 @@ struct WorkerState {
   std::deque<std::pair<int64_t, int64_t>> held;
   int64_t version = 0, peak_versions = 1;
   double busy_at_mark[2] = {0, 0};
+  PeerBandwidth peer_bandwidth[2];  // [0] upstream, [1] downstream
 };
 
 struct ReplicaGroup {
@@ -40,7 +46,7 @@ struct ReplicaGroup {
   double ready = 0;
   double channel_free = 0;
   int64_t completed_round = -1;
-  double round_end = 0;
+  double round_start = 0, round_end = 0;
   double allreduce_s = 0;
   std::vector<int> waiting;  // ranks blocked at the OptimizerStep
 };
@@ -60,18 +66,26 @@ class EventQueue {
   };
   bool empty() const { return size_ == 0; }
   void push(Event e) {
-    buckets_[bucket(key(e.time))].push_back(e);
+    size_t b = bucket(key(e.time));
+    buckets_[b].push_back(e);
+    if (b != 0) nonempty_ |= uint64_t{1} << (b - 1);
     ++size_;
   }
   Event pop() {
     if (buckets_[0].empty()) {
-      size_t i = 1;
-      while (buckets_[i].empty()) ++i;
+      // The lowest non-empty bucket holds the smallest keys; it becomes the
+      // new reference and its events spread over lower buckets.
+      size_t i = static_cast<size_t>(std::countr_zero(nonempty_)) + 1;
       auto& from = buckets_[i];
+      nonempty_ &= ~(uint64_t{1} << (i - 1));
       uint64_t smallest = key(from[0].time);
       for (const Event& e : from) smallest = std::min(smallest, key(e.time));
       last_ = smallest;
-      for (const Event& e : from) buckets_[bucket(key(e.time))].push_back(e);
+      for (const Event& e : from) {
+        size_t b = bucket(key(e.time));
+        buckets_[b].push_back(e);
+        if (b != 0) nonempty_ |= uint64_t{1} << (b - 1);
+      }
       from.clear();
     }
     Event e = buckets_[0].back();
@@ -86,9 +100,11 @@ class EventQueue {
     std::memcpy(&k, &t, sizeof k);
     return k;
   }
-  size_t bucket(uint64_t k) const { return k == last_ ? 0 : 64 - static_cast<size_t>(__builtin_clzll(k ^ last_)); }
+  // 0 for the current reference key, else 1 + the highest differing bit.
+  size_t bucket(uint64_t k) const { return static_cast<size_t>(std::bit_width(k ^ last_)); }
 
   std::vector<Event> buckets_[65];
+  uint64_t nonempty_ = 0;  // bit i-1: bucket i (i >= 1) has events
   uint64_t last_ = 0;
   size_t size_ = 0;
 };
@@ -143,9 +159,9 @@ class Simulation {
       advance(r);
     }
     for (int r = 0; r < schedule_.workers(); ++r)
-      if (workers_[r].has_action || workers_[r].computing)
+      if (workers_[r].action || workers_[r].computing)
         throw std::logic_error(cat("simulator: rank ", r, " is blocked at ",
-                                   format_action(workers_[r].action, flush_), " (the schedule deadlocks)"));
+                                   format_action(*workers_[r].action, flush_), " (the schedule deadlocks)"));
     return report();
   }
 
@@ -177,11 +193,8 @@ class Simulation {
     WorkerState& w = workers_[r];
     if (w.computing) finish_compute(r);
     for (;;) {
-      if (!w.has_action) {
-        if (!w.cursor.next(w.action)) return;
-        w.has_action = true;
-      }
-      const Action& a = w.action;
+      if (!w.action && !(w.action = w.cursor.next())) return;
+      const Action& a = *w.action;
       switch (a.kind) {
         case ActionKind::Forward:
         case ActionKind::Backward:
@@ -202,13 +215,13 @@ class Simulation {
           if (!step(r, a)) return;
           break;
       }
-      w.has_action = false;
+      w.action = nullptr;
     }
   }
 
   void start_compute(int r) {
     WorkerState& w = workers_[r];
-    const Action& a = w.action;
+    const Action& a = *w.action;
     const StageCost& c = costs_[w.stage];
     const bool fwd = a.kind == ActionKind::Forward;
     w.computing = true;
@@ -230,7 +243,7 @@ class Simulation {
 
   void finish_compute(int r) {
     WorkerState& w = workers_[r];
-    const Action& a = w.action;
+    const Action& a = *w.action;
     w.computing = false;
     w.busy += w.compute_end - w.compute_start;
     if (trace_) trace_->push_back({a.kind, r, a.microbatch, a.minibatch, w.compute_start, w.compute_end});
@@ -241,7 +254,16 @@ class Simulation {
         for (int i = 0; i < 2; ++i)
           if (a.minibatch == mark_index_[i]) mark(i);
     }
-    w.has_action = false;
+    w.action = nullptr;
+  }
+
+  // Bytes per second from the worker to `peer`. Most peers repeat (always,
+  // between unreplicated stages), so each worker remembers the last one per
+  // direction instead of asking the topology for every message.
+  double bandwidth(WorkerState& w, bool downstream, int peer) {
+    PeerBandwidth& c = w.peer_bandwidth[downstream ? 1 : 0];
+    if (c.peer != peer) c = {peer, plan_.topology.bandwidth_between(&w - workers_.data(), peer) * 1e9};
+    return c.bytes_per_s;
   }
 
   bool holds_versions() const { return !flush_ && opt_.schedule.policy != WeightPolicy::None; }
@@ -255,13 +277,19 @@ class Simulation {
   void send(int r, const Action& a) {
     const bool activation = a.kind == ActionKind::SendActivation;
     const int downstream = activation ? a.peer : r;
-    const double bw = plan_.topology.bandwidth_between(r, a.peer) * 1e9;
+    const double bw = bandwidth(workers_[r], activation, a.peer);
     // An activation is the sender's output; a gradient has the size of the receiver's output.
     const double size = costs_[workers_[activation ? r : a.peer].stage].message_bytes;
+    const double duration = size / bw;
     const double start = std::max(now_, link_free_[downstream]);
-    const double end = start + size / bw;
+    const double end = start + duration;
     link_free_[downstream] = end;
-    const double arrival = opt_.hide_transfer_latency ? start : end;
+    // Idealised: the link is a throughput limit only. A message is usable
+    // at once unless the link's backlog ahead of it exceeds one transfer
+    // (the other direction's message of the same minibatch), so the link's
+    // busy time still bounds throughput at 2 C per minibatch but an
+    // activation never waits behind a gradient.
+    const double arrival = opt_.realistic_latency ? end : std::max(now_, start - duration);
     WorkerState& dst = workers_[a.peer];
     dst.inbox.push_back({a.tag, arrival});
     if (dst.wait_tag == a.tag) {
@@ -296,10 +324,11 @@ class Simulation {
     double end = std::max(start + g.allreduce_s, now_);
     g.channel_free = end;
     g.round_end = end;
+    g.round_start = start;
     g.completed_round = a.round;
     g.arrived = 0;
     if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(w.stage)[0], 0, a.round, start, end});
-    for (int m : g.waiting) wake(m, end);
+    for (int m : g.waiting) wake(m, opt_.realistic_latency ? end : start);
     g.waiting.clear();
   }
 
@@ -311,8 +340,9 @@ class Simulation {
         g.waiting.push_back(r);
         return false;
       }
-      if (g.round_end > now_) {
-        wake(r, g.round_end);
+      const double usable = opt_.realistic_latency ? g.round_end : g.round_start;
+      if (usable > now_) {
+        wake(r, usable);
         return false;
       }
     }
