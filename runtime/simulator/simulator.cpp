@@ -4,7 +4,6 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <deque>
 #include <functional>
 
 #include "core/error.h"
@@ -15,6 +14,40 @@ namespace {
 struct Message {
   int64_t tag;
   double arrival;
+};
+
+// Versions held by a worker's in-flight minibatches, oldest first,
+// run-length coded. Minibatches leave in the order they entered, so a
+// vector consumed from the front (compacted now and then) does what a deque
+// does without its scattered chunk allocations.
+class HeldVersions {
+ public:
+  bool empty() const { return head_ == runs_.size(); }
+  size_t distinct() const { return runs_.size() - head_; }
+  int64_t newest() const { return runs_.back().version; }
+  void add(int64_t version) {
+    if (!empty() && runs_.back().version == version)
+      ++runs_.back().count;
+    else
+      runs_.push_back({version, 1});
+  }
+  void remove_oldest() {
+    if (empty() || --runs_[head_].count > 0) return;
+    if (++head_ == runs_.size()) {
+      runs_.clear();
+      head_ = 0;
+    } else if (head_ >= 32 && 2 * head_ >= runs_.size()) {
+      runs_.erase(runs_.begin(), runs_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
+  }
+
+ private:
+  struct Run {
+    int64_t version, count;
+  };
+  std::vector<Run> runs_;
+  size_t head_ = 0;
 };
 
 struct PeerBandwidth {
@@ -33,8 +66,7 @@ struct WorkerState {
   int64_t wait_tag = -1;    // blocked on this message
   std::vector<Message> inbox;
   int64_t in_flight = 0, peak_in_flight = 0;
-  // Versions held by in-flight minibatches, oldest first, run-length coded.
-  std::deque<std::pair<int64_t, int64_t>> held;
+  HeldVersions held;
   int64_t version = 0, peak_versions = 1;
   double busy_at_mark[2] = {0, 0};
   PeerBandwidth peer_bandwidth[2];  // [0] upstream, [1] downstream
@@ -127,6 +159,7 @@ class Simulation {
       throw UserError(cat("stashed bytes are given for ", opt.stashed_bytes.size(), " stages, the plan has ",
                           plan.stages.size()));
     flush_ = is_flush(opt.schedule.kind);
+    holds_versions_ = !flush_ && opt.schedule.policy != WeightPolicy::None;
     const double items = opt.schedule.microbatches;
     for (size_t s = 0; s < plan.stages.size(); ++s) {
       const PlanStage& st = plan.stages[s];
@@ -230,11 +263,8 @@ class Simulation {
     if (fwd == !flush_) w.round_start = now_;
     if (fwd) {
       w.peak_in_flight = std::max(w.peak_in_flight, ++w.in_flight);
-      if (holds_versions()) {
-        if (!w.held.empty() && w.held.back().first == a.weight_version)
-          ++w.held.back().second;
-        else
-          w.held.push_back({a.weight_version, 1});
+      if (holds_versions_) {
+        w.held.add(a.weight_version);
         count_versions(w);
       }
     }
@@ -249,7 +279,7 @@ class Simulation {
     if (trace_) trace_->push_back({a.kind, r, a.microbatch, a.minibatch, w.compute_start, w.compute_end});
     if (a.kind == ActionKind::Backward) {
       --w.in_flight;
-      if (holds_versions() && !w.held.empty() && --w.held.front().second == 0) w.held.pop_front();
+      if (holds_versions_) w.held.remove_oldest();
       if (!flush_ && w.stage == 0)
         for (int i = 0; i < 2; ++i)
           if (a.minibatch == mark_index_[i]) mark(i);
@@ -266,11 +296,10 @@ class Simulation {
     return c.bytes_per_s;
   }
 
-  bool holds_versions() const { return !flush_ && opt_.schedule.policy != WeightPolicy::None; }
 
   void count_versions(WorkerState& w) {
-    int64_t n = static_cast<int64_t>(w.held.size());
-    if (w.held.empty() || w.held.back().first != w.version) ++n;
+    int64_t n = static_cast<int64_t>(w.held.distinct());
+    if (w.held.empty() || w.held.newest() != w.version) ++n;
     w.peak_versions = std::max(w.peak_versions, n);
   }
 
@@ -347,7 +376,7 @@ class Simulation {
       }
     }
     w.version = a.version_created;
-    if (holds_versions()) count_versions(w);
+    if (holds_versions_) count_versions(w);
     if (flush_ && r == mark_rank_)
       for (int i = 0; i < 2; ++i)
         if (a.round == mark_index_[i]) mark(i);
@@ -385,6 +414,7 @@ class Simulation {
   Schedule schedule_;
   std::vector<TraceEvent>* trace_;
   bool flush_ = false;
+  bool holds_versions_ = false;  // 1f1b-rr with stash or vertical: count live weight versions
   std::vector<StageCost> costs_;
   std::vector<ReplicaGroup> groups_;
   std::vector<WorkerState> workers_;

@@ -10,15 +10,19 @@
 //    bytes / bandwidth_between(sender, receiver); activations and gradients
 //    (same size: the stage's output_bytes) share that link one at a time,
 //    which is the planner's 2 * C_i per minibatch on each of the m'
-//    downstream replicas.
+//    downstream replicas. When the receiver may use it: see
+//    realistic_latency.
 //  - AllReduce of a stage with r replicas takes
 //    4 (r-1)/r * parameter_bytes / group_bandwidth, the planner's W: a ring
 //    all-reduce sends 2(r-1)/r * bytes and receives as many per worker, on a
 //    link whose bandwidth both directions share. It overlaps the compute of
 //    the round, as the planner's max(compute, W) assumes: it may start once
 //    every replica has started the forward preceding its AllReduce (1f1b-rr;
-//    the backward for flush schedules), one round after another, and the
-//    OptimizerStep waits for it to end. Steps take no time.
+//    the backward for flush schedules), one round after another; the
+//    planner's W is per round of r minibatches (T = max(compute, W) / r), and
+//    so is this all-reduce. The OptimizerStep waits for the round's
+//    all-reduce to start (default) or end (realistic_latency). Steps take no
+//    time.
 // Steady state: time per minibatch is measured between the completions
 // (end of stage 0's backward; flush: end of stage 0 replica 0's step) of
 // minibatch K/4 and 3K/4, busy fractions over the same window.
