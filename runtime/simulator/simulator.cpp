@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <functional>
 
 #include "core/error.h"
@@ -17,37 +18,29 @@ struct Message {
 };
 
 // Versions held by a worker's in-flight minibatches, oldest first,
-// run-length coded. Minibatches leave in the order they entered, so a
-// vector consumed from the front (compacted now and then) does what a deque
-// does without its scattered chunk allocations.
+// run-length coded. A deque, not a vector consumed from the front: the
+// early stages of a long pipeline hold hundreds of runs each, and a deque
+// gives their memory back as minibatches leave.
 class HeldVersions {
  public:
-  bool empty() const { return head_ == runs_.size(); }
-  size_t distinct() const { return runs_.size() - head_; }
+  bool empty() const { return runs_.empty(); }
+  size_t distinct() const { return runs_.size(); }
   int64_t newest() const { return runs_.back().version; }
   void add(int64_t version) {
-    if (!empty() && runs_.back().version == version)
+    if (!runs_.empty() && runs_.back().version == version)
       ++runs_.back().count;
     else
       runs_.push_back({version, 1});
   }
   void remove_oldest() {
-    if (empty() || --runs_[head_].count > 0) return;
-    if (++head_ == runs_.size()) {
-      runs_.clear();
-      head_ = 0;
-    } else if (head_ >= 32 && 2 * head_ >= runs_.size()) {
-      runs_.erase(runs_.begin(), runs_.begin() + static_cast<std::ptrdiff_t>(head_));
-      head_ = 0;
-    }
+    if (!runs_.empty() && --runs_.front().count == 0) runs_.pop_front();
   }
 
  private:
   struct Run {
     int64_t version, count;
   };
-  std::vector<Run> runs_;
-  size_t head_ = 0;
+  std::deque<Run> runs_;
 };
 
 struct PeerBandwidth {
