@@ -170,7 +170,7 @@ ActionCursor::ActionCursor(const Schedule* schedule, int rank) : s_(schedule), r
 
 int64_t ActionCursor::global_index(int64_t local) const { return replica_ + local * replicas_; }
 
-const Action* ActionCursor::next() {
+const Action* ActionCursor::refill() {
   while (head_ == buffered_) {
     head_ = buffered_ = 0;
     if (done_) return nullptr;
