@@ -43,9 +43,9 @@ class HeldVersions {
   std::deque<Run> runs_;
 };
 
-struct PeerBandwidth {
+struct PeerTransfer {
   int peer = -1;
-  double bytes_per_s = 0;
+  double seconds = 0;  // one message's time on the link
 };
 
 struct WorkerState {
@@ -62,7 +62,7 @@ struct WorkerState {
   HeldVersions held;
   int64_t version = 0, peak_versions = 1;
   double busy_at_mark[2] = {0, 0};
-  PeerBandwidth peer_bandwidth[2];  // [0] upstream, [1] downstream
+  PeerTransfer peer_transfer[2];  // [0] upstream (gradients), [1] downstream (activations)
 };
 
 struct ReplicaGroup {
@@ -280,13 +280,18 @@ class Simulation {
     w.action = nullptr;
   }
 
-  // Bytes per second from the worker to `peer`. Most peers repeat (always,
-  // between unreplicated stages), so each worker remembers the last one per
+  // Seconds one message from the worker to `peer` occupies the link. An
+  // activation has the size of the sender's output, a gradient that of the
+  // receiver's (the previous stage's). Most peers repeat (always, between
+  // unreplicated stages), so each worker remembers the last one per
   // direction instead of asking the topology for every message.
-  double bandwidth(WorkerState& w, bool downstream, int peer) {
-    PeerBandwidth& c = w.peer_bandwidth[downstream ? 1 : 0];
-    if (c.peer != peer) c = {peer, plan_.topology.bandwidth_between(&w - workers_.data(), peer) * 1e9};
-    return c.bytes_per_s;
+  double transfer_seconds(WorkerState& w, bool downstream, int peer) {
+    PeerTransfer& c = w.peer_transfer[downstream ? 1 : 0];
+    if (c.peer != peer) {
+      double bytes = costs_[downstream ? w.stage : w.stage - 1].message_bytes;
+      c = {peer, bytes / (plan_.topology.bandwidth_between(static_cast<int>(&w - workers_.data()), peer) * 1e9)};
+    }
+    return c.seconds;
   }
 
 
@@ -299,10 +304,7 @@ class Simulation {
   void send(int r, const Action& a) {
     const bool activation = a.kind == ActionKind::SendActivation;
     const int downstream = activation ? a.peer : r;
-    const double bw = bandwidth(workers_[r], activation, a.peer);
-    // An activation is the sender's output; a gradient has the size of the receiver's output.
-    const double size = costs_[workers_[activation ? r : a.peer].stage].message_bytes;
-    const double duration = size / bw;
+    const double duration = transfer_seconds(workers_[r], activation, a.peer);
     const double start = std::max(now_, link_free_[downstream]);
     const double end = start + duration;
     link_free_[downstream] = end;
