@@ -20,7 +20,7 @@ struct SimulateArgs {
   std::string plan, profile, schedule, weights = "stash", trace;
   int64_t minibatches = 1000;
   int microbatches = 0, batch_size = 0;
-  bool json = false, hide_latency = false;
+  bool json = false, realistic_latency = false;
 };
 
 ScheduleOptions schedule_options(const Plan& plan, const std::string& schedule, const std::string& weights,
@@ -41,7 +41,7 @@ void run_simulate(const SimulateArgs& a) {
   if (a.batch_size > 0) plan.profile.batch_size = a.batch_size;
   SimulationOptions opt;
   opt.schedule = schedule_options(plan, a.schedule, a.weights, a.minibatches, a.microbatches);
-  opt.hide_transfer_latency = a.hide_latency;
+  opt.realistic_latency = a.realistic_latency;
   if (!a.profile.empty()) opt.stashed_bytes = stashed_bytes_from_profile(plan, read_profile(a.profile));
   opt.record_trace = !a.trace.empty();
   std::vector<TraceEvent> events;
@@ -88,8 +88,9 @@ void add_simulate_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--trace", args->trace, "write a Chrome-trace timeline (Perfetto, chrome://tracing)");
   cmd->add_flag("--json", args->json, "print the report as one JSON object");
-  cmd->add_flag("--hide-transfer-latency", args->hide_latency,
-                "links limit throughput but add no latency (the planner's idealisation)");
+  cmd->add_flag("--realistic-latency", args->realistic_latency,
+                "messages arrive when their last byte does and steps wait for their all-reduce to end "
+                "(default: the planner's steady state, where links and all-reduces limit throughput only)");
   cmd->callback([args] { run_simulate(*args); });
 }
 
