@@ -5,9 +5,14 @@
 # load from other processes hits both alike. Prints one JSON line per
 # workload:
 #   {"workload","threads","pipedream_samples_per_s","torch_samples_per_s","ratio",
-#    "ratio_per_round","rounds","parameters","loadavg_1min"}
+#    "ratio_per_round","pipedream_best_step_ms","torch_best_step_ms","ratio_best_step","ratio_cpu_time",
+#    "rounds","parameters","loadavg_1min"}
 # where the samples/s are medians over rounds and "ratio" is the median of
 # the per-round ratios pipedream/torch (> 1: pipedream is faster).
+# "ratio_best_step" compares the fastest single step of each program: on a
+# machine loaded by other processes it is the steadier estimate, and so is
+# "ratio_cpu_time" (torch/pipedream median process CPU time per step) at
+# --threads 1; at more threads CPU time also counts threads spinning idle.
 #
 # Usage: bench/compare_core.sh [--threads N] [--rounds R] [--workloads LIST]
 #                              [--warmup W] [--steps K] [--bench PATH] [--python PATH]
@@ -27,7 +32,7 @@ while [[ $# -gt 0 ]]; do
     --steps) steps="$2"; shift 2 ;;
     --bench) bench="$2"; shift 2 ;;
     --python) python="$2"; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -68,12 +73,19 @@ for w in dict.fromkeys(r["workload"] for r in rows):
         print(f"error: {w}: parameter counts differ (pipedream {p_params}, torch {t_params})", file=sys.stderr)
         status = 1
     ratios = [pd[k]["samples_per_s"] / th[k]["samples_per_s"] for k in rounds]
+    # Fastest step of all rounds: the least disturbed by other processes.
+    best_pd = min(pd[k]["min_step_ms"] for k in rounds)
+    best_th = min(th[k]["min_step_ms"] for k in rounds)
     print(json.dumps({
         "workload": w, "threads": threads,
         "pipedream_samples_per_s": round(statistics.median(pd[k]["samples_per_s"] for k in rounds), 2),
         "torch_samples_per_s": round(statistics.median(th[k]["samples_per_s"] for k in rounds), 2),
         "ratio": round(statistics.median(ratios), 3),
-        "ratio_per_round": [round(x, 3) for x in ratios], "rounds": len(rounds), "parameters": p_params,
+        "ratio_per_round": [round(x, 3) for x in ratios],
+        "pipedream_best_step_ms": round(best_pd, 2), "torch_best_step_ms": round(best_th, 2),
+        "ratio_best_step": round(best_th / best_pd, 3),
+        "ratio_cpu_time": round(statistics.median(th[k]["median_step_cpu_ms"] / pd[k]["median_step_cpu_ms"]
+                                                  for k in rounds), 3), "rounds": len(rounds), "parameters": p_params,
         "loadavg_1min": [pd[k]["loadavg_1min"] for k in rounds]}))
 sys.exit(status)
 EOF
