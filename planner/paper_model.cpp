@@ -1,0 +1,643 @@
+#include "planner/paper_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "core/error.h"
+#include "planner/state_space.h"
+
+namespace pd {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kMaxDownSets = 2000;
+
+// One level of the hierarchy: `units` groups (workers at level 0) joined by
+// `bandwidth`; each unit holds `unit_workers` workers.
+struct Level {
+  int units = 1;
+  double bandwidth = 1e9;  // bytes/s
+  int unit_workers = 1;
+};
+
+struct LevelStage {
+  int from = 0, to = 0, units = 1;  // states (from, to], replicated on `units`
+};
+
+// Stage costs at one level. At level 0 a stage's compute is its layers'
+// forward + backward; above, it is the optimal time of the range on one unit
+// (the level below), as PipeDream solves hierarchies.
+class StageCosts {
+ public:
+  StageCosts(const StateSpace& s, Level level, int total_workers, double memory, const std::vector<double>* inner)
+      : s_(s), level_(level), total_workers_(total_workers), memory_(memory), inner_(inner) {}
+
+  double compute(int k, int j) const {
+    // Inner optima are stored by end state (out[j * n + k]): the DPs scan k for a fixed j.
+    return inner_ ? (*inner_)[size_t(j) * s_.size() + k] : s_.compute[j] - s_.compute[k];
+  }
+  double sync(int k, int j, int m) const {
+    // Ring all-reduce of the stage's weights among m replicas; a unit's
+    // workers each carry 1/unit_workers of it over the slower link.
+    return 4.0 * (m - 1) * (s_.parameters[j] - s_.parameters[k]) / (m * level_.bandwidth) / level_.unit_workers;
+  }
+  double transfer(int k, int m) const { return 2.0 * s_.cut_bytes[k] / (level_.bandwidth * m); }
+  // q with sync(k, j, m) / m = q(m-1)/m², and transfer(k, 1): for closed-form
+  // replica estimates (not bit-identical to sync and transfer).
+  double sync_coefficient(int k, int j) const {
+    return (s_.parameters[j] - s_.parameters[k]) * (4.0 / (level_.bandwidth * level_.unit_workers));
+  }
+  double transfer_coefficient(int k) const { return s_.cut_bytes[k] * (2.0 / level_.bandwidth); }
+  // Minibatches a stage holds at once under 1F1B-RR (DESIGN.md §6).
+  int in_flight(int m, int before) const { return (total_workers_ - 1 - before) / m + 1; }
+  double memory(int k, int j, int m, int before) const {
+    int f = in_flight(m, before);
+    double params = s_.parameters[j] - s_.parameters[k];
+    return params * (f + 1) + (s_.optimizer_state[j] - s_.optimizer_state[k]) +
+           (s_.activations[j] - s_.activations[k]) * f;
+  }
+  bool memory_limited() const { return memory_ > 0 && !inner_; }
+  // Layer compute (prefix sums) rather than an inner level's optima.
+  bool compute_is_additive() const { return !inner_; }
+  // The stage's contribution to the bottleneck; kInf when it does not fit.
+  double value(int k, int j, int m, int before) const {
+    double c = compute(k, j);
+    if (c == kInf) return kInf;
+    if (memory_limited() && memory(k, j, m, before) > memory_) return kInf;
+    double t = std::max(c, sync(k, j, m)) / m;
+    return std::max(t, transfer(k, m));
+  }
+  const StateSpace& space() const { return s_; }
+  int units() const { return level_.units; }
+
+ private:
+  const StateSpace& s_;
+  Level level_;
+  int total_workers_;
+  double memory_;
+  const std::vector<double>* inner_;
+};
+
+template <class F>
+void for_each_nested(const StateSpace& s, int j, F&& f) {
+  if (s.all_earlier_nest()) {
+    for (int k = j - 1; k >= 0; --k) f(k);
+  } else {
+    for (int k : s.nested_in[j]) f(k);
+  }
+}
+
+struct LevelResult {
+  double time = kInf;
+  std::vector<LevelStage> stages;
+};
+
+// The table DP A(j, m) of DESIGN.md §5 over states: the best bottleneck of
+// the states after `first` up to j on exactly m units.
+class TableDP {
+ public:
+  // States after `last` are not needed (-1: all).
+  TableDP(const StageCosts& costs, int first, bool straight, int last = -1)
+      : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), first_(first),
+        a_(size_t(n_) * (M_ + 1)), value_(M_ + 1) {
+    at(first, 0).time = 0;
+    for (int j = first + 1; j < (last < 0 ? n_ : last + 1); ++j)
+      for_each_nested(s_, j, [&](int k) {
+        if (k < first) return;
+        if (!s_.all_earlier_nest() && k != first && !s_.members[first].subset_of(s_.members[k])) return;
+        // Without a memory limit a stage's value does not depend on its
+        // position: evaluate it once per replica count.
+        const bool shared = !costs_.memory_limited();
+        if (shared)
+          for (int mp = 1; mp <= (straight ? 1 : M_); ++mp) value_[mp] = costs_.value(k, j, mp, 0);
+        const Cell* prev_row = &at(k, 0);
+        for (int m = 1; m <= M_; ++m) {
+          Cell& cell = at(j, m);
+          for (int mp = 1; mp <= (straight ? 1 : m); ++mp) {
+            double prev = prev_row[m - mp].time;
+            if (prev == kInf) continue;
+            double t = std::max(prev, shared ? value_[mp] : costs_.value(k, j, mp, m - mp));
+            if (t < cell.time) cell = {t, k, mp};
+          }
+        }
+      });
+  }
+  // Units the optimum up to j uses: all of them, or the best count with `fewer`.
+  int best_units(int j, bool fewer) const {
+    int best = M_;
+    if (fewer)
+      for (int m = 1; m <= M_; ++m)
+        if (at(j, m).time < at(j, best).time) best = m;
+    return best;
+  }
+  double time(int j, bool fewer) const { return at(j, best_units(j, fewer)).time; }
+  LevelResult result(int j, bool fewer) const {
+    LevelResult r;
+    int m = best_units(j, fewer);
+    r.time = at(j, m).time;
+    if (r.time == kInf) return r;
+    while (j != first_) {
+      const Cell& c = at(j, m);
+      r.stages.push_back({c.k, j, c.mp});
+      j = c.k, m -= c.mp;
+    }
+    std::reverse(r.stages.begin(), r.stages.end());
+    return r;
+  }
+
+ private:
+  struct Cell {
+    double time = kInf;
+    int k = -1, mp = 0;
+  };
+  Cell& at(int j, int m) { return a_[size_t(j) * (M_ + 1) + m]; }
+  const Cell& at(int j, int m) const { return a_[size_t(j) * (M_ + 1) + m]; }
+  const StageCosts& costs_;
+  const StateSpace& s_;
+  const int n_, M_, first_;
+  std::vector<Cell> a_;
+  std::vector<double> value_;
+};
+
+LevelResult solve_table(const StageCosts& costs, bool straight, bool fewer) {
+  return TableDP(costs, 0, straight).result(costs.space().size() - 1, fewer);
+}
+
+// Parametric search on the bottleneck τ: a stage's time is non-increasing
+// in its replica count from 2 replicas on (compute/m and the ring sync
+// 4(m-1)P/(m²B) both fall), so "can every stage be ≤ τ with the workers we
+// have" is a shortest-path style DP on the fewest workers, and the optimum
+// is the smallest τ (a double) for which it holds.
+class ParametricSolver {
+ public:
+  ParametricSolver(const StageCosts& costs, bool straight, bool fewer)
+      : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), straight_(straight), fewer_(fewer) {}
+
+  LevelResult solve() {
+    LevelResult r;
+    // Every stage needs compute/m ≤ τ, so τ ≥ total compute / units.
+    double lo = 0, hi = costs_.compute(0, n_ - 1) / M_;
+    // (An inner level can leave the whole range infeasible on one unit.)
+    if (!(hi > 0) || !std::isfinite(hi)) hi = 1e-12;
+    while (!feasible(hi)) {
+      lo = hi;
+      hi *= 2;
+      if (hi > 1e30) return r;
+    }
+    if (lo == 0) {
+      // τ = total/units was feasible already: it is (up to rounding) the
+      // optimum; find an infeasible lower end below it.
+      if (feasible(0)) {
+        hi = 0;
+      } else {
+        lo = hi / 2;
+        while (lo > 1e-300 && feasible(lo)) hi = lo, lo /= 2;
+        if (!(lo > 1e-300)) lo = 0;
+      }
+    }
+    if (!costs_.memory_limited() && hi > 0) {
+      // Narrow (lo, hi] to a relative width of 1e-9, then finish exactly:
+      // the optimum is one stage's value, so among the stage values in
+      // (lo, hi] it is the smallest feasible one.
+      while (lo > 0 && hi > lo * (1 + 1e-9)) {
+        double mid = lo + (hi - lo) / 2;
+        if (mid <= lo || mid >= hi) break;
+        (feasible(mid) ? hi : lo) = mid;
+      }
+      std::vector<double> candidates = stage_values_between(lo, hi);
+      std::sort(candidates.begin(), candidates.end());
+      candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+      size_t a = 0, b = candidates.size();  // answer index in [a, b]; b means hi itself
+      while (a < b) {
+        size_t mid = a + (b - a) / 2;
+        if (feasible(candidates[mid])) b = mid;
+        else a = mid + 1;
+      }
+      if (b < candidates.size()) hi = candidates[b];
+    }
+    // Bisect on the bit patterns: positive doubles order like their bits.
+    uint64_t lo_bits = bits(lo), hi_bits = bits(hi);
+    while (hi_bits > lo_bits + 1 && costs_.memory_limited()) {
+      uint64_t mid = lo_bits + (hi_bits - lo_bits) / 2;
+      if (feasible(from_bits(mid))) hi_bits = mid;
+      else lo_bits = mid;
+    }
+    double tau = from_bits(hi_bits);
+    PD_CHECK(feasible(tau));
+    r.stages = reconstruct(tau);
+    r.time = 0;
+    int before = 0;
+    for (const auto& st : r.stages) {
+      r.time = std::max(r.time, costs_.value(st.from, st.to, st.units, before));
+      before += st.units;
+    }
+    return r;
+  }
+
+ private:
+  static uint64_t bits(double d) {
+    uint64_t b;
+    std::memcpy(&b, &d, 8);
+    return b;
+  }
+  static double from_bits(uint64_t b) {
+    double d;
+    std::memcpy(&d, &b, 8);
+    return d;
+  }
+
+  // Every stage value in (lo, hi] (no memory limit: values do not depend
+  // on the workers before a stage, and fall with m from 2 replicas on).
+  std::vector<double> stage_values_between(double lo, double hi) const {
+    std::vector<double> out;
+    for (int j = 1; j < n_; ++j)
+      for_each_nested(s_, j, [&](int k) {
+        double one = costs_.value(k, j, 1, 0);
+        if (one > lo && one <= hi) out.push_back(one);
+        if (straight_) return;
+        int first = min_replicas(k, j, 0, hi), past = std::min(min_replicas(k, j, 0, lo), M_ + 1);
+        for (int m = first; m < past && m <= M_; ++m) {
+          double v = costs_.value(k, j, m, 0);
+          if (v > lo && v <= hi) out.push_back(v);
+        }
+      });
+    return out;
+  }
+
+  // Fewest replicas ≥ 2 that bring stage (k, j] within τ (M_ + 1: none).
+  // From 2 replicas on, compute/m, the ring sync 4(m-1)P/(m²·B·u) and the
+  // transfer all fall with m, so the answer is the largest of three closed
+  // forms, checked (and nudged past rounding) with the exact predicate.
+  int min_replicas(int k, int j, int before, double tau) const {
+    if (straight_) return M_ + 1;
+    double c = costs_.compute(k, j);
+    if (c == kInf || tau <= 0) return (tau <= 0 && value_ok(k, j, 2, before, tau)) ? 2 : M_ + 1;
+    int m = int(std::min(replica_guess(k, j, c, tau), M_ + 1.0));
+    while (m > 2 && value_ok(k, j, m - 1, before, tau)) --m;
+    while (m <= M_ && !value_ok(k, j, m, before, tau)) {
+      if (costs_.memory_limited()) return doubling_search(k, j, before, tau, m);
+      ++m;
+    }
+    return m;
+  }
+  // The closed forms of min_replicas, from at least 2: within one of the
+  // exact answer (rounding), so guess - 1 is a safe lower bound.
+  double replica_guess(int k, int j, double c, double tau) const {
+    double q = costs_.sync_coefficient(k, j);  // sync(m)/m = q(m-1)/m²
+    double guess = std::max({2.0, std::ceil(c / tau), std::ceil(costs_.transfer_coefficient(k) / tau)});
+    if (q > 4 * tau) guess = std::max(guess, std::floor((q + std::sqrt(q * q - 4 * tau * q)) / (2 * tau)));
+    return guess;
+  }
+  int doubling_search(int k, int j, int before, double tau, int bad) const {
+    int step = 1, good = -1;
+    while (true) {
+      int probe = bad + step;
+      if (probe > M_) {
+        if (bad < M_ && value_ok(k, j, M_, before, tau)) good = M_;
+        break;
+      }
+      if (value_ok(k, j, probe, before, tau)) {
+        good = probe;
+        break;
+      }
+      bad = probe;
+      step *= 2;
+    }
+    if (good < 0) return M_ + 1;
+    while (good - bad > 1) {
+      int mid = bad + (good - bad) / 2;
+      if (value_ok(k, j, mid, before, tau)) good = mid;
+      else bad = mid;
+    }
+    return good;
+  }
+  bool value_ok(int k, int j, int m, int before, double tau) const { return costs_.value(k, j, m, before) <= tau; }
+
+  struct Choice {
+    int k = -1, m = 0, from_flag = 0;
+  };
+
+  // f[flag][j]: fewest units covering states up to j with every stage ≤ τ;
+  // flag 1: some stage can absorb any number of extra units.
+  bool feasible(double tau) {
+    for (int flag = 0; flag < 2; ++flag) {
+      f_[flag].assign(n_, M_ + 1);
+      choice_[flag].assign(n_, {});
+    }
+    f_[0][0] = 0;
+    for (int j = 1; j < n_; ++j)
+      for_each_nested(s_, j, [&](int k) {
+        // Without a memory limit a stage's fit does not depend on the
+        // workers before it: evaluate it at most once for both flags, and
+        // only when an offer could still improve f[.][j].
+        const double c = costs_.compute(k, j);
+        const bool shared = !costs_.memory_limited();
+        int cached_more = -1, cached_one = -1;
+        for (int flag = 0; flag < 2; ++flag) {
+          int base = f_[flag][k];
+          if (base > M_) continue;
+          auto offer = [&](int to_flag, int m) {
+            if (base + m < f_[to_flag][j]) {
+              f_[to_flag][j] = base + m;
+              choice_[to_flag][j] = {k, m, flag};
+            }
+          };
+          bool one;
+          if (shared && cached_one >= 0) one = cached_one;
+          else one = c <= tau && value_ok(k, j, 1, base, tau), cached_one = one;
+          if (one) offer(flag, 1);
+          if (straight_) continue;
+          // Lower bound on the replicas ≥ 2 a stage needs (closed forms,
+          // minus one for rounding): skip the exact count when no offer to
+          // flag 1 could improve f[1][j]. A single replica reaches flag 1
+          // only when 2 replicas fit too.
+          double lb = c == kInf ? kInf : std::max(2.0, replica_guess(k, j, c, tau) - 1);
+          if (!(base + (one && lb <= 2 ? 1.0 : lb) < f_[1][j])) continue;
+          int more;
+          if (shared && cached_more >= 0) more = cached_more;
+          else more = min_replicas(k, j, base, tau), cached_more = more;
+          if (one && more == 2) offer(1, 1);
+          if (more <= M_) offer(1, more);
+        }
+      });
+    const int last = n_ - 1;
+    if (fewer_) return std::min(f_[0][last], f_[1][last]) <= M_;
+    if (f_[1][last] <= M_) return true;
+    return exact_stage_count(tau);
+  }
+
+  // Plans with no absorbing stage use one unit per stage: is there one with
+  // exactly M_ stages?
+  bool exact_stage_count(double tau) {
+    if (M_ > n_ - 1) return false;
+    const int words = (M_ + 1 + 63) / 64;
+    reach_.assign(size_t(n_) * words, 0);
+    reach_[0] = 1;
+    auto bit = [&](int j, int c) { return reach_[size_t(j) * words + c / 64] >> (c % 64) & 1; };
+    for (int j = 1; j < n_; ++j) {
+      uint64_t* to = &reach_[size_t(j) * words];
+      auto relax = [&](int k) {
+        const uint64_t* from = &reach_[size_t(k) * words];
+        if (!costs_.memory_limited()) {
+          // The stage fits or not whatever its position: shift the whole set.
+          if (!value_ok(k, j, 1, 0, tau)) return;
+          for (int w = words - 1; w >= 0; --w) to[w] |= from[w] << 1 | (w ? from[w - 1] >> 63 : 0);
+        } else {
+          for (int c = 0; c < M_; ++c)
+            if (bit(k, c) && value_ok(k, j, 1, c, tau)) to[(c + 1) / 64] |= uint64_t(1) << ((c + 1) % 64);
+        }
+      };
+      if (s_.all_earlier_nest()) {
+        // One replica needs compute ≤ τ. Layer compute only grows as k
+        // falls; an inner level's optimum need not (its first stage pays
+        // the transfer into the range).
+        const bool additive = costs_.compute_is_additive();
+        for (int k = j - 1; k >= 0; --k) {
+          if (costs_.compute(k, j) <= tau) relax(k);
+          else if (additive) break;
+        }
+      } else {
+        for (int k : s_.nested_in[j]) relax(k);
+      }
+      // Stage counts above M_ are of no use; keep the top word clean.
+      if ((M_ + 1) % 64) to[words - 1] &= (uint64_t(1) << ((M_ + 1) % 64)) - 1;
+    }
+    return bit(n_ - 1, M_);
+  }
+  bool reach(int j, int c) const {
+    const int words = (M_ + 1 + 63) / 64;
+    return reach_[size_t(j) * words + c / 64] >> (c % 64) & 1;
+  }
+
+  std::vector<LevelStage> reconstruct(double tau) {
+    feasible(tau);
+    std::vector<LevelStage> out;
+    const int last = n_ - 1;
+    int flag = fewer_ ? (f_[0][last] <= f_[1][last] ? 0 : 1) : 1;
+    if (!fewer_ && f_[1][last] > M_) {
+      // Exactly M_ single-unit stages.
+      exact_stage_count(tau);
+      for (int j = last, c = M_; j != 0; --c) {
+        int pick = -1;
+        for_each_nested(s_, j, [&](int k) {
+          if (pick < 0 && reach(k, c - 1) && value_ok(k, j, 1, c - 1, tau)) pick = k;
+        });
+        out.push_back({pick, j, 1});
+        j = pick;
+      }
+      std::reverse(out.begin(), out.end());
+      return out;
+    }
+    for (int j = last; j != 0;) {
+      Choice c = choice_[flag][j];
+      out.push_back({c.k, j, c.m});
+      j = c.k, flag = c.from_flag;
+    }
+    std::reverse(out.begin(), out.end());
+    int used = 0;
+    for (const auto& st : out) used += st.units;
+    if (!fewer_ && used < M_) {
+      // Give the spare units to the slowest stage that stays within τ for
+      // any count (each extra replica only lowers later stages' in-flight).
+      int before = 0, target = -1;
+      double slowest = -1;
+      for (size_t t = 0; t < out.size(); ++t) {
+        auto& st = out[t];
+        bool absorbs = st.units >= 2 ? true : min_replicas(st.from, st.to, before, tau) == 2;
+        double v = costs_.value(st.from, st.to, st.units, before);
+        if (absorbs && v > slowest) slowest = v, target = int(t);
+        before += st.units;
+      }
+      PD_CHECK(target >= 0, "no stage can take the spare workers");
+      out[target].units += M_ - used;
+    }
+    return out;
+  }
+
+  const StageCosts& costs_;
+  const StateSpace& s_;
+  const int n_, M_;
+  const bool straight_, fewer_;
+  std::vector<int> f_[2];
+  std::vector<Choice> choice_[2];
+  std::vector<uint64_t> reach_;
+};
+
+LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, PaperAlgorithm algorithm) {
+  const StateSpace& s = costs.space();
+  double pairs = s.all_earlier_nest() ? 0.5 * s.size() * s.size() : 0;
+  if (!s.all_earlier_nest())
+    for (const auto& v : s.nested_in) pairs += double(v.size());
+  const double units = costs.units();
+  bool table = algorithm == PaperAlgorithm::table ||
+               (algorithm == PaperAlgorithm::automatic &&
+                (costs.memory_limited() || pairs * units * (straight ? 1 : units) / 2 <= 2e7));
+  if (table) return solve_table(costs, straight, fewer);
+  return ParametricSolver(costs, straight, fewer).solve();
+}
+
+}  // namespace
+
+namespace {
+
+// Turns the top level's stages into worker-level stages: a stage on u units
+// runs the inner level's optimal sub-pipeline of its range in each unit.
+struct Flattener {
+  const StateSpace& space;
+  const std::vector<std::unique_ptr<StageCosts>>& costs;  // per level
+  const std::vector<int>& unit_workers;                   // per level
+  bool straight, fewer;
+  std::vector<PlannedStage> out;
+
+  void expand(int level, const std::vector<LevelStage>& stages, const std::vector<int>& unit_starts,
+              double replication) {
+    int offset = 0, before = 0;
+    for (const auto& st : stages) {
+      std::vector<int> starts;
+      for (int base : unit_starts)
+        for (int r = 0; r < st.units; ++r) starts.push_back(base + (offset + r) * unit_workers[level]);
+      offset += st.units;
+      const StageCosts& c = *costs[level];
+      if (level == 0) {
+        PlannedStage p;
+        p.nodes = space.stage_nodes(st.from, st.to);
+        p.ranks = starts;
+        p.sync_s = c.sync(st.from, st.to, st.units);
+        p.transfer_s = c.transfer(st.from, st.units) / replication;
+        p.time_s = c.value(st.from, st.to, st.units, before) / replication;
+        out.push_back(std::move(p));
+      } else {
+        LevelResult inner = TableDP(*costs[level - 1], st.from, straight, st.to).result(st.to, fewer);
+        expand(level - 1, inner.stages, starts, replication * st.units);
+      }
+      before += st.units;
+    }
+  }
+};
+
+// The optimal time of every range (k, j] on one unit, for prefix state
+// spaces at level 0 without a memory limit (a stage's value then depends
+// only on its range and replica count, and compute is a prefix sum). It is
+// the table DP A_k(x, m) of every start row k, with the split loop of each
+// cell restricted to the splits that can still beat the best found so far:
+// a split at y on mp replicas costs max(A_k(y, r), value(y, x, mp)) with
+// r = m - mp, where value ≥ C(y, x)/mp (falls as y grows) and A_k(y, r) ≥
+// C(k, y)/r (a max of c_i/m_i is at least Σc_i/Σm_i; grows with y). So the
+// splits worth evaluating form one interval of y around the balance point
+// C(k, y) ≈ C(k, x)·r/m; scanning outwards from it until each bound reaches
+// the incumbent visits exactly the splits that could improve it. The result
+// is the same minimum as the full table DP (every pruned split is provably
+// no better), usually after a handful of splits per cell instead of x - k.
+// Output layout: out[j * n + k].
+void all_ranges_on_one_unit(const StageCosts& costs, bool straight, bool fewer, std::vector<double>& out) {
+  const StateSpace& s = costs.space();
+  const int n = s.size(), M = costs.units(), max_mp = straight ? 1 : M;
+  const double* compute = s.compute.data();
+  // A_k(y, r) is a max over stages of rounded c_i/m_i: allow for rounding.
+  constexpr double kBoundSlack = 1 - 1e-12;
+  std::vector<double> a(size_t(M + 1) * n);      // [m][x] = A_k(x, m) for the current row k
+  std::vector<int> balance(size_t(M + 1) * (M + 1));  // [m][r]: balance point, rises with x
+  for (int k = 0; k + 1 < n; ++k) {
+    std::fill(a.begin(), a.end(), kInf);
+    a[k] = 0;
+    std::fill(balance.begin(), balance.end(), k + 1);
+    for (int x = k + 1; x < n; ++x) {
+      const double total = compute[x] - compute[k];
+      double best_any = kInf;
+      for (int m = 1; m <= M; ++m) {
+        double best = m <= max_mp ? costs.value(k, x, m, 0) : kInf;  // one stage
+        for (int mp = 1; mp <= std::min(m - 1, max_mp); ++mp) {
+          const int r = m - mp;
+          const double* prev = &a[size_t(r) * n];
+          // Largest y < x with C(k, y) ≤ C(k, x)·r/m (at least k + 1).
+          int& y0 = balance[size_t(m) * (M + 1) + r];
+          const double target = total * r / m;
+          while (y0 + 1 < x && compute[y0 + 1] - compute[k] <= target) ++y0;
+          if (y0 >= x) continue;  // x = k + 1: no split inside the range
+          for (int y = y0; y > k; --y) {
+            if ((compute[x] - compute[y]) / mp >= best) break;
+            double t = std::max(prev[y], costs.value(y, x, mp, 0));
+            if (t < best) best = t;
+          }
+          for (int y = y0 + 1; y < x; ++y) {
+            if ((compute[y] - compute[k]) / r * kBoundSlack >= best) break;
+            double t = std::max(prev[y], costs.value(y, x, mp, 0));
+            if (t < best) best = t;
+          }
+        }
+        a[size_t(m) * n + x] = best;
+        best_any = std::min(best_any, best);
+      }
+      out[size_t(x) * n + k] = fewer ? best_any : a[size_t(M) * n + x];
+    }
+  }
+}
+
+}  // namespace
+
+PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, const PlannerOptions& options,
+                           PaperAlgorithm algorithm) {
+  // Down-sets nest pairwise far more often than antichain states connect:
+  // the DP visits every nested pair, so their number is capped lower here.
+  StateSpace space = build_state_space(g, std::min(options.max_antichain_states, kMaxDownSets));
+  const int total_workers = topology.total_workers();
+  const double memory = double(options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes);
+  const int n = space.size();
+  const int levels = int(topology.levels.size());
+  std::vector<int> unit_workers(levels);
+  std::vector<std::unique_ptr<StageCosts>> costs(levels);
+  // Inner levels: the optimal time of every nested range on one unit becomes
+  // the next level's compute (PipeDream's hierarchical solve).
+  std::vector<std::vector<double>> inner(levels);
+  for (int l = 0, unit = 1; l < levels; ++l) {
+    unit_workers[l] = unit;
+    Level level{topology.levels[l].count, topology.levels[l].bandwidth_GBps * 1e9, unit};
+    costs[l] = std::make_unique<StageCosts>(space, level, total_workers, memory, l == 0 ? nullptr : &inner[l - 1]);
+    unit *= topology.levels[l].count;
+    if (l + 1 == levels) break;
+    inner[l].assign(size_t(n) * n, kInf);
+    if (l == 0 && space.all_earlier_nest() && !costs[l]->memory_limited()) {
+      all_ranges_on_one_unit(*costs[l], options.straight, options.fewer_workers, inner[l]);
+      continue;
+    }
+    for (int k = 0; k + 1 < n; ++k) {
+      TableDP dp(*costs[l], k, options.straight);
+      for (int j = k + 1; j < n; ++j) inner[l][size_t(j) * n + k] = dp.time(j, options.fewer_workers);
+    }
+  }
+  const StageCosts& top = *costs[levels - 1];
+  LevelResult result = solve_level(top, options.straight, options.fewer_workers, algorithm);
+  if (result.time == kInf) throw NoFeasiblePlan("no pipeline fits the memory limit (paper cost model)");
+  PlannedPipeline out;
+  out.state_space = space.kind;
+  out.time_per_minibatch_s = result.time;
+  out.single_worker_s = space.compute[n - 1];
+  Flattener flat{space, costs, unit_workers, options.straight, options.fewer_workers, {}};
+  flat.expand(levels - 1, result.stages, {0}, 1.0);
+  out.stages = std::move(flat.out);
+  // Exact per-stage memory and in-flight count from the flat placement.
+  int before = 0;
+  for (auto& st : out.stages) {
+    int m = int(st.ranks.size());
+    st.in_flight = (total_workers - 1 - before) / m + 1;
+    double p = 0, o = 0, a = 0;
+    for (int v : st.nodes) {
+      p += g.nodes[v].parameter_bytes, o += g.nodes[v].optimizer_state_bytes, a += g.nodes[v].activation_bytes;
+    }
+    st.memory_bytes = p * (st.in_flight + 1) + o + a * st.in_flight;
+    before += m;
+  }
+  // Data parallelism: the whole model replicated, level by level.
+  double dp = out.single_worker_s, params = space.parameters[n - 1];
+  for (int l = 0; l < levels; ++l) {
+    int m = topology.levels[l].count;
+    dp = std::max(dp, 4.0 * (m - 1) * params / (m * topology.levels[l].bandwidth_GBps * 1e9) / unit_workers[l]) / m;
+  }
+  out.data_parallel_s = dp;
+  return out;
+}
+
+}  // namespace pd
