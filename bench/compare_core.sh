@@ -6,7 +6,7 @@
 # workload:
 #   {"workload","threads","pipedream_samples_per_s","torch_samples_per_s","ratio",
 #    "ratio_per_round","pipedream_best_step_ms","torch_best_step_ms","ratio_best_step","ratio_cpu_time",
-#    "rounds","parameters","loadavg_1min"}
+#    "rounds","parameters","loadavg_1min","omp_wait_policy"}
 # where the samples/s are medians over rounds and "ratio" is the median of
 # the per-round ratios pipedream/torch (> 1: pipedream is faster).
 # "ratio_best_step" compares the fastest single step of each program: on a
@@ -16,9 +16,11 @@
 #
 # Usage: bench/compare_core.sh [--threads N] [--rounds R] [--workloads LIST]
 #                              [--warmup W] [--steps K] [--bench PATH] [--python PATH]
+#                              [--omp-wait-policy PASSIVE|ACTIVE]   (default PASSIVE, for both)
 set -euo pipefail
 
 threads=1 rounds=3 workloads="mlp,cnn,vgg-mini,gpt-mini" warmup=3 steps=10
+wait_policy="${OMP_WAIT_POLICY:-PASSIVE}"
 here="$(cd "$(dirname "$0")" && pwd)"
 bench="${PIPEDREAM_BENCH:-$here/../build/bin/pipedream-bench}"
 python=/usr/bin/python3
@@ -32,7 +34,8 @@ while [[ $# -gt 0 ]]; do
     --steps) steps="$2"; shift 2 ;;
     --bench) bench="$2"; shift 2 ;;
     --python) python="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --omp-wait-policy) wait_policy="$2"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -45,6 +48,10 @@ done
 # both pools, or OpenBLAS inside torch would use every core whatever
 # torch.set_num_threads says.
 export OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads"
+# pipedream re-executes itself with passive OpenMP waits (spinning OpenMP
+# workers starve the OpenBLAS threads); PyTorch mixes OpenMP and OpenBLAS
+# too, so both get the same policy.
+export OMP_WAIT_POLICY="$wait_policy"
 
 common=(--threads "$threads" --warmup "$warmup" --steps "$steps")
 results="$(mktemp)"
@@ -59,7 +66,7 @@ for ((r = 0; r < rounds; r++)); do
   done
 done
 
-"$python" - "$results" "$threads" <<'EOF'
+"$python" - "$results" "$threads" "$wait_policy" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 threads = int(sys.argv[2])
@@ -86,6 +93,6 @@ for w in dict.fromkeys(r["workload"] for r in rows):
         "ratio_best_step": round(best_th / best_pd, 3),
         "ratio_cpu_time": round(statistics.median(th[k]["median_step_cpu_ms"] / pd[k]["median_step_cpu_ms"]
                                                   for k in rounds), 3), "rounds": len(rounds), "parameters": p_params,
-        "loadavg_1min": [pd[k]["loadavg_1min"] for k in rounds]}))
+        "loadavg_1min": [pd[k]["loadavg_1min"] for k in rounds], "omp_wait_policy": sys.argv[3]}))
 sys.exit(status)
 EOF
