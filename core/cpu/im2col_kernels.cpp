@@ -60,11 +60,116 @@ void fold_row_add(const ConvShape& s, const float* src, int ki, int kj, ColumnRa
   }
 }
 
+// Rows of a window, `width` floats each, to consecutive rows of dst. A
+// compile-time width turns each row into straight vector moves; feature
+// maps are small (2 to 32 pixels wide), where a runtime-length loop spends
+// more time on its prologue and epilogue than on copying.
+template <int64_t kWidth>
+void copy_window(const float* src, int64_t src_stride, int64_t rows, int64_t width, float* dst) {
+  const int64_t w = kWidth > 0 ? kWidth : width;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = src + r * src_stride;
+    float* out = dst + r * w;
+    for (int64_t j = 0; j < w; ++j) out[j] = in[j];
+  }
+}
+
+void copy_window_any(const float* src, int64_t src_stride, int64_t rows, int64_t width, float* dst) {
+  switch (width) {
+    case 2: return copy_window<2>(src, src_stride, rows, width, dst);
+    case 4: return copy_window<4>(src, src_stride, rows, width, dst);
+    case 7: return copy_window<7>(src, src_stride, rows, width, dst);
+    case 8: return copy_window<8>(src, src_stride, rows, width, dst);
+    case 14: return copy_window<14>(src, src_stride, rows, width, dst);
+    case 16: return copy_window<16>(src, src_stride, rows, width, dst);
+    case 28: return copy_window<28>(src, src_stride, rows, width, dst);
+    case 32: return copy_window<32>(src, src_stride, rows, width, dst);
+    default: return copy_window<0>(src, src_stride, rows, width, dst);
+  }
+}
+
+// The transpose of copy_window: adds consecutive rows of src into a window.
+template <int64_t kWidth>
+void add_to_window(const float* src, int64_t rows, int64_t width, float* dst, int64_t dst_stride) {
+  const int64_t w = kWidth > 0 ? kWidth : width;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = src + r * w;
+    float* out = dst + r * dst_stride;
+    for (int64_t j = 0; j < w; ++j) out[j] += in[j];
+  }
+}
+
+void add_to_window_any(const float* src, int64_t rows, int64_t width, float* dst, int64_t dst_stride) {
+  switch (width) {
+    case 2: return add_to_window<2>(src, rows, width, dst, dst_stride);
+    case 4: return add_to_window<4>(src, rows, width, dst, dst_stride);
+    case 7: return add_to_window<7>(src, rows, width, dst, dst_stride);
+    case 8: return add_to_window<8>(src, rows, width, dst, dst_stride);
+    case 14: return add_to_window<14>(src, rows, width, dst, dst_stride);
+    case 16: return add_to_window<16>(src, rows, width, dst, dst_stride);
+    case 28: return add_to_window<28>(src, rows, width, dst, dst_stride);
+    case 32: return add_to_window<32>(src, rows, width, dst, dst_stride);
+    default: return add_to_window<0>(src, rows, width, dst, dst_stride);
+  }
+}
+
+// Stride 1: the plane is copied once into a zero-bordered buffer (skipped
+// without padding), after which the k*k column rows of this (sample,
+// channel) are plain window copies with no bounds logic. Writes the rows
+// (c*k + ki)*k + kj of this sample's columns, i.e. dst + (ki*k + kj)*ld.
+void unfold_plane_stride1(const ConvShape& s, const float* plane, std::vector<float>& padded, float* dst,
+                          int64_t ld) {
+  const int64_t H = s.height, W = s.width, p = s.padding, Wp = W + 2 * p, Hp = H + 2 * p;
+  const int64_t OH = s.out_height(), OW = s.out_width();
+  const float* src = plane;
+  if (p > 0) {
+    padded.assign(static_cast<size_t>(Hp * Wp), 0.0f);
+    for (int64_t h = 0; h < H; ++h) std::copy(plane + h * W, plane + (h + 1) * W, padded.data() + (h + p) * Wp + p);
+    src = padded.data();
+  }
+  const int k = s.kernel;
+  for (int ki = 0; ki < k; ++ki)
+    for (int kj = 0; kj < k; ++kj) copy_window_any(src + ki * Wp + kj, Wp, OH, OW, dst + (ki * k + kj) * ld);
+}
+
+// Inverse of unfold_plane_stride1: plane += the k*k rows at src. The
+// plane's values are staged in the zero-bordered buffer and each element
+// receives its contributions in (ki, kj) order, as in fold_row_add, so the
+// sums are bitwise those of the general path.
+void fold_plane_stride1(const ConvShape& s, const float* src, int64_t ld, std::vector<float>& padded, float* plane) {
+  const int64_t H = s.height, W = s.width, p = s.padding, Wp = W + 2 * p, Hp = H + 2 * p;
+  const int64_t OH = s.out_height(), OW = s.out_width();
+  float* acc = plane;
+  if (p > 0) {
+    padded.assign(static_cast<size_t>(Hp * Wp), 0.0f);
+    for (int64_t h = 0; h < H; ++h) std::copy(plane + h * W, plane + (h + 1) * W, padded.data() + (h + p) * Wp + p);
+    acc = padded.data();
+  }
+  const int k = s.kernel;
+  for (int ki = 0; ki < k; ++ki)
+    for (int kj = 0; kj < k; ++kj) add_to_window_any(src + (ki * k + kj) * ld, OH, OW, acc + ki * Wp + kj, Wp);
+  if (p > 0)
+    for (int64_t h = 0; h < H; ++h)
+      std::copy(padded.data() + (h + p) * Wp + p, padded.data() + (h + p) * Wp + p + W, plane + h * W);
+}
+
 }  // namespace
 
 void im2col(const ConvShape& s, const float* x, int64_t first, int64_t n, float* col) {
   const int64_t C = s.in_channels, k = s.kernel, HW = s.height * s.width;
   const int64_t P = s.out_height() * s.out_width(), ld = n * P;
+  if (s.stride == 1) {
+    // Each (sample, channel) pair writes its own k*k row segments: no overlap.
+#pragma omp parallel if (C * k * k * n * P >= kParallelMinElements)
+    {
+      std::vector<float> padded;
+#pragma omp for collapse(2) schedule(static)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t i = 0; i < n; ++i)
+          unfold_plane_stride1(s, x + ((first + i) * C + c) * HW, padded, col + c * k * k * ld + i * P, ld);
+    }
+    return;
+  }
   std::vector<ColumnRange> cols(k);
   for (int kj = 0; kj < k; ++kj) cols[kj] = valid_columns(s, kj);
   // Each (sample, channel) pair writes its own k*k row segments: no overlap.
@@ -83,6 +188,18 @@ void im2col(const ConvShape& s, const float* x, int64_t first, int64_t n, float*
 void col2im_add(const ConvShape& s, const float* col, int64_t first, int64_t n, float* dx) {
   const int64_t C = s.in_channels, k = s.kernel, HW = s.height * s.width;
   const int64_t P = s.out_height() * s.out_width(), ld = n * P;
+  if (s.stride == 1) {
+    // Every input plane is owned by one thread: deterministic for any thread count.
+#pragma omp parallel if (C * k * k * n * P >= kParallelMinElements)
+    {
+      std::vector<float> padded;
+#pragma omp for collapse(2) schedule(static)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t c = 0; c < C; ++c)
+          fold_plane_stride1(s, col + c * k * k * ld + i * P, ld, padded, dx + ((first + i) * C + c) * HW);
+    }
+    return;
+  }
   std::vector<ColumnRange> cols(k);
   for (int kj = 0; kj < k; ++kj) cols[kj] = valid_columns(s, kj);
   // Every input plane is owned by one thread, which adds its k*k
