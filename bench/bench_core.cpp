@@ -26,9 +26,7 @@
 #include "models/model.h"
 #include "models/parameters.h"
 
-#if PIPEDREAM_HAVE_CUDA_BUILD
-#include "core/cuda/backend.h"
-#endif
+#include "core/cuda_plugin.h"
 
 namespace pd::bench {
 
@@ -77,15 +75,13 @@ std::vector<CoreWorkload> select_workloads(const std::string& list) {
 void require_cpu_device(const std::string& device) {
   const Device d = Device::parse(device);
   if (d.is_cpu()) return;
-#if PIPEDREAM_HAVE_CUDA_BUILD
-  const int gpus = cuda::visible_device_count();
-  throw UserError(cat("--device ", device, ": this build has the CUDA backend (", cuda::versions(), ", ", gpus,
-                      " GPU(s) visible) but its layers and optimizers do not run on it yet; use --device cpu"));
-#else
-  throw UserError(cat("--device ", device,
-                      ": this build has no GPU backend (configured with PIPEDREAM_CUDA=OFF or without nvcc); "
-                      "use --device cpu"));
-#endif
+  std::string why;
+  if (const CudaPluginApi* cuda = cuda_plugin(&why)) {
+    throw UserError(cat("--device ", device, ": this build has the CUDA backend (", cuda->versions(), ", ",
+                        cuda->visible_device_count(),
+                        " GPU(s) visible) but this benchmark does not drive it yet; use --device cpu"));
+  }
+  throw UserError(cat("--device ", device, ": ", why, "; use --device cpu"));
 }
 
 // Synthetic minibatch: N(0,1) images or uniform tokens, uniform labels.

@@ -1,13 +1,17 @@
 // pipedream-bench: core | planner | simulate | runtime. JSON lines on stdout.
 #include <iostream>
+#include <string>
 
 #include "bench/suites.h"
 #include "core/cpu/openmp_policy.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
-  // Before MPI or OpenMP start: sleeping OpenMP waits (see openmp_policy.h).
-  pd::cpu::ensure_passive_openmp_wait(argv);
+  // Before MPI or OpenMP start: sleeping OpenMP waits (see openmp_policy.h),
+  // only for the commands that compute — the re-exec costs a process start.
+  const std::string command = argc > 1 ? argv[1] : "";
+  for (const char* computing : {"core", "runtime"})
+    if (command == computing) pd::cpu::ensure_passive_openmp_wait(argv);
   CLI::App app{"pipedream benchmarks (JSON lines on stdout)"};
   app.require_subcommand(1);
   pd::bench::add_core_suite(app);

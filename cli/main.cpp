@@ -1,16 +1,20 @@
 // The `pipedream` binary: profile, plan, simulate, schedule, train, run.
 #include <iostream>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/cpu/openmp_policy.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
-  // Before MPI or OpenMP start: sleeping OpenMP waits (see openmp_policy.h).
-  pd::cpu::ensure_passive_openmp_wait(argv);
+  // Before MPI or OpenMP start: sleeping OpenMP waits (see openmp_policy.h),
+  // only for the commands that compute — the re-exec costs a process start.
+  const std::string command = argc > 1 ? argv[1] : "";
+  for (const char* computing : {"train", "profile", "run"})
+    if (command == computing) pd::cpu::ensure_passive_openmp_wait(argv);
   CLI::App app{"PipeDream in C++: pipeline-parallel training"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", pd::cli::version_text());
+  app.set_version_flag("--version", std::function<std::string()>([] { return pd::cli::version_text(); }));
   pd::cli::add_models_command(app);
   pd::cli::add_train_command(app);
   pd::cli::add_profile_command(app);

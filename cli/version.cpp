@@ -2,22 +2,21 @@
 
 #include "cli/commands.h"
 #include "core/build_info.h"
+#include "core/cuda_plugin.h"
 #include "core/error.h"
-#if PIPEDREAM_HAVE_CUDA
-#include "core/cuda/backend.h"
-#endif
 
 namespace pd::cli {
 
 std::string version_text() {
   std::string s = cat("pipedream ", PIPEDREAM_VERSION, "\nbackends: cpu (OpenBLAS ",
                       openblas_get_config(), ")");
-#if PIPEDREAM_HAVE_CUDA
-  // Versions compiled in; needs no GPU.
-  s += cat("; cuda (", pd::cuda::versions(), ")");
-#else
-  s += "; cuda not compiled in";
-#endif
+  std::string why;
+  if (const CudaPluginApi* cuda = cuda_plugin(&why)) {
+    // Versions compiled in; needs no GPU.
+    s += cat("; cuda (", cuda->versions(), ", ", cuda->visible_device_count(), " GPU(s) visible)");
+  } else {
+    s += cat("; cuda not available: ", why);
+  }
   return s;
 }
 

@@ -1,0 +1,20 @@
+// The one symbol libpipedream_cuda.so exports for pd_core's dlopen
+// (core/cuda_plugin.h): a table of the backend's entry points.
+#include "core/cuda/backend.h"
+#include "core/cuda_plugin.h"
+
+namespace {
+
+const pd::CudaPluginApi kApi = {
+    pd::kCudaPluginAbi,
+    &pd::cuda::versions,
+    &pd::cuda::visible_device_count,
+    [](int device) { pd::cuda::initialize_backend(device); },
+    &pd::cuda::set_deterministic,
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const pd::CudaPluginApi* pipedream_cuda_plugin() {
+  return &kApi;
+}
