@@ -1,13 +1,130 @@
-// `pipedream train` - not implemented yet (stub).
+// `pipedream train`: single-worker training, the reference the pipelined
+// runtime is checked against (same flags and defaults as `run`).
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
 #include "cli/commands.h"
+#include "core/cpu/gemm.h"
 #include "core/error.h"
+#include "core/safetensors.h"
+#include "runtime/metrics.h"
+#include "runtime/trainer.h"
 
 namespace pd::cli {
 
+namespace {
+
+struct TrainArgs {
+  std::string model, spec_file, model_options, data = "fashion-mnist", data_dir;
+  TrainOptions train;
+  std::string lr_schedule = "constant";
+  int threads = 0;
+  int64_t log_every = 10;
+  std::string metrics, save;
+};
+
+// Metrics lines every `log_every` steps (and the last), evaluations always;
+// the bar on a terminal, plain evaluation lines otherwise.
+class CliObserver final : public TrainObserver {
+ public:
+  CliObserver(MetricsWriter& w, ProgressBar& bar, int64_t log_every, int64_t total)
+      : w_(w), bar_(bar), every_(log_every), total_(total) {}
+  void on_step(int64_t step, int64_t epoch, float loss, double sps) override {
+    if ((step + 1) % every_ == 0 || step + 1 == total_) w_.step(step, epoch, loss, sps);
+    bar_.update(step + 1, epoch, loss, sps);
+  }
+  void on_eval(int64_t epoch, const EvalResult& r) override {
+    w_.eval(epoch, r.loss, r.accuracy);
+    char line[160];
+    std::snprintf(line, sizeof line, "epoch %lld: test loss %.4f, test accuracy %.2f%%",
+                  static_cast<long long>(epoch), r.loss, 100.0 * r.accuracy);
+    bar_.message(line);
+  }
+
+ private:
+  MetricsWriter& w_;
+  ProgressBar& bar_;
+  int64_t every_, total_;
+};
+
+void run_train(const TrainArgs& a) {
+  if (a.log_every < 1) throw UserError(cat("--log-every must be >= 1, got ", a.log_every));
+  // Validate everything cheap before reading data.
+  make_optimizer(a.train.optimizer);
+  Model model = resolve_model(a.model, a.spec_file, a.model_options);
+  DataSplits data = open_dataset(a.data, a.data_dir, model);
+  TrainOptions o = a.train;
+  o.schedule.kind = a.lr_schedule;
+  const int64_t steps = planned_steps(o, data.train->size());
+  cpu::set_compute_threads(a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+
+  std::fprintf(stderr, "training %s (%lld parameters) on %s: %lld samples, batch %lld, %lld steps, %s lr %g, %d threads\n",
+               model.name.c_str(), static_cast<long long>(model.parameter_count()), a.data.c_str(),
+               static_cast<long long>(data.train->size()), static_cast<long long>(o.batch),
+               static_cast<long long>(steps), o.optimizer.kind.c_str(), o.optimizer.lr, cpu::compute_threads());
+  MetricsWriter metrics(a.metrics);
+  ProgressBar bar(steps);
+  CliObserver observer(metrics, bar, a.log_every, steps);
+  TrainResult r = train(model, *data.train, data.test.get(), o, &observer);
+  bar.finish();
+
+  std::printf("trained %lld steps in %.1f s (%.0f samples/s)", static_cast<long long>(r.steps), r.seconds,
+              r.samples_per_s);
+  if (!r.evals.empty())
+    std::printf(", test loss %.4f, test accuracy %.2f%%", r.evals.back().loss, 100.0 * r.evals.back().accuracy);
+  std::printf("\n");
+  if (!a.save.empty()) {
+    save_safetensors(a.save, r.weights.named_tensors(),
+                     {{"model", model.name}, {"spec", model.spec.dump()}, {"steps", std::to_string(r.steps)}});
+    std::printf("saved weights to %s\n", a.save.c_str());
+  }
+}
+
+}  // namespace
+
 void add_train_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "(not implemented yet)");
-  cmd->allow_extras();
-  cmd->callback([] { throw RuntimeFailure("pipedream train is not implemented yet"); });
+  auto* cmd = app.add_subcommand("train", "Train a model on one worker (the reference for `run`)");
+  auto a = std::make_shared<TrainArgs>();
+  TrainOptions& t = a->train;
+  t.optimizer.lr = 0.05f;
+  t.optimizer.momentum = 0.9f;
+  cmd->add_option("--model", a->model, "Zoo model (see `pipedream models`) or a spec .json file");
+  cmd->add_option("--model-spec", a->spec_file, "JSON model spec file")->check(CLI::ExistingFile);
+  cmd->add_option("--model-options", a->model_options, "Zoo model options, e.g. width=0.5,image_size=32");
+  cmd->add_option("--data", a->data, "fashion-mnist | cifar10 | text | synthetic")->capture_default_str();
+  cmd->add_option("--data-dir", a->data_dir, "Dataset folder (cifar10), text file (text), or another fashion-mnist folder");
+  auto* ep = cmd->add_option("--epochs", t.epochs, "Passes over the training set");
+  auto* mb = cmd->add_option("--minibatches", t.minibatches, "Optimizer steps to take");
+  ep->excludes(mb);
+  cmd->add_option("--batch", t.batch, "Minibatch size")->capture_default_str();
+  cmd->add_option("--optimizer", t.optimizer.kind, "sgd | adam | adamw")->capture_default_str();
+  cmd->add_option("--lr", t.optimizer.lr, "Learning rate")->capture_default_str();
+  cmd->add_option("--momentum", t.optimizer.momentum, "SGD momentum (use 0 with adam)")->capture_default_str();
+  cmd->add_option("--weight-decay", t.optimizer.weight_decay, "SGD/Adam: L2 on the gradient; AdamW: decoupled")
+      ->capture_default_str();
+  cmd->add_flag("--nesterov", t.optimizer.nesterov, "Nesterov momentum (SGD)");
+  cmd->add_option("--beta1", t.optimizer.beta1, "Adam beta1")->capture_default_str();
+  cmd->add_option("--beta2", t.optimizer.beta2, "Adam beta2")->capture_default_str();
+  cmd->add_option("--lr-schedule", a->lr_schedule, "constant | step | cosine")->capture_default_str();
+  cmd->add_option("--warmup", t.schedule.warmup_steps, "Linear warm-up steps")->capture_default_str();
+  cmd->add_option("--lr-step-size", t.schedule.step_size, "step schedule: steps between decays");
+  cmd->add_option("--lr-gamma", t.schedule.gamma, "step schedule: decay factor")->capture_default_str();
+  cmd->add_option("--min-lr", t.schedule.min_lr, "cosine schedule: final learning rate")->capture_default_str();
+  cmd->add_option("--seed", t.seed, "Seed of initialisation, sample order and dropout")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Compute threads (default: all cores)");
+  cmd->add_option("--gradient-delay", t.gradient_delay,
+                  "Compute each step's gradient on the weights of d steps earlier (delayed SGD)")
+      ->capture_default_str();
+  cmd->add_option("--metrics", a->metrics, "Write JSON-lines metrics to this file");
+  cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();
+  cmd->add_option("--save", a->save, "Write the final weights (safetensors)");
+  cmd->add_flag("!--no-eval", t.evaluate, "Skip test-set evaluation");
+  cmd->callback([a] {
+    TrainArgs args = *a;
+    if (args.train.epochs == 0 && args.train.minibatches == 0) args.train.epochs = 1;
+    run_train(args);
+  });
 }
 
 }  // namespace pd::cli

@@ -18,6 +18,7 @@ struct ProfileNode {
   uint64_t activation_bytes = 0;  // kept for backward (stashed)
   uint64_t parameter_bytes = 0;
   uint64_t optimizer_state_bytes = 0;
+  int source_line = 0;  // line of the file it was read from (graph.txt order matters to PipeDream)
 };
 
 struct Profile {

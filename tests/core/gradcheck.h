@@ -44,7 +44,8 @@ inline void gradcheck(const Layer& layer, const Tensor& x, const GradCheckOption
   }
   auto fresh_buffers = [&] {
     std::vector<Tensor> b = allocate_buffers(layer);
-    layer.init(allocate_params(layer), b, CounterRng(7, 0, 0));
+    std::vector<Tensor> unused_params = allocate_params(layer);
+    layer.init(unused_params, b, CounterRng(7, 0, 0));
     return b;
   };
   StepInfo step;

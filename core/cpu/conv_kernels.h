@@ -1,0 +1,40 @@
+#pragma once
+// NCHW 2-d convolution on raw host pointers: im2col + sgemm. Plain
+// functions so a CUDA backend can mirror them one to one.
+//
+// The whole batch (or a chunk of it, to bound scratch memory) is unfolded
+// into one column matrix [C*k*k, n*OH*OW], so each layer issues a few large
+// GEMMs that keep every OpenBLAS thread busy, instead of one small GEMM per
+// sample.
+#include <cstdint>
+
+namespace pd::cpu {
+
+struct ConvShape {
+  int64_t batch = 0, in_channels = 0, height = 0, width = 0;
+  int64_t out_channels = 0;
+  int kernel = 1, stride = 1, padding = 0;
+
+  int64_t out_height() const { return (height + 2 * padding - kernel) / stride + 1; }
+  int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
+  int64_t patch() const { return in_channels * kernel * kernel; }  // rows of a column matrix
+};
+
+// x [N, C, H, W] -> col [C*k*k, n*OH*OW] for samples [first, first + n):
+// column j = sample (j / OH*OW), output pixel (j % OH*OW). Zero padding.
+void im2col(const ConvShape& s, const float* x, int64_t first, int64_t n, float* col);
+// Inverse scatter: dx[first..first+n) += col2im(col).
+void col2im_add(const ConvShape& s, const float* col, int64_t first, int64_t n, float* dx);
+
+// y [N, O, OH, OW] = conv(x, w [O, C, k, k]) + bias [O] (bias may be null).
+void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y);
+
+// Given dy [N, O, OH, OW]: dw += dL/dw, dbias += dL/dbias (when not null),
+// dx = dL/dx (overwritten; skipped when dx is null).
+void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx,
+                     float* dw, float* dbias);
+
+// Samples per im2col chunk, bounded so scratch stays under a fixed size.
+int64_t conv_chunk_samples(const ConvShape& s);
+
+}  // namespace pd::cpu

@@ -1,0 +1,141 @@
+#include "core/cpu/pool_kernels.h"
+
+#include "core/cpu/parallel.h"
+#include <algorithm>
+#include <limits>
+
+namespace pd::cpu {
+
+void maxpool2d_forward(const PoolShape& s, const float* x, float* y, int32_t* argmax) {
+  const int64_t H = s.height, W = s.width, OH = s.out_height(), OW = s.out_width();
+#pragma omp parallel for schedule(static) if (s.planes * H * W >= kParallelMinElements)
+  for (int64_t pl = 0; pl < s.planes; ++pl) {
+    const float* in = x + pl * H * W;
+    float* out = y + pl * OH * OW;
+    int32_t* arg = argmax + pl * OH * OW;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const int64_t h0 = oh * s.stride - s.padding;
+      const int64_t hs = std::max<int64_t>(h0, 0), he = std::min<int64_t>(h0 + s.kernel, H);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t w0 = ow * s.stride - s.padding;
+        const int64_t ws = std::max<int64_t>(w0, 0), we = std::min<int64_t>(w0 + s.kernel, W);
+        float best = -std::numeric_limits<float>::infinity();
+        int64_t where = hs * W + ws;
+        for (int64_t ih = hs; ih < he; ++ih)
+          for (int64_t iw = ws; iw < we; ++iw) {
+            const float v = in[ih * W + iw];
+            // NaN propagates, as in PyTorch.
+            if (v > best || v != v) {
+              best = v;
+              where = ih * W + iw;
+              if (v != v) goto done;
+            }
+          }
+      done:
+        out[oh * OW + ow] = best;
+        arg[oh * OW + ow] = static_cast<int32_t>(where);
+      }
+    }
+  }
+}
+
+void maxpool2d_backward(const PoolShape& s, const float* dy, const int32_t* argmax, float* dx) {
+  const int64_t HW = s.height * s.width, P = s.out_height() * s.out_width();
+#pragma omp parallel for schedule(static) if (s.planes * HW >= kParallelMinElements)
+  for (int64_t pl = 0; pl < s.planes; ++pl) {
+    float* g = dx + pl * HW;
+    std::fill(g, g + HW, 0.0f);
+    const float* d = dy + pl * P;
+    const int32_t* arg = argmax + pl * P;
+    for (int64_t p = 0; p < P; ++p) g[arg[p]] += d[p];
+  }
+}
+
+void avgpool2d_forward(const PoolShape& s, const float* x, float* y) {
+  const int64_t H = s.height, W = s.width, OH = s.out_height(), OW = s.out_width();
+  const float scale = 1.0f / static_cast<float>(s.kernel * s.kernel);
+#pragma omp parallel for schedule(static) if (s.planes * H * W >= kParallelMinElements)
+  for (int64_t pl = 0; pl < s.planes; ++pl) {
+    const float* in = x + pl * H * W;
+    float* out = y + pl * OH * OW;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const int64_t h0 = oh * s.stride - s.padding;
+      const int64_t hs = std::max<int64_t>(h0, 0), he = std::min<int64_t>(h0 + s.kernel, H);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t w0 = ow * s.stride - s.padding;
+        const int64_t ws = std::max<int64_t>(w0, 0), we = std::min<int64_t>(w0 + s.kernel, W);
+        float sum = 0;
+        for (int64_t ih = hs; ih < he; ++ih)
+          for (int64_t iw = ws; iw < we; ++iw) sum += in[ih * W + iw];
+        out[oh * OW + ow] = sum * scale;
+      }
+    }
+  }
+}
+
+void avgpool2d_backward(const PoolShape& s, const float* dy, float* dx) {
+  const int64_t H = s.height, W = s.width, OH = s.out_height(), OW = s.out_width();
+  const float scale = 1.0f / static_cast<float>(s.kernel * s.kernel);
+#pragma omp parallel for schedule(static) if (s.planes * H * W >= kParallelMinElements)
+  for (int64_t pl = 0; pl < s.planes; ++pl) {
+    float* g = dx + pl * H * W;
+    std::fill(g, g + H * W, 0.0f);
+    const float* d = dy + pl * OH * OW;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const int64_t h0 = oh * s.stride - s.padding;
+      const int64_t hs = std::max<int64_t>(h0, 0), he = std::min<int64_t>(h0 + s.kernel, H);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t w0 = ow * s.stride - s.padding;
+        const int64_t ws = std::max<int64_t>(w0, 0), we = std::min<int64_t>(w0 + s.kernel, W);
+        const float v = d[oh * OW + ow] * scale;
+        for (int64_t ih = hs; ih < he; ++ih)
+          for (int64_t iw = ws; iw < we; ++iw) g[ih * W + iw] += v;
+      }
+    }
+  }
+}
+
+namespace {
+int64_t window_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
+int64_t window_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
+}  // namespace
+
+void adaptive_avgpool2d_forward(int64_t planes, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                                const float* x, float* y) {
+#pragma omp parallel for schedule(static) if (planes * H * W >= kParallelMinElements)
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const float* in = x + pl * H * W;
+    float* out = y + pl * OH * OW;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const int64_t hs = window_start(oh, H, OH), he = window_end(oh, H, OH);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t ws = window_start(ow, W, OW), we = window_end(ow, W, OW);
+        float sum = 0;
+        for (int64_t ih = hs; ih < he; ++ih)
+          for (int64_t iw = ws; iw < we; ++iw) sum += in[ih * W + iw];
+        out[oh * OW + ow] = sum / static_cast<float>((he - hs) * (we - ws));
+      }
+    }
+  }
+}
+
+void adaptive_avgpool2d_backward(int64_t planes, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                                 const float* dy, float* dx) {
+#pragma omp parallel for schedule(static) if (planes * H * W >= kParallelMinElements)
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    float* g = dx + pl * H * W;
+    std::fill(g, g + H * W, 0.0f);
+    const float* d = dy + pl * OH * OW;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const int64_t hs = window_start(oh, H, OH), he = window_end(oh, H, OH);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t ws = window_start(ow, W, OW), we = window_end(ow, W, OW);
+        const float v = d[oh * OW + ow] / static_cast<float>((he - hs) * (we - ws));
+        for (int64_t ih = hs; ih < he; ++ih)
+          for (int64_t iw = ws; iw < we; ++iw) g[ih * W + iw] += v;
+      }
+    }
+  }
+}
+
+}  // namespace pd::cpu

@@ -1,0 +1,91 @@
+#include <cmath>
+
+#include "core/cpu/linear_kernels.h"
+#include "core/layers.h"
+#include "core/layers/sequence_parts.h"
+
+namespace pd {
+
+void fill_normal(Tensor& t, const CounterRng& rng, uint64_t offset, float std) {
+  float* p = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = std * rng.normal(offset + static_cast<uint64_t>(i));
+}
+
+void fill_uniform(Tensor& t, const CounterRng& rng, uint64_t offset, float bound) {
+  float* p = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    p[i] = bound * (2.0f * rng.uniform(offset + static_cast<uint64_t>(i)) - 1.0f);
+}
+
+namespace {
+
+class Linear : public Layer {
+ public:
+  Linear(int64_t in, int64_t out, bool bias, LinearInit init)
+      : in_(in), out_(out), bias_(bias), init_(init) {
+    if (in < 1 || out < 1)
+      throw UserError(cat("linear: in_features and out_features must be positive, got ", in, " and ", out));
+  }
+  std::string type() const override { return "linear"; }
+  std::string describe() const override {
+    return cat("linear(", in_, "->", out_, bias_ ? "" : ", no bias", ")");
+  }
+  std::vector<ParamSpec> param_specs() const override {
+    std::vector<ParamSpec> s{{"weight", {out_, in_}}};
+    if (bias_) s.push_back({"bias", {out_}});
+    return s;
+  }
+  void init(std::span<Tensor> params, std::span<Tensor>, const CounterRng& rng) const override {
+    if (init_ == LinearInit::Uniform) {
+      float bound = 1.0f / std::sqrt(static_cast<float>(in_));
+      fill_uniform(params[0], rng, 0, bound);
+      if (bias_) fill_uniform(params[1], rng, static_cast<uint64_t>(params[0].numel()), bound);
+    } else {
+      fill_normal(params[0], rng, 0, 0.02f);
+      if (bias_) params[1].zero();
+    }
+  }
+  Shape output_shape(const Shape& in) const override {
+    if (in.empty() || in.back() != in_)
+      throw UserError(cat(describe(), ": input ", shape_str(in), " must end in ", in_, " features"));
+    Shape out = in;
+    out.back() = out_;
+    return out;
+  }
+  Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const override {
+    int64_t rows = rows_over_last_dim(x, in_, "linear");
+    Shape ys = x.shape();
+    ys.back() = out_;
+    Tensor y = Tensor::empty(ys);
+    cpu::linear_forward(x.f32(), a.params[0].f32(), bias_ ? a.params[1].f32() : nullptr, y.f32(),
+                        rows, in_, out_);
+    ctx.saved = {x};
+    return y;
+  }
+  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
+    const Tensor& x = ctx.saved.at(0);
+    int64_t rows = rows_over_last_dim(x, in_, "linear");
+    Tensor dx = a.need_input_grad ? Tensor::empty(x.shape()) : Tensor();
+    cpu::linear_backward(x.f32(), a.params[0].f32(), dy.f32(), dx.defined() ? dx.f32() : nullptr,
+                         a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr, rows, in_, out_);
+    ctx.clear();
+    return dx;
+  }
+
+ private:
+  int64_t in_, out_;
+  bool bias_;
+  LinearInit init_;
+};
+
+}  // namespace
+
+LayerPtr make_linear(int64_t in, int64_t out, bool bias, LinearInit init) {
+  return std::make_unique<Linear>(in, out, bias, init);
+}
+
+LayerPtr make_linear(int64_t in_features, int64_t out_features, bool bias) {
+  return make_linear(in_features, out_features, bias, LinearInit::Uniform);
+}
+
+}  // namespace pd

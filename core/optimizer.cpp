@@ -1,0 +1,178 @@
+// SGD, Adam and AdamW with PyTorch's update rules, and the LR schedules.
+#include "core/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace pd {
+
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+void check_pair(const Tensor& p, const Tensor& g) {
+  PD_CHECK(p.device().is_cpu() && g.device().is_cpu(), "CPU optimizer given a device tensor");
+  PD_CHECK(p.numel() == g.numel(), "param/grad size mismatch: ", shape_str(p.shape()), " vs ",
+           shape_str(g.shape()));
+}
+
+// torch.optim.SGD (dampening 0): g += wd*p; buf = g on the first step,
+// else buf = mu*buf + g; nesterov uses g + mu*buf; p -= lr * that.
+class Sgd final : public Optimizer {
+ public:
+  explicit Sgd(const OptimizerConfig& c) : c_(c) {}
+  std::string kind() const override { return "sgd"; }
+  int slots_per_param() const override { return c_.momentum != 0.0f ? 1 : 0; }
+
+  void step(std::span<Tensor> params, std::span<const Tensor> grads, OptimizerState& st,
+            float lr) const override {
+    PD_CHECK(params.size() == grads.size(), "params/grads count mismatch");
+    const bool use_momentum = c_.momentum != 0.0f;
+    PD_CHECK(!use_momentum || st.slots.size() == params.size(), "optimizer state not made for these params");
+    const bool first = st.step == 0;
+    const float mu = c_.momentum, wd = c_.weight_decay;
+    for (size_t i = 0; i < params.size(); ++i) {
+      check_pair(params[i], grads[i]);
+      float* p = params[i].f32();
+      const float* g = grads[i].f32();
+      const int64_t n = params[i].numel();
+      if (!use_momentum) {
+        for (int64_t k = 0; k < n; ++k) p[k] -= lr * (g[k] + wd * p[k]);
+        continue;
+      }
+      float* buf = st.slots[i].f32();
+      for (int64_t k = 0; k < n; ++k) {
+        float d = g[k] + wd * p[k];
+        buf[k] = first ? d : mu * buf[k] + d;
+        float upd = c_.nesterov ? d + mu * buf[k] : buf[k];
+        p[k] -= lr * upd;
+      }
+    }
+    ++st.step;
+  }
+
+ private:
+  OptimizerConfig c_;
+};
+
+// torch.optim.Adam / AdamW. Adam adds wd*p to the gradient (L2); AdamW
+// decays the weights directly: p *= 1 - lr*wd before the Adam update.
+class Adam final : public Optimizer {
+ public:
+  Adam(const OptimizerConfig& c, bool decoupled) : c_(c), decoupled_(decoupled) {}
+  std::string kind() const override { return decoupled_ ? "adamw" : "adam"; }
+  int slots_per_param() const override { return 2; }
+
+  void step(std::span<Tensor> params, std::span<const Tensor> grads, OptimizerState& st,
+            float lr) const override {
+    PD_CHECK(params.size() == grads.size(), "params/grads count mismatch");
+    PD_CHECK(st.slots.size() == 2 * params.size(), "optimizer state not made for these params");
+    const int64_t t = ++st.step;
+    const float b1 = c_.beta1, b2 = c_.beta2, wd = c_.weight_decay;
+    const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), static_cast<double>(t)));
+    const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), static_cast<double>(t)));
+    const float step_size = lr / bc1;
+    const float bc2_sqrt = std::sqrt(bc2);
+    for (size_t i = 0; i < params.size(); ++i) {
+      check_pair(params[i], grads[i]);
+      float* p = params[i].f32();
+      const float* g = grads[i].f32();
+      float* m = st.slots[2 * i].f32();
+      float* v = st.slots[2 * i + 1].f32();
+      const int64_t n = params[i].numel();
+      for (int64_t k = 0; k < n; ++k) {
+        float d = g[k];
+        if (decoupled_) {
+          p[k] *= 1.0f - lr * wd;
+        } else {
+          d += wd * p[k];
+        }
+        m[k] = b1 * m[k] + (1.0f - b1) * d;
+        v[k] = b2 * v[k] + (1.0f - b2) * d * d;
+        float denom = std::sqrt(v[k]) / bc2_sqrt + c_.eps;
+        p[k] -= step_size * (m[k] / denom);
+      }
+    }
+  }
+
+ private:
+  OptimizerConfig c_;
+  bool decoupled_;
+};
+
+void validate(const OptimizerConfig& c) {
+  auto bad = [&](const std::string& what) { throw UserError(cat("optimizer ", c.kind, ": ", what)); };
+  if (!(c.lr >= 0.0f) || !std::isfinite(c.lr)) bad(cat("--lr must be a finite value >= 0, got ", c.lr));
+  if (!(c.weight_decay >= 0.0f)) bad(cat("--weight-decay must be >= 0, got ", c.weight_decay));
+  if (c.kind == "sgd") {
+    if (!(c.momentum >= 0.0f && c.momentum < 1.0f)) bad(cat("--momentum must be in [0, 1), got ", c.momentum));
+    if (c.nesterov && c.momentum == 0.0f) bad("--nesterov needs a momentum > 0");
+  } else {
+    if (!(c.beta1 >= 0.0f && c.beta1 < 1.0f)) bad(cat("beta1 must be in [0, 1), got ", c.beta1));
+    if (!(c.beta2 >= 0.0f && c.beta2 < 1.0f)) bad(cat("beta2 must be in [0, 1), got ", c.beta2));
+    if (!(c.eps > 0.0f)) bad(cat("eps must be > 0, got ", c.eps));
+    if (c.momentum != 0.0f) bad("--momentum applies to sgd only (adam uses beta1)");
+    if (c.nesterov) bad("--nesterov applies to sgd only");
+  }
+}
+
+}  // namespace
+
+OptimizerState Optimizer::make_state(std::span<const Tensor> params) const {
+  OptimizerState st;
+  const int k = slots_per_param();
+  st.slots.reserve(params.size() * static_cast<size_t>(k));
+  for (const Tensor& p : params)
+    for (int s = 0; s < k; ++s) st.slots.push_back(Tensor::zeros(p.shape(), DType::F32, p.device()));
+  return st;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c) {
+  if (c.kind != "sgd" && c.kind != "adam" && c.kind != "adamw")
+    throw UserError(cat("unknown optimizer '", c.kind, "': use sgd, adam or adamw"));
+  validate(c);
+  if (c.kind == "sgd") return std::make_unique<Sgd>(c);
+  return std::make_unique<Adam>(c, c.kind == "adamw");
+}
+
+// Warm-up ramps linearly so that step s < warmup uses base·(s+1)/warmup:
+// the first step already moves and the last warm-up step reaches base.
+// The decay of `step` and `cosine` starts counting after the warm-up.
+float LrSchedule::lr_at(int64_t step) const {
+  if (step < warmup_steps)
+    return static_cast<float>(static_cast<double>(base_lr) * static_cast<double>(step + 1) /
+                              static_cast<double>(warmup_steps));
+  const int64_t after = step - warmup_steps;
+  if (kind == "step") {
+    return static_cast<float>(static_cast<double>(base_lr) *
+                              std::pow(static_cast<double>(gamma), static_cast<double>(after / step_size)));
+  }
+  if (kind == "cosine") {
+    const int64_t span = total_steps - warmup_steps;
+    double t = static_cast<double>(std::min(after, span)) / static_cast<double>(span);
+    return static_cast<float>(min_lr + (static_cast<double>(base_lr) - min_lr) * 0.5 * (1.0 + std::cos(kPi * t)));
+  }
+  return base_lr;
+}
+
+void validate(const LrSchedule& s) {
+  if (s.kind != "constant" && s.kind != "step" && s.kind != "cosine")
+    throw UserError(cat("unknown LR schedule '", s.kind, "': use constant, step or cosine"));
+  if (!(s.base_lr >= 0.0f)) throw UserError(cat("learning rate must be >= 0, got ", s.base_lr));
+  if (s.warmup_steps < 0) throw UserError(cat("warm-up steps must be >= 0, got ", s.warmup_steps));
+  if (s.kind == "step") {
+    if (s.step_size <= 0) throw UserError(cat("the step schedule needs --lr-step-size > 0, got ", s.step_size));
+    if (!(s.gamma > 0.0f)) throw UserError(cat("the step schedule needs --lr-gamma > 0, got ", s.gamma));
+  }
+  if (s.kind == "cosine") {
+    if (s.total_steps <= s.warmup_steps)
+      throw UserError(cat("the cosine schedule needs total steps (", s.total_steps,
+                          ") greater than the warm-up steps (", s.warmup_steps, ")"));
+    if (!(s.min_lr >= 0.0f && s.min_lr <= s.base_lr))
+      throw UserError(cat("--min-lr must be in [0, lr], got ", s.min_lr));
+  }
+}
+
+}  // namespace pd

@@ -1,0 +1,44 @@
+#include "models/layer_range.h"
+
+#include "core/error.h"
+
+namespace pd {
+
+size_t RangeContext::saved_bytes() const {
+  size_t n = 0;
+  for (const LayerContext& c : layers) n += c.saved_bytes();
+  return n;
+}
+
+Tensor forward_layers(const Model& m, const ParameterStore& w, int first, int last, const Tensor& x,
+                      const StepInfo& step, RangeContext& ctx) {
+  PD_CHECK(w.holds(first) && w.holds(last) && first <= last, "weights do not hold layers [", first, ", ", last, "]");
+  ctx.layers.assign(static_cast<size_t>(last - first + 1), LayerContext{});
+  Tensor h = x;
+  for (int i = first; i <= last; ++i) {
+    ForwardArgs a{w.params(i), w.buffers(i), step};
+    a.step.layer_index = static_cast<uint32_t>(i);
+    LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
+    h = m.layer(i).forward(a, h, c);
+    if (!step.training) c.clear();
+  }
+  return h;
+}
+
+Tensor backward_layers(const Model& m, const ParameterStore& w, ParameterStore& grads, int first, int last,
+                       const Tensor& dy, const StepInfo& step, RangeContext& ctx, bool need_input_grad) {
+  PD_CHECK(ctx.layers.size() == static_cast<size_t>(last - first + 1), "backward without a matching forward");
+  PD_CHECK(grads.holds(first) && grads.holds(last), "gradient store does not hold the range");
+  Tensor g = dy;
+  for (int i = last; i >= first; --i) {
+    BackwardArgs a{w.params(i), grads.params(i), step, need_input_grad || i > first};
+    a.step.layer_index = static_cast<uint32_t>(i);
+    LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
+    g = m.layer(i).backward(a, g, c);
+    c.clear();
+  }
+  ctx.clear();
+  return need_input_grad ? g : Tensor{};
+}
+
+}  // namespace pd

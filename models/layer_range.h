@@ -1,0 +1,34 @@
+#pragma once
+// Forward and backward through a contiguous range of top-level layers with
+// a given weight version: the unit of work of `train` (the whole model) and
+// of a pipeline stage in `run` (its range).
+#include <vector>
+
+#include "models/model.h"
+#include "models/parameters.h"
+
+namespace pd {
+
+// What forward saved for backward, one context per layer of the range.
+// Freed by backward_layers (or clear()) as soon as it is no longer needed.
+struct RangeContext {
+  std::vector<LayerContext> layers;
+  size_t saved_bytes() const;
+  void clear() { layers.clear(); }
+};
+
+// Runs layers [first, last] on x with the weights in w (which must hold
+// them). step.layer_index is set per layer; step.training selects training
+// behaviour (dropout, BatchNorm batch statistics and running-stat updates -
+// the buffers are shared by all weight versions and updated in place).
+Tensor forward_layers(const Model& m, const ParameterStore& w, int first, int last, const Tensor& x,
+                      const StepInfo& step, RangeContext& ctx);
+
+// Backward through [first, last] with the same weights forward used: adds
+// parameter gradients into grads (a store over the same layers, e.g.
+// w.zeros_like_params()) and returns dy w.r.t. the range's input, or an
+// undefined tensor when !need_input_grad. Consumes ctx.
+Tensor backward_layers(const Model& m, const ParameterStore& w, ParameterStore& grads, int first, int last,
+                       const Tensor& dy, const StepInfo& step, RangeContext& ctx, bool need_input_grad);
+
+}  // namespace pd

@@ -1,0 +1,273 @@
+// Building a Model from its JSON spec. Every field is checked here, before
+// any layer is constructed, so that a mistake is reported as
+// "layer I (type): field 'F' ..." rather than as a failure deep in a kernel.
+#include <fstream>
+#include <optional>
+#include <set>
+
+#include "core/error.h"
+#include "core/layers.h"
+#include "models/model.h"
+
+namespace pd {
+
+namespace {
+
+using nlohmann::json;
+
+// Reads the fields of one layer object; remembers which it used so that a
+// misspelt field ("kernal") is an error, not a silent default.
+class LayerFields {
+ public:
+  LayerFields(const json& j, int index, std::string type) : j_(j), index_(index), type_(std::move(type)) {
+    used_ = {"type", "name"};
+  }
+
+  UserError error(const std::string& field, const std::string& what) const {
+    return UserError(cat("model spec: layer ", index_, " (", type_, "): field '", field, "' ", what));
+  }
+  UserError error(const std::string& what) const {
+    return UserError(cat("model spec: layer ", index_, " (", type_, "): ", what));
+  }
+
+  int64_t integer(const std::string& f, std::optional<int64_t> fallback, int64_t min) {
+    used_.insert(f);
+    if (!j_.contains(f)) {
+      if (!fallback) throw error(f, "is required");
+      return *fallback;
+    }
+    const json& v = j_[f];
+    if (!v.is_number_integer()) throw error(f, cat("must be an integer, got ", v.dump()));
+    int64_t x = v.get<int64_t>();
+    if (x < min) throw error(f, cat("must be >= ", min, ", got ", x));
+    return x;
+  }
+
+  double number(const std::string& f, double fallback, double lo, double hi) {
+    used_.insert(f);
+    if (!j_.contains(f)) return fallback;
+    const json& v = j_[f];
+    if (!v.is_number()) throw error(f, cat("must be a number, got ", v.dump()));
+    double x = v.get<double>();
+    if (!(x >= lo && x <= hi)) throw error(f, cat("must be in [", lo, ", ", hi, "], got ", x));
+    return x;
+  }
+
+  bool flag(const std::string& f, bool fallback) {
+    used_.insert(f);
+    if (!j_.contains(f)) return fallback;
+    if (!j_[f].is_boolean()) throw error(f, cat("must be true or false, got ", j_[f].dump()));
+    return j_[f].get<bool>();
+  }
+
+  // adaptive pooling output: an integer or [h, w].
+  std::pair<int64_t, int64_t> size2(const std::string& f) {
+    used_.insert(f);
+    if (!j_.contains(f)) throw error(f, "is required");
+    const json& v = j_[f];
+    if (v.is_number_integer() && v.get<int64_t>() > 0) return {v.get<int64_t>(), v.get<int64_t>()};
+    if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer() &&
+        v[0].get<int64_t>() > 0 && v[1].get<int64_t>() > 0)
+      return {v[0].get<int64_t>(), v[1].get<int64_t>()};
+    throw error(f, cat("must be a positive integer or [h, w], got ", v.dump()));
+  }
+
+  void reject_unknown() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (!used_.count(it.key())) throw error(it.key(), "is not a field of this layer type");
+  }
+
+ private:
+  const json& j_;
+  int index_;
+  std::string type_;
+  std::set<std::string> used_;
+};
+
+void need_rank(const LayerFields& lf, const Shape& in, size_t rank, const char* layout) {
+  if (in.size() != rank)
+    throw lf.error(cat("needs a ", layout, " input, but its input is ", shape_str(in)));
+}
+
+// Constructs one layer from its fields, given the per-sample input shape.
+LayerPtr make_layer(const std::string& type, LayerFields& f, const Shape& in, DType in_dtype) {
+  if (type != "embedding" && in_dtype != DType::F32)
+    throw f.error(cat("takes float features, but its input is ", dtype_name(in_dtype), " tokens"));
+  if (type == "linear") {
+    if (in.empty()) throw f.error("needs an input with at least one dimension");
+    return make_linear(in.back(), f.integer("out_features", std::nullopt, 1), f.flag("bias", true));
+  }
+  if (type == "conv2d") {
+    need_rank(f, in, 3, "[C, H, W]");
+    int64_t out = f.integer("out_channels", std::nullopt, 1);
+    int k = static_cast<int>(f.integer("kernel", std::nullopt, 1));
+    int s = static_cast<int>(f.integer("stride", 1, 1));
+    int p = static_cast<int>(f.integer("padding", 0, 0));
+    if (in[1] + 2 * p < k || in[2] + 2 * p < k)
+      throw f.error("kernel", cat("(", k, ") is larger than the padded input ", shape_str(in)));
+    return make_conv2d(in[0], out, k, s, p, f.flag("bias", true));
+  }
+  if (type == "maxpool2d" || type == "avgpool2d") {
+    need_rank(f, in, 3, "[C, H, W]");
+    int k = static_cast<int>(f.integer("kernel", std::nullopt, 1));
+    int s = static_cast<int>(f.integer("stride", k, 1));
+    int p = static_cast<int>(f.integer("padding", 0, 0));
+    if (2 * p > k) throw f.error("padding", cat("(", p, ") must be at most half the kernel (", k, ")"));
+    if (in[1] + 2 * p < k || in[2] + 2 * p < k)
+      throw f.error("kernel", cat("(", k, ") is larger than the padded input ", shape_str(in)));
+    return type == "maxpool2d" ? make_maxpool2d(k, s, p) : make_avgpool2d(k, s, p);
+  }
+  if (type == "adaptive_avgpool2d") {
+    need_rank(f, in, 3, "[C, H, W]");
+    auto [h, w] = f.size2("output_size");
+    return make_adaptive_avgpool2d(static_cast<int>(h), static_cast<int>(w));
+  }
+  if (type == "relu") return make_relu();
+  if (type == "gelu") return make_gelu();
+  if (type == "flatten") return make_flatten();
+  if (type == "dropout") return make_dropout(static_cast<float>(f.number("p", 0.5, 0.0, 0.999)));
+  if (type == "batchnorm2d") {
+    need_rank(f, in, 3, "[C, H, W]");
+    return make_batchnorm2d(in[0], static_cast<float>(f.number("eps", 1e-5, 1e-12, 1.0)),
+                            static_cast<float>(f.number("momentum", 0.1, 0.0, 1.0)));
+  }
+  if (type == "layernorm") {
+    if (in.empty()) throw f.error("needs an input with at least one dimension");
+    return make_layernorm(in.back(), static_cast<float>(f.number("eps", 1e-5, 1e-12, 1.0)));
+  }
+  if (type == "embedding") {
+    if (in_dtype != DType::I32) throw f.error("needs token ids (input dtype i32)");
+    need_rank(f, in, 1, "[T] token");
+    return make_embedding(f.integer("vocab", std::nullopt, 1), f.integer("dim", std::nullopt, 1), in[0]);
+  }
+  if (type == "causal_self_attention" || type == "transformer_block") {
+    need_rank(f, in, 2, "[T, D]");
+    int64_t heads = f.integer("heads", std::nullopt, 1);
+    if (in[1] % heads != 0)
+      throw f.error("heads", cat("(", heads, ") must divide the width ", in[1]));
+    if (type == "causal_self_attention") return make_causal_self_attention(in[1], heads);
+    return make_transformer_block(in[1], heads, static_cast<float>(f.number("dropout", 0.0, 0.0, 0.999)));
+  }
+  if (type == "resnet_basic_block") {
+    need_rank(f, in, 3, "[C, H, W]");
+    return make_resnet_basic_block(in[0], f.integer("out_channels", std::nullopt, 1),
+                                   static_cast<int>(f.integer("stride", 1, 1)));
+  }
+  if (type == "resnet_bottleneck_block") {
+    need_rank(f, in, 3, "[C, H, W]");
+    return make_resnet_bottleneck_block(in[0], f.integer("mid_channels", std::nullopt, 1),
+                                        f.integer("out_channels", std::nullopt, 1),
+                                        static_cast<int>(f.integer("stride", 1, 1)));
+  }
+  throw f.error("type", cat("'", type, "' is not a layer type; known: linear, conv2d, maxpool2d, avgpool2d, "
+                            "adaptive_avgpool2d, relu, gelu, dropout, batchnorm2d, layernorm, embedding, "
+                            "causal_self_attention, flatten, resnet_basic_block, resnet_bottleneck_block, "
+                            "transformer_block"));
+}
+
+UserError spec_error(const std::string& what) { return UserError(cat("model spec: ", what)); }
+
+Shape read_input_shape(const json& input) {
+  if (!input.is_object() || !input.contains("shape") || !input["shape"].is_array() || input["shape"].empty())
+    throw spec_error("field 'input' must be {\"shape\": [dims...]} with at least one dimension");
+  Shape s;
+  for (const json& d : input["shape"]) {
+    if (!d.is_number_integer() || d.get<int64_t>() <= 0)
+      throw spec_error(cat("field 'input.shape' must hold positive integers, got ", input["shape"].dump()));
+    s.push_back(d.get<int64_t>());
+  }
+  return s;
+}
+
+}  // namespace
+
+Model build_model(const json& spec) {
+  if (!spec.is_object()) throw spec_error("the spec must be a JSON object");
+  static const std::set<std::string> known = {"name", "input", "classes", "task", "layers", "description", "options"};
+  for (auto it = spec.begin(); it != spec.end(); ++it)
+    if (!known.count(it.key())) throw spec_error(cat("unknown top-level field '", it.key(), "'"));
+
+  Model m;
+  m.spec = spec;
+  m.name = spec.value("name", std::string("model"));
+  if (!spec.contains("input")) throw spec_error("field 'input' is required");
+  m.input_shape = read_input_shape(spec["input"]);
+  const std::string dtype = spec["input"].value("dtype", std::string("f32"));
+  if (dtype == "f32") m.input_dtype = DType::F32;
+  else if (dtype == "i32") m.input_dtype = DType::I32;
+  else throw spec_error(cat("field 'input.dtype' must be f32 or i32, got '", dtype, "'"));
+  const std::string task = spec.value("task", std::string("classification"));
+  if (task == "classification") m.task = Task::Classification;
+  else if (task == "language_model") m.task = Task::LanguageModel;
+  else throw spec_error(cat("field 'task' must be classification or language_model, got '", task, "'"));
+  if (!spec.contains("classes") || !spec["classes"].is_number_integer() || spec["classes"].get<int64_t>() < 2)
+    throw spec_error("field 'classes' must be an integer >= 2");
+  m.classes = spec["classes"].get<int64_t>();
+  if (!spec.contains("layers") || !spec["layers"].is_array() || spec["layers"].empty())
+    throw spec_error("field 'layers' must be a non-empty array");
+
+  Shape shape = m.input_shape;
+  DType dt = m.input_dtype;
+  std::set<std::string> names;
+  std::map<std::string, int> type_counts;
+  const json& layers = spec["layers"];
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const int idx = static_cast<int>(i);
+    const json& lj = layers[i];
+    if (!lj.is_object() || !lj.contains("type") || !lj["type"].is_string())
+      throw UserError(cat("model spec: layer ", idx, ": field 'type' is required (an object with a \"type\")"));
+    const std::string type = lj["type"].get<std::string>();
+    LayerFields fields(lj, idx, type);
+    std::string name;
+    if (lj.contains("name")) {
+      if (!lj["name"].is_string() || lj["name"].get<std::string>().empty())
+        throw fields.error("name", "must be a non-empty string");
+      name = lj["name"].get<std::string>();
+    } else {
+      name = cat(type, ++type_counts[type]);
+    }
+    if (!names.insert(name).second) throw fields.error("name", cat("'", name, "' is used by an earlier layer"));
+
+    LayerPtr layer = make_layer(type, fields, shape, dt);
+    fields.reject_unknown();
+    Shape out;
+    try {
+      out = layer->output_shape(shape);
+    } catch (const std::exception& e) {
+      throw fields.error(cat("cannot take input ", shape_str(shape), ": ", e.what()));
+    }
+    if (out.empty() || shape_numel(out) <= 0)
+      throw fields.error(cat("produces an empty output ", shape_str(out), " from input ", shape_str(shape)));
+    m.layers.push_back({name, std::move(layer), shape, out});
+    shape = out;
+    dt = DType::F32;
+  }
+
+  const int last = m.size() - 1;
+  Shape want = m.task == Task::Classification ? Shape{m.classes} : Shape{m.input_shape[0], m.classes};
+  if (m.task == Task::LanguageModel && (m.input_dtype != DType::I32 || m.input_shape.size() != 1))
+    throw spec_error("a language_model takes token ids: input {\"shape\": [T], \"dtype\": \"i32\"}");
+  if (shape != want)
+    throw UserError(cat("model spec: layer ", last, " (", m.layers.back().layer->type(), ") outputs ",
+                        shape_str(shape), " per sample, but a ", task, " model with ", m.classes,
+                        " classes must output ", shape_str(want)));
+  return m;
+}
+
+Model load_model_spec(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UserError(cat("cannot open model spec ", path));
+  json spec;
+  try {
+    spec = json::parse(in);
+  } catch (const json::exception& e) {
+    throw UserError(cat("model spec ", path, " is not valid JSON: ", e.what()));
+  }
+  try {
+    return build_model(spec);
+  } catch (const UserError& e) {
+    throw UserError(cat(path, ": ", e.what()));
+  }
+}
+
+}  // namespace pd

@@ -1,0 +1,68 @@
+#pragma once
+// Parameters and buffers of a contiguous range [first, last] of a model's
+// top-level layers - the whole model for `train`, one stage for `run`.
+// Tensors are named "{layer index}.{param name}" ("0.weight",
+// "4.conv1.weight") whichever range holds them, and a layer's initial
+// values depend only on (seed, layer index), so stages built separately
+// hold exactly the tensors a whole-model build would.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "models/model.h"
+
+namespace pd {
+
+class ParameterStore {
+ public:
+  ParameterStore() = default;
+  // Allocates and initialises layers [first, last] (init RNG: CounterRng(seed, layer index, 0)).
+  static ParameterStore create(const Model& m, int first, int last, uint64_t seed, Device d = Device::cpu());
+  static ParameterStore create(const Model& m, uint64_t seed, Device d = Device::cpu()) {
+    return create(m, 0, m.size() - 1, seed, d);
+  }
+
+  int first_layer() const { return first_; }
+  int last_layer() const { return last_; }
+  bool holds(int layer) const { return layer >= first_ && layer <= last_; }
+
+  // One layer's tensors (layer is the model's top-level index).
+  std::span<Tensor> params(int layer);
+  std::span<const Tensor> params(int layer) const;
+  std::span<Tensor> buffers(int layer) const;  // shared storage: writable from a const store
+
+  // Every parameter in layer order, for the optimizer.
+  std::vector<Tensor>& all_params() { return params_; }
+  const std::vector<Tensor>& all_params() const { return params_; }
+  const std::vector<Tensor>& all_buffers() const { return buffers_; }
+  const std::vector<std::string>& param_names() const { return param_names_; }
+  const std::vector<std::string>& buffer_names() const { return buffer_names_; }
+  int64_t param_count() const;      // elements
+  size_t param_bytes() const;
+
+  // A new weight version: parameters deep-copied, buffers (BatchNorm running
+  // statistics) shared - they are not versioned by weight stashing.
+  ParameterStore clone_params() const;
+  // Zero tensors shaped like the parameters (no buffers): gradients.
+  ParameterStore zeros_like_params() const;
+  void zero_params();
+  void copy_params_from(const ParameterStore& other);  // same layout
+
+  // Parameters then buffers, with their names: what --save writes.
+  NamedTensors named_tensors() const;
+  // Loads every tensor of this store by name from a file's tensors (others
+  // are ignored, so a whole-model file fills one stage). A missing name or a
+  // wrong shape is a UserError.
+  void load(const NamedTensors& tensors, const std::string& source);
+
+ private:
+  int first_ = 0, last_ = -1;
+  std::vector<Tensor> params_, buffers_;
+  std::vector<std::string> param_names_, buffer_names_;
+  // Index of layer first_+k's first tensor; one extra entry at the end.
+  std::vector<size_t> param_begin_, buffer_begin_;
+};
+
+}  // namespace pd

@@ -1,0 +1,20 @@
+#pragma once
+// The default cost model (the paper's, DESIGN.md §5): a stage of layers on
+// m replicas takes max(compute, weight sync) / m, a split costs 2·C for the
+// activation and its gradient, and every stage must fit in worker memory
+// (exact per-stage accounting of weight versions, gradient, optimizer state
+// and in-flight activations under 1F1B-RR).
+#include "planner/planned_stage.h"
+#include "planner/planner.h"
+#include "planner/planning_graph.h"
+
+namespace pd {
+
+// How one level's optimum is found. Both are exact; `automatic` picks the
+// table DP for small instances and the parametric search otherwise.
+enum class PaperAlgorithm { automatic, table, parametric };
+
+PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, const PlannerOptions& options,
+                           PaperAlgorithm algorithm = PaperAlgorithm::automatic);
+
+}  // namespace pd

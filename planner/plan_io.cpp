@@ -1,0 +1,230 @@
+// plan.json (DESIGN.md §5): writer, reader and consistency checks.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "planner/plan.h"
+
+namespace pd {
+namespace {
+
+using nlohmann::json;
+
+json topology_to_json(const Topology& t) {
+  json levels = json::array();
+  for (const auto& l : t.levels) levels.push_back({{"count", l.count}, {"bandwidth_GBps", l.bandwidth_GBps}});
+  return {{"levels", levels}, {"worker_memory_bytes", t.worker_memory_bytes}};
+}
+
+template <class T>
+T field(const json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end()) throw UserError(cat(where, ": missing \"", key, "\""));
+  try {
+    return it->get<T>();
+  } catch (const json::exception&) {
+    throw UserError(cat(where, ": \"", key, "\" has the wrong type: ", it->dump()));
+  }
+}
+
+template <class T>
+T optional_field(const json& j, const char* key, const T& fallback, const std::string& where) {
+  return j.contains(key) ? field<T>(j, key, where) : fallback;
+}
+
+Topology topology_from_json(const json& j, const std::string& where) {
+  Topology t;
+  if (!j.is_object() || !j.contains("levels") || !j["levels"].is_array())
+    throw UserError(cat(where, ": \"topology\" needs a \"levels\" array"));
+  for (const auto& l : j["levels"]) {
+    TopologyLevel level{field<int>(l, "count", where + ".levels"), field<double>(l, "bandwidth_GBps", where + ".levels")};
+    if (level.count < 1 || !(level.bandwidth_GBps > 0))
+      throw UserError(cat(where, ": topology levels need count >= 1 and bandwidth_GBps > 0"));
+    t.levels.push_back(level);
+  }
+  t.worker_memory_bytes = optional_field<uint64_t>(j, "worker_memory_bytes", 0, where);
+  return t;
+}
+
+}  // namespace
+
+int Plan::workers() const {
+  int total = 0;
+  for (const auto& s : stages) total += s.replicas;
+  return total;
+}
+
+int Plan::stage_of_rank(int rank) const {
+  for (const auto& s : stages)
+    for (int r : s.ranks)
+      if (r == rank) return s.index;
+  throw UserError(cat("rank ", rank, " is not part of the plan (", workers(), " workers)"));
+}
+
+std::string config_string(const std::vector<int>& replicas) {
+  std::string out;
+  for (size_t i = 0; i < replicas.size(); ++i) out += (i ? "-" : "") + std::to_string(replicas[i]);
+  return out;
+}
+
+json plan_to_json(const Plan& p) {
+  json stages = json::array();
+  for (const auto& s : p.stages) {
+    json stage = {{"index", s.index},
+                  {"layers", {s.first_layer, s.last_layer}},
+                  {"layer_names", s.layer_names},
+                  {"replicas", s.replicas},
+                  {"ranks", s.ranks},
+                  {"compute_s", s.compute_s},
+                  {"forward_s", s.forward_s},
+                  {"backward_s", s.backward_s},
+                  {"sync_s", s.sync_s},
+                  {"transfer_s", s.transfer_s},
+                  {"time_s", s.time_s},
+                  {"output_bytes", s.output_bytes},
+                  {"parameter_bytes", s.parameter_bytes},
+                  {"memory_bytes", s.memory_bytes},
+                  {"in_flight", s.in_flight}};
+    if (!s.nodes.empty()) stage["nodes"] = s.nodes;
+    stages.push_back(std::move(stage));
+  }
+  return {{"format", p.format},
+          {"profile",
+           {{"path", p.profile.path},
+            {"sha256", p.profile.sha256},
+            {"model", p.profile.model},
+            {"batch_size", p.profile.batch_size},
+            {"device", p.profile.device}}},
+          {"topology", topology_to_json(p.topology)},
+          {"cost_model", p.cost_model},
+          {"schedule", p.schedule},
+          {"config", p.config},
+          {"noam", p.noam},
+          {"state_space", p.state_space},
+          {"stages", std::move(stages)},
+          {"predicted",
+           {{"time_per_minibatch_s", p.time_per_minibatch_s},
+            {"throughput_samples_per_s", p.throughput_samples_per_s},
+            {"speedup_vs_single", p.speedup_vs_single},
+            {"speedup_vs_data_parallel", p.speedup_vs_data_parallel},
+            {"bottleneck_stage", p.bottleneck_stage}}},
+          {"baselines", {{"single_worker_s", p.single_worker_s}, {"data_parallel_s", p.data_parallel_s}}}};
+}
+
+Plan plan_from_json(const json& j, const std::string& source) {
+  if (!j.is_object()) throw UserError(cat(source, ": a plan must be a JSON object"));
+  Plan p;
+  p.format = field<std::string>(j, "format", source);
+  if (p.format != "pipedream-plan/1")
+    throw UserError(cat(source, ": \"format\" must be \"pipedream-plan/1\", got '", p.format, "'"));
+  if (j.contains("profile")) {
+    const json& prof = j["profile"];
+    std::string where = source + ": profile";
+    p.profile.path = optional_field<std::string>(prof, "path", "", where);
+    p.profile.sha256 = optional_field<std::string>(prof, "sha256", "", where);
+    p.profile.model = optional_field<std::string>(prof, "model", "", where);
+    p.profile.device = optional_field<std::string>(prof, "device", "", where);
+    p.profile.batch_size = optional_field<int>(prof, "batch_size", 0, where);
+  }
+  if (j.contains("topology")) p.topology = topology_from_json(j["topology"], source + ": topology");
+  p.cost_model = optional_field<std::string>(j, "cost_model", "paper", source);
+  p.schedule = optional_field<std::string>(j, "schedule", "1f1b-rr", source);
+  p.config = optional_field<std::string>(j, "config", "", source);
+  p.noam = optional_field<int>(j, "noam", 1, source);
+  p.state_space = optional_field<std::string>(j, "state_space", "", source);
+  if (!j.contains("stages") || !j["stages"].is_array() || j["stages"].empty())
+    throw UserError(cat(source, ": \"stages\" must be a non-empty array"));
+  std::vector<int> replicas;
+  for (size_t i = 0; i < j["stages"].size(); ++i) {
+    const json& js = j["stages"][i];
+    std::string where = cat(source, ": stages[", i, "]");
+    PlanStage s;
+    s.index = optional_field<int>(js, "index", int(i), where);
+    if (s.index != int(i)) throw UserError(cat(where, ": \"index\" must be ", i, ", got ", s.index));
+    auto layers = field<std::vector<int>>(js, "layers", where);
+    if (layers.size() != 2 || layers[0] > layers[1] || layers[0] < 0)
+      throw UserError(cat(where, ": \"layers\" must be [first, last] with first <= last"));
+    s.first_layer = layers[0];
+    s.last_layer = layers[1];
+    s.layer_names = optional_field<std::vector<std::string>>(js, "layer_names", {}, where);
+    s.nodes = optional_field<std::vector<int>>(js, "nodes", {}, where);
+    s.replicas = field<int>(js, "replicas", where);
+    s.ranks = field<std::vector<int>>(js, "ranks", where);
+    if (s.replicas < 1 || int(s.ranks.size()) != s.replicas)
+      throw UserError(cat(where, ": \"replicas\" (", s.replicas, ") must equal the number of \"ranks\" (", s.ranks.size(),
+                          ")"));
+    s.compute_s = optional_field<double>(js, "compute_s", 0, where);
+    s.forward_s = optional_field<double>(js, "forward_s", 0, where);
+    s.backward_s = optional_field<double>(js, "backward_s", 0, where);
+    s.sync_s = optional_field<double>(js, "sync_s", 0, where);
+    s.transfer_s = optional_field<double>(js, "transfer_s", 0, where);
+    s.time_s = optional_field<double>(js, "time_s", 0, where);
+    s.output_bytes = optional_field<uint64_t>(js, "output_bytes", 0, where);
+    s.parameter_bytes = optional_field<uint64_t>(js, "parameter_bytes", 0, where);
+    s.memory_bytes = optional_field<uint64_t>(js, "memory_bytes", 0, where);
+    s.in_flight = optional_field<int>(js, "in_flight", 1, where);
+    if (i > 0 && s.first_layer != p.stages.back().last_layer + 1)
+      throw UserError(cat(where, ": \"layers\" must start right after stage ", i - 1, "'s last layer (",
+                          p.stages.back().last_layer + 1, "), got ", s.first_layer));
+    if (i == 0 && s.first_layer != 0) throw UserError(cat(where, ": the first stage must start at layer 0"));
+    replicas.push_back(s.replicas);
+    p.stages.push_back(std::move(s));
+  }
+  int workers = p.workers();
+  std::vector<int> seen(workers, 0);
+  for (const auto& s : p.stages)
+    for (int r : s.ranks) {
+      if (r < 0 || r >= workers || seen[r]++)
+        throw UserError(cat(source, ": stages[", s.index, "]: rank ", r,
+                            " is out of range or repeated (ranks must be 0..", workers - 1, ", each once)"));
+    }
+  if (p.config.empty()) p.config = config_string(replicas);
+  if (p.config != config_string(replicas))
+    throw UserError(cat(source, ": \"config\" is '", p.config, "' but the stages' replicas give '",
+                        config_string(replicas), "'"));
+  if (j.contains("predicted")) {
+    const json& pr = j["predicted"];
+    std::string where = source + ": predicted";
+    p.time_per_minibatch_s = optional_field<double>(pr, "time_per_minibatch_s", 0, where);
+    p.throughput_samples_per_s = optional_field<double>(pr, "throughput_samples_per_s", 0, where);
+    p.speedup_vs_single = optional_field<double>(pr, "speedup_vs_single", 0, where);
+    p.speedup_vs_data_parallel = optional_field<double>(pr, "speedup_vs_data_parallel", 0, where);
+    p.bottleneck_stage = optional_field<int>(pr, "bottleneck_stage", 0, where);
+  }
+  if (j.contains("baselines")) {
+    const json& b = j["baselines"];
+    p.single_worker_s = optional_field<double>(b, "single_worker_s", 0, source + ": baselines");
+    p.data_parallel_s = optional_field<double>(b, "data_parallel_s", 0, source + ": baselines");
+  }
+  return p;
+}
+
+Plan read_plan(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UserError(cat(path, ": cannot open the plan"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(buffer.str());
+  } catch (const json::parse_error& e) {
+    throw UserError(cat(path, ": invalid JSON: ", e.what()));
+  }
+  return plan_from_json(j, path);
+}
+
+void write_plan(const Plan& p, const std::string& path) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) throw RuntimeFailure(cat("cannot write ", tmp));
+    out << plan_to_json(p).dump(2) << "\n";
+    if (!out) throw RuntimeFailure(cat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw RuntimeFailure(cat("cannot rename ", tmp, " to ", path));
+}
+
+}  // namespace pd

@@ -1,0 +1,26 @@
+#pragma once
+// What a cost model hands back: the stages of the optimal pipeline over the
+// planning graph, before they are turned into a Plan.
+#include <string>
+#include <vector>
+
+namespace pd {
+
+struct PlannedStage {
+  std::vector<int> nodes;  // planning-graph node indices
+  std::vector<int> ranks;  // workers running a replica of this stage
+  double time_s = 0;       // the stage's per-minibatch time under the cost model
+  double sync_s = 0;       // weight synchronisation per minibatch on one replica
+  double transfer_s = 0;   // activation + gradient transfer into the stage
+  double memory_bytes = 0;
+  int in_flight = 1;
+};
+
+struct PlannedPipeline {
+  std::vector<PlannedStage> stages;
+  double time_per_minibatch_s = 0;
+  double single_worker_s = 0, data_parallel_s = 0;
+  std::string state_space;  // "chain" | "antichain" | "topological-prefix"
+};
+
+}  // namespace pd

@@ -1,0 +1,117 @@
+// plan_pipeline: picks the cost model, then turns its stages into a Plan.
+#include "planner/planner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "planner/paper_model.h"
+#include "planner/pipedream_model.h"
+#include "planner/planning_graph.h"
+
+namespace pd {
+namespace {
+
+// Ranks are renumbered 0..R-1 in placement order (idle workers of a
+// --fewer-workers plan drop out).
+void compact_ranks(std::vector<PlannedStage>& stages) {
+  std::vector<int> all;
+  for (const auto& s : stages) all.insert(all.end(), s.ranks.begin(), s.ranks.end());
+  std::sort(all.begin(), all.end());
+  for (auto& s : stages)
+    for (int& r : s.ranks) r = int(std::lower_bound(all.begin(), all.end(), r) - all.begin());
+}
+
+PlanStage to_plan_stage(const Profile& profile, const PlanningGraph& g, const PlannedStage& s, int index) {
+  PlanStage out;
+  out.index = index;
+  out.replicas = int(s.ranks.size());
+  out.ranks = s.ranks;
+  std::vector<bool> inside(g.nodes.size(), false);
+  for (int v : s.nodes) inside[v] = true;
+  double params = 0;
+  for (int v : s.nodes) {
+    const PlanningNode& n = g.nodes[v];
+    out.forward_s += n.forward_s;
+    out.backward_s += n.backward_s;
+    params += n.parameter_bytes;
+    out.nodes.push_back(profile.nodes[n.profile_index].id);
+    out.layer_names.push_back(profile.nodes[n.profile_index].name);
+    // Every tensor leaving the stage is sent once per minibatch.
+    for (int o : g.out[v])
+      if (!inside[o]) {
+        out.output_bytes += uint64_t(n.output_bytes);
+        break;
+      }
+  }
+  out.compute_s = out.forward_s + out.backward_s;
+  out.parameter_bytes = uint64_t(params);
+  out.sync_s = s.sync_s;
+  out.transfer_s = s.transfer_s;
+  out.time_s = s.time_s;
+  out.memory_bytes = uint64_t(s.memory_bytes);
+  out.in_flight = s.in_flight;
+  return out;
+}
+
+}  // namespace
+
+Plan plan_pipeline(const Profile& profile, const Topology& topology, const PlannerOptions& options) {
+  if (topology.levels.empty() || topology.total_workers() < 1)
+    throw UserError("the topology has no workers: give --workers N (N >= 1) or a topology file with levels");
+  if (options.activation_compression_ratio && !(*options.activation_compression_ratio > 0))
+    throw UserError("--activation-compression-ratio must be positive");
+  PlanningGraph g = build_planning_graph(profile);
+  PlannedPipeline pipeline = options.cost_model == CostModel::pipedream ? plan_pipedream(g, topology, options)
+                                                                        : plan_paper(g, topology, options);
+  compact_ranks(pipeline.stages);
+  Plan plan;
+  plan.profile = {profile.source_path, profile.sha256, profile.model, profile.device, profile.batch_size};
+  plan.topology = topology;
+  if (options.memory_bytes) plan.topology.worker_memory_bytes = options.memory_bytes;
+  plan.cost_model = options.cost_model == CostModel::pipedream ? "pipedream" : "paper";
+  plan.state_space = pipeline.state_space;
+  std::vector<int> replicas;
+  for (size_t s = 0; s < pipeline.stages.size(); ++s) {
+    plan.stages.push_back(to_plan_stage(profile, g, pipeline.stages[s], int(s)));
+    replicas.push_back(plan.stages.back().replicas);
+  }
+  // Layer ranges: for a chain, positions in profile order; the nodes a
+  // PipeDream profile drops (its input, tuple unpacking) join the stage of
+  // their neighbour. For a DAG, ranges number the nodes stage by stage and
+  // `nodes` says which they are.
+  const int total_nodes = int(profile.nodes.size());
+  int next = 0;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    PlanStage& st = plan.stages[s];
+    int count = int(st.nodes.size());
+    if (s + 1 == plan.stages.size()) count = total_nodes - next;
+    else if (s == 0) count += int(g.dropped.size());
+    if (pipeline.state_space == "chain") {
+      // chain positions: the stage's nodes are consecutive in profile order
+      int last = 0;
+      for (int v : pipeline.stages[s].nodes) last = std::max(last, g.nodes[v].profile_index);
+      count = (s + 1 == plan.stages.size() ? total_nodes - 1 : last) - next + 1;
+      st.nodes.clear();
+    }
+    st.first_layer = next;
+    st.last_layer = next + std::max(count, 1) - 1;
+    next = st.last_layer + 1;
+  }
+  plan.config = config_string(replicas);
+  plan.noam = (plan.workers() + replicas[0] - 1) / replicas[0];
+  plan.time_per_minibatch_s = pipeline.time_per_minibatch_s;
+  double slowest = -1;
+  for (const auto& st : plan.stages)
+    if (st.time_s > slowest) slowest = st.time_s, plan.bottleneck_stage = st.index;
+  plan.single_worker_s = pipeline.single_worker_s;
+  plan.data_parallel_s = pipeline.data_parallel_s;
+  if (plan.time_per_minibatch_s > 0) {
+    plan.throughput_samples_per_s = profile.batch_size / plan.time_per_minibatch_s;
+    plan.speedup_vs_single = plan.single_worker_s / plan.time_per_minibatch_s;
+    plan.speedup_vs_data_parallel = plan.data_parallel_s / plan.time_per_minibatch_s;
+  }
+  return plan;
+}
+
+}  // namespace pd

@@ -1,0 +1,35 @@
+#pragma once
+// The planner's public entry: profile + topology -> the optimal pipeline
+// (PipeDream's partitioning with replication, DESIGN.md §5).
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "planner/plan.h"
+#include "planner/topology.h"
+#include "profiler/profile.h"
+
+namespace pd {
+
+enum class CostModel { paper, pipedream };
+
+struct PlannerOptions {
+  CostModel cost_model = CostModel::paper;
+  bool straight = false;        // no replication: one worker per stage
+  bool fewer_workers = false;   // the optimum may leave workers idle
+  // Per-worker memory limit in bytes; 0 takes the topology's, and 0 there
+  // means unlimited.
+  uint64_t memory_bytes = 0;
+  // PipeDream's --activation_compression_ratio; unset: the pipedream model
+  // ignores activation transfer (the paper model always counts it).
+  std::optional<double> activation_compression_ratio;
+  // DAG profiles: the antichain state space is used when it has at most
+  // this many states, else prefixes of a topological order.
+  int max_antichain_states = 20000;
+};
+
+// Throws UserError when no allocation fits (message names the smallest
+// memory per worker / worker count that would work).
+Plan plan_pipeline(const Profile& profile, const Topology& topology, const PlannerOptions& options);
+
+}  // namespace pd

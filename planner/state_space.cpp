@@ -1,0 +1,106 @@
+#include "planner/state_space.h"
+
+#include <algorithm>
+#include <map>
+
+namespace pd {
+namespace {
+
+void add_state(StateSpace& s, const PlanningGraph& g, const std::vector<int>& nodes_in_state,
+               const std::vector<char>& inside) {
+  double c = 0, p = 0, a = 0, o = 0, x = 0;
+  for (int v : nodes_in_state) {
+    const PlanningNode& n = g.nodes[v];
+    c += n.forward_s + n.backward_s;
+    p += n.parameter_bytes;
+    a += n.activation_bytes;
+    o += n.optimizer_state_bytes;
+    for (int w : g.out[v])
+      if (!inside[w]) {
+        x += n.output_bytes;
+        break;
+      }
+  }
+  s.compute.push_back(c), s.parameters.push_back(p), s.activations.push_back(a);
+  s.optimizer_state.push_back(o), s.cut_bytes.push_back(x);
+}
+
+StateSpace prefix_space(const PlanningGraph& g, const std::string& kind) {
+  StateSpace s;
+  s.kind = kind;
+  const int n = int(g.nodes.size());
+  std::vector<char> inside(n, 0);
+  s.order.resize(n);
+  for (int v = 0; v < n; ++v) s.order[v] = v;
+  double c = 0, p = 0, a = 0, o = 0;
+  s.compute = {0}, s.parameters = {0}, s.activations = {0}, s.optimizer_state = {0}, s.cut_bytes = {0};
+  // Cut bytes: a node's output crosses cut t while some consumer is after t.
+  std::vector<double> delta(n + 2, 0);
+  for (int v = 0; v < n; ++v) {
+    int last_consumer = v;
+    for (int w : g.out[v]) last_consumer = std::max(last_consumer, w);
+    if (last_consumer > v) delta[v + 1] += g.nodes[v].output_bytes, delta[last_consumer + 1] -= g.nodes[v].output_bytes;
+  }
+  double crossing = 0;
+  for (int t = 1; t <= n; ++t) {
+    const PlanningNode& node = g.nodes[t - 1];
+    c += node.forward_s + node.backward_s, p += node.parameter_bytes, a += node.activation_bytes;
+    o += node.optimizer_state_bytes;
+    crossing += delta[t];
+    s.compute.push_back(c), s.parameters.push_back(p), s.activations.push_back(a), s.optimizer_state.push_back(o);
+    s.cut_bytes.push_back(t == n ? 0 : crossing);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<int> StateSpace::stage_nodes(int k, int j) const {
+  std::vector<int> out;
+  if (members.empty()) {
+    for (int t = k; t < j; ++t) out.push_back(order[t]);
+    return out;
+  }
+  members[j].for_each([&](size_t v) {
+    if (!members[k].test(v)) out.push_back(int(v));
+  });
+  return out;
+}
+
+StateSpace build_state_space(const PlanningGraph& g, int max_states) {
+  if (g.is_chain()) return prefix_space(g, "chain");
+  const int n = int(g.nodes.size());
+  // Breadth-first over down-sets: add one node whose producers are all in.
+  std::vector<DynamicBitset> sets = {DynamicBitset(n)};
+  std::map<std::vector<uint64_t>, int> seen = {{sets[0].words(), 0}};
+  for (size_t s = 0; s < sets.size(); ++s) {
+    for (int v = 0; v < n; ++v) {
+      if (sets[s].test(v)) continue;
+      bool ready = true;
+      for (int u : g.in[v]) ready &= sets[s].test(u);
+      if (!ready) continue;
+      DynamicBitset next = sets[s];
+      next.set(v);
+      if (seen.emplace(next.words(), int(sets.size())).second) sets.push_back(next);
+      if (int(sets.size()) > max_states) return prefix_space(g, "topological-prefix");
+    }
+  }
+  // BFS by size already orders the states by size: nested states come first.
+  StateSpace space;
+  space.kind = "antichain";
+  std::vector<char> inside(n);
+  for (const auto& set : sets) {
+    std::vector<int> nodes;
+    for (int v = 0; v < n; ++v) inside[v] = set.test(v);
+    set.for_each([&](size_t v) { nodes.push_back(int(v)); });
+    add_state(space, g, nodes, inside);
+  }
+  space.members = sets;
+  space.nested_in.resize(sets.size());
+  for (size_t j = 0; j < sets.size(); ++j)
+    for (size_t k = 0; k < j; ++k)
+      if (sets[k].count() < sets[j].count() && sets[k].subset_of(sets[j])) space.nested_in[j].push_back(int(k));
+  return space;
+}
+
+}  // namespace pd

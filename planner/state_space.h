@@ -1,0 +1,34 @@
+#pragma once
+// States for the paper cost model: nested sets of nodes ("everything before
+// the cut"). A stage is the difference of two nested states.
+//   chain:              prefixes of the chain (exact)
+//   antichain:          every down-set of the DAG, i.e. every antichain cut (exact)
+//   topological-prefix: prefixes of one topological order (when the down-sets
+//                       are too many; a stage is then a contiguous range)
+#include <string>
+#include <vector>
+
+#include "planner/bitset.h"
+#include "planner/planning_graph.h"
+
+namespace pd {
+
+struct StateSpace {
+  std::string kind;
+  // Prefix sums over each state's nodes; state 0 is empty, the last is all.
+  std::vector<double> compute, parameters, activations, optimizer_state;
+  std::vector<double> cut_bytes;  // bytes of every tensor crossing the cut
+  // Empty for chain and topological-prefix (every earlier state nests);
+  // for down-sets, the states strictly contained in each state.
+  std::vector<std::vector<int>> nested_in;
+  std::vector<DynamicBitset> members;  // antichain space only
+  std::vector<int> order;              // topological order (prefix spaces)
+  int size() const { return int(compute.size()); }
+  bool all_earlier_nest() const { return nested_in.empty(); }
+  // Planning-graph nodes of the stage between states k < j.
+  std::vector<int> stage_nodes(int k, int j) const;
+};
+
+StateSpace build_state_space(const PlanningGraph& g, int max_states);
+
+}  // namespace pd

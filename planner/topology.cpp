@@ -1,0 +1,119 @@
+// Cluster topology: levels innermost first; ranks are numbered so that the
+// workers of one innermost group are consecutive.
+#include "planner/topology.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace pd {
+namespace {
+
+// Smallest level whose groups contain both ranks (levels.size() when none).
+size_t common_level(const Topology& t, int a, int b) {
+  long long group = 1;
+  for (size_t l = 0; l < t.levels.size(); ++l) {
+    group *= t.levels[l].count;
+    if (a / group == b / group) return l;
+  }
+  return t.levels.size();
+}
+
+}  // namespace
+
+int Topology::total_workers() const {
+  long long total = 1;
+  for (const auto& l : levels) total *= l.count;
+  return levels.empty() ? 0 : int(total);
+}
+
+double Topology::bandwidth_between(int rank_a, int rank_b) const {
+  if (rank_a == rank_b) return std::numeric_limits<double>::infinity();
+  size_t l = common_level(*this, rank_a, rank_b);
+  PD_CHECK(l < levels.size(), "ranks ", rank_a, " and ", rank_b, " are outside the topology");
+  return levels[l].bandwidth_GBps;
+}
+
+double Topology::group_bandwidth(const std::vector<int>& ranks) const {
+  double slowest = std::numeric_limits<double>::infinity();
+  for (size_t i = 1; i < ranks.size(); ++i) slowest = std::min(slowest, bandwidth_between(ranks[0], ranks[i]));
+  return slowest;
+}
+
+Topology flat_topology(int workers, double bandwidth_GBps) {
+  if (workers <= 0) throw UserError(cat("--workers must be at least 1, got ", workers));
+  if (!(bandwidth_GBps > 0) || !std::isfinite(bandwidth_GBps))
+    throw UserError(cat("--bandwidth must be a positive number of GB/s, got ", bandwidth_GBps));
+  Topology t;
+  t.levels.push_back({workers, bandwidth_GBps});
+  return t;
+}
+
+uint64_t parse_size(const std::string& s) {
+  std::string text = s;
+  text.erase(std::remove_if(text.begin(), text.end(), [](unsigned char c) { return std::isspace(c); }), text.end());
+  size_t unit_at = 0;
+  while (unit_at < text.size() && (std::isdigit(static_cast<unsigned char>(text[unit_at])) || text[unit_at] == '.' ||
+                                   text[unit_at] == 'e' && unit_at + 1 < text.size() &&
+                                       std::isdigit(static_cast<unsigned char>(text[unit_at + 1]))))
+    ++unit_at;
+  std::string number = text.substr(0, unit_at), unit = text.substr(unit_at);
+  for (auto& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 0;
+  const std::pair<const char*, double> units[] = {
+      {"", 1},       {"b", 1},         {"kb", 1e3},      {"mb", 1e6},      {"gb", 1e9},     {"tb", 1e12},
+      {"kib", 1024.}, {"mib", 1048576.}, {"gib", 1073741824.}, {"tib", 1099511627776.}};
+  for (auto [name, value] : units)
+    if (unit == name) scale = value;
+  char* end = nullptr;
+  double v = number.empty() ? -1 : std::strtod(number.c_str(), &end);
+  if (scale == 0 || number.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || v * scale > 1.8e19)
+    throw UserError(cat("'", s, "' is not a size: use bytes (4000000000) or a suffix (4GB, 16GiB, 512MB)"));
+  return uint64_t(std::llround(v * scale));
+}
+
+Topology read_topology(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UserError(cat(path, ": cannot open the topology file"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(buffer.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UserError(cat(path, ": invalid JSON: ", e.what()));
+  }
+  if (!j.is_object() || !j.contains("levels") || !j["levels"].is_array() || j["levels"].empty())
+    throw UserError(cat(path, ": expected {\"levels\": [{\"count\": N, \"bandwidth_GBps\": B}, ...]}"));
+  Topology t;
+  long long total = 1;
+  for (size_t i = 0; i < j["levels"].size(); ++i) {
+    const auto& level = j["levels"][i];
+    std::string where = cat(path, ": levels[", i, "]");
+    if (!level.is_object() || !level.contains("count") || !level["count"].is_number_integer() ||
+        level["count"].get<long long>() < 1)
+      throw UserError(cat(where, ": \"count\" must be a positive integer"));
+    if (!level.contains("bandwidth_GBps") || !level["bandwidth_GBps"].is_number() ||
+        !(level["bandwidth_GBps"].get<double>() > 0))
+      throw UserError(cat(where, ": \"bandwidth_GBps\" must be a positive number (10^9 bytes/s)"));
+    t.levels.push_back({level["count"].get<int>(), level["bandwidth_GBps"].get<double>()});
+    total *= t.levels.back().count;
+    if (total > (1 << 24)) throw UserError(cat(path, ": more than 16M workers"));
+  }
+  if (j.contains("worker_memory_bytes")) {
+    const auto& m = j["worker_memory_bytes"];
+    if (m.is_string()) t.worker_memory_bytes = parse_size(m.get<std::string>());
+    else if (m.is_number() && m.get<double>() >= 0) t.worker_memory_bytes = uint64_t(m.get<double>());
+    else throw UserError(cat(path, ": \"worker_memory_bytes\" must be a size (bytes or \"80GB\")"));
+  }
+  return t;
+}
+
+}  // namespace pd

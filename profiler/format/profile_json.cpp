@@ -1,0 +1,189 @@
+// Our profile.json format (DESIGN.md §4), its writer, and format detection.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "profiler/format/profile_graph.h"
+#include "profiler/profile.h"
+
+namespace pd {
+namespace {
+
+using nlohmann::json;
+
+int line_at(const std::string& text, size_t offset) {
+  int line = 1;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) line += text[i] == '\n';
+  return line;
+}
+
+// nlohmann::json keeps no positions; find the line of a node by its id so
+// that messages still point into the file.
+std::string node_location(const std::string& text, const std::string& source, int id) {
+  std::smatch m;
+  std::regex pattern("\"id\"\\s*:\\s*" + std::to_string(id) + "(?![0-9.])");
+  if (std::regex_search(text, m, pattern)) return cat(source, ":", line_at(text, m.position(0)));
+  return source;
+}
+
+std::string key_location(const std::string& text, const std::string& source, const std::string& key) {
+  size_t at = text.find("\"" + key + "\"");
+  return at == std::string::npos ? source : cat(source, ":", line_at(text, at));
+}
+
+double number_field(const json& obj, const char* key, const std::string& where, bool required) {
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    if (required) throw UserError(cat(where, ": missing \"", key, "\""));
+    return 0;
+  }
+  if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0)
+    throw UserError(cat(where, ": \"", key, "\" must be a non-negative number, got ", it->dump()));
+  return it->get<double>();
+}
+
+uint64_t bytes_field(const json& obj, const char* key, const std::string& where, bool required) {
+  double v = number_field(obj, key, where, required);
+  if (v != std::floor(v)) throw UserError(cat(where, ": \"", key, "\" must be a whole number of bytes"));
+  return uint64_t(v);
+}
+
+std::string string_field(const json& obj, const char* key, const std::string& fallback) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+}  // namespace
+
+bool Profile::is_chain() const {
+  if (edges.size() + 1 != nodes.size()) return false;
+  for (size_t i = 0; i < edges.size(); ++i)
+    if (edges[i].first != nodes[i].id || edges[i].second != nodes[i + 1].id) return false;
+  return true;
+}
+
+Profile parse_profile_json(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw UserError(cat(source, ":", line_at(text, e.byte == 0 ? 0 : e.byte - 1), ": invalid JSON: ", e.what()));
+  }
+  if (!j.is_object()) throw UserError(cat(source, ":1: a profile must be a JSON object"));
+  Profile p;
+  p.source_path = source;
+  p.source_kind = "json";
+  p.format = string_field(j, "format", "");
+  if (p.format != "pipedream-profile/1")
+    throw UserError(cat(key_location(text, source, "format"), ": expected \"format\": \"pipedream-profile/1\", got '",
+                        p.format, "'"));
+  p.model = string_field(j, "model", "");
+  p.device = string_field(j, "device", "cpu");
+  p.dtype = string_field(j, "dtype", "f32");
+  std::string top = source;
+  p.batch_size = int(number_field(j, "batch_size", key_location(text, source, "batch_size"), true));
+  if (p.batch_size <= 0) throw UserError(cat(key_location(text, source, "batch_size"), ": batch_size must be positive"));
+  p.threads = j.contains("threads") ? int(number_field(j, "threads", top, false)) : 1;
+  p.step_forward_backward_ms = number_field(j, "step_forward_backward_ms", top, false);
+  auto nodes = j.find("nodes");
+  if (nodes == j.end() || !nodes->is_array())
+    throw UserError(cat(source, ": missing \"nodes\" array"));
+  for (size_t i = 0; i < nodes->size(); ++i) {
+    const json& n = (*nodes)[i];
+    std::string where = cat(source, ": nodes[", i, "]");
+    if (!n.is_object() || !n.contains("id") || !n["id"].is_number_integer())
+      throw UserError(cat(where, ": each node needs an integer \"id\""));
+    ProfileNode node;
+    node.id = n["id"].get<int>();
+    where = cat(node_location(text, source, node.id), ": node ", node.id);
+    node.name = string_field(n, "name", cat("node", node.id));
+    node.op = string_field(n, "op", "");
+    node.forward_ms = number_field(n, "forward_ms", where, true);
+    node.backward_ms = number_field(n, "backward_ms", where, true);
+    node.forward_p90_ms = number_field(n, "forward_p90_ms", where, false);
+    node.backward_p90_ms = number_field(n, "backward_p90_ms", where, false);
+    node.output_bytes = bytes_field(n, "output_bytes", where, true);
+    node.activation_bytes = bytes_field(n, "activation_bytes", where, true);
+    node.parameter_bytes = bytes_field(n, "parameter_bytes", where, true);
+    node.optimizer_state_bytes = bytes_field(n, "optimizer_state_bytes", where, false);
+    node.source_line = int(i) + 1;
+    p.nodes.push_back(std::move(node));
+  }
+  auto edges = j.find("edges");
+  std::string edges_where = key_location(text, source, "edges");
+  if (edges == j.end()) {
+    if (p.nodes.size() > 1) throw UserError(cat(source, ": missing \"edges\" (a chain lists [i, i+1] pairs)"));
+  } else {
+    if (!edges->is_array()) throw UserError(cat(edges_where, ": \"edges\" must be an array of [from, to] pairs"));
+    for (const json& e : *edges) {
+      if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || !e[1].is_number_integer())
+        throw UserError(cat(edges_where, ": each edge must be [from id, to id], got ", e.dump()));
+      p.edges.emplace_back(e[0].get<int>(), e[1].get<int>());
+    }
+  }
+  profile_detail::SourceLocator locate{
+      [&](int i) { return node_location(text, source, p.nodes[i].id); },
+      [&](int e) { return cat(edges_where, ": edges[", e, "]"); }};
+  profile_detail::validate_graph(p, locate, /*reorder_topologically=*/false);
+  return p;
+}
+
+Profile read_profile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(cat(path, ": cannot open the profile"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string text = buffer.str();
+  size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) throw UserError(cat(path, ":1: the profile is empty (no nodes)"));
+  // JSON starts with '{'; graph.txt with a node line.
+  Profile p = text[first] == '{' ? parse_profile_json(text, path) : parse_graph_txt(text, path);
+  p.sha256 = sha256_hex(text);
+  return p;
+}
+
+void write_profile_json(const Profile& p, const std::string& path) {
+  json nodes = json::array();
+  for (const auto& n : p.nodes) {
+    json node = {{"id", n.id},
+                 {"name", n.name},
+                 {"op", n.op},
+                 {"forward_ms", n.forward_ms},
+                 {"backward_ms", n.backward_ms},
+                 {"output_bytes", n.output_bytes},
+                 {"activation_bytes", n.activation_bytes},
+                 {"parameter_bytes", n.parameter_bytes},
+                 {"optimizer_state_bytes", n.optimizer_state_bytes}};
+    if (n.forward_p90_ms > 0 || n.backward_p90_ms > 0) {
+      node["forward_p90_ms"] = n.forward_p90_ms;
+      node["backward_p90_ms"] = n.backward_p90_ms;
+    }
+    nodes.push_back(std::move(node));
+  }
+  json edges = json::array();
+  for (auto [a, b] : p.edges) edges.push_back({a, b});
+  json j = {{"format", "pipedream-profile/1"},
+            {"model", p.model},
+            {"batch_size", p.batch_size},
+            {"device", p.device},
+            {"dtype", p.dtype},
+            {"threads", p.threads},
+            {"step_forward_backward_ms", p.step_forward_backward_ms},
+            {"nodes", std::move(nodes)},
+            {"edges", std::move(edges)}};
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw RuntimeFailure(cat("cannot write ", tmp));
+    out << j.dump(1) << "\n";
+    if (!out) throw RuntimeFailure(cat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw RuntimeFailure(cat("cannot rename ", tmp, " to ", path));
+}
+
+}  // namespace pd

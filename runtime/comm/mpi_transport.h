@@ -1,0 +1,70 @@
+#pragma once
+// MpiTransport: the Transport over MPI for host-memory tensors.
+//
+// One communication thread owns every MPI call after initialization. The
+// executor's threads hand it work through a queue and block on condition
+// variables, never in MPI. Why a dedicated thread rather than
+// MPI_THREAD_MULTIPLE with calls from every thread:
+//  - Open MPI 4 has no asynchronous progress for shared memory/TCP ("OMPI
+//    progress: no" in ompi_info): a non-blocking transfer only moves while
+//    someone calls into MPI. A thread that keeps testing its requests is
+//    what makes communication overlap compute; given that thread, letting
+//    other threads call MPI too only adds lock contention.
+//  - Waits with deadlines (timeouts naming the silent peer) and the abort
+//    notice to peers are easy when one thread sees every request.
+//  - It needs only MPI_THREAD_SERIALIZED, which every MPI provides.
+// The thread polls hot while someone is blocked in wait() or right after
+// traffic, and otherwise every ~50 us, so it costs little CPU while the
+// compute threads run.
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "runtime/comm/transport.h"
+
+namespace pd {
+
+class MpiEngine;  // the communication thread and its requests
+
+class MpiTransport final : public Transport {
+ public:
+  // Initializes MPI (unless the program already did) and starts the
+  // communication thread. One per process. Also installs the SIGINT/SIGTERM
+  // handlers (install_stop_signal_handlers).
+  explicit MpiTransport(double timeout_s = 60.0);
+  // Normal exit: finishes pending operations, then MPI_Finalize. During
+  // exception unwinding or after a failure: abort() instead, so that no
+  // peer is left waiting for this rank.
+  ~MpiTransport() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+  std::string name() const override { return "mpi"; }
+  std::string host_of(int rank) const override;
+
+  Request isend(const Tensor& t, int peer, int tag, int64_t meta = 0) override;
+  Request irecv(Tensor into, int peer, int tag) override;
+  Request irecv_any(int peer, int tag) override;
+  int max_tag() const override;
+
+  std::shared_ptr<CommGroup> make_group(std::vector<int> ranks) override;
+  Request iall_reduce(CommGroup& g, std::vector<Tensor> tensors, ReduceOp op) override;
+
+  void set_timeout(double seconds) override;
+  double timeout() const override;
+  [[noreturn]] void abort(const std::string& reason, int exit_code = 1) override;
+
+  // Runs fn on the communication thread (the only thread allowed to call
+  // MPI) with MPI_COMM_WORLD and waits for it; for bootstrapping other
+  // transports (e.g. broadcasting an NCCL unique id).
+  void run_on_comm_thread(const std::function<void()>& fn);
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<std::string> hosts_;
+  std::unique_ptr<MpiEngine> engine_;
+  bool we_initialized_mpi_ = false;
+};
+
+}  // namespace pd

@@ -1,0 +1,93 @@
+#include "runtime/metrics.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+
+#include "core/error.h"
+
+namespace pd {
+
+MetricsWriter::MetricsWriter(const std::string& path) {
+  if (path.empty()) return;
+  file_.reset(std::fopen(path.c_str(), "w"));
+  if (!file_) throw UserError(cat("cannot create metrics file ", path, ": ", std::strerror(errno)));
+}
+
+void MetricsWriter::write(const nlohmann::json& line) {
+  if (!file_) return;
+  std::string s = line.dump() + "\n";
+  std::fwrite(s.data(), 1, s.size(), file_.get());
+  std::fflush(file_.get());
+}
+
+void MetricsWriter::step(int64_t step, int64_t epoch, double loss, double samples_per_s) {
+  write({{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", loss}, {"samples_per_s", samples_per_s}});
+}
+
+void MetricsWriter::eval(int64_t epoch, double test_loss, double test_accuracy) {
+  write({{"event", "eval"}, {"epoch", epoch}, {"test_loss", test_loss}, {"test_accuracy", test_accuracy}});
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  int64_t s = static_cast<int64_t>(std::llround(seconds));
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                               static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  else std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  return buf;
+}
+
+bool ProgressBar::stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
+
+ProgressBar::ProgressBar(int64_t total_steps, bool enabled)
+    : total_(total_steps), enabled_(enabled), start_(std::chrono::steady_clock::now()) {}
+
+void ProgressBar::update(int64_t done_steps, int64_t epoch, double loss, double samples_per_s) {
+  done_ = done_steps;
+  epoch_ = epoch;
+  loss_ = loss;
+  rate_ = samples_per_s;
+  if (!enabled_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (drawn_ && done_ < total_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
+  draw();
+}
+
+void ProgressBar::draw() {
+  constexpr int kWidth = 30;
+  const double frac = total_ > 0 ? static_cast<double>(done_) / static_cast<double>(total_) : 0.0;
+  const int filled = static_cast<int>(frac * kWidth);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double eta = done_ > 0 ? elapsed * static_cast<double>(total_ - done_) / static_cast<double>(done_) : NAN;
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.append(static_cast<size_t>(kWidth - filled), '.');
+  char line[256];
+  std::snprintf(line, sizeof line, "\r[%s] %lld/%lld epoch %lld loss %.4f %.0f samples/s ETA %s\x1b[K", bar.c_str(),
+                static_cast<long long>(done_), static_cast<long long>(total_), static_cast<long long>(epoch_), loss_,
+                rate_, format_duration(eta).c_str());
+  std::cerr << line << std::flush;
+  drawn_ = true;
+}
+
+void ProgressBar::message(const std::string& line) {
+  if (enabled_ && drawn_) std::cerr << "\r\x1b[K";
+  std::cerr << line << "\n";
+  if (enabled_ && drawn_) draw();
+  std::cerr << std::flush;
+}
+
+void ProgressBar::finish() {
+  if (enabled_ && drawn_) {
+    draw();
+    std::cerr << "\n" << std::flush;
+  }
+  drawn_ = false;
+}
+
+}  // namespace pd

@@ -1,0 +1,61 @@
+#pragma once
+// Training telemetry shared by `train` and `run`: a JSON-lines metrics file
+// and a one-line progress bar (loss, throughput, ETA) drawn on stderr only
+// when stderr is a terminal.
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace pd {
+
+// One JSON object per line, flushed per line so a crashed run keeps its
+// log. An empty path gives a writer that drops everything.
+class MetricsWriter {
+ public:
+  MetricsWriter() = default;
+  explicit MetricsWriter(const std::string& path);  // UserError when it cannot be created
+  bool enabled() const { return file_ != nullptr; }
+  void write(const nlohmann::json& line);
+  // {"event":"step","step","epoch","loss","samples_per_s"}
+  void step(int64_t step, int64_t epoch, double loss, double samples_per_s);
+  // {"event":"eval","epoch","test_loss","test_accuracy"}
+  void eval(int64_t epoch, double test_loss, double test_accuracy);
+
+ private:
+  struct Closer {
+    void operator()(std::FILE* f) const { if (f) std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, Closer> file_;
+};
+
+// "[#####.....] 312/1874 epoch 1 loss 0.4123 2310 samples/s ETA 0:41"
+class ProgressBar {
+ public:
+  // enabled defaults to "stderr is a terminal".
+  explicit ProgressBar(int64_t total_steps, bool enabled = stderr_is_terminal());
+  static bool stderr_is_terminal();
+  bool enabled() const { return enabled_; }
+  // Redraws at most ~10 times a second (and always at the last step).
+  void update(int64_t done_steps, int64_t epoch, double loss, double samples_per_s);
+  // Prints a line above the bar (e.g. an evaluation result); always shown.
+  void message(const std::string& line);
+  void finish();  // ends the bar's line
+
+ private:
+  void draw();
+  int64_t total_;
+  bool enabled_;
+  bool drawn_ = false;
+  int64_t done_ = 0, epoch_ = 0;
+  double loss_ = 0, rate_ = 0;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+};
+
+// "1:02:03" / "4:05"
+std::string format_duration(double seconds);
+
+}  // namespace pd

@@ -1,0 +1,200 @@
+#pragma once
+// Per-worker action lists for pipeline-parallel training (DESIGN.md §6).
+//
+// A Schedule is built once from a plan and options; it holds O(workers)
+// state. Each worker's actions come from an ActionCursor that yields them
+// one at a time in execution order, so neither the runtime nor the
+// simulator ever stores minibatches x workers actions (actions() gives the
+// whole list when that is convenient, e.g. in tests or for printing).
+//
+// Routing. Stage s has r_s replicas (plan.stages[s].ranks). In 1f1b-rr,
+// minibatch m runs on replica m mod r_s of every stage, so replica
+// (m mod r_s) of stage s sends m's activation to replica (m mod r_{s+1}) of
+// stage s+1 and the gradient comes back the same way. In the flush
+// schedules, microbatch i of every batch runs on replica i mod r_s.
+//
+// Order. A worker runs a forward whenever it has one left and fewer than
+// its in-flight limit minibatches are between F and B, otherwise a
+// backward. The limit is warmup(s) + 1 for 1f1b-rr and 1f1b-flush with
+// warmup(s) = (R - 1 - sum_{t<s} r_t) div r_s, and unlimited for gpipe
+// (all forwards of a batch, then all backwards). Backwards run in the
+// order of their forwards.
+//
+// Versions. A weight version is the number of minibatches the stage's
+// weights have absorbed (version 0: the initial weights).
+//  - 1f1b-rr, unreplicated stage: every B is followed by an OptimizerStep
+//    that creates version (previous + 1).
+//  - 1f1b-rr, replicated stage (r > 1): update round j gathers the j-th
+//    backward of every replica: each replica runs AllReduce(round j) and
+//    then OptimizerStep(round j) right after its j-th backward. The round
+//    absorbs gradient_count = min(r, M - j*r) minibatches (a replica that
+//    has no j-th minibatch - only possible in the last round - still takes
+//    part with a zero gradient, after its last backward). So after round j
+//    every replica holds version min(M, (j+1)*r): versions of a replicated
+//    stage are multiples of r, identical on all replicas.
+//  - gpipe / 1f1b-flush: `minibatch` in an action is the batch index b and
+//    `microbatch` the microbatch index i within it; each batch ends with one
+//    (AllReduce +) OptimizerStep absorbing the whole batch, so version counts
+//    batches: every F and B of batch b uses version b and the step of batch
+//    b creates version b + 1 (gradient_count = M microbatches).
+// Weight policies (1f1b-rr only; the flush schedules are always `stash`):
+//  - stash:    F(m) uses the newest version; B(m) uses the same one.
+//  - vertical: v(m) = the version stage 0 had when F(m) started; every stage
+//              runs F(m) and B(m) on its newest version that absorbed <= v(m)
+//              minibatches, i.e. floor(v(m) / r_s) * r_s. Unreplicated:
+//              v(m) = max(0, m - NOAM + 1).
+//  - none:     F(m) uses the newest version, B(m) the newest at B time.
+// Unreplicated stash: stage s runs F(m) and B(m) on max(0, m - (S-1-s)).
+//
+// Gradient averaging: OptimizerStep.gradient_count is the number of
+// minibatch (or microbatch) gradients summed into the update, across the
+// replica group (AllReduce sums). The runtime divides the summed gradient by
+// it, so a replicated round and a flush batch are plain averages.
+//
+// Tags: tag = 2 * (minibatch * microbatches + microbatch) + (gradient ? 1 : 0)
+// (microbatches = 1 and microbatch = 0 for 1f1b-rr). A tag is unique per
+// (sender, receiver, direction); between any two ranks messages are sent in
+// the order they are received, so a transport whose tags are bounded (MPI
+// guarantees only 32767) may reduce them modulo its bound.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/plan.h"
+
+namespace pd {
+
+enum class ScheduleKind { OneFOneBRoundRobin, GPipe, OneFOneBFlush };
+enum class WeightPolicy { Stash, Vertical, None };
+
+// "1f1b-rr" | "gpipe" | "1f1b-flush"; throws UserError otherwise.
+ScheduleKind parse_schedule_kind(const std::string& s);
+std::string to_string(ScheduleKind k);
+// "stash" | "vertical" | "none"; throws UserError otherwise.
+WeightPolicy parse_weight_policy(const std::string& s);
+std::string to_string(WeightPolicy p);
+bool is_flush(ScheduleKind k);
+
+struct ScheduleOptions {
+  ScheduleKind kind = ScheduleKind::OneFOneBRoundRobin;
+  WeightPolicy policy = WeightPolicy::Stash;
+  int microbatches = 1;      // per batch, flush schedules only (1f1b-rr: 1)
+  int64_t minibatches = 0;   // 1f1b-rr: minibatches; flush: batches (updates)
+};
+
+enum class ActionKind : uint8_t {
+  Forward,         // F: minibatch, microbatch, weight_version
+  Backward,        // B: minibatch, microbatch, weight_version
+  SendActivation,  // to peer (next stage), tag
+  RecvActivation,  // from peer (previous stage), tag; precedes its Forward
+  SendGradient,    // to peer (previous stage), tag
+  RecvGradient,    // from peer (next stage), tag; precedes its Backward
+  AllReduce,       // sum gradients over the stage's replicas (plan ranks), round
+  OptimizerStep,   // apply the (summed / gradient_count) gradient, round
+};
+const char* to_string(ActionKind k);
+
+struct Action {
+  ActionKind kind = ActionKind::Forward;
+  int microbatch = 0;           // flush: index within the batch; 1f1b-rr: 0
+  int64_t minibatch = -1;       // F/B/Send/Recv: minibatch (1f1b-rr) or batch (flush)
+  int peer = -1;                // Send/Recv: the other rank
+  int64_t tag = -1;             // Send/Recv
+  int64_t weight_version = -1;  // F/B: the version whose weights it must use
+  int64_t round = -1;           // AllReduce/OptimizerStep: the stage's update index
+  int64_t version_created = -1; // OptimizerStep: the version it creates
+  int gradient_count = 0;       // AllReduce/OptimizerStep: gradients summed in the round
+  int local_gradients = 0;      // AllReduce/OptimizerStep: of them, this worker's (0 or more)
+
+  bool is_compute() const { return kind == ActionKind::Forward || kind == ActionKind::Backward; }
+  bool is_send() const { return kind == ActionKind::SendActivation || kind == ActionKind::SendGradient; }
+  bool is_recv() const { return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGradient; }
+};
+
+class Schedule;
+
+// Yields one worker's actions in order; O(1) memory.
+class ActionCursor {
+ public:
+  ActionCursor() = default;
+  ActionCursor(const Schedule* schedule, int rank);
+  // Writes the next action to `out`; false when the worker is done.
+  bool next(Action& out);
+
+ private:
+  void expand_forward();
+  void expand_backward();
+  void expand_update(int local_gradients);
+  void begin_batch();
+  void push(const Action& a) { buffer_[buffered_++] = a; }
+  int64_t global_index(int64_t local) const;  // local item -> minibatch / microbatch
+
+  const Schedule* s_ = nullptr;
+  int rank_ = 0, stage_ = 0, replica_ = 0, replicas_ = 1;
+  int64_t limit_ = 1;        // in-flight limit
+  int64_t local_count_ = 0;  // items (minibatches / microbatches of a batch) on this worker
+  int64_t forwards_ = 0, backwards_ = 0;  // done in the current batch (flush) or overall
+  int64_t batch_ = 0;        // flush: current batch
+  int64_t round_ = 0;        // next update round
+  int64_t version_ = 0;      // newest version on this worker
+  bool done_ = false;
+  Action buffer_[5];
+  int buffered_ = 0, head_ = 0;
+};
+
+class Schedule {
+ public:
+  // Throws UserError for an inconsistent plan (ranks not 0..R-1 each once,
+  // replicas != ranks.size()) or options (minibatches < 1, microbatches < 1,
+  // microbatches != 1 for 1f1b-rr, a weight policy other than stash for a
+  // flush schedule).
+  Schedule(const Plan& plan, const ScheduleOptions& options);
+
+  const ScheduleOptions& options() const { return options_; }
+  int workers() const { return static_cast<int>(stage_of_rank_.size()); }
+  int stages() const { return static_cast<int>(ranks_.size()); }
+  int replicas(int stage) const { return static_cast<int>(ranks_[stage].size()); }
+  const std::vector<int>& ranks(int stage) const { return ranks_[stage]; }
+  int stage_of(int rank) const { return stage_of_rank_.at(rank); }
+  int replica_of(int rank) const { return replica_of_rank_.at(rank); }
+  int warmup(int stage) const { return warmup_[stage]; }
+  int noam() const;  // ceil(R / r_0)
+  // Most minibatches (microbatches for flush) between F and B on this rank.
+  int64_t in_flight_limit(int rank) const;
+  // Items per batch: microbatches for flush schedules, 1 for 1f1b-rr.
+  int items_per_batch() const { return options_.microbatches; }
+  // Number of update rounds of `stage` (the same on all its replicas).
+  int64_t rounds(int stage) const;
+  // Version of the stage-0 weights when F(m) starts (vertical's v(m)).
+  int64_t input_version(int64_t minibatch) const;
+  // Version stage s runs minibatch m on under `vertical`.
+  int64_t vertical_version(int stage, int64_t minibatch) const;
+  // Rank of the replica of `stage` that runs item `index` (minibatch or microbatch).
+  int rank_for(int stage, int64_t index) const {
+    const auto& r = ranks_[stage];
+    return r[static_cast<size_t>(index % static_cast<int64_t>(r.size()))];
+  }
+  int64_t tag(int64_t minibatch, int microbatch, bool gradient) const {
+    return 2 * (minibatch * options_.microbatches + microbatch) + (gradient ? 1 : 0);
+  }
+
+  ActionCursor cursor(int rank) const { return ActionCursor(this, rank); }
+  std::vector<Action> actions(int rank) const;
+
+ private:
+  ScheduleOptions options_;
+  std::vector<std::vector<int>> ranks_;  // per stage
+  std::vector<int> stage_of_rank_, replica_of_rank_, warmup_;
+};
+
+// Every worker's whole list (tests, small plans): memory minibatches x workers.
+std::vector<std::vector<Action>> build_schedule(const Plan& plan, const ScheduleOptions& options);
+
+// "F(m=12, v=9)", "send-act(m=12) -> rank 3 [tag 24]", "allreduce(round 4, 7 grads, 1 local)";
+// flush actions name batch and microbatch: "F(b=3 mb=2, v=3)".
+std::string format_action(const Action& a, bool flush = false);
+// A header (schedule, stage, replica, warm-up, in-flight limit) and one
+// numbered line per action; at most `limit` actions (0: all).
+std::string format_worker_schedule(const Schedule& schedule, int rank, int64_t limit = 0);
+
+}  // namespace pd

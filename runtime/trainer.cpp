@@ -1,0 +1,112 @@
+#include "runtime/trainer.h"
+
+#include <chrono>
+#include <deque>
+
+#include "core/error.h"
+#include "core/loss.h"
+
+namespace pd {
+
+StepLoss compute_gradients(const Model& m, const ParameterStore& w, ParameterStore& grads, const Batch& b,
+                           const StepInfo& step) {
+  RangeContext ctx;
+  const int last = m.size() - 1;
+  Tensor logits = forward_layers(m, w, 0, last, b.inputs, step, ctx);
+  LossResult r = softmax_cross_entropy(logits, b.labels, true);
+  backward_layers(m, w, grads, 0, last, r.grad, step, ctx, false);
+  return {r.loss, r.correct, r.count};
+}
+
+EvalResult evaluate(const Model& m, const ParameterStore& w, const Dataset& data, int64_t batch) {
+  PD_CHECK(batch > 0, "evaluation batch must be positive");
+  double loss_sum = 0;
+  int64_t correct = 0, count = 0;
+  RangeContext ctx;
+  StepInfo step{.training = false};
+  std::vector<int64_t> idx;
+  for (int64_t first = 0; first < data.size(); first += batch) {
+    const int64_t n = std::min(batch, data.size() - first);
+    idx.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = first + i;
+    Batch b = fetch(data, idx);
+    Tensor logits = forward_layers(m, w, 0, m.size() - 1, b.inputs, step, ctx);
+    LossResult r = softmax_cross_entropy(logits, b.labels, false);
+    loss_sum += static_cast<double>(r.loss) * static_cast<double>(r.count);
+    correct += r.correct;
+    count += r.count;
+  }
+  EvalResult out;
+  out.count = count;
+  if (count > 0) {
+    out.loss = loss_sum / static_cast<double>(count);
+    out.accuracy = static_cast<double>(correct) / static_cast<double>(count);
+  }
+  return out;
+}
+
+int64_t planned_steps(const TrainOptions& o, int64_t train_size) {
+  if (o.batch <= 0) throw UserError(cat("--batch must be positive, got ", o.batch));
+  if ((o.epochs > 0) == (o.minibatches > 0))
+    throw UserError("give exactly one of --epochs N and --minibatches K (both positive)");
+  if (o.gradient_delay < 0) throw UserError(cat("--gradient-delay must be >= 0, got ", o.gradient_delay));
+  const int64_t per_epoch = train_size / o.batch;
+  if (per_epoch == 0)
+    throw UserError(cat("--batch ", o.batch, " is larger than the training set (", train_size, " samples)"));
+  return o.epochs > 0 ? o.epochs * per_epoch : o.minibatches;
+}
+
+TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test_data, const TrainOptions& o,
+                  TrainObserver* observer, const ParameterStore* initial) {
+  const int64_t steps = planned_steps(o, train_data.size());
+  const int64_t per_epoch = train_data.size() / o.batch;
+  LrSchedule schedule = o.schedule;
+  schedule.base_lr = o.optimizer.lr;
+  if (schedule.total_steps == 0) schedule.total_steps = steps;
+  validate(schedule);
+  auto optimizer = make_optimizer(o.optimizer);
+  const SampleOrder order(train_data.size(), o.seed);
+
+  // versions.front() is w_{t-d} (or w_0 early on), versions.back() is w_t.
+  // With d = 0 there is one version, updated in place.
+  std::deque<ParameterStore> versions;
+  versions.push_back(initial ? initial->clone_params() : ParameterStore::create(m, o.seed));
+  ParameterStore grads = versions.back().zeros_like_params();
+  OptimizerState opt_state = optimizer->make_state(versions.back().all_params());
+
+  TrainResult result;
+  result.losses.reserve(static_cast<size_t>(steps));
+  auto run_eval = [&](int64_t epoch) {
+    if (!o.evaluate || !test_data) return;
+    EvalResult r = evaluate(m, versions.back(), *test_data, o.eval_batch);
+    result.evals.push_back(r);
+    if (observer) observer->on_eval(epoch, r);
+  };
+
+  double train_seconds = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const MinibatchRef ref = locate_minibatch(s, per_epoch);
+    const Batch batch = fetch(train_data, order.minibatch(ref.epoch, ref.index, o.batch));
+    StepInfo info{.training = true, .seed = o.seed, .layer_index = 0, .minibatch_id = static_cast<uint64_t>(s)};
+
+    grads.zero_params();
+    const StepLoss l = compute_gradients(m, versions.front(), grads, batch, info);
+    if (o.gradient_delay > 0) versions.push_back(versions.back().clone_params());
+    optimizer->step(versions.back().all_params(), grads.all_params(), opt_state, schedule.lr_at(s));
+    if (static_cast<int>(versions.size()) > o.gradient_delay + 1) versions.pop_front();
+
+    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result.losses.push_back(l.loss);
+    if (observer)
+      observer->on_step(s, ref.epoch, l.loss, static_cast<double>((s + 1) * o.batch) / train_seconds);
+    if ((s + 1) % per_epoch == 0 || s + 1 == steps) run_eval(ref.epoch);
+  }
+  result.steps = steps;
+  result.seconds = train_seconds;
+  result.samples_per_s = train_seconds > 0 ? static_cast<double>(steps * o.batch) / train_seconds : 0;
+  result.weights = std::move(versions.back());
+  return result;
+}
+
+}  // namespace pd

@@ -1,0 +1,85 @@
+#pragma once
+// Single-worker training as a library: `pipedream train` is a thin CLI over
+// train(); the pipelined runtime and the benchmarks reuse the pieces
+// (compute_gradients, evaluate, the step numbering).
+//
+// Step numbering shared with `run`: global step s (0-based) trains on
+// minibatch s mod P of epoch s div P, where P = minibatches per epoch of the
+// batch size; StepInfo.minibatch_id = s (it keys dropout masks).
+#include <cstdint>
+#include <vector>
+
+#include "core/optimizer.h"
+#include "models/dataset.h"
+#include "models/layer_range.h"
+#include "models/model.h"
+#include "models/parameters.h"
+
+namespace pd {
+
+struct TrainOptions {
+  int64_t epochs = 0;       // give exactly one of epochs and minibatches
+  int64_t minibatches = 0;  // optimizer steps
+  int64_t batch = 64;
+  OptimizerConfig optimizer;
+  LrSchedule schedule;      // base_lr is taken from optimizer.lr; cosine total = the run's steps
+  uint64_t seed = 0;        // init, sample order, dropout
+  // Each step's gradient is computed on the weights of `gradient_delay`
+  // steps earlier (delayed SGD: w_{t+1} = w_t - lr·g(w_{t-d}; b_t), with
+  // w_{t-d} = w_0 while t < d) - what vertical sync must reproduce.
+  int gradient_delay = 0;
+  bool evaluate = true;     // test split after every epoch and at the end
+  int64_t eval_batch = 500;
+};
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;  // mean over samples (tokens for a language model)
+  int64_t count = 0;
+};
+
+struct StepLoss {
+  float loss = 0;
+  int64_t correct = 0, count = 0;
+};
+
+// Forward, loss and backward over the whole model on one batch; adds the
+// gradients of the mean loss into grads.
+StepLoss compute_gradients(const Model& m, const ParameterStore& w, ParameterStore& grads, const Batch& b,
+                           const StepInfo& step);
+
+// Loss and accuracy on a dataset in order, eval mode, batches of `batch`.
+EvalResult evaluate(const Model& m, const ParameterStore& w, const Dataset& data, int64_t batch);
+
+// Steps a run takes; UserError when the options do not make a run.
+int64_t planned_steps(const TrainOptions& o, int64_t train_size);
+
+// Minibatch m's position: which epoch and which minibatch within it.
+struct MinibatchRef {
+  int64_t epoch = 0, index = 0;
+};
+inline MinibatchRef locate_minibatch(int64_t global_step, int64_t per_epoch) {
+  return {global_step / per_epoch, global_step % per_epoch};
+}
+
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  // Called after every step; samples_per_s is measured since the run started.
+  virtual void on_step(int64_t step, int64_t epoch, float loss, double samples_per_s) {}
+  virtual void on_eval(int64_t epoch, const EvalResult& r) {}
+};
+
+struct TrainResult {
+  ParameterStore weights;      // final
+  std::vector<float> losses;   // per step
+  std::vector<EvalResult> evals;
+  int64_t steps = 0;
+  double seconds = 0;          // training steps only, evaluation excluded
+  double samples_per_s = 0;
+};
+
+// Trains from the seed's initial weights (or from `initial` when given).
+TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test_data, const TrainOptions& o,
+                  TrainObserver* observer = nullptr, const ParameterStore* initial = nullptr);
+
+}  // namespace pd

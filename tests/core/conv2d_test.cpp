@@ -1,0 +1,203 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/cpu/conv_kernels.h"
+#include "core/cpu/gemm.h"
+#include "core/error.h"
+#include "core/layers.h"
+#include "tests/core/gradcheck.h"
+
+namespace pd {
+namespace {
+
+using cpu::ConvShape;
+using testing::random_tensor;
+
+ConvShape shape_of(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int k, int s, int p) {
+  ConvShape cs;
+  cs.batch = n; cs.in_channels = c; cs.height = h; cs.width = w;
+  cs.out_channels = o; cs.kernel = k; cs.stride = s; cs.padding = p;
+  return cs;
+}
+
+// Direct 7-loop convolution in double: the definition the kernels must match.
+struct NaiveConv {
+  ConvShape s;
+  const float *x, *w, *b;
+  double at(int64_t n, int64_t o, int64_t oh, int64_t ow) const {
+    double acc = b ? b[o] : 0.0;
+    for (int64_t c = 0; c < s.in_channels; ++c)
+      for (int ki = 0; ki < s.kernel; ++ki)
+        for (int kj = 0; kj < s.kernel; ++kj) {
+          int64_t ih = oh * s.stride - s.padding + ki, iw = ow * s.stride - s.padding + kj;
+          if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
+          acc += double(x[((n * s.in_channels + c) * s.height + ih) * s.width + iw]) *
+                 w[((o * s.in_channels + c) * s.kernel + ki) * s.kernel + kj];
+        }
+    return acc;
+  }
+};
+
+// dx, dw, db of L = sum(y * dy), by the chain rule written loop by loop.
+void naive_conv_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
+                         std::vector<double>& dx, std::vector<double>& dw, std::vector<double>& db) {
+  const int64_t OH = s.out_height(), OW = s.out_width();
+  dx.assign(s.batch * s.in_channels * s.height * s.width, 0.0);
+  dw.assign(s.out_channels * s.patch(), 0.0);
+  db.assign(s.out_channels, 0.0);
+  for (int64_t n = 0; n < s.batch; ++n)
+    for (int64_t o = 0; o < s.out_channels; ++o)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double g = dy[((n * s.out_channels + o) * OH + oh) * OW + ow];
+          db[o] += g;
+          for (int64_t c = 0; c < s.in_channels; ++c)
+            for (int ki = 0; ki < s.kernel; ++ki)
+              for (int kj = 0; kj < s.kernel; ++kj) {
+                int64_t ih = oh * s.stride - s.padding + ki, iw = ow * s.stride - s.padding + kj;
+                if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
+                int64_t xi = ((n * s.in_channels + c) * s.height + ih) * s.width + iw;
+                int64_t wi = ((o * s.in_channels + c) * s.kernel + ki) * s.kernel + kj;
+                dx[xi] += g * w[wi];
+                dw[wi] += g * x[xi];
+              }
+        }
+}
+
+void expect_close(const float* got, const std::vector<double>& want, double tol, const char* what) {
+  double scale = 1e-6;
+  for (double v : want) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * scale) << what << "[" << i << "]";
+}
+
+void check_kernels_against_naive(const ConvShape& s) {
+  SCOPED_TRACE(::testing::Message() << "N" << s.batch << " C" << s.in_channels << " " << s.height << "x"
+                                  << s.width << " O" << s.out_channels << " k" << s.kernel << " s"
+                                  << s.stride << " p" << s.padding);
+  Tensor x = random_tensor({s.batch, s.in_channels, s.height, s.width}, 1);
+  Tensor w = random_tensor({s.out_channels, s.in_channels, s.kernel, s.kernel}, 2);
+  Tensor b = random_tensor({s.out_channels}, 3);
+  const int64_t OH = s.out_height(), OW = s.out_width();
+  Tensor y = Tensor::empty({s.batch, s.out_channels, OH, OW});
+  cpu::conv2d_forward(s, x.f32(), w.f32(), b.f32(), y.f32());
+  NaiveConv ref{s, x.f32(), w.f32(), b.f32()};
+  std::vector<double> want;
+  for (int64_t n = 0; n < s.batch; ++n)
+    for (int64_t o = 0; o < s.out_channels; ++o)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) want.push_back(ref.at(n, o, oh, ow));
+  expect_close(y.f32(), want, 1e-5, "y");
+
+  Tensor dy = random_tensor(y.shape(), 4);
+  Tensor dx = Tensor::full(x.shape(), 7.0f);  // overwritten
+  Tensor dw = Tensor::full(w.shape(), 0.5f);  // accumulated into
+  Tensor db = Tensor::full(b.shape(), 0.25f);
+  cpu::conv2d_backward(s, x.f32(), w.f32(), dy.f32(), dx.f32(), dw.f32(), db.f32());
+  std::vector<double> rdx, rdw, rdb;
+  naive_conv_backward(s, x.f32(), w.f32(), dy.f32(), rdx, rdw, rdb);
+  for (double& v : rdw) v += 0.5;
+  for (double& v : rdb) v += 0.25;
+  expect_close(dx.f32(), rdx, 1e-5, "dx");
+  expect_close(dw.f32(), rdw, 1e-5, "dw");
+  expect_close(db.f32(), rdb, 1e-5, "db");
+}
+
+TEST(Conv2dKernels, MatchNaiveLoopsForStridesPaddingsAndKernels) {
+  check_kernels_against_naive(shape_of(2, 3, 7, 9, 4, 3, 1, 1));
+  check_kernels_against_naive(shape_of(3, 2, 8, 8, 5, 3, 2, 1));
+  check_kernels_against_naive(shape_of(2, 4, 6, 5, 3, 1, 1, 0));
+  check_kernels_against_naive(shape_of(2, 4, 7, 7, 3, 1, 2, 0));
+  check_kernels_against_naive(shape_of(2, 1, 10, 10, 6, 5, 1, 2));
+  check_kernels_against_naive(shape_of(1, 3, 9, 9, 2, 4, 3, 2));
+  check_kernels_against_naive(shape_of(2, 2, 3, 3, 2, 3, 1, 3));  // padding wider than the image
+}
+
+TEST(Conv2dKernels, ChunkedBatchMatchesNaive) {
+  // Large enough per sample that the batch is split into several im2col chunks.
+  ConvShape s = shape_of(2, 64, 128, 128, 2, 3, 1, 1);
+  ASSERT_LT(cpu::conv_chunk_samples(s), s.batch);
+  check_kernels_against_naive(s);
+}
+
+TEST(Conv2dKernels, SkipsInputGradientWhenNotWanted) {
+  ConvShape s = shape_of(2, 3, 5, 5, 2, 3, 1, 1);
+  Tensor x = random_tensor({2, 3, 5, 5}, 1), w = random_tensor({2, 3, 3, 3}, 2);
+  Tensor dy = random_tensor({2, 2, 5, 5}, 3);
+  Tensor dw1 = Tensor::zeros(w.shape()), dw2 = Tensor::zeros(w.shape()), dx = Tensor::empty(x.shape());
+  cpu::conv2d_backward(s, x.f32(), w.f32(), dy.f32(), nullptr, dw1.f32(), nullptr);
+  cpu::conv2d_backward(s, x.f32(), w.f32(), dy.f32(), dx.f32(), dw2.f32(), nullptr);
+  EXPECT_EQ(0, std::memcmp(dw1.raw(), dw2.raw(), dw1.nbytes()));
+}
+
+TEST(Conv2dLayer, GradientsMatchFiniteDifferences) {
+  testing::gradcheck(*make_conv2d(3, 4, 3, 1, 1), random_tensor({2, 3, 6, 6}, 10));
+  testing::gradcheck(*make_conv2d(2, 3, 3, 2, 1, false), random_tensor({2, 2, 7, 7}, 11));
+  testing::gradcheck(*make_conv2d(2, 3, 5, 1, 2), random_tensor({1, 2, 6, 5}, 12));
+}
+
+TEST(Conv2dLayer, ShapesNamesAndInit) {
+  LayerPtr conv = make_conv2d(3, 8, 5, 2, 2);
+  EXPECT_EQ(conv->output_shape({3, 28, 28}), (Shape{8, 14, 14}));
+  auto specs = conv->param_specs();
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].name, "weight");
+  EXPECT_EQ(specs[0].shape, (Shape{8, 3, 5, 5}));
+  EXPECT_EQ(specs[1].name, "bias");
+  EXPECT_EQ(make_conv2d(3, 8, 3, 1, 1, false)->param_specs().size(), 1u);
+  EXPECT_THROW(conv->output_shape({4, 28, 28}), UserError);
+  EXPECT_THROW(make_conv2d(3, 8, 5)->output_shape({3, 3, 4}), UserError);
+  EXPECT_THROW(make_conv2d(3, 8, 5, 2)->output_shape({3, 4, 4}), UserError);  // (4-5)/2 truncates to 0
+  EXPECT_THROW(make_conv2d(3, 8, 0), UserError);
+  EXPECT_THROW(make_conv2d(3, 8, 3, 0), UserError);
+
+  auto p1 = allocate_params(*conv), p2 = allocate_params(*conv), p3 = allocate_params(*conv);
+  conv->init(p1, {}, CounterRng(1, 4, 0));
+  conv->init(p2, {}, CounterRng(1, 4, 0));
+  conv->init(p3, {}, CounterRng(1, 5, 0));
+  const float bound = 1.0f / std::sqrt(75.0f);
+  float wmax = 0;
+  for (int64_t i = 0; i < p1[0].numel(); ++i) wmax = std::max(wmax, std::fabs(p1[0].f32()[i]));
+  EXPECT_LE(wmax, bound);
+  EXPECT_GT(wmax, 0.9f * bound);  // uses the whole range
+  for (int64_t i = 0; i < p1[1].numel(); ++i) EXPECT_LE(std::fabs(p1[1].f32()[i]), bound);
+  EXPECT_EQ(0, std::memcmp(p1[0].raw(), p2[0].raw(), p1[0].nbytes()));
+  EXPECT_NE(0, std::memcmp(p1[0].raw(), p3[0].raw(), p1[0].nbytes()));
+}
+
+TEST(Conv2dLayer, NoInputGradientWhenNotWanted) {
+  LayerPtr conv = make_conv2d(2, 3, 3, 1, 1);
+  auto params = allocate_params(*conv);
+  conv->init(params, {}, CounterRng(1, 0, 0));
+  std::vector<Tensor> grads{Tensor::zeros(params[0].shape()), Tensor::zeros(params[1].shape())};
+  LayerContext ctx;
+  Tensor x = random_tensor({2, 2, 4, 4}, 3);
+  Tensor y = conv->forward({params, {}, {}}, x, ctx);
+  Tensor dx = conv->backward({params, grads, {}, false}, random_tensor(y.shape(), 4), ctx);
+  EXPECT_FALSE(dx.defined());
+  EXPECT_NE(grads[0].f32()[0], 0.0f);
+}
+
+TEST(Conv2dLayer, BitwiseReproducibleWithFixedThreads) {
+  int keep = cpu::compute_threads();
+  cpu::set_compute_threads(2);
+  LayerPtr conv = make_conv2d(16, 32, 3, 1, 1);
+  auto params = allocate_params(*conv);
+  conv->init(params, {}, CounterRng(3, 0, 0));
+  Tensor x = random_tensor({8, 16, 12, 12}, 5);
+  auto run = [&] {
+    std::vector<Tensor> grads{Tensor::zeros(params[0].shape()), Tensor::zeros(params[1].shape())};
+    LayerContext ctx;
+    Tensor y = conv->forward({params, {}, {}}, x, ctx);
+    Tensor dx = conv->backward({params, grads, {}}, y, ctx);
+    return std::vector<Tensor>{y, dx, grads[0], grads[1]};
+  };
+  auto a = run(), b = run();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(0, std::memcmp(a[i].raw(), b[i].raw(), a[i].nbytes())) << i;
+  cpu::set_compute_threads(keep);
+}
+
+}  // namespace
+}  // namespace pd

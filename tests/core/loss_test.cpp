@@ -1,0 +1,81 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/loss.h"
+
+namespace pd {
+namespace {
+
+TEST(SoftmaxCrossEntropy, MatchesHandValues) {
+  // Row 0: logits (1, 2, 3), label 2; row 1: (0, 0, 0), label 0.
+  Tensor logits = Tensor::from_floats({1, 2, 3, 0, 0, 0}, {2, 3});
+  Tensor labels = Tensor::from_ints({2, 0}, {2});
+  LossResult r = softmax_cross_entropy(logits, labels);
+  const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  const double l0 = std::log(z) - 3.0, l1 = std::log(3.0);
+  EXPECT_NEAR(r.loss, (l0 + l1) / 2, 1e-6);
+  EXPECT_EQ(r.count, 2);
+  EXPECT_EQ(r.correct, 2);  // row 1 ties: argmax is the first, 0 == label
+  ASSERT_EQ(r.grad.shape(), logits.shape());
+  const float* g = r.grad.f32();
+  EXPECT_NEAR(g[0], std::exp(1.0) / z / 2, 1e-7);
+  EXPECT_NEAR(g[1], std::exp(2.0) / z / 2, 1e-7);
+  EXPECT_NEAR(g[2], (std::exp(3.0) / z - 1) / 2, 1e-7);
+  EXPECT_NEAR(g[3], (1.0 / 3 - 1) / 2, 1e-7);
+  EXPECT_NEAR(g[4], 1.0 / 6, 1e-7);
+}
+
+TEST(SoftmaxCrossEntropy, StableForHugeLogitsAndGradSumsToZero) {
+  Tensor logits = Tensor::from_floats({1000, -1000, 0, 1e4f, 1e4f - 1, 0}, {2, 3});
+  Tensor labels = Tensor::from_ints({1, 1}, {2});
+  LossResult r = softmax_cross_entropy(logits, labels);
+  EXPECT_TRUE(std::isfinite(r.loss));
+  EXPECT_NEAR(r.loss, (2000 + (1 + std::log1p(std::exp(-1.0)))) / 2, 1e-2);
+  for (int row = 0; row < 2; ++row) {
+    double s = 0;
+    for (int c = 0; c < 3; ++c) s += r.grad.f32()[row * 3 + c];
+    EXPECT_NEAR(s, 0.0, 1e-7);
+  }
+  EXPECT_EQ(r.correct, 0);
+}
+
+TEST(SoftmaxCrossEntropy, LeadingDimsAreRowsAndGradIsOptional) {
+  // [2, 2, 2] logits: 4 rows of 2 classes.
+  Tensor logits = Tensor::from_floats({0, 1, 1, 0, 2, 0, 0, 2}, {2, 2, 2});
+  Tensor labels = Tensor::from_ints({1, 0, 0, 0}, {2, 2});
+  LossResult r = softmax_cross_entropy(logits, labels, false);
+  EXPECT_FALSE(r.grad.defined());
+  EXPECT_EQ(r.count, 4);
+  EXPECT_EQ(r.correct, 3);
+  const double a = std::log1p(std::exp(-1.0)), b = std::log1p(std::exp(-2.0));
+  EXPECT_NEAR(r.loss, (a + a + b + (2 + b)) / 4, 1e-6);
+}
+
+TEST(SoftmaxCrossEntropy, GradientMatchesFiniteDifferences) {
+  std::vector<float> v;
+  for (int i = 0; i < 15; ++i) v.push_back(std::sin(i * 1.7f) * 3);
+  Tensor logits = Tensor::from_floats(v, {3, 5});
+  Tensor labels = Tensor::from_ints({4, 0, 2}, {3});
+  LossResult r = softmax_cross_entropy(logits, labels);
+  for (int i = 0; i < 15; ++i) {
+    const float keep = logits.f32()[i], h = 1e-2f;
+    logits.f32()[i] = keep + h;
+    double lp = softmax_cross_entropy(logits, labels, false).loss;
+    logits.f32()[i] = keep - h;
+    double lm = softmax_cross_entropy(logits, labels, false).loss;
+    logits.f32()[i] = keep;
+    EXPECT_NEAR(r.grad.f32()[i], (lp - lm) / (2 * h), 2e-3) << i;
+  }
+}
+
+TEST(SoftmaxCrossEntropy, BadLabelsAreUserErrors) {
+  Tensor logits = Tensor::zeros({2, 3});
+  EXPECT_THROW(softmax_cross_entropy(logits, Tensor::from_ints({0, 3}, {2})), UserError);
+  EXPECT_THROW(softmax_cross_entropy(logits, Tensor::from_ints({0, -1}, {2})), UserError);
+  EXPECT_THROW(softmax_cross_entropy(logits, Tensor::from_ints({0}, {1})), UserError);
+}
+
+}  // namespace
+}  // namespace pd

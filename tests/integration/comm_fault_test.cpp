@@ -1,0 +1,63 @@
+// Fault handling of the MPI transport, seen from outside: run a job that
+// fails on purpose under mpirun and check how it ends (exit code, message
+// naming the failed rank, no hang).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct JobResult {
+  int exit_code = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+JobResult run_job(const std::string& mode, int ranks) {
+  std::string cmd = std::string("timeout -s KILL 60 ") + PD_MPIEXEC +
+                    " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
+                    PD_COMM_FAULT_VICTIM + " " + mode + " 2>&1";
+  auto start = std::chrono::steady_clock::now();
+  FILE* p = popen(cmd.c_str(), "r");
+  JobResult res;
+  if (!p) return res;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) res.output.append(buf.data(), n);
+  int status = pclose(p);
+  res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return res;
+}
+
+// The victim waits with a 3 s timeout; the job must end well before the
+// 60 s a hang would take (generous bound for a loaded 2-core machine).
+constexpr double kNoHangSeconds = 30;
+
+TEST(CommFault, KilledRankEndsTheJobNamingIt) {
+  JobResult r = run_job("kill", 3);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.seconds, kNoHangSeconds) << r.output;
+  EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
+}
+
+TEST(CommFault, SilentRankTimesOutAndIsNamed) {
+  JobResult r = run_job("silent", 3);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.seconds, kNoHangSeconds) << r.output;
+  EXPECT_NE(r.output.find("timed out after 3 s waiting for rank 1"), std::string::npos) << r.output;
+}
+
+TEST(CommFault, RankLeavingOnAnExceptionIsNamedByThePeers) {
+  JobResult r = run_job("throw", 3);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.seconds, kNoHangSeconds) << r.output;
+  EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
+}
+
+}  // namespace

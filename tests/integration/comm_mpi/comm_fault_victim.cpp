@@ -1,0 +1,43 @@
+// A job that fails on purpose, run under mpirun by comm_fault_test.cpp.
+//   comm_fault_victim kill    rank 1 SIGKILLs itself; the others wait on it
+//   comm_fault_victim silent  rank 1 stops talking; the others time out
+//   comm_fault_victim throw   rank 1 leaves main with an exception
+// The other ranks do what the executor does: wait (timeout 3 s), and on a
+// RuntimeFailure abort the job naming the culprit.
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "core/error.h"
+#include "runtime/comm/mpi_transport.h"
+
+// Shaped like a `pipedream` subcommand: the transport lives inside, errors
+// propagate to main, which prints them (as cli/main.cpp does).
+int run(const std::string& mode) {
+  pd::MpiTransport tr(3.0);
+  tr.barrier();
+  if (tr.rank() == 1) {
+    if (mode == "kill") raise(SIGKILL);
+    if (mode == "silent") std::this_thread::sleep_for(std::chrono::seconds(60));
+    if (mode == "throw") throw pd::RuntimeFailure("rank 1 hit a bug on purpose");
+    return 0;
+  }
+  try {
+    pd::Request r = tr.irecv(pd::Tensor::empty({8}), 1, 0);
+    r.wait();
+  } catch (const pd::RuntimeFailure& e) {
+    tr.abort(e.what());
+  }
+  fprintf(stderr, "rank %d: unexpectedly received a message\n", tr.rank());
+  return 3;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc > 1 ? argv[1] : "");
+  } catch (const std::exception& e) {
+    fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

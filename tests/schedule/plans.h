@@ -1,0 +1,37 @@
+#pragma once
+// Plans built in code for the schedule and simulator tests.
+#include <numeric>
+#include <vector>
+
+#include "planner/plan.h"
+#include "planner/topology.h"
+
+namespace pd::testing {
+
+// Stages with the given replica counts on consecutive ranks of a flat
+// topology; every stage takes `forward_s` + `backward_s` per minibatch.
+inline Plan make_plan(const std::vector<int>& replicas, double forward_s = 1.0, double backward_s = 2.0,
+                      uint64_t output_bytes = 0, uint64_t parameter_bytes = 0, double bandwidth_GBps = 1.0) {
+  Plan p;
+  int workers = std::accumulate(replicas.begin(), replicas.end(), 0);
+  p.topology = flat_topology(workers, bandwidth_GBps);
+  p.profile.batch_size = 64;
+  int rank = 0;
+  for (size_t s = 0; s < replicas.size(); ++s) {
+    PlanStage st;
+    st.index = static_cast<int>(s);
+    st.first_layer = st.last_layer = static_cast<int>(s);
+    st.replicas = replicas[s];
+    for (int k = 0; k < replicas[s]; ++k) st.ranks.push_back(rank++);
+    st.forward_s = forward_s;
+    st.backward_s = backward_s;
+    st.compute_s = forward_s + backward_s;
+    st.output_bytes = output_bytes;
+    st.parameter_bytes = parameter_bytes;
+    p.stages.push_back(st);
+  }
+  p.config = config_string(replicas);
+  return p;
+}
+
+}  // namespace pd::testing

@@ -1,0 +1,307 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+#include "runtime/schedule/check.h"
+#include "runtime/schedule/schedule.h"
+#include "tests/schedule/plans.h"
+
+namespace pd {
+namespace {
+
+using testing::make_plan;
+
+ScheduleOptions rr(int64_t minibatches, WeightPolicy policy = WeightPolicy::Stash) {
+  ScheduleOptions o;
+  o.kind = ScheduleKind::OneFOneBRoundRobin;
+  o.policy = policy;
+  o.minibatches = minibatches;
+  return o;
+}
+
+ScheduleOptions flush(ScheduleKind kind, int64_t batches, int microbatches) {
+  ScheduleOptions o;
+  o.kind = kind;
+  o.minibatches = batches;
+  o.microbatches = microbatches;
+  return o;
+}
+
+// "F0 F1 B0 ..." of one worker's compute actions.
+std::string compute_order(const Schedule& s, int rank) {
+  std::string out;
+  for (const Action& a : s.actions(rank)) {
+    if (!a.is_compute()) continue;
+    if (!out.empty()) out += ' ';
+    out += (a.kind == ActionKind::Forward ? "F" : "B") +
+           std::to_string(is_flush(s.options().kind) ? a.microbatch : a.minibatch);
+  }
+  return out;
+}
+
+// Version used by F and B of each minibatch on each rank.
+struct Used {
+  int64_t f = -1, b = -1;
+};
+std::map<std::pair<int, int64_t>, Used> versions_used(const Schedule& s) {
+  std::map<std::pair<int, int64_t>, Used> out;
+  for (int r = 0; r < s.workers(); ++r)
+    for (const Action& a : s.actions(r)) {
+      if (a.kind == ActionKind::Forward) out[{r, a.minibatch}].f = a.weight_version;
+      if (a.kind == ActionKind::Backward) out[{r, a.minibatch}].b = a.weight_version;
+    }
+  return out;
+}
+
+int64_t peak_in_flight(const Schedule& s, int rank) {
+  int64_t now = 0, peak = 0;
+  for (const Action& a : s.actions(rank)) {
+    if (a.kind == ActionKind::Forward) peak = std::max(peak, ++now);
+    if (a.kind == ActionKind::Backward) --now;
+  }
+  return peak;
+}
+
+void expect_valid(const Schedule& s) {
+  auto v = check_schedule(s);
+  EXPECT_TRUE(v.empty()) << to_string(s.options().kind) << ": " << v.front();
+}
+
+const std::vector<std::vector<int>> kConfigs = {{1, 1, 1, 1}, {2, 1, 1}, {7, 1}, {3, 2, 2, 1}, {1, 3}, {2, 2}};
+
+TEST(Schedule1F1B, StraightPipelineOrderIsWarmUpThenAlternate) {
+  Schedule s(make_plan({1, 1, 1, 1}), rr(8));
+  EXPECT_EQ(s.noam(), 4);
+  EXPECT_EQ(compute_order(s, 0), "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7");
+  EXPECT_EQ(compute_order(s, 2), "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7");
+  EXPECT_EQ(compute_order(s, 3), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7");
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(peak_in_flight(s, r), 4 - r);
+}
+
+TEST(Schedule1F1B, StraightPipelineMessagesAndSteps) {
+  Schedule s(make_plan({1, 1, 1}), rr(3));
+  auto list = s.actions(1);
+  // recv-act, F, send-act for m=0 first; a gradient arrives before each B;
+  // every B is followed by its gradient send and one optimizer step.
+  ASSERT_GE(list.size(), 3u);
+  EXPECT_EQ(list[0].kind, ActionKind::RecvActivation);
+  EXPECT_EQ(list[0].peer, 0);
+  EXPECT_EQ(list[0].tag, 0);
+  EXPECT_EQ(list[1].kind, ActionKind::Forward);
+  EXPECT_EQ(list[2].kind, ActionKind::SendActivation);
+  EXPECT_EQ(list[2].peer, 2);
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i].kind != ActionKind::Backward) continue;
+    EXPECT_EQ(list[i - 1].kind, ActionKind::RecvGradient);
+    EXPECT_EQ(list[i - 1].tag, 2 * list[i].minibatch + 1);
+    EXPECT_EQ(list[i + 1].kind, ActionKind::SendGradient);
+    EXPECT_EQ(list[i + 1].peer, 0);
+    EXPECT_EQ(list[i + 2].kind, ActionKind::OptimizerStep);
+    EXPECT_EQ(list[i + 2].version_created, list[i].minibatch + 1);
+  }
+  expect_valid(s);
+}
+
+TEST(Schedule1F1B, StashStageSUsesMMinusDepthBehindIt) {
+  const int S = 4;
+  const int64_t M = 12;
+  Schedule s(make_plan({1, 1, 1, 1}), rr(M, WeightPolicy::Stash));
+  expect_valid(s);
+  auto used = versions_used(s);
+  for (int st = 0; st < S; ++st)
+    for (int64_t m = 0; m < M; ++m) {
+      int64_t want = std::max<int64_t>(0, m - (S - 1 - st));
+      EXPECT_EQ(used[std::make_pair(st, m)].f, want) << "stage " << st << " m " << m;
+      EXPECT_EQ(used[std::make_pair(st, m)].b, want) << "stage " << st << " m " << m;
+    }
+}
+
+TEST(Schedule1F1B, VerticalUnreplicatedUsesMMinusNoamPlusOne) {
+  const int64_t M = 12;
+  for (auto replicas : std::vector<std::vector<int>>{{1, 1, 1, 1}, {1, 1}, {1, 1, 1, 1, 1, 1}}) {
+    Schedule s(make_plan(replicas), rr(M, WeightPolicy::Vertical));
+    expect_valid(s);
+    auto used = versions_used(s);
+    for (int st = 0; st < s.stages(); ++st)
+      for (int64_t m = 0; m < M; ++m) {
+        int64_t want = std::max<int64_t>(0, m - s.noam() + 1);
+        EXPECT_EQ(used[std::make_pair(st, m)].f, want);
+        EXPECT_EQ(used[std::make_pair(st, m)].b, want);
+      }
+  }
+}
+
+TEST(Schedule1F1B, NoneBackwardUsesNewestWeights) {
+  Schedule s(make_plan({1, 1, 1}), rr(9, WeightPolicy::None));
+  expect_valid(s);
+  auto used = versions_used(s);
+  // Stage 0 runs F(m) on m - 2 but B(m) after m updates: stale forward, fresh backward.
+  for (int64_t m = 2; m < 9; ++m) {
+    EXPECT_EQ(used[std::make_pair(0, m)].f, m - 2);
+    EXPECT_EQ(used[std::make_pair(0, m)].b, m);
+  }
+  for (int64_t m = 0; m < 9; ++m) EXPECT_EQ(used[std::make_pair(2, m)].b, m);  // last stage: never stale
+}
+
+TEST(Schedule1F1B, WarmUpAndNoamFollowDesign) {
+  Schedule a(make_plan({3, 2, 2, 1}), rr(24));
+  EXPECT_EQ(a.noam(), 3);
+  EXPECT_EQ(a.warmup(0), 2);
+  EXPECT_EQ(a.warmup(1), 2);
+  EXPECT_EQ(a.warmup(2), 1);
+  EXPECT_EQ(a.warmup(3), 0);
+  Schedule b(make_plan({7, 1}), rr(28));
+  EXPECT_EQ(b.noam(), 2);
+  EXPECT_EQ(b.warmup(0), 1);
+  EXPECT_EQ(b.warmup(1), 0);
+  // The limit is reached and never exceeded on every worker.
+  for (const Schedule* s : {&a, &b})
+    for (int r = 0; r < s->workers(); ++r) EXPECT_EQ(peak_in_flight(*s, r), s->in_flight_limit(r)) << r;
+}
+
+TEST(Schedule1F1B, RoundRobinRouting) {
+  Plan plan = make_plan({3, 2, 2, 1});
+  Schedule s(plan, rr(24));
+  for (int r = 0; r < s.workers(); ++r) {
+    int st = s.stage_of(r);
+    for (const Action& a : s.actions(r)) {
+      if (a.is_compute()) EXPECT_EQ(s.rank_for(st, a.minibatch), r);
+      if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::RecvGradient)
+        EXPECT_EQ(a.peer, plan.stages[st + 1].ranks[a.minibatch % plan.stages[st + 1].replicas]);
+      if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::SendGradient)
+        EXPECT_EQ(a.peer, plan.stages[st - 1].ranks[a.minibatch % plan.stages[st - 1].replicas]);
+    }
+  }
+  // Rank 4 is replica 1 of stage 1: minibatches 1, 3, 5, ...
+  EXPECT_EQ(compute_order(s, 4).substr(0, 8), "F1 F3 F5");
+}
+
+TEST(Schedule1F1B, ReplicatedStagesUpdateTogetherInRounds) {
+  const int64_t M = 21;
+  Schedule s(make_plan({3, 2, 2, 1}), rr(M));
+  for (int r = 0; r < s.workers(); ++r) {
+    int rep = s.replicas(s.stage_of(r));
+    int64_t round = 0, version = 0;
+    for (const Action& a : s.actions(r)) {
+      if (a.kind == ActionKind::AllReduce) EXPECT_GT(rep, 1);
+      if (a.kind != ActionKind::OptimizerStep) continue;
+      EXPECT_EQ(a.round, round);
+      EXPECT_EQ(a.gradient_count, std::min<int64_t>(rep, M - round * rep));
+      EXPECT_EQ(a.version_created, std::min<int64_t>(M, (round + 1) * rep));
+      version = a.version_created;
+      ++round;
+    }
+    EXPECT_EQ(round, s.rounds(s.stage_of(r)));
+    EXPECT_EQ(version, M);
+  }
+}
+
+TEST(Schedule1F1B, AllPoliciesValidOnReplicatedPlans) {
+  for (const auto& cfg : kConfigs)
+    for (auto policy : {WeightPolicy::Stash, WeightPolicy::Vertical, WeightPolicy::None})
+      for (int64_t M : {1, 5, 10, 23}) {
+        Schedule s(make_plan(cfg), rr(M, policy));
+        auto v = check_schedule(s);
+        EXPECT_TRUE(v.empty()) << config_string(cfg) << " " << to_string(policy) << " M=" << M << ": "
+                               << v.front();
+        for (int r = 0; r < s.workers(); ++r) EXPECT_LE(peak_in_flight(s, r), s.warmup(s.stage_of(r)) + 1);
+      }
+}
+
+TEST(Schedule1F1B, VerticalReplicatedUsesNewestVersionNotNewerThanInput) {
+  const int64_t M = 30;
+  Schedule s(make_plan({3, 2, 2, 1}), rr(M, WeightPolicy::Vertical));
+  expect_valid(s);
+  auto used = versions_used(s);
+  for (int r = 0; r < s.workers(); ++r) {
+    int st = s.stage_of(r);
+    int rep = s.replicas(st);
+    for (const Action& a : s.actions(r)) {
+      if (a.kind != ActionKind::Forward) continue;
+      int64_t v = s.input_version(a.minibatch);
+      EXPECT_EQ(a.weight_version, v / rep * rep);
+      EXPECT_EQ(used[std::make_pair(r, a.minibatch)].b, a.weight_version);
+    }
+  }
+  // Stage 0 (3 replicas, warm-up 2): v(m) = 3 * max(0, m div 3 - 2).
+  EXPECT_EQ(s.input_version(5), 0);
+  EXPECT_EQ(s.input_version(9), 3);
+  EXPECT_EQ(s.input_version(17), 9);
+}
+
+TEST(ScheduleFlush, GPipeRunsAllForwardsThenAllBackwards) {
+  Schedule s(make_plan({1, 1, 1, 1}), flush(ScheduleKind::GPipe, 2, 4));
+  expect_valid(s);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(compute_order(s, r), "F0 F1 F2 F3 B0 B1 B2 B3 F0 F1 F2 F3 B0 B1 B2 B3");
+    EXPECT_EQ(peak_in_flight(s, r), 4);
+  }
+}
+
+TEST(ScheduleFlush, OneFOneBFlushBoundsInFlight) {
+  Schedule s(make_plan({1, 1, 1, 1}), flush(ScheduleKind::OneFOneBFlush, 2, 6));
+  expect_valid(s);
+  EXPECT_EQ(compute_order(s, 0), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5 F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
+  EXPECT_EQ(compute_order(s, 3), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5");
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(peak_in_flight(s, r), 4 - r);
+}
+
+TEST(ScheduleFlush, OneVersionPerBatchAndStepAveragesWholeBatch) {
+  for (const auto& cfg : kConfigs)
+    for (auto kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneBFlush})
+      for (int micro : {1, 3, 4, 8}) {
+        Schedule s(make_plan(cfg), flush(kind, 3, micro));
+        auto v = check_schedule(s);
+        ASSERT_TRUE(v.empty()) << config_string(cfg) << " " << to_string(kind) << " M=" << micro << ": "
+                               << v.front();
+        for (int r = 0; r < s.workers(); ++r) {
+          int64_t steps = 0;
+          for (const Action& a : s.actions(r)) {
+            if (a.is_compute()) EXPECT_EQ(a.weight_version, a.minibatch);
+            if (a.kind == ActionKind::OptimizerStep) {
+              EXPECT_EQ(a.version_created, ++steps);
+              EXPECT_EQ(a.gradient_count, micro);
+            }
+            if (a.is_compute()) EXPECT_EQ(s.rank_for(s.stage_of(r), a.microbatch), r);
+          }
+          EXPECT_EQ(steps, 3);
+          EXPECT_LE(peak_in_flight(s, r), s.in_flight_limit(r));
+        }
+      }
+}
+
+TEST(ScheduleOptions, RejectsWhatDoesNotApply) {
+  Plan p = make_plan({2, 1});
+  ScheduleOptions o = flush(ScheduleKind::GPipe, 2, 4);
+  o.policy = WeightPolicy::Vertical;
+  EXPECT_THROW(Schedule(p, o), UserError);
+  ScheduleOptions m = rr(4);
+  m.microbatches = 4;
+  EXPECT_THROW(Schedule(p, m), UserError);
+  EXPECT_THROW(Schedule(p, rr(0)), UserError);
+  Plan bad = p;
+  bad.stages[1].ranks = {1, 2};
+  EXPECT_THROW(Schedule(bad, rr(4)), UserError);
+  bad = p;
+  bad.stages[1].ranks = {0};
+  EXPECT_THROW(Schedule(bad, rr(4)), UserError);
+  EXPECT_THROW(parse_schedule_kind("pipedream"), UserError);
+  EXPECT_THROW(parse_weight_policy("fresh"), UserError);
+  EXPECT_EQ(parse_schedule_kind("1f1b-flush"), ScheduleKind::OneFOneBFlush);
+}
+
+TEST(ScheduleFormat, WorkerListIsReadable) {
+  Schedule s(make_plan({2, 1}), rr(4));
+  std::string text = format_worker_schedule(s, 1);
+  EXPECT_NE(text.find("stage 0 of 2, replica 1 of 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("F(m=1, v=0)"), std::string::npos) << text;
+  EXPECT_NE(text.find("send-act(m=1) -> rank 2 [tag 2]"), std::string::npos) << text;
+  EXPECT_NE(text.find("allreduce(round 0, 2 grads, 1 local)"), std::string::npos) << text;
+  EXPECT_NE(text.find("step(round 0, 2 grads) -> v=2"), std::string::npos) << text;
+  EXPECT_THROW(format_worker_schedule(s, 3), UserError);
+}
+
+}  // namespace
+}  // namespace pd
