@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "runtime/auto_plan.h"
+#include "runtime/checkpoint.h"
 #include "runtime/comm/mpi_transport.h"
 #include "runtime/launcher.h"
 #include "runtime/local_transport.h"
@@ -124,9 +125,17 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   s.checkpoint_dir = a.checkpoint_dir;
   s.checkpoint_every = a.checkpoint_every;
   if (s.checkpoint_every < 0) throw UserError("--checkpoint-every must be >= 0");
-  if (!s.checkpoint_dir.empty() && s.checkpoint_every == 0) s.checkpoint_every = s.steps();
-  if (s.checkpoint_dir.empty() && a.checkpoint_every > 0) throw UserError("--checkpoint-every needs --checkpoint-dir");
   s.resume = a.resume;
+  if (!s.resume.empty()) {
+    // The pipeline drains at every checkpoint; a resumed run keeps the same
+    // boundaries so that it repeats the original run bit for bit.
+    const ResumePoint p = find_checkpoint(s.resume);
+    const int64_t saved_every = p.run.value("checkpoint_every", int64_t{0});
+    if (s.checkpoint_every == 0) s.checkpoint_every = saved_every;
+  } else if (s.checkpoint_dir.empty() && a.checkpoint_every > 0) {
+    throw UserError("--checkpoint-every needs --checkpoint-dir");
+  }
+  if (!s.checkpoint_dir.empty() && s.checkpoint_every == 0) s.checkpoint_every = s.steps();
   if (a.log_every < 1) throw UserError(cat("--log-every must be >= 1, got ", a.log_every));
   s.log_every = a.log_every;
   s.progress_bar = a.progress;

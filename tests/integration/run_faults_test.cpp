@@ -59,14 +59,14 @@ TEST(RunFaults, KilledRankEndsTheJobNamingIt) {
   const std::string dir = scratch_dir("kill");
   const std::string metrics = dir + "/m.jsonl", out = dir + "/out.txt";
   const std::string cmd = mpirun(4) + pipedream_binary() + " run --plan " + plan_file(dir) + kModel +
-                          " --data synthetic --batch 8 --minibatches 100000 --no-eval --log-every 1 --timeout 5"
+                          " --data synthetic --batch 8 --lr 0.01 --minibatches 100000 --no-eval --log-every 1 --timeout 5"
                           " --metrics " + metrics;
   const auto start = std::chrono::steady_clock::now();
   const pid_t job = fork();
   ASSERT_GE(job, 0);
   if (job == 0) {
     setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > " + out + " 2>&1").c_str(), static_cast<char*>(nullptr));
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " < /dev/null > " + out + " 2>&1").c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   // Wait until training runs, then kill rank 2 (a child of mpirun running stage 2).

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -65,7 +66,8 @@ inline std::map<int64_t, double> step_losses(const std::string& metrics_path) {
   std::string line;
   while (std::getline(f, line)) {
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.value("event", "") == "step") out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+    if (j.is_object() && j.value("event", "") == "step")  // a diverged loss is written as null
+      out[j["step"].get<int64_t>()] = j["loss"].is_number() ? j["loss"].get<double>() : NAN;
   }
   return out;
 }
