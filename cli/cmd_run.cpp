@@ -40,7 +40,7 @@ struct RunArgs {
   double timeout = 60;
   std::string metrics, save, trace, checkpoint_dir, resume;
   int64_t checkpoint_every = 0, log_every = 10, eval_every = 0, eval_batch = 500;
-  bool evaluate = true, reference = false, progress = false;
+  bool evaluate = true, reference = false, progress = false, straight = false;
 };
 
 // Every way the plan can disagree with the model, as a UserError.
@@ -67,7 +67,7 @@ void check_plan_fits_model(const Plan& plan, const Model& model, const std::stri
 }
 
 // The workers read the plan file the launcher wrote (--plan auto): the
-// same arguments with --plan FILE and without --workers.
+// same arguments with --plan FILE and without --workers / --straight.
 std::vector<std::string> with_plan_file(const std::vector<std::string>& args, const std::string& plan_path) {
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -77,7 +77,7 @@ std::vector<std::string> with_plan_file(const std::vector<std::string>& args, co
       ++i;
     } else if (x.rfind("--plan=", 0) == 0) {
       out.insert(out.end(), {"--plan", plan_path});
-    } else if (x.rfind("--workers=", 0) != 0) {
+    } else if (x.rfind("--workers=", 0) != 0 && x != "--straight") {
       out.push_back(x);
     }
   }
@@ -204,14 +204,15 @@ void run_command(const RunArgs& a) {
     std::fprintf(stderr, "profiling %s (batch %lld, %d thread%s per worker)...\n", model.name.c_str(),
                  static_cast<long long>(a.batch), a.threads, a.threads > 1 ? "s" : "");
     const Profile profile = measure_layer_profile(model, a.batch, a.threads);
-    plan = plan_for_workers(profile, a.workers);
+    plan = plan_for_workers(profile, a.workers, a.straight);
     plan_path = a.plan_out;
     write_plan(plan, plan_path);
     std::fprintf(stderr, "planned %d workers: config %s, predicted %.0f samples/s (%.2fx one worker); plan written to %s\n",
                  a.workers, plan.config.c_str(), plan.throughput_samples_per_s, plan.speedup_vs_single,
                  plan_path.c_str());
   } else {
-    if (a.workers != 0) throw UserError("--workers goes with --plan auto (a plan file fixes the workers)");
+    if (a.workers != 0 || a.straight)
+      throw UserError("--workers and --straight go with --plan auto (a plan file fixes the workers)");
     plan = read_plan(a.plan);
   }
   check_plan_fits_model(plan, model, plan_path);
@@ -261,6 +262,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--plan", a->plan, "plan.json from `pipedream plan` (or edited by hand), or auto")->required();
   cmd->add_option("--workers", a->workers, "With --plan auto: the number of workers");
   cmd->add_option("--plan-out", a->plan_out, "With --plan auto: where to write the plan")->capture_default_str();
+  cmd->add_flag("--straight", a->straight, "With --plan auto: no replication (one worker per stage)");
   cmd->add_option("--model", a->model, "Zoo model (see `pipedream models`) or a spec .json file");
   cmd->add_option("--model-spec", a->spec_file, "JSON model spec file")->check(CLI::ExistingFile);
   cmd->add_option("--model-options", a->model_options, "Zoo model options, e.g. width=0.5,image_size=32");

@@ -15,7 +15,7 @@ namespace pd {
 // Times every top-level layer (`repeats` runs after one warm-up, median).
 Profile measure_layer_profile(const Model& m, int64_t batch, int threads, int repeats = 5);
 // Plans `workers` workers on one machine (flat topology, bandwidth_GBps
-// between workers: shared-memory MPI).
-Plan plan_for_workers(const Profile& p, int workers, double bandwidth_GBps = 4.0);
+// between workers: shared-memory MPI); `straight`: one worker per stage.
+Plan plan_for_workers(const Profile& p, int workers, bool straight = false, double bandwidth_GBps = 4.0);
 
 }  // namespace pd
