@@ -9,12 +9,16 @@
 #   trace.json       Chrome trace of every rank (open in https://ui.perfetto.dev)
 #   final.safetensors  the trained model, all stages merged
 # EPOCHS=1 scripts/quickstart.sh for a shorter run.
+#
+# --straight asks the planner for one worker per stage: for a model this
+# small on one machine its unconstrained optimum is plain data parallelism
+# (config "4"), which shows no pipeline. Drop --straight to see that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 out=runs/quickstart
 mkdir -p "$out"
-build/bin/pipedream run --plan auto --workers 4 --plan-out "$out/plan.json" \
+build/bin/pipedream run --plan auto --workers 4 --straight --plan-out "$out/plan.json" \
   --model cnn --data fashion-mnist --epochs "${EPOCHS:-2}" --batch 64 \
-  --optimizer sgd --lr 0.05 --momentum 0.9 --seed 1 --threads-per-worker 1 \
+  --optimizer adam --lr 0.001 --momentum 0 --seed 1 --threads-per-worker 1 \
   --metrics "$out/metrics.jsonl" --trace "$out/trace.json" --save "$out/final.safetensors"
