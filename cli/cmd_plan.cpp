@@ -1,13 +1,171 @@
-// `pipedream plan` - not implemented yet (stub).
+// `pipedream plan`: profile + topology -> the optimal pipeline (plan.json)
+// and a human summary.
+#include <cstdio>
+#include <iostream>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "core/error.h"
+#include "planner/planner.h"
 
 namespace pd::cli {
+namespace {
+
+struct PlanArgs {
+  std::string profile, topology, output, cost_model = "paper", memory;
+  int workers = -1;
+  double bandwidth = -1;
+  bool straight = false, fewer = false;
+  std::optional<double> compression;
+  std::vector<std::string> baselines;
+  int max_states = 20000;
+};
+
+std::string seconds(double s) {
+  char buf[64];
+  if (s >= 1) std::snprintf(buf, sizeof buf, "%.3f s", s);
+  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.3f us", s * 1e6);
+  return buf;
+}
+
+std::string bytes(double b) {
+  char buf[64];
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (b >= 1000 && u < 4) b /= 1000, ++u;
+  std::snprintf(buf, sizeof buf, "%.2f %s", b, units[u]);
+  return buf;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  // Consecutive ranks print as a range.
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string layer_summary(const PlanStage& s) {
+  std::string names;
+  if (!s.layer_names.empty()) {
+    names = s.layer_names.front();
+    if (names.size() > 32) names = names.substr(0, 29) + "...";
+    if (s.layer_names.size() > 1) {
+      std::string last = s.layer_names.back();
+      if (last.size() > 32) last = last.substr(0, 29) + "...";
+      names += " .. " + last;
+    }
+  }
+  return cat("layers ", s.first_layer, "-", s.last_layer, " (", s.layer_names.size(), " nodes: ", names, ")");
+}
+
+void print_summary(const Plan& plan, const Topology& topology) {
+  std::printf("Plan for %s (%s, batch %d) on %d workers", plan.profile.model.c_str(), plan.profile.path.c_str(),
+              plan.profile.batch_size, topology.total_workers());
+  for (size_t l = 0; l < topology.levels.size(); ++l)
+    std::printf("%s%d x %.4g GB/s", l ? " | " : " [", topology.levels[l].count, topology.levels[l].bandwidth_GBps);
+  std::printf("], cost model %s, states %s\n", plan.cost_model.c_str(), plan.state_space.c_str());
+  for (const auto& s : plan.stages) {
+    std::printf("  stage %d%s: %s\n", s.index, s.index == plan.bottleneck_stage ? " (bottleneck)" : "",
+                layer_summary(s).c_str());
+    std::printf("    replicas %d on ranks %s; compute %s (fwd %s, bwd %s), sync %s, transfer %s, stage time %s\n",
+                s.replicas, rank_list(s.ranks).c_str(), seconds(s.compute_s).c_str(), seconds(s.forward_s).c_str(),
+                seconds(s.backward_s).c_str(), seconds(s.sync_s).c_str(), seconds(s.transfer_s).c_str(),
+                seconds(s.time_s).c_str());
+    std::printf("    memory %s per worker (%d minibatches in flight), sends %s per minibatch\n",
+                bytes(double(s.memory_bytes)).c_str(), s.in_flight, bytes(double(s.output_bytes)).c_str());
+  }
+  std::printf("config %s, NOAM %d\n", plan.config.c_str(), plan.noam);
+  std::printf("predicted time per minibatch %s", seconds(plan.time_per_minibatch_s).c_str());
+  if (plan.throughput_samples_per_s > 0) std::printf(", %.1f samples/s", plan.throughput_samples_per_s);
+  std::printf("\nspeed-up %.2fx over one worker (%s), %.2fx over data parallelism (%s)\n", plan.speedup_vs_single,
+              seconds(plan.single_worker_s).c_str(), plan.speedup_vs_data_parallel,
+              seconds(plan.data_parallel_s).c_str());
+}
+
+void run_plan(const PlanArgs& a) {
+  Topology topology;
+  if (!a.topology.empty()) {
+    if (a.workers >= 0 || a.bandwidth >= 0)
+      throw UserError("give either --topology FILE or --workers N --bandwidth GBps, not both");
+    topology = read_topology(a.topology);
+  } else {
+    if (a.workers < 0 || a.bandwidth < 0)
+      throw UserError("give --workers N and --bandwidth GBps (10^9 bytes/s), or --topology FILE");
+    topology = flat_topology(a.workers, a.bandwidth);
+  }
+  PlannerOptions options;
+  if (a.cost_model == "pipedream") options.cost_model = CostModel::pipedream;
+  else if (a.cost_model != "paper") throw UserError(cat("--cost-model must be paper or pipedream, got '", a.cost_model, "'"));
+  options.straight = a.straight;
+  options.fewer_workers = a.fewer;
+  if (!a.memory.empty()) options.memory_bytes = parse_size(a.memory);
+  options.activation_compression_ratio = a.compression;
+  options.max_antichain_states = a.max_states;
+  Profile profile = read_profile(a.profile);
+  Plan plan = plan_pipeline(profile, topology, options);
+  nlohmann::json j = plan_to_json(plan);
+  print_summary(plan, topology);
+  for (const auto& b : a.baselines) {
+    if (b == "dp") {
+      std::printf("baseline dp: %s per minibatch on %d replicas (plan is %.2fx faster)\n",
+                  seconds(plan.data_parallel_s).c_str(), topology.total_workers(), plan.speedup_vs_data_parallel);
+    } else if (b == "straight" || b == "equal") {
+      Plan other;
+      if (b == "straight") {
+        PlannerOptions straight = options;
+        straight.straight = true;
+        straight.fewer_workers = true;
+        other = plan_pipeline(profile, topology, straight);
+      } else {
+        other = plan_equal_split(profile, topology);
+      }
+      std::printf("baseline %s: config %s, %s per minibatch (plan is %.2fx faster)\n", b.c_str(),
+                  other.config.c_str(), seconds(other.time_per_minibatch_s).c_str(),
+                  other.time_per_minibatch_s / plan.time_per_minibatch_s);
+      j["baselines"][b + "_s"] = other.time_per_minibatch_s;
+      j["baselines"][b + "_config"] = other.config;
+    } else {
+      throw UserError(cat("--baseline must be dp, straight or equal, got '", b, "'"));
+    }
+  }
+  if (!a.output.empty()) {
+    std::string tmp = a.output + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) throw UserError(cat("cannot write ", a.output));
+    std::string text = j.dump(2) + "\n";
+    bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    ok &= std::fclose(f) == 0;
+    if (!ok || std::rename(tmp.c_str(), a.output.c_str()) != 0) throw RuntimeFailure(cat("cannot write ", a.output));
+    std::printf("wrote %s\n", a.output.c_str());
+  }
+}
+
+}  // namespace
 
 void add_plan_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("plan", "(not implemented yet)");
-  cmd->allow_extras();
-  cmd->callback([] { throw RuntimeFailure("pipedream plan is not implemented yet"); });
+  auto args = std::make_shared<PlanArgs>();
+  auto* cmd = app.add_subcommand("plan", "Partition a profiled model into replicated pipeline stages");
+  cmd->add_option("--profile", args->profile, "profile.json or PipeDream graph.txt")->required();
+  cmd->add_option("--workers", args->workers, "number of workers (one-level topology)");
+  cmd->add_option("--bandwidth", args->bandwidth, "bandwidth between workers in GB/s (10^9 bytes/s)");
+  cmd->add_option("--topology", args->topology, "topology JSON (levels innermost first)");
+  cmd->add_option("--cost-model", args->cost_model, "paper (default) or pipedream (the released optimizer)");
+  cmd->add_flag("--straight", args->straight, "no replication: one worker per stage");
+  cmd->add_option("--memory", args->memory, "memory per worker (4000000000, 16GB, 16GiB)");
+  cmd->add_flag("--fewer-workers", args->fewer, "allow plans that leave workers idle");
+  cmd->add_option("--activation-compression-ratio", args->compression, "PipeDream's activation compression ratio");
+  cmd->add_option("--baseline", args->baselines, "also plan a comparison point: dp, straight, equal")->take_all();
+  cmd->add_option("--max-antichain-states", args->max_states, "DAGs: above this many states use topological prefixes");
+  cmd->add_option("-o,--output", args->output, "write plan.json here");
+  cmd->callback([args] { run_plan(*args); });
 }
 
 }  // namespace pd::cli

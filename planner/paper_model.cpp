@@ -1,9 +1,12 @@
 #include "planner/paper_model.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "core/error.h"
 #include "planner/state_space.h"
@@ -12,6 +15,7 @@ namespace pd {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kMaxDownSets = 2000;
 
 // One level of the hierarchy: `units` groups (workers at level 0) joined by
 // `bandwidth`; each unit holds `unit_workers` workers.
@@ -84,44 +88,75 @@ struct LevelResult {
   std::vector<LevelStage> stages;
 };
 
-// The table DP A(j, m) of DESIGN.md §5 over states, exactly m units.
-LevelResult solve_table(const StageCosts& costs, int first_state, bool straight, bool fewer) {
-  const StateSpace& s = costs.space();
-  const int n = s.size(), M = costs.units();
+// The table DP A(j, m) of DESIGN.md §5 over states: the best bottleneck of
+// the states after `first` up to j on exactly m units.
+class TableDP {
+ public:
+  // States after `last` are not needed (-1: all).
+  TableDP(const StageCosts& costs, int first, bool straight, int last = -1)
+      : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), first_(first),
+        a_(size_t(n_) * (M_ + 1)), value_(M_ + 1) {
+    at(first, 0).time = 0;
+    for (int j = first + 1; j < (last < 0 ? n_ : last + 1); ++j)
+      for_each_nested(s_, j, [&](int k) {
+        if (k < first) return;
+        if (!s_.all_earlier_nest() && k != first && !s_.members[first].subset_of(s_.members[k])) return;
+        // Without a memory limit a stage's value does not depend on its
+        // position: evaluate it once per replica count.
+        const bool shared = !costs_.memory_limited();
+        if (shared)
+          for (int mp = 1; mp <= (straight ? 1 : M_); ++mp) value_[mp] = costs_.value(k, j, mp, 0);
+        const Cell* prev_row = &at(k, 0);
+        for (int m = 1; m <= M_; ++m) {
+          Cell& cell = at(j, m);
+          for (int mp = 1; mp <= (straight ? 1 : m); ++mp) {
+            double prev = prev_row[m - mp].time;
+            if (prev == kInf) continue;
+            double t = std::max(prev, shared ? value_[mp] : costs_.value(k, j, mp, m - mp));
+            if (t < cell.time) cell = {t, k, mp};
+          }
+        }
+      });
+  }
+  // Units the optimum up to j uses: all of them, or the best count with `fewer`.
+  int best_units(int j, bool fewer) const {
+    int best = M_;
+    if (fewer)
+      for (int m = 1; m <= M_; ++m)
+        if (at(j, m).time < at(j, best).time) best = m;
+    return best;
+  }
+  double time(int j, bool fewer) const { return at(j, best_units(j, fewer)).time; }
+  LevelResult result(int j, bool fewer) const {
+    LevelResult r;
+    int m = best_units(j, fewer);
+    r.time = at(j, m).time;
+    if (r.time == kInf) return r;
+    while (j != first_) {
+      const Cell& c = at(j, m);
+      r.stages.push_back({c.k, j, c.mp});
+      j = c.k, m -= c.mp;
+    }
+    std::reverse(r.stages.begin(), r.stages.end());
+    return r;
+  }
+
+ private:
   struct Cell {
     double time = kInf;
     int k = -1, mp = 0;
   };
-  std::vector<Cell> a(size_t(n) * (M + 1));
-  auto at = [&](int j, int m) -> Cell& { return a[size_t(j) * (M + 1) + m]; };
-  at(first_state, 0).time = 0;
-  for (int j = first_state + 1; j < n; ++j)
-    for_each_nested(s, j, [&](int k) {
-      if (k < first_state) return;
-      if (!s.all_earlier_nest() && k != first_state && !s.members[first_state].subset_of(s.members[k])) return;
-      for (int m = 1; m <= M; ++m)
-        for (int mp = 1; mp <= (straight ? 1 : m); ++mp) {
-          const Cell& prev = at(k, m - mp);
-          if (prev.time == kInf) continue;
-          double t = std::max(prev.time, costs.value(k, j, mp, m - mp));
-          Cell& cell = at(j, m);
-          if (t < cell.time) cell = {t, k, mp};
-        }
-    });
-  LevelResult r;
-  int best_m = M;
-  if (fewer)
-    for (int m = 1; m <= M; ++m)
-      if (at(n - 1, m).time < at(n - 1, best_m).time) best_m = m;
-  r.time = at(n - 1, best_m).time;
-  if (r.time == kInf) return r;
-  for (int j = n - 1, m = best_m; j != first_state;) {
-    const Cell& c = at(j, m);
-    r.stages.push_back({c.k, j, c.mp});
-    j = c.k, m -= c.mp;
-  }
-  std::reverse(r.stages.begin(), r.stages.end());
-  return r;
+  Cell& at(int j, int m) { return a_[size_t(j) * (M_ + 1) + m]; }
+  const Cell& at(int j, int m) const { return a_[size_t(j) * (M_ + 1) + m]; }
+  const StageCosts& costs_;
+  const StateSpace& s_;
+  const int n_, M_, first_;
+  std::vector<Cell> a_;
+  std::vector<double> value_;
+};
+
+LevelResult solve_table(const StageCosts& costs, bool straight, bool fewer) {
+  return TableDP(costs, 0, straight).result(costs.space().size() - 1, fewer);
 }
 
 // Parametric search on the bottleneck τ: a stage's time is non-increasing
@@ -136,16 +171,48 @@ class ParametricSolver {
 
   LevelResult solve() {
     LevelResult r;
-    double hi = 1e-9;
+    // Every stage needs compute/m ≤ τ, so τ ≥ total compute / units.
+    double lo = 0, hi = costs_.compute(0, n_ - 1) / M_;
+    if (!(hi > 0)) hi = 1e-12;
     while (!feasible(hi)) {
-      hi *= 4;
+      lo = hi;
+      hi *= 2;
       if (hi > 1e30) return r;
     }
-    double lo = 0;
-    if (feasible(lo)) hi = lo;
+    if (lo == 0) {
+      // τ = total/units was feasible already: it is (up to rounding) the
+      // optimum; find an infeasible lower end below it.
+      if (feasible(0)) {
+        hi = 0;
+      } else {
+        lo = hi / 2;
+        while (lo > 1e-300 && feasible(lo)) hi = lo, lo /= 2;
+        if (!(lo > 1e-300)) lo = 0;
+      }
+    }
+    if (!costs_.memory_limited() && hi > 0) {
+      // Narrow (lo, hi] to a relative width of 1e-9, then finish exactly:
+      // the optimum is one stage's value, so among the stage values in
+      // (lo, hi] it is the smallest feasible one.
+      while (lo > 0 && hi > lo * (1 + 1e-9)) {
+        double mid = lo + (hi - lo) / 2;
+        if (mid <= lo || mid >= hi) break;
+        (feasible(mid) ? hi : lo) = mid;
+      }
+      std::vector<double> candidates = stage_values_between(lo, hi);
+      std::sort(candidates.begin(), candidates.end());
+      candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+      size_t a = 0, b = candidates.size();  // answer index in [a, b]; b means hi itself
+      while (a < b) {
+        size_t mid = a + (b - a) / 2;
+        if (feasible(candidates[mid])) b = mid;
+        else a = mid + 1;
+      }
+      if (b < candidates.size()) hi = candidates[b];
+    }
     // Bisect on the bit patterns: positive doubles order like their bits.
     uint64_t lo_bits = bits(lo), hi_bits = bits(hi);
-    while (hi_bits - lo_bits > 1) {
+    while (hi_bits > lo_bits + 1 && costs_.memory_limited()) {
       uint64_t mid = lo_bits + (hi_bits - lo_bits) / 2;
       if (feasible(from_bits(mid))) hi_bits = mid;
       else lo_bits = mid;
@@ -174,21 +241,46 @@ class ParametricSolver {
     return d;
   }
 
+  // Every stage value in (lo, hi] (no memory limit: values do not depend
+  // on the workers before a stage, and fall with m from 2 replicas on).
+  std::vector<double> stage_values_between(double lo, double hi) const {
+    std::vector<double> out;
+    for (int j = 1; j < n_; ++j)
+      for_each_nested(s_, j, [&](int k) {
+        double one = costs_.value(k, j, 1, 0);
+        if (one > lo && one <= hi) out.push_back(one);
+        if (straight_) return;
+        int first = min_replicas(k, j, 0, hi), past = std::min(min_replicas(k, j, 0, lo), M_ + 1);
+        for (int m = first; m < past && m <= M_; ++m) {
+          double v = costs_.value(k, j, m, 0);
+          if (v > lo && v <= hi) out.push_back(v);
+        }
+      });
+    return out;
+  }
+
   // Fewest replicas ≥ 2 that bring stage (k, j] within τ (M_ + 1: none).
+  // From 2 replicas on, compute/m, the ring sync 4(m-1)P/(m²·B·u) and the
+  // transfer all fall with m, so the answer is the largest of three closed
+  // forms, checked (and nudged past rounding) with the exact predicate.
   int min_replicas(int k, int j, int before, double tau) const {
     if (straight_) return M_ + 1;
     double c = costs_.compute(k, j);
-    if (c == kInf) return M_ + 1;
-    if (tau <= 0) return value_ok(k, j, 2, before, tau) ? 2 : M_ + 1;
-    // Lower bounds from compute/m <= τ and transfer(k, 1)/m <= τ.
+    if (c == kInf || tau <= 0) return (tau <= 0 && value_ok(k, j, 2, before, tau)) ? 2 : M_ + 1;
+    double q = costs_.sync(k, j, 2) * 2.0;  // q = 4P/(B·u): sync(m)/m = q(m-1)/m²
     double guess = std::max({2.0, std::ceil(c / tau), std::ceil(costs_.transfer(k, 1) / tau)});
-    int m = int(std::min<double>(guess, M_ + 1));
-    if (m > M_) return M_ + 1;
-    // Walk to the exact boundary; the closed-form guess is a lower bound
-    // up to rounding, and the sync term is found by doubling.
+    if (q > 4 * tau) guess = std::max(guess, std::floor((q + std::sqrt(q * q - 4 * tau * q)) / (2 * tau)));
+    if (guess > M_ + 1) guess = M_ + 1;
+    int m = int(guess);
     while (m > 2 && value_ok(k, j, m - 1, before, tau)) --m;
-    if (value_ok(k, j, m, before, tau)) return m;
-    int step = 1, good = -1, bad = m;
+    while (m <= M_ && !value_ok(k, j, m, before, tau)) {
+      if (costs_.memory_limited()) return doubling_search(k, j, before, tau, m);
+      ++m;
+    }
+    return m;
+  }
+  int doubling_search(int k, int j, int before, double tau, int bad) const {
+    int step = 1, good = -1;
     while (true) {
       int probe = bad + step;
       if (probe > M_) {
@@ -226,18 +318,32 @@ class ParametricSolver {
     f_[0][0] = 0;
     for (int j = 1; j < n_; ++j)
       for_each_nested(s_, j, [&](int k) {
+        // Without a memory limit a stage's fit does not depend on the
+        // workers before it: evaluate it at most once for both flags, and
+        // only when an offer could still improve f[.][j].
+        const double c = costs_.compute(k, j);
+        const bool shared = !costs_.memory_limited();
+        int cached_more = -1, cached_one = -1;
         for (int flag = 0; flag < 2; ++flag) {
           int base = f_[flag][k];
           if (base > M_) continue;
-          bool one = value_ok(k, j, 1, base, tau);
-          int more = min_replicas(k, j, base, tau);
           auto offer = [&](int to_flag, int m) {
             if (base + m < f_[to_flag][j]) {
               f_[to_flag][j] = base + m;
               choice_[to_flag][j] = {k, m, flag};
             }
           };
+          bool one;
+          if (shared && cached_one >= 0) one = cached_one;
+          else one = c <= tau && value_ok(k, j, 1, base, tau), cached_one = one;
           if (one) offer(flag, 1);
+          if (straight_) continue;
+          // Lower bound on the replicas ≥ 2 a stage needs: compute/m ≤ τ.
+          double lb = c == kInf ? kInf : std::max(2.0, std::ceil(c / tau));
+          if (!(base + (one ? 1.0 : lb) < f_[1][j]) && !(base + lb < f_[1][j])) continue;
+          int more;
+          if (shared && cached_more >= 0) more = cached_more;
+          else more = min_replicas(k, j, base, tau), cached_more = more;
           if (one && more == 2) offer(1, 1);
           if (more <= M_) offer(1, more);
         }
@@ -252,15 +358,37 @@ class ParametricSolver {
   // exactly M_ stages?
   bool exact_stage_count(double tau) {
     if (M_ > n_ - 1) return false;
-    reach_.assign(size_t(n_) * (M_ + 1), 0);
+    const int words = (M_ + 1 + 63) / 64;
+    reach_.assign(size_t(n_) * words, 0);
     reach_[0] = 1;
-    for (int j = 1; j < n_; ++j)
-      for_each_nested(s_, j, [&](int k) {
-        for (int c = 0; c < M_; ++c)
-          if (reach_[size_t(k) * (M_ + 1) + c] && value_ok(k, j, 1, c, tau))
-            reach_[size_t(j) * (M_ + 1) + c + 1] = 1;
-      });
-    return reach_[size_t(n_ - 1) * (M_ + 1) + M_];
+    auto bit = [&](int j, int c) { return reach_[size_t(j) * words + c / 64] >> (c % 64) & 1; };
+    for (int j = 1; j < n_; ++j) {
+      uint64_t* to = &reach_[size_t(j) * words];
+      auto relax = [&](int k) {
+        const uint64_t* from = &reach_[size_t(k) * words];
+        if (!costs_.memory_limited()) {
+          // The stage fits or not whatever its position: shift the whole set.
+          if (!value_ok(k, j, 1, 0, tau)) return;
+          for (int w = words - 1; w >= 0; --w) to[w] |= from[w] << 1 | (w ? from[w - 1] >> 63 : 0);
+        } else {
+          for (int c = 0; c < M_; ++c)
+            if (bit(k, c) && value_ok(k, j, 1, c, tau)) to[(c + 1) / 64] |= uint64_t(1) << ((c + 1) % 64);
+        }
+      };
+      if (s_.all_earlier_nest()) {
+        // One replica needs compute ≤ τ, and compute only grows as k falls.
+        for (int k = j - 1; k >= 0 && costs_.compute(k, j) <= tau; --k) relax(k);
+      } else {
+        for (int k : s_.nested_in[j]) relax(k);
+      }
+      // Stage counts above M_ are of no use; keep the top word clean.
+      if ((M_ + 1) % 64) to[words - 1] &= (uint64_t(1) << ((M_ + 1) % 64)) - 1;
+    }
+    return bit(n_ - 1, M_);
+  }
+  bool reach(int j, int c) const {
+    const int words = (M_ + 1 + 63) / 64;
+    return reach_[size_t(j) * words + c / 64] >> (c % 64) & 1;
   }
 
   std::vector<LevelStage> reconstruct(double tau) {
@@ -274,7 +402,7 @@ class ParametricSolver {
       for (int j = last, c = M_; j != 0; --c) {
         int pick = -1;
         for_each_nested(s_, j, [&](int k) {
-          if (pick < 0 && reach_[size_t(k) * (M_ + 1) + c - 1] && value_ok(k, j, 1, c - 1, tau)) pick = k;
+          if (pick < 0 && reach(k, c - 1) && value_ok(k, j, 1, c - 1, tau)) pick = k;
         });
         out.push_back({pick, j, 1});
         j = pick;
@@ -314,7 +442,7 @@ class ParametricSolver {
   const bool straight_, fewer_;
   std::vector<int> f_[2];
   std::vector<Choice> choice_[2];
-  std::vector<char> reach_;
+  std::vector<uint64_t> reach_;
 };
 
 LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, PaperAlgorithm algorithm) {
@@ -326,63 +454,152 @@ LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, Pape
   bool table = algorithm == PaperAlgorithm::table ||
                (algorithm == PaperAlgorithm::automatic &&
                 (costs.memory_limited() || pairs * units * (straight ? 1 : units) / 2 <= 2e7));
-  if (table) return solve_table(costs, 0, straight, fewer);
+  if (table) return solve_table(costs, straight, fewer);
   return ParametricSolver(costs, straight, fewer).solve();
+}
+
+}  // namespace
+
+namespace {
+
+// Turns the top level's stages into worker-level stages: a stage on u units
+// runs the inner level's optimal sub-pipeline of its range in each unit.
+struct Flattener {
+  const StateSpace& space;
+  const std::vector<std::unique_ptr<StageCosts>>& costs;  // per level
+  const std::vector<int>& unit_workers;                   // per level
+  bool straight, fewer;
+  std::vector<PlannedStage> out;
+
+  void expand(int level, const std::vector<LevelStage>& stages, const std::vector<int>& unit_starts,
+              double replication) {
+    int offset = 0, before = 0;
+    for (const auto& st : stages) {
+      std::vector<int> starts;
+      for (int base : unit_starts)
+        for (int r = 0; r < st.units; ++r) starts.push_back(base + (offset + r) * unit_workers[level]);
+      offset += st.units;
+      const StageCosts& c = *costs[level];
+      if (level == 0) {
+        PlannedStage p;
+        p.nodes = space.stage_nodes(st.from, st.to);
+        p.ranks = starts;
+        p.sync_s = c.sync(st.from, st.to, st.units);
+        p.transfer_s = c.transfer(st.from, st.units) / replication;
+        p.time_s = c.value(st.from, st.to, st.units, before) / replication;
+        out.push_back(std::move(p));
+      } else {
+        LevelResult inner = TableDP(*costs[level - 1], st.from, straight, st.to).result(st.to, fewer);
+        expand(level - 1, inner.stages, starts, replication * st.units);
+      }
+      before += st.units;
+    }
+  }
+};
+
+// min over x in [lo, hi) of max(a[x], b[x]) — exact (no rounding), 4 lanes.
+double min_of_max(const double* a, const double* b, int lo, int hi) {
+  __m256d best = _mm256_set1_pd(kInf);
+  int x = lo;
+  for (; x + 4 <= hi; x += 4) best = _mm256_min_pd(best, _mm256_max_pd(_mm256_loadu_pd(a + x), _mm256_loadu_pd(b + x)));
+  double lanes[4];
+  _mm256_storeu_pd(lanes, best);
+  double r = std::min(std::min(lanes[0], lanes[1]), std::min(lanes[2], lanes[3]));
+  for (; x < hi; ++x) r = std::min(r, std::max(a[x], b[x]));
+  return r;
+}
+
+// The optimal time of every range (k, j] on one unit, for prefix state
+// spaces without a memory limit: the table DP of every start row at once,
+// with stage values (position-independent here) computed once and the
+// split loop as a vectorised min-of-max. Same values as TableDP per row.
+void all_ranges_on_one_unit(const StageCosts& costs, bool straight, bool fewer, std::vector<double>& out) {
+  const int n = costs.space().size(), M = costs.units(), max_mp = straight ? 1 : M;
+  const size_t stride = size_t(M + 1) * n;
+  std::vector<double> value(size_t(n) * stride, kInf);  // [j][mp][x] = value(x, j, mp)
+  for (int j = 1; j < n; ++j)
+    for (int mp = 1; mp <= max_mp; ++mp)
+      for (int x = 0; x < j; ++x) value[size_t(j) * stride + size_t(mp) * n + x] = costs.value(x, j, mp, 0);
+  std::vector<double> a(stride);  // [m][x] = A_k(x, m) for the current row k
+  for (int k = 0; k + 1 < n; ++k) {
+    std::fill(a.begin(), a.end(), kInf);
+    a[k] = 0;
+    for (int j = k + 1; j < n; ++j) {
+      double best_any = kInf;
+      for (int m = 1; m <= M; ++m) {
+        double best = kInf;
+        for (int mp = 1; mp <= std::min(m, max_mp); ++mp)
+          best = std::min(best, min_of_max(&a[size_t(m - mp) * n], &value[size_t(j) * stride + size_t(mp) * n], k, j));
+        a[size_t(m) * n + j] = best;
+        best_any = std::min(best_any, best);
+      }
+      out[size_t(k) * n + j] = fewer ? best_any : a[size_t(M) * n + j];
+    }
+  }
 }
 
 }  // namespace
 
 PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, const PlannerOptions& options,
                            PaperAlgorithm algorithm) {
-  StateSpace space = build_state_space(g, options.max_antichain_states);
+  // Down-sets nest pairwise far more often than antichain states connect:
+  // the DP visits every nested pair, so their number is capped lower here.
+  StateSpace space = build_state_space(g, std::min(options.max_antichain_states, kMaxDownSets));
   const int total_workers = topology.total_workers();
   const double memory = double(options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes);
   const int n = space.size();
   const int levels = int(topology.levels.size());
-  std::vector<Level> level(levels);
+  std::vector<int> unit_workers(levels);
+  std::vector<std::unique_ptr<StageCosts>> costs(levels);
+  // Inner levels: the optimal time of every nested range on one unit becomes
+  // the next level's compute (PipeDream's hierarchical solve).
+  std::vector<std::vector<double>> inner(levels);
   for (int l = 0, unit = 1; l < levels; ++l) {
-    level[l] = {topology.levels[l].count, topology.levels[l].bandwidth_GBps * 1e9, unit};
+    unit_workers[l] = unit;
+    Level level{topology.levels[l].count, topology.levels[l].bandwidth_GBps * 1e9, unit};
+    costs[l] = std::make_unique<StageCosts>(space, level, total_workers, memory, l == 0 ? nullptr : &inner[l - 1]);
     unit *= topology.levels[l].count;
-  }
-  // Inner levels: the optimal time of every nested range on one unit.
-  std::vector<double> inner;
-  std::vector<std::vector<std::vector<LevelStage>>> inner_layouts(levels);
-  for (int l = 0; l + 1 < levels; ++l) {
-    std::vector<double> next(size_t(n) * n, kInf);
-    inner_layouts[l].assign(size_t(n) * n, {});
-    StageCosts costs(space, level[l], level[l].units, memory, l == 0 ? nullptr : &inner);
-    for (int k = 0; k < n; ++k) {
-      // Sub-problems start at state k: solve with k as the empty state.
-      LevelResult r = solve_table(costs, k, options.straight, options.fewer_workers);
-      (void)r;
+    if (l + 1 == levels) break;
+    inner[l].assign(size_t(n) * n, kInf);
+    if (space.all_earlier_nest() && !costs[l]->memory_limited() &&
+        double(n) * n * (topology.levels[l].count + 1) <= 2.5e7) {
+      all_ranges_on_one_unit(*costs[l], options.straight, options.fewer_workers, inner[l]);
+      continue;
     }
-    inner.swap(next);
+    for (int k = 0; k + 1 < n; ++k) {
+      TableDP dp(*costs[l], k, options.straight);
+      for (int j = k + 1; j < n; ++j) inner[l][size_t(k) * n + j] = dp.time(j, options.fewer_workers);
+    }
   }
-  (void)inner_layouts;
-  StageCosts top(space, level[levels - 1], total_workers, memory, levels > 1 ? &inner : nullptr);
+  const StageCosts& top = *costs[levels - 1];
   LevelResult result = solve_level(top, options.straight, options.fewer_workers, algorithm);
-  if (result.time == kInf) {
-    throw UserError("no pipeline fits");
-  }
+  if (result.time == kInf) throw NoFeasiblePlan("no pipeline fits the memory limit (paper cost model)");
   PlannedPipeline out;
   out.state_space = space.kind;
   out.time_per_minibatch_s = result.time;
   out.single_worker_s = space.compute[n - 1];
+  Flattener flat{space, costs, unit_workers, options.straight, options.fewer_workers, {}};
+  flat.expand(levels - 1, result.stages, {0}, 1.0);
+  out.stages = std::move(flat.out);
+  // Exact per-stage memory and in-flight count from the flat placement.
   int before = 0;
-  for (const auto& st : result.stages) {
-    PlannedStage p;
-    p.nodes = space.stage_nodes(st.from, st.to);
-    for (int r = 0; r < st.units; ++r) p.ranks.push_back(before + r);
-    p.sync_s = top.sync(st.from, st.to, st.units);
-    p.transfer_s = top.transfer(st.from, st.units);
-    p.time_s = top.value(st.from, st.to, st.units, before);
-    p.in_flight = top.in_flight(st.units, before);
-    p.memory_bytes = top.memory(st.from, st.to, st.units, before);
-    before += st.units;
-    out.stages.push_back(std::move(p));
+  for (auto& st : out.stages) {
+    int m = int(st.ranks.size());
+    st.in_flight = (total_workers - 1 - before) / m + 1;
+    double p = 0, o = 0, a = 0;
+    for (int v : st.nodes) {
+      p += g.nodes[v].parameter_bytes, o += g.nodes[v].optimizer_state_bytes, a += g.nodes[v].activation_bytes;
+    }
+    st.memory_bytes = p * (st.in_flight + 1) + o + a * st.in_flight;
+    before += m;
   }
-  StageCosts flat(space, level[0], total_workers, 0, nullptr);
-  out.data_parallel_s = flat.value(0, n - 1, total_workers, 0);
+  // Data parallelism: the whole model replicated, level by level.
+  double dp = out.single_worker_s, params = space.parameters[n - 1];
+  for (int l = 0; l < levels; ++l) {
+    int m = topology.levels[l].count;
+    dp = std::max(dp, 4.0 * (m - 1) * params / (m * topology.levels[l].bandwidth_GBps * 1e9) / unit_workers[l]) / m;
+  }
+  out.data_parallel_s = dp;
   return out;
 }
 

@@ -10,8 +10,10 @@
 
 namespace pd {
 
-// How one level's optimum is found. Both are exact; `automatic` picks the
-// table DP for small instances and the parametric search otherwise.
+// How one level's optimum is found. The table DP is exact always; the
+// parametric search is exact without a memory limit (a stage's fit then
+// does not depend on the workers before it). `automatic` uses the
+// parametric search for large instances without a memory limit.
 enum class PaperAlgorithm { automatic, table, parametric };
 
 PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, const PlannerOptions& options,

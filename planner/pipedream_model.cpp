@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <limits>
 
 #include "core/error.h"
@@ -107,42 +108,73 @@ class PipedreamSolver {
   size_t idx3(int i, int j, int m) const { return (size_t(i) * n_ + j) * m_ + m; }
   double range(const std::vector<double>& v, int i, int j) const { return i == 0 ? v[j] : v[j] - v[i - 1]; }
 
+  // The recursion for row i. Loops run j-outer, m-inner (PipeDream runs m
+  // outer): an entry only reads entries of smaller j or smaller m, and for
+  // one entry the candidates are tried in PipeDream's order (k, then m'),
+  // so the result, ties included, is the same.
   void recurse_row(int i, double bandwidth) {
+    sync_factor_.assign(m_ + 1, 0), inverse_.assign(m_ + 1, 0), transfer_factor_.assign(m_ + 1, 0);
+    for (int mp = 1; mp <= m_; ++mp) {
+      sync_factor_[mp] = 4.0 * (mp - 1) / (bandwidth * mp);
+      inverse_[mp] = 1.0 / mp;
+      if (options_.activation_compression_ratio)
+        transfer_factor_[mp] = 2.0 / (bandwidth * mp) / *options_.activation_compression_ratio;
+    }
     std::vector<int> candidates;
-    for (int m = 1; m < m_; ++m)
-      for (int j = i + 1; j < n_; ++j) {
+    std::vector<double> last, transfer;  // per candidate, per m'
+    std::vector<double> stash_bytes;
+    const std::optional<double>& ratio = options_.activation_compression_ratio;
+    for (int j = i + 1; j < n_; ++j) {
+      candidates.clear();
+      dag_.ancestors[j].for_each([&](size_t k) {
+        if (i > 0 && dag_.ancestors[i - 1].test(k)) return;
+        if (i > 0 && int(k) < i) return;  // A[i][k] is undefined there
+        if (compute_[idx2(int(k) + 1, j)] == kUndefined) return;
+        candidates.push_back(int(k));
+      });
+      const size_t c = candidates.size();
+      const int max_mp = options_.straight ? 1 : m_ - 1;
+      last.resize(c * m_);
+      if (ratio) transfer.resize(c * m_);
+      stash_bytes.resize(c);
+      // Per-m' factors, hoisted; the products differ from PipeDream's
+      // expression order by at most an ulp.
+      for (size_t t = 0; t < c; ++t) {
+        int k = candidates[t];
+        double last_compute = compute_[idx2(k + 1, j)];
+        double param = range(sums_.param, k + 1, j);
+        stash_bytes[t] = range(sums_.act, k + 1, j) + param;
+        double* l = &last[t * m_];
+        for (int mp = 1; mp <= max_mp; ++mp) l[mp] = (last_compute + param * sync_factor_[mp]) * inverse_[mp];
+        if (ratio) {
+          double* x = &transfer[t * m_];
+          double out = sums_.out[k];
+          if (j < n_ - 1) out = std::max(out, sums_.out[j]);
+          for (int mp = 1; mp <= max_mp; ++mp) x[mp] = out * transfer_factor_[mp];
+        }
+      }
+      for (int m = 1; m < m_; ++m) {
         Entry best = table_[idx3(i, j, m)];
         if (options_.fewer_workers) {
           const Entry& fewer = table_[idx3(i, j, m - 1)];
           if (fewer.time < best.time) best = fewer;
         }
-        candidates.clear();
-        dag_.ancestors[j].for_each([&](size_t k) {
-          if (i > 0 && dag_.ancestors[i - 1].test(k)) return;
-          if (i > 0 && int(k) < i) return;  // A[i][k] is undefined there
-          candidates.push_back(int(k));
-        });
-        for (int k : candidates) {
-          double last_compute = compute_[idx2(k + 1, j)];
-          if (last_compute == kUndefined) continue;
-          double act = range(sums_.act, k + 1, j), param = range(sums_.param, k + 1, j);
-          for (int mp = 1; mp <= (options_.straight ? 1 : m); ++mp) {
-            double stash = (act + param) * std::ceil(double(m_ - (m + 1)) / mp);
-            if (memory_ > 0 && stash > memory_) continue;
-            double last = (last_compute + 4.0 * (mp - 1) * param / (bandwidth * mp)) / mp;
-            const Entry& prev = table_[idx3(i, k, m - mp)];
-            if (prev.time == kUndefined) continue;
-            double t = std::max(prev.time, last);
-            if (options_.activation_compression_ratio) {
-              double r = *options_.activation_compression_ratio;
-              t = std::max(t, 2.0 * sums_.out[k] / (bandwidth * mp) / r);
-              if (j < n_ - 1) t = std::max(t, 2.0 * sums_.out[j] / (bandwidth * mp) / r);
-            }
-            if (t < best.time) best = {t, k, m - mp, mp};
+        const int max_mp = options_.straight ? 1 : m;
+        for (size_t t = 0; t < c; ++t) {
+          const int k = candidates[t];
+          const Entry* prev_row = &table_[idx3(i, k, 0)];
+          for (int mp = 1; mp <= max_mp; ++mp) {
+            if (memory_ > 0 && stash_bytes[t] * std::ceil(double(m_ - (m + 1)) / mp) > memory_) continue;
+            double prev = prev_row[m - mp].time;
+            if (prev == kUndefined) continue;
+            double time = std::max(prev, last[t * m_ + mp]);
+            if (ratio) time = std::max(time, transfer[t * m_ + mp]);
+            if (time < best.time) best = {time, k, m - mp, mp};
           }
         }
         table_[idx3(i, j, m)] = best;
       }
+    }
   }
 
   const AntichainDag& dag_;
@@ -151,6 +183,7 @@ class PipedreamSolver {
   double memory_;
   int n_, m_ = 1, rows_ = 1;
   std::vector<double> compute_;
+  std::vector<double> sync_factor_, inverse_, transfer_factor_;
   std::vector<Entry> table_;
   std::vector<std::vector<Entry>> levels_;
   std::vector<int> level_workers_, level_rows_;
@@ -205,7 +238,7 @@ PlannedPipeline plan_pipedream(const PlanningGraph& g, const Topology& topology,
   result.state_space = g.is_chain() ? "chain" : "antichain";
   result.time_per_minibatch_s = solver.answer();
   if (result.time_per_minibatch_s == kUndefined)
-    throw UserError("no allocation fits (pipedream cost model): raise --memory or change the worker count");
+    throw NoFeasiblePlan("no allocation fits the memory limit (pipedream cost model)");
   result.single_worker_s = sums.compute[n - 1];
   double dp = result.single_worker_s;
   previous = 1;

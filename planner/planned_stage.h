@@ -1,6 +1,7 @@
 #pragma once
 // What a cost model hands back: the stages of the optimal pipeline over the
 // planning graph, before they are turned into a Plan.
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,12 @@ struct PlannedStage {
   double transfer_s = 0;   // activation + gradient transfer into the stage
   double memory_bytes = 0;
   int in_flight = 1;
+};
+
+// No allocation satisfies the constraints (memory, worker count); the
+// planner turns it into a UserError naming what would work.
+struct NoFeasiblePlan : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 struct PlannedPipeline {

@@ -54,6 +54,55 @@ PlanStage to_plan_stage(const Profile& profile, const PlanningGraph& g, const Pl
   return out;
 }
 
+PlannedPipeline run_model(const PlanningGraph& g, const Topology& topology, const PlannerOptions& options) {
+  return options.cost_model == CostModel::pipedream ? plan_pipedream(g, topology, options)
+                                                    : plan_paper(g, topology, options);
+}
+
+bool fits(const PlanningGraph& g, const Topology& topology, const PlannerOptions& options) {
+  try {
+    run_model(g, topology, options);
+    return true;
+  } catch (const NoFeasiblePlan&) {
+    return false;
+  }
+}
+
+// The request cannot be met: find the smallest per-worker memory (same
+// workers) and the smallest worker count (same memory) that would work.
+[[noreturn]] void explain_infeasible(const PlanningGraph& g, const Topology& topology, PlannerOptions options,
+                                     const std::string& why) {
+  uint64_t limit = options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes;
+  std::string advice;
+  if (limit > 0) {
+    double everything = 0;
+    for (const auto& n : g.nodes)
+      everything += 2 * n.parameter_bytes + n.optimizer_state_bytes + n.activation_bytes + n.output_bytes;
+    uint64_t lo = limit, hi = uint64_t(everything) + 1;
+    options.memory_bytes = hi;
+    if (fits(g, topology, options)) {
+      while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        options.memory_bytes = mid;
+        (fits(g, topology, options) ? hi : lo) = mid;
+      }
+      advice += cat("; with ", topology.total_workers(), " workers it needs at least ", hi,
+                    " bytes of memory per worker (--memory ", hi, ")");
+    }
+    options.memory_bytes = limit;
+    if (topology.levels.size() == 1) {
+      const int from = topology.total_workers() + 1, to = std::max(64, 4 * topology.total_workers());
+      for (int workers = from; workers <= to; ++workers)
+        if (fits(g, flat_topology(workers, topology.levels[0].bandwidth_GBps), options)) {
+          advice += cat("; with ", limit, " bytes per worker it needs at least ", workers, " workers");
+          break;
+        }
+    }
+  }
+  if (advice.empty()) advice = "; no memory limit or worker count up to 4x this one makes it fit";
+  throw UserError(cat(why, advice));
+}
+
 }  // namespace
 
 Plan plan_pipeline(const Profile& profile, const Topology& topology, const PlannerOptions& options) {
@@ -62,8 +111,12 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
   if (options.activation_compression_ratio && !(*options.activation_compression_ratio > 0))
     throw UserError("--activation-compression-ratio must be positive");
   PlanningGraph g = build_planning_graph(profile);
-  PlannedPipeline pipeline = options.cost_model == CostModel::pipedream ? plan_pipedream(g, topology, options)
-                                                                        : plan_paper(g, topology, options);
+  PlannedPipeline pipeline;
+  try {
+    pipeline = run_model(g, topology, options);
+  } catch (const NoFeasiblePlan& e) {
+    explain_infeasible(g, topology, options, e.what());
+  }
   compact_ranks(pipeline.stages);
   Plan plan;
   plan.profile = {profile.source_path, profile.sha256, profile.model, profile.device, profile.batch_size};

@@ -32,4 +32,9 @@ struct PlannerOptions {
 // memory per worker / worker count that would work).
 Plan plan_pipeline(const Profile& profile, const Topology& topology, const PlannerOptions& options);
 
+// A comparison point: layers split into min(workers, layers) contiguous
+// stages of (nearly) equal compute, one worker each, timed under the paper
+// cost model on the innermost bandwidth (GPipe-style naive partition).
+Plan plan_equal_split(const Profile& profile, const Topology& topology);
+
 }  // namespace pd

@@ -97,9 +97,11 @@ StateSpace build_state_space(const PlanningGraph& g, int max_states) {
   }
   space.members = sets;
   space.nested_in.resize(sets.size());
+  std::vector<size_t> sizes;
+  for (const auto& set : sets) sizes.push_back(set.count());
   for (size_t j = 0; j < sets.size(); ++j)
-    for (size_t k = 0; k < j; ++k)
-      if (sets[k].count() < sets[j].count() && sets[k].subset_of(sets[j])) space.nested_in[j].push_back(int(k));
+    for (size_t k = j; k-- > 0;)  // nearest first, as for prefixes
+      if (sizes[k] < sizes[j] && sets[k].subset_of(sets[j])) space.nested_in[j].push_back(int(k));
   return space;
 }
 

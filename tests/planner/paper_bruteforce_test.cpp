@@ -136,6 +136,9 @@ void check_random_instances(bool dag, int instances, unsigned seed) {
                 options.fewer_workers};
     double expected = brute.solve();
     for (PaperAlgorithm algorithm : {PaperAlgorithm::table, PaperAlgorithm::parametric}) {
+      // With a memory limit a stage's fit depends on the workers before it,
+      // which breaks the fewest-workers argument: the planner uses the table then.
+      if (algorithm == PaperAlgorithm::parametric && options.memory_bytes) continue;
       SCOPED_TRACE(testing::Message() << "trial " << trial << " n=" << n << " workers=" << workers << " straight="
                                       << options.straight << " fewer=" << options.fewer_workers
                                       << " memory=" << options.memory_bytes << " algorithm=" << int(algorithm));
