@@ -1,13 +1,69 @@
-// `pipedream schedule` - not implemented yet (stub).
+// `pipedream schedule`: print one worker's action list (for debugging runs).
+#include <iostream>
+#include <memory>
+
 #include "cli/commands.h"
 #include "core/error.h"
+#include "planner/plan.h"
+#include "runtime/schedule/check.h"
+#include "runtime/schedule/schedule.h"
 
 namespace pd::cli {
 
+namespace {
+
+struct ScheduleArgs {
+  std::string plan, schedule, weights = "stash";
+  int worker = 0;
+  int64_t minibatches = 0, limit = 0;
+  int microbatches = 0;
+  bool check = false;
+};
+
+void run_schedule(const ScheduleArgs& a) {
+  Plan plan = read_plan(a.plan);
+  ScheduleOptions o;
+  o.kind = parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule);
+  o.policy = parse_weight_policy(a.weights);
+  int workers = 0;
+  for (const auto& s : plan.stages) workers += s.replicas;
+  // Enough minibatches to show warm-up, steady state and drain.
+  o.minibatches = a.minibatches > 0 ? a.minibatches : (is_flush(o.kind) ? 2 : 2 * workers + 2);
+  if (is_flush(o.kind))
+    o.microbatches = a.microbatches == 0 ? 4 : a.microbatches;
+  else if (a.microbatches > 1)
+    throw UserError("--microbatches applies to --schedule gpipe or 1f1b-flush only");
+  Schedule schedule(plan, o);
+  std::cout << format_worker_schedule(schedule, a.worker, a.limit);
+  if (a.check) {
+    auto violations = check_schedule(schedule);
+    if (violations.empty()) {
+      std::cout << "# check: all " << schedule.workers() << " workers' lists are consistent and deadlock-free\n";
+    } else {
+      std::string msg = "schedule check failed:";
+      for (const auto& v : violations) msg += "\n  " + v;
+      throw RuntimeFailure(msg);
+    }
+  }
+}
+
+}  // namespace
+
 void add_schedule_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("schedule", "(not implemented yet)");
-  cmd->allow_extras();
-  cmd->callback([] { throw RuntimeFailure("pipedream schedule is not implemented yet"); });
+  auto args = std::make_shared<ScheduleArgs>();
+  auto* cmd = app.add_subcommand("schedule", "Print one worker's action list for a plan");
+  cmd->add_option("--plan", args->plan, "plan.json from `pipedream plan`")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--worker", args->worker, "rank whose actions to print")->required();
+  cmd->add_option("--schedule", args->schedule, "1f1b-rr | gpipe | 1f1b-flush (default: the plan's)");
+  cmd->add_option("--weights", args->weights, "1f1b-rr weight policy: stash (default) | vertical | none");
+  cmd->add_option("--minibatches", args->minibatches,
+                  "minibatches (batches for flush schedules); default 2 x workers + 2 (flush: 2)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--microbatches", args->microbatches, "microbatches per batch for gpipe/1f1b-flush (default 4)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--limit", args->limit, "print at most this many actions")->check(CLI::PositiveNumber);
+  cmd->add_flag("--check", args->check, "also check every worker's list (matching messages, no deadlock, versions)");
+  cmd->callback([args] { run_schedule(*args); });
 }
 
 }  // namespace pd::cli

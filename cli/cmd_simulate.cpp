@@ -1,13 +1,90 @@
-// `pipedream simulate` - not implemented yet (stub).
+// `pipedream simulate`: replay a plan's schedule on its costs and report
+// throughput, bubbles and memory (DESIGN.md §7).
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "core/error.h"
+#include "planner/plan.h"
+#include "profiler/profile.h"
+#include "runtime/simulator/simulator.h"
 
 namespace pd::cli {
 
+namespace {
+
+struct SimulateArgs {
+  std::string plan, profile, schedule, weights = "stash", trace;
+  int64_t minibatches = 1000;
+  int microbatches = 0;
+  bool json = false, hide_latency = false;
+};
+
+ScheduleOptions schedule_options(const Plan& plan, const std::string& schedule, const std::string& weights,
+                                 int64_t minibatches, int microbatches) {
+  ScheduleOptions o;
+  o.kind = parse_schedule_kind(schedule.empty() ? plan.schedule : schedule);
+  o.policy = parse_weight_policy(weights);
+  o.minibatches = minibatches;
+  if (is_flush(o.kind))
+    o.microbatches = microbatches == 0 ? 4 : microbatches;
+  else if (microbatches > 1)
+    throw UserError("--microbatches applies to --schedule gpipe or 1f1b-flush only");
+  return o;
+}
+
+void run_simulate(const SimulateArgs& a) {
+  Plan plan = read_plan(a.plan);
+  SimulationOptions opt;
+  opt.schedule = schedule_options(plan, a.schedule, a.weights, a.minibatches, a.microbatches);
+  opt.hide_transfer_latency = a.hide_latency;
+  if (!a.profile.empty()) opt.stashed_bytes = stashed_bytes_from_profile(plan, read_profile(a.profile));
+  opt.record_trace = !a.trace.empty();
+  std::vector<TraceEvent> events;
+  SimulationReport rep = simulate(plan, opt, &events);
+  if (!a.trace.empty()) {
+    std::ofstream out(a.trace);
+    if (!out) throw UserError(cat("cannot write the trace to '", a.trace, "'"));
+    write_chrome_trace(out, plan, events, is_flush(opt.schedule.kind));
+    if (!out) throw RuntimeFailure(cat("writing the trace to '", a.trace, "' failed"));
+  }
+  if (a.json) {
+    std::cout << report_to_json(rep).dump() << "\n";
+    return;
+  }
+  std::cout << format_report(rep);
+  if (!plan.stages.empty() && plan.time_per_minibatch_s > 0 && !is_flush(opt.schedule.kind))
+    std::cout << "planner's prediction: " << plan.time_per_minibatch_s << " s per minibatch ("
+              << (rep.time_per_minibatch_s / plan.time_per_minibatch_s - 1) * 100 << "% difference)\n";
+  if (opt.stashed_bytes.empty())
+    std::cout << "(stashed bytes per minibatch estimated by each stage's output; pass --profile for exact sizes)\n";
+  if (!a.trace.empty()) std::cout << "trace written to " << a.trace << " (open in https://ui.perfetto.dev)\n";
+}
+
+}  // namespace
+
 void add_simulate_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("simulate", "(not implemented yet)");
-  cmd->allow_extras();
-  cmd->callback([] { throw RuntimeFailure("pipedream simulate is not implemented yet"); });
+  auto args = std::make_shared<SimulateArgs>();
+  auto* cmd = app.add_subcommand("simulate", "Replay a plan's schedule on its costs: throughput, bubbles, memory");
+  cmd->add_option("--plan", args->plan, "plan.json from `pipedream plan`")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--profile", args->profile,
+                  "the plan's profile: exact stashed-activation bytes per stage")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--minibatches", args->minibatches,
+                  "minibatches to replay (batches for gpipe/1f1b-flush); default 1000")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule", args->schedule, "1f1b-rr | gpipe | 1f1b-flush (default: the plan's)");
+  cmd->add_option("--weights", args->weights, "1f1b-rr weight policy: stash (default) | vertical | none");
+  cmd->add_option("--microbatches", args->microbatches, "microbatches per batch for gpipe/1f1b-flush (default 4)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--trace", args->trace, "write a Chrome-trace timeline (Perfetto, chrome://tracing)");
+  cmd->add_flag("--json", args->json, "print the report as one JSON object");
+  cmd->add_flag("--hide-transfer-latency", args->hide_latency,
+                "links limit throughput but add no latency (the planner's idealisation)");
+  cmd->callback([args] { run_simulate(*args); });
 }
 
 }  // namespace pd::cli

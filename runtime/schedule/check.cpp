@@ -193,7 +193,6 @@ void check_deadlock(const Schedule& sch, const std::vector<std::vector<Action>>&
   std::vector<std::map<int64_t, Round>> rounds(sch.stages());
   std::deque<int> ready;
   for (int r = 0; r < R; ++r) ready.push_back(r);
-  std::vector<bool> in_round(R, false);  // arrived at an AllReduce, not released
   while (!ready.empty()) {
     int r = ready.front();
     ready.pop_front();
@@ -216,26 +215,27 @@ void check_deadlock(const Schedule& sch, const std::vector<std::vector<Action>>&
         }
         ++taken[k];
       } else if (a.kind == ActionKind::AllReduce) {
-        if (in_round[r]) {  // released by the last member
-          in_round[r] = false;
-        } else {
-          int s = sch.stage_of(r);
-          Round& round = rounds[s][a.round];
-          if (round.count >= 0 && round.count != a.gradient_count)
-            rep.add(cat("stage ", s, " round ", a.round, ": replicas disagree on the gradient count (",
-                        round.count, " vs ", a.gradient_count, ")"));
-          round.count = a.gradient_count;
-          round.local_sum += a.local_gradients;
-          round.members.push_back(r);
-          in_round[r] = true;
-          if (++round.arrived < sch.replicas(s)) break;
+        // Starting the all-reduce never blocks; the round's step waits for
+        // every replica to have started it.
+        int s = sch.stage_of(r);
+        Round& round = rounds[s][a.round];
+        if (round.count >= 0 && round.count != a.gradient_count)
+          rep.add(cat("stage ", s, " round ", a.round, ": replicas disagree on the gradient count (",
+                      round.count, " vs ", a.gradient_count, ")"));
+        round.count = a.gradient_count;
+        round.local_sum += a.local_gradients;
+        if (++round.arrived == sch.replicas(s)) {
           if (round.local_sum != round.count)
             rep.add(cat("stage ", s, " round ", a.round, ": local gradients add up to ", round.local_sum,
                         ", the round claims ", round.count));
-          for (int m : round.members)
-            if (m != r) ready.push_back(m);
-          in_round[r] = false;
-          rounds[s].erase(a.round);
+          for (int m : round.members) ready.push_back(m);
+          round.members.clear();
+        }
+      } else if (a.kind == ActionKind::OptimizerStep && sch.replicas(sch.stage_of(r)) > 1) {
+        Round& round = rounds[sch.stage_of(r)][a.round];
+        if (round.arrived < sch.replicas(sch.stage_of(r))) {
+          round.members.push_back(r);  // woken when the last replica starts the round
+          break;
         }
       }
       ++pos[r];

@@ -100,6 +100,10 @@ Schedule::Schedule(const Plan& plan, const ScheduleOptions& options) : options_(
   }
 }
 
+int Schedule::update_lag(int stage) const {
+  return !is_flush(options_.kind) && replicas(stage) > 1 ? 1 : 0;
+}
+
 int Schedule::noam() const {
   int r0 = replicas(0);
   return (workers() + r0 - 1) / r0;
@@ -122,7 +126,7 @@ int64_t Schedule::rounds(int stage) const {
 
 int64_t Schedule::input_version(int64_t m) const {
   int64_t r0 = replicas(0);
-  int64_t done_rounds = std::max<int64_t>(0, m / r0 - warmup_[0]);
+  int64_t done_rounds = std::max<int64_t>(0, m / r0 - warmup_[0] - update_lag(0));
   return std::min(options_.minibatches, done_rounds * r0);
 }
 
@@ -223,6 +227,8 @@ void ActionCursor::expand_backward() {
   a.minibatch = flush ? batch_ : idx;
   a.microbatch = flush ? static_cast<int>(idx) : 0;
   const int last = s_->stages() - 1;
+  const bool lagged = !flush && s_->update_lag(stage_) > 0;
+  if (lagged && backwards_ > 0) expand_update(1, false, true);  // the previous round's step, deferred to here
   if (stage_ < last) {
     Action r = a;
     r.kind = ActionKind::RecvGradient;
@@ -239,7 +245,7 @@ void ActionCursor::expand_backward() {
       case WeightPolicy::Stash: {
         // F(j) ran as soon as at most limit-1 minibatches were in flight,
         // i.e. after max(0, j - (limit-1)) full update rounds.
-        int64_t rounds_before = std::max<int64_t>(0, backwards_ - (limit_ - 1));
+        int64_t rounds_before = std::max<int64_t>(0, backwards_ - (limit_ - 1) - s_->update_lag(stage_));
         b.weight_version = std::min(s_->options().minibatches, rounds_before * replicas_);
         break;
       }
@@ -256,10 +262,10 @@ void ActionCursor::expand_backward() {
     push(snd);
   }
   ++backwards_;
-  if (!flush) expand_update(1);
+  if (!flush) expand_update(1, true, !lagged || backwards_ == local_count_);
 }
 
-void ActionCursor::expand_update(int local_gradients) {
+void ActionCursor::expand_update(int local_gradients, bool allreduce, bool step) {
   Action u;
   u.round = round_;
   u.local_gradients = local_gradients;
@@ -271,12 +277,13 @@ void ActionCursor::expand_update(int local_gradients) {
     u.gradient_count = static_cast<int>(std::min<int64_t>(replicas_, m - round_ * replicas_));
     u.version_created = std::min(m, (round_ + 1) * replicas_);
   }
-  if (replicas_ > 1) {
+  if (replicas_ > 1 && allreduce) {
     Action ar = u;
     ar.kind = ActionKind::AllReduce;
     ar.version_created = -1;
     push(ar);
   }
+  if (!step) return;
   u.kind = ActionKind::OptimizerStep;
   push(u);
   version_ = u.version_created;

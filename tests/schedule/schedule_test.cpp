@@ -178,6 +178,20 @@ TEST(Schedule1F1B, RoundRobinRouting) {
   EXPECT_EQ(compute_order(s, 4).substr(0, 8), "F1 F3 F5");
 }
 
+TEST(Schedule1F1B, ReplicatedStepWaitsOneBackward) {
+  // Replica 0 of a 2-1 stage 0: B(0), start all-reduce 0, F, then step 0
+  // just before B(2) - not right after B(0).
+  Schedule s(make_plan({2, 1}), rr(8));
+  std::string seq;
+  for (const Action& a : s.actions(0)) {
+    if (a.kind == ActionKind::Forward) seq += cat("F", a.minibatch, " ");
+    if (a.kind == ActionKind::Backward) seq += cat("B", a.minibatch, " ");
+    if (a.kind == ActionKind::AllReduce) seq += cat("A", a.round, " ");
+    if (a.kind == ActionKind::OptimizerStep) seq += cat("S", a.round, " ");
+  }
+  EXPECT_EQ(seq, "F0 F2 B0 A0 F4 S0 B2 A1 F6 S1 B4 A2 S2 B6 A3 S3 ");
+}
+
 TEST(Schedule1F1B, ReplicatedStagesUpdateTogetherInRounds) {
   const int64_t M = 21;
   Schedule s(make_plan({3, 2, 2, 1}), rr(M));
@@ -225,10 +239,12 @@ TEST(Schedule1F1B, VerticalReplicatedUsesNewestVersionNotNewerThanInput) {
       EXPECT_EQ(used[std::make_pair(r, a.minibatch)].b, a.weight_version);
     }
   }
-  // Stage 0 (3 replicas, warm-up 2): v(m) = 3 * max(0, m div 3 - 2).
+  // Stage 0 (3 replicas, warm-up 2, steps one backward late):
+  // v(m) = 3 * max(0, m div 3 - 2 - 1).
   EXPECT_EQ(s.input_version(5), 0);
-  EXPECT_EQ(s.input_version(9), 3);
-  EXPECT_EQ(s.input_version(17), 9);
+  EXPECT_EQ(s.input_version(9), 0);
+  EXPECT_EQ(s.input_version(12), 3);
+  EXPECT_EQ(s.input_version(17), 6);
 }
 
 TEST(ScheduleFlush, GPipeRunsAllForwardsThenAllBackwards) {

@@ -1,0 +1,113 @@
+// Simulator outputs: JSON report, text summary, Chrome trace, and the
+// per-stage stash sizes taken from a profile.
+#include <iomanip>
+#include <map>
+#include <ostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "profiler/profile.h"
+#include "runtime/simulator/simulator.h"
+
+namespace pd {
+
+std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile& profile) {
+  std::map<int, const ProfileNode*> by_id;
+  for (const auto& n : profile.nodes) by_id[n.id] = &n;
+  std::vector<uint64_t> out;
+  for (const PlanStage& st : plan.stages) {
+    uint64_t sum = 0;
+    if (!st.nodes.empty()) {
+      for (int id : st.nodes) {
+        auto it = by_id.find(id);
+        if (it == by_id.end())
+          throw UserError(cat("plan stage ", st.index, " names profile node ", id, ", which ",
+                              profile.source_path, " does not have: pass the profile the plan was made from"));
+        sum += it->second->activation_bytes;
+      }
+    } else {
+      if (st.last_layer >= static_cast<int>(profile.nodes.size()) || st.first_layer < 0)
+        throw UserError(cat("plan stage ", st.index, " covers layers ", st.first_layer, "..", st.last_layer,
+                            " but ", profile.source_path, " has ", profile.nodes.size(),
+                            ": pass the profile the plan was made from"));
+      for (int l = st.first_layer; l <= st.last_layer; ++l) sum += profile.nodes[l].activation_bytes;
+    }
+    out.push_back(sum);
+  }
+  return out;
+}
+
+nlohmann::json report_to_json(const SimulationReport& rep) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& w : rep.workers)
+    workers.push_back({{"rank", w.rank},
+                       {"stage", w.stage},
+                       {"busy_fraction", w.busy_fraction},
+                       {"bubble_fraction", w.bubble_fraction},
+                       {"peak_in_flight", w.peak_in_flight},
+                       {"peak_activation_bytes", w.peak_activation_bytes},
+                       {"peak_weight_versions", w.peak_weight_versions}});
+  return {{"schedule", rep.schedule},
+          {"minibatches", rep.minibatches},
+          {"makespan_s", rep.makespan_s},
+          {"time_per_minibatch_s", rep.time_per_minibatch_s},
+          {"throughput_samples_per_s", rep.throughput_samples_per_s},
+          {"workers", workers}};
+}
+
+std::string format_report(const SimulationReport& rep) {
+  std::ostringstream os;
+  os << std::setprecision(4);
+  os << "schedule " << rep.schedule << ", " << rep.minibatches << " minibatches, makespan " << rep.makespan_s
+     << " s\n"
+     << "time per minibatch (steady state): " << rep.time_per_minibatch_s << " s, throughput "
+     << rep.throughput_samples_per_s << " samples/s\n"
+     << "rank  stage  busy    bubble  in-flight  stashed-bytes  weight-versions\n";
+  for (const auto& w : rep.workers)
+    os << std::left << std::setw(6) << w.rank << std::setw(7) << w.stage << std::setw(8) << w.busy_fraction
+       << std::setw(8) << w.bubble_fraction << std::setw(11) << w.peak_in_flight << std::setw(15)
+       << w.peak_activation_bytes << w.peak_weight_versions << "\n";
+  return os.str();
+}
+
+void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<TraceEvent>& events, bool flush) {
+  // Microseconds, as the trace-event format expects. One process; a thread
+  // per rank (tid = rank) and one per stage for all-reduces (tid = R + s).
+  int R = 0;
+  for (const auto& s : plan.stages) R += s.replicas;
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& s : plan.stages) {
+    for (int r : s.ranks)
+      out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", r},
+                     {"args", {{"name", cat("rank ", r, " (stage ", s.index, ")")}}}});
+    if (s.replicas > 1)
+      out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", R + s.index},
+                     {"args", {{"name", cat("stage ", s.index, " all-reduce")}}}});
+  }
+  std::vector<int> stage_of(R, 0);
+  for (const auto& s : plan.stages)
+    for (int r : s.ranks) stage_of[r] = s.index;
+  for (const auto& e : events) {
+    std::string name, colour;
+    int tid = e.rank;
+    std::string item = flush ? cat(e.minibatch, ".", e.microbatch) : cat(e.minibatch);
+    switch (e.kind) {
+      case ActionKind::Forward: name = "F" + item; colour = "thread_state_running"; break;   // green
+      case ActionKind::Backward: name = "B" + item; colour = "thread_state_iowait"; break;   // orange
+      case ActionKind::AllReduce:
+        name = cat("allreduce ", e.minibatch);
+        colour = "grey";
+        tid = R + stage_of[e.rank];
+        break;
+      default: continue;
+    }
+    out.push_back({{"ph", "X"}, {"name", name}, {"cat", to_string(e.kind)}, {"pid", 0}, {"tid", tid},
+                   {"ts", e.start_s * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6}, {"cname", colour},
+                   {"args", {{"minibatch", e.minibatch}, {"microbatch", e.microbatch}}}});
+  }
+  os << nlohmann::json{{"traceEvents", out}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+}
+
+}  // namespace pd

@@ -1,0 +1,375 @@
+#include "runtime/simulator/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <functional>
+
+#include "core/error.h"
+
+namespace pd {
+namespace {
+
+struct Message {
+  int64_t tag;
+  double arrival;
+};
+
+struct WorkerState {
+  ActionCursor cursor;
+  Action action;
+  bool has_action = false;
+  int stage = 0;
+  bool computing = false;
+  double compute_start = 0, compute_end = 0;
+  double busy = 0;
+  double round_start = 0;   // start of the compute an all-reduce may overlap
+  int64_t wait_tag = -1;    // blocked on this message
+  std::vector<Message> inbox;
+  int64_t in_flight = 0, peak_in_flight = 0;
+  // Versions held by in-flight minibatches, oldest first, run-length coded.
+  std::deque<std::pair<int64_t, int64_t>> held;
+  int64_t version = 0, peak_versions = 1;
+  double busy_at_mark[2] = {0, 0};
+};
+
+struct ReplicaGroup {
+  int size = 1;
+  int arrived = 0;
+  double ready = 0;
+  double channel_free = 0;
+  int64_t completed_round = -1;
+  double round_end = 0;
+  double allreduce_s = 0;
+  std::vector<int> waiting;  // ranks blocked at the OptimizerStep
+};
+
+// Monotone priority queue of (time, rank) events: a radix heap. A
+// discrete-event replay never schedules an event before the one it is
+// processing, which a radix heap exploits: push is O(1), pop moves each
+// event through at most 64 buckets over its life - several times faster
+// than a binary heap at the replay's sizes. Times are non-negative doubles,
+// whose bit patterns order like the numbers. Equal times pop in a fixed
+// order, so replays are deterministic.
+class EventQueue {
+ public:
+  struct Event {
+    double time;
+    int rank;
+  };
+  bool empty() const { return size_ == 0; }
+  void push(Event e) {
+    buckets_[bucket(key(e.time))].push_back(e);
+    ++size_;
+  }
+  Event pop() {
+    if (buckets_[0].empty()) {
+      size_t i = 1;
+      while (buckets_[i].empty()) ++i;
+      auto& from = buckets_[i];
+      uint64_t smallest = key(from[0].time);
+      for (const Event& e : from) smallest = std::min(smallest, key(e.time));
+      last_ = smallest;
+      for (const Event& e : from) buckets_[bucket(key(e.time))].push_back(e);
+      from.clear();
+    }
+    Event e = buckets_[0].back();
+    buckets_[0].pop_back();
+    --size_;
+    return e;
+  }
+
+ private:
+  static uint64_t key(double t) {
+    uint64_t k;
+    std::memcpy(&k, &t, sizeof k);
+    return k;
+  }
+  size_t bucket(uint64_t k) const { return k == last_ ? 0 : 64 - static_cast<size_t>(__builtin_clzll(k ^ last_)); }
+
+  std::vector<Event> buckets_[65];
+  uint64_t last_ = 0;
+  size_t size_ = 0;
+};
+
+struct StageCost {
+  double forward_s, backward_s;
+  double message_bytes;
+  uint64_t stashed_bytes;
+};
+
+class Simulation {
+ public:
+  Simulation(const Plan& plan, const SimulationOptions& opt, std::vector<TraceEvent>* trace)
+      : plan_(plan), opt_(opt), schedule_(plan, opt.schedule), trace_(opt.record_trace ? trace : nullptr) {
+    const int R = schedule_.workers();
+    if (plan.topology.levels.empty()) throw UserError("the plan has no topology: the simulator needs bandwidths");
+    if (plan.topology.total_workers() < R)
+      throw UserError(cat("the plan's topology has ", plan.topology.total_workers(), " workers but the plan uses ", R));
+    if (!opt.stashed_bytes.empty() && opt.stashed_bytes.size() != plan.stages.size())
+      throw UserError(cat("stashed bytes are given for ", opt.stashed_bytes.size(), " stages, the plan has ",
+                          plan.stages.size()));
+    flush_ = is_flush(opt.schedule.kind);
+    const double items = opt.schedule.microbatches;
+    for (size_t s = 0; s < plan.stages.size(); ++s) {
+      const PlanStage& st = plan.stages[s];
+      uint64_t stash = opt.stashed_bytes.empty() ? st.output_bytes : opt.stashed_bytes[s];
+      costs_.push_back({st.forward_s / items, st.backward_s / items, double(st.output_bytes) / items,
+                        static_cast<uint64_t>(std::llround(double(stash) / items))});
+      ReplicaGroup g;
+      g.size = st.replicas;
+      if (st.replicas > 1) {
+        double r = st.replicas;
+        double bw = plan.topology.group_bandwidth(st.ranks) * 1e9;
+        g.allreduce_s = 4.0 * (r - 1) / r * double(st.parameter_bytes) / bw;
+      }
+      groups_.push_back(g);
+    }
+    workers_.resize(R);
+    for (int r = 0; r < R; ++r) {
+      workers_[r].cursor = schedule_.cursor(r);
+      workers_[r].stage = schedule_.stage_of(r);
+    }
+    link_free_.assign(R, 0.0);
+    choose_marks();
+  }
+
+  SimulationReport run() {
+    for (int r = 0; r < schedule_.workers(); ++r) events_.push({0.0, r});
+    while (!events_.empty()) {
+      auto [t, r] = events_.pop();
+            now_ = t;
+      advance(r);
+    }
+    for (int r = 0; r < schedule_.workers(); ++r)
+      if (workers_[r].has_action || workers_[r].computing)
+        throw std::logic_error(cat("simulator: rank ", r, " is blocked at ",
+                                   format_action(workers_[r].action, flush_), " (the schedule deadlocks)"));
+    return report();
+  }
+
+ private:
+
+  void choose_marks() {
+    const int64_t K = opt_.schedule.minibatches;
+    const int64_t step = flush_ ? 1 : schedule_.replicas(0);  // same replica: periodic
+    mark_index_[0] = K / 4;
+    mark_index_[1] = mark_index_[0] + (K * 3 / 4 - mark_index_[0]) / step * step;
+    if (K < 8 || mark_index_[1] <= mark_index_[0]) {
+      mark_index_[0] = -1;  // from the start to the last minibatch
+      mark_index_[1] = K - 1;
+    }
+    mark_rank_ = schedule_.ranks(0)[0];
+  }
+
+  void mark(int which) {
+    mark_time_[which] = now_;
+    for (auto& w : workers_) {
+      double partial = w.computing ? std::max(0.0, std::min(now_, w.compute_end) - w.compute_start) : 0.0;
+      w.busy_at_mark[which] = w.busy + partial;
+    }
+  }
+
+  void wake(int rank, double t) { events_.push({std::max(t, now_), rank}); }
+
+  void advance(int r) {
+    WorkerState& w = workers_[r];
+    if (w.computing) finish_compute(r);
+    for (;;) {
+      if (!w.has_action) {
+        if (!w.cursor.next(w.action)) return;
+        w.has_action = true;
+      }
+      const Action& a = w.action;
+      switch (a.kind) {
+        case ActionKind::Forward:
+        case ActionKind::Backward:
+          start_compute(r);
+          return;
+        case ActionKind::SendActivation:
+        case ActionKind::SendGradient:
+          send(r, a);
+          break;
+        case ActionKind::RecvActivation:
+        case ActionKind::RecvGradient:
+          if (!receive(r, a.tag)) return;
+          break;
+        case ActionKind::AllReduce:
+          join_allreduce(r, a);
+          break;
+        case ActionKind::OptimizerStep:
+          if (!step(r, a)) return;
+          break;
+      }
+      w.has_action = false;
+    }
+  }
+
+  void start_compute(int r) {
+    WorkerState& w = workers_[r];
+    const Action& a = w.action;
+    const StageCost& c = costs_[w.stage];
+    const bool fwd = a.kind == ActionKind::Forward;
+    w.computing = true;
+    w.compute_start = now_;
+    w.compute_end = now_ + (fwd ? c.forward_s : c.backward_s);
+    if (fwd == !flush_) w.round_start = now_;
+    if (fwd) {
+      w.peak_in_flight = std::max(w.peak_in_flight, ++w.in_flight);
+      if (holds_versions()) {
+        if (!w.held.empty() && w.held.back().first == a.weight_version)
+          ++w.held.back().second;
+        else
+          w.held.push_back({a.weight_version, 1});
+        count_versions(w);
+      }
+    }
+    events_.push({w.compute_end, r});
+  }
+
+  void finish_compute(int r) {
+    WorkerState& w = workers_[r];
+    const Action& a = w.action;
+    w.computing = false;
+    w.busy += w.compute_end - w.compute_start;
+    if (trace_) trace_->push_back({a.kind, r, a.microbatch, a.minibatch, w.compute_start, w.compute_end});
+    if (a.kind == ActionKind::Backward) {
+      --w.in_flight;
+      if (holds_versions() && !w.held.empty() && --w.held.front().second == 0) w.held.pop_front();
+      if (!flush_ && w.stage == 0)
+        for (int i = 0; i < 2; ++i)
+          if (a.minibatch == mark_index_[i]) mark(i);
+    }
+    w.has_action = false;
+  }
+
+  bool holds_versions() const { return !flush_ && opt_.schedule.policy != WeightPolicy::None; }
+
+  void count_versions(WorkerState& w) {
+    int64_t n = static_cast<int64_t>(w.held.size());
+    if (w.held.empty() || w.held.back().first != w.version) ++n;
+    w.peak_versions = std::max(w.peak_versions, n);
+  }
+
+  void send(int r, const Action& a) {
+    const bool activation = a.kind == ActionKind::SendActivation;
+    const int downstream = activation ? a.peer : r;
+    const double bw = plan_.topology.bandwidth_between(r, a.peer) * 1e9;
+    // An activation is the sender's output; a gradient has the size of the receiver's output.
+    const double size = costs_[workers_[activation ? r : a.peer].stage].message_bytes;
+    const double start = std::max(now_, link_free_[downstream]);
+    const double end = start + size / bw;
+    link_free_[downstream] = end;
+    const double arrival = opt_.hide_transfer_latency ? start : end;
+    WorkerState& dst = workers_[a.peer];
+    dst.inbox.push_back({a.tag, arrival});
+    if (dst.wait_tag == a.tag) {
+      dst.wait_tag = -1;
+      wake(a.peer, arrival);
+    }
+  }
+
+  // True when the message is here; otherwise the worker waits for it.
+  bool receive(int r, int64_t tag) {
+    WorkerState& w = workers_[r];
+    for (size_t i = 0; i < w.inbox.size(); ++i) {
+      if (w.inbox[i].tag != tag) continue;
+      if (w.inbox[i].arrival > now_) {
+        wake(r, w.inbox[i].arrival);
+        return false;
+      }
+      w.inbox[i] = w.inbox.back();
+      w.inbox.pop_back();
+      return true;
+    }
+    w.wait_tag = tag;
+    return false;
+  }
+
+  void join_allreduce(int r, const Action& a) {
+    WorkerState& w = workers_[r];
+    ReplicaGroup& g = groups_[w.stage];
+    g.ready = g.arrived == 0 ? w.round_start : std::max(g.ready, w.round_start);
+    if (++g.arrived < g.size) return;
+    double start = std::max(g.ready, g.channel_free);
+    double end = std::max(start + g.allreduce_s, now_);
+    g.channel_free = end;
+    g.round_end = end;
+    g.completed_round = a.round;
+    g.arrived = 0;
+    if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(w.stage)[0], 0, a.round, start, end});
+    for (int m : g.waiting) wake(m, end);
+    g.waiting.clear();
+  }
+
+  bool step(int r, const Action& a) {
+    WorkerState& w = workers_[r];
+    ReplicaGroup& g = groups_[w.stage];
+    if (g.size > 1) {
+      if (g.completed_round < a.round) {
+        g.waiting.push_back(r);
+        return false;
+      }
+      if (g.round_end > now_) {
+        wake(r, g.round_end);
+        return false;
+      }
+    }
+    w.version = a.version_created;
+    if (holds_versions()) count_versions(w);
+    if (flush_ && r == mark_rank_)
+      for (int i = 0; i < 2; ++i)
+        if (a.round == mark_index_[i]) mark(i);
+    return true;
+  }
+
+  SimulationReport report() {
+    SimulationReport rep;
+    rep.schedule = to_string(opt_.schedule.kind);
+    rep.minibatches = opt_.schedule.minibatches;
+    rep.makespan_s = now_;
+    double window = mark_time_[1] - mark_time_[0];
+    int64_t count = mark_index_[1] - mark_index_[0];
+    rep.time_per_minibatch_s = window / double(count);
+    if (rep.time_per_minibatch_s > 0)
+      rep.throughput_samples_per_s = plan_.profile.batch_size / rep.time_per_minibatch_s;
+    for (int r = 0; r < schedule_.workers(); ++r) {
+      const WorkerState& w = workers_[r];
+      WorkerReport wr;
+      wr.rank = r;
+      wr.stage = w.stage;
+      wr.busy_fraction = window > 0 ? (w.busy_at_mark[1] - w.busy_at_mark[0]) / window : 0;
+      wr.bubble_fraction = 1.0 - wr.busy_fraction;
+      wr.peak_in_flight = w.peak_in_flight;
+      wr.peak_activation_bytes = static_cast<uint64_t>(w.peak_in_flight) * costs_[w.stage].stashed_bytes;
+      wr.peak_weight_versions = w.peak_versions;
+      rep.workers.push_back(wr);
+    }
+    return rep;
+  }
+
+  const Plan& plan_;
+  const SimulationOptions& opt_;
+  Schedule schedule_;
+  std::vector<TraceEvent>* trace_;
+  bool flush_ = false;
+  std::vector<StageCost> costs_;
+  std::vector<ReplicaGroup> groups_;
+  std::vector<WorkerState> workers_;
+  std::vector<double> link_free_;  // per downstream rank of a stage boundary
+  EventQueue events_;
+  double now_ = 0;
+  int64_t mark_index_[2] = {-1, 0};
+  double mark_time_[2] = {0, 0};
+  int mark_rank_ = 0;
+};
+
+}  // namespace
+
+SimulationReport simulate(const Plan& plan, const SimulationOptions& options, std::vector<TraceEvent>* trace) {
+  Simulation sim(plan, options, trace);
+  return sim.run();
+}
+
+}  // namespace pd

@@ -1,0 +1,98 @@
+#pragma once
+// Discrete-event replay of the per-worker action lists (DESIGN.md §7).
+//
+// Cost model, chosen to be the planner's paper model (DESIGN.md §5) so that
+// the two agree in steady state:
+//  - F and B take the stage's forward_s / backward_s per minibatch (flush
+//    schedules: divided by the microbatches per batch).
+//  - Sends do not block the sender (communication has its own thread). A
+//    message occupies the link of the boundary's downstream rank for
+//    bytes / bandwidth_between(sender, receiver); activations and gradients
+//    (same size: the stage's output_bytes) share that link one at a time,
+//    which is the planner's 2 * C_i per minibatch on each of the m'
+//    downstream replicas.
+//  - AllReduce of a stage with r replicas takes
+//    4 (r-1)/r * parameter_bytes / group_bandwidth, the planner's W: a ring
+//    all-reduce sends 2(r-1)/r * bytes and receives as many per worker, on a
+//    link whose bandwidth both directions share. It overlaps the compute of
+//    the round, as the planner's max(compute, W) assumes: it may start once
+//    every replica has started the forward preceding its AllReduce (1f1b-rr;
+//    the backward for flush schedules), one round after another, and the
+//    OptimizerStep waits for it to end. Steps take no time.
+// Steady state: time per minibatch is measured between the completions
+// (end of stage 0's backward; flush: end of stage 0 replica 0's step) of
+// minibatch K/4 and 3K/4, busy fractions over the same window.
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "planner/plan.h"
+#include "runtime/schedule/schedule.h"
+
+namespace pd {
+
+struct Profile;
+
+struct SimulationOptions {
+  ScheduleOptions schedule;
+  bool record_trace = false;
+  // false: a message is usable only once all its bytes have crossed the
+  // link (what a run does). true: the planner's idealisation - links limit
+  // throughput (a message still occupies its link for bytes / bandwidth and
+  // waits for it to be free) but add no latency, as if the in-flight
+  // minibatches always hid it. 1f1b-rr with NOAM in flight cannot hide
+  // transfer latency when transfers are comparable to stage compute, so
+  // only this mode reproduces the planner's time in that case.
+  bool hide_transfer_latency = false;
+  // Bytes each worker keeps per in-flight minibatch, per stage; empty:
+  // estimated (see stashed_bytes_per_minibatch).
+  std::vector<uint64_t> stashed_bytes;
+};
+
+// Stashed activation bytes per minibatch of each stage: the profile's
+// activation_bytes summed over the stage's layers (nodes for DAG plans).
+// Throws UserError if the plan's layers are not in the profile.
+std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile& profile);
+
+struct WorkerReport {
+  int rank = 0, stage = 0;
+  double busy_fraction = 0, bubble_fraction = 0;  // steady-state window
+  uint64_t peak_activation_bytes = 0;             // peak in-flight x stashed bytes
+  int64_t peak_in_flight = 0;
+  int64_t peak_weight_versions = 0;               // versions held at once
+};
+
+struct SimulationReport {
+  std::string schedule;
+  int64_t minibatches = 0;          // 1f1b-rr: minibatches; flush: batches
+  double makespan_s = 0;            // first action to last
+  double time_per_minibatch_s = 0;  // steady state (flush: per batch)
+  double throughput_samples_per_s = 0;
+  std::vector<WorkerReport> workers;
+};
+
+// One compute interval or all-reduce, for the timeline.
+struct TraceEvent {
+  ActionKind kind;
+  int rank;
+  int microbatch;
+  int64_t minibatch;
+  double start_s, end_s;
+};
+
+// Throws UserError when the topology does not cover the plan's ranks.
+SimulationReport simulate(const Plan& plan, const SimulationOptions& options,
+                          std::vector<TraceEvent>* trace = nullptr);
+
+nlohmann::json report_to_json(const SimulationReport& report);
+std::string format_report(const SimulationReport& report);
+// Chrome trace-event JSON (Perfetto, chrome://tracing): one track per rank
+// named "rank r (stage s)", F and B coloured differently, all-reduces on a
+// track per stage.
+void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<TraceEvent>& events,
+                        bool flush);
+
+}  // namespace pd
