@@ -1,5 +1,6 @@
 // `pipedream train`: single-worker training, the reference the pipelined
 // runtime is checked against (same flags and defaults as `run`).
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <thread>
@@ -48,6 +49,14 @@ class CliObserver final : public TrainObserver {
   int64_t every_, total_;
 };
 
+// SGD defaults to lr 0.05 with momentum 0.9 (good for the zoo's image
+// models); Adam/AdamW to lr 0.001 and no momentum (they use beta1).
+void resolve_defaults(OptimizerConfig& c) {
+  const bool sgd = c.kind == "sgd";
+  if (std::isnan(c.lr)) c.lr = sgd ? 0.05f : 0.001f;
+  if (std::isnan(c.momentum)) c.momentum = sgd ? 0.9f : 0.0f;
+}
+
 void run_train(const TrainArgs& a) {
   if (a.log_every < 1) throw UserError(cat("--log-every must be >= 1, got ", a.log_every));
   // Validate everything cheap before reading data.
@@ -87,8 +96,9 @@ void add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a model on one worker (the reference for `run`)");
   auto a = std::make_shared<TrainArgs>();
   TrainOptions& t = a->train;
-  t.optimizer.lr = 0.05f;
-  t.optimizer.momentum = 0.9f;
+  // Defaults depend on the optimizer (see resolve_defaults); NaN = not given.
+  t.optimizer.lr = std::nanf("");
+  t.optimizer.momentum = std::nanf("");
   cmd->add_option("--model", a->model, "Zoo model (see `pipedream models`) or a spec .json file");
   cmd->add_option("--model-spec", a->spec_file, "JSON model spec file")->check(CLI::ExistingFile);
   cmd->add_option("--model-options", a->model_options, "Zoo model options, e.g. width=0.5,image_size=32");
@@ -99,8 +109,8 @@ void add_train_command(CLI::App& app) {
   ep->excludes(mb);
   cmd->add_option("--batch", t.batch, "Minibatch size")->capture_default_str();
   cmd->add_option("--optimizer", t.optimizer.kind, "sgd | adam | adamw")->capture_default_str();
-  cmd->add_option("--lr", t.optimizer.lr, "Learning rate")->capture_default_str();
-  cmd->add_option("--momentum", t.optimizer.momentum, "SGD momentum (use 0 with adam)")->capture_default_str();
+  cmd->add_option("--lr", t.optimizer.lr, "Learning rate (default: sgd 0.05, adam/adamw 0.001)");
+  cmd->add_option("--momentum", t.optimizer.momentum, "SGD momentum (default 0.9)");
   cmd->add_option("--weight-decay", t.optimizer.weight_decay, "SGD/Adam: L2 on the gradient; AdamW: decoupled")
       ->capture_default_str();
   cmd->add_flag("--nesterov", t.optimizer.nesterov, "Nesterov momentum (SGD)");
@@ -123,6 +133,7 @@ void add_train_command(CLI::App& app) {
   cmd->callback([a] {
     TrainArgs args = *a;
     if (args.train.epochs == 0 && args.train.minibatches == 0) args.train.epochs = 1;
+    resolve_defaults(args.train.optimizer);
     run_train(args);
   });
 }

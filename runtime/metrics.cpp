@@ -83,10 +83,7 @@ void ProgressBar::message(const std::string& line) {
 }
 
 void ProgressBar::finish() {
-  if (enabled_ && drawn_) {
-    draw();
-    std::cerr << "\n" << std::flush;
-  }
+  if (enabled_ && drawn_) std::cerr << "\n" << std::flush;
   drawn_ = false;
 }
 

@@ -16,8 +16,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// One scratch folder per test process, removed when the process exits.
+struct ScratchDir {
+  fs::path path;
+  explicit ScratchDir(const std::string& prefix)
+      : path(fs::temp_directory_path() / (prefix + std::to_string(::getpid()))) {}
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
 fs::path temp_dir(const std::string& sub = "") {
-  fs::path d = fs::temp_directory_path() / ("pd_safetensors_" + std::to_string(::getpid())) / sub;
+  static ScratchDir scratch("pd_safetensors_");
+  fs::path d = scratch.path / sub;
   fs::create_directories(d);
   return d;
 }
