@@ -1,13 +1,358 @@
-// `pipedream bench-comm` - not implemented yet (stub).
+// `pipedream bench-comm`: measures the transport the runtime will use
+// (point-to-point latency/bandwidth between every pair of ranks, all-reduce
+// time per size and group size) and writes a topology file for the planner
+// (DESIGN.md §4/§5). Runs under mpirun; rank 0 reports.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+
 #include "cli/commands.h"
 #include "core/error.h"
+#include "runtime/comm/mpi_transport.h"
 
 namespace pd::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct BenchCommOptions {
+  std::vector<std::string> p2p_sizes = {"64KB", "1MB", "4MB", "16MB"};
+  std::vector<std::string> allreduce_sizes = {"4KB", "256KB", "4MB", "32MB"};
+  int latency_iters = 200;
+  std::string topology_path;
+  std::string jsonl_path;
+  std::string worker_memory;
+  double timeout_s = 60;
+};
+
+// Sizes as the planner spells them: 4096, 4KB (10^3), 4KiB (2^10).
+size_t parse_bytes(const std::string& s) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (...) {
+    throw UserError(cat("size '", s, "' is not a number of bytes (e.g. 4096, 64KB, 16MiB)"));
+  }
+  std::string unit = s.substr(pos);
+  static const std::map<std::string, double> units = {
+      {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  auto it = units.find(unit);
+  if (it == units.end() || v < 0)
+    throw UserError(cat("size '", s, "': unknown unit '", unit, "' (use B, KB, MB, GB, KiB, MiB, GiB)"));
+  return static_cast<size_t>(v * it->second);
+}
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct PairResult {
+  int a = 0, b = 0;
+  bool same_host = true;
+  double latency_us = 0;
+  std::vector<std::pair<size_t, double>> bandwidth;  // (bytes, GB/s)
+  // The topology records the rate of the largest messages measured: the
+  // planner uses it for activations and weights, which are large; small
+  // messages fit in caches and would flatter the link.
+  double large_message_GBps() const {
+    std::pair<size_t, double> largest{0, 0};
+    for (auto& p : bandwidth) largest = std::max(largest, p);
+    return largest.second;
+  }
+};
+
+struct AllReduceResult {
+  int group_size = 0;
+  size_t bytes = 0;
+  double time_s = 0;
+  double algbw_GBps() const { return bytes / time_s / 1e9; }
+  // The per-link rate a ring would need for this time: 2(g-1)/g of the data.
+  double busbw_GBps() const { return algbw_GBps() * 2.0 * (group_size - 1) / group_size; }
+};
+
+// Half a round trip of a one-float tensor (header + payload messages, as
+// every runtime transfer).
+double measure_latency_us(Transport& tr, int a, int b, int iters) {
+  Tensor x = Tensor::zeros({1});
+  const int peer = tr.rank() == a ? b : a;
+  auto round = [&] {
+    if (tr.rank() == a) {
+      tr.isend(x, peer, 1).wait();
+      tr.irecv(x, peer, 1).wait();
+    } else {
+      tr.irecv(x, peer, 1).wait();
+      tr.isend(x, peer, 1).wait();
+    }
+  };
+  for (int i = 0; i < 10; ++i) round();
+  auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) round();
+  return seconds_since(t0) / (2.0 * iters) * 1e6;
+}
+
+// a streams `bytes`-sized tensors to b, a few in flight, then b acknowledges.
+double measure_bandwidth_GBps(Transport& tr, int a, int b, size_t bytes) {
+  const int64_t n = static_cast<int64_t>(std::max<size_t>(bytes / 4, 1));
+  const int reps = static_cast<int>(std::clamp<size_t>((256u << 20) / (n * 4), 4, 200));
+  constexpr int kWindow = 4;
+  std::vector<Tensor> bufs;
+  for (int k = 0; k < kWindow; ++k) bufs.push_back(Tensor::zeros({n}));
+  Tensor ack = Tensor::zeros({1});
+  auto stream = [&](int count) {
+    std::vector<Request> inflight;
+    for (int i = 0; i < count; ++i) {
+      if (inflight.size() == kWindow) {
+        inflight.front().wait();
+        inflight.erase(inflight.begin());
+      }
+      Tensor& buf = bufs[i % kWindow];
+      inflight.push_back(tr.rank() == a ? tr.isend(buf, b, 2) : tr.irecv(buf, a, 2));
+    }
+    wait_all(inflight);
+    if (tr.rank() == a)
+      tr.irecv(ack, b, 3).wait();
+    else
+      tr.isend(ack, a, 3).wait();
+  };
+  stream(2);  // warm-up: first-touch of pages, connection setup
+  auto t0 = Clock::now();
+  stream(reps);
+  return static_cast<double>(n) * 4 * reps / seconds_since(t0) / 1e9;
+}
+
+double measure_allreduce_s(Transport& tr, CommGroup& g, size_t bytes) {
+  const int64_t n = static_cast<int64_t>(std::max<size_t>(bytes / 4, 1));
+  const int iters = static_cast<int>(std::clamp<size_t>((64u << 20) / (n * 4), 3, 50));
+  Tensor x = Tensor::zeros({n});
+  tr.all_reduce(g, {x}, ReduceOp::Sum);  // warm-up
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    tr.barrier(g);
+    auto t0 = Clock::now();
+    tr.all_reduce(g, {x}, ReduceOp::Sum);
+    times.push_back(seconds_since(t0));
+  }
+  return median(times);
+}
+
+uint64_t host_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+std::string human(size_t bytes) {
+  char buf[32];
+  if (bytes >= 1000000)
+    snprintf(buf, sizeof buf, "%g MB", bytes / 1e6);
+  else if (bytes >= 1000)
+    snprintf(buf, sizeof buf, "%g KB", bytes / 1e3);
+  else
+    snprintf(buf, sizeof buf, "%zu B", bytes);
+  return buf;
+}
+
+// Levels from innermost out (DESIGN.md §5): ranks of one host, then hosts.
+json make_topology(Transport& tr, const std::vector<PairResult>& pairs, uint64_t worker_memory) {
+  std::map<std::string, int> per_host;
+  for (int r = 0; r < tr.world_size(); ++r) per_host[tr.host_of(r)]++;
+  std::vector<double> intra, inter;
+  for (auto& p : pairs) (p.same_host ? intra : inter).push_back(p.large_message_GBps());
+  int ranks_per_host = tr.world_size();
+  for (auto& [host, n] : per_host) ranks_per_host = std::min(ranks_per_host, n);
+  json levels = json::array();
+  auto round3 = [](double v) { return std::round(v * 1000) / 1000; };
+  if (per_host.size() == 1) {
+    levels.push_back({{"count", tr.world_size()}, {"bandwidth_GBps", round3(median(intra))}});
+  } else {
+    if (ranks_per_host != tr.world_size() / static_cast<int>(per_host.size()))
+      std::cerr << "warning: hosts run different numbers of ranks; the topology assumes "
+                << ranks_per_host << " per host\n";
+    if (ranks_per_host > 1)
+      levels.push_back({{"count", ranks_per_host}, {"bandwidth_GBps", round3(median(intra))}});
+    levels.push_back({{"count", static_cast<int>(per_host.size())}, {"bandwidth_GBps", round3(median(inter))}});
+  }
+  return {{"levels", levels}, {"worker_memory_bytes", worker_memory}};
+}
+
+void print_tables(const std::vector<PairResult>& pairs, const std::vector<AllReduceResult>& ars) {
+  printf("point to point (transport: mpi, tensors with header)\n");
+  printf("%6s %6s %6s %12s", "src", "dst", "host", "latency_us");
+  if (!pairs.empty())
+    for (auto& [bytes, bw] : pairs[0].bandwidth) printf(" %13s", (human(bytes) + " GB/s").c_str());
+  printf("\n");
+  for (auto& p : pairs) {
+    printf("%6d %6d %6s %12.1f", p.a, p.b, p.same_host ? "same" : "other", p.latency_us);
+    for (auto& [bytes, bw] : p.bandwidth) printf(" %13.2f", bw);
+    printf("\n");
+  }
+  printf("\nall-reduce (deterministic, rank-order sum)\n");
+  printf("%6s %10s %10s %12s %12s\n", "ranks", "size", "time_ms", "algbw_GB/s", "busbw_GB/s");
+  for (auto& r : ars)
+    printf("%6d %10s %10.3f %12.2f %12.2f\n", r.group_size, human(r.bytes).c_str(), r.time_s * 1e3,
+           r.algbw_GBps(), r.busbw_GBps());
+  fflush(stdout);
+}
+
+void run_bench_comm(const BenchCommOptions& o) {
+  if (!launched_under_mpi())
+    throw UserError("bench-comm measures communication between ranks: run it under MPI, e.g. "
+                    "`mpirun -np 4 pipedream bench-comm -o topology.json`");
+  std::vector<size_t> p2p_sizes, ar_sizes;
+  for (auto& s : o.p2p_sizes) p2p_sizes.push_back(parse_bytes(s));
+  for (auto& s : o.allreduce_sizes) ar_sizes.push_back(parse_bytes(s));
+  if (o.latency_iters < 1) throw UserError("--latency-iters must be at least 1");
+  uint64_t worker_memory = 0;
+  bool memory_given = !o.worker_memory.empty();
+  if (memory_given) worker_memory = parse_bytes(o.worker_memory);
+  std::unique_ptr<std::ofstream> jsonl_file;
+  if (!o.jsonl_path.empty() && o.jsonl_path != "-") {
+    jsonl_file = std::make_unique<std::ofstream>(o.jsonl_path);
+    if (!*jsonl_file) throw UserError(cat("cannot write --jsonl file '", o.jsonl_path, "'"));
+  }
+
+  MpiTransport tr(o.timeout_s);
+  const int world = tr.world_size(), me = tr.rank();
+  if (world < 2) throw UserError("bench-comm needs at least 2 ranks (mpirun -np 2 or more)");
+  const bool report = me == 0;
+  auto emit = [&](const json& j) {
+    if (!report) return;
+    if (jsonl_file) *jsonl_file << j.dump() << "\n";
+    if (o.jsonl_path == "-") std::cout << j.dump() << "\n";
+  };
+
+  // Point to point, one pair at a time so pairs do not share cores/links.
+  std::vector<PairResult> pairs;
+  for (int a = 0; a < world; ++a) {
+    for (int b = a + 1; b < world; ++b) {
+      tr.barrier();
+      PairResult p{a, b, tr.host_of(a) == tr.host_of(b)};
+      if (me == a || me == b) {
+        p.latency_us = measure_latency_us(tr, a, b, o.latency_iters);
+        for (size_t bytes : p2p_sizes) p.bandwidth.push_back({bytes, measure_bandwidth_GBps(tr, a, b, bytes)});
+      }
+      // Rank a's figures go to rank 0.
+      if (a != 0 && me == a) {
+        std::vector<float> v = {static_cast<float>(p.latency_us)};
+        for (auto& [bytes, bw] : p.bandwidth) v.push_back(static_cast<float>(bw));
+        tr.isend(Tensor::from_floats(v, {static_cast<int64_t>(v.size())}), 0, 4).wait();
+      } else if (a != 0 && me == 0) {
+        Request r = tr.irecv_any(a, 4);
+        r.wait();
+        const float* v = r.tensor().f32();
+        p.latency_us = v[0];
+        for (size_t k = 0; k < p2p_sizes.size(); ++k) p.bandwidth.push_back({p2p_sizes[k], v[k + 1]});
+      }
+      if (report) {
+        pairs.push_back(p);
+        for (auto& [bytes, bw] : p.bandwidth)
+          emit({{"kind", "p2p"}, {"src", a}, {"dst", b}, {"same_host", p.same_host}, {"bytes", bytes},
+                {"latency_us", p.latency_us}, {"bandwidth_GBps", bw}});
+      }
+    }
+  }
+
+  // All-reduce over the first g ranks for g = 2, 4, 8, ... and the world.
+  std::set<int> group_sizes;
+  for (int g = 2; g <= world; g *= 2) group_sizes.insert(g);
+  group_sizes.insert(world);
+  std::vector<AllReduceResult> ars;
+  for (int g : group_sizes) {
+    std::vector<int> members(g);
+    for (int i = 0; i < g; ++i) members[i] = i;
+    std::shared_ptr<CommGroup> group = me < g ? tr.make_group(members) : nullptr;
+    for (size_t bytes : ar_sizes) {
+      tr.barrier();
+      if (!group) continue;
+      AllReduceResult r{g, bytes, measure_allreduce_s(tr, *group, bytes)};
+      if (report) {
+        ars.push_back(r);
+        emit({{"kind", "allreduce"}, {"group_size", g}, {"bytes", bytes}, {"time_ms", r.time_s * 1e3},
+              {"algbw_GBps", r.algbw_GBps()}, {"busbw_GBps", r.busbw_GBps()}});
+      }
+    }
+  }
+
+  // Memory per worker: the host's memory shared by the ranks on it (the
+  // smallest share over hosts), unless given.
+  if (!memory_given) {
+    int on_my_host = 0;
+    for (int r = 0; r < world; ++r) on_my_host += tr.host_of(r) == tr.host_of(me);
+    Tensor mine = Tensor::zeros({1}, DType::I64);
+    mine.data<int64_t>()[0] = static_cast<int64_t>(host_memory_bytes() / on_my_host);
+    if (me != 0) {
+      tr.isend(mine, 0, 6).wait();
+    } else {
+      worker_memory = static_cast<uint64_t>(mine.data<int64_t>()[0]);
+      for (int r = 1; r < world; ++r) {
+        Request q = tr.irecv_any(r, 6);
+        q.wait();
+        worker_memory = std::min<uint64_t>(worker_memory, q.tensor().data<int64_t>()[0]);
+      }
+    }
+  }
+  tr.barrier();
+
+  if (!report) return;
+  print_tables(pairs, ars);
+  json topo = make_topology(tr, pairs, worker_memory);
+  emit({{"kind", "topology"}, {"topology", topo}});
+  printf("\ntopology (median over pairs of the %s bandwidth): %s\n",
+         human(*std::max_element(p2p_sizes.begin(), p2p_sizes.end())).c_str(), topo.dump().c_str());
+  if (!o.topology_path.empty()) {
+    const std::string tmp = o.topology_path + ".tmp";
+    {
+      std::ofstream f(tmp);
+      if (!f) throw UserError(cat("cannot write topology file '", o.topology_path, "'"));
+      f << topo.dump(2) << "\n";
+    }
+    if (std::rename(tmp.c_str(), o.topology_path.c_str()) != 0)
+      throw RuntimeFailure(cat("cannot move ", tmp, " to ", o.topology_path));
+    printf("wrote %s\n", o.topology_path.c_str());
+  }
+}
+
+}  // namespace
 
 void add_bench_comm_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench-comm", "(not implemented yet)");
-  cmd->allow_extras();
-  cmd->callback([] { throw RuntimeFailure("pipedream bench-comm is not implemented yet"); });
+  auto opts = std::make_shared<BenchCommOptions>();
+  auto* cmd = app.add_subcommand(
+      "bench-comm",
+      "Measure point-to-point and all-reduce performance between ranks (run under mpirun) and "
+      "write a topology file for `pipedream plan`");
+  cmd->add_option("-o,--output", opts->topology_path, "Write the measured topology JSON here");
+  cmd->add_option("--jsonl", opts->jsonl_path, "Write every measurement as a JSON line to FILE ('-': stdout)");
+  cmd->add_option("--p2p-sizes", opts->p2p_sizes, "Message sizes for point-to-point bandwidth")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--allreduce-sizes", opts->allreduce_sizes, "Buffer sizes for all-reduce")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--latency-iters", opts->latency_iters, "Round trips per pair for latency")
+      ->capture_default_str();
+  cmd->add_option("--worker-memory", opts->worker_memory,
+                  "Memory per worker to record in the topology (default: host memory / ranks on the host)");
+  cmd->add_option("--timeout", opts->timeout_s, "Seconds a rank waits for a peer before failing")
+      ->capture_default_str();
+  cmd->callback([opts] { run_bench_comm(*opts); });
 }
 
 }  // namespace pd::cli

@@ -136,6 +136,31 @@ class MpiEngine {
     owners_.push_back({std::move(op), slot});
   }
 
+  // Comm thread: receives from one (peer, tag) take turns, because each is
+  // a header message then a payload message: a receive holds the channel
+  // from posting its header receive until it has posted its payload
+  // receive, so two receives in flight never swap each other's messages.
+  void acquire_channel(int peer, int tag, std::function<void()> start) {
+    Channel& c = channels_[{peer, tag}];
+    if (c.busy) {
+      c.waiting.push_back(std::move(start));
+      return;
+    }
+    c.busy = true;
+    start();
+  }
+  void release_channel(int peer, int tag) {
+    auto it = channels_.find({peer, tag});
+    PD_CHECK(it != channels_.end() && it->second.busy);
+    if (it->second.waiting.empty()) {
+      channels_.erase(it);
+      return;
+    }
+    auto next = std::move(it->second.waiting.front());
+    it->second.waiting.pop_front();
+    next();
+  }
+
   void finish(MpiOp& op, std::string error);
   bool test(MpiOp& op);
   void wait(MpiOp& op, double timeout_s);
@@ -197,10 +222,16 @@ class MpiEngine {
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
   bool drain_ = true;
+  bool receives_cancelled_ = false;
   std::atomic<int> waiters_{0};
   std::atomic<int64_t> last_wait_start_ns_{0};
 
   // Comm-thread state.
+  struct Channel {
+    bool busy = false;
+    std::deque<std::function<void()>> waiting;
+  };
+  std::map<std::pair<int, int>, Channel> channels_;
   std::vector<MPI_Request> reqs_;
   std::vector<Owner> owners_;
   std::vector<int> done_idx_;
@@ -243,17 +274,28 @@ class MpiOp : public RequestState, public std::enable_shared_from_this<MpiOp> {
       fail(cat(what_, " with rank ", peers_[slot], ": ", mpi_error_text(st.MPI_ERROR)));
       return;
     }
+    int cancelled = 0;
+    MPI_Test_cancelled(&st, &cancelled);
+    if (cancelled) {
+      fail(cat(what_, ": cancelled at shutdown"));
+      return;
+    }
     on_request_done(slot, st);
     update_waiting_peer();
   }
+  bool slot_is_recv(int slot) const { return recv_[slot]; }
   void fail(const std::string& msg) {
+    if (finished_) return;
     finished_ = true;
+    on_finished();
     eng_.finish(*this, msg);
   }
   void succeed() {
     finished_ = true;
+    on_finished();
     eng_.finish(*this, "");
   }
+  virtual void on_finished() {}
   void check_posted(int rc, int peer) {
     if (rc != MPI_SUCCESS) throw RuntimeFailure(cat(what_, " with rank ", peer, ": ", mpi_error_text(rc)));
   }
@@ -277,7 +319,7 @@ class MpiOp : public RequestState, public std::enable_shared_from_this<MpiOp> {
   std::string what_;
   std::atomic<int> waiting_peer_{-1};
   // Guarded by the engine's done mutex.
-  bool done_ = false;
+  std::atomic<bool> done_{false};  // written under the mutex, read lock-free
   std::string error_;
 
  protected:
@@ -310,6 +352,15 @@ void MpiEngine::wait(MpiOp& op, double timeout_s) {
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(timeout_s));
+  // Short spin first: a reply that is microseconds away should not pay
+  // for a futex sleep and wake-up on both sides.
+  if (!op.done_.load(std::memory_order_acquire)) {
+    waiters_.fetch_add(1);
+    last_wait_start_ns_.store(start.time_since_epoch().count());
+    const auto spin_until = start + std::chrono::microseconds(30);
+    while (!op.done_.load(std::memory_order_acquire) && Clock::now() < spin_until) sched_yield();
+    waiters_.fetch_sub(1);
+  }
   std::unique_lock lk(done_mu_);
   if (op.done_) {
     if (!op.error_.empty()) throw RuntimeFailure(op.error_);
@@ -408,8 +459,14 @@ void MpiEngine::loop() {
     for (auto& c : cmds) c();
     int handled = progress();
     if (stopping && cmds.empty()) {
-      // Normal shutdown: let in-flight sends finish (bounded), then leave.
+      // Normal shutdown: receives nobody will match are cancelled; sends
+      // in flight may finish (bounded by the timeout), then leave.
       if (reqs_.empty() || !drain) break;
+      if (!receives_cancelled_) {
+        receives_cancelled_ = true;
+        for (size_t i = 0; i < reqs_.size(); ++i)
+          if (owners_[i].op->slot_is_recv(owners_[i].slot)) MPI_Cancel(&reqs_[i]);
+      }
       if (Clock::now() - last_activity > duration<double>(timeout_s_.load())) break;
     }
     const auto now = Clock::now();
@@ -431,7 +488,7 @@ void MpiEngine::loop() {
     const int64_t seen_wait = last_wait_start_ns_.load();
     std::unique_lock lk(queue_mu_);
     queue_cv_.wait_for(lk, nap, [&] {
-      return !queue_.empty() || stopping_ || last_wait_start_ns_.load() != seen_wait;
+      return !queue_.empty() || stopping_ != stopping || last_wait_start_ns_.load() != seen_wait;
     });
   }
 }
@@ -484,10 +541,21 @@ class RecvOp final : public MpiOp {
     waiting_peer_ = peer;
   }
   void start() override {
-    MPI_Request r;
-    check_posted(MPI_Irecv(&header_, sizeof header_, MPI_BYTE, peer_, tag_, eng_.p2p_, &r), peer_);
-    track(r, peer_, true);
+    auto self = std::static_pointer_cast<RecvOp>(shared_from_this());
+    eng_.acquire_channel(peer_, tag_, [self] {
+      self->holds_channel_ = true;
+      try {
+        MPI_Request r;
+        self->check_posted(MPI_Irecv(&self->header_, sizeof self->header_, MPI_BYTE, self->peer_,
+                                     self->tag_, self->eng_.p2p_, &r),
+                           self->peer_);
+        self->track(r, self->peer_, true);
+      } catch (const std::exception& e) {
+        self->fail(e.what());
+      }
+    });
   }
+  void on_finished() override { release(); }
   void on_request_done(int slot, const MPI_Status&) override {
     if (slot == 0) {
       on_header();
@@ -535,8 +603,15 @@ class RecvOp final : public MpiOp {
     MPI_Request r;
     check_posted(MPI_Irecv(host_.raw(), bytes, MPI_BYTE, peer_, tag_, eng_.p2p_, &r), peer_);
     track(r, peer_, true);
+    release();
+  }
+  void release() {
+    if (!holds_channel_) return;
+    holds_channel_ = false;
+    eng_.release_channel(peer_, tag_);
   }
 
+  bool holds_channel_ = false;
   Tensor into_, host_;
   WireHeader header_;
   int peer_, tag_;

@@ -69,7 +69,7 @@ void on_stop_signal(int sig) {
   if (sig == SIGINT) {
     write_str("interrupted; stopping after the current minibatch (again to kill)");
   } else {
-    write_str("terminated by SIGTERM (mpirun sends it when another rank has died or aborted)");
+    write_str("SIGTERM (mpirun sends it on Ctrl-C and when another rank died or aborted); stopping");
   }
   int slot = g_blocked_slot.load();
   if (slot >= 0) {

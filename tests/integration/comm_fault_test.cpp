@@ -8,6 +8,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <string>
 
 namespace {
@@ -18,10 +19,13 @@ struct JobResult {
   double seconds = 0;
 };
 
-JobResult run_job(const std::string& mode, int ranks) {
-  std::string cmd = std::string("timeout -s KILL 60 ") + PD_MPIEXEC +
-                    " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
-                    PD_COMM_FAULT_VICTIM + " " + mode + " 2>&1";
+std::string mpirun_line(const std::string& mode, int ranks) {
+  return std::string(PD_MPIEXEC) + " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) +
+         " " + PD_COMM_FAULT_VICTIM + " " + mode;
+}
+
+JobResult run_shell(const std::string& script) {
+  std::string cmd = "timeout -s KILL 60 sh -c '" + script + "' 2>&1";
   auto start = std::chrono::steady_clock::now();
   FILE* p = popen(cmd.c_str(), "r");
   JobResult res;
@@ -34,6 +38,8 @@ JobResult run_job(const std::string& mode, int ranks) {
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return res;
 }
+
+JobResult run_job(const std::string& mode, int ranks) { return run_shell(mpirun_line(mode, ranks)); }
 
 // The victim waits with a 3 s timeout; the job must end well before the
 // 60 s a hang would take (generous bound for a loaded 2-core machine).
@@ -58,6 +64,23 @@ TEST(CommFault, RankLeavingOnAnExceptionIsNamedByThePeers) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_LT(r.seconds, kNoHangSeconds) << r.output;
   EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
+}
+
+TEST(CommFault, CtrlCStopsEveryRankAfterTheSameStep) {
+  // Ctrl-C reaches mpirun, which sends SIGTERM to every rank; the ranks
+  // vote with any_rank_stopping() and all leave after the same step.
+  JobResult r = run_shell(mpirun_line("stop", 3) + " & pid=$!; sleep 2; kill -INT $pid; wait $pid");
+  EXPECT_LT(r.seconds, kNoHangSeconds) << r.output;
+  std::set<std::string> steps;
+  size_t pos = 0;
+  int stopped = 0;
+  while ((pos = r.output.find("stopped cleanly after step ", pos)) != std::string::npos) {
+    pos += 27;
+    steps.insert(r.output.substr(pos, r.output.find('\n', pos) - pos));
+    ++stopped;
+  }
+  EXPECT_EQ(stopped, 3) << r.output;
+  EXPECT_EQ(steps.size(), 1u) << r.output;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "runtime/comm/gradient_buckets.h"
 #include "tests/integration/comm_mpi/mpi_test_main.h"
 
 namespace pd {
@@ -136,6 +137,38 @@ TEST(CommAllReduce, BarrierAndStopVote) {
   tr.barrier();
   tr.barrier(*tr.make_group({0, 1, 2, 3}));
   EXPECT_FALSE(tr.any_rank_stopping());
+}
+
+}  // namespace
+}  // namespace pd
+
+namespace pd {
+namespace {
+
+TEST(CommGradientBuckets, BucketsStartDuringBackwardAndMatchOneAllReduce) {
+  auto& tr = pd::testing::transport();
+  auto world = tr.world_group();
+  // Six "gradients" of 4 kB each, buckets of 8 kB: three buckets.
+  std::vector<Tensor> grads;
+  for (int k = 0; k < 6; ++k) grads.push_back(Tensor::full({1000}, float(tr.rank() * 10 + k)));
+  GradientBuckets buckets(tr, world, grads, 8000, ReduceOp::Average);
+  EXPECT_EQ(buckets.bucket_count(), 3u);
+  for (int round = 0; round < 2; ++round) {
+    // Replicas finish gradients in different orders; buckets still start
+    // in bucket order once complete.
+    std::vector<size_t> order = tr.rank() % 2 ? std::vector<size_t>{1, 0, 3, 2, 5, 4}
+                                              : std::vector<size_t>{0, 1, 2, 3, 4, 5};
+    buckets.mark_ready(order[0]);
+    EXPECT_EQ(buckets.buckets_started(), 0u);
+    buckets.mark_ready(order[1]);
+    EXPECT_EQ(buckets.buckets_started(), 1u);  // started before backward ends
+    for (size_t k = 2; k < 6; ++k) buckets.mark_ready(order[k]);
+    buckets.wait();
+    for (int k = 0; k < 6; ++k) {
+      // mean over ranks r of (10 r + k), then again on round 2 (already equal)
+      EXPECT_EQ(grads[k].f32()[999], 15.0f + k) << "round " << round << " grad " << k;
+    }
+  }
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 //   comm_fault_victim kill    rank 1 SIGKILLs itself; the others wait on it
 //   comm_fault_victim silent  rank 1 stops talking; the others time out
 //   comm_fault_victim throw   rank 1 leaves main with an exception
+//   comm_fault_victim stop    "trains" until a SIGINT/SIGTERM reaches any
+//                             rank, then all stop after the same step
 // The other ranks do what the executor does: wait (timeout 3 s), and on a
 // RuntimeFailure abort the job naming the culprit.
 #include <csignal>
@@ -17,6 +19,16 @@
 int run(const std::string& mode) {
   pd::MpiTransport tr(3.0);
   tr.barrier();
+  if (mode == "stop") {
+    for (int step = 0;; ++step) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a minibatch
+      if (tr.any_rank_stopping()) {
+        printf("rank %d: stopped cleanly after step %d\n", tr.rank(), step);
+        fflush(stdout);
+        return 0;
+      }
+    }
+  }
   if (tr.rank() == 1) {
     if (mode == "kill") raise(SIGKILL);
     if (mode == "silent") std::this_thread::sleep_for(std::chrono::seconds(60));
