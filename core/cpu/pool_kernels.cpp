@@ -6,8 +6,36 @@
 
 namespace pd::cpu {
 
+// The common 2x2 stride-2 unpadded case, without window bookkeeping.
+static void maxpool2x2_plane(const float* in, int64_t W, int64_t OH, int64_t OW, float* out, int32_t* arg) {
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    const float* r0 = in + 2 * oh * W;
+    const float* r1 = r0 + W;
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      const int64_t c = 2 * ow;
+      float best = r0[c];
+      int64_t where = 2 * oh * W + c;
+      const float cand[3] = {r0[c + 1], r1[c], r1[c + 1]};
+      const int64_t pos[3] = {where + 1, where + W, where + W + 1};
+      for (int q = 0; q < 3; ++q)
+        if (cand[q] > best || (cand[q] != cand[q] && best == best)) {
+          best = cand[q];
+          where = pos[q];
+        }
+      out[oh * OW + ow] = best;
+      arg[oh * OW + ow] = static_cast<int32_t>(where);
+    }
+  }
+}
+
 void maxpool2d_forward(const PoolShape& s, const float* x, float* y, int32_t* argmax) {
   const int64_t H = s.height, W = s.width, OH = s.out_height(), OW = s.out_width();
+  if (s.kernel == 2 && s.stride == 2 && s.padding == 0) {
+#pragma omp parallel for schedule(static) if (s.planes * H * W >= kParallelMinElements)
+    for (int64_t pl = 0; pl < s.planes; ++pl)
+      maxpool2x2_plane(x + pl * H * W, W, OH, OW, y + pl * OH * OW, argmax + pl * OH * OW);
+    return;
+  }
 #pragma omp parallel for schedule(static) if (s.planes * H * W >= kParallelMinElements)
   for (int64_t pl = 0; pl < s.planes; ++pl) {
     const float* in = x + pl * H * W;
@@ -24,14 +52,12 @@ void maxpool2d_forward(const PoolShape& s, const float* x, float* y, int32_t* ar
         for (int64_t ih = hs; ih < he; ++ih)
           for (int64_t iw = ws; iw < we; ++iw) {
             const float v = in[ih * W + iw];
-            // NaN propagates, as in PyTorch.
-            if (v > best || v != v) {
+            // NaN propagates, as in PyTorch: once best is NaN nothing beats it.
+            if (v > best || (v != v && best == best)) {
               best = v;
               where = ih * W + iw;
-              if (v != v) goto done;
             }
           }
-      done:
         out[oh * OW + ow] = best;
         arg[oh * OW + ow] = static_cast<int32_t>(where);
       }

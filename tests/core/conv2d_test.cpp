@@ -113,12 +113,20 @@ TEST(Conv2dKernels, MatchNaiveLoopsForStridesPaddingsAndKernels) {
   check_kernels_against_naive(shape_of(2, 1, 10, 10, 6, 5, 1, 2));
   check_kernels_against_naive(shape_of(1, 3, 9, 9, 2, 4, 3, 2));
   check_kernels_against_naive(shape_of(2, 2, 3, 3, 2, 3, 1, 3));  // padding wider than the image
+  // One sample per chunk (large maps): GEMMs write straight into y / dx.
+  check_kernels_against_naive(shape_of(3, 3, 20, 20, 4, 3, 1, 1));
+  check_kernels_against_naive(shape_of(3, 4, 20, 20, 5, 1, 1, 0));  // pointwise: no im2col at all
+  check_kernels_against_naive(shape_of(2, 4, 20, 20, 5, 1, 2, 0));
+  // Several samples per chunk, the last chunk short.
+  check_kernels_against_naive(shape_of(7, 3, 8, 8, 4, 3, 1, 1));
+  check_kernels_against_naive(shape_of(7, 4, 8, 8, 4, 1, 1, 0));
 }
 
 TEST(Conv2dKernels, ChunkedBatchMatchesNaive) {
-  // Large enough per sample that the batch is split into several im2col chunks.
-  ConvShape s = shape_of(2, 64, 128, 128, 2, 3, 1, 1);
-  ASSERT_LT(cpu::conv_chunk_samples(s), s.batch);
+  // Several samples per chunk, the batch not a multiple of the chunk.
+  ConvShape s = shape_of(11, 8, 6, 6, 3, 3, 1, 1);
+  ASSERT_GT(cpu::conv_chunk_samples(s), 1);
+  ASSERT_NE(s.batch % cpu::conv_chunk_samples(s), 0);
   check_kernels_against_naive(s);
 }
 

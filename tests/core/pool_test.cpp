@@ -75,7 +75,8 @@ void check_max_and_avg(const cpu::PoolShape& s) {
 }
 
 TEST(PoolKernels, MaxAndAvgMatchNaiveWindows) {
-  check_max_and_avg(pool(3, 8, 8, 2, 2, 0));
+  check_max_and_avg(pool(3, 8, 8, 2, 2, 0));  // the specialised 2x2 path
+  check_max_and_avg(pool(2, 7, 9, 2, 2, 0));  // 2x2 with a dropped last row/column
   check_max_and_avg(pool(2, 7, 9, 3, 2, 1));  // overlapping windows, padding
   check_max_and_avg(pool(2, 5, 5, 3, 1, 1));
   check_max_and_avg(pool(2, 9, 7, 2, 3, 0));  // stride beyond the window
@@ -86,6 +87,17 @@ TEST(PoolKernels, MaxIgnoresPaddingEvenForNegativeInputs) {
   Tensor y = Tensor::empty({1, 2, 2}), arg = Tensor::empty({1, 2, 2}, DType::I32);
   cpu::maxpool2d_forward(pool(1, 2, 2, 3, 1, 1), x.f32(), y.f32(), arg.data<int32_t>());
   for (int i = 0; i < 4; ++i) EXPECT_EQ(y.f32()[i], -5.0f);
+}
+
+TEST(PoolKernels, MaxPropagatesNaNLikeTorch) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int k : {2, 3}) {
+    Tensor x = Tensor::from_floats({1, nan, 5, 2, 0, 0, 0, 0, 9}, {1, 3, 3});
+    Tensor y = Tensor::empty({1, 1, 1}), arg = Tensor::empty({1, 1, 1}, DType::I32);
+    cpu::maxpool2d_forward(pool(1, 3, 3, k, k, 0), x.f32(), y.f32(), arg.data<int32_t>());
+    EXPECT_TRUE(std::isnan(y.f32()[0])) << k;
+    EXPECT_EQ(arg.data<int32_t>()[0], 1) << k;
+  }
 }
 
 TEST(PoolKernels, AdaptiveAvgMatchesTorchWindows) {
