@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/cpu/parallel_grain.h"
 #include "core/error.h"
 
 namespace pd::cpu {
@@ -13,7 +14,7 @@ void dropout_apply(const DropoutKey& key, float p, const float* x, float* y, int
   const uint64_t high = static_cast<uint64_t>(key.substream) << 32;
   const int64_t blocks = (n + 3) / 4;
   // One Philox call yields the mask of four consecutive elements.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(n))
   for (int64_t blk = 0; blk < blocks; ++blk) {
     Philox4 r = rng.block(static_cast<uint64_t>(blk) | high);
     int64_t i0 = blk * 4, i1 = std::min<int64_t>(n, i0 + 4);

@@ -60,6 +60,93 @@ inline void map8(const float* in, float* out, int64_t n, F8 f8) {
   }
 }
 
+// Reductions in a fixed order (8 lane-wise partial sums, then lanes 0..7),
+// which the compiler may not vectorise itself without -ffast-math.
+inline float hsum8(f32x8 v) {
+  float s = 0.0f;
+  for (int l = 0; l < 8; ++l) s += v[l];
+  return s;
+}
+
+inline f32x8 load8_padded(const float* p, int64_t n, float pad) {
+  f32x8 v = splat8(pad);
+  std::memcpy(&v, p, sizeof(float) * static_cast<size_t>(n));
+  return v;
+}
+
+inline float sum8(const float* a, int64_t n) {
+  f32x8 acc = splat8(0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    f32x8 v;
+    std::memcpy(&v, a + i, sizeof v);
+    acc += v;
+  }
+  if (i < n) acc += load8_padded(a + i, n - i, 0.0f);
+  return hsum8(acc);
+}
+
+inline float dot8(const float* a, const float* b, int64_t n) {
+  f32x8 acc = splat8(0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    f32x8 u, v;
+    std::memcpy(&u, a + i, sizeof u);
+    std::memcpy(&v, b + i, sizeof v);
+    acc += u * v;
+  }
+  if (i < n) acc += load8_padded(a + i, n - i, 0.0f) * load8_padded(b + i, n - i, 0.0f);
+  return hsum8(acc);
+}
+
+// sum of g[i] * (a[i] - c).
+inline float dot_dev8(const float* g, const float* a, float c, int64_t n) {
+  f32x8 acc = splat8(0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    f32x8 u, v;
+    std::memcpy(&u, g + i, sizeof u);
+    std::memcpy(&v, a + i, sizeof v);
+    acc += u * (v - c);
+  }
+  if (i < n) acc += load8_padded(g + i, n - i, 0.0f) * (load8_padded(a + i, n - i, c) - c);
+  return hsum8(acc);
+}
+
+// sum of (a[i] - c)^2.
+inline float sum_sq_dev8(const float* a, float c, int64_t n) {
+  f32x8 acc = splat8(0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    f32x8 v;
+    std::memcpy(&v, a + i, sizeof v);
+    v -= c;
+    acc += v * v;
+  }
+  if (i < n) {
+    f32x8 v = load8_padded(a + i, n - i, c) - c;
+    acc += v * v;
+  }
+  return hsum8(acc);
+}
+
+inline float max8(const float* a, int64_t n) {
+  f32x8 acc = splat8(a[0]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    f32x8 v;
+    std::memcpy(&v, a + i, sizeof v);
+    acc = v > acc ? v : acc;
+  }
+  if (i < n) {
+    f32x8 v = load8_padded(a + i, n - i, a[0]);
+    acc = v > acc ? v : acc;
+  }
+  float m = acc[0];
+  for (int l = 1; l < 8; ++l) m = acc[l] > m ? acc[l] : m;
+  return m;
+}
+
 inline float exp_approx(float x) { return exp8(splat8(x))[0]; }
 inline float tanh_approx(float u) { return tanh8(splat8(u))[0]; }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/cpu/fast_math.h"
+#include "core/cpu/parallel_grain.h"
 
 namespace pd::cpu {
 
@@ -16,7 +17,7 @@ constexpr int64_t kBlock = 4096;
 
 void gelu_forward(const float* x, float* y, int64_t n) {
   int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(n))
   for (int64_t b = 0; b < blocks; ++b) {
     int64_t i0 = b * kBlock, len = std::min(kBlock, n - i0);
     map8(x + i0, y + i0, len, [](f32x8 v) {
@@ -28,7 +29,7 @@ void gelu_forward(const float* x, float* y, int64_t n) {
 
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
   int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(n))
   for (int64_t b = 0; b < blocks; ++b) {
     int64_t i0 = b * kBlock, len = std::min(kBlock, n - i0);
     // dx first holds gelu'(x), then is scaled by dy.

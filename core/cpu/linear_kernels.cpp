@@ -1,10 +1,9 @@
 #include "core/cpu/linear_kernels.h"
 
-#include <omp.h>
-
 #include <algorithm>
 
 #include "core/cpu/gemm.h"
+#include "core/cpu/parallel_grain.h"
 
 namespace pd::cpu {
 
@@ -12,7 +11,7 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
                     int64_t in, int64_t out) {
   float beta = 0.0f;
   if (b) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * out))
     for (int64_t r = 0; r < rows; ++r) std::copy(b, b + out, y + r * out);
     beta = 1.0f;
   }
@@ -30,7 +29,7 @@ void add_column_sums(const float* m, int64_t rows, int64_t cols, float* acc) {
   // Chunks of 64 columns keep each thread's accumulators in registers/L1.
   constexpr int64_t kChunk = 64;
   int64_t chunks = (cols + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * cols))
   for (int64_t ch = 0; ch < chunks; ++ch) {
     int64_t c0 = ch * kChunk, c1 = std::min(cols, c0 + kChunk);
     float* a = acc + c0;

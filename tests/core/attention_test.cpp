@@ -67,8 +67,16 @@ AttentionRef attention_ref(const cpu::AttentionShape& s, const std::vector<float
   return r;
 }
 
-TEST(AttentionKernels, MatchNaiveLoops) {
-  cpu::AttentionShape s{3, 11, 3, 5};
+// Shapes cover one row block per head, several blocks (32 rows), blocks
+// with a tail (16 rows of 100), and whole heads run serially (T * hd too
+// large for single-threaded row blocks).
+class AttentionKernels : public ::testing::TestWithParam<cpu::AttentionShape> {};
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels,
+                         ::testing::Values(cpu::AttentionShape{3, 11, 3, 5}, cpu::AttentionShape{1, 128, 2, 64},
+                                           cpu::AttentionShape{2, 100, 1, 160}, cpu::AttentionShape{1, 300, 1, 64}));
+
+TEST_P(AttentionKernels, MatchNaiveLoops) {
+  const cpu::AttentionShape s = GetParam();
   const int64_t n_qkv = s.batch * s.seq * 3 * s.dim(), n_out = s.batch * s.seq * s.dim();
   auto qkv = testing::random_vec(n_qkv, 1, 2.0f), dout = testing::random_vec(n_out, 2);
   std::vector<float> probs(s.batch * s.heads * s.seq * s.seq), out(n_out), dqkv(n_qkv);
@@ -79,7 +87,7 @@ TEST(AttentionKernels, MatchNaiveLoops) {
   EXPECT_LT(testing::rel_err(dqkv.data(), r.dqkv), 1e-5);
 }
 
-TEST(AttentionKernels, SoftmaxIsStableForLargeScores) {
+TEST(AttentionSoftmax, IsStableForLargeScores) {
   std::vector<float> s{1000.0f, 0, 0, 2000.0f, 1999.0f, 0, -3000.0f, -3000.0f, -3000.0f};
   cpu::causal_softmax_rows(s.data(), 3);
   EXPECT_FLOAT_EQ(s[0], 1.0f);
@@ -104,6 +112,7 @@ TEST(Attention, ParamsShapesAndValidation) {
 }
 
 TEST(Attention, BackwardMatchesFiniteDifferences) {
+  testing::OneComputeThread one;
   LayerPtr a = make_causal_self_attention(8, 2);
   // Larger weights than the 0.02 init so the softmax is far from uniform.
   std::vector<Tensor> p{testing::random_tensor({24, 8}, 30, 0.5f), testing::random_tensor({24}, 31, 0.2f),

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/cpu/gemm.h"
 #include "core/layer.h"
 #include "tests/core/gradcheck.h"
 
@@ -53,6 +54,19 @@ inline std::vector<Tensor> init_params(const Layer& l, uint64_t seed = 7, uint32
   l.init(p, b, CounterRng(seed, index, 0));
   return p;
 }
+
+// Runs a scope on one compute thread. Finite-difference checks make
+// hundreds of tiny forward passes, which on a busy machine spend most of
+// their time waiting at OpenMP barriers; the threaded paths are covered by
+// the kernel and reproducibility tests.
+class OneComputeThread {
+ public:
+  OneComputeThread() : keep_(cpu::compute_threads()) { cpu::set_compute_threads(1); }
+  ~OneComputeThread() { cpu::set_compute_threads(keep_); }
+
+ private:
+  int keep_;
+};
 
 // Gaussian-free GELU reference (tanh form) in double.
 inline double gelu_ref(double x) {
