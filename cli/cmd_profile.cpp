@@ -1,13 +1,137 @@
-// `pipedream profile` - not implemented yet (stub).
+// `pipedream profile`: measure a model's per-layer costs on a device and
+// write profile.json for `pipedream plan` (DESIGN.md §4).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
 #include "cli/commands.h"
 #include "core/error.h"
+#include "models/model.h"
+#include "profiler/measure.h"
 
 namespace pd::cli {
+namespace {
+
+struct ProfileArgs {
+  std::string model, spec_file, model_options, device = "cpu", output = "profile.json", optimizer = "sgd";
+  int64_t batch = 64;
+  int threads = 0, warmup = 2, iters = 10;
+  uint64_t seed = 0;
+};
+
+// One line redrawn in place on a terminal; a line per phase otherwise (logs
+// stay short but still show that something is happening).
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::string what) : what_(std::move(what)), tty_(::isatty(STDERR_FILENO) == 1) {}
+  void update(const ProfileProgress& p) {
+    const char* phase = p.warmup ? "warm-up" : "measuring";
+    if (tty_) {
+      std::fprintf(stderr, "\r%s: %s %d/%d\033[K", what_.c_str(), phase, p.iteration, p.iterations);
+      drawn_ = true;
+    } else if (p.iteration == 1) {
+      std::fprintf(stderr, "%s: %s (%d iterations)\n", what_.c_str(), phase, p.iterations);
+    }
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (drawn_) std::fprintf(stderr, "\r\033[K");
+    drawn_ = false;
+  }
+
+ private:
+  std::string what_;
+  bool tty_, drawn_ = false;
+};
+
+double mb(uint64_t bytes) { return double(bytes) / 1e6; }
+
+// The `caffe time` view: where the step's time goes.
+void print_table(const Profile& p) {
+  const double sum = layer_time_sum_ms(p);
+  size_t width = 5;
+  for (const auto& n : p.nodes) width = std::max(width, n.name.size());
+  // "share" is of the sum of the layers' times.
+  std::printf("%-*s  %-12s %9s %9s %9s %9s %10s %9s %6s\n", int(width), "layer", "op", "fwd ms", "bwd ms", "fwd p90",
+              "bwd p90", "act MB", "params MB", "share");
+  std::printf("%s\n", std::string(width + 82, '-').c_str());
+  for (const auto& n : p.nodes) {
+    const double share = sum > 0 ? 100.0 * (n.forward_ms + n.backward_ms) / sum : 0;
+    std::printf("%-*s  %-12s %9.3f %9.3f %9.3f %9.3f %10.3f %9.3f %5.1f%%\n", int(width), n.name.c_str(),
+                n.op.c_str(), n.forward_ms, n.backward_ms, n.forward_p90_ms, n.backward_p90_ms,
+                mb(n.activation_bytes), mb(n.parameter_bytes), share);
+  }
+  double fwd = 0, bwd = 0;
+  uint64_t act = 0, params = 0;
+  for (const auto& n : p.nodes) fwd += n.forward_ms, bwd += n.backward_ms, act += n.activation_bytes,
+                                 params += n.parameter_bytes;
+  std::printf("%s\n", std::string(width + 82, '-').c_str());
+  std::printf("%-*s  %-12s %9.3f %9.3f %9s %9s %10.3f %9.3f\n", int(width), "sum", "", fwd, bwd, "", "", mb(act),
+              mb(params));
+  const double step = p.step_forward_backward_ms;
+  std::printf("measured whole step (forward + loss + backward): %.3f ms; layer sum %.3f ms (%+.1f%%)\n", step, sum,
+              step > 0 ? 100.0 * (sum - step) / step : 0.0);
+}
+
+void run_profile(const ProfileArgs& a) {
+  if (a.model.empty() && a.spec_file.empty()) throw UserError("give --model NAME (see `pipedream models`) or --model-spec FILE");
+  if (!a.model.empty() && !a.spec_file.empty()) throw UserError("give --model or --model-spec, not both");
+  if (a.output.empty()) throw UserError("-o/--output must name a file");
+  const std::filesystem::path folder = std::filesystem::path(a.output).parent_path();
+  if (!folder.empty() && !std::filesystem::is_directory(folder))
+    throw UserError(cat("-o ", a.output, ": folder ", folder.string(), " does not exist"));
+  ProfileOptions o;
+  o.batch = a.batch;
+  o.device = Device::parse(a.device);
+  o.threads = a.threads;
+  o.warmup = a.warmup;
+  o.iters = a.iters;
+  o.seed = a.seed;
+  o.optimizer.kind = a.optimizer;
+  o.optimizer.momentum = a.optimizer == "sgd" ? 0.9f : 0.0f;
+  // Cheap checks first: a bad batch or device should not wait for a model build.
+  if (o.batch < 1) throw UserError(cat("--batch must be >= 1, got ", o.batch));
+  Model model = resolve_model(a.model, a.spec_file, a.model_options);
+
+  ProgressLine line(cat("profiling ", model.name, " (batch ", o.batch, ", ", o.device.str(), ")"));
+  o.progress = [&line](const ProfileProgress& p) { line.update(p); };
+  Profile p;
+  try {
+    p = measure_profile(model, o);
+  } catch (...) {
+    line.finish();
+    throw;
+  }
+  line.finish();
+
+  std::printf("%s, batch %d, %s, %s, %d threads, median of %d iterations after %d warm-up\n", p.model.c_str(),
+              p.batch_size, p.device.c_str(), p.dtype.c_str(), p.threads, o.iters, o.warmup);
+  print_table(p);
+  std::printf("optimizer state counted for %s\n", optimizer_state_description(o.optimizer).c_str());
+  write_profile_json(p, a.output);
+  std::printf("wrote %s\n", a.output.c_str());
+}
+
+}  // namespace
 
 void add_profile_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("profile", "(not implemented yet)");
-  cmd->allow_extras();
-  cmd->callback([] { throw RuntimeFailure("pipedream profile is not implemented yet"); });
+  auto a = std::make_shared<ProfileArgs>();
+  auto* cmd = app.add_subcommand("profile", "Measure per-layer compute time and memory of a model (profile.json)");
+  cmd->add_option("--model", a->model, "Zoo model (see `pipedream models`) or a spec .json file");
+  cmd->add_option("--model-spec", a->spec_file, "JSON model spec file");
+  cmd->add_option("--model-options", a->model_options, "Zoo model options, e.g. width=0.5,image_size=32");
+  cmd->add_option("--batch", a->batch, "Minibatch size (per worker, as it will train)")->capture_default_str();
+  cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Compute threads, as the run will use (default: all cores)");
+  cmd->add_option("--warmup", a->warmup, "Unmeasured iterations first")->capture_default_str();
+  cmd->add_option("--iters", a->iters, "Measured iterations (median and p90 over them)")->capture_default_str();
+  cmd->add_option("--optimizer", a->optimizer, "Optimizer whose state bytes are recorded: sgd (momentum) | adam | adamw")
+      ->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of weights and synthetic inputs")->capture_default_str();
+  cmd->add_option("-o,--output", a->output, "Profile to write (atomically, only on success)")->capture_default_str();
+  cmd->callback([a] { run_profile(*a); });
 }
 
 }  // namespace pd::cli

@@ -1,0 +1,245 @@
+#include "profiler/measure.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "core/cpu/gemm.h"
+#include "core/error.h"
+#include "core/loss.h"
+#include "core/rng.h"
+#include "models/layer_range.h"
+#include "models/parameters.h"
+
+namespace pd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+void validate(const ProfileOptions& o) {
+  if (o.batch < 1) throw UserError(cat("--batch must be >= 1, got ", o.batch));
+  if (o.iters < 1) throw UserError(cat("--iters must be >= 1, got ", o.iters));
+  if (o.warmup < 0) throw UserError(cat("--warmup must be >= 0, got ", o.warmup));
+  if (o.threads < 0) throw UserError(cat("--threads must be >= 1 (or 0 for all cores), got ", o.threads));
+  make_optimizer(o.optimizer);  // UserError for an unknown kind
+  if (o.device.is_cuda()) {
+#ifdef PIPEDREAM_HAVE_CUDA
+    // The CUDA build compiles the backend, but the layers do not dispatch
+    // to it yet; timing CPU kernels and calling them GPU times would mislead.
+    throw UserError(cat("--device ", o.device.str(),
+                        ": profiling on a GPU is not supported by this build yet; use --device cpu"));
+#else
+    throw UserError(cat("--device ", o.device.str(),
+                        ": this pipedream was built without CUDA (configure with -DPIPEDREAM_CUDA=ON on a "
+                        "machine with the CUDA toolkit); use --device cpu"));
+#endif
+  }
+}
+
+// Random inputs and labels of the model's shapes: costs do not depend on
+// the values (no data-dependent kernels), only on shapes.
+struct SyntheticBatch {
+  Tensor inputs, labels;
+};
+
+SyntheticBatch make_batch(const Model& m, int64_t batch, uint64_t seed) {
+  Shape in = m.input_shape;
+  in.insert(in.begin(), batch);
+  Shape lab = m.label_shape();
+  lab.insert(lab.begin(), batch);
+  CounterRng rng(seed, 0xFFFFFFF0u, 0);
+  SyntheticBatch b;
+  if (m.input_dtype == DType::I32) {
+    std::vector<int32_t> tokens(static_cast<size_t>(shape_numel(in)));
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(rng.bits(i) % uint64_t(m.classes));
+    b.inputs = Tensor::from_ints(tokens, in);
+  } else {
+    std::vector<float> x(static_cast<size_t>(shape_numel(in)));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = rng.normal(i);
+    b.inputs = Tensor::from_floats(x, in);
+  }
+  CounterRng label_rng(seed, 0xFFFFFFF1u, 0);
+  std::vector<int32_t> labels(static_cast<size_t>(shape_numel(lab)));
+  for (size_t i = 0; i < labels.size(); ++i)
+    labels[i] = static_cast<int32_t>(label_rng.bits(i) % uint64_t(m.classes));
+  b.labels = Tensor::from_ints(labels, lab);
+  return b;
+}
+
+struct LayerFacts {
+  uint64_t output_bytes = 0, saved_bytes = 0;
+};
+
+struct StepTimes {
+  std::vector<double> forward_ms, backward_ms;  // per layer
+};
+
+// One training step, layer by layer, with a clock read between layers. It
+// does what forward_layers + loss + backward_layers do (same arguments,
+// same order of frees), so its pieces add up to the uninstrumented step.
+StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterStore& grads,
+                           const SyntheticBatch& b, const StepInfo& step, std::vector<LayerFacts>* facts) {
+  const int n = m.size();
+  StepTimes t;
+  t.forward_ms.resize(static_cast<size_t>(n));
+  t.backward_ms.resize(static_cast<size_t>(n));
+  std::vector<LayerContext> ctx(static_cast<size_t>(n));
+  Tensor h = b.inputs;
+  Clock::time_point start = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    ForwardArgs a{w.params(i), w.buffers(i), step};
+    a.step.layer_index = static_cast<uint32_t>(i);
+    h = m.layer(i).forward(a, h, ctx[static_cast<size_t>(i)]);
+    Clock::time_point end = Clock::now();
+    t.forward_ms[static_cast<size_t>(i)] = ms_between(start, end);
+    if (facts) (*facts)[static_cast<size_t>(i)] = {h.nbytes(), ctx[static_cast<size_t>(i)].saved_bytes()};
+    start = Clock::now();
+  }
+  // The loss belongs to the last stage's backward: it starts when the
+  // logits are there and produces the gradient the last layer consumes.
+  Tensor g = softmax_cross_entropy(h, b.labels, true).grad;
+  h = Tensor{};
+  for (int i = n - 1; i >= 0; --i) {
+    BackwardArgs a{w.params(i), grads.params(i), step, i > 0};
+    a.step.layer_index = static_cast<uint32_t>(i);
+    g = m.layer(i).backward(a, g, ctx[static_cast<size_t>(i)]);
+    ctx[static_cast<size_t>(i)].clear();
+    Clock::time_point end = Clock::now();
+    t.backward_ms[static_cast<size_t>(i)] = ms_between(start, end);
+    start = Clock::now();
+  }
+  return t;
+}
+
+// The uninstrumented step, as the trainer runs it.
+double timed_whole_step(const Model& m, const ParameterStore& w, ParameterStore& grads, const SyntheticBatch& b,
+                        const StepInfo& step) {
+  const int last = m.size() - 1;
+  Clock::time_point start = Clock::now();
+  {
+    RangeContext ctx;
+    Tensor logits = forward_layers(m, w, 0, last, b.inputs, step, ctx);
+    Tensor g = softmax_cross_entropy(logits, b.labels, true).grad;
+    logits = Tensor{};
+    backward_layers(m, w, grads, 0, last, g, step, ctx, false);
+  }
+  return ms_between(start, Clock::now());
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Nearest-rank 90th percentile.
+double p90(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t rank = static_cast<size_t>(std::ceil(0.9 * static_cast<double>(v.size())));
+  return v[std::max<size_t>(rank, 1) - 1];
+}
+
+uint64_t parameter_bytes(const ParameterStore& w, int layer) {
+  uint64_t n = 0;
+  for (const Tensor& p : w.params(layer)) n += p.nbytes();
+  return n;
+}
+
+}  // namespace
+
+Profile measure_profile(const Model& model, const ProfileOptions& o) {
+  validate(o);
+  PD_CHECK(model.size() > 0, "model ", model.name, " has no layers");
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu::set_compute_threads(threads);
+  const int slots = make_optimizer(o.optimizer)->slots_per_param();
+
+  const int n = model.size();
+  ParameterStore w = ParameterStore::create(model, o.seed, o.device);
+  ParameterStore grads = w.zeros_like_params();
+  SyntheticBatch batch = make_batch(model, o.batch, o.seed);
+
+  std::vector<LayerFacts> facts(static_cast<size_t>(n));
+  std::vector<std::vector<double>> fwd(static_cast<size_t>(n)), bwd(static_cast<size_t>(n));
+  std::vector<double> whole;
+  const int total = o.warmup + o.iters;
+  for (int it = 0; it < total; ++it) {
+    const bool measured = it >= o.warmup;
+    StepInfo step;
+    step.training = true;
+    step.seed = o.seed;
+    step.minibatch_id = static_cast<uint64_t>(it);
+    // Alternate which of the two runs first so neither always inherits the
+    // other's warm caches.
+    StepTimes layers;
+    double whole_ms = 0;
+    for (int k = 0; k < 2; ++k) {
+      grads.zero_params();
+      if ((k == 0) == (it % 2 == 0)) layers = timed_layer_step(model, w, grads, batch, step, it == 0 ? &facts : nullptr);
+      else whole_ms = timed_whole_step(model, w, grads, batch, step);
+    }
+    if (measured) {
+      for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+        fwd[i].push_back(layers.forward_ms[i]);
+        bwd[i].push_back(layers.backward_ms[i]);
+      }
+      whole.push_back(whole_ms);
+    }
+    if (o.progress) {
+      ProfileProgress p;
+      p.warmup = !measured;
+      p.iteration = measured ? it - o.warmup + 1 : it + 1;
+      p.iterations = measured ? o.iters : o.warmup;
+      o.progress(p);
+    }
+  }
+
+  Profile p;
+  p.source_kind = "json";
+  p.model = model.name;
+  p.device = o.device.str();
+  p.dtype = "f32";
+  p.batch_size = static_cast<int>(o.batch);
+  p.threads = cpu::compute_threads();
+  p.step_forward_backward_ms = median(whole);
+  for (int i = 0; i < n; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    ProfileNode node;
+    node.id = i;
+    node.name = model.layers[k].name;
+    node.op = model.layer(i).type();
+    node.forward_ms = median(fwd[k]);
+    node.backward_ms = median(bwd[k]);
+    node.forward_p90_ms = p90(fwd[k]);
+    node.backward_p90_ms = p90(bwd[k]);
+    node.output_bytes = facts[k].output_bytes;
+    node.activation_bytes = facts[k].saved_bytes;
+    node.parameter_bytes = parameter_bytes(w, i);
+    node.optimizer_state_bytes = node.parameter_bytes * static_cast<uint64_t>(slots);
+    p.nodes.push_back(std::move(node));
+    if (i + 1 < n) p.edges.emplace_back(i, i + 1);
+  }
+  return p;
+}
+
+double layer_time_sum_ms(const Profile& p) {
+  double s = 0;
+  for (const ProfileNode& n : p.nodes) s += n.forward_ms + n.backward_ms;
+  return s;
+}
+
+std::string optimizer_state_description(const OptimizerConfig& c) {
+  const int slots = make_optimizer(c)->slots_per_param();
+  char buf[128];
+  if (c.kind == "sgd") std::snprintf(buf, sizeof buf, "sgd (momentum %g)", double(c.momentum));
+  else std::snprintf(buf, sizeof buf, "%s", c.kind.c_str());
+  return cat(buf, ": ", slots, slots == 1 ? " slot" : " slots", " per parameter");
+}
+
+}  // namespace pd

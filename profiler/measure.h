@@ -1,0 +1,64 @@
+#pragma once
+// Measures a model's per-layer costs on a device (DESIGN.md §4): what
+// `pipedream profile` writes and `pipedream run --plan auto` plans from.
+//
+// Layers are timed inside full training steps, in model order, so each
+// layer sees the caches and allocator state it sees in training. The
+// boundary layers run the way they run in a pipeline stage: the first
+// layer's backward computes no input gradient, and the last layer's
+// backward time includes the loss (softmax cross-entropy and its gradient).
+// Independently, the whole forward+backward step is timed with the code the
+// trainer runs (forward_layers, loss, backward_layers), so the per-layer sum
+// can be checked against it.
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/optimizer.h"
+#include "core/tensor.h"
+#include "models/model.h"
+#include "profiler/profile.h"
+
+namespace pd {
+
+struct ProfileProgress {
+  bool warmup = false;  // a warm-up iteration (not measured)
+  int iteration = 0;    // 1-based within its phase
+  int iterations = 0;   // of its phase
+};
+
+struct ProfileOptions {
+  int64_t batch = 64;
+  Device device = Device::cpu();
+  int threads = 0;  // compute threads; 0 = all cores (what train/run use by default)
+  int warmup = 2;   // unmeasured iterations first (allocator, caches, OpenBLAS buffers)
+  int iters = 10;   // measured iterations; per-layer times are their median and p90
+  uint64_t seed = 0;
+  // The optimizer whose state the profile's optimizer_state_bytes counts:
+  // by default train's and run's default (SGD with momentum 0.9, one slot per
+  // parameter). Only kind and momentum matter here.
+  OptimizerConfig optimizer = default_profile_optimizer();
+  // Called after every iteration (from the calling thread).
+  std::function<void(const ProfileProgress&)> progress;
+
+  static OptimizerConfig default_profile_optimizer() {
+    OptimizerConfig c;
+    c.kind = "sgd";
+    c.momentum = 0.9f;
+    return c;
+  }
+};
+
+// Throws UserError for options that cannot be measured (batch < 1,
+// iters < 1, warmup < 0, threads < 0, a CUDA device in a build without
+// CUDA or on a machine without that GPU). Sets the process's compute thread
+// count (cpu::set_compute_threads) to the measured count.
+Profile measure_profile(const Model& model, const ProfileOptions& options);
+
+// Sum over nodes of forward_ms + backward_ms.
+double layer_time_sum_ms(const Profile& p);
+
+// "sgd (momentum 0.9): 1 slot per parameter" - what optimizer_state_bytes assumes.
+std::string optimizer_state_description(const OptimizerConfig& c);
+
+}  // namespace pd

@@ -1,0 +1,161 @@
+// measure_profile: what it records per layer (bytes, names, edges, run
+// facts), how it validates options, and that its output is a profile the
+// format and the planner accept. No timing assertions beyond "positive".
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/cpu/gemm.h"
+#include "core/error.h"
+#include "models/layer_range.h"
+#include "models/parameters.h"
+#include "profiler/measure.h"
+
+namespace pd {
+namespace {
+
+ProfileOptions quick(int64_t batch = 4) {
+  ProfileOptions o;
+  o.batch = batch;
+  o.threads = 1;
+  o.warmup = 1;
+  o.iters = 3;
+  return o;
+}
+
+Model small_mlp() { return build_model(zoo_spec("mlp", {{"hidden", 32}, {"depth", 2}})); }
+
+TEST(MeasureProfile, RecordsRunFactsAndOneNodePerTopLevelLayer) {
+  Model m = small_mlp();
+  Profile p = measure_profile(m, quick(4));
+  EXPECT_EQ(p.format, "pipedream-profile/1");
+  EXPECT_EQ(p.model, m.name);
+  EXPECT_EQ(p.device, "cpu");
+  EXPECT_EQ(p.dtype, "f32");
+  EXPECT_EQ(p.batch_size, 4);
+  EXPECT_EQ(p.threads, 1);
+  EXPECT_EQ(cpu::compute_threads(), 1);
+  ASSERT_EQ(p.nodes.size(), static_cast<size_t>(m.size()));
+  EXPECT_TRUE(p.is_chain());
+  for (int i = 0; i < m.size(); ++i) {
+    const ProfileNode& n = p.nodes[static_cast<size_t>(i)];
+    EXPECT_EQ(n.id, i);
+    EXPECT_EQ(n.name, m.layers[static_cast<size_t>(i)].name);
+    EXPECT_EQ(n.op, m.layer(i).type());
+    EXPECT_GT(n.forward_ms, 0);
+    EXPECT_GT(n.backward_ms, 0);
+    EXPECT_GE(n.forward_p90_ms, n.forward_ms);
+    EXPECT_GE(n.backward_p90_ms, n.backward_ms);
+    Shape out = m.layers[static_cast<size_t>(i)].output_shape;
+    EXPECT_EQ(n.output_bytes, uint64_t(4 * shape_numel(out) * 4)) << n.name;
+  }
+  EXPECT_GT(p.step_forward_backward_ms, 0);
+  EXPECT_GT(layer_time_sum_ms(p), 0);
+}
+
+TEST(MeasureProfile, ParameterAndOptimizerBytesFollowTheModelAndOptimizer) {
+  Model m = small_mlp();
+  Profile sgd = measure_profile(m, quick());
+  uint64_t params = 0, state = 0;
+  for (const auto& n : sgd.nodes) params += n.parameter_bytes, state += n.optimizer_state_bytes;
+  EXPECT_EQ(params, uint64_t(m.parameter_count()) * 4);
+  EXPECT_EQ(state, params);  // default: SGD with momentum, one slot
+  EXPECT_EQ(optimizer_state_description(ProfileOptions{}.optimizer), "sgd (momentum 0.9): 1 slot per parameter");
+
+  ProfileOptions adam = quick();
+  adam.optimizer.kind = "adam";
+  adam.optimizer.momentum = 0;
+  Profile a = measure_profile(m, adam);
+  for (size_t i = 0; i < a.nodes.size(); ++i)
+    EXPECT_EQ(a.nodes[i].optimizer_state_bytes, 2 * a.nodes[i].parameter_bytes);
+
+  ProfileOptions plain = quick();
+  plain.optimizer.momentum = 0;
+  for (const auto& n : measure_profile(m, plain).nodes) EXPECT_EQ(n.optimizer_state_bytes, 0u);
+}
+
+TEST(MeasureProfile, ActivationBytesAreWhatForwardSavesForBackward) {
+  Model m = build_model(zoo_spec("cnn"));
+  Profile p = measure_profile(m, quick(2));
+  ParameterStore w = ParameterStore::create(m, 0);
+  Shape in = m.input_shape;
+  in.insert(in.begin(), 2);
+  RangeContext ctx;
+  forward_layers(m, w, 0, m.size() - 1, Tensor::zeros(in), StepInfo{}, ctx);
+  for (int i = 0; i < m.size(); ++i)
+    EXPECT_EQ(p.nodes[static_cast<size_t>(i)].activation_bytes, ctx.layers[static_cast<size_t>(i)].saved_bytes())
+        << p.nodes[static_cast<size_t>(i)].name;
+  EXPECT_GT(p.nodes[0].activation_bytes, 0u);  // conv1 keeps its input
+}
+
+TEST(MeasureProfile, LanguageModelUsesTokenInputs) {
+  Model m = build_model(zoo_spec("gpt-mini", {{"context", 8}, {"width", 16}, {"depth", 1}, {"heads", 2}, {"vocab", 32}}));
+  Profile p = measure_profile(m, quick(2));
+  ASSERT_EQ(p.nodes.size(), static_cast<size_t>(m.size()));
+  // logits [batch, context, vocab]
+  EXPECT_EQ(p.nodes.back().output_bytes, uint64_t(2 * 8 * 32 * 4));
+}
+
+TEST(MeasureProfile, ReportsEveryIterationToTheProgressCallback) {
+  ProfileOptions o = quick();
+  o.warmup = 2;
+  o.iters = 3;
+  std::vector<ProfileProgress> seen;
+  o.progress = [&](const ProfileProgress& p) { seen.push_back(p); };
+  measure_profile(small_mlp(), o);
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_TRUE(seen[0].warmup);
+  EXPECT_EQ(seen[1].iteration, 2);
+  EXPECT_EQ(seen[1].iterations, 2);
+  EXPECT_FALSE(seen[2].warmup);
+  EXPECT_EQ(seen[2].iteration, 1);
+  EXPECT_EQ(seen[4].iteration, 3);
+  EXPECT_EQ(seen[4].iterations, 3);
+}
+
+TEST(MeasureProfile, RejectsOptionsThatCannotBeMeasured) {
+  Model m = small_mlp();
+  auto with = [](auto change) {
+    ProfileOptions o = quick();
+    change(o);
+    return o;
+  };
+  EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.batch = 0; })), UserError);
+  EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.iters = 0; })), UserError);
+  EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.warmup = -1; })), UserError);
+  EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.threads = -2; })), UserError);
+  EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.optimizer.kind = "lion"; })), UserError);
+#ifndef PIPEDREAM_HAVE_CUDA
+  try {
+    measure_profile(m, with([](ProfileOptions& o) { o.device = Device::cuda(0); }));
+    FAIL() << "a CUDA device in a CPU-only build must be refused";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("without CUDA"), std::string::npos) << e.what();
+  }
+#endif
+}
+
+TEST(MeasureProfile, WrittenProfileReadsBackWithTheSameNodes) {
+  Profile p = measure_profile(small_mlp(), quick());
+  std::string path = (std::filesystem::temp_directory_path() / "pd_measure_roundtrip.json").string();
+  write_profile_json(p, path);
+  Profile r = read_profile(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(r.model, p.model);
+  EXPECT_EQ(r.batch_size, p.batch_size);
+  EXPECT_EQ(r.threads, p.threads);
+  EXPECT_DOUBLE_EQ(r.step_forward_backward_ms, p.step_forward_backward_ms);
+  ASSERT_EQ(r.nodes.size(), p.nodes.size());
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    EXPECT_EQ(r.nodes[i].name, p.nodes[i].name);
+    EXPECT_DOUBLE_EQ(r.nodes[i].forward_ms, p.nodes[i].forward_ms);
+    EXPECT_DOUBLE_EQ(r.nodes[i].backward_p90_ms, p.nodes[i].backward_p90_ms);
+    EXPECT_EQ(r.nodes[i].activation_bytes, p.nodes[i].activation_bytes);
+    EXPECT_EQ(r.nodes[i].optimizer_state_bytes, p.nodes[i].optimizer_state_bytes);
+  }
+  EXPECT_EQ(r.edges, p.edges);
+}
+
+}  // namespace
+}  // namespace pd
