@@ -1,13 +1,14 @@
 // pipedream-bench runtime: how close the pipelined runtime gets to what the
 // hardware allows. Runs itself under mpirun with 2 workers (1 thread each):
-//  - pipeline_vs_ceiling (per model): a 2-stage plan split where the
-//    measured per-layer costs balance best; the ceiling is the two stages'
+//  - pipeline_vs_ceiling (per model): the planner's straight 2-stage plan
+//    from a profile measured here (1 thread); the ceiling is the two stages'
 //    compute loops (forward, backward, optimizer step) running at the same
 //    time with no communication, measured in the same run; the pipeline is
 //    `run`'s executor over MPI. efficiency = pipeline / ceiling.
 //  - action_overhead: the same with layers that do nothing, in us per action.
-//  - prediction: measured time per minibatch against the planner's cost
-//    model fed with the measured per-layer costs (error reported).
+//  - simulate_vs_measured: measured time per minibatch against
+//    `pipedream simulate`'s prediction for the same plan from the profiled
+//    per-layer costs (error = (measured - predicted) / predicted).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +25,9 @@
 #include "runtime/executor.h"
 #include "runtime/gather.h"
 #include "runtime/launcher.h"
+#include "runtime/simulator/simulator.h"
+#include "planner/planner.h"
+#include "profiler/measure.h"
 
 namespace pd::bench {
 
@@ -36,45 +40,6 @@ struct BenchArgs {
   std::string models = "mlp,cnn";
   int64_t minibatches = 120, batch = 64, overhead_minibatches = 3000;
 };
-
-// Median forward+backward seconds of each top-level layer on one batch.
-std::vector<double> layer_costs(const Model& m, int64_t batch) {
-  ParameterStore w = ParameterStore::create(m, 1);
-  ParameterStore g = w.zeros_like_params();
-  Shape in = m.input_shape;
-  in.insert(in.begin(), batch);
-  Tensor x = Tensor::full(in, 0.5f);
-  std::vector<double> cost(static_cast<size_t>(m.size()));
-  for (int l = 0; l < m.size(); ++l) {
-    std::vector<double> t;
-    Tensor y;
-    for (int rep = 0; rep < 7; ++rep) {
-      RangeContext ctx;
-      const auto t0 = Clock::now();
-      y = forward_layers(m, w, l, l, x, {.training = true}, ctx);
-      backward_layers(m, w, g, l, l, Tensor::full(y.shape(), 0.01f), {.training = true}, ctx, true);
-      t.push_back(since(t0));
-    }
-    std::sort(t.begin(), t.end());
-    cost[static_cast<size_t>(l)] = t[t.size() / 2];
-    x = y;
-  }
-  return cost;
-}
-
-// Last layer of stage 0 that makes the two stages' costs most even.
-int balanced_split(const std::vector<double>& cost) {
-  double total = 0;
-  for (double c : cost) total += c;
-  int best = 0;
-  double best_max = total, prefix = 0;
-  for (size_t k = 0; k + 1 < cost.size(); ++k) {
-    prefix += cost[k];
-    const double mx = std::max(prefix, total - prefix);
-    if (mx < best_max) best_max = mx, best = static_cast<int>(k);
-  }
-  return best;
-}
 
 Plan two_stage_plan(const Model& m, int split) {
   Plan p;
@@ -161,40 +126,49 @@ void emit(Transport& t, const nlohmann::json& j) {
 void bench_model(const std::string& name, const BenchArgs& a, Transport& t, const Optimizer& opt) {
   const Model m = resolve_model(name);
   DataSplits data = open_dataset("synthetic", "", m);
-  // Rank 0 measures and decides the split; both use it.
-  int split = 0;
-  std::vector<double> cost;
+  // Rank 0 profiles (1 thread) and plans a straight 2-stage pipeline - the
+  // planner balances the stages; both ranks use that plan.
+  Plan plan;
   if (t.rank() == 0) {
-    cost = layer_costs(m, a.batch);
-    split = balanced_split(cost);
-    send_text(t, 1, nlohmann::json(cost).dump());
+    ProfileOptions po;
+    po.batch = a.batch;
+    po.threads = 1;
+    po.warmup = 2;
+    po.iters = 7;
+    const Profile profile = measure_profile(m, po);
+    PlannerOptions o;
+    o.straight = true;
+    plan = plan_pipeline(profile, flat_topology(2, 4.0), o);
+    send_text(t, 1, plan_to_json(plan).dump());
   } else {
-    cost = nlohmann::json::parse(recv_text(t, 0)).get<std::vector<double>>();
-    split = balanced_split(cost);
+    plan = plan_from_json(nlohmann::json::parse(recv_text(t, 0)), "rank 0's plan");
   }
-  const Plan plan = two_stage_plan(m, split);
-  const PlanStage& mine = plan.stages[static_cast<size_t>(t.rank())];
+  cpu::set_compute_threads(1);
+  const PlanStage& mine = plan.stages[static_cast<size_t>(plan.stage_of_rank(t.rank()))];
   compute_loop_seconds(m, *data.train, mine, a.batch, 3, opt);  // warm-up
   t.barrier();
   const double ceiling_s = max_over_ranks(t, compute_loop_seconds(m, *data.train, mine, a.batch, a.minibatches, opt));
   pipeline_seconds(m, *data.train, plan, a.batch, 8, opt, t, nullptr);  // warm-up
   const double pipe_s = max_over_ranks(t, pipeline_seconds(m, *data.train, plan, a.batch, a.minibatches, opt, t, nullptr));
   const double samples = static_cast<double>(a.minibatches * a.batch);
-  double s0 = 0, s1 = 0;
-  for (int l = 0; l < m.size(); ++l) (l <= split ? s0 : s1) += cost[static_cast<size_t>(l)];
+  const auto& s0 = plan.stages[0];
+  const auto& s1 = plan.stages[1];
   emit(t, {{"suite", "runtime"}, {"bench", "pipeline_vs_ceiling"}, {"model", name}, {"workers", 2},
            {"threads_per_worker", 1}, {"batch", a.batch}, {"minibatches", a.minibatches},
-           {"split", cat("layers 0..", split, " | ", split + 1, "..", m.size() - 1)},
+           {"split", cat("layers ", s0.first_layer, "..", s0.last_layer, " | ", s1.first_layer, "..", s1.last_layer)},
            {"pipeline_samples_per_s", samples / pipe_s}, {"ceiling_samples_per_s", samples / ceiling_s},
            {"efficiency", ceiling_s / pipe_s}});
-  // The planner's prediction for a straight pipeline: its bottleneck stage,
-  // from the same single-process layer costs (activation transfer over
-  // shared memory is negligible next to compute here).
-  const double predicted = std::max(s0, s1);
+  // `pipedream simulate`'s prediction for this plan and schedule, from the
+  // costs the profiler measured (each stage alone, 1 thread).
+  SimulationOptions so;
+  so.schedule.minibatches = a.minibatches;
+  const SimulationReport rep = simulate(plan, so);
   const double measured = pipe_s / static_cast<double>(a.minibatches);
-  emit(t, {{"suite", "runtime"}, {"bench", "prediction"}, {"model", name}, {"predictor", "planner cost model (bottleneck stage, profiled alone)"},
-           {"predicted_time_per_minibatch_s", predicted}, {"measured_time_per_minibatch_s", measured},
-           {"error", (measured - predicted) / predicted}});
+  emit(t, {{"suite", "runtime"}, {"bench", "simulate_vs_measured"}, {"model", name},
+           {"predicted_time_per_minibatch_s", rep.time_per_minibatch_s},
+           {"planner_time_per_minibatch_s", plan.time_per_minibatch_s},
+           {"measured_time_per_minibatch_s", measured},
+           {"error", (measured - rep.time_per_minibatch_s) / rep.time_per_minibatch_s}});
 }
 
 void bench_overhead(const BenchArgs& a, Transport& t, const Optimizer& opt) {

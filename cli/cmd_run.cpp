@@ -203,7 +203,7 @@ void run_command(const RunArgs& a) {
     if (a.workers < 1) throw UserError("--plan auto needs --workers N");
     std::fprintf(stderr, "profiling %s (batch %lld, %d thread%s per worker)...\n", model.name.c_str(),
                  static_cast<long long>(a.batch), a.threads, a.threads > 1 ? "s" : "");
-    const Profile profile = measure_layer_profile(model, a.batch, a.threads);
+    const Profile profile = measure_layer_profile(model, a.batch, a.threads, a.optimizer);
     plan = plan_for_workers(profile, a.workers, a.straight);
     plan_path = a.plan_out;
     write_plan(plan, plan_path);
