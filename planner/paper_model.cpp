@@ -1,7 +1,5 @@
 #include "planner/paper_model.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -38,7 +36,8 @@ class StageCosts {
       : s_(s), level_(level), total_workers_(total_workers), memory_(memory), inner_(inner) {}
 
   double compute(int k, int j) const {
-    return inner_ ? (*inner_)[size_t(k) * s_.size() + j] : s_.compute[j] - s_.compute[k];
+    // Inner optima are stored by end state (out[j * n + k]): the DPs scan k for a fixed j.
+    return inner_ ? (*inner_)[size_t(j) * s_.size() + k] : s_.compute[j] - s_.compute[k];
   }
   double sync(int k, int j, int m) const {
     // Ring all-reduce of the stage's weights among m replicas; a unit's
@@ -46,6 +45,12 @@ class StageCosts {
     return 4.0 * (m - 1) * (s_.parameters[j] - s_.parameters[k]) / (m * level_.bandwidth) / level_.unit_workers;
   }
   double transfer(int k, int m) const { return 2.0 * s_.cut_bytes[k] / (level_.bandwidth * m); }
+  // q with sync(k, j, m) / m = q(m-1)/m², and transfer(k, 1): for closed-form
+  // replica estimates (not bit-identical to sync and transfer).
+  double sync_coefficient(int k, int j) const {
+    return (s_.parameters[j] - s_.parameters[k]) * (4.0 / (level_.bandwidth * level_.unit_workers));
+  }
+  double transfer_coefficient(int k) const { return s_.cut_bytes[k] * (2.0 / level_.bandwidth); }
   // Minibatches a stage holds at once under 1F1B-RR (DESIGN.md §6).
   int in_flight(int m, int before) const { return (total_workers_ - 1 - before) / m + 1; }
   double memory(int k, int j, int m, int before) const {
@@ -55,6 +60,9 @@ class StageCosts {
            (s_.activations[j] - s_.activations[k]) * f;
   }
   bool memory_limited() const { return memory_ > 0 && !inner_; }
+  bool fits(int k, int j, int m, int before) const { return !memory_limited() || memory(k, j, m, before) <= memory_; }
+  // Layer compute (prefix sums) rather than an inner level's optima.
+  bool compute_is_additive() const { return !inner_; }
   // The stage's contribution to the bottleneck; kInf when it does not fit.
   double value(int k, int j, int m, int before) const {
     double c = compute(k, j);
@@ -167,13 +175,16 @@ LevelResult solve_table(const StageCosts& costs, bool straight, bool fewer) {
 class ParametricSolver {
  public:
   ParametricSolver(const StageCosts& costs, bool straight, bool fewer)
-      : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), straight_(straight), fewer_(fewer) {}
+      : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), straight_(straight), fewer_(fewer) {
+    for (int k = 0; k < n_; ++k) transfer_one_.push_back(costs_.transfer(k, 1));
+  }
 
   LevelResult solve() {
     LevelResult r;
     // Every stage needs compute/m ≤ τ, so τ ≥ total compute / units.
     double lo = 0, hi = costs_.compute(0, n_ - 1) / M_;
-    if (!(hi > 0)) hi = 1e-12;
+    // (An inner level can leave the whole range infeasible on one unit.)
+    if (!(hi > 0) || !std::isfinite(hi)) hi = 1e-12;
     while (!feasible(hi)) {
       lo = hi;
       hi *= 2;
@@ -267,17 +278,21 @@ class ParametricSolver {
     if (straight_) return M_ + 1;
     double c = costs_.compute(k, j);
     if (c == kInf || tau <= 0) return (tau <= 0 && value_ok(k, j, 2, before, tau)) ? 2 : M_ + 1;
-    double q = costs_.sync(k, j, 2) * 2.0;  // q = 4P/(B·u): sync(m)/m = q(m-1)/m²
-    double guess = std::max({2.0, std::ceil(c / tau), std::ceil(costs_.transfer(k, 1) / tau)});
-    if (q > 4 * tau) guess = std::max(guess, std::floor((q + std::sqrt(q * q - 4 * tau * q)) / (2 * tau)));
-    if (guess > M_ + 1) guess = M_ + 1;
-    int m = int(guess);
+    int m = int(std::min(replica_guess(k, j, c, tau), M_ + 1.0));
     while (m > 2 && value_ok(k, j, m - 1, before, tau)) --m;
     while (m <= M_ && !value_ok(k, j, m, before, tau)) {
       if (costs_.memory_limited()) return doubling_search(k, j, before, tau, m);
       ++m;
     }
     return m;
+  }
+  // The closed forms of min_replicas, from at least 2: within one of the
+  // exact answer (rounding), so guess - 1 is a safe lower bound.
+  double replica_guess(int k, int j, double c, double tau) const {
+    double q = costs_.sync_coefficient(k, j);  // sync(m)/m = q(m-1)/m²
+    double guess = std::max({2.0, std::ceil(c / tau), std::ceil(costs_.transfer_coefficient(k) / tau)});
+    if (q > 4 * tau) guess = std::max(guess, std::floor((q + std::sqrt(q * q - 4 * tau * q)) / (2 * tau)));
+    return guess;
   }
   int doubling_search(int k, int j, int before, double tau, int bad) const {
     int step = 1, good = -1;
@@ -316,6 +331,7 @@ class ParametricSolver {
       choice_[flag].assign(n_, {});
     }
     f_[0][0] = 0;
+    const double inv_tau = 1 / tau;
     for (int j = 1; j < n_; ++j)
       for_each_nested(s_, j, [&](int k) {
         // Without a memory limit a stage's fit does not depend on the
@@ -324,6 +340,7 @@ class ParametricSolver {
         const double c = costs_.compute(k, j);
         const bool shared = !costs_.memory_limited();
         int cached_more = -1, cached_one = -1;
+        double compute_bound = -1, closed_form_bound = -1;  // per pair, when first needed
         for (int flag = 0; flag < 2; ++flag) {
           int base = f_[flag][k];
           if (base > M_) continue;
@@ -335,12 +352,20 @@ class ParametricSolver {
           };
           bool one;
           if (shared && cached_one >= 0) one = cached_one;
-          else one = c <= tau && value_ok(k, j, 1, base, tau), cached_one = one;
+          // On one replica there is no sync: the value is max(compute, transfer).
+          else one = c <= tau && (shared ? transfer_one_[k] <= tau : value_ok(k, j, 1, base, tau)), cached_one = one;
           if (one) offer(flag, 1);
           if (straight_) continue;
-          // Lower bound on the replicas ≥ 2 a stage needs: compute/m ≤ τ.
-          double lb = c == kInf ? kInf : std::max(2.0, std::ceil(c / tau));
-          if (!(base + (one ? 1.0 : lb) < f_[1][j]) && !(base + lb < f_[1][j])) continue;
+          // Lower bound on the replicas ≥ 2 a stage needs (closed forms,
+          // minus one for rounding): skip the exact count when no offer to
+          // flag 1 could improve f[1][j]. A single replica reaches flag 1
+          // only when 2 replicas fit too.
+          auto cannot_improve = [&](double lb) { return !(base + (one && lb <= 2 ? 1.0 : lb) < f_[1][j]); };
+          if (compute_bound < 0)  // compute alone
+            compute_bound = c == kInf ? kInf : std::max(2.0, std::ceil(c * inv_tau * (1 - 1e-12)));
+          if (cannot_improve(compute_bound)) continue;
+          if (closed_form_bound < 0) closed_form_bound = std::max(compute_bound, replica_guess(k, j, c, tau) - 1);
+          if (cannot_improve(closed_form_bound)) continue;
           int more;
           if (shared && cached_more >= 0) more = cached_more;
           else more = min_replicas(k, j, base, tau), cached_more = more;
@@ -376,8 +401,14 @@ class ParametricSolver {
         }
       };
       if (s_.all_earlier_nest()) {
-        // One replica needs compute ≤ τ, and compute only grows as k falls.
-        for (int k = j - 1; k >= 0 && costs_.compute(k, j) <= tau; --k) relax(k);
+        // One replica needs compute ≤ τ. Layer compute only grows as k
+        // falls; an inner level's optimum need not (its first stage pays
+        // the transfer into the range).
+        const bool additive = costs_.compute_is_additive();
+        for (int k = j - 1; k >= 0; --k) {
+          if (costs_.compute(k, j) <= tau) relax(k);
+          else if (additive) break;
+        }
       } else {
         for (int k : s_.nested_in[j]) relax(k);
       }
@@ -443,6 +474,7 @@ class ParametricSolver {
   std::vector<int> f_[2];
   std::vector<Choice> choice_[2];
   std::vector<uint64_t> reach_;
+  std::vector<double> transfer_one_;  // transfer(k, 1)
 };
 
 LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, PaperAlgorithm algorithm) {
@@ -497,43 +529,68 @@ struct Flattener {
   }
 };
 
-// min over x in [lo, hi) of max(a[x], b[x]) — exact (no rounding), 4 lanes.
-double min_of_max(const double* a, const double* b, int lo, int hi) {
-  __m256d best = _mm256_set1_pd(kInf);
-  int x = lo;
-  for (; x + 4 <= hi; x += 4) best = _mm256_min_pd(best, _mm256_max_pd(_mm256_loadu_pd(a + x), _mm256_loadu_pd(b + x)));
-  double lanes[4];
-  _mm256_storeu_pd(lanes, best);
-  double r = std::min(std::min(lanes[0], lanes[1]), std::min(lanes[2], lanes[3]));
-  for (; x < hi; ++x) r = std::min(r, std::max(a[x], b[x]));
-  return r;
-}
-
 // The optimal time of every range (k, j] on one unit, for prefix state
-// spaces without a memory limit: the table DP of every start row at once,
-// with stage values (position-independent here) computed once and the
-// split loop as a vectorised min-of-max. Same values as TableDP per row.
+// spaces at level 0 (compute is a prefix sum; with a memory limit a stage
+// that does not fit is worth kInf, which the bounds below still bound). It
+// is the table DP A_k(x, m) of every start row k (TableDP's values, with the
+// workers before a stage counted from k), with the split loop of each
+// cell restricted to the splits that can still beat the best found so far:
+// a split at y on mp replicas costs max(A_k(y, r), value(y, x, mp)) with
+// r = m - mp, where value ≥ max(C(y, x), sync)/mp (falls as y grows: the
+// stage's compute and parameters shrink) and A_k(y, r) ≥
+// C(k, y)/r (a max of c_i/m_i is at least Σc_i/Σm_i; grows with y). So the
+// splits worth evaluating form one interval of y around the balance point
+// C(k, y) ≈ C(k, x)·r/m; scanning outwards from it until each bound reaches
+// the incumbent visits exactly the splits that could improve it. The result
+// is the same minimum as the full table DP (every pruned split is provably
+// no better), usually after a handful of splits per cell instead of x - k.
+// Output layout: out[j * n + k].
 void all_ranges_on_one_unit(const StageCosts& costs, bool straight, bool fewer, std::vector<double>& out) {
-  const int n = costs.space().size(), M = costs.units(), max_mp = straight ? 1 : M;
-  const size_t stride = size_t(M + 1) * n;
-  std::vector<double> value(size_t(n) * stride, kInf);  // [j][mp][x] = value(x, j, mp)
-  for (int j = 1; j < n; ++j)
-    for (int mp = 1; mp <= max_mp; ++mp)
-      for (int x = 0; x < j; ++x) value[size_t(j) * stride + size_t(mp) * n + x] = costs.value(x, j, mp, 0);
-  std::vector<double> a(stride);  // [m][x] = A_k(x, m) for the current row k
+  const StateSpace& s = costs.space();
+  const int n = s.size(), M = costs.units(), max_mp = straight ? 1 : M;
+  const double* compute = s.compute.data();
+  // A_k(y, r) is a max over stages of rounded c_i/m_i: allow for rounding.
+  constexpr double kBoundSlack = 1 - 1e-12;
+  std::vector<double> a(size_t(M + 1) * n);      // [m][x] = A_k(x, m) for the current row k
+  std::vector<int> balance(size_t(M + 1) * (M + 1));  // [m][r]: balance point, rises with x
   for (int k = 0; k + 1 < n; ++k) {
     std::fill(a.begin(), a.end(), kInf);
     a[k] = 0;
-    for (int j = k + 1; j < n; ++j) {
+    std::fill(balance.begin(), balance.end(), k + 1);
+    for (int x = k + 1; x < n; ++x) {
+      const double total = compute[x] - compute[k];
       double best_any = kInf;
       for (int m = 1; m <= M; ++m) {
-        double best = kInf;
-        for (int mp = 1; mp <= std::min(m, max_mp); ++mp)
-          best = std::min(best, min_of_max(&a[size_t(m - mp) * n], &value[size_t(j) * stride + size_t(mp) * n], k, j));
-        a[size_t(m) * n + j] = best;
+        double best = m <= max_mp ? costs.value(k, x, m, 0) : kInf;  // one stage
+        for (int mp = 1; mp <= std::min(m - 1, max_mp); ++mp) {
+          const int r = m - mp;
+          const double* prev = &a[size_t(r) * n];
+          // Largest y < x with C(k, y) ≤ C(k, x)·r/m (at least k + 1).
+          int& y0 = balance[size_t(m) * (M + 1) + r];
+          const double target = total * r / m;
+          while (y0 + 1 < x && compute[y0 + 1] - compute[k] <= target) ++y0;
+          if (y0 >= x) continue;  // x = k + 1: no split inside the range
+          for (int y = y0; y > k; --y) {
+            // value(y, x, mp) without its transfer term grows as y falls.
+            if ((compute[x] - compute[y]) / mp >= best) break;
+            if (prev[y] >= best) continue;
+            const double stage = std::max(compute[x] - compute[y], costs.sync(y, x, mp)) / mp;
+            if (stage >= best) break;
+            if (!costs.fits(y, x, mp, r)) continue;
+            double t = std::max(prev[y], std::max(stage, costs.transfer(y, mp)));
+            if (t < best) best = t;
+          }
+          for (int y = y0 + 1; y < x; ++y) {
+            if ((compute[y] - compute[k]) / r * kBoundSlack >= best) break;
+            if (prev[y] >= best) continue;
+            double t = std::max(prev[y], costs.value(y, x, mp, r));
+            if (t < best) best = t;
+          }
+        }
+        a[size_t(m) * n + x] = best;
         best_any = std::min(best_any, best);
       }
-      out[size_t(k) * n + j] = fewer ? best_any : a[size_t(M) * n + j];
+      out[size_t(x) * n + k] = fewer ? best_any : a[size_t(M) * n + x];
     }
   }
 }
@@ -561,14 +618,13 @@ PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, con
     unit *= topology.levels[l].count;
     if (l + 1 == levels) break;
     inner[l].assign(size_t(n) * n, kInf);
-    if (space.all_earlier_nest() && !costs[l]->memory_limited() &&
-        double(n) * n * (topology.levels[l].count + 1) <= 2.5e7) {
+    if (l == 0 && space.all_earlier_nest()) {
       all_ranges_on_one_unit(*costs[l], options.straight, options.fewer_workers, inner[l]);
       continue;
     }
     for (int k = 0; k + 1 < n; ++k) {
       TableDP dp(*costs[l], k, options.straight);
-      for (int j = k + 1; j < n; ++j) inner[l][size_t(k) * n + j] = dp.time(j, options.fewer_workers);
+      for (int j = k + 1; j < n; ++j) inner[l][size_t(j) * n + k] = dp.time(j, options.fewer_workers);
     }
   }
   const StageCosts& top = *costs[levels - 1];

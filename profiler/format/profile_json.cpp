@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 
@@ -36,20 +37,24 @@ std::string key_location(const std::string& text, const std::string& source, con
   return at == std::string::npos ? source : cat(source, ":", line_at(text, at));
 }
 
-double number_field(const json& obj, const char* key, const std::string& where, bool required) {
+// Where a field lives, worked out only for an error message: finding a
+// node's line searches the whole text, too slow to do for every node.
+using Where = std::function<std::string()>;
+
+double number_field(const json& obj, const char* key, const Where& where, bool required) {
   auto it = obj.find(key);
   if (it == obj.end()) {
-    if (required) throw UserError(cat(where, ": missing \"", key, "\""));
+    if (required) throw UserError(cat(where(), ": missing \"", key, "\""));
     return 0;
   }
   if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0)
-    throw UserError(cat(where, ": \"", key, "\" must be a non-negative number, got ", it->dump()));
+    throw UserError(cat(where(), ": \"", key, "\" must be a non-negative number, got ", it->dump()));
   return it->get<double>();
 }
 
-uint64_t bytes_field(const json& obj, const char* key, const std::string& where, bool required) {
+uint64_t bytes_field(const json& obj, const char* key, const Where& where, bool required) {
   double v = number_field(obj, key, where, required);
-  if (v != std::floor(v)) throw UserError(cat(where, ": \"", key, "\" must be a whole number of bytes"));
+  if (v != std::floor(v)) throw UserError(cat(where(), ": \"", key, "\" must be a whole number of bytes"));
   return uint64_t(v);
 }
 
@@ -85,8 +90,8 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
   p.model = string_field(j, "model", "");
   p.device = string_field(j, "device", "cpu");
   p.dtype = string_field(j, "dtype", "f32");
-  std::string top = source;
-  p.batch_size = int(number_field(j, "batch_size", key_location(text, source, "batch_size"), true));
+  const Where top = [&] { return source; };
+  p.batch_size = int(number_field(j, "batch_size", [&] { return key_location(text, source, "batch_size"); }, true));
   if (p.batch_size <= 0) throw UserError(cat(key_location(text, source, "batch_size"), ": batch_size must be positive"));
   p.threads = j.contains("threads") ? int(number_field(j, "threads", top, false)) : 1;
   p.step_forward_backward_ms = number_field(j, "step_forward_backward_ms", top, false);
@@ -100,17 +105,17 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
       throw UserError(cat(where, ": each node needs an integer \"id\""));
     ProfileNode node;
     node.id = n["id"].get<int>();
-    where = cat(node_location(text, source, node.id), ": node ", node.id);
+    const Where node_where = [&] { return cat(node_location(text, source, node.id), ": node ", node.id); };
     node.name = string_field(n, "name", cat("node", node.id));
     node.op = string_field(n, "op", "");
-    node.forward_ms = number_field(n, "forward_ms", where, true);
-    node.backward_ms = number_field(n, "backward_ms", where, true);
-    node.forward_p90_ms = number_field(n, "forward_p90_ms", where, false);
-    node.backward_p90_ms = number_field(n, "backward_p90_ms", where, false);
-    node.output_bytes = bytes_field(n, "output_bytes", where, true);
-    node.activation_bytes = bytes_field(n, "activation_bytes", where, true);
-    node.parameter_bytes = bytes_field(n, "parameter_bytes", where, true);
-    node.optimizer_state_bytes = bytes_field(n, "optimizer_state_bytes", where, false);
+    node.forward_ms = number_field(n, "forward_ms", node_where, true);
+    node.backward_ms = number_field(n, "backward_ms", node_where, true);
+    node.forward_p90_ms = number_field(n, "forward_p90_ms", node_where, false);
+    node.backward_p90_ms = number_field(n, "backward_p90_ms", node_where, false);
+    node.output_bytes = bytes_field(n, "output_bytes", node_where, true);
+    node.activation_bytes = bytes_field(n, "activation_bytes", node_where, true);
+    node.parameter_bytes = bytes_field(n, "parameter_bytes", node_where, true);
+    node.optimizer_state_bytes = bytes_field(n, "optimizer_state_bytes", node_where, false);
     node.source_line = int(i) + 1;
     p.nodes.push_back(std::move(node));
   }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 
@@ -165,6 +166,36 @@ void check_random_instances(bool dag, int instances, unsigned seed) {
 
 TEST(PaperBruteForce, RandomChains) { check_random_instances(false, 1500, 1); }
 TEST(PaperBruteForce, RandomDags) { check_random_instances(true, 1000, 2); }
+
+// Beyond brute force's reach: the parametric search (with its closed-form
+// replica bounds) and the table DP agree on longer chains with many workers,
+// whether compute, weight sync or transfers bind.
+TEST(PaperBruteForce, ParametricMatchesTableOnLongerChains) {
+  std::mt19937 rng(23);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int n = std::uniform_int_distribution<int>(10, 60)(rng);
+    const int workers = std::uniform_int_distribution<int>(2, 96)(rng);
+    PlanningGraph g = build_planning_graph(random_profile(rng, n, false));
+    const double bandwidth_GBps = std::array<double, 3>{0.3, 3.0, 50.0}[trial % 3];
+    PlannerOptions options;
+    options.straight = trial % 7 == 3;
+    options.fewer_workers = trial % 5 == 1;
+    Topology topology = flat_topology(workers, bandwidth_GBps);
+    SCOPED_TRACE(testing::Message() << "trial " << trial << " n=" << n << " workers=" << workers
+                                    << " straight=" << options.straight << " fewer=" << options.fewer_workers);
+    double table = INFINITY, parametric = INFINITY;
+    try {
+      table = plan_paper(g, topology, options, PaperAlgorithm::table).time_per_minibatch_s;
+    } catch (const NoFeasiblePlan&) {
+    }
+    try {
+      parametric = plan_paper(g, topology, options, PaperAlgorithm::parametric).time_per_minibatch_s;
+    } catch (const NoFeasiblePlan&) {
+    }
+    if (std::isinf(table)) EXPECT_TRUE(std::isinf(parametric));
+    else EXPECT_NEAR(parametric, table, 1e-12 * table);
+  }
+}
 
 }  // namespace
 }  // namespace pd
