@@ -2,9 +2,12 @@
 #include <iostream>
 
 #include "bench/suites.h"
+#include "core/cpu/openmp_policy.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
+  // Before MPI or OpenMP start: sleeping OpenMP waits (see openmp_policy.h).
+  pd::cpu::ensure_passive_openmp_wait(argv);
   CLI::App app{"pipedream benchmarks (JSON lines on stdout)"};
   app.require_subcommand(1);
   pd::bench::add_core_suite(app);

@@ -19,8 +19,8 @@ namespace {
 struct SimulateArgs {
   std::string plan, profile, schedule, weights = "stash", trace;
   int64_t minibatches = 1000;
-  int microbatches = 0;
-  bool json = false, hide_latency = false;
+  int microbatches = 0, batch_size = 0;
+  bool json = false, realistic_latency = false;
 };
 
 ScheduleOptions schedule_options(const Plan& plan, const std::string& schedule, const std::string& weights,
@@ -38,9 +38,10 @@ ScheduleOptions schedule_options(const Plan& plan, const std::string& schedule, 
 
 void run_simulate(const SimulateArgs& a) {
   Plan plan = read_plan(a.plan);
+  if (a.batch_size > 0) plan.profile.batch_size = a.batch_size;
   SimulationOptions opt;
   opt.schedule = schedule_options(plan, a.schedule, a.weights, a.minibatches, a.microbatches);
-  opt.hide_transfer_latency = a.hide_latency;
+  opt.realistic_latency = a.realistic_latency;
   if (!a.profile.empty()) opt.stashed_bytes = stashed_bytes_from_profile(plan, read_profile(a.profile));
   opt.record_trace = !a.trace.empty();
   std::vector<TraceEvent> events;
@@ -56,6 +57,8 @@ void run_simulate(const SimulateArgs& a) {
     return;
   }
   std::cout << format_report(rep);
+  if (plan.profile.batch_size <= 0)
+    std::cout << "(the plan's profile records no batch size, so throughput is unknown; pass --batch-size)\n";
   if (!plan.stages.empty() && plan.time_per_minibatch_s > 0 && !is_flush(opt.schedule.kind))
     std::cout << "planner's prediction: " << plan.time_per_minibatch_s << " s per minibatch ("
               << (rep.time_per_minibatch_s / plan.time_per_minibatch_s - 1) * 100 << "% difference)\n";
@@ -80,10 +83,14 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--weights", args->weights, "1f1b-rr weight policy: stash (default) | vertical | none");
   cmd->add_option("--microbatches", args->microbatches, "microbatches per batch for gpipe/1f1b-flush (default 4)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--batch-size", args->batch_size,
+                  "samples per minibatch for the throughput (default: the plan's profile)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--trace", args->trace, "write a Chrome-trace timeline (Perfetto, chrome://tracing)");
   cmd->add_flag("--json", args->json, "print the report as one JSON object");
-  cmd->add_flag("--hide-transfer-latency", args->hide_latency,
-                "links limit throughput but add no latency (the planner's idealisation)");
+  cmd->add_flag("--realistic-latency", args->realistic_latency,
+                "messages arrive when their last byte does and steps wait for their all-reduce to end "
+                "(default: the planner's steady state, where links and all-reduces limit throughput only)");
   cmd->callback([args] { run_simulate(*args); });
 }
 

@@ -2,9 +2,12 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "core/cpu/openmp_policy.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
+  // Before MPI or OpenMP start: sleeping OpenMP waits (see openmp_policy.h).
+  pd::cpu::ensure_passive_openmp_wait(argv);
   CLI::App app{"PipeDream in C++: pipeline-parallel training"};
   app.require_subcommand(1);
   app.set_version_flag("--version", pd::cli::version_text());

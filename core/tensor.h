@@ -103,6 +103,13 @@ template <> constexpr DType dtype_of<float>() { return DType::F32; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::I64; }
 
+// The CUDA backend registers cross-device copies (any pair of devices other
+// than cpu-cpu; copies to the host complete before returning) and device
+// fills here when it initialises (defined in tensor.cpp).
+void register_device_copy(void (*copy)(void* dst, Device dst_dev, const void* src, Device src_dev,
+                                       size_t bytes));
+void register_device_fill(void (*fill)(Tensor& t, float v));
+
 void check_dtype(const Tensor& t, DType want);  // throws logic_error
 template <class T> T* Tensor::data() {
   check_dtype(*this, dtype_of<T>());

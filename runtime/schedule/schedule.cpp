@@ -157,95 +157,87 @@ ActionCursor::ActionCursor(const Schedule* schedule, int rank) : s_(schedule), r
   stage_ = s_->stage_of(rank);
   replica_ = s_->replica_of(rank);
   replicas_ = s_->replicas(stage_);
-  int64_t items = is_flush(s_->options().kind) ? s_->options().microbatches : s_->options().minibatches;
+  flush_ = is_flush(s_->options().kind);
+  first_ = stage_ == 0;
+  last_ = stage_ == s_->stages() - 1;
+  lagged_ = !flush_ && s_->update_lag(stage_) > 0;
+  vertical_ = !flush_ && s_->options().policy == WeightPolicy::Vertical;
+  int64_t items = flush_ ? s_->options().microbatches : s_->options().minibatches;
   local_count_ = items > replica_ ? (items - replica_ + replicas_ - 1) / replicas_ : 0;
   limit_ = s_->in_flight_limit(rank);
+  rounds_ = s_->rounds(stage_);
 }
 
 int64_t ActionCursor::global_index(int64_t local) const { return replica_ + local * replicas_; }
 
-bool ActionCursor::next(Action& out) {
+const Action* ActionCursor::refill() {
   while (head_ == buffered_) {
     head_ = buffered_ = 0;
-    if (done_) return false;
-    const bool flush = is_flush(s_->options().kind);
-    if (flush && batch_ >= s_->options().minibatches) {
+    if (done_) return nullptr;
+    if (flush_ && batch_ >= s_->options().minibatches) {
       done_ = true;
     } else if (forwards_ < local_count_ && forwards_ - backwards_ < limit_) {
       expand_forward();
     } else if (backwards_ < local_count_) {
       expand_backward();
-    } else if (flush) {
+    } else if (flush_) {
       expand_update(static_cast<int>(local_count_));
       ++batch_;
       forwards_ = backwards_ = 0;
-    } else if (round_ < s_->rounds(stage_)) {
+    } else if (round_ < rounds_) {
       expand_update(0);  // a round this replica has no minibatch for
     } else {
       done_ = true;
     }
   }
-  out = buffer_[head_++];
+  return &buffer_[head_++];
+}
+
+bool ActionCursor::next(Action& out) {
+  const Action* a = next();
+  if (!a) return false;
+  out = *a;
   return true;
 }
 
+// Appends an action for the current item (minibatch or flush microbatch).
+inline Action& ActionCursor::emit(ActionKind kind, int64_t index) {
+  Action& a = buffer_[buffered_++];
+  a = Action{};
+  a.kind = kind;
+  a.minibatch = flush_ ? batch_ : index;
+  a.microbatch = flush_ ? static_cast<int>(index) : 0;
+  return a;
+}
+
+inline Action& ActionCursor::emit_message(ActionKind kind, int64_t index, int peer_stage, bool gradient) {
+  Action& a = emit(kind, index);
+  a.peer = s_->rank_for(peer_stage, index);
+  a.tag = s_->tag(a.minibatch, a.microbatch, gradient);
+  return a;
+}
+
 void ActionCursor::expand_forward() {
-  const bool flush = is_flush(s_->options().kind);
   const int64_t idx = global_index(forwards_);
-  Action a;
-  a.minibatch = flush ? batch_ : idx;
-  a.microbatch = flush ? static_cast<int>(idx) : 0;
-  const int last = s_->stages() - 1;
-  if (stage_ > 0) {
-    Action r = a;
-    r.kind = ActionKind::RecvActivation;
-    r.peer = s_->rank_for(stage_ - 1, idx);
-    r.tag = s_->tag(a.minibatch, a.microbatch, false);
-    push(r);
-  }
-  Action f = a;
-  f.kind = ActionKind::Forward;
-  if (flush || s_->options().policy != WeightPolicy::Vertical)
-    f.weight_version = version_;
-  else
-    f.weight_version = s_->vertical_version(stage_, idx);
-  push(f);
-  if (stage_ < last) {
-    Action snd = a;
-    snd.kind = ActionKind::SendActivation;
-    snd.peer = s_->rank_for(stage_ + 1, idx);
-    snd.tag = s_->tag(a.minibatch, a.microbatch, false);
-    push(snd);
-  }
+  if (!first_) emit_message(ActionKind::RecvActivation, idx, stage_ - 1, false);
+  emit(ActionKind::Forward, idx).weight_version = vertical_ ? s_->vertical_version(stage_, idx) : version_;
+  if (!last_) emit_message(ActionKind::SendActivation, idx, stage_ + 1, false);
   ++forwards_;
 }
 
 void ActionCursor::expand_backward() {
-  const bool flush = is_flush(s_->options().kind);
   const int64_t idx = global_index(backwards_);
-  Action a;
-  a.minibatch = flush ? batch_ : idx;
-  a.microbatch = flush ? static_cast<int>(idx) : 0;
-  const int last = s_->stages() - 1;
-  const bool lagged = !flush && s_->update_lag(stage_) > 0;
-  if (lagged && backwards_ > 0) expand_update(1, false, true);  // the previous round's step, deferred to here
-  if (stage_ < last) {
-    Action r = a;
-    r.kind = ActionKind::RecvGradient;
-    r.peer = s_->rank_for(stage_ + 1, idx);
-    r.tag = s_->tag(a.minibatch, a.microbatch, true);
-    push(r);
-  }
-  Action b = a;
-  b.kind = ActionKind::Backward;
-  if (flush) {
+  if (lagged_ && backwards_ > 0) expand_update(1, false, true);  // the previous round's step, deferred to here
+  if (!last_) emit_message(ActionKind::RecvGradient, idx, stage_ + 1, true);
+  Action& b = emit(ActionKind::Backward, idx);
+  if (flush_) {
     b.weight_version = version_;
   } else {
     switch (s_->options().policy) {
       case WeightPolicy::Stash: {
         // F(j) ran as soon as at most limit-1 minibatches were in flight,
         // i.e. after max(0, j - (limit-1)) full update rounds.
-        int64_t rounds_before = std::max<int64_t>(0, backwards_ - (limit_ - 1) - s_->update_lag(stage_));
+        int64_t rounds_before = std::max<int64_t>(0, backwards_ - (limit_ - 1) - (lagged_ ? 1 : 0));
         b.weight_version = std::min(s_->options().minibatches, rounds_before * replicas_);
         break;
       }
@@ -253,40 +245,35 @@ void ActionCursor::expand_backward() {
       case WeightPolicy::None: b.weight_version = version_; break;
     }
   }
-  push(b);
-  if (stage_ > 0) {
-    Action snd = a;
-    snd.kind = ActionKind::SendGradient;
-    snd.peer = s_->rank_for(stage_ - 1, idx);
-    snd.tag = s_->tag(a.minibatch, a.microbatch, true);
-    push(snd);
-  }
+  if (!first_) emit_message(ActionKind::SendGradient, idx, stage_ - 1, true);
   ++backwards_;
-  if (!flush) expand_update(1, true, !lagged || backwards_ == local_count_);
+  if (!flush_) expand_update(1, true, !lagged_ || backwards_ == local_count_);
 }
 
 void ActionCursor::expand_update(int local_gradients, bool allreduce, bool step) {
-  Action u;
-  u.round = round_;
-  u.local_gradients = local_gradients;
-  if (is_flush(s_->options().kind)) {
-    u.gradient_count = s_->options().microbatches;
-    u.version_created = version_ + 1;
+  int gradient_count;
+  int64_t created;
+  if (flush_) {
+    gradient_count = s_->options().microbatches;
+    created = version_ + 1;
   } else {
     int64_t m = s_->options().minibatches;
-    u.gradient_count = static_cast<int>(std::min<int64_t>(replicas_, m - round_ * replicas_));
-    u.version_created = std::min(m, (round_ + 1) * replicas_);
+    gradient_count = static_cast<int>(std::min<int64_t>(replicas_, m - round_ * replicas_));
+    created = std::min(m, (round_ + 1) * replicas_);
   }
-  if (replicas_ > 1 && allreduce) {
-    Action ar = u;
-    ar.kind = ActionKind::AllReduce;
-    ar.version_created = -1;
-    push(ar);
-  }
+  auto emit_update = [&](ActionKind kind) -> Action& {
+    Action& u = buffer_[buffered_++];
+    u = Action{};
+    u.kind = kind;
+    u.round = round_;
+    u.local_gradients = local_gradients;
+    u.gradient_count = gradient_count;
+    return u;
+  };
+  if (replicas_ > 1 && allreduce) emit_update(ActionKind::AllReduce);
   if (!step) return;
-  u.kind = ActionKind::OptimizerStep;
-  push(u);
-  version_ = u.version_created;
+  emit_update(ActionKind::OptimizerStep).version_created = created;
+  version_ = created;
   ++round_;
 }
 

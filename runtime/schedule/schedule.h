@@ -129,10 +129,16 @@ class ActionCursor {
   ActionCursor(const Schedule* schedule, int rank);
   // Writes the next action to `out`; false when the worker is done.
   bool next(Action& out);
+  // The next action, valid until the following call; nullptr when done.
+  // Inline: the simulator asks for some 3.5 actions per replayed F or B.
+  const Action* next() { return head_ < buffered_ ? &buffer_[head_++] : refill(); }
 
  private:
+  const Action* refill();  // expands the next F / B / update into buffer_
   void expand_forward();
   void expand_backward();
+  Action& emit(ActionKind kind, int64_t index);
+  Action& emit_message(ActionKind kind, int64_t index, int peer_stage, bool gradient);
   // AllReduce and/or OptimizerStep of the current round.
   void expand_update(int local_gradients, bool allreduce = true, bool step = true);
   void begin_batch();
@@ -147,6 +153,8 @@ class ActionCursor {
   int64_t batch_ = 0;        // flush: current batch
   int64_t round_ = 0;        // next update round
   int64_t version_ = 0;      // newest version on this worker
+  int64_t rounds_ = 0;       // update rounds of this stage
+  bool flush_ = false, first_ = false, last_ = false, lagged_ = false, vertical_ = false;
   bool done_ = false;
   Action buffer_[8];
   int buffered_ = 0, head_ = 0;
@@ -185,7 +193,7 @@ class Schedule {
   // Rank of the replica of `stage` that runs item `index` (minibatch or microbatch).
   int rank_for(int stage, int64_t index) const {
     const auto& r = ranks_[stage];
-    return r[static_cast<size_t>(index % static_cast<int64_t>(r.size()))];
+    return r.size() == 1 ? r[0] : r[static_cast<size_t>(index % static_cast<int64_t>(r.size()))];
   }
   int64_t tag(int64_t minibatch, int microbatch, bool gradient) const {
     return 2 * (minibatch * options_.microbatches + microbatch) + (gradient ? 1 : 0);

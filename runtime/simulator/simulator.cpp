@@ -1,6 +1,7 @@
 #include "runtime/simulator/simulator.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -16,10 +17,40 @@ struct Message {
   double arrival;
 };
 
+// Versions held by a worker's in-flight minibatches, oldest first,
+// run-length coded. A deque, not a vector consumed from the front: the
+// early stages of a long pipeline hold hundreds of runs each, and a deque
+// gives their memory back as minibatches leave.
+class HeldVersions {
+ public:
+  bool empty() const { return runs_.empty(); }
+  size_t distinct() const { return runs_.size(); }
+  int64_t newest() const { return runs_.back().version; }
+  void add(int64_t version) {
+    if (!runs_.empty() && runs_.back().version == version)
+      ++runs_.back().count;
+    else
+      runs_.push_back({version, 1});
+  }
+  void remove_oldest() {
+    if (!runs_.empty() && --runs_.front().count == 0) runs_.pop_front();
+  }
+
+ private:
+  struct Run {
+    int64_t version, count;
+  };
+  std::deque<Run> runs_;
+};
+
+struct PeerTransfer {
+  int peer = -1;
+  double seconds = 0;  // one message's time on the link
+};
+
 struct WorkerState {
   ActionCursor cursor;
-  Action action;
-  bool has_action = false;
+  const Action* action = nullptr;  // the current one, in the cursor's buffer
   int stage = 0;
   bool computing = false;
   double compute_start = 0, compute_end = 0;
@@ -28,10 +59,10 @@ struct WorkerState {
   int64_t wait_tag = -1;    // blocked on this message
   std::vector<Message> inbox;
   int64_t in_flight = 0, peak_in_flight = 0;
-  // Versions held by in-flight minibatches, oldest first, run-length coded.
-  std::deque<std::pair<int64_t, int64_t>> held;
+  HeldVersions held;
   int64_t version = 0, peak_versions = 1;
   double busy_at_mark[2] = {0, 0};
+  PeerTransfer peer_transfer[2];  // [0] upstream (gradients), [1] downstream (activations)
 };
 
 struct ReplicaGroup {
@@ -40,7 +71,7 @@ struct ReplicaGroup {
   double ready = 0;
   double channel_free = 0;
   int64_t completed_round = -1;
-  double round_end = 0;
+  double round_start = 0, round_end = 0;
   double allreduce_s = 0;
   std::vector<int> waiting;  // ranks blocked at the OptimizerStep
 };
@@ -60,18 +91,26 @@ class EventQueue {
   };
   bool empty() const { return size_ == 0; }
   void push(Event e) {
-    buckets_[bucket(key(e.time))].push_back(e);
+    size_t b = bucket(key(e.time));
+    buckets_[b].push_back(e);
+    if (b != 0) nonempty_ |= uint64_t{1} << (b - 1);
     ++size_;
   }
   Event pop() {
     if (buckets_[0].empty()) {
-      size_t i = 1;
-      while (buckets_[i].empty()) ++i;
+      // The lowest non-empty bucket holds the smallest keys; it becomes the
+      // new reference and its events spread over lower buckets.
+      size_t i = static_cast<size_t>(std::countr_zero(nonempty_)) + 1;
       auto& from = buckets_[i];
+      nonempty_ &= ~(uint64_t{1} << (i - 1));
       uint64_t smallest = key(from[0].time);
       for (const Event& e : from) smallest = std::min(smallest, key(e.time));
       last_ = smallest;
-      for (const Event& e : from) buckets_[bucket(key(e.time))].push_back(e);
+      for (const Event& e : from) {
+        size_t b = bucket(key(e.time));
+        buckets_[b].push_back(e);
+        if (b != 0) nonempty_ |= uint64_t{1} << (b - 1);
+      }
       from.clear();
     }
     Event e = buckets_[0].back();
@@ -86,9 +125,11 @@ class EventQueue {
     std::memcpy(&k, &t, sizeof k);
     return k;
   }
-  size_t bucket(uint64_t k) const { return k == last_ ? 0 : 64 - static_cast<size_t>(__builtin_clzll(k ^ last_)); }
+  // 0 for the current reference key, else 1 + the highest differing bit.
+  size_t bucket(uint64_t k) const { return static_cast<size_t>(std::bit_width(k ^ last_)); }
 
   std::vector<Event> buckets_[65];
+  uint64_t nonempty_ = 0;  // bit i-1: bucket i (i >= 1) has events
   uint64_t last_ = 0;
   size_t size_ = 0;
 };
@@ -111,6 +152,7 @@ class Simulation {
       throw UserError(cat("stashed bytes are given for ", opt.stashed_bytes.size(), " stages, the plan has ",
                           plan.stages.size()));
     flush_ = is_flush(opt.schedule.kind);
+    holds_versions_ = !flush_ && opt.schedule.policy != WeightPolicy::None;
     const double items = opt.schedule.microbatches;
     for (size_t s = 0; s < plan.stages.size(); ++s) {
       const PlanStage& st = plan.stages[s];
@@ -143,9 +185,9 @@ class Simulation {
       advance(r);
     }
     for (int r = 0; r < schedule_.workers(); ++r)
-      if (workers_[r].has_action || workers_[r].computing)
+      if (workers_[r].action || workers_[r].computing)
         throw std::logic_error(cat("simulator: rank ", r, " is blocked at ",
-                                   format_action(workers_[r].action, flush_), " (the schedule deadlocks)"));
+                                   format_action(*workers_[r].action, flush_), " (the schedule deadlocks)"));
     return report();
   }
 
@@ -177,11 +219,8 @@ class Simulation {
     WorkerState& w = workers_[r];
     if (w.computing) finish_compute(r);
     for (;;) {
-      if (!w.has_action) {
-        if (!w.cursor.next(w.action)) return;
-        w.has_action = true;
-      }
-      const Action& a = w.action;
+      if (!w.action && !(w.action = w.cursor.next())) return;
+      const Action& a = *w.action;
       switch (a.kind) {
         case ActionKind::Forward:
         case ActionKind::Backward:
@@ -202,13 +241,13 @@ class Simulation {
           if (!step(r, a)) return;
           break;
       }
-      w.has_action = false;
+      w.action = nullptr;
     }
   }
 
   void start_compute(int r) {
     WorkerState& w = workers_[r];
-    const Action& a = w.action;
+    const Action& a = *w.action;
     const StageCost& c = costs_[w.stage];
     const bool fwd = a.kind == ActionKind::Forward;
     w.computing = true;
@@ -217,11 +256,8 @@ class Simulation {
     if (fwd == !flush_) w.round_start = now_;
     if (fwd) {
       w.peak_in_flight = std::max(w.peak_in_flight, ++w.in_flight);
-      if (holds_versions()) {
-        if (!w.held.empty() && w.held.back().first == a.weight_version)
-          ++w.held.back().second;
-        else
-          w.held.push_back({a.weight_version, 1});
+      if (holds_versions_) {
+        w.held.add(a.weight_version);
         count_versions(w);
       }
     }
@@ -230,38 +266,54 @@ class Simulation {
 
   void finish_compute(int r) {
     WorkerState& w = workers_[r];
-    const Action& a = w.action;
+    const Action& a = *w.action;
     w.computing = false;
     w.busy += w.compute_end - w.compute_start;
     if (trace_) trace_->push_back({a.kind, r, a.microbatch, a.minibatch, w.compute_start, w.compute_end});
     if (a.kind == ActionKind::Backward) {
       --w.in_flight;
-      if (holds_versions() && !w.held.empty() && --w.held.front().second == 0) w.held.pop_front();
+      if (holds_versions_) w.held.remove_oldest();
       if (!flush_ && w.stage == 0)
         for (int i = 0; i < 2; ++i)
           if (a.minibatch == mark_index_[i]) mark(i);
     }
-    w.has_action = false;
+    w.action = nullptr;
   }
 
-  bool holds_versions() const { return !flush_ && opt_.schedule.policy != WeightPolicy::None; }
+  // Seconds one message from the worker to `peer` occupies the link. An
+  // activation has the size of the sender's output, a gradient that of the
+  // receiver's (the previous stage's). Most peers repeat (always, between
+  // unreplicated stages), so each worker remembers the last one per
+  // direction instead of asking the topology for every message.
+  double transfer_seconds(WorkerState& w, bool downstream, int peer) {
+    PeerTransfer& c = w.peer_transfer[downstream ? 1 : 0];
+    if (c.peer != peer) {
+      double bytes = costs_[downstream ? w.stage : w.stage - 1].message_bytes;
+      c = {peer, bytes / (plan_.topology.bandwidth_between(static_cast<int>(&w - workers_.data()), peer) * 1e9)};
+    }
+    return c.seconds;
+  }
+
 
   void count_versions(WorkerState& w) {
-    int64_t n = static_cast<int64_t>(w.held.size());
-    if (w.held.empty() || w.held.back().first != w.version) ++n;
+    int64_t n = static_cast<int64_t>(w.held.distinct());
+    if (w.held.empty() || w.held.newest() != w.version) ++n;
     w.peak_versions = std::max(w.peak_versions, n);
   }
 
   void send(int r, const Action& a) {
     const bool activation = a.kind == ActionKind::SendActivation;
     const int downstream = activation ? a.peer : r;
-    const double bw = plan_.topology.bandwidth_between(r, a.peer) * 1e9;
-    // An activation is the sender's output; a gradient has the size of the receiver's output.
-    const double size = costs_[workers_[activation ? r : a.peer].stage].message_bytes;
+    const double duration = transfer_seconds(workers_[r], activation, a.peer);
     const double start = std::max(now_, link_free_[downstream]);
-    const double end = start + size / bw;
+    const double end = start + duration;
     link_free_[downstream] = end;
-    const double arrival = opt_.hide_transfer_latency ? start : end;
+    // Idealised: the link is a throughput limit only. A message is usable
+    // at once unless the link's backlog ahead of it exceeds one transfer
+    // (the other direction's message of the same minibatch), so the link's
+    // busy time still bounds throughput at 2 C per minibatch but an
+    // activation never waits behind a gradient.
+    const double arrival = opt_.realistic_latency ? end : std::max(now_, start - duration);
     WorkerState& dst = workers_[a.peer];
     dst.inbox.push_back({a.tag, arrival});
     if (dst.wait_tag == a.tag) {
@@ -296,10 +348,11 @@ class Simulation {
     double end = std::max(start + g.allreduce_s, now_);
     g.channel_free = end;
     g.round_end = end;
+    g.round_start = start;
     g.completed_round = a.round;
     g.arrived = 0;
     if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(w.stage)[0], 0, a.round, start, end});
-    for (int m : g.waiting) wake(m, end);
+    for (int m : g.waiting) wake(m, opt_.realistic_latency ? end : start);
     g.waiting.clear();
   }
 
@@ -311,13 +364,14 @@ class Simulation {
         g.waiting.push_back(r);
         return false;
       }
-      if (g.round_end > now_) {
-        wake(r, g.round_end);
+      const double usable = opt_.realistic_latency ? g.round_end : g.round_start;
+      if (usable > now_) {
+        wake(r, usable);
         return false;
       }
     }
     w.version = a.version_created;
-    if (holds_versions()) count_versions(w);
+    if (holds_versions_) count_versions(w);
     if (flush_ && r == mark_rank_)
       for (int i = 0; i < 2; ++i)
         if (a.round == mark_index_[i]) mark(i);
@@ -339,7 +393,8 @@ class Simulation {
       WorkerReport wr;
       wr.rank = r;
       wr.stage = w.stage;
-      wr.busy_fraction = window > 0 ? (w.busy_at_mark[1] - w.busy_at_mark[0]) / window : 0;
+      double busy = window > 0 ? (w.busy_at_mark[1] - w.busy_at_mark[0]) / window : 0;
+      wr.busy_fraction = std::clamp(busy, 0.0, 1.0);  // rounding can leave 1 + 1e-16
       wr.bubble_fraction = 1.0 - wr.busy_fraction;
       wr.peak_in_flight = w.peak_in_flight;
       wr.peak_activation_bytes = static_cast<uint64_t>(w.peak_in_flight) * costs_[w.stage].stashed_bytes;
@@ -354,6 +409,7 @@ class Simulation {
   Schedule schedule_;
   std::vector<TraceEvent>* trace_;
   bool flush_ = false;
+  bool holds_versions_ = false;  // 1f1b-rr with stash or vertical: count live weight versions
   std::vector<StageCost> costs_;
   std::vector<ReplicaGroup> groups_;
   std::vector<WorkerState> workers_;

@@ -10,15 +10,19 @@
 //    bytes / bandwidth_between(sender, receiver); activations and gradients
 //    (same size: the stage's output_bytes) share that link one at a time,
 //    which is the planner's 2 * C_i per minibatch on each of the m'
-//    downstream replicas.
+//    downstream replicas. When the receiver may use it: see
+//    realistic_latency.
 //  - AllReduce of a stage with r replicas takes
 //    4 (r-1)/r * parameter_bytes / group_bandwidth, the planner's W: a ring
 //    all-reduce sends 2(r-1)/r * bytes and receives as many per worker, on a
 //    link whose bandwidth both directions share. It overlaps the compute of
 //    the round, as the planner's max(compute, W) assumes: it may start once
 //    every replica has started the forward preceding its AllReduce (1f1b-rr;
-//    the backward for flush schedules), one round after another, and the
-//    OptimizerStep waits for it to end. Steps take no time.
+//    the backward for flush schedules), one round after another; the
+//    planner's W is per round of r minibatches (T = max(compute, W) / r), and
+//    so is this all-reduce. The OptimizerStep waits for the round's
+//    all-reduce to start (default) or end (realistic_latency). Steps take no
+//    time.
 // Steady state: time per minibatch is measured between the completions
 // (end of stage 0's backward; flush: end of stage 0 replica 0's step) of
 // minibatch K/4 and 3K/4, busy fractions over the same window.
@@ -39,14 +43,19 @@ struct Profile;
 struct SimulationOptions {
   ScheduleOptions schedule;
   bool record_trace = false;
-  // false: a message is usable only once all its bytes have crossed the
-  // link (what a run does). true: the planner's idealisation - links limit
-  // throughput (a message still occupies its link for bytes / bandwidth and
-  // waits for it to be free) but add no latency, as if the in-flight
-  // minibatches always hid it. 1f1b-rr with NOAM in flight cannot hide
-  // transfer latency when transfers are comparable to stage compute, so
-  // only this mode reproduces the planner's time in that case.
-  bool hide_transfer_latency = false;
+  // false (default): the planner's steady-state idealisation. Links and
+  // all-reduce channels limit throughput (each transfer still occupies its
+  // link for bytes / bandwidth, each all-reduce its replica group's channel
+  // for W, one after another) but add no latency to the critical path: a
+  // message is usable once at most one transfer is ahead of it on its link,
+  // and an OptimizerStep may apply its round once that round's all-reduce
+  // has started. This is what max(compute, W)/r and the separate 2 C term
+  // of DESIGN.md §5 assume.
+  // true: what a run does - a message is usable when all its bytes have
+  // crossed the link, a step waits for its all-reduce to end. 1f1b-rr keeps
+  // only NOAM minibatches in flight, which cannot hide transfers comparable
+  // to stage compute, nor an all-reduce longer than a replica's round.
+  bool realistic_latency = false;
   // Bytes each worker keeps per in-flight minibatch, per stage; empty:
   // estimated (see stashed_bytes_per_minibatch).
   std::vector<uint64_t> stashed_bytes;
@@ -70,7 +79,7 @@ struct SimulationReport {
   int64_t minibatches = 0;          // 1f1b-rr: minibatches; flush: batches
   double makespan_s = 0;            // first action to last
   double time_per_minibatch_s = 0;  // steady state (flush: per batch)
-  double throughput_samples_per_s = 0;
+  double throughput_samples_per_s = 0;  // 0 when the plan's batch size is unknown
   std::vector<WorkerReport> workers;
 };
 

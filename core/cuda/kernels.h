@@ -1,0 +1,66 @@
+#pragma once
+// Launchers of the backend's own kernels (*.cu). C++17 and free of
+// core/tensor.h so that nvcc compiles them; backend.cpp wires them into the
+// DeviceOps table (core/device_ops.h documents each operation).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace pd::cuda::kernels {
+
+void fill_f32(float* p, int64_t n, float v, cudaStream_t s);
+void fill_i32(int32_t* p, int64_t n, int32_t v, cudaStream_t s);
+void fill_i64(int64_t* p, int64_t n, int64_t v, cudaStream_t s);
+
+void relu_forward(int64_t n, const float* x, float* y, cudaStream_t s);
+void relu_backward(int64_t n, const float* y, const float* dy, float* dx, cudaStream_t s);
+void add(int64_t n, const float* a, const float* b, float* y, cudaStream_t s);
+void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t s);
+void axpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t s);
+void gelu_forward(int64_t n, const float* x, float* y, cudaStream_t s);
+void gelu_backward(int64_t n, const float* x, const float* dy, float* dx, cudaStream_t s);
+void dropout(int64_t n, float p, uint64_t seed, uint32_t a, uint32_t b, const float* x, float* y,
+             cudaStream_t s);
+void add_bias_rows(int64_t rows, int64_t cols, const float* bias, float* y, cudaStream_t s);
+void sum_rows_accum(int64_t rows, int64_t cols, const float* x, float* out, cudaStream_t s);
+void permute(int rank, const int64_t* x_shape, const int* perm, const float* x, float* y,
+             cudaStream_t s);
+
+void layernorm_forward(int64_t rows, int64_t dim, const float* x, const float* gamma,
+                       const float* beta, float eps, float* y, float* mean, float* rstd,
+                       cudaStream_t s);
+// dx only; parameter gradients via layernorm_param_grads.
+void layernorm_backward_input(int64_t rows, int64_t dim, const float* x, const float* dy,
+                              const float* gamma, const float* mean, const float* rstd, float* dx,
+                              cudaStream_t s);
+void layernorm_param_grads(int64_t rows, int64_t dim, const float* x, const float* dy,
+                           const float* mean, const float* rstd, float* dgamma, float* dbeta,
+                           cudaStream_t s);
+
+// Per-row loss and correctness; bad_label set to 1 on a label out of range.
+void softmax_cross_entropy(int64_t rows, int64_t classes, const float* logits,
+                           const int32_t* labels, float grad_scale, float* grad, float* row_loss,
+                           int32_t* row_correct, int32_t* bad_label, cudaStream_t s);
+void causal_softmax_forward(int64_t batch, int64_t T, float scale, const float* scores,
+                            float* probs, cudaStream_t s);
+void causal_softmax_backward(int64_t batch, int64_t T, float scale, const float* probs,
+                             const float* dprobs, float* dscores, cudaStream_t s);
+
+void embedding_forward(int64_t batch, int64_t T, int64_t dim, int64_t vocab, const int32_t* tokens,
+                       const float* wte, const float* wpe, float* y, int32_t* bad_token,
+                       cudaStream_t s);
+// Token-table gradient from a CSR grouping of positions by token:
+// rows[k] is a token, positions[offsets[k] .. offsets[k+1]) hold it (in order).
+void embedding_token_grad(int64_t n_tokens, int64_t dim, const int32_t* rows,
+                          const int32_t* offsets, const int32_t* positions, const float* dy,
+                          float* dwte, cudaStream_t s);
+void embedding_position_grad(int64_t batch, int64_t T, int64_t dim, const float* dy, float* dwpe,
+                             cudaStream_t s);
+
+void sgd_step(int64_t n, float lr, float momentum, float weight_decay, bool nesterov, float* p,
+              const float* grad, float* buf, cudaStream_t s);
+void adam_step(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+               bool decoupled, float bias_c1, float bias_c2, float* p, const float* grad, float* m,
+               float* v, cudaStream_t s);
+
+}  // namespace pd::cuda::kernels

@@ -1,0 +1,210 @@
+#pragma once
+// The seam between the compute core and a device backend. pd_core never
+// links CUDA: a backend (core/cuda, library pd_core_cuda) fills a DeviceOps
+// table and registers it with register_device_ops() when it initialises
+// (pd::cuda::initialize_backend()). A layer whose input lives on a CUDA
+// device calls device_ops(x.device()).<kernel>(...) instead of its CPU loop.
+//
+// Conventions, shared by every entry:
+// - Pointers are device pointers on the current device of the calling
+//   thread (one process per GPU); work is queued on that device's compute
+//   stream, in call order, and entries return without waiting for it,
+//   unless the entry says it synchronises.
+// - Layouts are the CPU kernels' layouts: row-major, NCHW, [rows, cols].
+// - Entries named *_accum ADD into their outputs (parameter gradients),
+//   as Layer::backward promises; all others overwrite.
+// - Every entry is deterministic: same inputs, same device, same bits.
+//   Convolutions need set_deterministic(true) for that (cuDNN otherwise
+//   may pick faster atomics-based algorithms).
+#include <cstdint>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace pd {
+
+// NCHW convolution geometry; weight is [out_channels, in_channels, k_h, k_w].
+struct Conv2dGeometry {
+  int64_t batch = 0, in_channels = 0, in_h = 0, in_w = 0;
+  int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;
+  int64_t stride = 1, padding = 0;
+  int64_t out_h() const { return (in_h + 2 * padding - kernel_h) / stride + 1; }
+  int64_t out_w() const { return (in_w + 2 * padding - kernel_w) / stride + 1; }
+};
+
+enum class PoolKind : uint8_t { Max, Average };
+
+// Pooling geometry. Max pooling treats padding as -infinity; average
+// pooling divides by the full window including padding (PyTorch's
+// count_include_pad=True) unless count_include_pad is false.
+struct Pool2dGeometry {
+  int64_t batch = 0, channels = 0, in_h = 0, in_w = 0;
+  int64_t kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, padding = 0;
+  bool count_include_pad = true;
+  int64_t out_h() const { return (in_h + 2 * padding - kernel_h) / stride_h + 1; }
+  int64_t out_w() const { return (in_w + 2 * padding - kernel_w) / stride_w + 1; }
+};
+
+// Key of a dropout mask: element i is kept iff
+// CounterRng(seed, layer_index, minibatch_id).uniform(i) >= p, and a kept
+// element is multiplied by 1 / (1 - p) computed in float.
+struct DropoutKey {
+  uint64_t seed = 0;
+  uint32_t layer_index = 0;
+  uint32_t minibatch_id = 0;
+};
+
+struct DeviceOps {
+  const char* name = "";
+
+  // --- runtime ---
+  void (*synchronize)() = nullptr;  // waits for this device's streams
+  // cuDNN algorithm choice restricted to deterministic ones (--deterministic).
+  void (*set_deterministic)(bool on) = nullptr;
+  // Timing for the profiler: record an event on the compute stream; the
+  // elapsed time between two recorded events (waits for the second).
+  uint64_t (*event_record)() = nullptr;
+  float (*event_elapsed_ms)(uint64_t start, uint64_t end) = nullptr;
+  void (*event_release)(uint64_t event) = nullptr;
+
+  // --- BLAS: same contract as cpu::gemm (row-major, strides in elements) ---
+  void (*gemm)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) = nullptr;
+  // batch independent GEMMs; matrix b starts at A + b*stride_a (etc.).
+  void (*gemm_strided_batched)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                               float alpha, const float* A, int64_t lda, int64_t stride_a,
+                               const float* B, int64_t ldb, int64_t stride_b, float beta, float* C,
+                               int64_t ldc, int64_t stride_c, int64_t batch) = nullptr;
+
+  // --- convolution (cuDNN); bias may be null ---
+  void (*conv2d_forward)(const Conv2dGeometry& g, const float* x, const float* w, const float* bias,
+                         float* y) = nullptr;
+  void (*conv2d_backward_data)(const Conv2dGeometry& g, const float* w, const float* dy,
+                               float* dx) = nullptr;
+  // dw += dL/dw; dbias += dL/dbias when dbias is not null.
+  void (*conv2d_backward_params_accum)(const Conv2dGeometry& g, const float* x, const float* dy,
+                                       float* dw, float* dbias) = nullptr;
+
+  // --- pooling (cuDNN) ---
+  void (*pool2d_forward)(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y) = nullptr;
+  void (*pool2d_backward)(PoolKind kind, const Pool2dGeometry& g, const float* x, const float* y,
+                          const float* dy, float* dx) = nullptr;
+
+  // --- batch norm over N,H,W per channel (cuDNN, spatial mode) ---
+  // Training: normalises with batch statistics, writes save_mean and
+  // save_invstd ([C], for backward) and updates running stats as
+  // running = (1 - momentum) * running + momentum * batch (variance
+  // unbiased), like PyTorch.
+  void (*batchnorm_forward_train)(int64_t n, int64_t c, int64_t h, int64_t w, const float* x,
+                                  const float* gamma, const float* beta, float momentum, float eps,
+                                  float* running_mean, float* running_var, float* save_mean,
+                                  float* save_invstd, float* y) = nullptr;
+  void (*batchnorm_forward_eval)(int64_t n, int64_t c, int64_t h, int64_t w, const float* x,
+                                 const float* gamma, const float* beta, const float* running_mean,
+                                 const float* running_var, float eps, float* y) = nullptr;
+  // dx overwritten; dgamma, dbeta accumulated.
+  void (*batchnorm_backward)(int64_t n, int64_t c, int64_t h, int64_t w, const float* x,
+                             const float* dy, const float* gamma, const float* save_mean,
+                             const float* save_invstd, float eps, float* dx, float* dgamma_accum,
+                             float* dbeta_accum) = nullptr;
+
+  // --- elementwise (own kernels); y may alias x ---
+  void (*relu_forward)(int64_t n, const float* x, float* y) = nullptr;
+  // dx = dy where y > 0 (y is relu's output; the input works as well).
+  void (*relu_backward)(int64_t n, const float* y, const float* dy, float* dx) = nullptr;
+  void (*add)(int64_t n, const float* a, const float* b, float* y) = nullptr;        // y = a + b
+  void (*scale)(int64_t n, float alpha, const float* x, float* y) = nullptr;        // y = alpha x
+  void (*axpy)(int64_t n, float alpha, const float* x, float* y) = nullptr;         // y += alpha x
+  void (*gelu_forward)(int64_t n, const float* x, float* y) = nullptr;              // tanh form
+  void (*gelu_backward)(int64_t n, const float* x, const float* dy, float* dx) = nullptr;
+  // Masks are regenerated from the key in backward: nothing is stored.
+  void (*dropout_forward)(int64_t n, float p, DropoutKey key, const float* x, float* y) = nullptr;
+  void (*dropout_backward)(int64_t n, float p, DropoutKey key, const float* dy, float* dx) = nullptr;
+  // y[r, c] += bias[c]
+  void (*add_bias_rows)(int64_t rows, int64_t cols, const float* bias, float* y) = nullptr;
+  // out[c] += sum_r x[r, c] (linear bias gradient), fixed summation order.
+  void (*sum_rows_accum)(int64_t rows, int64_t cols, const float* x, float* out) = nullptr;
+  // y = x permuted: y's dim d is x's dim perm[d]; rank <= 6 (attention heads).
+  void (*permute)(int rank, const int64_t* x_shape, const int* perm, const float* x,
+                  float* y) = nullptr;
+
+  // --- layer norm over the last dimension ---
+  void (*layernorm_forward)(int64_t rows, int64_t dim, const float* x, const float* gamma,
+                            const float* beta, float eps, float* y, float* save_mean,
+                            float* save_rstd) = nullptr;
+  // dx may be null (first stage: no input gradient).
+  void (*layernorm_backward)(int64_t rows, int64_t dim, const float* x, const float* dy,
+                             const float* gamma, const float* save_mean, const float* save_rstd,
+                             float* dx, float* dgamma_accum, float* dbeta_accum) = nullptr;
+
+  // --- softmax cross-entropy: logits [rows, classes], labels int32 [rows] ---
+  // grad (may be null, may alias logits) = (softmax - onehot) * grad_scale. Synchronises and
+  // returns on the host the summed loss (in row order, in double) and the
+  // rows whose first argmax equals the label. Throws RuntimeFailure on a
+  // label outside [0, classes).
+  void (*softmax_cross_entropy)(int64_t rows, int64_t classes, const float* logits,
+                                const int32_t* labels, float grad_scale, float* grad,
+                                double* loss_sum, int64_t* correct) = nullptr;
+
+  // --- attention: scores [batch, T, T]; probs = causal softmax(scale * scores) ---
+  // Entries above the diagonal are 0 in probs. probs may alias scores.
+  void (*causal_softmax_forward)(int64_t batch, int64_t T, float scale, const float* scores,
+                                 float* probs) = nullptr;
+  // dscores = scale * probs * (dprobs - rowsum(dprobs * probs)); may alias dprobs.
+  void (*causal_softmax_backward)(int64_t batch, int64_t T, float scale, const float* probs,
+                                  const float* dprobs, float* dscores) = nullptr;
+
+  // --- embedding: tokens int32 [batch, T] (host or device pointer noted) ---
+  // y[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]. Throws RuntimeFailure
+  // (after synchronising) on a token outside [0, vocab).
+  void (*embedding_forward)(int64_t batch, int64_t T, int64_t dim, int64_t vocab,
+                            const int32_t* tokens, const float* wte, const float* wpe,
+                            float* y) = nullptr;
+  // dwte[v] += sum of dy over positions holding v, in position order
+  // (deterministic, no atomics); dwpe[t] += sum over the batch. Synchronises.
+  void (*embedding_backward_accum)(int64_t batch, int64_t T, int64_t dim, int64_t vocab,
+                                   const int32_t* tokens, const float* dy, float* dwte,
+                                   float* dwpe) = nullptr;
+
+  // --- optimizers (PyTorch semantics) ---
+  // g = grad + weight_decay * p; buf = momentum * buf + g;
+  // step = nesterov ? g + momentum * buf : buf (or g when momentum == 0);
+  // p -= lr * step. buf may be null when momentum == 0.
+  void (*sgd_step)(int64_t n, float lr, float momentum, float weight_decay, bool nesterov, float* p,
+                   const float* grad, float* buf) = nullptr;
+  // step_count is the 1-based step after this update. decoupled (AdamW):
+  // p *= 1 - lr * weight_decay first; otherwise g += weight_decay * p.
+  // p -= lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps).
+  void (*adam_step)(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                    bool decoupled, int64_t step_count, float* p, const float* grad, float* m,
+                    float* v) = nullptr;
+};
+
+namespace detail {
+inline const DeviceOps*& cuda_ops_slot() {
+  static const DeviceOps* ops = nullptr;
+  return ops;
+}
+}  // namespace detail
+
+// Called by a backend when it initialises; the table must outlive the process.
+inline void register_device_ops(DeviceKind kind, const DeviceOps* ops) {
+  PD_CHECK(kind == DeviceKind::CUDA, "only CUDA device ops can be registered");
+  detail::cuda_ops_slot() = ops;
+}
+
+inline bool has_device_ops(Device d) { return d.is_cuda() && detail::cuda_ops_slot() != nullptr; }
+
+// The kernels for tensors on device d (a CUDA device).
+inline const DeviceOps& device_ops(Device d) {
+  PD_CHECK(d.is_cuda(), "device_ops(", d.str(), "): CPU kernels are called directly");
+  const DeviceOps* ops = detail::cuda_ops_slot();
+  if (!ops)
+    throw UserError("a tensor is on " + d.str() +
+                    " but the CUDA backend is not initialised (built without CUDA, no GPU "
+                    "visible, or pd::cuda::initialize_backend() was not called): use --device cpu");
+  return *ops;
+}
+
+}  // namespace pd

@@ -1,0 +1,74 @@
+// SGD and Adam/AdamW updates against the PyTorch formulas on the CPU.
+// Tolerance: atol 1e-6 + rtol 1e-5 after three steps (a few float roundings).
+#if defined(PIPEDREAM_HAVE_CUDA)  // the whole file needs the CUDA backend
+#include <cmath>
+
+#include "tests/gpu/gpu_test.h"
+
+namespace pd::gputest {
+
+using CudaOptimizer = GpuTest;
+
+TEST_F(CudaOptimizer, SgdMomentumNesterovWeightDecay) {
+  const size_t n = 2049;
+  for (bool nesterov : {false, true}) {
+    auto p = random_floats(n, 1), buf = std::vector<float>(n, 0.0f);
+    Tensor dp = on_gpu(p), db = gpu_zeros(n);
+    std::vector<double> wp(p.begin(), p.end()), wb(n, 0.0);
+    const float lr = 0.1f, mom = 0.9f, wd = 0.01f;
+    for (uint32_t step = 0; step < 3; ++step) {
+      auto g = random_floats(n, 10 + step);
+      Tensor dg = on_gpu(g);
+      ops->sgd_step(n, lr, mom, wd, nesterov, dp.f32(), dg.f32(), db.f32());
+      for (size_t i = 0; i < n; ++i) {
+        double gi = g[i] + wd * wp[i];
+        wb[i] = mom * wb[i] + gi;
+        wp[i] -= lr * (nesterov ? gi + mom * wb[i] : wb[i]);
+      }
+    }
+    EXPECT_TRUE(close(host(dp), wp, 1e-6, 1e-5)) << "nesterov " << nesterov;
+    EXPECT_TRUE(close(host(db), wb, 1e-6, 1e-5));
+  }
+}
+
+TEST_F(CudaOptimizer, PlainSgdNeedsNoBuffer) {
+  auto p = random_floats(100, 2), g = random_floats(100, 3);
+  Tensor dp = on_gpu(p), dg = on_gpu(g);
+  ops->sgd_step(100, 0.5f, 0.0f, 0.0f, false, dp.f32(), dg.f32(), nullptr);
+  std::vector<float> want(100);
+  for (size_t i = 0; i < 100; ++i) want[i] = p[i] - 0.5f * g[i];
+  EXPECT_TRUE(close(host(dp), want, 1e-7, 1e-6));
+}
+
+TEST_F(CudaOptimizer, AdamAndAdamW) {
+  const size_t n = 1500;
+  for (bool decoupled : {false, true}) {
+    auto p = random_floats(n, 4);
+    Tensor dp = on_gpu(p), dm = gpu_zeros(n), dv = gpu_zeros(n);
+    std::vector<double> wp(p.begin(), p.end()), wm(n, 0.0), wv(n, 0.0);
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f;
+    for (int64_t t = 1; t <= 3; ++t) {
+      auto g = random_floats(n, 20 + static_cast<uint32_t>(t));
+      Tensor dg = on_gpu(g);
+      ops->adam_step(n, lr, b1, b2, eps, wd, decoupled, t, dp.f32(), dg.f32(), dm.f32(), dv.f32());
+      for (size_t i = 0; i < n; ++i) {
+        double gi = g[i];
+        if (decoupled)
+          wp[i] *= 1 - double(lr) * wd;
+        else
+          gi += double(wd) * wp[i];
+        wm[i] = b1 * wm[i] + (1 - double(b1)) * gi;
+        wv[i] = b2 * wv[i] + (1 - double(b2)) * gi * gi;
+        double mh = wm[i] / (1 - std::pow(double(b1), double(t))), vh = wv[i] / (1 - std::pow(double(b2), double(t)));
+        wp[i] -= lr * mh / (std::sqrt(vh) + eps);
+      }
+    }
+    EXPECT_TRUE(close(host(dp), wp, 1e-6, 1e-5)) << "decoupled " << decoupled;
+    EXPECT_TRUE(close(host(dm), wm, 1e-6, 1e-5));
+    EXPECT_TRUE(close(host(dv), wv, 1e-7, 1e-4));
+  }
+}
+
+}  // namespace pd::gputest
+
+#endif  // PIPEDREAM_HAVE_CUDA
