@@ -138,7 +138,7 @@ TEST(TrainCli, GradientDelayIsDelayedSgdAndDiffersFromPlain) {
 TEST(TrainCli, WritesMetricsLines) {
   const fs::path metrics = work_dir() / "metrics.jsonl";
   CommandResult r = run_pipedream(cat("train --model-spec ", small_spec().string(),
-                                      " --data synthetic --epochs 1 --batch 512 --threads 1 --log-every 1 --metrics ",
+                                      " --data synthetic --epochs 1 --batch 512 --lr 0.05 --threads 1 --log-every 1 --metrics ",
                                       metrics.string()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(metrics);
