@@ -26,13 +26,20 @@ struct ProfileArgs {
 class ProgressLine {
  public:
   explicit ProgressLine(std::string what) : what_(std::move(what)), tty_(::isatty(STDERR_FILENO) == 1) {}
+  // Before the first iteration, which can be the slowest (allocation).
+  void start(int warmup, int iters) {
+    std::fprintf(stderr, tty_ ? "\r%s: %d warm-up + %d measured iterations\033[K" : "%s: %d warm-up + %d measured iterations\n",
+                 what_.c_str(), warmup, iters);
+    drawn_ = tty_;
+    std::fflush(stderr);
+  }
   void update(const ProfileProgress& p) {
     const char* phase = p.warmup ? "warm-up" : "measuring";
     if (tty_) {
       std::fprintf(stderr, "\r%s: %s %d/%d\033[K", what_.c_str(), phase, p.iteration, p.iterations);
       drawn_ = true;
-    } else if (p.iteration == 1) {
-      std::fprintf(stderr, "%s: %s (%d iterations)\n", what_.c_str(), phase, p.iterations);
+    } else if (p.iteration == p.iterations) {
+      std::fprintf(stderr, "%s: %s done\n", what_.c_str(), phase);
     }
     std::fflush(stderr);
   }
@@ -49,7 +56,7 @@ class ProgressLine {
 double mb(uint64_t bytes) { return double(bytes) / 1e6; }
 
 // The `caffe time` view: where the step's time goes.
-void print_table(const Profile& p) {
+void print_table(const Profile& p, const MeasureDetails& d) {
   const double sum = layer_time_sum_ms(p);
   size_t width = 5;
   for (const auto& n : p.nodes) width = std::max(width, n.name.size());
@@ -71,8 +78,13 @@ void print_table(const Profile& p) {
   std::printf("%-*s  %-12s %9.3f %9.3f %9s %9s %10.3f %9.3f\n", int(width), "sum", "", fwd, bwd, "", "", mb(act),
               mb(params));
   const double step = p.step_forward_backward_ms;
-  std::printf("measured whole step (forward + loss + backward): %.3f ms; layer sum %.3f ms (%+.1f%%)\n", step, sum,
-              step > 0 ? 100.0 * (sum - step) / step : 0.0);
+  std::printf("measured whole step (forward + loss + backward): %.3f ms (p90 %.3f); layer sum %.3f ms (%+.1f%%)\n",
+              step, sample_p90(d.whole_step_ms), sum, step > 0 ? 100.0 * (sum - step) / step : 0.0);
+  // The same steps' layer times summed per iteration: when this matches the
+  // whole step but the sum of medians does not, the gap is noise (per-layer
+  // medians drop each layer's outliers; a whole step keeps them).
+  std::printf("instrumented step (layer times summed per iteration): median %.3f ms (p90 %.3f)\n",
+              sample_median(d.instrumented_step_ms), sample_p90(d.instrumented_step_ms));
 }
 
 void run_profile(const ProfileArgs& a) {
@@ -92,14 +104,16 @@ void run_profile(const ProfileArgs& a) {
   o.optimizer.kind = a.optimizer;
   o.optimizer.momentum = a.optimizer == "sgd" ? 0.9f : 0.0f;
   // Cheap checks first: a bad batch or device should not wait for a model build.
-  if (o.batch < 1) throw UserError(cat("--batch must be >= 1, got ", o.batch));
+  check_profile_options(o);
   Model model = resolve_model(a.model, a.spec_file, a.model_options);
 
   ProgressLine line(cat("profiling ", model.name, " (batch ", o.batch, ", ", o.device.str(), ")"));
   o.progress = [&line](const ProfileProgress& p) { line.update(p); };
+  line.start(o.warmup, o.iters);
   Profile p;
+  MeasureDetails details;
   try {
-    p = measure_profile(model, o);
+    p = measure_profile(model, o, &details);
   } catch (...) {
     line.finish();
     throw;
@@ -108,7 +122,7 @@ void run_profile(const ProfileArgs& a) {
 
   std::printf("%s, batch %d, %s, %s, %d threads, median of %d iterations after %d warm-up\n", p.model.c_str(),
               p.batch_size, p.device.c_str(), p.dtype.c_str(), p.threads, o.iters, o.warmup);
-  print_table(p);
+  print_table(p, details);
   std::printf("optimizer state counted for %s\n", optimizer_state_description(o.optimizer).c_str());
   write_profile_json(p, a.output);
   std::printf("wrote %s\n", a.output.c_str());

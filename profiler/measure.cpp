@@ -22,7 +22,9 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-void validate(const ProfileOptions& o) {
+}  // namespace
+
+void check_profile_options(const ProfileOptions& o) {
   if (o.batch < 1) throw UserError(cat("--batch must be >= 1, got ", o.batch));
   if (o.iters < 1) throw UserError(cat("--iters must be >= 1, got ", o.iters));
   if (o.warmup < 0) throw UserError(cat("--warmup must be >= 0, got ", o.warmup));
@@ -41,6 +43,8 @@ void validate(const ProfileOptions& o) {
 #endif
   }
 }
+
+namespace {
 
 // Random inputs and labels of the model's shapes: costs do not depend on
 // the values (no data-dependent kernels), only on shapes.
@@ -132,18 +136,8 @@ double timed_whole_step(const Model& m, const ParameterStore& w, ParameterStore&
   return ms_between(start, Clock::now());
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Nearest-rank 90th percentile.
-double p90(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t rank = static_cast<size_t>(std::ceil(0.9 * static_cast<double>(v.size())));
-  return v[std::max<size_t>(rank, 1) - 1];
-}
+double median(const std::vector<double>& v) { return sample_median(v); }
+double p90(const std::vector<double>& v) { return sample_p90(v); }
 
 uint64_t parameter_bytes(const ParameterStore& w, int layer) {
   uint64_t n = 0;
@@ -153,8 +147,9 @@ uint64_t parameter_bytes(const ParameterStore& w, int layer) {
 
 }  // namespace
 
-Profile measure_profile(const Model& model, const ProfileOptions& o) {
-  validate(o);
+Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDetails* details) {
+  check_profile_options(o);
+  if (details) *details = {};
   PD_CHECK(model.size() > 0, "model ", model.name, " has no layers");
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cpu::set_compute_threads(threads);
@@ -190,6 +185,11 @@ Profile measure_profile(const Model& model, const ProfileOptions& o) {
         bwd[i].push_back(layers.backward_ms[i]);
       }
       whole.push_back(whole_ms);
+      if (details) {
+        double sum = 0;
+        for (size_t i = 0; i < static_cast<size_t>(n); ++i) sum += layers.forward_ms[i] + layers.backward_ms[i];
+        details->instrumented_step_ms.push_back(sum);
+      }
     }
     if (o.progress) {
       ProfileProgress p;
@@ -200,6 +200,7 @@ Profile measure_profile(const Model& model, const ProfileOptions& o) {
     }
   }
 
+  if (details) details->whole_step_ms = whole;
   Profile p;
   p.source_kind = "json";
   p.model = model.name;
@@ -226,6 +227,20 @@ Profile measure_profile(const Model& model, const ProfileOptions& o) {
     if (i + 1 < n) p.edges.emplace_back(i, i + 1);
   }
   return p;
+}
+
+double sample_median(std::vector<double> v) {
+  PD_CHECK(!v.empty(), "median of no samples");
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double sample_p90(std::vector<double> v) {
+  PD_CHECK(!v.empty(), "percentile of no samples");
+  std::sort(v.begin(), v.end());
+  size_t rank = static_cast<size_t>(std::ceil(0.9 * static_cast<double>(v.size())));
+  return v[std::max<size_t>(rank, 1) - 1];
 }
 
 double layer_time_sum_ms(const Profile& p) {

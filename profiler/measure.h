@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/optimizer.h"
 #include "core/tensor.h"
@@ -49,11 +50,25 @@ struct ProfileOptions {
   }
 };
 
+// Per-iteration samples behind the profile's medians, for explaining a gap
+// between the per-layer sum and the whole step (noise on a busy machine
+// makes the sum of per-layer medians smaller than the median of sums).
+struct MeasureDetails {
+  std::vector<double> whole_step_ms;         // uninstrumented steps
+  std::vector<double> instrumented_step_ms;  // per-iteration sum of the layer times
+};
+
 // Throws UserError for options that cannot be measured (batch < 1,
-// iters < 1, warmup < 0, threads < 0, a CUDA device in a build without
-// CUDA or on a machine without that GPU). Sets the process's compute thread
-// count (cpu::set_compute_threads) to the measured count.
-Profile measure_profile(const Model& model, const ProfileOptions& options);
+// iters < 1, warmup < 0, threads < 0, an unknown optimizer, a CUDA device
+// in a build without CUDA or on a machine without that GPU).
+void check_profile_options(const ProfileOptions& options);
+
+// Checks the options as above, then measures. Sets the process's compute
+// thread count (cpu::set_compute_threads) to the measured count.
+Profile measure_profile(const Model& model, const ProfileOptions& options, MeasureDetails* details = nullptr);
+
+double sample_median(std::vector<double> v);  // mean of the middle two for an even count
+double sample_p90(std::vector<double> v);     // nearest rank
 
 // Sum over nodes of forward_ms + backward_ms.
 double layer_time_sum_ms(const Profile& p);

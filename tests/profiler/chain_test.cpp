@@ -45,8 +45,8 @@ TEST(ProfileChain, MeasuredProfilePlansAndSimulates) {
 }
 
 // scripts/profile_zoo_chain.sh: every *.plan.json in $PD_CHAIN_DIR (made by
-// `pipedream plan` from the *.profile.json beside it) simulates. Skipped
-// when the variable is not set (ctest).
+// `pipedream plan` from a measured profile) simulates. Skipped when the
+// variable is not set (ctest).
 TEST(ProfileChain, PlansInFolderSimulate) {
   const char* dir = std::getenv("PD_CHAIN_DIR");
   if (!dir) GTEST_SKIP() << "set PD_CHAIN_DIR (scripts/profile_zoo_chain.sh does)";
@@ -58,14 +58,14 @@ TEST(ProfileChain, PlansInFolderSimulate) {
       continue;
     const std::string stem = name.substr(0, name.size() - suffix.size());
     Plan plan = read_plan(entry.path().string());
-    Profile profile = read_profile((entry.path().parent_path() / (stem + ".profile.json")).string());
+    Profile profile = read_profile(plan.profile.path);
     EXPECT_EQ(plan.profile.sha256, profile.sha256) << stem;
     SimulationOptions so;
     so.schedule.minibatches = 32;
     so.stashed_bytes = stashed_bytes_from_profile(plan, profile);
     SimulationReport r = simulate(plan, so);
     EXPECT_GT(r.time_per_minibatch_s, 0) << stem;
-    std::printf("%-10s config %-8s planned %.3f ms/minibatch, simulated %.3f ms/minibatch\n", stem.c_str(),
+    std::printf("%-20s config %-8s planned %.3f ms/minibatch, simulated %.3f ms/minibatch\n", stem.c_str(),
                 plan.config.c_str(), 1e3 * plan.time_per_minibatch_s, 1e3 * r.time_per_minibatch_s);
     ++simulated;
   }

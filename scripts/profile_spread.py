@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Compares two profiles of the same model (repeat runs of `pipedream profile`).
+
+    scripts/profile_spread.py a.json b.json [--min-ms 0.5]
+
+Per layer: forward and backward medians of both runs and their relative
+difference |a-b| / min(a,b). Layers whose times are below --min-ms in both
+runs are listed but not counted in the summary (clock and scheduler noise
+dominate there). Summary: the largest and the median relative difference
+over the counted layer times, the difference of the per-layer sums and of
+the whole-step times, and each run's sum-vs-step figure.
+"""
+import argparse
+import json
+import statistics
+
+
+def rel(a, b):
+    lo = min(a, b)
+    return abs(a - b) / lo if lo > 0 else 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("a")
+    ap.add_argument("b")
+    ap.add_argument("--min-ms", type=float, default=0.5)
+    args = ap.parse_args()
+    a, b = (json.load(open(p)) for p in (args.a, args.b))
+    if [n["name"] for n in a["nodes"]] != [n["name"] for n in b["nodes"]]:
+        raise SystemExit("the profiles have different layers")
+    counted = []
+    print(f"{'layer':14s} {'fwd a':>9s} {'fwd b':>9s} {'diff':>6s}   {'bwd a':>9s} {'bwd b':>9s} {'diff':>6s}")
+    for na, nb in zip(a["nodes"], b["nodes"]):
+        cells = []
+        for key in ("forward_ms", "backward_ms"):
+            x, y = na[key], nb[key]
+            d = rel(x, y)
+            big = max(x, y) >= args.min_ms
+            if big:
+                counted.append(d)
+            cells.append(f"{x:9.3f} {y:9.3f} {100 * d:5.1f}%{'' if big else '*'}")
+        print(f"{na['name'][:14]:14s} {cells[0]}  {cells[1]}")
+    sa = sum(n["forward_ms"] + n["backward_ms"] for n in a["nodes"])
+    sb = sum(n["forward_ms"] + n["backward_ms"] for n in b["nodes"])
+    print(f"(* below {args.min_ms} ms in both runs: not counted)")
+    if counted:
+        print(f"layer times counted: {len(counted)}; max diff {100 * max(counted):.1f}%, "
+              f"median diff {100 * statistics.median(counted):.1f}%, "
+              f"within 10%: {sum(d <= 0.10 for d in counted)}/{len(counted)}")
+    print(f"layer sum: {sa:.3f} vs {sb:.3f} ms ({100 * rel(sa, sb):.1f}%); whole step: "
+          f"{a['step_forward_backward_ms']:.3f} vs {b['step_forward_backward_ms']:.3f} ms "
+          f"({100 * rel(a['step_forward_backward_ms'], b['step_forward_backward_ms']):.1f}%)")
+    for name, p, s in (("a", a, sa), ("b", b, sb)):
+        step = p["step_forward_backward_ms"]
+        print(f"run {name}: layer sum / whole step = {s:.3f} / {step:.3f} ms = {100 * (s - step) / step:+.1f}%")
+
+
+if __name__ == "__main__":
+    main()
