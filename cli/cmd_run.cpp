@@ -257,7 +257,7 @@ void run_command(const RunArgs& a) {
 void add_run_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Train a model with a pipeline plan, one process per worker (MPI)");
   auto a = std::make_shared<RunArgs>();
-  a->optimizer.lr = 0.05f;
+  a->optimizer.lr = 0.01f;  // train's default
   a->optimizer.momentum = 0.9f;
   cmd->add_option("--plan", a->plan, "plan.json from `pipedream plan` (or edited by hand), or auto")->required();
   cmd->add_option("--workers", a->workers, "With --plan auto: the number of workers");
