@@ -1,13 +1,313 @@
-// `pipedream run` - not implemented yet (stub).
+// `pipedream run`: pipelined training with a plan, one process per worker
+// (DESIGN.md §8). Outside MPI it re-launches itself under mpirun; with
+// --reference it executes every worker in this process (the oracle).
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
 #include "cli/commands.h"
+#include "core/cpu/gemm.h"
 #include "core/error.h"
+#include "core/safetensors.h"
+#include "runtime/auto_plan.h"
+#include "runtime/checkpoint.h"
+#include "runtime/comm/mpi_transport.h"
+#include "runtime/launcher.h"
+#include "runtime/local_transport.h"
+#include "runtime/metrics.h"
+#include "runtime/pipeline_worker.h"
+#include "runtime/reference.h"
+#include "runtime/run_report.h"
+#include "runtime/schedule/check.h"
+#include "runtime/trainer.h"
 
 namespace pd::cli {
 
+namespace {
+
+struct RunArgs {
+  std::string plan, plan_out = "plan-auto.json", model, spec_file, model_options, data = "fashion-mnist", data_dir;
+  int workers = 0;
+  int64_t epochs = 0, minibatches = 0, batch = 64;
+  std::string schedule, weights = "stash";
+  int microbatches = 0;
+  OptimizerConfig optimizer;
+  LrSchedule lr;
+  std::string lr_schedule = "constant";
+  uint64_t seed = 0;
+  int threads = 1;
+  double timeout = 60;
+  std::string metrics, save, trace, checkpoint_dir, resume;
+  int64_t checkpoint_every = 0, log_every = 10, eval_every = 0, eval_batch = 500;
+  bool evaluate = true, reference = false, progress = false, straight = false;
+};
+
+// Every way the plan can disagree with the model, as a UserError.
+void check_plan_fits_model(const Plan& plan, const Model& model, const std::string& source) {
+  if (!plan.profile.model.empty() && plan.profile.model != model.name)
+    throw UserError(cat(source, " was planned for model '", plan.profile.model, "' but --model is '", model.name, "'"));
+  const int last = plan.stages.back().last_layer;
+  if (last != model.size() - 1)
+    throw UserError(cat(source, ": the stages cover layers 0..", last, " but ", model.name, " has ", model.size(),
+                        " top-level layers (0..", model.size() - 1, ")"));
+  for (const PlanStage& s : plan.stages) {
+    if (s.layer_names.empty()) continue;
+    if (static_cast<int>(s.layer_names.size()) != s.last_layer - s.first_layer + 1)
+      throw UserError(cat(source, ": stages[", s.index, "] lists ", s.layer_names.size(), " layer_names for layers ",
+                          s.first_layer, "..", s.last_layer));
+    for (int l = s.first_layer; l <= s.last_layer; ++l) {
+      const std::string& want = model.layers[static_cast<size_t>(l)].name;
+      const std::string& got = s.layer_names[static_cast<size_t>(l - s.first_layer)];
+      if (got != want)
+        throw UserError(cat(source, ": stages[", s.index, "] names layer ", l, " '", got, "' but the model's layer ", l,
+                            " is '", want, "' (plan made for another model?)"));
+    }
+  }
+}
+
+// The workers read the plan file the launcher wrote (--plan auto): the
+// same arguments with --plan FILE and without --workers / --straight.
+std::vector<std::string> with_plan_file(const std::vector<std::string>& args, const std::string& plan_path) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& x = args[i];
+    if ((x == "--plan" || x == "--workers") && i + 1 < args.size()) {
+      if (x == "--plan") out.insert(out.end(), {"--plan", plan_path});
+      ++i;
+    } else if (x.rfind("--plan=", 0) == 0) {
+      out.insert(out.end(), {"--plan", plan_path});
+    } else if (x.rfind("--workers=", 0) != 0 && x != "--straight") {
+      out.push_back(x);
+    }
+  }
+  return out;
+}
+
+RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
+  RunSpec s;
+  s.plan = plan;
+  s.schedule.kind = parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule);
+  s.schedule.policy = parse_weight_policy(a.weights);
+  const bool flush = is_flush(s.schedule.kind);
+  if (flush && s.schedule.policy != WeightPolicy::Stash)
+    throw UserError(cat("--weights ", a.weights, " applies to 1f1b-rr only; ", to_string(s.schedule.kind),
+                        " always uses one weight version per batch"));
+  if (!flush && a.microbatches > 1)
+    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush), not 1f1b-rr");
+  if (a.microbatches < 0) throw UserError(cat("--microbatches must be >= 1, got ", a.microbatches));
+  s.schedule.microbatches = flush ? (a.microbatches > 0 ? a.microbatches : plan.workers()) : 1;
+  if (a.batch <= 0) throw UserError(cat("--batch must be positive, got ", a.batch));
+  s.batch = a.batch;
+  if ((a.epochs > 0) == (a.minibatches > 0))
+    throw UserError("give exactly one of --epochs N and --minibatches K (both positive)");
+  const int64_t per_epoch = s.steps_per_epoch(train_size);
+  if (per_epoch == 0)
+    throw UserError(cat("a step takes ", s.samples_per_step(), " samples, more than the training set's ", train_size));
+  s.schedule.minibatches = a.epochs > 0 ? a.epochs * per_epoch : a.minibatches;
+  s.seed = a.seed;
+  s.optimizer = a.optimizer;
+  s.lr = a.lr;
+  s.lr.kind = a.lr_schedule;
+  s.lr.base_lr = a.optimizer.lr;
+  if (s.lr.total_steps == 0) s.lr.total_steps = s.steps();
+  validate(s.lr);
+  if (a.threads < 1) throw UserError(cat("--threads-per-worker must be >= 1, got ", a.threads));
+  s.threads = a.threads;
+  if (!(a.timeout > 0)) throw UserError(cat("--timeout must be positive, got ", a.timeout));
+  s.timeout_s = a.timeout;
+  s.evaluate = a.evaluate;
+  s.eval_every = a.eval_every;
+  s.eval_batch = a.eval_batch;
+  s.metrics = a.metrics;
+  s.save = a.save;
+  s.trace = a.trace;
+  s.checkpoint_dir = a.checkpoint_dir;
+  s.checkpoint_every = a.checkpoint_every;
+  if (s.checkpoint_every < 0) throw UserError("--checkpoint-every must be >= 0");
+  s.resume = a.resume;
+  if (!s.resume.empty()) {
+    // The pipeline drains at every checkpoint; a resumed run keeps the same
+    // boundaries so that it repeats the original run bit for bit.
+    const ResumePoint p = find_checkpoint(s.resume);
+    const int64_t saved_every = p.run.value("checkpoint_every", int64_t{0});
+    if (s.checkpoint_every == 0) s.checkpoint_every = saved_every;
+  } else if (s.checkpoint_dir.empty() && a.checkpoint_every > 0) {
+    throw UserError("--checkpoint-every needs --checkpoint-dir");
+  }
+  if (!s.checkpoint_dir.empty() && s.checkpoint_every == 0) s.checkpoint_every = s.steps();
+  if (a.log_every < 1) throw UserError(cat("--log-every must be >= 1, got ", a.log_every));
+  s.log_every = a.log_every;
+  s.progress_bar = a.progress;
+  // The schedule refuses what it cannot run; its invariants are checked on
+  // a short run of the same shape (the lists are periodic).
+  const Schedule full(plan, s.schedule);
+  ScheduleOptions shortened = s.schedule;
+  shortened.minibatches = std::min<int64_t>(s.steps(), flush ? 3 : 4 * plan.workers() + 8);
+  const Schedule check(plan, shortened);
+  require_valid_schedule(check, build_schedule(plan, shortened));
+  return s;
+}
+
+void print_plan(const Plan& p, const Model& m) {
+  std::fprintf(stderr, "plan %s: %zu stages on %d workers\n", p.config.c_str(), p.stages.size(), p.workers());
+  for (const PlanStage& s : p.stages) {
+    std::string ranks;
+    for (int r : s.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    std::fprintf(stderr, "  stage %d: layers %d..%d (%s .. %s) on rank%s %s\n", s.index, s.first_layer, s.last_layer,
+                 m.layers[static_cast<size_t>(s.first_layer)].name.c_str(),
+                 m.layers[static_cast<size_t>(s.last_layer)].name.c_str(), s.ranks.size() > 1 ? "s" : "",
+                 ranks.c_str());
+  }
+}
+
+// --reference: all workers here, in a valid global order.
+void run_reference(const RunSpec& spec, const Model& model, const DataSplits& data) {
+  cpu::set_compute_threads(spec.threads);
+  MetricsWriter metrics(spec.metrics);
+  ProgressBar bar(spec.steps(), spec.progress_bar || ProgressBar::stderr_is_terminal());
+  RunReporter report(metrics, &bar, spec.steps(), spec.steps_per_epoch(data.train->size()),
+                     spec.schedule.microbatches, spec.samples_per_step(), spec.log_every);
+  ReferencePipeline ref(spec, model, *data.train);
+  for (const Segment& seg : run_segments(spec, 0)) ref.run_segment(seg, &report);
+  bar.finish();
+  NamedTensors merged = ref.merged_weights();
+  std::printf("reference: %lld steps of plan %s (%s, weights %s) in one process in %.1f s",
+              static_cast<long long>(spec.steps()), spec.plan.config.c_str(), to_string(spec.schedule.kind).c_str(),
+              to_string(spec.schedule.policy).c_str(), report.seconds());
+  if (spec.evaluate && data.test) {
+    ParameterStore w = ParameterStore::create(model, spec.seed);
+    w.load(merged, "the reference run");
+    const EvalResult e = evaluate(model, w, *data.test, spec.eval_batch);
+    metrics.eval(spec.steps_per_epoch(data.train->size()) > 0 ? (spec.steps() - 1) / spec.steps_per_epoch(data.train->size()) : 0,
+                 e.loss, e.accuracy);
+    std::printf(", test loss %.4f, test accuracy %.2f%%", e.loss, 100.0 * e.accuracy);
+  }
+  std::printf("\n");
+  if (!spec.save.empty()) {
+    save_safetensors(spec.save, merged,
+                     {{"model", model.name}, {"spec", model.spec.dump()}, {"steps", std::to_string(spec.steps())}});
+    std::printf("saved weights to %s\n", spec.save.c_str());
+  }
+}
+
+void run_command(const RunArgs& a) {
+  make_optimizer(a.optimizer);  // validates before anything is read
+  Model model = resolve_model(a.model, a.spec_file, a.model_options);
+  std::string plan_path = a.plan;
+  Plan plan;
+  if (a.plan == "auto") {
+    if (launched_under_mpi())
+      throw UserError("--plan auto profiles and plans before it starts the workers: run it without mpirun, "
+                      "or plan first and give --plan plan.json");
+    if (a.workers < 1) throw UserError("--plan auto needs --workers N");
+    std::fprintf(stderr, "profiling %s (batch %lld, %d thread%s per worker)...\n", model.name.c_str(),
+                 static_cast<long long>(a.batch), a.threads, a.threads > 1 ? "s" : "");
+    const Profile profile = measure_layer_profile(model, a.batch, a.threads, a.optimizer);
+    plan = plan_for_workers(profile, a.workers, a.straight);
+    plan_path = a.plan_out;
+    write_plan(plan, plan_path);
+    std::fprintf(stderr, "planned %d workers: config %s, predicted %.0f samples/s (%.2fx one worker); plan written to %s\n",
+                 a.workers, plan.config.c_str(), plan.throughput_samples_per_s, plan.speedup_vs_single,
+                 plan_path.c_str());
+  } else {
+    if (a.workers != 0 || a.straight)
+      throw UserError("--workers and --straight go with --plan auto (a plan file fixes the workers)");
+    plan = read_plan(a.plan);
+  }
+  check_plan_fits_model(plan, model, plan_path);
+  const int R = plan.workers();
+  const bool under_mpi = launched_under_mpi();
+  if (under_mpi && !a.reference) require_world_size(R, launcher_world_size());
+  DataSplits data = open_dataset(a.data, a.data_dir, model);
+  RunArgs args = a;
+  const RunSpec spec = make_spec(args, plan, data.train->size());
+
+  if (a.reference) {
+    print_plan(plan, model);
+    run_reference(spec, model, data);
+    return;
+  }
+  if (!under_mpi && R > 1) {
+    // One command starts the run: the same arguments under mpirun.
+    std::vector<std::string> own = with_plan_file(own_arguments(), plan_path);
+    if (ProgressBar::stderr_is_terminal() && !a.progress) own.push_back("--progress");
+    const auto cmd = mpirun_command(R, own);
+    print_plan(plan, model);
+    std::string line;
+    for (size_t i = 0; i < 8 && i < cmd.size(); ++i) line += (i ? " " : "") + cmd[i];
+    std::fprintf(stderr, "launching %d workers: %s ...\n", R, line.c_str());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::exit(run_and_wait(cmd));
+  }
+  if (R == 1 && !under_mpi) {
+    print_plan(plan, model);
+    LocalTransport t(std::make_shared<LocalHub>(1), 0);
+    install_stop_signal_handlers();
+    run_pipeline_worker(spec, model, data, t);
+    return;
+  }
+  MpiTransport t(spec.timeout_s);
+  run_pipeline_worker(spec, model, data, t);
+}
+
+}  // namespace
+
 void add_run_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("run", "(not implemented yet)");
-  cmd->allow_extras();
-  cmd->callback([] { throw RuntimeFailure("pipedream run is not implemented yet"); });
+  auto* cmd = app.add_subcommand("run", "Train a model with a pipeline plan, one process per worker (MPI)");
+  auto a = std::make_shared<RunArgs>();
+  a->optimizer.lr = 0.01f;  // train's default
+  a->optimizer.momentum = 0.9f;
+  cmd->add_option("--plan", a->plan, "plan.json from `pipedream plan` (or edited by hand), or auto")->required();
+  cmd->add_option("--workers", a->workers, "With --plan auto: the number of workers");
+  cmd->add_option("--plan-out", a->plan_out, "With --plan auto: where to write the plan")->capture_default_str();
+  cmd->add_flag("--straight", a->straight, "With --plan auto: no replication (one worker per stage)");
+  cmd->add_option("--model", a->model, "Zoo model (see `pipedream models`) or a spec .json file");
+  cmd->add_option("--model-spec", a->spec_file, "JSON model spec file")->check(CLI::ExistingFile);
+  cmd->add_option("--model-options", a->model_options, "Zoo model options, e.g. width=0.5,image_size=32");
+  cmd->add_option("--data", a->data, "fashion-mnist | cifar10 | text | synthetic")->capture_default_str();
+  cmd->add_option("--data-dir", a->data_dir, "Dataset folder (cifar10), text file (text), or another fashion-mnist folder");
+  auto* ep = cmd->add_option("--epochs", a->epochs, "Passes over the training set");
+  auto* mb = cmd->add_option("--minibatches", a->minibatches, "Optimizer steps (flush schedules: batches)");
+  ep->excludes(mb);
+  cmd->add_option("--batch", a->batch, "Minibatch size (flush schedules: microbatch size)")->capture_default_str();
+  cmd->add_option("--schedule", a->schedule, "1f1b-rr | 1f1b-flush | gpipe (default: the plan's)");
+  cmd->add_option("--weights", a->weights, "1f1b-rr weight policy: stash | vertical | none")->capture_default_str();
+  cmd->add_option("--microbatches", a->microbatches, "Flush schedules: microbatches per optimizer step (default: workers)");
+  cmd->add_option("--optimizer", a->optimizer.kind, "sgd | adam | adamw")->capture_default_str();
+  cmd->add_option("--lr", a->optimizer.lr, "Learning rate")->capture_default_str();
+  cmd->add_option("--momentum", a->optimizer.momentum, "SGD momentum (use 0 with adam)")->capture_default_str();
+  cmd->add_option("--weight-decay", a->optimizer.weight_decay, "SGD/Adam: L2 on the gradient; AdamW: decoupled")
+      ->capture_default_str();
+  cmd->add_flag("--nesterov", a->optimizer.nesterov, "Nesterov momentum (SGD)");
+  cmd->add_option("--beta1", a->optimizer.beta1, "Adam beta1")->capture_default_str();
+  cmd->add_option("--beta2", a->optimizer.beta2, "Adam beta2")->capture_default_str();
+  cmd->add_option("--lr-schedule", a->lr_schedule, "constant | step | cosine")->capture_default_str();
+  cmd->add_option("--warmup", a->lr.warmup_steps, "Linear warm-up steps")->capture_default_str();
+  cmd->add_option("--lr-step-size", a->lr.step_size, "step schedule: steps between decays");
+  cmd->add_option("--lr-gamma", a->lr.gamma, "step schedule: decay factor")->capture_default_str();
+  cmd->add_option("--min-lr", a->lr.min_lr, "cosine schedule: final learning rate")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of initialisation, sample order and dropout")->capture_default_str();
+  cmd->add_option("--threads-per-worker", a->threads, "Compute threads of each worker")->capture_default_str();
+  cmd->add_option("--timeout", a->timeout, "Seconds a worker waits for a peer before the job fails")->capture_default_str();
+  cmd->add_option("--metrics", a->metrics, "Write JSON-lines metrics to this file");
+  cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();
+  cmd->add_option("--save", a->save, "Write the final weights of all stages to one safetensors file");
+  cmd->add_option("--trace", a->trace, "Write a Chrome trace of the run (all ranks)");
+  cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "Write checkpoints here");
+  cmd->add_option("--checkpoint-every", a->checkpoint_every, "Steps between checkpoints (the pipeline drains there)");
+  cmd->add_option("--resume", a->resume, "Continue from a checkpoint (a --checkpoint-dir or one step-N in it)");
+  cmd->add_option("--eval-every", a->eval_every, "Steps between test evaluations (default: every epoch)");
+  cmd->add_option("--eval-batch", a->eval_batch, "Evaluation batch size")->capture_default_str();
+  cmd->add_flag("!--no-eval", a->evaluate, "Skip test-set evaluation");
+  cmd->add_flag("--reference", a->reference, "Execute every worker's actions in this process (the oracle)");
+  cmd->add_flag("--progress", a->progress, "Draw the progress bar even when stderr is not a terminal");
+  cmd->callback([a] {
+    RunArgs args = *a;
+    if (args.epochs == 0 && args.minibatches == 0) args.epochs = 1;
+    run_command(args);
+  });
 }
 
 }  // namespace pd::cli

@@ -1,0 +1,20 @@
+#pragma once
+// `pipedream run --plan auto --workers N`: profile the model here with the
+// profiler (the run's batch and threads per worker), then plan it for N
+// workers on this machine - the quick start in one command.
+#include <cstdint>
+
+#include "core/optimizer.h"
+#include "models/model.h"
+#include "planner/plan.h"
+#include "profiler/profile.h"
+
+namespace pd {
+
+// profiler/measure.h with the run's settings.
+Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const OptimizerConfig& optimizer);
+// Plans `workers` workers on one machine (flat topology, bandwidth_GBps
+// between workers: shared-memory MPI); `straight`: one worker per stage.
+Plan plan_for_workers(const Profile& p, int workers, bool straight = false, double bandwidth_GBps = 4.0);
+
+}  // namespace pd

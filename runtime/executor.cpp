@@ -1,0 +1,412 @@
+#include "runtime/executor.h"
+
+#include <chrono>
+#include <limits>
+#include <string_view>
+
+#include "core/error.h"
+#include "core/loss.h"
+
+namespace pd {
+
+StageState make_stage_state(const Model& m, int stage, int first_layer, int last_layer, uint64_t seed,
+                            const Optimizer& optimizer) {
+  StageState s;
+  s.stage = stage;
+  s.first_layer = first_layer;
+  s.last_layer = last_layer;
+  s.weights = ParameterStore::create(m, first_layer, last_layer, seed);
+  s.optimizer = optimizer.make_state(s.weights.all_params());
+  return s;
+}
+
+namespace {
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+StageExecutor::StageExecutor(const Schedule& schedule, int rank, StageState& state, const StageTraining& training,
+                             Transport& transport, ExecutorObserver* observer)
+    : schedule_(schedule),
+      rank_(rank),
+      stage_(schedule.stage_of(rank)),
+      replica_(schedule.replica_of(rank)),
+      replicas_(schedule.replicas(schedule.stage_of(rank))),
+      first_stage_(stage_ == 0),
+      last_stage_(stage_ == schedule.stages() - 1),
+      state_(state),
+      training_(training),
+      transport_(transport),
+      observer_(observer),
+      order_(training.train->size(), training.seed),
+      cursor_(schedule.cursor(rank)),
+      versions_(state.weights, 0) {
+  PD_CHECK(state.stage == stage_, "rank ", rank, " runs stage ", stage_, " but holds stage ", state.stage);
+  PD_CHECK(training.model && training.train && training.optimizer, "incomplete StageTraining");
+  grads_ = state_.weights.zeros_like_params();
+  tag_modulus_ = transport.max_tag() - 1;
+  if (replicas_ > 1) group_ = transport.make_group(schedule.ranks(stage_));
+
+  // Buckets in backward order (last layer first), each closed once it holds
+  // bucket_bytes; a bucket can go out as soon as its lowest layer's backward is done.
+  const int layers = state_.last_layer - state_.first_layer + 1;
+  bucket_of_layer_end_.assign(static_cast<size_t>(layers), -1);
+  const Tensor* base = state_.weights.all_params().data();
+  std::vector<int> current;
+  size_t bytes = 0;
+  int lowest = -1;
+  for (int l = state_.last_layer; l >= state_.first_layer; --l) {
+    auto ps = state_.weights.params(l);
+    if (ps.empty()) continue;
+    for (const Tensor& t : ps) {
+      current.push_back(static_cast<int>(&t - base));
+      bytes += t.nbytes();
+    }
+    lowest = l;
+    if (bytes >= training_.bucket_bytes) {
+      bucket_of_layer_end_[static_cast<size_t>(l - state_.first_layer)] = static_cast<int>(buckets_.size());
+      buckets_.push_back(std::move(current));
+      current.clear();
+      bytes = 0;
+    }
+  }
+  if (!current.empty()) {
+    bucket_of_layer_end_[static_cast<size_t>(lowest - state_.first_layer)] = static_cast<int>(buckets_.size());
+    buckets_.push_back(std::move(current));
+  }
+  bucket_requests_.resize(buckets_.size());
+}
+
+double StageExecutor::now() const { return steady_seconds() - clock_zero_; }
+
+void StageExecutor::record(const char* name, int64_t item, double start) {
+  const double end = now();
+  if (std::string_view(name) == "wait") stats_.wait_s += end - start;
+  else stats_.busy_s += end - start;
+  if (trace_) events_.push_back({name, item, start, end});
+}
+
+void StageExecutor::fill_window() {
+  while (!cursor_done_ && static_cast<int>(window_.size()) < training_.lookahead) {
+    Action a;
+    if (!cursor_.next(a)) {
+      cursor_done_ = true;
+      break;
+    }
+    if (a.is_recv())
+      recvs_[{a.kind == ActionKind::RecvGradient, item_key(a)}] = transport_.irecv_any(a.peer, wire_tag(a.tag));
+    window_.push_back(a);
+  }
+}
+
+StageExecutor::Progress StageExecutor::step() {
+  fill_window();
+  if (eval_due_ && (window_.empty() || !window_.front().is_send())) maybe_evaluate();
+  if (window_.empty()) {
+    reap_sends(true);
+    return Progress::Done;
+  }
+  if (!ready(window_.front())) return Progress::Blocked;
+  const Action a = window_.front();
+  window_.pop_front();
+  fill_window();
+  execute(a);
+  if (++stats_.actions % 8 == 0) reap_sends(false);
+  return Progress::Executed;
+}
+
+bool StageExecutor::ready(const Action& a) {
+  if (a.is_recv()) return recvs_.at({a.kind == ActionKind::RecvGradient, item_key(a)}).test();
+  if (a.kind == ActionKind::AllReduce) {
+    if (!buckets_launched_)
+      for (size_t b = 0; b < buckets_.size(); ++b) launch_bucket(b);
+    for (Request& r : bucket_requests_)
+      if (!r.test()) return false;
+  }
+  return true;
+}
+
+void StageExecutor::wait_until_ready() {
+  if (window_.empty()) return;
+  const Action& a = window_.front();
+  const double t0 = now();
+  if (a.is_recv()) {
+    recvs_.at({a.kind == ActionKind::RecvGradient, item_key(a)}).wait();
+  } else if (a.kind == ActionKind::AllReduce) {
+    ready(a);  // launches the buckets if the backward did not
+    for (Request& r : bucket_requests_) r.wait();
+  }
+  record("wait", a.is_recv() ? item_key(a) : -1, t0);
+}
+
+bool StageExecutor::run(bool (*should_stop)()) {
+  for (;;) {
+    if (should_stop && should_stop()) return false;
+    switch (step()) {
+      case Progress::Done: return true;
+      case Progress::Blocked: wait_until_ready(); break;
+      case Progress::Executed: break;
+    }
+  }
+}
+
+void StageExecutor::execute(const Action& a) {
+  const int64_t key = item_key(a);
+  switch (a.kind) {
+    case ActionKind::RecvActivation: {
+      auto it = recvs_.find({false, key});
+      Pending& p = pending_[key];
+      p.input = it->second.tensor();
+      p.meta = it->second.meta();
+      recvs_.erase(it);
+      if (!is_flush(schedule_.options().kind) && schedule_.options().policy == WeightPolicy::Vertical) {
+        const int64_t want = schedule_.input_version(a.minibatch);
+        if (p.meta != want)
+          throw RuntimeFailure(cat("vertical sync: rank ", rank_, " received minibatch ", a.minibatch,
+                                   " from rank ", a.peer, " tagged with weight version ", p.meta,
+                                   " but the schedule expects version ", want));
+      }
+      break;
+    }
+    case ActionKind::RecvGradient: {
+      auto it = recvs_.find({true, key});
+      pending_[key].grad_in = it->second.tensor();
+      recvs_.erase(it);
+      break;
+    }
+    case ActionKind::Forward: forward(a); break;
+    case ActionKind::Backward: backward(a); break;
+    case ActionKind::SendActivation: {
+      Pending& p = pending_.at(key);
+      sends_.push_back(transport_.isend(p.output, a.peer, wire_tag(a.tag), p.meta));
+      p.output = Tensor{};
+      break;
+    }
+    case ActionKind::SendGradient: {
+      auto it = pending_.find(key);
+      PD_CHECK(it != pending_.end() && it->second.grad_out.defined(), "no gradient to send for item ", key);
+      sends_.push_back(transport_.isend(it->second.grad_out, a.peer, wire_tag(a.tag), a.minibatch));
+      pending_.erase(it);
+      break;
+    }
+    case ActionKind::AllReduce: all_reduce(a); break;
+    case ActionKind::OptimizerStep: optimizer_step(a); break;
+  }
+}
+
+std::vector<int64_t> StageExecutor::sample_indices(int64_t minibatch, int microbatch) const {
+  const int64_t n = training_.train->size(), b = training_.batch;
+  const int64_t g = training_.first_item + minibatch;
+  if (!is_flush(schedule_.options().kind)) {
+    const int64_t per_epoch = n / b;
+    return order_.minibatch(g / per_epoch, g % per_epoch, b);
+  }
+  // Flush: batch g of M microbatches is the sample range a batch of M*b takes.
+  const int64_t mb = b * schedule_.items_per_batch();
+  const int64_t per_epoch = n / mb;
+  return order_.positions(g / per_epoch, (g % per_epoch) * mb + microbatch * b, b);
+}
+
+void StageExecutor::forward(const Action& a) {
+  const double t0 = now();
+  const int64_t key = item_key(a);
+  Pending& p = pending_[key];
+  Tensor x;
+  std::vector<int64_t> idx;
+  if (first_stage_ || last_stage_) idx = sample_indices(a.minibatch, a.microbatch);
+  if (first_stage_) {
+    x = training_.train->inputs(idx);
+  } else {
+    PD_CHECK(p.input.defined(), "forward of item ", key, " before its activation arrived");
+    x = std::move(p.input);
+    p.input = Tensor{};
+  }
+  const ParameterStore& w = versions_.get(a.weight_version);
+  const bool flush = is_flush(schedule_.options().kind);
+  const uint64_t id = static_cast<uint64_t>(flush ? global_step(a) * schedule_.items_per_batch() + a.microbatch
+                                                  : global_step(a));
+  StepInfo info{.training = true, .seed = training_.seed, .layer_index = 0, .minibatch_id = id};
+  Tensor y = forward_layers(*training_.model, w, state_.first_layer, state_.last_layer, x, info, p.ctx);
+  p.version = a.weight_version;
+  if (flush || schedule_.options().policy != WeightPolicy::None) {
+    versions_.pin(a.weight_version);
+    p.pinned = true;
+  }
+  if (first_stage_) p.meta = a.weight_version;
+  if (record_versions_) forward_versions_.emplace_back(a.minibatch, a.weight_version);
+  if (last_stage_) {
+    LossResult r = softmax_cross_entropy(y, training_.train->labels(idx), true);
+    p.grad_in = std::move(r.grad);
+    if (observer_) observer_->on_loss(global_step(a), a.microbatch, {r.loss, r.correct, r.count});
+  } else {
+    p.output = std::move(y);
+  }
+  ++forwards_done_;
+  size_t held = 0;
+  for (const auto& [k, q] : pending_) held += q.ctx.saved_bytes();
+  stats_.peak_context_bytes = std::max(stats_.peak_context_bytes, held);
+  record("F", key, t0);
+}
+
+bool StageExecutor::round_completes_after(size_t i) const {
+  for (; i < window_.size(); ++i) {
+    const ActionKind k = window_[i].kind;
+    if (k == ActionKind::AllReduce) return true;
+    if (k == ActionKind::Forward || k == ActionKind::Backward) return false;
+  }
+  return false;
+}
+
+void StageExecutor::launch_bucket(size_t b) {
+  std::vector<Tensor> tensors;
+  for (int i : buckets_[b]) tensors.push_back(grads_.all_params()[static_cast<size_t>(i)]);
+  bucket_requests_[b] = transport_.iall_reduce(*group_, std::move(tensors), ReduceOp::Sum);
+  buckets_launched_ = true;
+}
+
+void StageExecutor::backward(const Action& a) {
+  const double t0 = now();
+  const int64_t key = item_key(a);
+  Pending& p = pending_.at(key);
+  PD_CHECK(p.grad_in.defined(), "backward of item ", key, " without its gradient");
+  if (p.pinned)
+    PD_CHECK(a.weight_version == p.version, "backward of item ", key, " on version ", a.weight_version,
+             " but its forward used ", p.version);
+  const ParameterStore& w = versions_.get(a.weight_version);
+  const bool flush = is_flush(schedule_.options().kind);
+  const uint64_t id = static_cast<uint64_t>(flush ? global_step(a) * schedule_.items_per_batch() + a.microbatch
+                                                  : global_step(a));
+  StepInfo info{.training = true, .seed = training_.seed, .layer_index = 0, .minibatch_id = id};
+  const Model& m = *training_.model;
+  Tensor dx;
+  if (group_ && !buckets_.empty() && round_completes_after(0)) {
+    // This backward completes the round: send each bucket as soon as its layers are done.
+    Tensor g = std::move(p.grad_in);
+    for (int l = state_.last_layer; l >= state_.first_layer; --l) {
+      RangeContext one;
+      one.layers.push_back(std::move(p.ctx.layers[static_cast<size_t>(l - state_.first_layer)]));
+      g = backward_layers(m, w, grads_, l, l, g, info, one, !first_stage_ || l > state_.first_layer);
+      const int b = bucket_of_layer_end_[static_cast<size_t>(l - state_.first_layer)];
+      if (b >= 0) launch_bucket(static_cast<size_t>(b));
+    }
+    p.ctx.clear();
+    dx = g;
+  } else {
+    dx = backward_layers(m, w, grads_, state_.first_layer, state_.last_layer, p.grad_in, info, p.ctx, !first_stage_);
+  }
+  p.grad_in = Tensor{};
+  if (p.pinned) {
+    versions_.unpin(p.version);
+    versions_.release(oldest_needed());
+  }
+  if (first_stage_) pending_.erase(key);
+  else p.grad_out = std::move(dx);
+  record("B", key, t0);
+}
+
+void StageExecutor::all_reduce(const Action& a) {
+  const double t0 = now();
+  if (!buckets_launched_)
+    for (size_t b = 0; b < buckets_.size(); ++b) launch_bucket(b);
+  for (Request& r : bucket_requests_) r.wait();
+  for (Request& r : bucket_requests_) r = Request{};
+  buckets_launched_ = false;
+  record("allreduce", a.round, t0);
+}
+
+int64_t StageExecutor::oldest_needed() const {
+  const ScheduleOptions& o = schedule_.options();
+  if (!is_flush(o.kind) && o.policy == WeightPolicy::Vertical) {
+    const int64_t next = replica_ + forwards_done_ * replicas_;
+    if (next < o.minibatches) return schedule_.vertical_version(stage_, next);
+  }
+  return std::numeric_limits<int64_t>::max();
+}
+
+void StageExecutor::optimizer_step(const Action& a) {
+  const double t0 = now();
+  if (a.gradient_count > 1) {
+    const float n = static_cast<float>(a.gradient_count);
+    for (Tensor& g : grads_.all_params()) {
+      float* d = g.f32();
+      for (int64_t i = 0, e = g.numel(); i < e; ++i) d[i] /= n;
+    }
+  }
+  versions_.before_update(oldest_needed());
+  // The LR schedule counts minibatches absorbed (flush: batches), the same
+  // index on every stage whatever its replication.
+  const float lr = training_.lr.lr_at(training_.first_item + versions_.newest_version());
+  training_.optimizer->step(state_.weights.all_params(), grads_.all_params(), state_.optimizer, lr);
+  ++state_.updates;
+  versions_.updated(a.version_created, oldest_needed());
+  grads_.zero_params();
+  stats_.peak_versions = std::max(stats_.peak_versions, versions_.peak_versions());
+  if (eval_.test && next_eval_ < eval_.at_versions.size() && versions_.newest_version() >= eval_.at_versions[next_eval_])
+    eval_due_ = true;
+  record("step", a.round, t0);
+}
+
+void StageExecutor::maybe_evaluate() {
+  eval_due_ = false;
+  while (next_eval_ < eval_.at_versions.size() && versions_.newest_version() >= eval_.at_versions[next_eval_]) {
+    evaluate(eval_.at_versions[next_eval_]);
+    ++next_eval_;
+  }
+}
+
+void StageExecutor::evaluate(int64_t version) {
+  if (replica_ != 0) return;
+  const double t0 = now();
+  const Dataset& d = *eval_.test;
+  const int prev = first_stage_ ? -1 : schedule_.ranks(stage_ - 1)[0];
+  const int next = last_stage_ ? -1 : schedule_.ranks(stage_ + 1)[0];
+  double loss_sum = 0;
+  int64_t correct = 0, count = 0;
+  std::vector<int64_t> idx;
+  for (int64_t first = 0; first < d.size(); first += eval_.batch) {
+    const int64_t n = std::min(eval_.batch, d.size() - first);
+    idx.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = first + i;
+    Tensor x;
+    if (first_stage_) {
+      x = d.inputs(idx);
+    } else {
+      Request r = transport_.irecv_any(prev, eval_tag(transport_));
+      r.wait();
+      x = r.tensor();
+    }
+    RangeContext ctx;
+    StepInfo info{.training = false};
+    Tensor y = forward_layers(*training_.model, state_.weights, state_.first_layer, state_.last_layer, x, info, ctx);
+    if (last_stage_) {
+      LossResult r = softmax_cross_entropy(y, d.labels(idx), false);
+      loss_sum += static_cast<double>(r.loss) * static_cast<double>(r.count);
+      correct += r.correct;
+      count += r.count;
+    } else {
+      sends_.push_back(transport_.isend(y, next, eval_tag(transport_), version));
+    }
+  }
+  if (last_stage_ && observer_) {
+    EvalResult res;
+    res.count = count;
+    if (count > 0) {
+      res.loss = loss_sum / static_cast<double>(count);
+      res.accuracy = static_cast<double>(correct) / static_cast<double>(count);
+    }
+    observer_->on_eval(version, res);
+  }
+  record("eval", version, t0);
+}
+
+void StageExecutor::reap_sends(bool all) {
+  if (all) {
+    for (Request& r : sends_) r.wait();
+    sends_.clear();
+    return;
+  }
+  std::erase_if(sends_, [](Request& r) { return r.test(); });
+}
+
+}  // namespace pd

@@ -1,0 +1,185 @@
+#pragma once
+// StageExecutor: one worker of a pipeline (DESIGN.md §6, §8).
+//
+// It follows the worker's action list from the schedule, one action at a
+// time, over a Transport: receives are posted as soon as they enter a short
+// look-ahead window so the data arrives while the worker computes; sends
+// never block; a replicated stage all-reduces its gradients in buckets
+// launched during the backward pass that completes a round (as PyTorch DDP
+// does), and the AllReduce action only waits for them.
+//
+// The same class runs under MPI (run(): block when the next action cannot
+// proceed) and inside the single-process reference (step(): report
+// Blocked and let the caller run another worker), so both execute exactly
+// the same arithmetic.
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/optimizer.h"
+#include "models/dataset.h"
+#include "models/layer_range.h"
+#include "runtime/comm/transport.h"
+#include "runtime/schedule/schedule.h"
+#include "runtime/trainer.h"
+#include "runtime/weight_versions.h"
+
+namespace pd {
+
+// What a stage owns across the run (and what a checkpoint saves).
+struct StageState {
+  int stage = 0, first_layer = 0, last_layer = 0;
+  ParameterStore weights;   // newest version
+  OptimizerState optimizer;
+  int64_t updates = 0;      // optimizer steps taken (indexes the LR schedule)
+};
+StageState make_stage_state(const Model& m, int stage, int first_layer, int last_layer, uint64_t seed,
+                            const Optimizer& optimizer);
+
+// Training settings shared by every stage.
+struct StageTraining {
+  const Model* model = nullptr;
+  const Dataset* train = nullptr;
+  int64_t batch = 64;           // minibatch size (microbatch size for flush schedules)
+  uint64_t seed = 0;
+  const Optimizer* optimizer = nullptr;
+  LrSchedule lr;                // base_lr and total_steps filled in
+  int64_t first_item = 0;       // global minibatch (flush: batch) of the schedule's item 0
+  size_t bucket_bytes = 4u << 20;  // all-reduce bucket size
+  int lookahead = 16;           // actions whose receives are posted early
+};
+
+// Test-set evaluation through the pipeline: when a stage's weights reach
+// one of `at_versions` (minibatches absorbed, schedule-local), replica 0 of
+// every stage forwards the test set in chunks, stage to stage.
+struct StageEvaluation {
+  const Dataset* test = nullptr;
+  int64_t batch = 500;
+  std::vector<int64_t> at_versions;  // ascending
+};
+
+class ExecutorObserver {
+ public:
+  virtual ~ExecutorObserver() = default;
+  // Last stage: the loss of one minibatch (flush: one microbatch).
+  // `step` is the global minibatch (flush: batch) index.
+  virtual void on_loss(int64_t step, int microbatch, const StepLoss& loss) {}
+  // Last stage, replica 0: an evaluation finished (version: schedule-local).
+  virtual void on_eval(int64_t version, const EvalResult& result) {}
+};
+
+// One timed interval of the run, for the Chrome trace and busy fractions.
+struct ActionSpan {
+  const char* name;   // "F", "B", "step", "allreduce", "wait", "eval"
+  int64_t item = -1;  // minibatch (flush: batch * M + microbatch), -1 if none
+  double start_s = 0, end_s = 0;  // seconds on the run clock
+};
+
+struct ExecutorStats {
+  double busy_s = 0;       // forward, backward, optimizer, evaluation
+  double wait_s = 0;       // blocked on a peer
+  int peak_versions = 1;   // weight versions held at once
+  size_t peak_context_bytes = 0;  // activations stashed for backward
+  int64_t actions = 0;
+};
+
+class StageExecutor {
+ public:
+  enum class Progress { Executed, Blocked, Done };
+
+  StageExecutor(const Schedule& schedule, int rank, StageState& state, const StageTraining& training,
+                Transport& transport, ExecutorObserver* observer = nullptr);
+
+  void set_evaluation(const StageEvaluation& e) { eval_ = e; }
+  // Records TraceEvents (times relative to `clock_zero`, a steady_clock time in s).
+  void enable_trace(double clock_zero) { trace_ = true; clock_zero_ = clock_zero; }
+
+  // Executes the next action if it can proceed without waiting.
+  Progress step();
+  // Blocks (with the transport's timeout) until the next action can proceed.
+  void wait_until_ready();
+  // step() until Done, waiting whenever blocked: the MPI worker loop.
+  // `should_stop` is polled between actions (Ctrl-C); true ends the loop early.
+  bool run(bool (*should_stop)() = nullptr);
+
+  const ExecutorStats& stats() const { return stats_; }
+  const std::vector<ActionSpan>& trace() const { return events_; }
+  const WeightVersionStore& versions() const { return versions_; }
+  // (minibatch, version) of every forward, for tests of the weight policies.
+  const std::vector<std::pair<int64_t, int64_t>>& forward_versions() const { return forward_versions_; }
+  void record_forward_versions(bool on) { record_versions_ = on; }
+
+ private:
+  struct Pending {  // what the stage holds for an item between actions
+    Tensor input;        // received activation
+    Tensor output;       // activation to send
+    Tensor grad_in;      // received gradient (or the loss gradient on the last stage)
+    Tensor grad_out;     // gradient to send
+    RangeContext ctx;    // forward's saved tensors
+    int64_t version = -1;
+    bool pinned = false;
+    int64_t meta = 0;    // version tag carried with the activation
+  };
+
+  void fill_window();
+  bool ready(const Action& a);
+  void execute(const Action& a);
+  void forward(const Action& a);
+  void backward(const Action& a);
+  void all_reduce(const Action& a);
+  void optimizer_step(const Action& a);
+  void launch_bucket(size_t b);
+  bool round_completes_after(size_t window_index) const;
+  Tensor input_of(const Action& a, Pending& p);
+  std::vector<int64_t> sample_indices(int64_t batch_or_minibatch, int microbatch) const;
+  int64_t item_key(const Action& a) const { return a.minibatch * schedule_.items_per_batch() + a.microbatch; }
+  int64_t global_step(const Action& a) const { return training_.first_item + a.minibatch; }
+  int wire_tag(int64_t tag) const { return static_cast<int>(tag % tag_modulus_); }
+  int64_t oldest_needed() const;
+  void maybe_evaluate();
+  void evaluate(int64_t version);
+  void reap_sends(bool all);
+  double now() const;
+  void record(const char* name, int64_t item, double start);
+
+  const Schedule& schedule_;
+  const int rank_, stage_, replica_, replicas_;
+  const bool first_stage_, last_stage_;
+  StageState& state_;
+  StageTraining training_;
+  Transport& transport_;
+  ExecutorObserver* observer_;
+  SampleOrder order_;
+  ActionCursor cursor_;
+  bool cursor_done_ = false;
+  std::deque<Action> window_;
+  std::map<std::pair<bool, int64_t>, Request> recvs_;  // (gradient?, item) -> posted receive
+  std::map<int64_t, Pending> pending_;
+  std::vector<Request> sends_;
+  WeightVersionStore versions_;
+  ParameterStore grads_;
+  std::shared_ptr<CommGroup> group_;
+  std::vector<std::vector<int>> buckets_;  // parameter indices, in backward order
+  std::vector<int> bucket_of_layer_end_;   // per layer of the stage: bucket whose last layer it is, or -1
+  std::vector<Request> bucket_requests_;
+  bool buckets_launched_ = false;
+  int64_t forwards_done_ = 0;
+  int tag_modulus_ = 1;
+  StageEvaluation eval_;
+  size_t next_eval_ = 0;
+  bool eval_due_ = false;
+  bool trace_ = false, record_versions_ = false;
+  double clock_zero_ = 0;
+  std::vector<ActionSpan> events_;
+  std::vector<std::pair<int64_t, int64_t>> forward_versions_;
+  ExecutorStats stats_;
+};
+
+// Tags above the schedule's: evaluation chunks and end-of-run gathers.
+inline int eval_tag(const Transport& t) { return t.max_tag(); }
+inline int gather_tag(const Transport& t) { return t.max_tag() - 1; }
+
+}  // namespace pd

@@ -1,0 +1,25 @@
+#pragma once
+// Starting the workers: `pipedream run` outside MPI re-launches itself
+// under `mpirun -np R` (so one command starts a run); under a launcher the
+// MPI world must have exactly the plan's R workers.
+#include <string>
+#include <vector>
+
+namespace pd {
+
+// World size the MPI launcher announced in the environment (Open MPI,
+// MPICH/Hydra, PMI, Slurm), or -1 when not launched under MPI.
+int launcher_world_size();
+// UserError unless world == plan_workers, with both numbers.
+void require_world_size(int plan_workers, int world);
+
+// The command line that re-runs this program under mpirun with `ranks`
+// processes: --allow-run-as-root when root, --oversubscribe when ranks
+// exceed the cores, no core binding (threads per worker decide).
+std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string>& program_args);
+// This process's own arguments (argv[1..]), read from /proc/self/cmdline.
+std::vector<std::string> own_arguments();
+// Runs the command, forwarding Ctrl-C to it; returns its exit code.
+int run_and_wait(const std::vector<std::string>& command);
+
+}  // namespace pd

@@ -1,0 +1,64 @@
+#include "runtime/run_report.h"
+
+#include <cstdio>
+
+namespace pd {
+
+RunReporter::RunReporter(MetricsWriter& metrics, ProgressBar* bar, int64_t total_steps, int64_t steps_per_epoch,
+                         int microbatches, int64_t samples_per_step, int64_t log_every)
+    : metrics_(metrics),
+      bar_(bar),
+      total_(total_steps),
+      per_epoch_(std::max<int64_t>(1, steps_per_epoch)),
+      microbatches_(microbatches),
+      samples_per_step_(samples_per_step),
+      log_every_(std::max<int64_t>(1, log_every)) {}
+
+double RunReporter::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+double RunReporter::samples_per_s() const {
+  const double s = seconds();
+  return s > 0 ? static_cast<double>(steps_seen_ * samples_per_step_) / s : 0;
+}
+
+void RunReporter::on_loss(int64_t step, int microbatch, const StepLoss& l) {
+  float loss = l.loss;
+  int64_t correct = l.correct, count = l.count;
+  if (microbatches_ > 1) {
+    Partial& p = partial_[step];
+    p.loss += l.loss;
+    p.correct += l.correct;
+    p.count += l.count;
+    if (++p.parts < microbatches_) return;
+    loss = static_cast<float>(p.loss / microbatches_);
+    correct = p.correct;
+    count = p.count;
+    partial_.erase(step);
+  }
+  losses_[step] = loss;
+  ++steps_seen_;
+  const double sps = samples_per_s();
+  const int64_t epoch = step / per_epoch_;
+  if ((step + 1) % log_every_ == 0 || step + 1 == total_)
+    metrics_.write({{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", static_cast<double>(loss)},
+                    {"accuracy", count > 0 ? static_cast<double>(correct) / static_cast<double>(count) : 0.0},
+                    {"samples_per_s", sps}});
+  if (bar_) bar_->update(step + 1, epoch, loss, sps);
+}
+
+void RunReporter::on_eval(int64_t version, const EvalResult& r) {
+  const int64_t step = segment_start_ + version;
+  const int64_t epoch = (step - 1) / per_epoch_;
+  evals_.emplace_back(step, r);
+  metrics_.write({{"event", "eval"}, {"step", step}, {"epoch", epoch}, {"test_loss", r.loss},
+                  {"test_accuracy", r.accuracy}});
+  char line[200];
+  std::snprintf(line, sizeof line, "step %lld (epoch %lld): test loss %.4f, test accuracy %.2f%%",
+                static_cast<long long>(step), static_cast<long long>(epoch), r.loss, 100.0 * r.accuracy);
+  if (bar_) bar_->message(line);
+  else std::fprintf(stderr, "%s\n", line);
+}
+
+}  // namespace pd

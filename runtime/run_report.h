@@ -1,0 +1,49 @@
+#pragma once
+// What the last stage reports while a pipeline trains: per-step loss and
+// accuracy (a flush batch's microbatches averaged), throughput, test
+// evaluations - as metrics lines (same names as `train`) and the progress bar.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "runtime/executor.h"
+#include "runtime/metrics.h"
+
+namespace pd {
+
+class RunReporter final : public ExecutorObserver {
+ public:
+  // `steps_per_epoch` converts steps to epochs; `microbatches` per step.
+  RunReporter(MetricsWriter& metrics, ProgressBar* bar, int64_t total_steps, int64_t steps_per_epoch,
+              int microbatches, int64_t samples_per_step, int64_t log_every);
+
+  // Versions arrive schedule-local: the caller sets the segment's first step.
+  void set_segment_start(int64_t step) { segment_start_ = step; }
+  void on_loss(int64_t step, int microbatch, const StepLoss& loss) override;
+  void on_eval(int64_t version, const EvalResult& result) override;
+
+  const std::map<int64_t, float>& losses() const { return losses_; }
+  const std::vector<std::pair<int64_t, EvalResult>>& evals() const { return evals_; }
+  double samples_per_s() const;
+  double seconds() const;
+
+ private:
+  struct Partial {
+    double loss = 0;
+    int64_t correct = 0, count = 0;
+    int parts = 0;
+  };
+  MetricsWriter& metrics_;
+  ProgressBar* bar_;
+  int64_t total_, per_epoch_;
+  int microbatches_;
+  int64_t samples_per_step_, log_every_;
+  int64_t segment_start_ = 0, steps_seen_ = 0;
+  std::map<int64_t, Partial> partial_;
+  std::map<int64_t, float> losses_;
+  std::vector<std::pair<int64_t, EvalResult>> evals_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace pd

@@ -1,0 +1,53 @@
+#pragma once
+// Everything `pipedream run` was asked to do, resolved and validated, and
+// the arithmetic of its step numbering (shared by the MPI workers and the
+// single-process reference).
+#include <cstdint>
+#include <string>
+
+#include "core/optimizer.h"
+#include "models/dataset.h"
+#include "models/model.h"
+#include "planner/plan.h"
+#include "runtime/schedule/schedule.h"
+
+namespace pd {
+
+struct RunSpec {
+  Plan plan;
+  ScheduleOptions schedule;  // minibatches: total steps (flush: batches)
+  int64_t batch = 64;        // minibatch (flush: microbatch) size
+  uint64_t seed = 0;
+  OptimizerConfig optimizer;
+  LrSchedule lr;             // base_lr and total_steps filled in
+  int threads = 1;           // compute threads per worker
+  double timeout_s = 60;
+  // Evaluation on the test split through the pipeline: every eval_every
+  // steps (0: at every epoch end) and at the end.
+  bool evaluate = true;
+  int64_t eval_every = 0;
+  int64_t eval_batch = 500;
+  // Outputs.
+  std::string metrics, save, trace, checkpoint_dir, resume;
+  int64_t checkpoint_every = 0;  // steps; 0: no periodic checkpoints
+  int64_t log_every = 10;
+  bool progress_bar = false;
+
+  int64_t steps() const { return schedule.minibatches; }
+  // Samples one step (one optimizer update of the first stage) takes.
+  int64_t samples_per_step() const { return batch * schedule.microbatches; }
+  int64_t steps_per_epoch(int64_t train_size) const { return train_size / samples_per_step(); }
+};
+
+// The run's segments: the schedule restarts (the pipeline drains) at every
+// checkpoint, so a resumed run repeats the uninterrupted one bit for bit.
+struct Segment {
+  int64_t first = 0, end = 0;  // global steps [first, end)
+};
+std::vector<Segment> run_segments(const RunSpec& spec, int64_t start_step);
+
+// Global steps (versions) after which the test set is evaluated: epoch ends
+// (or every eval_every) and the last step.
+std::vector<int64_t> evaluation_points(const RunSpec& spec, int64_t train_size);
+
+}  // namespace pd

@@ -1,0 +1,51 @@
+#include "runtime/weight_versions.h"
+
+#include "core/error.h"
+
+namespace pd {
+
+const ParameterStore& WeightVersionStore::get(int64_t version) const {
+  if (version == version_) return *newest_;
+  auto it = old_.find(version);
+  PD_CHECK(it != old_.end(), "weight version ", version, " was not kept (newest is ", version_, ")");
+  return it->second;
+}
+
+void WeightVersionStore::pin(int64_t version) {
+  PD_CHECK(has(version), "pinning weight version ", version, " which is not held");
+  ++pins_[version];
+}
+
+void WeightVersionStore::unpin(int64_t version) {
+  auto it = pins_.find(version);
+  PD_CHECK(it != pins_.end() && it->second > 0, "unpinning weight version ", version, " which is not pinned");
+  if (--it->second == 0) pins_.erase(it);
+}
+
+void WeightVersionStore::before_update(int64_t oldest_needed) {
+  if (pins_.count(version_) || version_ >= oldest_needed) {
+    old_.emplace(version_, newest_->clone_params());
+    peak_ = std::max(peak_, versions_held());
+  }
+}
+
+void WeightVersionStore::updated(int64_t new_version, int64_t oldest_needed) {
+  PD_CHECK(new_version > version_, "optimizer step creates version ", new_version, " after ", version_);
+  version_ = new_version;
+  release(oldest_needed);
+}
+
+void WeightVersionStore::release(int64_t oldest_needed) {
+  for (auto it = old_.begin(); it != old_.end();) {
+    if (it->first < oldest_needed && !pins_.count(it->first)) it = old_.erase(it);
+    else ++it;
+  }
+}
+
+size_t WeightVersionStore::bytes_held() const {
+  size_t n = newest_->param_bytes();
+  for (const auto& [v, w] : old_) n += w.param_bytes();
+  return n;
+}
+
+}  // namespace pd

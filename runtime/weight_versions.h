@@ -1,0 +1,51 @@
+#pragma once
+// The weight versions one pipeline stage keeps (DESIGN.md §6).
+//
+// The newest version is the stage's live weights, updated in place by the
+// optimizer. An older version survives an update only when someone still
+// needs it: a minibatch whose forward ran on it and whose backward has not
+// (pinned: `stash` and `vertical`), or a future forward that will ask for it
+// (`vertical`: the floor the caller passes as `oldest_needed`). Everything
+// else is freed at once, so a stage holds at most in-flight + 1 versions.
+#include <cstdint>
+#include <map>
+
+#include "models/parameters.h"
+
+namespace pd {
+
+class WeightVersionStore {
+ public:
+  // `newest` (the live weights, version `version`) stays owned by the caller.
+  WeightVersionStore(ParameterStore& newest, int64_t version) : newest_(&newest), version_(version) {}
+
+  int64_t newest_version() const { return version_; }
+  bool has(int64_t version) const { return version == version_ || old_.count(version) > 0; }
+  // The weights of `version`; a logic_error if it was not kept (a bug).
+  const ParameterStore& get(int64_t version) const;
+
+  // A minibatch's forward ran on `version` and its backward will too.
+  void pin(int64_t version);
+  void unpin(int64_t version);
+
+  // Around an optimizer step on the newest weights: keep a copy of the
+  // current newest if it is pinned or version >= oldest_needed, then the
+  // caller updates newest in place and calls updated(new_version).
+  void before_update(int64_t oldest_needed);
+  void updated(int64_t new_version, int64_t oldest_needed);
+  // Frees old versions nobody needs any more (after a backward unpinned one).
+  void release(int64_t oldest_needed);
+
+  int versions_held() const { return 1 + static_cast<int>(old_.size()); }
+  int peak_versions() const { return peak_; }
+  size_t bytes_held() const;
+
+ private:
+  ParameterStore* newest_;
+  int64_t version_;
+  std::map<int64_t, ParameterStore> old_;
+  std::map<int64_t, int> pins_;
+  int peak_ = 1;
+};
+
+}  // namespace pd

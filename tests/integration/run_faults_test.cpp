@@ -1,0 +1,154 @@
+// How `pipedream run` ends when something is wrong: bad input is refused
+// before training with exit code 2; a killed rank ends the job quickly with
+// a message naming it. Also checkpoints and resume, metrics and trace.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <set>
+#include <thread>
+
+#include "run_job.h"
+
+namespace pd::testing {
+namespace {
+
+const char* kPlan1111 = R"({"format": "pipedream-plan/1", "config": "1-1-1-1", "stages": [
+  {"index": 0, "layers": [0, 1], "replicas": 1, "ranks": [0]},
+  {"index": 1, "layers": [2, 3], "replicas": 1, "ranks": [1]},
+  {"index": 2, "layers": [4, 5], "replicas": 1, "ranks": [2]},
+  {"index": 3, "layers": [6, 7], "replicas": 1, "ranks": [3]}]})";
+const std::string kModel = " --model mlp --model-options hidden=24,depth=3 --threads-per-worker 1";
+
+std::string plan_file(const std::string& dir) {
+  write_text(dir + "/plan.json", kPlan1111);
+  return dir + "/plan.json";
+}
+
+TEST(RunBadInput, RefusedBeforeTrainingWithExitCode2) {
+  const std::string dir = scratch_dir("bad_input");
+  const std::string plan = plan_file(dir);
+  const std::string run = pipedream_binary() + " run --minibatches 4 --data synthetic";
+  struct Case {
+    std::string name, command, message;
+  };
+  write_text(dir + "/broken.json", "{\"format\": \"pipedream-plan/1\", \"stages\": [");
+  write_text(dir + "/gap.json", R"({"format": "pipedream-plan/1", "stages": [
+    {"layers": [0, 2], "replicas": 1, "ranks": [0]}, {"layers": [4, 7], "replicas": 1, "ranks": [1]}]})");
+  const std::vector<Case> cases = {
+      {"plan for another model", run + " --plan " + plan + " --model cnn", "layers"},
+      {"malformed plan", run + " --plan " + dir + "/broken.json" + kModel, "invalid JSON"},
+      {"inconsistent plan", run + " --plan " + dir + "/gap.json" + kModel, "must start right after"},
+      {"missing plan", run + " --plan " + dir + "/none.json" + kModel, "cannot open"},
+      {"missing data", pipedream_binary() + " run --minibatches 4 --plan " + plan + kModel +
+                           " --data fashion-mnist --data-dir " + dir + "/no-such-folder", "no-such-folder"},
+      {"wrong world size", mpirun(3) + run + " --plan " + plan + kModel, "needs 4 workers but the MPI world has 3"},
+      {"weights policy with a flush schedule", run + " --plan " + plan + kModel + " --schedule gpipe --weights vertical",
+       "1f1b-rr only"},
+  };
+  for (const Case& c : cases) {
+    JobResult r = run_shell(c.command);
+    EXPECT_EQ(r.exit_code, 2) << c.name << ":\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.name << ":\n" << r.output;
+  }
+}
+
+// Kills one worker mid-run; the others must notice within the timeout.
+TEST(RunFaults, KilledRankEndsTheJobNamingIt) {
+  const std::string dir = scratch_dir("kill");
+  const std::string metrics = dir + "/m.jsonl", out = dir + "/out.txt";
+  const std::string cmd = mpirun(4) + pipedream_binary() + " run --plan " + plan_file(dir) + kModel +
+                          " --data synthetic --batch 8 --lr 0.01 --minibatches 100000 --no-eval --log-every 1 --timeout 5"
+                          " --metrics " + metrics;
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t job = fork();
+  ASSERT_GE(job, 0);
+  if (job == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " < /dev/null > " + out + " 2>&1").c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until training runs, then kill rank 2 (a child of mpirun running stage 2).
+  pid_t victim = -1;
+  for (int i = 0; i < 600 && victim < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (step_losses(metrics).size() < 5) continue;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      const std::string pid = e.path().filename();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream env(e.path() / "environ", std::ios::binary);
+      std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+      std::ifstream cmdline(e.path() / "cmdline", std::ios::binary);
+      std::string c((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+      if (c.find(metrics) != std::string::npos && all.find(std::string("OMPI_COMM_WORLD_RANK=2") + '\0') != std::string::npos &&
+          c.rfind(pipedream_binary(), 0) == 0) {
+        victim = std::stoi(pid);
+        break;
+      }
+    }
+  }
+  ASSERT_GT(victim, 0) << "no rank 2 found";
+  kill(victim, SIGKILL);
+  int status = 0;
+  for (int i = 0; i < 600; ++i) {  // 60 s: far more than the 5 s timeout
+    if (waitpid(job, &status, WNOHANG) == job) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (i == 599) {
+      kill(-job, SIGKILL);
+      waitpid(job, &status, 0);
+      FAIL() << "the job hung after rank 2 died";
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::ifstream f(out);
+  const std::string output((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(!WIFEXITED(status) || WEXITSTATUS(status) != 0) << output;
+  EXPECT_NE(output.find("rank 2"), std::string::npos) << output;
+  EXPECT_LT(seconds, 60) << output;
+}
+
+TEST(RunCheckpoints, ResumeContinuesBitIdentically) {
+  const std::string dir = scratch_dir("resume");
+  const std::string plan = plan_file(dir);
+  const std::string base = mpirun(4) + pipedream_binary() + " run --plan " + plan + kModel +
+                           " --data synthetic --batch 8 --minibatches 12 --no-eval --checkpoint-every 4 --seed 5";
+  JobResult full = run_shell(base + " --checkpoint-dir " + dir + "/ck --save " + dir + "/full.safetensors");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  ASSERT_TRUE(std::filesystem::exists(dir + "/ck/step-4/stage-3.safetensors"));
+  ASSERT_TRUE(std::filesystem::exists(dir + "/ck/step-12/state.json"));
+  JobResult resumed = run_shell(base + " --resume " + dir + "/ck/step-4 --save " + dir + "/resumed.safetensors");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  auto a = load_by_name(dir + "/full.safetensors"), b = load_by_name(dir + "/resumed.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  for (auto& [n, t] : a) EXPECT_TRUE(same_bits(t, b[n])) << n;
+  // A checkpoint of another run is refused with the reason.
+  JobResult other = run_shell(base + " --batch 16 --resume " + dir + "/ck");
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+}
+
+TEST(RunOutputs, MetricsEvaluationAndTraceCoverEveryRank) {
+  const std::string dir = scratch_dir("outputs");
+  JobResult r = run_shell(mpirun(4) + pipedream_binary() + " run --plan " + plan_file(dir) + kModel +
+                          " --data synthetic --batch 32 --minibatches 40 --eval-every 20 --eval-batch 256"
+                          " --metrics " + dir + "/m.jsonl --trace " + dir + "/trace.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(metric_lines(dir + "/m.jsonl", "eval").size(), 2u);
+  auto ranks = metric_lines(dir + "/m.jsonl", "rank");
+  ASSERT_EQ(ranks.size(), 4u);
+  for (const auto& l : ranks) {
+    EXPECT_GT(l["busy_fraction"].get<double>(), 0.0);
+    EXPECT_LE(l["busy_fraction"].get<double>(), 1.0);
+    EXPECT_GT(l["peak_memory_bytes"].get<double>(), 0.0);
+  }
+  std::ifstream f(dir + "/trace.json");
+  auto trace = nlohmann::json::parse(f);
+  std::set<int> pids;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X") pids.insert(e["pid"].get<int>());
+  EXPECT_EQ(pids.size(), 4u);
+  EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace pd::testing

@@ -1,0 +1,96 @@
+#pragma once
+// Running `pipedream` (under mpirun or alone) from the integration tests.
+#include <sys/wait.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/safetensors.h"
+
+namespace pd::testing {
+
+struct JobResult {
+  int exit_code = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+inline JobResult run_shell(const std::string& command) {
+  const std::string cmd = "timeout -s KILL 120 " + command + " 2>&1";
+  const auto start = std::chrono::steady_clock::now();
+  JobResult res;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return res;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) res.output.append(buf.data(), n);
+  const int status = pclose(p);
+  res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return res;
+}
+
+inline std::string pipedream_binary() { return std::string(PD_BINARY_DIR) + "/bin/pipedream"; }
+
+inline std::string mpirun(int ranks) {
+  return std::string(PD_MPIEXEC) + " --allow-run-as-root --oversubscribe --bind-to none -np " + std::to_string(ranks) + " ";
+}
+
+// A fresh folder for one test's files.
+inline std::string scratch_dir(const std::string& name) {
+  const auto d = std::filesystem::temp_directory_path() / ("pipedream_run_test_" + name);
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+inline void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+}
+
+// step -> loss from a metrics file.
+inline std::map<int64_t, double> step_losses(const std::string& metrics_path) {
+  std::map<int64_t, double> out;
+  std::ifstream f(metrics_path);
+  std::string line;
+  while (std::getline(f, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("event", "") == "step")  // a diverged loss is written as null
+      out[j["step"].get<int64_t>()] = j["loss"].is_number() ? j["loss"].get<double>() : NAN;
+  }
+  return out;
+}
+
+inline std::vector<nlohmann::json> metric_lines(const std::string& metrics_path, const std::string& event) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(metrics_path);
+  std::string line;
+  while (std::getline(f, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("event", "") == event) out.push_back(j);
+  }
+  return out;
+}
+
+inline std::map<std::string, Tensor> load_by_name(const std::string& path) {
+  std::map<std::string, Tensor> out;
+  for (auto& [n, t] : load_safetensors(path)) out[n] = t;
+  return out;
+}
+
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+}  // namespace pd::testing
