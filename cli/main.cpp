@@ -1,19 +1,15 @@
 // The `pipedream` binary: profile, plan, simulate, schedule, train, run.
-#include <iostream>
+#include <functional>
 #include <string>
 
 #include "cli/commands.h"
-#include "core/cpu/openmp_policy.h"
-#include "core/error.h"
+#include "cli/run_app.h"
 
 int main(int argc, char** argv) {
-  // Before MPI or OpenMP start: sleeping OpenMP waits (see openmp_policy.h),
-  // only for the commands that compute — the re-exec costs a process start.
-  const std::string command = argc > 1 ? argv[1] : "";
-  for (const char* computing : {"train", "profile", "run"})
-    if (command == computing) pd::cpu::ensure_passive_openmp_wait(argv);
+  pd::cli::prepare_process(argc, argv, {"train", "profile", "run"});
   CLI::App app{"PipeDream in C++: pipeline-parallel training"};
   app.require_subcommand(1);
+  // Lazy: the text loads the CUDA plugin, which other commands must not pay for.
   app.set_version_flag("--version", std::function<std::string()>([] { return pd::cli::version_text(); }));
   pd::cli::add_models_command(app);
   pd::cli::add_train_command(app);
@@ -23,19 +19,5 @@ int main(int argc, char** argv) {
   pd::cli::add_schedule_command(app);
   pd::cli::add_run_command(app);
   pd::cli::add_bench_comm_command(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // CLI11 uses exit code 0 for --help/--version, 105/106/... for errors;
-    // every bad-flag error is "bad input", code 2.
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  } catch (const pd::UserError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+  return pd::cli::run_app(app, argc, argv);
 }

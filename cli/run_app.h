@@ -1,0 +1,41 @@
+#pragma once
+// What `pipedream` and `pipedream-bench` share around their subcommands:
+// the OpenMP re-exec for commands that compute, and the mapping of errors to
+// exit codes (bad input 2 — a bad flag included — run-time failure 1).
+#include <initializer_list>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/cpu/openmp_policy.h"
+#include "core/error.h"
+
+namespace pd::cli {
+
+// Call first in main(), before MPI or OpenMP start: sleeping OpenMP waits
+// (openmp_policy.h) only for the commands that compute, since the re-exec
+// costs a process start.
+inline void prepare_process(int argc, char** argv, std::initializer_list<const char*> computing) {
+  const std::string command = argc > 1 ? argv[1] : "";
+  for (const char* name : computing)
+    if (command == name) pd::cpu::ensure_passive_openmp_wait(argv);
+}
+
+inline int run_app(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 returns 0 for --help/--version and its own codes for errors.
+    return app.exit(e) == 0 ? 0 : 2;
+  } catch (const pd::UserError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace pd::cli
