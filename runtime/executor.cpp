@@ -237,6 +237,7 @@ void StageExecutor::forward(const Action& a) {
   if (record_versions_) forward_versions_.emplace_back(a.minibatch, a.weight_version);
   if (last_stage_) {
     LossResult r = softmax_cross_entropy(y, training_.train->labels(idx), true);
+    require_finite_loss(r.loss, global_step(a));
     p.grad_in = std::move(r.grad);
     if (observer_) observer_->on_loss(global_step(a), a.microbatch, {r.loss, r.correct, r.count});
   } else {

@@ -1,6 +1,7 @@
 #include "runtime/trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <deque>
 
 #include "core/error.h"
@@ -8,12 +9,19 @@
 
 namespace pd {
 
+void require_finite_loss(float loss, int64_t step) {
+  if (!std::isfinite(loss))
+    throw RuntimeFailure(cat("the training loss became ", loss, " at step ", step,
+                             ": training diverged; lower --lr or add --warmup"));
+}
+
 StepLoss compute_gradients(const Model& m, const ParameterStore& w, ParameterStore& grads, const Batch& b,
                            const StepInfo& step) {
   RangeContext ctx;
   const int last = m.size() - 1;
   Tensor logits = forward_layers(m, w, 0, last, b.inputs, step, ctx);
   LossResult r = softmax_cross_entropy(logits, b.labels, true);
+  require_finite_loss(r.loss, static_cast<int64_t>(step.minibatch_id));
   backward_layers(m, w, grads, 0, last, r.grad, step, ctx, false);
   return {r.loss, r.correct, r.count};
 }

@@ -48,6 +48,10 @@ StepLoss compute_gradients(const Model& m, const ParameterStore& w, ParameterSto
                            const StepInfo& step);
 
 // Loss and accuracy on a dataset in order, eval mode, batches of `batch`.
+// Throws RuntimeFailure naming the step when a training loss is NaN or
+// infinite: continuing would only write NaN weights.
+void require_finite_loss(float loss, int64_t step);
+
 EvalResult evaluate(const Model& m, const ParameterStore& w, const Dataset& data, int64_t batch);
 
 // Steps a run takes; UserError when the options do not make a run.
