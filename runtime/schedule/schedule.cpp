@@ -166,6 +166,11 @@ ActionCursor::ActionCursor(const Schedule* schedule, int rank) : s_(schedule), r
   local_count_ = items > replica_ ? (items - replica_ + replicas_ - 1) / replicas_ : 0;
   limit_ = s_->in_flight_limit(rank);
   rounds_ = s_->rounds(stage_);
+  items_per_batch_ = s_->items_per_batch();
+  minibatches_ = s_->options().minibatches;
+  policy_ = s_->options().policy;
+  if (!first_ && s_->replicas(stage_ - 1) == 1) prev_rank_ = s_->ranks(stage_ - 1)[0];
+  if (!last_ && s_->replicas(stage_ + 1) == 1) next_rank_ = s_->ranks(stage_ + 1)[0];
 }
 
 int64_t ActionCursor::global_index(int64_t local) const { return replica_ + local * replicas_; }
@@ -174,7 +179,7 @@ const Action* ActionCursor::refill() {
   while (head_ == buffered_) {
     head_ = buffered_ = 0;
     if (done_) return nullptr;
-    if (flush_ && batch_ >= s_->options().minibatches) {
+    if (flush_ && batch_ >= minibatches_) {
       done_ = true;
     } else if (forwards_ < local_count_ && forwards_ - backwards_ < limit_) {
       expand_forward();
@@ -200,80 +205,95 @@ bool ActionCursor::next(Action& out) {
   return true;
 }
 
-// Appends an action for the current item (minibatch or flush microbatch).
-inline Action& ActionCursor::emit(ActionKind kind, int64_t index) {
-  Action& a = buffer_[buffered_++];
-  a = Action{};
+// The expansions build actions as values and store each once: writing
+// fields through a reference into buffer_ would make the compiler reload
+// the cursor's own fields after every store (they may alias), and the
+// simulator expands some 7 actions per replayed minibatch.
+
+// An action for the current item (minibatch or flush microbatch).
+inline Action ActionCursor::item_action(ActionKind kind, int64_t index) const {
+  Action a;
   a.kind = kind;
-  a.minibatch = flush_ ? batch_ : index;
-  a.microbatch = flush_ ? static_cast<int>(index) : 0;
+  if (flush_) {
+    a.minibatch = batch_;
+    a.microbatch = static_cast<int>(index);
+  } else {
+    a.minibatch = index;
+  }
   return a;
 }
 
-inline Action& ActionCursor::emit_message(ActionKind kind, int64_t index, int peer_stage, bool gradient) {
-  Action& a = emit(kind, index);
-  a.peer = s_->rank_for(peer_stage, index);
-  a.tag = s_->tag(a.minibatch, a.microbatch, gradient);
+inline Action ActionCursor::message_action(ActionKind kind, int64_t index, bool upstream, bool gradient) const {
+  Action a = item_action(kind, index);
+  // Unreplicated neighbours (the common case) need no lookup.
+  const int fixed = upstream ? prev_rank_ : next_rank_;
+  a.peer = fixed >= 0 ? fixed : s_->rank_for(upstream ? stage_ - 1 : stage_ + 1, index);
+  a.tag = 2 * (a.minibatch * items_per_batch_ + a.microbatch) + (gradient ? 1 : 0);
   return a;
 }
 
 void ActionCursor::expand_forward() {
   const int64_t idx = global_index(forwards_);
-  if (!first_) emit_message(ActionKind::RecvActivation, idx, stage_ - 1, false);
-  emit(ActionKind::Forward, idx).weight_version = vertical_ ? s_->vertical_version(stage_, idx) : version_;
-  if (!last_) emit_message(ActionKind::SendActivation, idx, stage_ + 1, false);
+  Action* out = buffer_ + buffered_;
+  if (!first_) *out++ = message_action(ActionKind::RecvActivation, idx, true, false);
+  Action f = item_action(ActionKind::Forward, idx);
+  f.weight_version = vertical_ ? s_->vertical_version(stage_, idx) : version_;
+  *out++ = f;
+  if (!last_) *out++ = message_action(ActionKind::SendActivation, idx, false, false);
+  buffered_ = static_cast<int>(out - buffer_);
   ++forwards_;
+}
+
+int64_t ActionCursor::forward_version(int64_t local) const {
+  if (vertical_) return s_->vertical_version(stage_, global_index(local));
+  // F(j) runs as soon as at most limit-1 minibatches are in flight, i.e.
+  // after max(0, j - (limit-1)) full update rounds (one more for a stage
+  // that applies each round one backward late).
+  int64_t rounds_before = std::max<int64_t>(0, local - (limit_ - 1) - (lagged_ ? 1 : 0));
+  return std::min(minibatches_, rounds_before * replicas_);
+}
+
+int64_t ActionCursor::backward_version(int64_t index) const {
+  if (flush_ || policy_ == WeightPolicy::None) return version_;
+  (void)index;
+  return forward_version(backwards_);  // stash and vertical: B(m) uses F(m)'s version
 }
 
 void ActionCursor::expand_backward() {
   const int64_t idx = global_index(backwards_);
   if (lagged_ && backwards_ > 0) expand_update(1, false, true);  // the previous round's step, deferred to here
-  if (!last_) emit_message(ActionKind::RecvGradient, idx, stage_ + 1, true);
-  Action& b = emit(ActionKind::Backward, idx);
-  if (flush_) {
-    b.weight_version = version_;
-  } else {
-    switch (s_->options().policy) {
-      case WeightPolicy::Stash: {
-        // F(j) ran as soon as at most limit-1 minibatches were in flight,
-        // i.e. after max(0, j - (limit-1)) full update rounds.
-        int64_t rounds_before = std::max<int64_t>(0, backwards_ - (limit_ - 1) - (lagged_ ? 1 : 0));
-        b.weight_version = std::min(s_->options().minibatches, rounds_before * replicas_);
-        break;
-      }
-      case WeightPolicy::Vertical: b.weight_version = s_->vertical_version(stage_, idx); break;
-      case WeightPolicy::None: b.weight_version = version_; break;
-    }
-  }
-  if (!first_) emit_message(ActionKind::SendGradient, idx, stage_ - 1, true);
+  Action* out = buffer_ + buffered_;
+  if (!last_) *out++ = message_action(ActionKind::RecvGradient, idx, false, true);
+  Action b = item_action(ActionKind::Backward, idx);
+  b.weight_version = backward_version(idx);
+  *out++ = b;
+  if (!first_) *out++ = message_action(ActionKind::SendGradient, idx, true, true);
+  buffered_ = static_cast<int>(out - buffer_);
   ++backwards_;
   if (!flush_) expand_update(1, true, !lagged_ || backwards_ == local_count_);
 }
 
 void ActionCursor::expand_update(int local_gradients, bool allreduce, bool step) {
-  int gradient_count;
-  int64_t created;
+  Action u;
+  u.round = round_;
+  u.local_gradients = local_gradients;
   if (flush_) {
-    gradient_count = s_->options().microbatches;
-    created = version_ + 1;
+    u.gradient_count = items_per_batch_;
+    u.version_created = version_ + 1;
   } else {
-    int64_t m = s_->options().minibatches;
-    gradient_count = static_cast<int>(std::min<int64_t>(replicas_, m - round_ * replicas_));
-    created = std::min(m, (round_ + 1) * replicas_);
+    u.gradient_count = static_cast<int>(std::min<int64_t>(replicas_, minibatches_ - round_ * replicas_));
+    u.version_created = std::min(minibatches_, (round_ + 1) * replicas_);
   }
-  auto emit_update = [&](ActionKind kind) -> Action& {
-    Action& u = buffer_[buffered_++];
-    u = Action{};
-    u.kind = kind;
-    u.round = round_;
-    u.local_gradients = local_gradients;
-    u.gradient_count = gradient_count;
-    return u;
-  };
-  if (replicas_ > 1 && allreduce) emit_update(ActionKind::AllReduce);
+  if (replicas_ > 1 && allreduce) {
+    Action a = u;
+    a.kind = ActionKind::AllReduce;
+    a.version_created = -1;
+    buffer_[buffered_++] = a;
+  }
   if (!step) return;
-  emit_update(ActionKind::OptimizerStep).version_created = created;
-  version_ = created;
+  u.kind = ActionKind::OptimizerStep;
+  buffer_[buffered_++] = u;
+  version_ = u.version_created;
   ++round_;
 }
 

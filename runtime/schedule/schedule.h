@@ -132,17 +132,21 @@ class ActionCursor {
   // The next action, valid until the following call; nullptr when done.
   // Inline: the simulator asks for some 3.5 actions per replayed F or B.
   const Action* next() { return head_ < buffered_ ? &buffer_[head_++] : refill(); }
+  // 1f1b-rr with stash or vertical: the version the worker's forward of its
+  // `local`-th item (0, 1, ...: its minibatches in order) uses - without
+  // expanding the actions (the simulator counts versions held with it).
+  int64_t forward_version(int64_t local) const;
 
  private:
   const Action* refill();  // expands the next F / B / update into buffer_
   void expand_forward();
   void expand_backward();
-  Action& emit(ActionKind kind, int64_t index);
-  Action& emit_message(ActionKind kind, int64_t index, int peer_stage, bool gradient);
+  Action item_action(ActionKind kind, int64_t index) const;
+  Action message_action(ActionKind kind, int64_t index, bool upstream, bool gradient) const;
+  int64_t backward_version(int64_t index) const;
   // AllReduce and/or OptimizerStep of the current round.
   void expand_update(int local_gradients, bool allreduce = true, bool step = true);
   void begin_batch();
-  void push(const Action& a) { buffer_[buffered_++] = a; }
   int64_t global_index(int64_t local) const;  // local item -> minibatch / microbatch
 
   const Schedule* s_ = nullptr;
@@ -156,6 +160,10 @@ class ActionCursor {
   int64_t rounds_ = 0;       // update rounds of this stage
   bool flush_ = false, first_ = false, last_ = false, lagged_ = false, vertical_ = false;
   bool done_ = false;
+  int prev_rank_ = -1, next_rank_ = -1;  // the neighbour stage's rank when it has one replica
+  int items_per_batch_ = 1;
+  int64_t minibatches_ = 0;  // options().minibatches (batches for flush)
+  WeightPolicy policy_ = WeightPolicy::Stash;
   Action buffer_[8];
   int buffered_ = 0, head_ = 0;
 };

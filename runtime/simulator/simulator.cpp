@@ -1,11 +1,10 @@
 #include "runtime/simulator/simulator.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
-#include <deque>
 #include <functional>
+#include <limits>
 
 #include "core/error.h"
 
@@ -17,30 +16,29 @@ struct Message {
   double arrival;
 };
 
-// Versions held by a worker's in-flight minibatches, oldest first,
-// run-length coded. A deque, not a vector consumed from the front: the
-// early stages of a long pipeline hold hundreds of runs each, and a deque
-// gives their memory back as minibatches leave.
-class HeldVersions {
+// Messages that arrived and were not yet received. Usually one or two (a
+// pipeline neighbour is rarely far ahead), kept inline so that a send and
+// its receive touch only the worker's own cache lines.
+class Inbox {
  public:
-  bool empty() const { return runs_.empty(); }
-  size_t distinct() const { return runs_.size(); }
-  int64_t newest() const { return runs_.back().version; }
-  void add(int64_t version) {
-    if (!runs_.empty() && runs_.back().version == version)
-      ++runs_.back().count;
-    else
-      runs_.push_back({version, 1});
+  size_t size() const { return inline_count_ + spill_.size(); }
+  Message& operator[](size_t i) { return i < kInline ? inline_[i] : spill_[i - kInline]; }
+  void push_back(const Message& m) {
+    if (inline_count_ < kInline && spill_.empty()) inline_[inline_count_++] = m;
+    else spill_.push_back(m);
   }
-  void remove_oldest() {
-    if (!runs_.empty() && --runs_.front().count == 0) runs_.pop_front();
+  void erase_unordered(size_t i) {
+    Message& last = (*this)[size() - 1];
+    (*this)[i] = last;
+    if (!spill_.empty()) spill_.pop_back();
+    else --inline_count_;
   }
 
  private:
-  struct Run {
-    int64_t version, count;
-  };
-  std::deque<Run> runs_;
+  static constexpr size_t kInline = 3;
+  Message inline_[kInline];
+  size_t inline_count_ = 0;
+  std::vector<Message> spill_;  // only while inline_ is full
 };
 
 struct PeerTransfer {
@@ -48,21 +46,29 @@ struct PeerTransfer {
   double seconds = 0;  // one message's time on the link
 };
 
+// Hot fields first, the cursor last (its action buffer is large).
 struct WorkerState {
-  ActionCursor cursor;
   const Action* action = nullptr;  // the current one, in the cursor's buffer
   int stage = 0;
+  bool replicated = false;           // the stage has more than one replica
+  double forward_s = 0, backward_s = 0;  // the stage's, copied: read at every compute
   bool computing = false;
   double compute_start = 0, compute_end = 0;
   double busy = 0;
   double round_start = 0;   // start of the compute an all-reduce may overlap
   int64_t wait_tag = -1;    // blocked on this message
-  std::vector<Message> inbox;
+  Inbox inbox;
   int64_t in_flight = 0, peak_in_flight = 0;
-  HeldVersions held;
+  // Weight versions the in-flight minibatches use: their forwards' versions
+  // never decrease, so counting distinct ones needs only the newest and,
+  // when the oldest leaves, the version of the next one (from the cursor) -
+  // no per-minibatch storage, which for long pipelines would be read back
+  // from main memory a thousand minibatches after it was written.
+  int64_t distinct_held = 0, newest_held = -1, backwards_done = 0;
   int64_t version = 0, peak_versions = 1;
   double busy_at_mark[2] = {0, 0};
   PeerTransfer peer_transfer[2];  // [0] upstream (gradients), [1] downstream (activations)
+  ActionCursor cursor;
 };
 
 struct ReplicaGroup {
@@ -76,62 +82,80 @@ struct ReplicaGroup {
   std::vector<int> waiting;  // ranks blocked at the OptimizerStep
 };
 
-// Monotone priority queue of (time, rank) events: a radix heap. A
-// discrete-event replay never schedules an event before the one it is
-// processing, which a radix heap exploits: push is O(1), pop moves each
-// event through at most 64 buckets over its life - several times faster
-// than a binary heap at the replay's sizes. Times are non-negative doubles,
-// whose bit patterns order like the numbers. Equal times pop in a fixed
-// order, so replays are deterministic.
+// Pending (time, rank) events: a 4-ary min-heap, plus a list for events at
+// the current time (most wake-ups: a message that is already usable), which
+// skip the heap. At most one event per worker is pending (a worker has one
+// only while it computes or waits for a known time), so the heap stays
+// small. A pop is a chain of dependent loads down the tree; four children
+// per node halve its depth against a binary heap, and the earliest of them
+// is selected without branches (which child is earlier is a coin flip).
+// Events at the same future time pop in rank order; wake-ups for the current
+// time in the order they were made. (A calendar queue was tried: workers moving in lockstep
+// put many events into one slot, and it lost to this heap.)
 class EventQueue {
  public:
   struct Event {
     double time;
     int rank;
   };
-  bool empty() const { return size_ == 0; }
-  void push(Event e) {
-    size_t b = bucket(key(e.time));
-    buckets_[b].push_back(e);
-    if (b != 0) nonempty_ |= uint64_t{1} << (b - 1);
-    ++size_;
-  }
-  Event pop() {
-    if (buckets_[0].empty()) {
-      // The lowest non-empty bucket holds the smallest keys; it becomes the
-      // new reference and its events spread over lower buckets.
-      size_t i = static_cast<size_t>(std::countr_zero(nonempty_)) + 1;
-      auto& from = buckets_[i];
-      nonempty_ &= ~(uint64_t{1} << (i - 1));
-      uint64_t smallest = key(from[0].time);
-      for (const Event& e : from) smallest = std::min(smallest, key(e.time));
-      last_ = smallest;
-      for (const Event& e : from) {
-        size_t b = bucket(key(e.time));
-        buckets_[b].push_back(e);
-        if (b != 0) nonempty_ |= uint64_t{1} << (b - 1);
-      }
-      from.clear();
+  void push(Event e, double now) {
+    if (e.time <= now) {
+      now_.push_back(e.rank);
+      return;
     }
-    Event e = buckets_[0].back();
-    buckets_[0].pop_back();
-    --size_;
-    return e;
+    size_t i = size_++;
+    if (heap_.size() < i + 8) heap_.resize(2 * i + 8, kEmpty);
+    while (i > 0) {
+      size_t parent = (i - 1) / 4;
+      if (!earlier(e, heap_[parent])) break;
+      heap_[i] = heap_[parent];
+      i = parent;
+    }
+    heap_[i] = e;
+  }
+  // The next event (time `now` for the current-time list); false when none.
+  bool pop(Event& out, double now) {
+    if (next_now_ < now_.size()) {
+      out = {now, now_[next_now_++]};
+      return true;
+    }
+    now_.clear();
+    next_now_ = 0;
+    if (size_ == 0) return false;
+    out = heap_[0];
+    // Sink the hole at the root to a leaf (empty slots read as never), then
+    // lift the last event into it.
+    const size_t last_slot = --size_;
+    const Event last = heap_[last_slot];
+    heap_[last_slot] = kEmpty;
+    size_t i = 0;
+    for (size_t c = 1; c < last_slot; c = 4 * i + 1) {
+      size_t a = c + earlier(heap_[c + 1], heap_[c]);
+      size_t b = c + 2 + earlier(heap_[c + 3], heap_[c + 2]);
+      size_t m = earlier(heap_[b], heap_[a]) ? b : a;
+      heap_[i] = heap_[m];
+      i = m;
+    }
+    while (i > 0) {
+      size_t parent = (i - 1) / 4;
+      if (!earlier(last, heap_[parent])) break;
+      heap_[i] = heap_[parent];
+      i = parent;
+    }
+    heap_[i] = size_ > 0 ? last : kEmpty;
+    return true;
   }
 
  private:
-  static uint64_t key(double t) {
-    uint64_t k;
-    std::memcpy(&k, &t, sizeof k);
-    return k;
+  static constexpr Event kEmpty{std::numeric_limits<double>::infinity(), std::numeric_limits<int>::max()};
+  // Equal times: the lower rank first, whatever the order of pushes.
+  static bool earlier(const Event& a, const Event& b) {
+    return (a.time < b.time) | ((a.time == b.time) & (a.rank < b.rank));  // no branches
   }
-  // 0 for the current reference key, else 1 + the highest differing bit.
-  size_t bucket(uint64_t k) const { return static_cast<size_t>(std::bit_width(k ^ last_)); }
-
-  std::vector<Event> buckets_[65];
-  uint64_t nonempty_ = 0;  // bit i-1: bucket i (i >= 1) has events
-  uint64_t last_ = 0;
+  std::vector<Event> heap_;  // children of i: 4i+1 .. 4i+4; slots past the last hold kEmpty
   size_t size_ = 0;
+  std::vector<int> now_;
+  size_t next_now_ = 0;
 };
 
 struct StageCost {
@@ -143,7 +167,10 @@ struct StageCost {
 class Simulation {
  public:
   Simulation(const Plan& plan, const SimulationOptions& opt, std::vector<TraceEvent>* trace)
-      : plan_(plan), opt_(opt), schedule_(plan, opt.schedule), trace_(opt.record_trace ? trace : nullptr) {
+      : plan_(plan),
+        opt_(opt),
+        schedule_(plan, opt.schedule),
+        trace_(opt.record_trace ? trace : nullptr) {
     const int R = schedule_.workers();
     if (plan.topology.levels.empty()) throw UserError("the plan has no topology: the simulator needs bandwidths");
     if (plan.topology.total_workers() < R)
@@ -172,17 +199,20 @@ class Simulation {
     for (int r = 0; r < R; ++r) {
       workers_[r].cursor = schedule_.cursor(r);
       workers_[r].stage = schedule_.stage_of(r);
+      workers_[r].replicated = groups_[workers_[r].stage].size > 1;
+      workers_[r].forward_s = costs_[workers_[r].stage].forward_s;
+      workers_[r].backward_s = costs_[workers_[r].stage].backward_s;
     }
     link_free_.assign(R, 0.0);
     choose_marks();
   }
 
   SimulationReport run() {
-    for (int r = 0; r < schedule_.workers(); ++r) events_.push({0.0, r});
-    while (!events_.empty()) {
-      auto [t, r] = events_.pop();
-            now_ = t;
-      advance(r);
+    for (int r = 0; r < schedule_.workers(); ++r) events_.push({0.0, r}, now_);
+    EventQueue::Event e;
+    while (events_.pop(e, now_)) {
+      now_ = e.time;
+      advance(e.rank);
     }
     for (int r = 0; r < schedule_.workers(); ++r)
       if (workers_[r].action || workers_[r].computing)
@@ -213,7 +243,7 @@ class Simulation {
     }
   }
 
-  void wake(int rank, double t) { events_.push({std::max(t, now_), rank}); }
+  void wake(int rank, double t) { events_.push({t, rank}, now_); }
 
   void advance(int r) {
     WorkerState& w = workers_[r];
@@ -221,25 +251,21 @@ class Simulation {
     for (;;) {
       if (!w.action && !(w.action = w.cursor.next())) return;
       const Action& a = *w.action;
-      switch (a.kind) {
-        case ActionKind::Forward:
-        case ActionKind::Backward:
-          start_compute(r);
-          return;
-        case ActionKind::SendActivation:
-        case ActionKind::SendGradient:
-          send(r, a);
-          break;
-        case ActionKind::RecvActivation:
-        case ActionKind::RecvGradient:
-          if (!receive(r, a.tag)) return;
-          break;
-        case ActionKind::AllReduce:
-          join_allreduce(r, a);
-          break;
-        case ActionKind::OptimizerStep:
-          if (!step(r, a)) return;
-          break;
+      // Tests, not a switch: a jump table's one indirect branch sees the
+      // kinds of all workers interleaved and mispredicts nearly always;
+      // these conditional branches each see a regular pattern.
+      if (a.is_compute()) {
+        start_compute(r);
+        return;
+      }
+      if (a.is_send()) {
+        send(r, a);
+      } else if (a.is_recv()) {
+        if (!receive(r, a.tag)) return;
+      } else if (a.kind == ActionKind::OptimizerStep) {
+        if (!step(r, a)) return;
+      } else {
+        join_allreduce(r, a);
       }
       w.action = nullptr;
     }
@@ -248,20 +274,20 @@ class Simulation {
   void start_compute(int r) {
     WorkerState& w = workers_[r];
     const Action& a = *w.action;
-    const StageCost& c = costs_[w.stage];
     const bool fwd = a.kind == ActionKind::Forward;
     w.computing = true;
     w.compute_start = now_;
-    w.compute_end = now_ + (fwd ? c.forward_s : c.backward_s);
+    w.compute_end = now_ + (fwd ? w.forward_s : w.backward_s);
     if (fwd == !flush_) w.round_start = now_;
     if (fwd) {
-      w.peak_in_flight = std::max(w.peak_in_flight, ++w.in_flight);
       if (holds_versions_) {
-        w.held.add(a.weight_version);
-        count_versions(w);
+        if (w.in_flight == 0 || a.weight_version != w.newest_held) ++w.distinct_held;
+        w.newest_held = a.weight_version;
       }
+      w.peak_in_flight = std::max(w.peak_in_flight, ++w.in_flight);
+      if (holds_versions_) count_versions(w);
     }
-    events_.push({w.compute_end, r});
+    events_.push({w.compute_end, r}, now_);
   }
 
   void finish_compute(int r) {
@@ -272,7 +298,10 @@ class Simulation {
     if (trace_) trace_->push_back({a.kind, r, a.microbatch, a.minibatch, w.compute_start, w.compute_end});
     if (a.kind == ActionKind::Backward) {
       --w.in_flight;
-      if (holds_versions_) w.held.remove_oldest();
+      if (holds_versions_) {
+        const int64_t next = ++w.backwards_done;
+        if (w.in_flight == 0 || w.cursor.forward_version(next) != a.weight_version) --w.distinct_held;
+      }
       if (!flush_ && w.stage == 0)
         for (int i = 0; i < 2; ++i)
           if (a.minibatch == mark_index_[i]) mark(i);
@@ -296,8 +325,8 @@ class Simulation {
 
 
   void count_versions(WorkerState& w) {
-    int64_t n = static_cast<int64_t>(w.held.distinct());
-    if (w.held.empty() || w.held.newest() != w.version) ++n;
+    int64_t n = w.distinct_held;
+    if (n == 0 || w.newest_held != w.version) ++n;
     w.peak_versions = std::max(w.peak_versions, n);
   }
 
@@ -331,8 +360,7 @@ class Simulation {
         wake(r, w.inbox[i].arrival);
         return false;
       }
-      w.inbox[i] = w.inbox.back();
-      w.inbox.pop_back();
+      w.inbox.erase_unordered(i);
       return true;
     }
     w.wait_tag = tag;
@@ -358,8 +386,8 @@ class Simulation {
 
   bool step(int r, const Action& a) {
     WorkerState& w = workers_[r];
-    ReplicaGroup& g = groups_[w.stage];
-    if (g.size > 1) {
+    if (w.replicated) {
+      ReplicaGroup& g = groups_[w.stage];
       if (g.completed_round < a.round) {
         g.waiting.push_back(r);
         return false;

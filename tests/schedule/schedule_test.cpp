@@ -321,3 +321,31 @@ TEST(ScheduleFormat, WorkerListIsReadable) {
 
 }  // namespace
 }  // namespace pd
+
+namespace pd {
+namespace {
+
+// The simulator counts the versions in-flight minibatches hold with
+// forward_version() instead of remembering each forward's; it must agree
+// with the versions the forwards actually carry.
+TEST(ScheduleCursor, ForwardVersionPredictsEveryForward) {
+  for (const auto& replicas : std::vector<std::vector<int>>{{1, 1, 1, 1}, {2, 1, 1}, {7, 1}, {3, 2, 2, 1}, {1, 3}})
+    for (WeightPolicy policy : {WeightPolicy::Stash, WeightPolicy::Vertical}) {
+      ScheduleOptions o;
+      o.policy = policy;
+      o.minibatches = 23;
+      Schedule s(testing::make_plan(replicas), o);
+      for (int r = 0; r < s.workers(); ++r) {
+        ActionCursor probe = s.cursor(r);
+        int64_t local = 0;
+        for (const Action& a : s.actions(r))
+          if (a.kind == ActionKind::Forward)
+            EXPECT_EQ(probe.forward_version(local++), a.weight_version)
+                << "rank " << r << " minibatch " << a.minibatch << " policy " << to_string(policy);
+        EXPECT_GT(local, 0);
+      }
+    }
+}
+
+}  // namespace
+}  // namespace pd
