@@ -1,6 +1,7 @@
 // `pipedream simulate`: replay a plan's schedule on its costs and report
 // throughput, bubbles and memory (DESIGN.md §7).
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <memory>
 
@@ -60,8 +61,10 @@ void run_simulate(const SimulateArgs& a) {
   if (plan.profile.batch_size <= 0)
     std::cout << "(the plan's profile records no batch size, so throughput is unknown; pass --batch-size)\n";
   if (!plan.stages.empty() && plan.time_per_minibatch_s > 0 && !is_flush(opt.schedule.kind))
-    std::cout << "planner's prediction: " << plan.time_per_minibatch_s << " s per minibatch ("
-              << (rep.time_per_minibatch_s / plan.time_per_minibatch_s - 1) * 100 << "% difference)\n";
+    std::cout << "planner's prediction: " << plan.time_per_minibatch_s << " s per minibatch (simulated "
+              << std::showpos << std::fixed << std::setprecision(2)
+              << (rep.time_per_minibatch_s / plan.time_per_minibatch_s - 1) * 100 << std::noshowpos
+              << std::defaultfloat << "%)\n";
   if (opt.stashed_bytes.empty())
     std::cout << "(stashed bytes per minibatch estimated by each stage's output; pass --profile for exact sizes)\n";
   if (!a.trace.empty()) std::cout << "trace written to " << a.trace << " (open in https://ui.perfetto.dev)\n";

@@ -57,18 +57,46 @@ nlohmann::json report_to_json(const SimulationReport& rep) {
           {"workers", workers}};
 }
 
+namespace {
+
+std::string percent(double fraction) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(1) << 100.0 * fraction << "%";
+  return os.str();
+}
+
+// 1536 -> "1.5 KiB": stashed bytes span bytes to gigabytes across plans.
+std::string bytes_text(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(u == 0 ? 0 : 1) << v << " " << units[u];
+  return os.str();
+}
+
+}  // namespace
+
 std::string format_report(const SimulationReport& rep) {
   std::ostringstream os;
   os << std::setprecision(4);
-  os << "schedule " << rep.schedule << ", " << rep.minibatches << " minibatches, makespan " << rep.makespan_s
-     << " s\n"
-     << "time per minibatch (steady state): " << rep.time_per_minibatch_s << " s, throughput "
-     << rep.throughput_samples_per_s << " samples/s\n"
-     << "rank  stage  busy    bubble  in-flight  stashed-bytes  weight-versions\n";
+  os << "schedule " << rep.schedule << ", " << rep.minibatches << (rep.schedule == "1f1b-rr" ? " minibatches" : " batches")
+     << ", makespan " << rep.makespan_s << " s\n"
+     << "time per " << (rep.schedule == "1f1b-rr" ? "minibatch" : "batch")
+     << " (steady state): " << rep.time_per_minibatch_s << " s, throughput ";
+  if (rep.throughput_samples_per_s > 0) os << rep.throughput_samples_per_s << " samples/s\n";
+  else os << "unknown\n";
+  os << std::right << std::setw(6) << "rank" << std::setw(7) << "stage" << std::setw(8) << "busy" << std::setw(8)
+     << "bubble" << std::setw(11) << "in-flight" << std::setw(13) << "stashed" << std::setw(10) << "versions"
+     << "\n";
   for (const auto& w : rep.workers)
-    os << std::left << std::setw(6) << w.rank << std::setw(7) << w.stage << std::setw(8) << w.busy_fraction
-       << std::setw(8) << w.bubble_fraction << std::setw(11) << w.peak_in_flight << std::setw(15)
-       << w.peak_activation_bytes << w.peak_weight_versions << "\n";
+    os << std::setw(6) << w.rank << std::setw(7) << w.stage << std::setw(8) << percent(w.busy_fraction)
+       << std::setw(8) << percent(w.bubble_fraction) << std::setw(11) << w.peak_in_flight << std::setw(13)
+       << bytes_text(w.peak_activation_bytes) << std::setw(10) << w.peak_weight_versions << "\n";
   return os.str();
 }
 
