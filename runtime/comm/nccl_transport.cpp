@@ -103,7 +103,9 @@ class ReduceState final : public RequestState {
       : tr_(tr), api_(api), comm_(comm), event_(event), keep_(std::move(keep)) {}
   ~ReduceState() override { api_of(api_).event_release(event_); }
   bool test() override {
-    if (!done_ && api_of(api_).event_done(comm_, event_)) {
+    if (done_) return true;
+    tr_.progress();  // a peer's send to us must not wait while we wait for the replicas
+    if (api_of(api_).event_done(comm_, event_)) {
       done_ = true;
       keep_.clear();
     }

@@ -103,6 +103,30 @@ void expect_bitwise(const NamedTensors& got, const NamedTensors& want) {
   }
 }
 
+// Host tensors pass through the staged transport untouched (runs everywhere).
+TEST(StagedTransport, HostTensorsPassThrough) {
+  StagedTransport t(transport());
+  ASSERT_EQ(t.world_size(), 2);
+  const int peer = 1 - t.rank();
+  Tensor mine = Tensor::from_floats({1.5f + t.rank(), -2.0f}, {2});
+  Request s = t.isend(mine, peer, 5, 40 + t.rank());
+  Request any = t.irecv_any(peer, 5);
+  any.wait();
+  s.wait();
+  EXPECT_EQ(any.tensor().to_floats(), (std::vector<float>{1.5f + peer, -2.0f}));
+  EXPECT_EQ(any.meta(), 40 + peer);
+  Tensor into = Tensor::zeros({2});
+  Request s2 = t.isend(mine, peer, 6);
+  Request r2 = t.irecv(into, peer, 6);
+  r2.wait();
+  s2.wait();
+  EXPECT_EQ(into.to_floats(), (std::vector<float>{1.5f + peer, -2.0f}));
+  Tensor sum = Tensor::from_floats({float(t.rank()), 1.0f}, {2});
+  t.all_reduce(*t.world_group(), {sum}, ReduceOp::Sum);
+  EXPECT_EQ(sum.to_floats(), (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(t.name(), "staged-mpi");
+}
+
 TEST(GpuPipeline, StagedTwoStagesOnOneGpuMatchReferenceBitwise) {
   PD_REQUIRE_GPUS(1);
   auto r = cnn_run(make_plan({{0, 4}, {5, 9}}, {1, 1}), scratch("staged_straight"));
