@@ -74,11 +74,13 @@ fi
 bin="$build/bin"
 
 # 1. GPU tests: kernels/layers/optimizers vs CPU, cnn step, CLI on the GPU.
-step test_gpu "$build/tests/test_gpu" --gtest_output="json:$out/test_gpu.json"
-grep -E '^\[  (PASSED|SKIPPED|FAILED) ' "$out/logs/test_gpu.log" | sed 's/^/# /'
+step test_gpu "$build/tests/test_gpu" --gtest_color=no --gtest_output="json:$out/test_gpu.json"
+summarise_gtest() { grep -E '^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]+ test' "$1" | sed 's/^/# /'; }
+summarise_gtest "$out/logs/test_gpu.log"
 # 2. Pipelines under mpirun: staged (bitwise vs --reference), cnn step vs
 #    CPU, NCCL (skips with one GPU: NCCL refuses two ranks on one GPU).
-step test_gpu_pipeline "${mpirun_cmd[@]}" -np 2 "$build/tests/test_gpu_pipeline"
+step test_gpu_pipeline "${mpirun_cmd[@]}" -np 2 "$build/tests/test_gpu_pipeline" --gtest_color=no
+summarise_gtest "$out/logs/test_gpu_pipeline.log"
 # 3. The CLI end to end on the GPU: train, and a 2-rank staged run against
 #    its --reference (weights must be identical files' tensors).
 data=(--data synthetic)
@@ -121,6 +123,20 @@ if "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else
 else
   emit '{"check": "torch_peer", "skipped": "this python has no PyTorch with CUDA"}'
 fi
+
+# pipedream / PyTorch per (workload, batch): the issue's goal is ratio >= 0.9.
+"$python" - "$jsonl" <<'PY' | tee -a "$jsonl"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+pd = {(l["workload"], l["batch"]): l for l in lines if l.get("suite") == "core"}
+pt = {(l["workload"], l["batch"]): l for l in lines if l.get("suite") == "torch-peer"}
+for key in sorted(pd.keys() & pt.keys()):
+    a, b = pd[key]["samples_per_s"], pt[key]["samples_per_s"]
+    print(json.dumps({"compare": key[0], "batch": key[1], "device": pd[key]["device"],
+                      "pipedream_samples_per_s": a, "torch_samples_per_s": b, "ratio": a / b,
+                      "pipedream_median_step_ms": pd[key]["median_step_ms"],
+                      "torch_median_step_ms": pt[key]["median_step_ms"]}))
+PY
 
 # 5. Communication: staged (2 ranks share a GPU if there is one), NCCL with 2+ GPUs.
 bench_step bench_comm_staged "${mpirun_cmd[@]}" -np 2 "$bin/pipedream" bench-comm --transport staged --jsonl -
