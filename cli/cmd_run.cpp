@@ -251,9 +251,11 @@ void run_command(const RunArgs& a) {
       throw UserError("--plan auto profiles and plans before it starts the workers: run it without mpirun, "
                       "or plan first and give --plan plan.json");
     if (a.workers < 1) throw UserError("--plan auto needs --workers N");
-    std::fprintf(stderr, "profiling %s (batch %lld, %d thread%s per worker)...\n", model.name.c_str(),
-                 static_cast<long long>(a.batch), a.threads, a.threads > 1 ? "s" : "");
-    const Profile profile = measure_layer_profile(model, a.batch, a.threads, a.optimizer);
+    const Device device = Device::parse(a.device);
+    std::fprintf(stderr, "profiling %s (batch %lld, %s)...\n", model.name.c_str(), static_cast<long long>(a.batch),
+                 device.is_cpu() ? cat(a.threads, " thread", a.threads > 1 ? "s" : "", " per worker").c_str()
+                                 : device.str().c_str());
+    const Profile profile = measure_layer_profile(model, a.batch, a.threads, a.optimizer, device);
     plan = plan_for_workers(profile, a.workers, a.straight);
     plan_path = a.plan_out;
     write_plan(plan, plan_path);
