@@ -33,7 +33,10 @@ constexpr size_t kUuidBytes = 64;
 // Header: tag, meta, kind, dtype, ndim, then up to kMaxDims dimensions.
 constexpr int kMaxDims = 11;
 constexpr int64_t kHeaderWords = 5 + kMaxDims;
-enum PayloadKind : int64_t { kDevicePayload = 0, kHostPayload = 1 };
+// kClose ends a link: the last header, sent when the transport is destroyed,
+// so that the receiver's posted header receive is matched (it would
+// otherwise steal a header of a later transport on the same MPI transport).
+enum PayloadKind : int64_t { kDevicePayload = 0, kHostPayload = 1, kClose = 2 };
 
 const CudaNcclApi& api_of(const void* p) { return *static_cast<const CudaNcclApi*>(p); }
 
@@ -277,8 +280,22 @@ NcclTransport::~NcclTransport() {
   if (std::uncaught_exceptions() > 0) {
     abort_communicators();
   } else {
-    // Let queued transfers finish before the communicators go away.
     try {
+      // Close every link (both ends destroy their transports at the end of a run).
+      Tensor close = Tensor::zeros({kHeaderWords}, DType::I64);
+      close.data<int64_t>()[2] = kClose;
+      std::vector<Request> closes;
+      for (const auto& [peer, comm] : send_links_) closes.push_back(control_.isend(close, peer, control_.max_tag()));
+      wait_all(closes);
+      wait_until(
+          [&] {
+            progress();
+            for (const auto& [peer, in] : recv_links_)
+              if (!in.closed) return false;
+            return true;
+          },
+          timeout(), rank(), "for the peers to close their NCCL links at shutdown");
+      // Let queued transfers finish before the communicators go away.
       for (void* c : comms_) {
         void* ev = api.record_event(c);
         wait_until([&] { return api.event_done(c, ev); }, timeout(), rank(), "finishing NCCL transfers at shutdown");
@@ -362,12 +379,17 @@ void NcclTransport::deliver(int peer, int tag, std::shared_ptr<Arrival> a) {
 void NcclTransport::progress() {
   const CudaNcclApi& api = api_of(api_);
   for (auto& [peer, in] : recv_links_) {
-    while (in.header.test()) {
+    while (!in.closed && in.header.test()) {
       const Tensor header = in.header.tensor();
-      in.header = control_.irecv_any(peer, control_.max_tag());
       PD_CHECK(header.dtype() == DType::I64 && header.numel() == kHeaderWords, "malformed NCCL message header from rank ",
                peer);
       const int64_t* h = header.data<int64_t>();
+      if (h[2] == kClose) {
+        in.closed = true;
+        in.header = Request{};
+        break;
+      }
+      in.header = control_.irecv_any(peer, control_.max_tag());
       auto a = std::make_shared<Arrival>();
       a->api = api_;
       a->comm = in.comm;

@@ -64,8 +64,10 @@ class NcclTransport final : public Transport {
   // when NCCL is unavailable (no CUDA build, plugin built without NCCL) or
   // two ranks of a link or group share a GPU.
   NcclTransport(MpiTransport& control, Device device, const NcclLinks& links);
-  // Waits (up to the timeout) for queued NCCL work and destroys the
-  // communicators; during exception unwinding aborts them instead.
+  // Collective with the linked peers: closes every link (a last header, so
+  // no header receive stays posted on the MPI transport), waits (up to the
+  // timeout) for queued NCCL work and destroys the communicators. During
+  // exception unwinding it aborts them instead.
   ~NcclTransport() override;
 
   int rank() const override { return control_.rank(); }
@@ -110,6 +112,7 @@ class NcclTransport final : public Transport {
   struct Incoming {
     void* comm = nullptr;
     Request header;  // the posted header receive
+    bool closed = false;  // the peer's transport is gone
   };
   std::map<int, Incoming> recv_links_;  // from peer
   std::map<std::vector<int>, void*> group_comms_;
