@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "runtime/comm/nccl_transport.h"
+#include "runtime/comm/staged_transport.h"
 #include "runtime/pipeline_worker.h"
 #include "runtime/reference.h"
 #include "tests/integration/comm_mpi/mpi_test_main.h"
@@ -162,6 +163,28 @@ TEST(NcclProtocol, TwoRanksOnOneGpuAreRefusedNamingThem) {
     EXPECT_NE(std::string(e.what()).find("ranks 0 and 1 use the same GPU (GPU-shared)"), std::string::npos) << e.what();
   }
   unsetenv("PD_FAKE_GPU_UUID");
+}
+
+// The staged transport's device paths, with the fake plugin's "device" tensors.
+TEST(StagedTransportOnFakeGpu, DeviceTensorsGoThroughTheHostAndBack) {
+  StagedTransport t(transport());
+  const int peer = 1 - t.rank();
+  Request s = t.isend(device_floats({1.0f + t.rank(), 2.0f}, {2}), peer, 11, 5);
+  Tensor into = Tensor::zeros({2}, DType::F32, gpu());
+  Request r = t.irecv(into, peer, 11);
+  r.wait();
+  s.wait();
+  EXPECT_TRUE(r.tensor().same_storage(into));
+  EXPECT_EQ(into.to_floats(), (std::vector<float>{1.0f + peer, 2.0f}));
+  EXPECT_EQ(r.meta(), 5);
+  // A bucket mixing device and host tensors, reduced in rank order on the host.
+  Tensor d = device_floats({0.5f * float(t.rank() + 1), 3.0f}, {2});
+  Tensor h = Tensor::from_floats({float(t.rank())}, {1});
+  Request ar = t.iall_reduce(*t.world_group(), {d, h}, ReduceOp::Sum);
+  ar.wait();
+  EXPECT_TRUE(d.device().is_cuda());
+  EXPECT_EQ(d.to_floats(), (std::vector<float>{1.5f, 6.0f}));
+  EXPECT_EQ(h.to_floats(), (std::vector<float>{1.0f}));
 }
 
 TEST(NcclProtocol, PipelineOverLinksMatchesTheReference) {
