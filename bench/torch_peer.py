@@ -7,6 +7,11 @@ backward, SGD lr 0.01 momentum 0.9) on synthetic data of the same shapes,
 same statistic (median of the timed steps after warm-up). Prints the same
 JSON lines with "suite": "torch-peer". A benchmark peer, not a dependency:
 run it with Debian's python3-torch (/usr/bin/python3).
+
+--device cuda runs the same step on the GPU (a PyTorch built with CUDA)
+and synchronises before each clock read, as `pipedream-bench core --device
+cuda` does; TF32 is off for both matmuls and cuDNN convolutions, matching
+pipedream's FP32 default. --batch overrides every workload's batch size.
 """
 import argparse
 import json
@@ -18,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-WORKLOADS = {"mlp": 128, "cnn": 64, "vgg-mini": 32, "gpt-mini": 8}
+WORKLOADS = {"mlp": 128, "cnn": 64, "vgg-mini": 32, "gpt-mini": 8, "resnet50": 64}
 
 
 def mlp():
@@ -47,6 +52,36 @@ def vgg_mini():
     return nn.Sequential(*layers), (3, 32, 32)
 
 
+class Bottleneck(nn.Module):
+    """torchvision's ResNet v1.5 bottleneck (stride on the 3x3 conv), as pipedream's resnet_bottleneck_block."""
+
+    def __init__(self, c_in, mid, stride):
+        super().__init__()
+        c_out = mid * 4
+        self.main = nn.Sequential(nn.Conv2d(c_in, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU(),
+                                  nn.Conv2d(mid, mid, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(mid),
+                                  nn.ReLU(), nn.Conv2d(mid, c_out, 1, bias=False), nn.BatchNorm2d(c_out))
+        self.shortcut = nn.Identity()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x):
+        return F.relu(self.main(x) + self.shortcut(x))
+
+
+def resnet50():
+    layers = [nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+              nn.MaxPool2d(3, stride=2, padding=1)]
+    c_in = 64
+    for s, blocks in enumerate([3, 4, 6, 3]):
+        mid = 64 << s
+        for b in range(blocks):
+            layers.append(Bottleneck(c_in, mid, 2 if (s > 0 and b == 0) else 1))
+            c_in = mid * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, 1000)]
+    return nn.Sequential(*layers), (3, 224, 224)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, dim, heads):
         super().__init__()
@@ -60,7 +95,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, hd).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(b, t, d)
         return self.proj(y)
@@ -93,7 +128,7 @@ class Gpt(nn.Module):
 
     def forward(self, tokens):
         t = tokens.shape[1]
-        x = self.token(tokens) + self.position(torch.arange(t))
+        x = self.token(tokens) + self.position(torch.arange(t, device=tokens.device))
         return self.head(self.ln_f(self.blocks(x)))
 
 
@@ -104,6 +139,8 @@ def build(name):
         return cnn()
     if name == "vgg-mini":
         return vgg_mini()
+    if name == "resnet50":
+        return resnet50()
     return Gpt(), (128,)
 
 
@@ -114,34 +151,42 @@ def median(v):
 
 def run(name, batch, args):
     torch.manual_seed(args.seed)
+    dev = torch.device(args.device)
     model, sample_shape = build(name)
+    model = model.to(dev)
     params = sum(p.numel() for p in model.parameters())
     if name == "gpt-mini":
-        inputs = torch.randint(0, 256, (batch,) + sample_shape)
-        labels = torch.randint(0, 256, (batch,) + sample_shape)
         classes = 256
+        inputs = torch.randint(0, classes, (batch,) + sample_shape)
+        labels = torch.randint(0, classes, (batch,) + sample_shape)
     else:
+        classes = 1000 if name == "resnet50" else 10
         inputs = torch.randn((batch,) + sample_shape)
-        labels = torch.randint(0, 10, (batch,))
-        classes = 10
+        labels = torch.randint(0, classes, (batch,))
+    # Inputs live on the device (as in pipedream-bench core); labels come
+    # from the host every step, as a data loader delivers them.
+    inputs = inputs.to(dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model.train()
     times, cpu_times = [], []
     loss = None
     for s in range(args.warmup + args.steps):
+        sync()
         c0, t0 = time.process_time(), time.perf_counter()
         opt.zero_grad()
         logits = model(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, classes), labels.reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, classes), labels.to(dev, non_blocking=False).reshape(-1))
         loss.backward()
         opt.step()
+        sync()
         t1, c1 = time.perf_counter(), time.process_time()
         if s >= args.warmup:
             times.append((t1 - t0) * 1000.0)
             cpu_times.append((c1 - c0) * 1000.0)
     med = median(times)
     return {"suite": "torch-peer", "workload": name, "batch": batch, "threads": torch.get_num_threads(),
-            "device": "cpu", "parameters": params, "warmup": args.warmup, "steps": args.steps,
+            "device": args.device, "parameters": params, "warmup": args.warmup, "steps": args.steps,
             "median_step_ms": med, "min_step_ms": min(times),
             "median_step_cpu_ms": median(cpu_times), "samples_per_s": batch * 1000.0 / med,
             "final_loss": float(loss), "torch": torch.__version__}
@@ -155,9 +200,21 @@ def main():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--batch", type=int, default=0, help="batch size for every workload (default: each one's own)")
     args = p.parse_args()
-    if args.device != "cpu":
-        print(f"error: --device {args.device}: the peer compares CPU speed only", file=sys.stderr)
+    if args.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            print(f"error: --device {args.device}: this PyTorch ({torch.__version__}) has no usable CUDA "
+                  "(built without it, or no GPU visible)", file=sys.stderr)
+            return 2
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = False
+    elif args.device != "cpu":
+        print(f"error: --device {args.device}: use cpu, cuda or cuda:N", file=sys.stderr)
+        return 2
+    if args.batch < 0:
+        print("error: --batch must be positive (or 0 for each workload's own)", file=sys.stderr)
         return 2
     if args.threads < 1 or args.steps < 1 or args.warmup < 0:
         print("error: --threads and --steps must be at least 1, --warmup not negative", file=sys.stderr)
@@ -169,7 +226,7 @@ def main():
             return 2
     torch.set_num_threads(args.threads)
     for w in names:
-        print(json.dumps(run(w, WORKLOADS[w], args)), flush=True)
+        print(json.dumps(run(w, args.batch or WORKLOADS[w], args)), flush=True)
     return 0
 
 

@@ -2,6 +2,12 @@
 // (point-to-point latency/bandwidth between every pair of ranks, all-reduce
 // time per size and group size) and writes a topology file for the planner
 // (DESIGN.md §4/§5). Runs under mpirun; rank 0 reports.
+//
+// --transport picks what is measured: mpi (host tensors, the CPU runtime's
+// transport), staged (GPU tensors through host memory, what `run --device
+// cuda` uses by default) or nccl (GPU tensors device to device, `run
+// --transport nccl`). The GPU transports put every buffer on the rank's GPU
+// (local rank modulo the visible GPUs) and need one GPU per rank for nccl.
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,7 +23,10 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/cuda_plugin.h"
 #include "runtime/comm/mpi_transport.h"
+#include "runtime/comm/nccl_transport.h"
+#include "runtime/comm/staged_transport.h"
 
 namespace pd::cli {
 namespace {
@@ -33,6 +42,7 @@ struct BenchCommOptions {
   std::string jsonl_path;
   std::string worker_memory;
   double timeout_s = 60;
+  std::string transport = "mpi";
 };
 
 // Sizes as the planner spells them: 4096, 4KB (10^3), 4KiB (2^10).
@@ -91,8 +101,8 @@ struct AllReduceResult {
 
 // Half a round trip of a one-float tensor (header + payload messages, as
 // every runtime transfer).
-double measure_latency_us(Transport& tr, int a, int b, int iters) {
-  Tensor x = Tensor::zeros({1});
+double measure_latency_us(Transport& tr, Device dev, int a, int b, int iters) {
+  Tensor x = Tensor::zeros({1}, DType::F32, dev);
   const int peer = tr.rank() == a ? b : a;
   auto round = [&] {
     if (tr.rank() == a) {
@@ -110,13 +120,13 @@ double measure_latency_us(Transport& tr, int a, int b, int iters) {
 }
 
 // a streams `bytes`-sized tensors to b, a few in flight, then b acknowledges.
-double measure_bandwidth_GBps(Transport& tr, int a, int b, size_t bytes) {
+double measure_bandwidth_GBps(Transport& tr, Device dev, int a, int b, size_t bytes) {
   const int64_t n = static_cast<int64_t>(std::max<size_t>(bytes / 4, 1));
   const int reps = static_cast<int>(std::clamp<size_t>((256u << 20) / (n * 4), 4, 200));
   constexpr int kWindow = 4;
   std::vector<Tensor> bufs;
-  for (int k = 0; k < kWindow; ++k) bufs.push_back(Tensor::zeros({n}));
-  Tensor ack = Tensor::zeros({1});
+  for (int k = 0; k < kWindow; ++k) bufs.push_back(Tensor::zeros({n}, DType::F32, dev));
+  Tensor ack = Tensor::zeros({1}, DType::F32, dev);
   auto stream = [&](int count) {
     std::vector<Request> inflight;
     for (int i = 0; i < count; ++i) {
@@ -139,10 +149,10 @@ double measure_bandwidth_GBps(Transport& tr, int a, int b, size_t bytes) {
   return static_cast<double>(n) * 4 * reps / seconds_since(t0) / 1e9;
 }
 
-double measure_allreduce_s(Transport& tr, CommGroup& g, size_t bytes) {
+double measure_allreduce_s(Transport& tr, Device dev, CommGroup& g, size_t bytes) {
   const int64_t n = static_cast<int64_t>(std::max<size_t>(bytes / 4, 1));
   const int iters = static_cast<int>(std::clamp<size_t>((64u << 20) / (n * 4), 3, 50));
-  Tensor x = Tensor::zeros({n});
+  Tensor x = Tensor::zeros({n}, DType::F32, dev);
   tr.all_reduce(g, {x}, ReduceOp::Sum);  // warm-up
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
@@ -193,8 +203,9 @@ json make_topology(Transport& tr, const std::vector<PairResult>& pairs, uint64_t
   return {{"levels", levels}, {"worker_memory_bytes", worker_memory}};
 }
 
-void print_tables(const std::vector<PairResult>& pairs, const std::vector<AllReduceResult>& ars) {
-  printf("point to point (transport: mpi, tensors with header)\n");
+void print_tables(const std::vector<PairResult>& pairs, const std::vector<AllReduceResult>& ars,
+                  const std::string& transport) {
+  printf("point to point (transport: %s, tensors with header)\n", transport.c_str());
   printf("%6s %6s %6s %12s", "src", "dst", "host", "latency_us");
   if (!pairs.empty())
     for (auto& [bytes, bw] : pairs[0].bandwidth) printf(" %13s", (human(bytes) + " GB/s").c_str());
@@ -204,7 +215,7 @@ void print_tables(const std::vector<PairResult>& pairs, const std::vector<AllRed
     for (auto& [bytes, bw] : p.bandwidth) printf(" %13.2f", bw);
     printf("\n");
   }
-  printf("\nall-reduce (deterministic, rank-order sum)\n");
+  printf(transport == "nccl" ? "\nall-reduce (NCCL sum)\n" : "\nall-reduce (deterministic, rank-order sum)\n");
   printf("%6s %10s %10s %12s %12s\n", "ranks", "size", "time_ms", "algbw_GB/s", "busbw_GB/s");
   for (auto& r : ars)
     printf("%6d %10s %10.3f %12.2f %12.2f\n", r.group_size, human(r.bytes).c_str(), r.time_s * 1e3,
@@ -212,7 +223,34 @@ void print_tables(const std::vector<PairResult>& pairs, const std::vector<AllRed
   fflush(stdout);
 }
 
+// The GPU transports need a GPU before MPI starts: refuse early, exit 2.
+void check_transport(const BenchCommOptions& o) {
+  if (o.transport != "mpi" && o.transport != "staged" && o.transport != "nccl")
+    throw UserError(cat("--transport ", o.transport, ": use mpi (host memory), staged (GPU memory through the host) or "
+                        "nccl (GPU to GPU)"));
+  if (o.transport == "mpi") return;
+  try {
+    require_compute_device("cuda");
+  } catch (const UserError& e) {
+    throw UserError(cat("--transport ", o.transport, " measures GPU tensors: ", e.what()));
+  }
+  if (o.transport == "nccl") {
+    const CudaNcclApi* nccl = cuda_plugin()->nccl();
+    if (!nccl || !nccl->available())
+      throw UserError("--transport nccl: this CUDA backend was built without NCCL; use --transport staged");
+  }
+}
+
+// All-reduce groups of bench-comm: the first g ranks, g = 2, 4, 8, ... and the world.
+std::set<int> group_sizes(int world) {
+  std::set<int> sizes;
+  for (int g = 2; g <= world; g *= 2) sizes.insert(g);
+  sizes.insert(world);
+  return sizes;
+}
+
 void run_bench_comm(const BenchCommOptions& o) {
+  check_transport(o);
   if (!launched_under_mpi())
     throw UserError("bench-comm measures communication between ranks: run it under MPI, e.g. "
                     "`mpirun -np 4 pipedream bench-comm -o topology.json`");
@@ -229,9 +267,23 @@ void run_bench_comm(const BenchCommOptions& o) {
     if (!*jsonl_file) throw UserError(cat("cannot write --jsonl file '", o.jsonl_path, "'"));
   }
 
-  MpiTransport tr(o.timeout_s);
-  const int world = tr.world_size(), me = tr.rank();
+  MpiTransport mpi(o.timeout_s);
+  const int world = mpi.world_size(), me = mpi.rank();
   if (world < 2) throw UserError("bench-comm needs at least 2 ranks (mpirun -np 2 or more)");
+  const Device dev = o.transport == "mpi" ? Device::cpu() : open_compute_device("cuda");
+  std::unique_ptr<Transport> gpu;
+  if (o.transport == "staged") gpu = std::make_unique<StagedTransport>(mpi);
+  if (o.transport == "nccl") {
+    NcclLinks links = NcclLinks::all_pairs(world);
+    links.groups.clear();
+    for (int g : group_sizes(world)) {
+      std::vector<int> members(g);
+      for (int i = 0; i < g; ++i) members[i] = i;
+      links.groups.push_back(members);
+    }
+    gpu = std::make_unique<NcclTransport>(mpi, dev, links);
+  }
+  Transport& tr = gpu ? *gpu : static_cast<Transport&>(mpi);
   const bool report = me == 0;
   auto emit = [&](const json& j) {
     if (!report) return;
@@ -246,8 +298,8 @@ void run_bench_comm(const BenchCommOptions& o) {
       tr.barrier();
       PairResult p{a, b, tr.host_of(a) == tr.host_of(b)};
       if (me == a || me == b) {
-        p.latency_us = measure_latency_us(tr, a, b, o.latency_iters);
-        for (size_t bytes : p2p_sizes) p.bandwidth.push_back({bytes, measure_bandwidth_GBps(tr, a, b, bytes)});
+        p.latency_us = measure_latency_us(tr, dev, a, b, o.latency_iters);
+        for (size_t bytes : p2p_sizes) p.bandwidth.push_back({bytes, measure_bandwidth_GBps(tr, dev, a, b, bytes)});
       }
       // Rank a's figures go to rank 0.
       if (a != 0 && me == a) {
@@ -264,28 +316,25 @@ void run_bench_comm(const BenchCommOptions& o) {
       if (report) {
         pairs.push_back(p);
         for (auto& [bytes, bw] : p.bandwidth)
-          emit({{"kind", "p2p"}, {"src", a}, {"dst", b}, {"same_host", p.same_host}, {"bytes", bytes},
+          emit({{"kind", "p2p"}, {"transport", o.transport}, {"src", a}, {"dst", b}, {"same_host", p.same_host}, {"bytes", bytes},
                 {"latency_us", p.latency_us}, {"bandwidth_GBps", bw}});
       }
     }
   }
 
   // All-reduce over the first g ranks for g = 2, 4, 8, ... and the world.
-  std::set<int> group_sizes;
-  for (int g = 2; g <= world; g *= 2) group_sizes.insert(g);
-  group_sizes.insert(world);
   std::vector<AllReduceResult> ars;
-  for (int g : group_sizes) {
+  for (int g : group_sizes(world)) {
     std::vector<int> members(g);
     for (int i = 0; i < g; ++i) members[i] = i;
     std::shared_ptr<CommGroup> group = me < g ? tr.make_group(members) : nullptr;
     for (size_t bytes : ar_sizes) {
       tr.barrier();
       if (!group) continue;
-      AllReduceResult r{g, bytes, measure_allreduce_s(tr, *group, bytes)};
+      AllReduceResult r{g, bytes, measure_allreduce_s(tr, dev, *group, bytes)};
       if (report) {
         ars.push_back(r);
-        emit({{"kind", "allreduce"}, {"group_size", g}, {"bytes", bytes}, {"time_ms", r.time_s * 1e3},
+        emit({{"kind", "allreduce"}, {"transport", o.transport}, {"group_size", g}, {"bytes", bytes}, {"time_ms", r.time_s * 1e3},
               {"algbw_GBps", r.algbw_GBps()}, {"busbw_GBps", r.busbw_GBps()}});
       }
     }
@@ -312,7 +361,7 @@ void run_bench_comm(const BenchCommOptions& o) {
   tr.barrier();
 
   if (!report) return;
-  print_tables(pairs, ars);
+  print_tables(pairs, ars, o.transport);
   json topo = make_topology(tr, pairs, worker_memory);
   emit({{"kind", "topology"}, {"topology", topo}});
   printf("\ntopology (median over pairs of the %s bandwidth): %s\n",
@@ -351,6 +400,9 @@ void add_bench_comm_command(CLI::App& app) {
   cmd->add_option("--worker-memory", opts->worker_memory,
                   "Memory per worker to record in the topology (default: host memory / ranks on the host)");
   cmd->add_option("--timeout", opts->timeout_s, "Seconds a rank waits for a peer before failing")
+      ->capture_default_str();
+  cmd->add_option("--transport", opts->transport,
+                  "mpi (host tensors) | staged (GPU tensors through host memory) | nccl (GPU to GPU, one GPU per rank)")
       ->capture_default_str();
   cmd->callback([opts] { run_bench_comm(*opts); });
 }

@@ -12,7 +12,10 @@
 #include "core/safetensors.h"
 #include "runtime/auto_plan.h"
 #include "runtime/checkpoint.h"
+#include "core/cuda_plugin.h"
 #include "runtime/comm/mpi_transport.h"
+#include "runtime/comm/nccl_transport.h"
+#include "runtime/comm/staged_transport.h"
 #include "runtime/launcher.h"
 #include "runtime/local_transport.h"
 #include "runtime/metrics.h"
@@ -41,6 +44,8 @@ struct RunArgs {
   std::string metrics, save, trace, checkpoint_dir, resume;
   int64_t checkpoint_every = 0, log_every = 10, eval_every = 0, eval_batch = 500;
   bool evaluate = true, reference = false, progress = false, straight = false;
+  std::string device = "cpu", transport = "staged";
+  bool deterministic = false;
 };
 
 // Every way the plan can disagree with the model, as a UserError.
@@ -114,6 +119,14 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   validate(s.lr);
   if (a.threads < 1) throw UserError(cat("--threads-per-worker must be >= 1, got ", a.threads));
   s.threads = a.threads;
+  s.device = Device::parse(a.device);
+  if (a.transport != "staged" && a.transport != "nccl")
+    throw UserError(cat("--transport ", a.transport, ": use staged (host-staged MPI, bitwise equal to --reference) or nccl"));
+  if (a.transport == "nccl" && s.device.is_cpu())
+    throw UserError("--transport nccl carries GPU tensors: use it with --device cuda (CPU runs always use MPI)");
+  if (a.transport == "nccl" && a.reference)
+    throw UserError("--reference runs every worker in one process: --transport nccl does not apply");
+  s.transport = a.transport;
   if (!(a.timeout > 0)) throw UserError(cat("--timeout must be positive, got ", a.timeout));
   s.timeout_s = a.timeout;
   s.evaluate = a.evaluate;
@@ -164,6 +177,9 @@ void print_plan(const Plan& p, const Model& m) {
 // --reference: all workers here, in a valid global order.
 void run_reference(const RunSpec& spec, const Model& model, const DataSplits& data) {
   cpu::set_compute_threads(spec.threads);
+  if (spec.device.is_cuda())
+    std::fprintf(stderr, "reference on %s: every worker in this process, messages staged through the host\n",
+                 spec.device.str().c_str());
   MetricsWriter metrics(spec.metrics);
   ProgressBar bar(spec.steps(), spec.progress_bar || ProgressBar::stderr_is_terminal());
   RunReporter report(metrics, &bar, spec.steps(), spec.steps_per_epoch(data.train->size()),
@@ -176,7 +192,7 @@ void run_reference(const RunSpec& spec, const Model& model, const DataSplits& da
               static_cast<long long>(spec.steps()), spec.plan.config.c_str(), to_string(spec.schedule.kind).c_str(),
               to_string(spec.schedule.policy).c_str(), report.seconds());
   if (spec.evaluate && data.test) {
-    ParameterStore w = ParameterStore::create(model, spec.seed);
+    ParameterStore w = ParameterStore::create(model, spec.seed, spec.device);
     w.load(merged, "the reference run");
     const EvalResult e = evaluate(model, w, *data.test, spec.eval_batch);
     metrics.eval(spec.steps_per_epoch(data.train->size()) > 0 ? (spec.steps() - 1) / spec.steps_per_epoch(data.train->size()) : 0,
@@ -191,8 +207,42 @@ void run_reference(const RunSpec& spec, const Model& model, const DataSplits& da
   }
 }
 
+// The links a pipeline uses, for NCCL: every pair of ranks of adjacent
+// stages in both directions, and each replicated stage's group.
+NcclLinks pipeline_links(const Plan& plan) {
+  NcclLinks l;
+  for (size_t s = 0; s + 1 < plan.stages.size(); ++s)
+    for (int a : plan.stages[s].ranks)
+      for (int b : plan.stages[s + 1].ranks) {
+        l.p2p.emplace_back(a, b);
+        l.p2p.emplace_back(b, a);
+      }
+  for (const PlanStage& s : plan.stages)
+    if (s.ranks.size() > 1) l.groups.push_back(s.ranks);
+  return l;
+}
+
+// One MPI worker: on a GPU, device tensors travel staged through the host
+// (default, bitwise equal to --reference) or over NCCL.
+void run_mpi_worker(RunSpec& spec, const RunArgs& a, const Model& model, const DataSplits& data) {
+  MpiTransport t(spec.timeout_s);
+  if (spec.device.is_cpu()) {
+    run_pipeline_worker(spec, model, data, t);
+    return;
+  }
+  spec.device = open_compute_device(a.device, a.deterministic);
+  if (spec.transport == "nccl") {
+    NcclTransport nccl(t, spec.device, pipeline_links(spec.plan));
+    run_pipeline_worker(spec, model, data, nccl);
+    return;
+  }
+  StagedTransport staged(t);
+  run_pipeline_worker(spec, model, data, staged);
+}
+
 void run_command(const RunArgs& a) {
   make_optimizer(a.optimizer);  // validates before anything is read
+  require_compute_device(a.device);  // no CUDA build / no GPU: refused before any work
   Model model = resolve_model(a.model, a.spec_file, a.model_options);
   std::string plan_path = a.plan;
   Plan plan;
@@ -201,9 +251,11 @@ void run_command(const RunArgs& a) {
       throw UserError("--plan auto profiles and plans before it starts the workers: run it without mpirun, "
                       "or plan first and give --plan plan.json");
     if (a.workers < 1) throw UserError("--plan auto needs --workers N");
-    std::fprintf(stderr, "profiling %s (batch %lld, %d thread%s per worker)...\n", model.name.c_str(),
-                 static_cast<long long>(a.batch), a.threads, a.threads > 1 ? "s" : "");
-    const Profile profile = measure_layer_profile(model, a.batch, a.threads, a.optimizer);
+    const Device device = Device::parse(a.device);
+    std::fprintf(stderr, "profiling %s (batch %lld, %s)...\n", model.name.c_str(), static_cast<long long>(a.batch),
+                 device.is_cpu() ? cat(a.threads, " thread", a.threads > 1 ? "s" : "", " per worker").c_str()
+                                 : device.str().c_str());
+    const Profile profile = measure_layer_profile(model, a.batch, a.threads, a.optimizer, device);
     plan = plan_for_workers(profile, a.workers, a.straight);
     plan_path = a.plan_out;
     write_plan(plan, plan_path);
@@ -221,10 +273,11 @@ void run_command(const RunArgs& a) {
   if (under_mpi && !a.reference) require_world_size(R, launcher_world_size());
   DataSplits data = open_dataset(a.data, a.data_dir, model);
   RunArgs args = a;
-  const RunSpec spec = make_spec(args, plan, data.train->size());
+  RunSpec spec = make_spec(args, plan, data.train->size());
 
   if (a.reference) {
     print_plan(plan, model);
+    spec.device = open_compute_device(a.device, a.deterministic);
     run_reference(spec, model, data);
     return;
   }
@@ -243,13 +296,13 @@ void run_command(const RunArgs& a) {
   }
   if (R == 1 && !under_mpi) {
     print_plan(plan, model);
+    spec.device = open_compute_device(a.device, a.deterministic);
     LocalTransport t(std::make_shared<LocalHub>(1), 0);
     install_stop_signal_handlers();
     run_pipeline_worker(spec, model, data, t);
     return;
   }
-  MpiTransport t(spec.timeout_s);
-  run_pipeline_worker(spec, model, data, t);
+  run_mpi_worker(spec, a, model, data);
 }
 
 }  // namespace
@@ -303,6 +356,13 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("!--no-eval", a->evaluate, "Skip test-set evaluation");
   cmd->add_flag("--reference", a->reference, "Execute every worker's actions in this process (the oracle)");
   cmd->add_flag("--progress", a->progress, "Draw the progress bar even when stderr is not a terminal");
+  cmd->add_option("--device", a->device, "cpu | cuda (one GPU per worker: local rank modulo GPUs) | cuda:N")
+      ->capture_default_str();
+  cmd->add_option("--transport", a->transport,
+                  "With --device cuda: staged (GPU tensors through host MPI; bitwise equal to --reference) | "
+                  "nccl (device to device; all-reduce not in rank order)")
+      ->capture_default_str();
+  cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
   cmd->callback([a] {
     RunArgs args = *a;
     if (args.epochs == 0 && args.minibatches == 0) args.epochs = 1;

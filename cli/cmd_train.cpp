@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "core/cpu/gemm.h"
+#include "core/cuda_plugin.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "runtime/metrics.h"
@@ -23,6 +24,8 @@ struct TrainArgs {
   int threads = 0;
   int64_t log_every = 10;
   std::string metrics, save;
+  std::string device = "cpu";
+  bool deterministic = false;
 };
 
 // Metrics lines every `log_every` steps (and the last), evaluations always;
@@ -59,6 +62,7 @@ void resolve_defaults(OptimizerConfig& c) {
 
 void run_train(const TrainArgs& a) {
   if (a.log_every < 1) throw UserError(cat("--log-every must be >= 1, got ", a.log_every));
+  require_compute_device(a.device);  // no CUDA build / no GPU: refused before reading data
   // Validate everything cheap before reading data.
   make_optimizer(a.train.optimizer);
   Model model = resolve_model(a.model, a.spec_file, a.model_options);
@@ -66,12 +70,14 @@ void run_train(const TrainArgs& a) {
   TrainOptions o = a.train;
   o.schedule.kind = a.lr_schedule;
   const int64_t steps = planned_steps(o, data.train->size());
+  o.device = open_compute_device(a.device, a.deterministic);
   cpu::set_compute_threads(a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 
-  std::fprintf(stderr, "training %s (%lld parameters) on %s: %lld samples, batch %lld, %lld steps, %s lr %g, %d threads\n",
+  std::fprintf(stderr, "training %s (%lld parameters) on %s: %lld samples, batch %lld, %lld steps, %s lr %g, %s\n",
                model.name.c_str(), static_cast<long long>(model.parameter_count()), a.data.c_str(),
                static_cast<long long>(data.train->size()), static_cast<long long>(o.batch),
-               static_cast<long long>(steps), o.optimizer.kind.c_str(), o.optimizer.lr, cpu::compute_threads());
+               static_cast<long long>(steps), o.optimizer.kind.c_str(), o.optimizer.lr,
+               o.device.is_cpu() ? cat(cpu::compute_threads(), " threads").c_str() : o.device.str().c_str());
   MetricsWriter metrics(a.metrics);
   ProgressBar bar(steps);
   CliObserver observer(metrics, bar, a.log_every, steps);
@@ -130,6 +136,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();
   cmd->add_option("--save", a->save, "Write the final weights (safetensors)");
   cmd->add_flag("!--no-eval", t.evaluate, "Skip test-set evaluation");
+  cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
+  cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
   cmd->callback([a] {
     TrainArgs args = *a;
     if (args.train.epochs == 0 && args.train.minibatches == 0) args.train.epochs = 1;

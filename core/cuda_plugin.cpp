@@ -2,9 +2,11 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <mutex>
 
 #include "core/build_info.h"
+#include "core/device_ops.h"
 #include "core/error.h"
 
 namespace pd {
@@ -35,7 +37,8 @@ PluginState load_plugin() {
   std::string path = env ? env : own_folder() + "/libpipedream_cuda.so";
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
-    s.why = cat("cannot load the CUDA backend ", path, ": ", dlerror());
+    s.why = cat("cannot load the CUDA backend ", path, ": ", dlerror(),
+                " (build it: cmake --build build --target pd_cuda_plugin)");
     return s;
   }
   using Entry = const CudaPluginApi* (*)();
@@ -64,6 +67,55 @@ void initialize_cuda_device(int device) {
   const CudaPluginApi* api = cuda_plugin(&why);
   if (!api) throw UserError(cat("cannot use cuda:", device, ": ", why, "; use --device cpu"));
   api->initialize_backend(device);
+}
+
+int launcher_local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (const char* v = std::getenv(name)) {
+      char* end = nullptr;
+      long r = std::strtol(v, &end, 10);
+      if (end != v && *end == '\0' && r >= 0) return static_cast<int>(r);
+    }
+  }
+  return 0;
+}
+
+Device open_compute_device(const std::string& arg, bool deterministic) {
+  const Device d = Device::parse(arg);
+  if (d.is_cpu()) return d;
+  try {
+    std::string why;
+    const CudaPluginApi* api = cuda_plugin(&why);
+    if (!api) throw UserError(cat(why, "; use --device cpu"));
+    int index = d.index;
+    if (arg.find(':') == std::string::npos) {
+      const int visible = api->visible_device_count();
+      if (visible == 0) throw UserError("no GPU is visible (cudaGetDeviceCount reports none): use --device cpu");
+      index = launcher_local_rank() % visible;
+    }
+    api->initialize_backend(index);
+    api->set_deterministic(deterministic);
+    return Device::cuda(index);
+  } catch (const UserError& e) {
+    throw UserError(cat("--device ", arg, ": ", e.what()));
+  }
+}
+
+void require_compute_device(const std::string& arg) {
+  const Device d = Device::parse(arg);
+  if (d.is_cpu()) return;
+  std::string why;
+  const CudaPluginApi* api = cuda_plugin(&why);
+  if (!api) throw UserError(cat("--device ", arg, ": ", why, "; use --device cpu"));
+  const int visible = api->visible_device_count();
+  if (visible == 0)
+    throw UserError(cat("--device ", arg, ": no GPU is visible (cudaGetDeviceCount reports none): use --device cpu"));
+  if (arg.find(':') != std::string::npos && d.index >= visible)
+    throw UserError(cat("--device ", arg, ": cuda:", d.index, " does not exist: ", visible, " GPU(s) visible"));
+}
+
+void synchronize_device(Device d) {
+  if (d.is_cuda()) device_ops(d).synchronize();
 }
 
 }  // namespace pd

@@ -14,7 +14,9 @@ Tensor forward_layers(const Model& m, const ParameterStore& w, int first, int la
                       const StepInfo& step, RangeContext& ctx) {
   PD_CHECK(w.holds(first) && w.holds(last) && first <= last, "weights do not hold layers [", first, ", ", last, "]");
   ctx.layers.assign(static_cast<size_t>(last - first + 1), LayerContext{});
-  Tensor h = x;
+  // Inputs come from the data loader or a transport on the host; the layers
+  // compute where the weights are.
+  Tensor h = x.device() == w.device() ? x : x.to(w.device());
   for (int i = first; i <= last; ++i) {
     ForwardArgs a{w.params(i), w.buffers(i), step};
     a.step.layer_index = static_cast<uint32_t>(i);
@@ -29,7 +31,7 @@ Tensor backward_layers(const Model& m, const ParameterStore& w, ParameterStore& 
                        const Tensor& dy, const StepInfo& step, RangeContext& ctx, bool need_input_grad) {
   PD_CHECK(ctx.layers.size() == static_cast<size_t>(last - first + 1), "backward without a matching forward");
   PD_CHECK(grads.holds(first) && grads.holds(last), "gradient store does not hold the range");
-  Tensor g = dy;
+  Tensor g = dy.device() == w.device() ? dy : dy.to(w.device());
   for (int i = last; i >= first; --i) {
     BackwardArgs a{w.params(i), grads.params(i), step, need_input_grad || i > first};
     a.step.layer_index = static_cast<uint32_t>(i);

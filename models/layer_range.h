@@ -18,7 +18,8 @@ struct RangeContext {
 };
 
 // Runs layers [first, last] on x with the weights in w (which must hold
-// them). step.layer_index is set per layer; step.training selects training
+// them), on w's device (x is copied there first if it lives elsewhere, as
+// does backward's dy). step.layer_index is set per layer; step.training selects training
 // behaviour (dropout, BatchNorm batch statistics and running-stat updates -
 // the buffers are shared by all weight versions and updated in place).
 Tensor forward_layers(const Model& m, const ParameterStore& w, int first, int last, const Tensor& x,

@@ -12,6 +12,7 @@ ParameterStore ParameterStore::create(const Model& m, int first, int last, uint6
   ParameterStore s;
   s.first_ = first;
   s.last_ = last;
+  s.device_ = d;
   for (int i = first; i <= last; ++i) {
     const Layer& l = m.layer(i);
     s.param_begin_.push_back(s.params_.size());

@@ -24,6 +24,7 @@ class ParameterStore {
     return create(m, 0, m.size() - 1, seed, d);
   }
 
+  Device device() const { return device_; }  // where every tensor of the store lives
   int first_layer() const { return first_; }
   int last_layer() const { return last_; }
   bool holds(int layer) const { return layer >= first_ && layer <= last_; }
@@ -59,6 +60,7 @@ class ParameterStore {
 
  private:
   int first_ = 0, last_ = -1;
+  Device device_;
   std::vector<Tensor> params_, buffers_;
   std::vector<std::string> param_names_, buffer_names_;
   // Index of layer first_+k's first tensor; one extra entry at the end.

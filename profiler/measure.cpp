@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/cpu/gemm.h"
+#include "core/cuda_plugin.h"
 #include "core/error.h"
 #include "core/loss.h"
 #include "core/rng.h"
@@ -17,6 +18,15 @@ namespace pd {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The clock, read after the device finished the work queued so far: GPU
+// kernels run asynchronously, so an unsynchronised read would time the
+// launches, not the layer.
+Device g_timed_device;
+Clock::time_point now_synced() {
+  synchronize_device(g_timed_device);
+  return Clock::now();
+}
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -30,18 +40,8 @@ void check_profile_options(const ProfileOptions& o) {
   if (o.warmup < 0) throw UserError(cat("--warmup must be >= 0, got ", o.warmup));
   if (o.threads < 0) throw UserError(cat("--threads must be >= 1 (or 0 for all cores), got ", o.threads));
   make_optimizer(o.optimizer);  // UserError for an unknown kind
-  if (o.device.is_cuda()) {
-#ifdef PIPEDREAM_HAVE_CUDA
-    // The CUDA build compiles the backend, but the layers do not dispatch
-    // to it yet; timing CPU kernels and calling them GPU times would mislead.
-    throw UserError(cat("--device ", o.device.str(),
-                        ": profiling on a GPU is not supported by this build yet; use --device cpu"));
-#else
-    throw UserError(cat("--device ", o.device.str(),
-                        ": this pipedream was built without CUDA (configure with -DPIPEDREAM_CUDA=ON on a "
-                        "machine with the CUDA toolkit); use --device cpu"));
-#endif
-  }
+  // A CPU-only build, a plugin that does not load, no GPU, a bad index.
+  require_compute_device(o.device.str());
 }
 
 namespace {
@@ -95,15 +95,15 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
   t.backward_ms.resize(static_cast<size_t>(n));
   std::vector<LayerContext> ctx(static_cast<size_t>(n));
   Tensor h = b.inputs;
-  Clock::time_point start = Clock::now();
+  Clock::time_point start = now_synced();
   for (int i = 0; i < n; ++i) {
     ForwardArgs a{w.params(i), w.buffers(i), step};
     a.step.layer_index = static_cast<uint32_t>(i);
     h = m.layer(i).forward(a, h, ctx[static_cast<size_t>(i)]);
-    Clock::time_point end = Clock::now();
+    Clock::time_point end = now_synced();
     t.forward_ms[static_cast<size_t>(i)] = ms_between(start, end);
     if (facts) (*facts)[static_cast<size_t>(i)] = {h.nbytes(), ctx[static_cast<size_t>(i)].saved_bytes()};
-    start = Clock::now();
+    start = now_synced();
   }
   // The loss belongs to the last stage's backward: it starts when the
   // logits are there and produces the gradient the last layer consumes.
@@ -114,9 +114,9 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
     a.step.layer_index = static_cast<uint32_t>(i);
     g = m.layer(i).backward(a, g, ctx[static_cast<size_t>(i)]);
     ctx[static_cast<size_t>(i)].clear();
-    Clock::time_point end = Clock::now();
+    Clock::time_point end = now_synced();
     t.backward_ms[static_cast<size_t>(i)] = ms_between(start, end);
-    start = Clock::now();
+    start = now_synced();
   }
   return t;
 }
@@ -125,7 +125,7 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
 double timed_whole_step(const Model& m, const ParameterStore& w, ParameterStore& grads, const SyntheticBatch& b,
                         const StepInfo& step) {
   const int last = m.size() - 1;
-  Clock::time_point start = Clock::now();
+  Clock::time_point start = now_synced();
   {
     RangeContext ctx;
     Tensor logits = forward_layers(m, w, 0, last, b.inputs, step, ctx);
@@ -133,7 +133,7 @@ double timed_whole_step(const Model& m, const ParameterStore& w, ParameterStore&
     logits = Tensor{};
     backward_layers(m, w, grads, 0, last, g, step, ctx, false);
   }
-  return ms_between(start, Clock::now());
+  return ms_between(start, now_synced());
 }
 
 double median(const std::vector<double>& v) { return sample_median(v); }
@@ -156,9 +156,14 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
   const int slots = make_optimizer(o.optimizer)->slots_per_param();
 
   const int n = model.size();
+  if (o.device.is_cuda()) initialize_cuda_device(o.device.index);
+  g_timed_device = o.device;
   ParameterStore w = ParameterStore::create(model, o.seed, o.device);
   ParameterStore grads = w.zeros_like_params();
   SyntheticBatch batch = make_batch(model, o.batch, o.seed);
+  // Inputs start where the layers run (labels stay on the host, as the
+  // trainer fetches them; the loss copies them).
+  if (o.device.is_cuda()) batch.inputs = batch.inputs.to(o.device);
 
   std::vector<LayerFacts> facts(static_cast<size_t>(n));
   std::vector<std::vector<double>> fwd(static_cast<size_t>(n)), bwd(static_cast<size_t>(n));

@@ -6,9 +6,11 @@
 
 namespace pd {
 
-Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const OptimizerConfig& optimizer) {
+Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const OptimizerConfig& optimizer,
+                              Device device) {
   ProfileOptions o;
   o.batch = batch;
+  o.device = device;
   o.threads = threads;
   o.warmup = 2;
   o.iters = 5;

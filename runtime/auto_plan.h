@@ -11,8 +11,9 @@
 
 namespace pd {
 
-// profiler/measure.h with the run's settings.
-Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const OptimizerConfig& optimizer);
+// profiler/measure.h with the run's settings (on the run's device).
+Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const OptimizerConfig& optimizer,
+                              Device device = Device::cpu());
 // Plans `workers` workers on one machine (flat topology, bandwidth_GBps
 // between workers: shared-memory MPI); `straight`: one worker per stage.
 Plan plan_for_workers(const Profile& p, int workers, bool straight = false, double bandwidth_GBps = 4.0);

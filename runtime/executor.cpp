@@ -4,18 +4,19 @@
 #include <limits>
 #include <string_view>
 
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/loss.h"
 
 namespace pd {
 
 StageState make_stage_state(const Model& m, int stage, int first_layer, int last_layer, uint64_t seed,
-                            const Optimizer& optimizer) {
+                            const Optimizer& optimizer, Device device) {
   StageState s;
   s.stage = stage;
   s.first_layer = first_layer;
   s.last_layer = last_layer;
-  s.weights = ParameterStore::create(m, first_layer, last_layer, seed);
+  s.weights = ParameterStore::create(m, first_layer, last_layer, seed, device);
   s.optimizer = optimizer.make_state(s.weights.all_params());
   return s;
 }
@@ -330,6 +331,13 @@ void StageExecutor::optimizer_step(const Action& a) {
   if (a.gradient_count > 1) {
     const float n = static_cast<float>(a.gradient_count);
     for (Tensor& g : grads_.all_params()) {
+      if (g.device().is_cuda()) {
+        // x / n and x * (1 / n) can differ in the last bit; the GPU path
+        // has only a scale kernel (replicated GPU stages are not bitwise
+        // equal to the CPU anyway).
+        device_ops(g.device()).scale(g.numel(), 1.0f / n, g.f32(), g.f32());
+        continue;
+      }
       float* d = g.f32();
       for (int64_t i = 0, e = g.numel(); i < e; ++i) d[i] /= n;
     }

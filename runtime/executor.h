@@ -36,8 +36,10 @@ struct StageState {
   OptimizerState optimizer;
   int64_t updates = 0;      // optimizer steps taken (indexes the LR schedule)
 };
+// Weights, gradients and optimizer state live on `device` (a GPU: the
+// process's, initialised before).
 StageState make_stage_state(const Model& m, int stage, int first_layer, int last_layer, uint64_t seed,
-                            const Optimizer& optimizer);
+                            const Optimizer& optimizer, Device device = Device::cpu());
 
 // Training settings shared by every stage.
 struct StageTraining {

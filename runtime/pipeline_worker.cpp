@@ -62,7 +62,8 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   t.set_timeout(spec.timeout_s);
 
   auto optimizer = make_optimizer(spec.optimizer);
-  StageState state = make_stage_state(model, my.index, my.first_layer, my.last_layer, spec.seed, *optimizer);
+  StageState state =
+      make_stage_state(model, my.index, my.first_layer, my.last_layer, spec.seed, *optimizer, spec.device);
   int64_t start_step = 0;
   if (!spec.resume.empty()) {
     const ResumePoint p = find_checkpoint(spec.resume);
@@ -154,7 +155,8 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
                                {"busy_s", total.busy_s},
                                {"wait_s", total.wait_s},
                                {"actions", total.actions},
-                               {"peak_memory_bytes", allocator_for(Device::cpu()).peak_bytes()},
+                               {"peak_memory_bytes", allocator_for(spec.device).peak_bytes()},
+                               {"device", spec.device.str()},
                                {"peak_weight_versions", total.peak_versions},
                                {"peak_stashed_activation_bytes", total.peak_context_bytes}};
   WorkerSummary out;

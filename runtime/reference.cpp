@@ -1,6 +1,7 @@
 #include "runtime/reference.h"
 
 #include "core/error.h"
+#include "runtime/comm/staged_transport.h"
 
 namespace pd {
 
@@ -9,7 +10,8 @@ ReferencePipeline::ReferencePipeline(const RunSpec& spec, const Model& model, co
   const int R = spec.plan.workers();
   for (int r = 0; r < R; ++r) {
     const PlanStage& s = spec.plan.stages[static_cast<size_t>(spec.plan.stage_of_rank(r))];
-    states_.push_back(make_stage_state(model, s.index, s.first_layer, s.last_layer, spec.seed, *optimizer_));
+    states_.push_back(
+        make_stage_state(model, s.index, s.first_layer, s.last_layer, spec.seed, *optimizer_, spec.device));
   }
   stats_.resize(static_cast<size_t>(R));
   versions_.resize(static_cast<size_t>(R));
@@ -22,6 +24,9 @@ void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observ
   const int R = schedule.workers();
   auto hub = std::make_shared<LocalHub>(R);
   std::vector<std::unique_ptr<LocalTransport>> transports;
+  // On a GPU, messages and all-reduces are staged through the host exactly
+  // as `run --device cuda` stages them over MPI, so both reduce the same bits.
+  std::vector<std::unique_ptr<StagedTransport>> staged;
   std::vector<std::unique_ptr<StageExecutor>> workers;
   StageTraining t;
   t.model = &model_;
@@ -33,8 +38,12 @@ void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observ
   t.first_item = seg.first;
   for (int r = 0; r < R; ++r) {
     transports.push_back(std::make_unique<LocalTransport>(hub, r));
-    workers.push_back(std::make_unique<StageExecutor>(schedule, r, states_[static_cast<size_t>(r)], t,
-                                                      *transports.back(), observer));
+    Transport* tr = transports.back().get();
+    if (spec_.device.is_cuda()) {
+      staged.push_back(std::make_unique<StagedTransport>(*tr));
+      tr = staged.back().get();
+    }
+    workers.push_back(std::make_unique<StageExecutor>(schedule, r, states_[static_cast<size_t>(r)], t, *tr, observer));
     workers.back()->record_forward_versions(record_versions_);
   }
   std::vector<bool> done(static_cast<size_t>(R), false);

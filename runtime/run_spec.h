@@ -21,6 +21,11 @@ struct RunSpec {
   OptimizerConfig optimizer;
   LrSchedule lr;             // base_lr and total_steps filled in
   int threads = 1;           // compute threads per worker
+  // Where each worker computes (a GPU: the process's own, initialised by
+  // the command before the workers start) and how device tensors travel:
+  // "staged" (through host memory, bitwise equal to --reference) or "nccl".
+  Device device = Device::cpu();
+  std::string transport = "staged";
   double timeout_s = 60;
   // Evaluation on the test split through the pipeline: every eval_every
   // steps (0: at every epoch end) and at the end.

@@ -78,7 +78,9 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
   // versions.front() is w_{t-d} (or w_0 early on), versions.back() is w_t.
   // With d = 0 there is one version, updated in place.
   std::deque<ParameterStore> versions;
-  versions.push_back(initial ? initial->clone_params() : ParameterStore::create(m, o.seed));
+  versions.push_back(initial ? initial->clone_params() : ParameterStore::create(m, o.seed, o.device));
+  PD_CHECK(versions.back().device() == o.device, "initial weights on ", versions.back().device().str(),
+           " for a run on ", o.device.str());
   ParameterStore grads = versions.back().zeros_like_params();
   OptimizerState opt_state = optimizer->make_state(versions.back().all_params());
 

@@ -28,6 +28,7 @@ struct TrainOptions {
   // steps earlier (delayed SGD: w_{t+1} = w_t - lr·g(w_{t-d}; b_t), with
   // w_{t-d} = w_0 while t < d) - what vertical sync must reproduce.
   int gradient_delay = 0;
+  Device device = Device::cpu();  // where weights, gradients and optimizer state live
   bool evaluate = true;     // test split after every epoch and at the end
   int64_t eval_batch = 500;
 };

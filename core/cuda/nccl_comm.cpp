@@ -14,12 +14,20 @@ namespace pd::cuda {
 namespace {
 
 ncclComm_t as_comm(void* p) { return static_cast<ncclComm_t>(p); }
+cudaStream_t as_stream(void* p) { return static_cast<cudaStream_t>(p); }
+
+void* new_stream() {
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
 
 ncclDataType_t to_nccl(NcclType t) {
   switch (t) {
     case NcclType::F32: return ncclFloat32;
     case NcclType::I32: return ncclInt32;
     case NcclType::I64: return ncclInt64;
+    case NcclType::Bytes: return ncclUint8;
   }
   return ncclFloat32;
 }
@@ -45,28 +53,27 @@ NcclCommunicator::NcclCommunicator(const UniqueId& id, int nranks, int rank) : r
   ncclComm_t c = nullptr;
   NCCL_CHECK(ncclCommInitRank(&c, nranks, nid, rank));
   comm_ = c;
+  stream_ = new_stream();
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (!comm_) return;
   // A destructor must not throw; failures here are reported by the caller's
   // earlier wait()/check_async_error().
-  if (aborted_)
-    return;
-  ncclCommDestroy(as_comm(comm_));
+  if (comm_ && !aborted_) ncclCommDestroy(as_comm(comm_));
+  if (stream_) cudaStreamDestroy(as_stream(stream_));
 }
 
 void NcclCommunicator::send(const void* buf, size_t count, NcclType type, int peer) {
   Context& c = context();
-  stream_wait(c.comm, c.compute);
-  NCCL_CHECK(ncclSend(buf, count, to_nccl(type), peer, as_comm(comm_), c.comm));
+  stream_wait(as_stream(stream_), c.compute);
+  NCCL_CHECK(ncclSend(buf, count, to_nccl(type), peer, as_comm(comm_), as_stream(stream_)));
 }
 
 void NcclCommunicator::recv(void* buf, size_t count, NcclType type, int peer) {
   Context& c = context();
   // The buffer may have been freed and reallocated by compute work: order after it.
-  stream_wait(c.comm, c.compute);
-  NCCL_CHECK(ncclRecv(buf, count, to_nccl(type), peer, as_comm(comm_), c.comm));
+  stream_wait(as_stream(stream_), c.compute);
+  NCCL_CHECK(ncclRecv(buf, count, to_nccl(type), peer, as_comm(comm_), as_stream(stream_)));
 }
 
 void NcclCommunicator::group_start() { NCCL_CHECK(ncclGroupStart()); }
@@ -74,9 +81,9 @@ void NcclCommunicator::group_end() { NCCL_CHECK(ncclGroupEnd()); }
 
 void NcclCommunicator::all_reduce(void* buf, size_t count, NcclType type, NcclReduce op) {
   Context& c = context();
-  stream_wait(c.comm, c.compute);
+  stream_wait(as_stream(stream_), c.compute);
   NCCL_CHECK(ncclAllReduce(buf, buf, count, to_nccl(type), op == NcclReduce::Sum ? ncclSum : ncclAvg,
-                           as_comm(comm_), c.comm));
+                           as_comm(comm_), as_stream(stream_)));
 }
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::split(int color, int key) {
@@ -85,6 +92,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::split(int color, int key) {
   if (!sub) return nullptr;
   std::unique_ptr<NcclCommunicator> out(new NcclCommunicator());
   out->comm_ = sub;
+  out->stream_ = new_stream();
   NCCL_CHECK(ncclCommUserRank(sub, &out->rank_));
   NCCL_CHECK(ncclCommCount(sub, &out->size_));
   return out;
@@ -92,7 +100,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::split(int color, int key) {
 
 void NcclCommunicator::compute_waits_for_comm() const {
   Context& c = context();
-  stream_wait(c.compute, c.comm);
+  stream_wait(c.compute, as_stream(stream_));
 }
 
 void NcclCommunicator::check_async_error() const {
@@ -105,10 +113,10 @@ void NcclCommunicator::check_async_error() const {
 }
 
 void NcclCommunicator::wait(double timeout_s) const {
-  Context& c = context();
+  context();  // binds this thread to the GPU
   auto start = std::chrono::steady_clock::now();
   for (;;) {
-    cudaError_t e = cudaStreamQuery(c.comm);
+    cudaError_t e = cudaStreamQuery(as_stream(stream_));
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) CUDA_CHECK(e);
     check_async_error();

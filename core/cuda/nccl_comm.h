@@ -2,10 +2,14 @@
 // NCCL communicator for the GPU transport (DESIGN.md §8). Bootstrap is the
 // caller's: rank 0 calls make_unique_id(), the runtime broadcasts the bytes
 // (over MPI), every rank constructs NcclCommunicator with them. MPI stays
-// out of pd_core_cuda. Operations are queued on the backend's communication
-// stream after everything already queued on the compute stream (so a sent
-// activation is complete); consumers of received data call
-// compute_waits_for_comm() before using it.
+// out of pd_core_cuda. Each communicator has its own stream: operations are
+// queued there after everything already queued on the compute stream (so a
+// sent activation is complete); consumers of received data call
+// compute_waits_for_comm() (or poll an event recorded after it) before
+// using it. One stream per communicator matters for point to point: NCCL
+// send/recv block their stream until the peer's matching call runs, so two
+// ranks exchanging in both directions on one shared stream can deadlock;
+// the transport gives each direction of a link its own communicator.
 //
 // Plain C++ header (no nccl.h): runtime/comm can include it without NCCL.
 #include <array>
@@ -15,7 +19,7 @@
 
 namespace pd::cuda {
 
-enum class NcclType : uint8_t { F32, I32, I64 };
+enum class NcclType : uint8_t { F32, I32, I64, Bytes };
 enum class NcclReduce : uint8_t { Sum, Average };
 
 // True when pd_core_cuda was built with NCCL.
@@ -54,6 +58,9 @@ class NcclCommunicator {
   // this rank joins none and gets nullptr.
   std::unique_ptr<NcclCommunicator> split(int color, int key);
 
+  // This communicator's stream (a cudaStream_t), for events.
+  void* stream_handle() const { return stream_; }
+
   // Makes the compute stream wait for the communication queued so far.
   void compute_waits_for_comm() const;
   // Blocks until queued communication has finished. Throws RuntimeFailure
@@ -68,7 +75,8 @@ class NcclCommunicator {
 
  private:
   NcclCommunicator() = default;
-  void* comm_ = nullptr;  // ncclComm_t
+  void* comm_ = nullptr;    // ncclComm_t
+  void* stream_ = nullptr;  // cudaStream_t, owned
   int rank_ = 0, size_ = 0;
   bool aborted_ = false;
 };

@@ -3,6 +3,10 @@
 #include "core/cuda/backend.h"
 #include "core/cuda_plugin.h"
 
+namespace pd::cuda {
+const CudaNcclApi* nccl_plugin_api();  // nccl_plugin_api.cpp
+}
+
 namespace {
 
 const pd::CudaPluginApi kApi = {
@@ -11,6 +15,8 @@ const pd::CudaPluginApi kApi = {
     &pd::cuda::visible_device_count,
     [](int device) { pd::cuda::initialize_backend(device); },
     &pd::cuda::set_deterministic,
+    &pd::cuda::set_allow_tf32,
+    &pd::cuda::nccl_plugin_api,
 };
 
 }  // namespace
