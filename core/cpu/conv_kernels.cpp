@@ -1,10 +1,12 @@
 #include "core/cpu/conv_kernels.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include <omp.h>
 
+#include "core/cpu/fast_math.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/parallel.h"
 #include "core/cpu/scratch.h"
@@ -69,6 +71,21 @@ void flip_kernel(const ConvShape& s, const float* w, float* wf) {
     }
 }
 
+// n floats from src to dst. Rows here are short (4 to 256 floats), where a
+// memmove call costs more than the copy; the vector type keeps GCC from
+// turning the loop back into one.
+inline void copy_row(const float* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    f32x8 v;
+    std::memcpy(&v, src + i, sizeof v);
+    std::memcpy(dst + i, &v, sizeof v);
+  }
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+// dbias[o] += sum of dy over samples and pixels: 8 lanes per sample
+// (vectorised), lanes and tails summed per sample in double.
 void bias_gradient(const ConvShape& s, const float* dy, float* dbias) {
   const int64_t O = s.out_channels, P = s.out_height() * s.out_width(), N = s.batch;
 #pragma omp parallel for schedule(static) if (N * O * P >= kParallelMinElements)
@@ -76,8 +93,16 @@ void bias_gradient(const ConvShape& s, const float* dy, float* dbias) {
     double acc = 0;
     for (int64_t i = 0; i < N; ++i) {
       const float* g = dy + (i * O + o) * P;
+      f32x8 lanes = splat8(0.0f);
+      int64_t p = 0;
+      for (; p + 8 <= P; p += 8) {
+        f32x8 v;
+        std::memcpy(&v, g + p, sizeof v);
+        lanes += v;
+      }
       float part = 0;
-      for (int64_t p = 0; p < P; ++p) part += g[p];
+      for (; p < P; ++p) part += g[p];
+      for (int j = 0; j < 8; ++j) acc += lanes[j];
       acc += part;
     }
     dbias[o] += static_cast<float>(acc);
@@ -90,7 +115,101 @@ void gather_output_rows(const ConvShape& s, const float* dy, int64_t first, int6
   const int64_t O = s.out_channels, P = s.out_height() * s.out_width(), ld = n * P;
 #pragma omp parallel for collapse(2) schedule(static) if (n * O * P >= kParallelMinElements)
   for (int64_t o = 0; o < O; ++o)
-    for (int64_t i = 0; i < n; ++i) std::copy_n(dy + ((first + i) * O + o) * P, P, dst + o * ld + i * P);
+    for (int64_t i = 0; i < n; ++i) copy_row(dy + ((first + i) * O + o) * P, P, dst + o * ld + i * P);
+}
+
+// Maps with fewer pixels than the kernel has taps (VGG's 2x2 maps under a
+// 3x3 kernel) waste most of an im2col GEMM on zero padding: there the
+// layer is run as the dense matrix it is, Wd [O*P, C*H*W], which skips
+// the padding's multiply-adds (4/9 of them for 2x2 maps with a 3x3
+// kernel) and needs no im2col. Per sample NCHW is already the row layout.
+constexpr int64_t kMaxDenseWeightFloats = int64_t{1} << 22;
+
+bool dense_is_cheaper(const ConvShape& s) {
+  const int64_t HW = s.height * s.width, P = s.out_height() * s.out_width();
+  return HW < int64_t{s.kernel} * s.kernel && s.out_channels * P * s.in_channels * HW <= kMaxDenseWeightFloats;
+}
+
+// The (output pixel p, input pixel q, kernel tap ki*k + kj) triples where
+// the kernel lands inside the image: the same for every channel pair.
+struct Tap {
+  int32_t p, q, t;
+};
+std::vector<Tap> taps_inside(const ConvShape& s) {
+  std::vector<Tap> taps;
+  const int64_t OH = s.out_height(), OW = s.out_width(), k = s.kernel;
+  for (int64_t oh = 0; oh < OH; ++oh)
+    for (int64_t ow = 0; ow < OW; ++ow)
+      for (int64_t ki = 0; ki < k; ++ki) {
+        const int64_t ih = oh * s.stride - s.padding + ki;
+        if (ih < 0 || ih >= s.height) continue;
+        for (int64_t kj = 0; kj < k; ++kj) {
+          const int64_t iw = ow * s.stride - s.padding + kj;
+          if (iw >= 0 && iw < s.width)
+            taps.push_back({static_cast<int32_t>(oh * OW + ow), static_cast<int32_t>(ih * s.width + iw),
+                            static_cast<int32_t>(ki * k + kj)});
+        }
+      }
+  return taps;
+}
+
+// Wd's block for channels (o, c) is [P, HW] at wd + o*P*cols + c*HW.
+void dense_weights(const ConvShape& s, const std::vector<Tap>& taps, const float* w, float* wd) {
+  const int64_t P = s.out_height() * s.out_width(), HW = s.height * s.width, C = s.in_channels;
+  const int64_t cols = C * HW, kk = int64_t{s.kernel} * s.kernel;
+  const int64_t n = static_cast<int64_t>(taps.size());
+  std::vector<int64_t> at(taps.size());  // offset of each tap's entry in a block
+  for (int64_t j = 0; j < n; ++j) at[j] = taps[j].p * cols + taps[j].q;
+#pragma omp parallel for schedule(static) if (s.out_channels * P * cols >= kParallelMinElements)
+  for (int64_t o = 0; o < s.out_channels; ++o) {
+    std::fill_n(wd + o * P * cols, P * cols, 0.0f);
+    for (int64_t c = 0; c < C; ++c) {
+      const float* wk = w + (o * C + c) * kk;
+      float* block = wd + o * P * cols + c * HW;
+      for (int64_t j = 0; j < n; ++j) block[at[j]] = wk[taps[j].t];
+    }
+  }
+}
+
+// dw += the entries of dWd each weight was copied to, in tap order.
+void fold_dense_weights(const ConvShape& s, const std::vector<Tap>& taps, const float* dwd, float* dw) {
+  const int64_t P = s.out_height() * s.out_width(), HW = s.height * s.width, C = s.in_channels;
+  const int64_t cols = C * HW, kk = int64_t{s.kernel} * s.kernel;
+  const int64_t n = static_cast<int64_t>(taps.size());
+  std::vector<int64_t> at(taps.size());
+  for (int64_t j = 0; j < n; ++j) at[j] = taps[j].p * cols + taps[j].q;
+#pragma omp parallel for schedule(static) if (s.out_channels * P * cols >= kParallelMinElements)
+  for (int64_t o = 0; o < s.out_channels; ++o)
+    for (int64_t c = 0; c < C; ++c) {
+      float* dk = dw + (o * C + c) * kk;
+      const float* block = dwd + o * P * cols + c * HW;
+      for (int64_t j = 0; j < n; ++j) dk[taps[j].t] += block[at[j]];
+    }
+}
+
+void dense_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
+  const int64_t P = s.out_height() * s.out_width(), rows = s.out_channels * P;
+  const int64_t cols = s.in_channels * s.height * s.width;
+  float* wd = Scratch::floats(static_cast<size_t>(rows * cols), kColumns);
+  dense_weights(s, taps_inside(s), w, wd);
+  if (bias)
+    for (int64_t i = 0; i < s.batch; ++i)
+      for (int64_t o = 0; o < s.out_channels; ++o) std::fill_n(y + i * rows + o * P, P, bias[o]);
+  gemm(false, true, s.batch, rows, cols, 1.0f, x, cols, wd, cols, bias ? 1.0f : 0.0f, y, rows);
+}
+
+void dense_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw) {
+  const int64_t P = s.out_height() * s.out_width(), rows = s.out_channels * P;
+  const int64_t cols = s.in_channels * s.height * s.width;
+  const std::vector<Tap> taps = taps_inside(s);
+  float* wd = Scratch::floats(static_cast<size_t>(rows * cols), kColumns);
+  if (dx) {
+    dense_weights(s, taps, w, wd);
+    gemm(false, false, s.batch, cols, rows, 1.0f, dy, rows, wd, cols, 0.0f, dx, cols);
+  }
+  // dWd = dy^T x, then each weight collects the entries it was copied to.
+  gemm(true, false, rows, cols, s.batch, 1.0f, dy, rows, x, cols, 0.0f, wd, cols);
+  fold_dense_weights(s, taps, wd, dw);
 }
 
 }  // namespace
@@ -162,7 +281,7 @@ void forward_chunk(const ConvShape& s, const float* x, const float* w, const flo
   // [O, n*P] -> [n, O, P].
 #pragma omp parallel for collapse(2) schedule(static) if (n * O * P >= kParallelMinElements)
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t o = 0; o < O; ++o) std::copy_n(dst + o * ld + i * P, P, y + ((first + i) * O + o) * P);
+    for (int64_t o = 0; o < O; ++o) copy_row(dst + o * ld + i * P, P, y + ((first + i) * O + o) * P);
 }
 
 // One chunk of the backward pass: dw += this chunk's weight gradient and,
@@ -201,6 +320,7 @@ void backward_chunk(const ConvShape& s, const float* x, const float* w, const fl
 // NCHW block, so the kernels use x, y, dy and dx in place and skip the
 // transposes (and for pointwise convs, im2col too).
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
+  if (dense_is_cheaper(s)) return dense_forward(s, x, w, bias, y);
   const Chunking c = chunking(s);
   for_each_chunk(s, c, [&](int64_t first, int64_t n) { forward_chunk(s, x, w, bias, y, first, n, c.size); });
 }
@@ -209,6 +329,7 @@ void conv2d_backward(const ConvShape& s, const float* x, const float* w, const f
                      float* dw, float* dbias) {
   const int64_t O = s.out_channels, K = s.patch();
   if (dbias) bias_gradient(s, dy, dbias);
+  if (dense_is_cheaper(s)) return dense_backward(s, x, w, dy, dx, dw);
   // dx as a convolution of dy (see input_gradient_as_convolution): the
   // chunks then only compute dw.
   const bool dx_by_convolution = dx && input_gradient_as_convolution(s);

@@ -160,6 +160,19 @@ TEST(Conv2dKernels, ChunksSpreadOverThreadsMatchNaive) {
   cpu::set_compute_threads(keep);
 }
 
+TEST(Conv2dKernels, MapsSmallerThanTheKernelRunAsDenseMatricesAndMatchNaive) {
+  // Fewer input pixels than kernel taps: the layer runs as a dense matrix.
+  check_kernels_against_naive(shape_of(9, 5, 2, 2, 7, 3, 1, 1));
+  check_kernels_against_naive(shape_of(3, 4, 1, 1, 6, 3, 1, 1));
+  check_kernels_against_naive(shape_of(2, 3, 2, 3, 4, 3, 2, 1));  // stride 2, non-square
+  check_kernels_against_naive(shape_of(2, 3, 3, 3, 5, 4, 1, 2));  // even kernel, 3x3 map
+  check_kernels_against_naive(shape_of(4, 2, 3, 3, 3, 4, 1, 1));  // 2x2 outputs, uneven padding use
+  const int keep = cpu::compute_threads();
+  cpu::set_compute_threads(2);
+  check_kernels_against_naive(shape_of(32, 64, 2, 2, 64, 3, 1, 1));  // vgg-mini's last convs, narrower
+  cpu::set_compute_threads(keep);
+}
+
 TEST(Conv2dKernels, ForwardWithoutBiasMatchesNaive) {
   for (const ConvShape& s : {shape_of(3, 2, 6, 6, 4, 3, 1, 1), shape_of(1, 3, 20, 20, 2, 3, 2, 1),
                              shape_of(2, 4, 5, 5, 3, 1, 1, 0)}) {
