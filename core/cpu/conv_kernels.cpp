@@ -22,6 +22,8 @@ constexpr int64_t kMinColumns = 256;
 constexpr int64_t kMaxColumnFloats = int64_t{1} << 20;
 // Convolutions with fewer multiply-adds run their chunks on one thread.
 constexpr int64_t kParallelMinMnk = int64_t{1} << 20;
+// Weight-gradient partial sums per thread in a threaded backward pass.
+constexpr int64_t kRunsPerThread = 4;
 
 // Scratch slots: conv2d_backward computes dx with conv2d_forward, which
 // uses kColumns and kOutput, so the flipped weights live in their own slot.
@@ -34,8 +36,9 @@ bool pointwise(const ConvShape& s) { return s.kernel == 1 && s.stride == 1 && s.
 // GEMM then accumulates onto them (beta = 1), which spares it a pass that
 // zeroes C and us a pass that adds the bias.
 void fill_rows_with_bias(int64_t O, int64_t cols, int64_t ld, const float* bias, float* c) {
-#pragma omp parallel for schedule(static) if (O * cols >= kParallelMinElements)
-  for (int64_t o = 0; o < O; ++o) std::fill(c + o * ld, c + o * ld + cols, bias[o]);
+  parallel_ranges(O, O * cols, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) std::fill(c + o * ld, c + o * ld + cols, bias[o]);
+  });
 }
 
 // The input gradient of a stride-1 convolution is itself a stride-1
@@ -113,9 +116,10 @@ void bias_gradient(const ConvShape& s, const float* dy, float* dbias) {
 // forward GEMM's output (dst, row stride n*P).
 void gather_output_rows(const ConvShape& s, const float* dy, int64_t first, int64_t n, float* dst) {
   const int64_t O = s.out_channels, P = s.out_height() * s.out_width(), ld = n * P;
-#pragma omp parallel for collapse(2) schedule(static) if (n * O * P >= kParallelMinElements)
-  for (int64_t o = 0; o < O; ++o)
-    for (int64_t i = 0; i < n; ++i) copy_row(dy + ((first + i) * O + o) * P, P, dst + o * ld + i * P);
+  parallel_ranges(O, n * O * P, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t i = 0; i < n; ++i) copy_row(dy + ((first + i) * O + o) * P, P, dst + o * ld + i * P);
+  });
 }
 
 // Maps with fewer pixels than the kernel has taps (VGG's 2x2 maps under a
@@ -250,8 +254,7 @@ Chunking chunking(const ConvShape& s) {
 }
 
 // body(first, n) for every chunk: in order on the calling thread, or
-// statically spread over the threads (chunk k always goes to the same
-// thread for a given thread count).
+// spread over the threads (bodies must write disjoint outputs).
 template <class Body>
 void for_each_chunk(const ConvShape& s, const Chunking& c, Body body) {
   auto run = [&](int64_t k) { body(k * c.size, std::min(c.size, s.batch - k * c.size)); };
@@ -259,7 +262,9 @@ void for_each_chunk(const ConvShape& s, const Chunking& c, Body body) {
     for (int64_t k = 0; k < c.count; ++k) run(k);
     return;
   }
-#pragma omp parallel for schedule(static) num_threads(compute_threads())
+  // Dynamic: on a busy machine a thread that the scheduler starts late
+  // finds its chunks done by the others instead of holding up the call.
+#pragma omp parallel for schedule(dynamic, 1) num_threads(compute_threads())
   for (int64_t k = 0; k < c.count; ++k) run(k);
 }
 
@@ -279,9 +284,10 @@ void forward_chunk(const ConvShape& s, const float* x, const float* w, const flo
   gemm(false, false, O, ld, K, 1.0f, w, K, cols, ld, bias ? 1.0f : 0.0f, dst, ld);
   if (n == 1) return;
   // [O, n*P] -> [n, O, P].
-#pragma omp parallel for collapse(2) schedule(static) if (n * O * P >= kParallelMinElements)
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t o = 0; o < O; ++o) copy_row(dst + o * ld + i * P, P, y + ((first + i) * O + o) * P);
+  parallel_ranges(n, n * O * P, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t o = 0; o < O; ++o) copy_row(dst + o * ld + i * P, P, y + ((first + i) * O + o) * P);
+  });
 }
 
 // One chunk of the backward pass: dw += this chunk's weight gradient and,
@@ -309,8 +315,7 @@ void backward_chunk(const ConvShape& s, const float* x, const float* w, const fl
   // The columns are no longer needed: reuse them for dL/dcol.
   gemm(true, false, K, ld, O, 1.0f, w, K, g, ld, 0.0f, col, ld);
   float* dxc = dx + first * in_plane;
-#pragma omp parallel for schedule(static) if (n * in_plane >= kParallelMinElements)
-  for (int64_t i = 0; i < n; ++i) std::fill(dxc + i * in_plane, dxc + (i + 1) * in_plane, 0.0f);
+  std::fill(dxc, dxc + n * in_plane, 0.0f);
   col2im_add(s, col, first, n, dx);
 }
 
@@ -340,26 +345,27 @@ void conv2d_backward(const ConvShape& s, const float* x, const float* w, const f
       backward_chunk(s, x, w, dy, dx_by_columns, dw, first, n, c.size);
     });
   } else {
-    // Each thread sums its chunks' dw into its own buffer; the buffers are
-    // then added to dw in thread order: a fixed order for a fixed thread count.
-    const int threads = compute_threads();
-    std::vector<float*> partial(static_cast<size_t>(threads), nullptr);
-#pragma omp parallel num_threads(threads)
+    // The chunks are cut into a fixed number of runs of consecutive chunks.
+    // Threads take whole runs as they come free; a run sums its chunks' dw
+    // into its own buffer, and the buffers are added to dw in run order:
+    // the same sums whichever thread ran which run.
+    const int64_t runs = std::min<int64_t>(c.count, kRunsPerThread * compute_threads());
+    float* partial = Scratch::floats(static_cast<size_t>(runs * O * K), kWeightGradient);
+#pragma omp parallel num_threads(compute_threads())
     {
-      const int t = omp_get_thread_num();
-      float* mine = Scratch::floats(static_cast<size_t>(O * K), kWeightGradient);
-      std::fill(mine, mine + O * K, 0.0f);
-      partial[static_cast<size_t>(t)] = mine;
-#pragma omp for schedule(static)
-      for (int64_t k = 0; k < c.count; ++k) {
-        const int64_t first = k * c.size;
-        backward_chunk(s, x, w, dy, dx_by_columns, mine, first, std::min(c.size, s.batch - first), c.size);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t r = 0; r < runs; ++r) {
+        float* mine = partial + r * O * K;
+        std::fill(mine, mine + O * K, 0.0f);
+        for (int64_t k = c.count * r / runs; k < c.count * (r + 1) / runs; ++k) {
+          const int64_t first = k * c.size;
+          backward_chunk(s, x, w, dy, dx_by_columns, mine, first, std::min(c.size, s.batch - first), c.size);
+        }
       }
       // The implicit barrier above: every partial is complete.
 #pragma omp for schedule(static)
       for (int64_t j = 0; j < O * K; ++j)
-        for (float* p : partial)
-          if (p) dw[j] += p[j];
+        for (int64_t r = 0; r < runs; ++r) dw[j] += partial[r * O * K + j];
     }
   }
   if (dx_by_convolution) {
