@@ -26,6 +26,7 @@ const bool g_openblas_single_threaded = [] {
 // Below this many multiply-adds a GEMM runs on the calling thread: the
 // fork/join would cost more than the second thread saves.
 constexpr int64_t kParallelMinMnk = int64_t{1} << 20;
+constexpr int64_t kPartsPerThread = 2;
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -54,9 +55,13 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
                      std::max(M, N) >= 2 * 16;
   if (!split) return sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   const bool by_rows = M >= N;
-#pragma omp parallel num_threads(threads)
-  {
-    const int parts = omp_get_num_threads(), i = omp_get_thread_num();
+  // More parts than threads, taken as threads come free: on a busy machine
+  // a thread the scheduler starts late then holds up less of the GEMM.
+  // Each part's values do not depend on which thread computes it.
+  const int64_t length = by_rows ? M : N;
+  const int parts = static_cast<int>(std::min<int64_t>(kPartsPerThread * threads, (length + 15) / 16));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int i = 0; i < parts; ++i) {
     if (by_rows) {
       const auto [m0, m1] = part_of(M, 16, parts, i);
       const float* a = trans_a ? A + m0 : A + m0 * lda;
