@@ -6,9 +6,11 @@
 
 #include <omp.h>
 
+#include "core/cpu/conv_dense_kernels.h"
 #include "core/cpu/fast_math.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/parallel.h"
+#include "core/cpu/row_dot_kernels.h"
 #include "core/cpu/scratch.h"
 
 namespace pd::cpu {
@@ -122,100 +124,6 @@ void gather_output_rows(const ConvShape& s, const float* dy, int64_t first, int6
   });
 }
 
-// Maps with fewer pixels than the kernel has taps (VGG's 2x2 maps under a
-// 3x3 kernel) waste most of an im2col GEMM on zero padding: there the
-// layer is run as the dense matrix it is, Wd [O*P, C*H*W], which skips
-// the padding's multiply-adds (4/9 of them for 2x2 maps with a 3x3
-// kernel) and needs no im2col. Per sample NCHW is already the row layout.
-constexpr int64_t kMaxDenseWeightFloats = int64_t{1} << 22;
-
-bool dense_is_cheaper(const ConvShape& s) {
-  const int64_t HW = s.height * s.width, P = s.out_height() * s.out_width();
-  return HW < int64_t{s.kernel} * s.kernel && s.out_channels * P * s.in_channels * HW <= kMaxDenseWeightFloats;
-}
-
-// The (output pixel p, input pixel q, kernel tap ki*k + kj) triples where
-// the kernel lands inside the image: the same for every channel pair.
-struct Tap {
-  int32_t p, q, t;
-};
-std::vector<Tap> taps_inside(const ConvShape& s) {
-  std::vector<Tap> taps;
-  const int64_t OH = s.out_height(), OW = s.out_width(), k = s.kernel;
-  for (int64_t oh = 0; oh < OH; ++oh)
-    for (int64_t ow = 0; ow < OW; ++ow)
-      for (int64_t ki = 0; ki < k; ++ki) {
-        const int64_t ih = oh * s.stride - s.padding + ki;
-        if (ih < 0 || ih >= s.height) continue;
-        for (int64_t kj = 0; kj < k; ++kj) {
-          const int64_t iw = ow * s.stride - s.padding + kj;
-          if (iw >= 0 && iw < s.width)
-            taps.push_back({static_cast<int32_t>(oh * OW + ow), static_cast<int32_t>(ih * s.width + iw),
-                            static_cast<int32_t>(ki * k + kj)});
-        }
-      }
-  return taps;
-}
-
-// Wd's block for channels (o, c) is [P, HW] at wd + o*P*cols + c*HW.
-void dense_weights(const ConvShape& s, const std::vector<Tap>& taps, const float* w, float* wd) {
-  const int64_t P = s.out_height() * s.out_width(), HW = s.height * s.width, C = s.in_channels;
-  const int64_t cols = C * HW, kk = int64_t{s.kernel} * s.kernel;
-  const int64_t n = static_cast<int64_t>(taps.size());
-  std::vector<int64_t> at(taps.size());  // offset of each tap's entry in a block
-  for (int64_t j = 0; j < n; ++j) at[j] = taps[j].p * cols + taps[j].q;
-#pragma omp parallel for schedule(static) if (s.out_channels * P * cols >= kParallelMinElements)
-  for (int64_t o = 0; o < s.out_channels; ++o) {
-    std::fill_n(wd + o * P * cols, P * cols, 0.0f);
-    for (int64_t c = 0; c < C; ++c) {
-      const float* wk = w + (o * C + c) * kk;
-      float* block = wd + o * P * cols + c * HW;
-      for (int64_t j = 0; j < n; ++j) block[at[j]] = wk[taps[j].t];
-    }
-  }
-}
-
-// dw += the entries of dWd each weight was copied to, in tap order.
-void fold_dense_weights(const ConvShape& s, const std::vector<Tap>& taps, const float* dwd, float* dw) {
-  const int64_t P = s.out_height() * s.out_width(), HW = s.height * s.width, C = s.in_channels;
-  const int64_t cols = C * HW, kk = int64_t{s.kernel} * s.kernel;
-  const int64_t n = static_cast<int64_t>(taps.size());
-  std::vector<int64_t> at(taps.size());
-  for (int64_t j = 0; j < n; ++j) at[j] = taps[j].p * cols + taps[j].q;
-#pragma omp parallel for schedule(static) if (s.out_channels * P * cols >= kParallelMinElements)
-  for (int64_t o = 0; o < s.out_channels; ++o)
-    for (int64_t c = 0; c < C; ++c) {
-      float* dk = dw + (o * C + c) * kk;
-      const float* block = dwd + o * P * cols + c * HW;
-      for (int64_t j = 0; j < n; ++j) dk[taps[j].t] += block[at[j]];
-    }
-}
-
-void dense_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
-  const int64_t P = s.out_height() * s.out_width(), rows = s.out_channels * P;
-  const int64_t cols = s.in_channels * s.height * s.width;
-  float* wd = Scratch::floats(static_cast<size_t>(rows * cols), kColumns);
-  dense_weights(s, taps_inside(s), w, wd);
-  if (bias)
-    for (int64_t i = 0; i < s.batch; ++i)
-      for (int64_t o = 0; o < s.out_channels; ++o) std::fill_n(y + i * rows + o * P, P, bias[o]);
-  gemm(false, true, s.batch, rows, cols, 1.0f, x, cols, wd, cols, bias ? 1.0f : 0.0f, y, rows);
-}
-
-void dense_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw) {
-  const int64_t P = s.out_height() * s.out_width(), rows = s.out_channels * P;
-  const int64_t cols = s.in_channels * s.height * s.width;
-  const std::vector<Tap> taps = taps_inside(s);
-  float* wd = Scratch::floats(static_cast<size_t>(rows * cols), kColumns);
-  if (dx) {
-    dense_weights(s, taps, w, wd);
-    gemm(false, false, s.batch, cols, rows, 1.0f, dy, rows, wd, cols, 0.0f, dx, cols);
-  }
-  // dWd = dy^T x, then each weight collects the entries it was copied to.
-  gemm(true, false, rows, cols, s.batch, 1.0f, dy, rows, x, cols, 0.0f, wd, cols);
-  fold_dense_weights(s, taps, wd, dw);
-}
-
 }  // namespace
 
 int64_t conv_chunk_samples(const ConvShape& s) {
@@ -290,71 +198,11 @@ void forward_chunk(const ConvShape& s, const float* x, const float* w, const flo
   });
 }
 
-// dw [O, K] += g [O, L] * cols [K, L]^T for weight gradients with few
-// entries (a first layer: 1 or 3 input channels), as blocks of dot
-// products read straight from the rows. OpenBLAS would pack both operands
-// to produce a few hundred outputs, which halved its speed on them.
+// Weight gradients with at most this many entries (first layers: 1 or 3
+// input channels) as dot products of rows (row_dot_kernels.h): OpenBLAS
+// packs both operands to produce a few hundred outputs, which halved its
+// speed on them.
 constexpr int64_t kSmallWeightGradient = 2048;
-
-// Accumulators as named vectors, not an array (which GCC keeps on the stack).
-template <int NO, int NR>
-void row_dot_block(const float* g, const float* cols, int64_t ld, int64_t L, int64_t K, float* dw) {
-  static_assert(NO >= 1 && NO <= 2 && NR >= 1 && NR <= 4);
-  f32x8 c00 = splat8(0.0f), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
-  const float* g1 = g + (NO > 1 ? ld : 0);
-  int64_t j = 0;
-  for (; j + 8 <= L; j += 8) {
-    f32x8 a0, a1, b0, b1, b2, b3;
-    std::memcpy(&a0, g + j, sizeof a0);
-    std::memcpy(&b0, cols + j, sizeof b0);
-    c00 += a0 * b0;
-    if constexpr (NR > 1) {
-      std::memcpy(&b1, cols + ld + j, sizeof b1);
-      c01 += a0 * b1;
-    }
-    if constexpr (NR > 2) {
-      std::memcpy(&b2, cols + 2 * ld + j, sizeof b2);
-      c02 += a0 * b2;
-    }
-    if constexpr (NR > 3) {
-      std::memcpy(&b3, cols + 3 * ld + j, sizeof b3);
-      c03 += a0 * b3;
-    }
-    if constexpr (NO > 1) {
-      std::memcpy(&a1, g1 + j, sizeof a1);
-      c10 += a1 * b0;
-      if constexpr (NR > 1) c11 += a1 * b1;
-      if constexpr (NR > 2) c12 += a1 * b2;
-      if constexpr (NR > 3) c13 += a1 * b3;
-    }
-  }
-  const f32x8 acc[2][4] = {{c00, c01, c02, c03}, {c10, c11, c12, c13}};
-  for (int i = 0; i < NO; ++i)
-    for (int r = 0; r < NR; ++r) {
-      float sum = 0;
-      for (int l = 0; l < 8; ++l) sum += acc[i][r][l];
-      for (int64_t t = j; t < L; ++t) sum += g[i * ld + t] * cols[r * ld + t];
-      dw[i * K + r] += sum;
-    }
-}
-
-template <int NO>
-void row_dot_rows(const float* g, const float* cols, int64_t ld, int64_t L, int64_t K, float* dw) {
-  int64_t r = 0;
-  for (; r + 4 <= K; r += 4) row_dot_block<NO, 4>(g, cols + r * ld, ld, L, K, dw + r);
-  switch (K - r) {
-    case 3: return row_dot_block<NO, 3>(g, cols + r * ld, ld, L, K, dw + r);
-    case 2: return row_dot_block<NO, 2>(g, cols + r * ld, ld, L, K, dw + r);
-    case 1: return row_dot_block<NO, 1>(g, cols + r * ld, ld, L, K, dw + r);
-    default: return;
-  }
-}
-
-void small_weight_gradient(int64_t O, int64_t K, int64_t L, const float* g, const float* cols, int64_t ld, float* dw) {
-  int64_t o = 0;
-  for (; o + 2 <= O; o += 2) row_dot_rows<2>(g + o * ld, cols, ld, L, K, dw + o * K);
-  if (o < O) row_dot_rows<1>(g + o * ld, cols, ld, L, K, dw + o * K);
-}
 
 // One chunk of the backward pass: dw += this chunk's weight gradient and,
 // when dx is not null, dx's samples [first, first + n) by im2col's transpose.
@@ -373,7 +221,7 @@ void backward_chunk(const ConvShape& s, const float* x, const float* w, const fl
   const float* cols = direct ? x + first * in_plane : col;
   if (!direct) im2col(s, x, first, n, col);
   if (O * K <= kSmallWeightGradient)
-    small_weight_gradient(O, K, ld, g, cols, ld, dw);
+    accumulate_row_dots(O, K, ld, g, cols, ld, dw);
   else
     gemm(false, true, O, K, ld, 1.0f, g, ld, cols, ld, 1.0f, dw, K);
   if (!dx) return;
@@ -394,7 +242,7 @@ void backward_chunk(const ConvShape& s, const float* x, const float* w, const fl
 // NCHW block, so the kernels use x, y, dy and dx in place and skip the
 // transposes (and for pointwise convs, im2col too).
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
-  if (dense_is_cheaper(s)) return dense_forward(s, x, w, bias, y);
+  if (conv_dense_is_cheaper(s)) return conv2d_dense_forward(s, x, w, bias, y);
   const Chunking c = chunking(s);
   for_each_chunk(s, c, [&](int64_t first, int64_t n) { forward_chunk(s, x, w, bias, y, first, n, c.size); });
 }
@@ -403,7 +251,7 @@ void conv2d_backward(const ConvShape& s, const float* x, const float* w, const f
                      float* dw, float* dbias) {
   const int64_t O = s.out_channels, K = s.patch();
   if (dbias) bias_gradient(s, dy, dbias);
-  if (dense_is_cheaper(s)) return dense_backward(s, x, w, dy, dx, dw);
+  if (conv_dense_is_cheaper(s)) return conv2d_dense_backward(s, x, w, dy, dx, dw);
   // dx as a convolution of dy (see input_gradient_as_convolution): the
   // chunks then only compute dw.
   const bool dx_by_convolution = dx && input_gradient_as_convolution(s);
