@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include <omp.h>
 
@@ -152,7 +151,7 @@ Chunking chunking(const ConvShape& s) {
   const int64_t mnk = s.out_channels * s.patch() * s.batch * s.out_height() * s.out_width();
   c.parallel = threads > 1 && !omp_in_parallel() && s.batch >= threads && mnk >= kParallelMinMnk;
   if (c.parallel) {
-    // A multiple of the thread count, so that static scheduling balances.
+    // A multiple of the thread count, so that the threads get equal shares.
     int64_t count = (s.batch + c.size - 1) / c.size;
     count = (count + threads - 1) / threads * threads;
     c.size = (s.batch + count - 1) / count;
@@ -176,8 +175,8 @@ void for_each_chunk(const ConvShape& s, const Chunking& c, Body body) {
   for (int64_t k = 0; k < c.count; ++k) run(k);
 }
 
-// One chunk of the forward pass; col and out are the calling thread's
-// scratch, sized for chunk_size samples.
+// One chunk of the forward pass, in the calling thread's scratch (sized for
+// chunk_size samples, so that a short last chunk reuses the buffers).
 void forward_chunk(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int64_t first,
                    int64_t n, int64_t chunk_size) {
   const int64_t O = s.out_channels, K = s.patch(), P = s.out_height() * s.out_width(), ld = n * P;
