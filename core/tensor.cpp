@@ -2,9 +2,8 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <atomic>
-#include <mutex>
 
+#include "core/cpu/host_allocator.h"
 #include "core/error.h"
 
 namespace pd {
@@ -57,49 +56,6 @@ std::string shape_str(const Shape& s) {
 
 namespace {
 
-class HostAllocator;
-void host_allocator_release(size_t bytes);
-
-struct HostStorage : Storage {
-  ~HostStorage() override {
-    std::free(data);
-    host_allocator_release(bytes);
-  }
-};
-
-// 64-byte aligned host memory with current/peak counters.
-class HostAllocator : public Allocator {
- public:
-  std::shared_ptr<Storage> allocate(size_t bytes) override {
-    auto s = std::make_shared<HostStorage>();
-    size_t rounded = (bytes + 63) / 64 * 64;
-    s->data = rounded ? std::aligned_alloc(64, rounded) : nullptr;
-    if (rounded && !s->data) throw RuntimeFailure(cat("out of host memory allocating ", bytes, " bytes"));
-    s->bytes = bytes;
-    add(static_cast<int64_t>(bytes));
-    return s;
-  }
-  size_t current_bytes() const override { return current_.load(); }
-  size_t peak_bytes() const override { return peak_.load(); }
-  void reset_peak() override { peak_.store(current_.load()); }
-  void add(int64_t delta) {
-    size_t now = current_.fetch_add(static_cast<size_t>(delta)) + static_cast<size_t>(delta);
-    size_t p = peak_.load();
-    while (now > p && !peak_.compare_exchange_weak(p, now)) {
-    }
-  }
-
- private:
-  std::atomic<size_t> current_{0}, peak_{0};
-};
-
-HostAllocator& host_allocator() {
-  static HostAllocator a;
-  return a;
-}
-
-void host_allocator_release(size_t bytes) { host_allocator().add(-static_cast<int64_t>(bytes)); }
-
 Allocator* g_cuda_allocator = nullptr;
 
 }  // namespace
@@ -110,7 +66,7 @@ void register_allocator(DeviceKind kind, Allocator* a) {
 }
 
 Allocator& allocator_for(Device d) {
-  if (d.is_cpu()) return host_allocator();
+  if (d.is_cpu()) return cpu::host_allocator();
   if (!g_cuda_allocator)
     throw UserError("this pipedream was built without CUDA (or no GPU is visible): use --device cpu");
   return *g_cuda_allocator;

@@ -13,19 +13,18 @@ namespace pd::cpu {
 // Two ways to run the per-(batch, head) products, GEMMs with a stride of
 // 3D into qkv:
 // - Row blocks (the usual case): each head's query rows are cut into blocks
-//   small enough that OpenBLAS runs them single-threaded (it threads only
-//   GEMMs above M*N*K = 4 * 65536), and OpenMP threads take whole blocks.
+//   of at most kBlockMnk multiply-adds per GEMM, and OpenMP threads take
+//   whole blocks (gemm runs single-threaded inside a parallel region).
 //   A block of rows r0..r1 needs key columns 0..r1 only, which skips most
 //   of the masked upper triangle.
-// - Whole heads one after another, each GEMM threaded by OpenBLAS, when a
-//   row block that small would be too thin to run efficiently. (Calling a
-//   threaded OpenBLAS from inside OpenMP threads oversubscribes its pool.)
+// - Whole heads one after another, each GEMM split over the threads by
+//   gemm(), when a row block that small would be too thin to run efficiently.
 // Either way every output element is computed by one GEMM call whose shape
 // does not depend on the thread count.
 
 namespace {
 
-constexpr int64_t kOpenBlasSingleThreadedMnk = 4 * 65536;
+constexpr int64_t kBlockMnk = 4 * 65536;
 constexpr int64_t kMinRowBlock = 16;
 
 void causal_softmax_row(float* row, int64_t t, int64_t T) {
@@ -60,10 +59,10 @@ Head head_of(const AttentionShape& s, const float* qkv, const float* probs, int6
   return {q, q + D, q + 2 * D, const_cast<float*>(probs) + bh * T * T, b * T * D + h * s.head_dim, qkv_off};
 }
 
-// Rows per block so that every block GEMM stays single-threaded in OpenBLAS;
+// Rows per block so that every block GEMM has at most kBlockMnk multiply-adds;
 // 0 when such blocks would be too thin (then whole heads run serially).
 int64_t row_block(const AttentionShape& s) {
-  int64_t rb = kOpenBlasSingleThreadedMnk / std::max<int64_t>(1, s.seq * s.head_dim);
+  int64_t rb = kBlockMnk / std::max<int64_t>(1, s.seq * s.head_dim);
   rb = std::min(rb, s.seq);
   if (rb >= s.seq) return s.seq;
   rb = rb / 8 * 8;

@@ -1,8 +1,10 @@
 #pragma once
 // Row-major single-precision GEMM through OpenBLAS, and the thread count
 // that every CPU kernel uses. With a fixed thread count results are
-// bitwise reproducible (OpenBLAS partitions work deterministically; our
-// own loops use OpenMP static schedules and never reduce across threads).
+// bitwise reproducible (GEMMs are split across OpenMP threads by blocks of
+// C, each run by a single-threaded OpenBLAS; our own loops use OpenMP
+// static schedules and reduce across threads, if at all, in a fixed order).
+// Called inside an OpenMP parallel region, gemm runs on the calling thread.
 #include <cstdint>
 
 namespace pd::cpu {

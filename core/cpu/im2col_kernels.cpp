@@ -155,27 +155,27 @@ void fold_plane_stride1(const ConvShape& s, const float* src, int64_t ld, std::v
 
 }  // namespace
 
+// Work items are (channel, sample) pairs, c-major for im2col and sample-
+// major for col2im; each writes its own rows / its own input plane, so no
+// two threads touch the same output and any split gives the same bits.
 void im2col(const ConvShape& s, const float* x, int64_t first, int64_t n, float* col) {
   const int64_t C = s.in_channels, k = s.kernel, HW = s.height * s.width;
   const int64_t P = s.out_height() * s.out_width(), ld = n * P;
   if (s.stride == 1) {
-    // Each (sample, channel) pair writes its own k*k row segments: no overlap.
-#pragma omp parallel if (C * k * k * n * P >= kParallelMinElements)
-    {
+    parallel_ranges(C * n, C * k * k * n * P, [&](int64_t begin, int64_t end) {
       std::vector<float> padded;
-#pragma omp for collapse(2) schedule(static)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t i = 0; i < n; ++i)
-          unfold_plane_stride1(s, x + ((first + i) * C + c) * HW, padded, col + c * k * k * ld + i * P, ld);
-    }
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t c = item / n, i = item % n;
+        unfold_plane_stride1(s, x + ((first + i) * C + c) * HW, padded, col + c * k * k * ld + i * P, ld);
+      }
+    });
     return;
   }
   std::vector<ColumnRange> cols(k);
   for (int kj = 0; kj < k; ++kj) cols[kj] = valid_columns(s, kj);
-  // Each (sample, channel) pair writes its own k*k row segments: no overlap.
-#pragma omp parallel for collapse(2) schedule(static) if (C * k * k * n * P >= kParallelMinElements)
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t i = 0; i < n; ++i) {
+  parallel_ranges(C * n, C * k * k * n * P, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t c = item / n, i = item % n;
       const float* plane = x + ((first + i) * C + c) * HW;
       for (int ki = 0; ki < k; ++ki)
         for (int kj = 0; kj < k; ++kj) {
@@ -183,6 +183,7 @@ void im2col(const ConvShape& s, const float* x, int64_t first, int64_t n, float*
           unfold_row(s, plane, ki, kj, cols[kj], col + r * ld + i * P);
         }
     }
+  });
 }
 
 void col2im_add(const ConvShape& s, const float* col, int64_t first, int64_t n, float* dx) {
@@ -190,23 +191,22 @@ void col2im_add(const ConvShape& s, const float* col, int64_t first, int64_t n, 
   const int64_t P = s.out_height() * s.out_width(), ld = n * P;
   if (s.stride == 1) {
     // Every input plane is owned by one thread: deterministic for any thread count.
-#pragma omp parallel if (C * k * k * n * P >= kParallelMinElements)
-    {
+    parallel_ranges(n * C, C * k * k * n * P, [&](int64_t begin, int64_t end) {
       std::vector<float> padded;
-#pragma omp for collapse(2) schedule(static)
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t c = 0; c < C; ++c)
-          fold_plane_stride1(s, col + c * k * k * ld + i * P, ld, padded, dx + ((first + i) * C + c) * HW);
-    }
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t i = item / C, c = item % C;
+        fold_plane_stride1(s, col + c * k * k * ld + i * P, ld, padded, dx + ((first + i) * C + c) * HW);
+      }
+    });
     return;
   }
   std::vector<ColumnRange> cols(k);
   for (int kj = 0; kj < k; ++kj) cols[kj] = valid_columns(s, kj);
   // Every input plane is owned by one thread, which adds its k*k
   // contributions in a fixed order: deterministic for any thread count.
-#pragma omp parallel for collapse(2) schedule(static) if (C * k * k * n * P >= kParallelMinElements)
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = 0; c < C; ++c) {
+  parallel_ranges(n * C, C * k * k * n * P, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / C, c = item % C;
       float* plane = dx + ((first + i) * C + c) * HW;
       for (int ki = 0; ki < k; ++ki)
         for (int kj = 0; kj < k; ++kj) {
@@ -214,6 +214,7 @@ void col2im_add(const ConvShape& s, const float* col, int64_t first, int64_t n, 
           fold_row_add(s, col + r * ld + i * P, ki, kj, cols[kj], plane);
         }
     }
+  });
 }
 
 }  // namespace pd::cpu

@@ -1,9 +1,11 @@
 #pragma once
 // OpenMP worker threads busy-wait after every parallel region unless told
-// otherwise. Our CPU kernels alternate OpenMP loops with OpenBLAS GEMMs,
-// whose own pthread workers then fight the spinning OpenMP threads for the
-// same cores: with 2 threads on a busy 2-core machine a `cnn` step went
-// from ~0.7 s to over 10 s. Sleeping waits cost a few microseconds per
+// otherwise. On a machine whose cores are shared - several pipeline ranks
+// on one box, or other jobs - the spinning threads take the cores that
+// the other ranks (and our own next region) need: with 2 threads on a busy
+// 2-core machine a `cnn` step once went from ~0.7 s to over 10 s (then
+// with OpenBLAS's own pthread pool also fighting them; GEMMs now run on the
+// OpenMP threads, see gemm.h). Sleeping waits cost a few microseconds per
 // region instead.
 namespace pd::cpu {
 

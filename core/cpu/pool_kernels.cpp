@@ -1,30 +1,63 @@
 #include "core/cpu/pool_kernels.h"
 
+#include "core/cpu/fast_math.h"
 #include "core/cpu/parallel.h"
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 namespace pd::cpu {
 
-// The common 2x2 stride-2 unpadded case, without window bookkeeping.
+// One 2x2 window, candidates in window order; NaN propagates, as in
+// PyTorch: once best is NaN nothing beats it.
+static inline void max_of_window(const float* r0, const float* r1, int64_t where, int64_t W, float* out,
+                                 int32_t* arg) {
+  float best = r0[0];
+  const float cand[3] = {r0[1], r1[0], r1[1]};
+  const int64_t pos[3] = {where + 1, where + W, where + W + 1};
+  for (int q = 0; q < 3; ++q)
+    if (cand[q] > best || (cand[q] != cand[q] && best == best)) {
+      best = cand[q];
+      where = pos[q];
+    }
+  *out = best;
+  *arg = static_cast<int32_t>(where);
+}
+
+// The common 2x2 stride-2 unpadded case, without window bookkeeping:
+// 8 windows of a row pair at a time (the same comparisons, lane by lane),
+// then the rest one by one.
 static void maxpool2x2_plane(const float* in, int64_t W, int64_t OH, int64_t OW, float* out, int32_t* arg) {
+  const i32x8 even{0, 2, 4, 6, 8, 10, 12, 14}, odd = even + 1;
+  const i32x8 lane{0, 2, 4, 6, 8, 10, 12, 14};  // input column offset of each window
+  const i32x8 one = {1, 1, 1, 1, 1, 1, 1, 1}, zero = {};
   for (int64_t oh = 0; oh < OH; ++oh) {
     const float* r0 = in + 2 * oh * W;
     const float* r1 = r0 + W;
-    for (int64_t ow = 0; ow < OW; ++ow) {
-      const int64_t c = 2 * ow;
-      float best = r0[c];
-      int64_t where = 2 * oh * W + c;
-      const float cand[3] = {r0[c + 1], r1[c], r1[c + 1]};
-      const int64_t pos[3] = {where + 1, where + W, where + W + 1};
-      for (int q = 0; q < 3; ++q)
-        if (cand[q] > best || (cand[q] != cand[q] && best == best)) {
-          best = cand[q];
-          where = pos[q];
-        }
-      out[oh * OW + ow] = best;
-      arg[oh * OW + ow] = static_cast<int32_t>(where);
+    int64_t ow = 0;
+    for (; ow + 8 <= OW; ow += 8) {
+      f32x8 a0, a1, b0, b1;
+      std::memcpy(&a0, r0 + 2 * ow, sizeof a0);
+      std::memcpy(&a1, r0 + 2 * ow + 8, sizeof a1);
+      std::memcpy(&b0, r1 + 2 * ow, sizeof b0);
+      std::memcpy(&b1, r1 + 2 * ow + 8, sizeof b1);
+      const f32x8 cand[3] = {__builtin_shuffle(a0, a1, odd), __builtin_shuffle(b0, b1, even),
+                             __builtin_shuffle(b0, b1, odd)};
+      const i32x8 offset[3] = {one, one * static_cast<int32_t>(W), one * static_cast<int32_t>(W + 1)};
+      f32x8 best = __builtin_shuffle(a0, a1, even);
+      i32x8 where = zero;
+      for (int q = 0; q < 3; ++q) {
+        const f32x8 c = cand[q];
+        const i32x8 take = (c > best) | ((c != c) & (best == best));
+        best = take ? c : best;
+        where = take ? offset[q] : where;
+      }
+      where += lane + static_cast<int32_t>(2 * oh * W + 2 * ow);
+      std::memcpy(out + oh * OW + ow, &best, sizeof best);
+      std::memcpy(arg + oh * OW + ow, &where, sizeof where);
     }
+    for (; ow < OW; ++ow)
+      max_of_window(r0 + 2 * ow, r1 + 2 * ow, 2 * oh * W + 2 * ow, W, out + oh * OW + ow, arg + oh * OW + ow);
   }
 }
 

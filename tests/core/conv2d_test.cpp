@@ -130,6 +130,66 @@ TEST(Conv2dKernels, ChunkedBatchMatchesNaive) {
   check_kernels_against_naive(s);
 }
 
+TEST(Conv2dKernels, StrideOneInputGradientAsConvolutionMatchesNaive) {
+  // Stride 1 with padding <= k-1 computes dx as a convolution of dy with
+  // the flipped kernel; cover every padding in that range, even kernels,
+  // non-square maps, several samples per chunk and one sample per chunk.
+  check_kernels_against_naive(shape_of(2, 3, 7, 5, 4, 3, 1, 0));
+  check_kernels_against_naive(shape_of(2, 3, 7, 5, 4, 3, 1, 2));
+  check_kernels_against_naive(shape_of(3, 2, 6, 9, 3, 2, 1, 0));
+  check_kernels_against_naive(shape_of(3, 2, 6, 9, 3, 2, 1, 1));
+  check_kernels_against_naive(shape_of(2, 2, 5, 6, 3, 4, 1, 3));
+  check_kernels_against_naive(shape_of(5, 6, 14, 14, 8, 5, 1, 2));  // cnn's conv2, narrower
+  check_kernels_against_naive(shape_of(9, 5, 2, 2, 7, 3, 1, 1));    // vgg's last maps: 2x2
+  check_kernels_against_naive(shape_of(2, 3, 24, 23, 2, 3, 1, 1));  // one sample per chunk
+  check_kernels_against_naive(shape_of(2, 3, 1, 1, 4, 3, 1, 1));    // 1x1 map, 3x3 kernel
+  // Padding beyond k-1 keeps the column route.
+  check_kernels_against_naive(shape_of(2, 2, 4, 4, 3, 3, 1, 3));
+}
+
+TEST(Conv2dKernels, ChunksSpreadOverThreadsMatchNaive) {
+  // Above the parallel threshold each thread takes whole chunks and sums
+  // its own weight gradient; these shapes take every route that way.
+  const int keep = cpu::compute_threads();
+  cpu::set_compute_threads(2);
+  check_kernels_against_naive(shape_of(7, 16, 12, 12, 16, 3, 1, 1));  // dx as a convolution
+  check_kernels_against_naive(shape_of(5, 8, 14, 14, 16, 5, 1, 2));   // cnn's conv2, narrower
+  check_kernels_against_naive(shape_of(8, 16, 20, 20, 16, 3, 2, 1));  // stride 2: dx by col2im
+  check_kernels_against_naive(shape_of(9, 32, 12, 12, 32, 1, 1, 0));  // pointwise
+  check_kernels_against_naive(shape_of(3, 16, 33, 31, 8, 3, 1, 1));   // one sample per chunk, odd batch
+  cpu::set_compute_threads(keep);
+}
+
+TEST(Conv2dKernels, MapsSmallerThanTheKernelRunAsDenseMatricesAndMatchNaive) {
+  // Fewer input pixels than kernel taps: the layer runs as a dense matrix.
+  check_kernels_against_naive(shape_of(9, 5, 2, 2, 7, 3, 1, 1));
+  check_kernels_against_naive(shape_of(3, 4, 1, 1, 6, 3, 1, 1));
+  check_kernels_against_naive(shape_of(2, 3, 2, 3, 4, 3, 2, 1));  // stride 2, non-square
+  check_kernels_against_naive(shape_of(2, 3, 3, 3, 5, 4, 1, 2));  // even kernel, 3x3 map
+  check_kernels_against_naive(shape_of(4, 2, 3, 3, 3, 4, 1, 1));  // 2x2 outputs, uneven padding use
+  const int keep = cpu::compute_threads();
+  cpu::set_compute_threads(2);
+  check_kernels_against_naive(shape_of(32, 64, 2, 2, 64, 3, 1, 1));  // vgg-mini's last convs, narrower
+  cpu::set_compute_threads(keep);
+}
+
+TEST(Conv2dKernels, ForwardWithoutBiasMatchesNaive) {
+  for (const ConvShape& s : {shape_of(3, 2, 6, 6, 4, 3, 1, 1), shape_of(1, 3, 20, 20, 2, 3, 2, 1),
+                             shape_of(2, 4, 5, 5, 3, 1, 1, 0)}) {
+    Tensor x = random_tensor({s.batch, s.in_channels, s.height, s.width}, 5);
+    Tensor w = random_tensor({s.out_channels, s.in_channels, s.kernel, s.kernel}, 6);
+    Tensor y = Tensor::full({s.batch, s.out_channels, s.out_height(), s.out_width()}, 3.0f);
+    cpu::conv2d_forward(s, x.f32(), w.f32(), nullptr, y.f32());
+    NaiveConv ref{s, x.f32(), w.f32(), nullptr};
+    std::vector<double> want;
+    for (int64_t n = 0; n < s.batch; ++n)
+      for (int64_t o = 0; o < s.out_channels; ++o)
+        for (int64_t oh = 0; oh < s.out_height(); ++oh)
+          for (int64_t ow = 0; ow < s.out_width(); ++ow) want.push_back(ref.at(n, o, oh, ow));
+    expect_close(y.f32(), want, 1e-5, "y");
+  }
+}
+
 TEST(Conv2dKernels, SkipsInputGradientWhenNotWanted) {
   ConvShape s = shape_of(2, 3, 5, 5, 2, 3, 1, 1);
   Tensor x = random_tensor({2, 3, 5, 5}, 1), w = random_tensor({2, 3, 3, 3}, 2);

@@ -77,6 +77,8 @@ void check_max_and_avg(const cpu::PoolShape& s) {
 TEST(PoolKernels, MaxAndAvgMatchNaiveWindows) {
   check_max_and_avg(pool(3, 8, 8, 2, 2, 0));  // the specialised 2x2 path
   check_max_and_avg(pool(2, 7, 9, 2, 2, 0));  // 2x2 with a dropped last row/column
+  check_max_and_avg(pool(3, 28, 28, 2, 2, 0));  // 2x2, 8 windows at a time and a tail
+  check_max_and_avg(pool(2, 6, 33, 2, 2, 0));   // 2x2, exactly two blocks of 8, a dropped column
   check_max_and_avg(pool(2, 7, 9, 3, 2, 1));  // overlapping windows, padding
   check_max_and_avg(pool(2, 5, 5, 3, 1, 1));
   check_max_and_avg(pool(2, 9, 7, 2, 3, 0));  // stride beyond the window
@@ -97,6 +99,32 @@ TEST(PoolKernels, MaxPropagatesNaNLikeTorch) {
     cpu::maxpool2d_forward(pool(1, 3, 3, k, k, 0), x.f32(), y.f32(), arg.data<int32_t>());
     EXPECT_TRUE(std::isnan(y.f32()[0])) << k;
     EXPECT_EQ(arg.data<int32_t>()[0], 1) << k;
+  }
+}
+
+TEST(PoolKernels, MaxPropagatesNaNInEveryWindowPosition) {
+  // 2x2 windows, 8 at a time: a NaN in each position of some window, and
+  // windows with two NaNs, must give NaN and the first NaN's index.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t W = 40, OW = 20;
+  Tensor x = random_tensor({1, 2, W}, 9);
+  float* v = x.f32();
+  // Cells (window): 0, 1 (0); W+4 (2); W+7 (3); 10, W+11 (5); 19, 18 (9); 35 (17, in the tail).
+  for (int64_t cell : {int64_t{0}, int64_t{1}, W + 4, W + 7, int64_t{10}, W + 11, int64_t{19}, int64_t{18}, int64_t{35}})
+    v[cell] = nan;
+  Tensor y = Tensor::empty({1, 1, OW}), arg = Tensor::empty({1, 1, OW}, DType::I32);
+  cpu::maxpool2d_forward(pool(1, 2, W, 2, 2, 0), v, y.f32(), arg.data<int32_t>());
+  for (int64_t o = 0; o < OW; ++o) {
+    const int64_t cells[4] = {2 * o, 2 * o + 1, W + 2 * o, W + 2 * o + 1};
+    int64_t first_nan = -1, best = cells[0];
+    for (int64_t c : cells) {
+      if (std::isnan(v[c]) && first_nan < 0) first_nan = c;
+      if (v[c] > v[best]) best = c;
+    }
+    const int64_t want = first_nan >= 0 ? first_nan : best;
+    EXPECT_EQ(arg.data<int32_t>()[o], want) << o;
+    if (first_nan >= 0) EXPECT_TRUE(std::isnan(y.f32()[o])) << o;
+    else EXPECT_EQ(y.f32()[o], v[best]) << o;
   }
 }
 
