@@ -352,24 +352,28 @@ void MpiEngine::wait(MpiOp& op, double timeout_s) {
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(timeout_s));
-  // Short spin first: a reply that is microseconds away should not pay
-  // for a futex sleep and wake-up on both sides.
-  if (!op.done_.load(std::memory_order_acquire)) {
-    waiters_.fetch_add(1);
-    last_wait_start_ns_.store(start.time_since_epoch().count());
-    const auto spin_until = start + std::chrono::microseconds(30);
-    while (!op.done_.load(std::memory_order_acquire) && Clock::now() < spin_until) sched_yield();
-    waiters_.fetch_sub(1);
-  }
-  std::unique_lock lk(done_mu_);
-  if (op.done_) {
+  if (op.done_.load(std::memory_order_acquire)) {
+    std::lock_guard lk(done_mu_);
     if (!op.error_.empty()) throw RuntimeFailure(op.error_);
     return;
   }
-  // Tell the comm thread someone is blocked: it polls hot now.
+  // Tell the comm thread someone is blocked (it polls hot for a moment,
+  // then every <= 100 us), then spin briefly: a reply that is microseconds
+  // away should not pay for a futex sleep and wake-up on both sides.
   waiters_.fetch_add(1);
-  last_wait_start_ns_.store(start.time_since_epoch().count());
+  {
+    std::lock_guard q(queue_mu_);  // so the wake-up cannot slip between its check and its sleep
+    last_wait_start_ns_.store(start.time_since_epoch().count());
+  }
   queue_cv_.notify_one();
+  const auto spin_until = start + std::chrono::microseconds(30);
+  while (!op.done_.load(std::memory_order_acquire) && Clock::now() < spin_until) sched_yield();
+  std::unique_lock lk(done_mu_);
+  if (op.done_) {
+    waiters_.fetch_sub(1);
+    if (!op.error_.empty()) throw RuntimeFailure(op.error_);
+    return;
+  }
   note_blocked_on(cat("waiting for rank ", op.waiting_peer_.load(), " (", op.what_, ")").c_str());
   struct Leave {
     MpiEngine* e;
@@ -447,6 +451,9 @@ void MpiEngine::on_abort_notice(const MPI_Status& st) {
 void MpiEngine::loop() {
   using namespace std::chrono;
   auto last_activity = Clock::now();
+  constexpr auto kFirstNap = microseconds(25) / 2;  // doubled before the first nap
+  constexpr auto kHotAfterWait = microseconds(50);
+  auto nap = duration_cast<Clock::duration>(kFirstNap);
   for (;;) {
     std::deque<std::function<void()>> cmds;
     bool stopping, drain;
@@ -472,19 +479,32 @@ void MpiEngine::loop() {
     const auto now = Clock::now();
     if (handled > 0 || !cmds.empty()) {
       last_activity = now;
+      nap = duration_cast<Clock::duration>(kFirstNap);
       continue;
     }
-    // Hot polling right after traffic or a new wait (latency), otherwise a
-    // short sleep so idle polling leaves the cores to compute.
-    const auto since_wait = nanoseconds(now.time_since_epoch().count() - last_wait_start_ns_.load());
-    const bool hot = now - last_activity < microseconds(200) ||
-                     (waiters_.load() > 0 && since_wait < microseconds(200));
-    if (hot) {
-      sched_yield();
-      continue;
+    // Open MPI makes no progress unless called, and on a box where every
+    // core runs compute, each poll is CPU taken from compute (a wake-up
+    // costs 5-10 us of CPU on the shared VM). So: poll hot (sched_yield)
+    // only while someone is blocked in wait() and the wait just began or
+    // traffic just moved; otherwise sleep, backing off from 25 us
+    //  - while someone waits: to 1/16 of how long they have waited, within
+    //    [100 us, 500 us] - the latency this adds to a wait stays a small
+    //    fraction of it, and a long wait (a stage idling for a slower one)
+    //    costs tens of wake-ups, not hundreds;
+    //  - while only requests nobody waits for are open: to 1 ms (a wait
+    //    wakes us at once, so this delays nothing anyone is blocked on);
+    //  - idle (only the abort-notice receive open): 2 ms.
+    const bool waiting = waiters_.load() > 0;
+    auto cap = duration_cast<Clock::duration>(reqs_.empty() ? microseconds(2000) : microseconds(1000));
+    if (waiting) {
+      const auto since_wait = nanoseconds(now.time_since_epoch().count() - last_wait_start_ns_.load());
+      if (since_wait < kHotAfterWait || now - last_activity < kHotAfterWait) {
+        sched_yield();
+        continue;
+      }
+      cap = std::clamp<Clock::duration>(since_wait / 16, microseconds(100), microseconds(500));
     }
-    // Idle (only the abort-notice receive open): nap longer.
-    const auto nap = reqs_.empty() ? microseconds(2000) : microseconds(50);
+    nap = std::min<Clock::duration>(nap * 2, cap);
     const int64_t seen_wait = last_wait_start_ns_.load();
     std::unique_lock lk(queue_mu_);
     queue_cv_.wait_for(lk, nap, [&] {
