@@ -53,6 +53,7 @@ struct BenchArgs {
   std::string models = "mlp,cnn";
   int64_t minibatches = 120, batch = 64, overhead_minibatches = 3000;
   int rounds = 3;
+  std::string weights = "stash";
   std::string trace;  // prefix: PREFIX.<model>.json per model
 };
 
@@ -156,9 +157,10 @@ struct PipelineRun {
 };
 
 PipelineRun pipeline_run(const Model& m, const Dataset& data, const Plan& plan, int64_t batch, int64_t n,
-                         const Optimizer& opt, Transport& t) {
+                         const Optimizer& opt, Transport& t, WeightPolicy policy = WeightPolicy::Stash) {
   ScheduleOptions o;
   o.minibatches = n;
+  o.policy = policy;
   const Schedule sched(plan, o);
   StageState state = make_stage_state(m, plan.stage_of_rank(t.rank()), plan.stages[plan.stage_of_rank(t.rank())].first_layer,
                                       plan.stages[plan.stage_of_rank(t.rank())].last_layer, 1, opt);
@@ -275,7 +277,8 @@ void bench_model(const std::string& name, const BenchArgs& a, Transport& t, cons
   cpu::set_compute_threads(1);
   const PlanStage& mine = plan.stages[static_cast<size_t>(plan.stage_of_rank(t.rank()))];
   compute_loop_seconds(m, data, mine, a.batch, 3, opt);  // warm-up
-  pipeline_run(m, data, plan, a.batch, 8, opt, t);         // warm-up
+  const WeightPolicy policy = parse_weight_policy(a.weights);
+  pipeline_run(m, data, plan, a.batch, 8, opt, t, policy);  // warm-up
   // Ceiling and pipeline alternate, so a change in the machine's load (it is
   // shared) hits both alike; the efficiency is the median of the rounds'.
   std::vector<double> ceilings, pipes, effs;
@@ -286,7 +289,7 @@ void bench_model(const std::string& name, const BenchArgs& a, Transport& t, cons
     t.barrier();
     stage_loops.push_back(of_ranks(t, compute_loop_seconds(m, data, mine, a.batch, a.minibatches, opt, &loop)));
     ceilings.push_back(*std::max_element(stage_loops.back().begin(), stage_loops.back().end()));
-    run = pipeline_run(m, data, plan, a.batch, a.minibatches, opt, t);
+    run = pipeline_run(m, data, plan, a.batch, a.minibatches, opt, t, policy);
     pipes.push_back(max_over_ranks(t, run.seconds));
     effs.push_back(ceilings.back() / pipes.back());
   }
@@ -299,7 +302,7 @@ void bench_model(const std::string& name, const BenchArgs& a, Transport& t, cons
   const auto& s0 = plan.stages[0];
   const auto& s1 = plan.stages[1];
   emit(t, {{"suite", "runtime"}, {"bench", "pipeline_vs_ceiling"}, {"model", name}, {"workers", 2},
-           {"threads_per_worker", 1}, {"batch", a.batch}, {"minibatches", a.minibatches}, {"rounds", a.rounds},
+           {"threads_per_worker", 1}, {"weights", a.weights}, {"batch", a.batch}, {"minibatches", a.minibatches}, {"rounds", a.rounds},
            {"split", cat("layers ", s0.first_layer, "..", s0.last_layer, " | ", s1.first_layer, "..", s1.last_layer)},
            {"pipeline_samples_per_s", samples / pipe_s}, {"ceiling_samples_per_s", samples / ceiling_s},
            {"efficiency", median(effs)}, {"efficiency_per_round", effs}, {"last_round_ranks", phases},
@@ -386,6 +389,8 @@ void add_runtime_suite(CLI::App& app) {
   cmd->add_option("--rounds", a->rounds, "Ceiling/pipeline measurement pairs per model (median reported)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--weights", a->weights, "Weight policy of the pipeline: stash, vertical or none")
+      ->capture_default_str();
   cmd->add_option("--trace", a->trace, "Write a Chrome trace of each model's pipeline run to PREFIX.<model>.json");
   cmd->callback([a] { run_bench(*a); });
 }

@@ -29,18 +29,29 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Every point-to-point tensor travels as a fixed header message followed
-// (when non-empty) by the payload, same peer and tag: the receiver learns
-// shape, dtype and `meta` first and can check or allocate before the data.
-constexpr int32_t kHeaderMagic = 0x31544450;  // "PDT1"
+// Every point-to-point tensor travels as a fixed header (shape, dtype,
+// `meta`) on the sender's (peer, tag). A small tensor rides in the same
+// message, after the header (one message, one match, one completion); a
+// larger one follows as a second message, so the receiver can check the
+// shape or allocate before the data lands where it belongs.
+constexpr int32_t kHeaderMagic = 0x32544450;  // "PDT2"
 constexpr int kMaxDims = 8;
+constexpr int32_t kPayloadInline = 1;
 struct WireHeader {
   int32_t magic = kHeaderMagic;
   int32_t dtype = 0;
   int32_t ndim = 0;
-  int32_t reserved = 0;
+  int32_t flags = 0;  // kPayloadInline
   int64_t dims[kMaxDims] = {};
   int64_t meta = 0;
+};
+// Header plus inline payload stays within Open MPI's shared-memory eager
+// size (4 KiB with its own header), so a small tensor costs one copy in
+// and one out, no rendezvous.
+constexpr int kInlineBytes = 4096 - 256;
+struct WireMessage {
+  WireHeader header;
+  char payload[kInlineBytes];
 };
 
 constexpr int kAbortTag = 1;
@@ -531,15 +542,23 @@ class SendOp final : public MpiOp {
         t_(t.device().is_cpu() ? t : t.to(Device::cpu())),  // host staging
         peer_(peer),
         tag_(tag) {
-    fill_header(header_, t_, meta);
     bytes_ = checked_count(t_.nbytes(), "message");
+    wire_ = std::make_unique<WireMessage>();
+    fill_header(wire_->header, t_, meta);
+    if (bytes_ <= kInlineBytes) {
+      wire_->header.flags = kPayloadInline;
+      if (bytes_ > 0) std::memcpy(wire_->payload, t_.raw(), static_cast<size_t>(bytes_));
+      t_ = Tensor{};  // copied: the caller may reuse its tensor at once
+    }
     waiting_peer_ = peer;
   }
   void start() override {
     MPI_Request r;
-    check_posted(MPI_Isend(&header_, sizeof header_, MPI_BYTE, peer_, tag_, eng_.p2p_, &r), peer_);
+    const bool inline_payload = wire_->header.flags & kPayloadInline;
+    const int head = static_cast<int>(sizeof(WireHeader)) + (inline_payload ? bytes_ : 0);
+    check_posted(MPI_Isend(wire_.get(), head, MPI_BYTE, peer_, tag_, eng_.p2p_, &r), peer_);
     track(r, peer_, false);
-    if (bytes_ > 0) {
+    if (!inline_payload) {
       check_posted(MPI_Isend(t_.raw(), bytes_, MPI_BYTE, peer_, tag_, eng_.p2p_, &r), peer_);
       track(r, peer_, false);
     }
@@ -550,7 +569,7 @@ class SendOp final : public MpiOp {
 
  private:
   Tensor t_;
-  WireHeader header_;
+  std::unique_ptr<WireMessage> wire_;
   int peer_, tag_, bytes_ = 0;
 };
 
@@ -566,7 +585,8 @@ class RecvOp final : public MpiOp {
       self->holds_channel_ = true;
       try {
         MPI_Request r;
-        self->check_posted(MPI_Irecv(&self->header_, sizeof self->header_, MPI_BYTE, self->peer_,
+        self->wire_ = std::make_unique<WireMessage>();
+        self->check_posted(MPI_Irecv(self->wire_.get(), sizeof(WireMessage), MPI_BYTE, self->peer_,
                                      self->tag_, self->eng_.p2p_, &r),
                            self->peer_);
         self->track(r, self->peer_, true);
@@ -576,9 +596,9 @@ class RecvOp final : public MpiOp {
     });
   }
   void on_finished() override { release(); }
-  void on_request_done(int slot, const MPI_Status&) override {
+  void on_request_done(int slot, const MPI_Status& st) override {
     if (slot == 0) {
-      on_header();
+      on_header(st);
     } else if (outstanding_ == 0) {
       finish_recv();
     }
@@ -592,9 +612,12 @@ class RecvOp final : public MpiOp {
   int64_t meta() const override { return header_.meta; }
 
  private:
-  void on_header() {
-    if (header_.magic != kHeaderMagic || header_.ndim < 0 || header_.ndim > kMaxDims ||
-        header_.dtype < 0 || header_.dtype > static_cast<int>(DType::I64)) {
+  void on_header(const MPI_Status& st) {
+    int received = 0;
+    MPI_Get_count(&st, MPI_BYTE, &received);
+    if (received >= static_cast<int>(sizeof(WireHeader))) header_ = wire_->header;
+    if (received < static_cast<int>(sizeof(WireHeader)) || header_.magic != kHeaderMagic || header_.ndim < 0 ||
+        header_.ndim > kMaxDims || header_.dtype < 0 || header_.dtype > static_cast<int>(DType::I64)) {
       fail(cat("rank ", eng_.rank_, ": ", what_, ": malformed message header (a different program or "
                "version on the other side?)"));
       return;
@@ -616,6 +639,19 @@ class RecvOp final : public MpiOp {
       host_ = Tensor::empty(shape, dtype);
     }
     const int bytes = checked_count(host_.nbytes(), "message");
+    if (header_.flags & kPayloadInline) {
+      release();
+      if (received != static_cast<int>(sizeof(WireHeader)) + bytes) {
+        fail(cat("rank ", eng_.rank_, ": ", what_, ": message of ", received, " bytes for a ", shape_str(shape), " ",
+                 dtype_name(dtype), " tensor (a different program or version on the other side?)"));
+        return;
+      }
+      if (bytes > 0) std::memcpy(host_.raw(), wire_->payload, static_cast<size_t>(bytes));
+      wire_.reset();
+      finish_recv();
+      return;
+    }
+    wire_.reset();
     if (bytes == 0) {
       finish_recv();
       return;
@@ -633,6 +669,7 @@ class RecvOp final : public MpiOp {
 
   bool holds_channel_ = false;
   Tensor into_, host_;
+  std::unique_ptr<WireMessage> wire_;  // the first message: header, inline payload
   WireHeader header_;
   int peer_, tag_;
   std::string mismatch_;
