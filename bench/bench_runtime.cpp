@@ -3,12 +3,23 @@
 //  - pipeline_vs_ceiling (per model): the planner's straight 2-stage plan
 //    from a profile measured here (1 thread); the ceiling is the two stages'
 //    compute loops (forward, backward, optimizer step) running at the same
-//    time with no communication, measured in the same run; the pipeline is
-//    `run`'s executor over MPI. efficiency = pipeline / ceiling.
+//    time with no communication; the pipeline is `run`'s executor over MPI.
+//    The two alternate for --rounds rounds in the same run (the machine may
+//    be shared: a change of load then hits both); efficiency = ceiling time
+//    / pipeline time, the median of the rounds'. Per rank it also reports
+//    where the last round's time went (F, B, step, wait) and the CPU time
+//    used (main thread, whole process: the difference is the communication
+//    thread) against the ceiling loop's.
 //  - action_overhead: the same with layers that do nothing, in us per action.
 //  - simulate_vs_measured: measured time per minibatch against
 //    `pipedream simulate`'s prediction for the same plan from the profiled
-//    per-layer costs (error = (measured - predicted) / predicted).
+//    per-layer costs (error = (measured - predicted) / predicted), and
+//    against the simulation with each stage's cost replaced by its compute
+//    loop measured concurrently here (what the profile cannot know: the
+//    optimizer step, two processes sharing the machine).
+// Data: the synthetic dataset's samples, materialized in memory once (a
+// real run gathers samples from memory; generating them is not the
+// runtime's cost).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,8 +62,8 @@ double process_cpu() { return cpu_seconds(CLOCK_PROCESS_CPUTIME_ID); }
 
 struct BenchArgs {
   std::string models = "mlp,cnn";
-  int64_t minibatches = 120, batch = 64, overhead_minibatches = 3000;
-  int rounds = 3;
+  int64_t minibatches = 100, batch = 64, overhead_minibatches = 3000;
+  int rounds = 5;
   std::string weights = "stash";
   std::string trace;  // prefix: PREFIX.<model>.json per model
 };

@@ -495,25 +495,27 @@ void MpiEngine::loop() {
     }
     // Open MPI makes no progress unless called, and on a box where every
     // core runs compute, each poll is CPU taken from compute (a wake-up
-    // costs 5-10 us of CPU on the shared VM). So: poll hot (sched_yield)
-    // only while someone is blocked in wait() and the wait just began or
-    // traffic just moved; otherwise sleep, backing off from 25 us
+    // costs 5-20 us of CPU on the shared 2-core VM). So: poll hot
+    // (sched_yield) only while someone is blocked in wait() and the wait
+    // just began or traffic just moved; otherwise sleep, backing off from
+    // 25 us
     //  - while someone waits: to 1/16 of how long they have waited, within
-    //    [100 us, 500 us] - the latency this adds to a wait stays a small
-    //    fraction of it, and a long wait (a stage idling for a slower one)
-    //    costs tens of wake-ups, not hundreds;
-    //  - while only requests nobody waits for are open: to 1 ms (a wait
-    //    wakes us at once, so this delays nothing anyone is blocked on);
-    //  - idle (only the abort-notice receive open): 2 ms.
+    //    [100 us, 2 ms] - the latency this adds to a wait stays a small
+    //    fraction of it (a stage that waited 32 ms for a slower one has that
+    //    much slack), and a long wait costs tens of wake-ups, not hundreds;
+    //  - while only requests nobody waits for are open: to 2 ms. With
+    //    shared memory the receiver pulls the data (CMA) when it polls, so
+    //    a receive not yet needed can wait; a wait wakes us at once;
+    //  - idle (only the abort-notice receive open): 10 ms.
     const bool waiting = waiters_.load() > 0;
-    auto cap = duration_cast<Clock::duration>(reqs_.empty() ? microseconds(2000) : microseconds(1000));
+    auto cap = duration_cast<Clock::duration>(reqs_.empty() ? microseconds(10000) : microseconds(2000));
     if (waiting) {
       const auto since_wait = nanoseconds(now.time_since_epoch().count() - last_wait_start_ns_.load());
       if (since_wait < kHotAfterWait || now - last_activity < kHotAfterWait) {
         sched_yield();
         continue;
       }
-      cap = std::clamp<Clock::duration>(since_wait / 16, microseconds(100), microseconds(500));
+      cap = std::clamp<Clock::duration>(since_wait / 16, microseconds(100), microseconds(2000));
     }
     nap = std::min<Clock::duration>(nap * 2, cap);
     const int64_t seen_wait = last_wait_start_ns_.load();
