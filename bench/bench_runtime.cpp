@@ -296,6 +296,7 @@ void bench_model(const std::string& name, const BenchArgs& a, Transport& t, cons
   std::vector<std::vector<double>> stage_loops;  // per round: each rank's compute-loop seconds
   PipelineRun run;
   LoopPhases loop;
+  std::vector<std::vector<double>> cpu_loop, cpu_main, cpu_process;  // per round, per rank (s)
   for (int r = 0; r < a.rounds; ++r) {
     t.barrier();
     stage_loops.push_back(of_ranks(t, compute_loop_seconds(m, data, mine, a.batch, a.minibatches, opt, &loop)));
@@ -303,7 +304,25 @@ void bench_model(const std::string& name, const BenchArgs& a, Transport& t, cons
     run = pipeline_run(m, data, plan, a.batch, a.minibatches, opt, t, policy);
     pipes.push_back(max_over_ranks(t, run.seconds));
     effs.push_back(ceilings.back() / pipes.back());
+    cpu_loop.push_back(of_ranks(t, loop.cpu));
+    cpu_main.push_back(of_ranks(t, run.thread_cpu_s));
+    cpu_process.push_back(of_ranks(t, run.process_cpu_s));
   }
+  // CPU time per minibatch, per rank (median of the rounds): what the
+  // runtime costs beyond the compute, whatever share of the CPU it got.
+  const double per_mb = 1e3 / static_cast<double>(a.minibatches);
+  auto median_ms = [&](const std::vector<std::vector<double>>& rounds) {
+    std::vector<double> out;
+    for (size_t q = 0; q < rounds.front().size(); ++q) {
+      std::vector<double> v;
+      for (const auto& r : rounds) v.push_back(r[q] * per_mb);
+      out.push_back(median(v));
+    }
+    return out;
+  };
+  const nlohmann::json cpu_ms = {{"ceiling_loop", median_ms(cpu_loop)},
+                                 {"pipeline_main_thread", median_ms(cpu_main)},
+                                 {"pipeline_process", median_ms(cpu_process)}};
   const double ceiling_s = median(ceilings), pipe_s = median(pipes);
   const nlohmann::json phases = phases_of_ranks(t, run);
   const std::vector<double> loop_cpu = of_ranks(t, loop.cpu), loop_f = of_ranks(t, loop.f),
@@ -316,7 +335,7 @@ void bench_model(const std::string& name, const BenchArgs& a, Transport& t, cons
            {"threads_per_worker", 1}, {"weights", a.weights}, {"batch", a.batch}, {"minibatches", a.minibatches}, {"rounds", a.rounds},
            {"split", cat("layers ", s0.first_layer, "..", s0.last_layer, " | ", s1.first_layer, "..", s1.last_layer)},
            {"pipeline_samples_per_s", samples / pipe_s}, {"ceiling_samples_per_s", samples / ceiling_s},
-           {"efficiency", median(effs)}, {"efficiency_per_round", effs}, {"last_round_ranks", phases},
+           {"efficiency", median(effs)}, {"efficiency_per_round", effs}, {"cpu_ms_per_minibatch", cpu_ms}, {"last_round_ranks", phases},
            {"last_round_ceiling_ranks", {{{"F_s", loop_f[0]}, {"B_s", loop_b[0]}, {"step_s", loop_step[0]}, {"thread_cpu_s", loop_cpu[0]}},
                                          {{"F_s", loop_f[1]}, {"B_s", loop_b[1]}, {"step_s", loop_step[1]}, {"thread_cpu_s", loop_cpu[1]}}}}});
   // `pipedream simulate`'s prediction for this plan and schedule from the
