@@ -3,16 +3,30 @@
 //  - pipeline_vs_ceiling (per model): the planner's straight 2-stage plan
 //    from a profile measured here (1 thread); the ceiling is the two stages'
 //    compute loops (forward, backward, optimizer step) running at the same
-//    time with no communication, measured in the same run; the pipeline is
-//    `run`'s executor over MPI. efficiency = pipeline / ceiling.
+//    time with no communication; the pipeline is `run`'s executor over MPI.
+//    The two alternate for --rounds rounds in the same run (the machine may
+//    be shared: a change of load then hits both); efficiency = ceiling time
+//    / pipeline time, the median of the rounds'. Per rank it also reports
+//    where the last round's time went (F, B, step, wait) and the CPU time
+//    used (main thread, whole process: the difference is the communication
+//    thread) against the ceiling loop's.
 //  - action_overhead: the same with layers that do nothing, in us per action.
 //  - simulate_vs_measured: measured time per minibatch against
 //    `pipedream simulate`'s prediction for the same plan from the profiled
-//    per-layer costs (error = (measured - predicted) / predicted).
+//    per-layer costs (error = (measured - predicted) / predicted), and
+//    against the simulation with each stage's cost replaced by its compute
+//    loop measured concurrently here (what the profile cannot know: the
+//    optimizer step, two processes sharing the machine).
+// Data: the synthetic dataset's samples, materialized in memory once (a
+// real run gathers samples from memory; generating them is not the
+// runtime's cost).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +40,7 @@
 #include "runtime/gather.h"
 #include "runtime/launcher.h"
 #include "runtime/simulator/simulator.h"
+#include "runtime/trace.h"
 #include "planner/planner.h"
 #include "profiler/measure.h"
 
@@ -35,10 +50,59 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double cpu_seconds(clockid_t c) {
+  timespec ts{};
+  clock_gettime(c, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+// CPU time of this thread and of the whole process (all threads): wall time
+// on a shared machine says how much CPU we got, these say how much we used.
+double thread_cpu() { return cpu_seconds(CLOCK_THREAD_CPUTIME_ID); }
+double process_cpu() { return cpu_seconds(CLOCK_PROCESS_CPUTIME_ID); }
 
 struct BenchArgs {
   std::string models = "mlp,cnn";
-  int64_t minibatches = 120, batch = 64, overhead_minibatches = 3000;
+  int64_t minibatches = 100, batch = 64, overhead_minibatches = 3000;
+  int rounds = 5;
+  std::string weights = "stash";
+  std::string trace;  // prefix: PREFIX.<model>.json per model
+};
+
+// The synthetic dataset generates every sample from its RNG when asked
+// (~1 ms per minibatch of 64 images, on the input stage only). A real run
+// gathers samples already in memory, so the bench materializes a pool of
+// synthetic samples once and serves minibatches from it.
+class InMemoryDataset final : public Dataset {
+ public:
+  InMemoryDataset(const Dataset& from, int64_t n) : name_(from.name() + " (in memory)"), from_(&from) {
+    std::vector<int64_t> idx(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = i;
+    inputs_ = from.inputs(idx);
+    labels_ = from.labels(idx);
+  }
+  std::string name() const override { return name_; }
+  int64_t size() const override { return inputs_.shape()[0]; }
+  Shape sample_shape() const override { return from_->sample_shape(); }
+  DType input_dtype() const override { return from_->input_dtype(); }
+  Shape label_shape() const override { return from_->label_shape(); }
+  int64_t classes() const override { return from_->classes(); }
+  Tensor inputs(std::span<const int64_t> indices) const override { return gather(inputs_, indices); }
+  Tensor labels(std::span<const int64_t> indices) const override { return gather(labels_, indices); }
+
+ private:
+  static Tensor gather(const Tensor& all, std::span<const int64_t> indices) {
+    Shape shape = all.shape();
+    shape[0] = static_cast<int64_t>(indices.size());
+    Tensor out = Tensor::empty(shape, all.dtype());
+    const size_t row = all.nbytes() / static_cast<size_t>(all.shape()[0]);
+    auto* dst = static_cast<char*>(out.raw());
+    const auto* src = static_cast<const char*>(all.raw());
+    for (size_t i = 0; i < indices.size(); ++i) std::memcpy(dst + i * row, src + static_cast<size_t>(indices[i]) * row, row);
+    return out;
+  }
+  std::string name_;
+  const Dataset* from_;
+  Tensor inputs_, labels_;
 };
 
 Plan two_stage_plan(const Model& m, int split) {
@@ -52,8 +116,11 @@ Plan two_stage_plan(const Model& m, int split) {
 
 // The stage's compute alone: forward, backward (with the loss on the last
 // stage), optimizer step, on fixed inputs - what a perfect pipeline would do.
+struct LoopPhases {
+  double f = 0, b = 0, step = 0, cpu = 0;
+};
 double compute_loop_seconds(const Model& m, const Dataset& data, const PlanStage& s, int64_t batch, int64_t n,
-                            const Optimizer& opt) {
+                            const Optimizer& opt, LoopPhases* phases = nullptr) {
   ParameterStore w = ParameterStore::create(m, s.first_layer, s.last_layer, 1);
   ParameterStore g = w.zeros_like_params();
   OptimizerState st = opt.make_state(w.all_params());
@@ -68,24 +135,43 @@ double compute_loop_seconds(const Model& m, const Dataset& data, const PlanStage
   }
   const bool last = s.last_layer == m.size() - 1;
   Tensor dy;
+  LoopPhases ph;
+  const double c0 = thread_cpu();
   const auto t0 = Clock::now();
   for (int64_t i = 0; i < n; ++i) {
+    const auto f0 = Clock::now();
     RangeContext ctx;
     Tensor y = forward_layers(m, w, s.first_layer, s.last_layer, x, {.training = true, .minibatch_id = uint64_t(i)}, ctx);
     if (last) dy = softmax_cross_entropy(y, b.labels, true).grad;
     else if (!dy.defined()) dy = Tensor::full(y.shape(), 1e-3f);
+    const auto b0 = Clock::now();
     backward_layers(m, w, g, s.first_layer, s.last_layer, dy, {.training = true}, ctx, s.first_layer > 0);
+    const auto s0 = Clock::now();
     opt.step(w.all_params(), g.all_params(), st, 0.01f);
     g.zero_params();
+    ph.f += std::chrono::duration<double>(b0 - f0).count();
+    ph.b += std::chrono::duration<double>(s0 - b0).count();
+    ph.step += since(s0);
   }
-  return since(t0);
+  const double wall = since(t0);
+  ph.cpu = thread_cpu() - c0;
+  if (phases) *phases = ph;
+  return wall;
 }
 
 // `run`'s executor on a plan, synthetic data; wall seconds of this rank.
-double pipeline_seconds(const Model& m, const Dataset& data, const Plan& plan, int64_t batch, int64_t n,
-                        const Optimizer& opt, Transport& t, int64_t* actions) {
+struct PipelineRun {
+  double seconds = 0, thread_cpu_s = 0, process_cpu_s = 0;
+  int64_t actions = 0;
+  std::map<std::string, double> phase_s;  // per action name ("F", "B", "step", "wait")
+  std::vector<ActionSpan> events;
+};
+
+PipelineRun pipeline_run(const Model& m, const Dataset& data, const Plan& plan, int64_t batch, int64_t n,
+                         const Optimizer& opt, Transport& t, WeightPolicy policy = WeightPolicy::Stash) {
   ScheduleOptions o;
   o.minibatches = n;
+  o.policy = policy;
   const Schedule sched(plan, o);
   StageState state = make_stage_state(m, plan.stage_of_rank(t.rank()), plan.stages[plan.stage_of_rank(t.rank())].first_layer,
                                       plan.stages[plan.stage_of_rank(t.rank())].last_layer, 1, opt);
@@ -98,10 +184,30 @@ double pipeline_seconds(const Model& m, const Dataset& data, const Plan& plan, i
   StageExecutor ex(sched, t.rank(), state, tr, t);
   t.barrier();
   const auto t0 = Clock::now();
+  ex.enable_trace(std::chrono::duration<double>(t0.time_since_epoch()).count());
+  const double c0 = thread_cpu(), p0 = process_cpu();
   ex.run();
-  const double s = since(t0);
-  if (actions) *actions = ex.stats().actions;
-  return s;
+  PipelineRun r;
+  r.seconds = since(t0);
+  r.thread_cpu_s = thread_cpu() - c0;
+  r.process_cpu_s = process_cpu() - p0;
+  r.actions = ex.stats().actions;
+  r.events = ex.trace();
+  for (const ActionSpan& e : r.events) r.phase_s[e.name] += e.end_s - e.start_s;
+  return r;
+}
+
+// Rank 0 gets every rank's per-phase seconds (for the JSON line: where the time went).
+nlohmann::json phases_of_ranks(Transport& t, const PipelineRun& r) {
+  nlohmann::json mine = {{"wall_s", r.seconds}, {"main_thread_cpu_s", r.thread_cpu_s}, {"process_cpu_s", r.process_cpu_s}};
+  for (const auto& [k, v] : r.phase_s) mine[k + "_s"] = v;
+  if (t.rank() != 0) {
+    send_text(t, 0, mine.dump());
+    return {};
+  }
+  nlohmann::json all = nlohmann::json::array({mine});
+  for (int q = 1; q < t.world_size(); ++q) all.push_back(nlohmann::json::parse(recv_text(t, q)));
+  return all;
 }
 
 double max_over_ranks(Transport& t, double v) {
@@ -116,6 +222,21 @@ double max_over_ranks(Transport& t, double v) {
   return mx;
 }
 
+// Chrome trace of one pipeline run, all ranks (each rank's zero is after a barrier).
+void write_trace(Transport& t, const std::string& path, const std::vector<ActionSpan>& events, const Plan& plan) {
+  if (t.rank() != 0) {
+    send_text(t, 0, trace_events_json(events).dump());
+    return;
+  }
+  std::vector<nlohmann::json> all{trace_events_json(events)};
+  std::vector<int> stage_of{plan.stage_of_rank(0)};
+  for (int q = 1; q < t.world_size(); ++q) {
+    all.push_back(nlohmann::json::parse(recv_text(t, q)));
+    stage_of.push_back(plan.stage_of_rank(q));
+  }
+  write_chrome_trace(path, all, stage_of);
+}
+
 void emit(Transport& t, const nlohmann::json& j) {
   if (t.rank() == 0) {
     std::printf("%s\n", j.dump().c_str());
@@ -123,9 +244,30 @@ void emit(Transport& t, const nlohmann::json& j) {
   }
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Both ranks' values, rank order (the same on every rank).
+std::vector<double> of_ranks(Transport& t, double v) {
+  std::vector<double> all(static_cast<size_t>(t.world_size()));
+  all[static_cast<size_t>(t.rank())] = v;
+  if (t.rank() != 0) {
+    send_text(t, 0, std::to_string(v));
+    const nlohmann::json j = nlohmann::json::parse(recv_text(t, 0));
+    return j.get<std::vector<double>>();
+  }
+  for (int r = 1; r < t.world_size(); ++r) all[static_cast<size_t>(r)] = std::stod(recv_text(t, r));
+  for (int r = 1; r < t.world_size(); ++r) send_text(t, r, nlohmann::json(all).dump());
+  return all;
+}
+
 void bench_model(const std::string& name, const BenchArgs& a, Transport& t, const Optimizer& opt) {
   const Model m = resolve_model(name);
-  DataSplits data = open_dataset("synthetic", "", m);
+  DataSplits synthetic = open_dataset("synthetic", "", m);
+  const InMemoryDataset data(*synthetic.train, std::min<int64_t>(synthetic.train->size(), 16 * a.batch));
   // Rank 0 profiles (1 thread) and plans a straight 2-stage pipeline - the
   // planner balances the stages; both ranks use that plan.
   Plan plan;
@@ -145,30 +287,86 @@ void bench_model(const std::string& name, const BenchArgs& a, Transport& t, cons
   }
   cpu::set_compute_threads(1);
   const PlanStage& mine = plan.stages[static_cast<size_t>(plan.stage_of_rank(t.rank()))];
-  compute_loop_seconds(m, *data.train, mine, a.batch, 3, opt);  // warm-up
-  t.barrier();
-  const double ceiling_s = max_over_ranks(t, compute_loop_seconds(m, *data.train, mine, a.batch, a.minibatches, opt));
-  pipeline_seconds(m, *data.train, plan, a.batch, 8, opt, t, nullptr);  // warm-up
-  const double pipe_s = max_over_ranks(t, pipeline_seconds(m, *data.train, plan, a.batch, a.minibatches, opt, t, nullptr));
+  compute_loop_seconds(m, data, mine, a.batch, 3, opt);  // warm-up
+  const WeightPolicy policy = parse_weight_policy(a.weights);
+  pipeline_run(m, data, plan, a.batch, 8, opt, t, policy);  // warm-up
+  // Ceiling and pipeline alternate, so a change in the machine's load (it is
+  // shared) hits both alike; the efficiency is the median of the rounds'.
+  std::vector<double> ceilings, pipes, effs;
+  std::vector<std::vector<double>> stage_loops;  // per round: each rank's compute-loop seconds
+  PipelineRun run;
+  LoopPhases loop;
+  std::vector<std::vector<double>> cpu_loop, cpu_main, cpu_process;  // per round, per rank (s)
+  for (int r = 0; r < a.rounds; ++r) {
+    t.barrier();
+    stage_loops.push_back(of_ranks(t, compute_loop_seconds(m, data, mine, a.batch, a.minibatches, opt, &loop)));
+    ceilings.push_back(*std::max_element(stage_loops.back().begin(), stage_loops.back().end()));
+    run = pipeline_run(m, data, plan, a.batch, a.minibatches, opt, t, policy);
+    pipes.push_back(max_over_ranks(t, run.seconds));
+    effs.push_back(ceilings.back() / pipes.back());
+    cpu_loop.push_back(of_ranks(t, loop.cpu));
+    cpu_main.push_back(of_ranks(t, run.thread_cpu_s));
+    cpu_process.push_back(of_ranks(t, run.process_cpu_s));
+  }
+  // CPU time per minibatch, per rank (median of the rounds): what the
+  // runtime costs beyond the compute, whatever share of the CPU it got.
+  const double per_mb = 1e3 / static_cast<double>(a.minibatches);
+  auto median_ms = [&](const std::vector<std::vector<double>>& rounds) {
+    std::vector<double> out;
+    for (size_t q = 0; q < rounds.front().size(); ++q) {
+      std::vector<double> v;
+      for (const auto& r : rounds) v.push_back(r[q] * per_mb);
+      out.push_back(median(v));
+    }
+    return out;
+  };
+  const nlohmann::json cpu_ms = {{"ceiling_loop", median_ms(cpu_loop)},
+                                 {"pipeline_main_thread", median_ms(cpu_main)},
+                                 {"pipeline_process", median_ms(cpu_process)}};
+  const double ceiling_s = median(ceilings), pipe_s = median(pipes);
+  const nlohmann::json phases = phases_of_ranks(t, run);
+  const std::vector<double> loop_cpu = of_ranks(t, loop.cpu), loop_f = of_ranks(t, loop.f),
+                            loop_b = of_ranks(t, loop.b), loop_step = of_ranks(t, loop.step);
+  if (!a.trace.empty()) write_trace(t, cat(a.trace, ".", name, ".json"), run.events, plan);
   const double samples = static_cast<double>(a.minibatches * a.batch);
   const auto& s0 = plan.stages[0];
   const auto& s1 = plan.stages[1];
   emit(t, {{"suite", "runtime"}, {"bench", "pipeline_vs_ceiling"}, {"model", name}, {"workers", 2},
-           {"threads_per_worker", 1}, {"batch", a.batch}, {"minibatches", a.minibatches},
+           {"threads_per_worker", 1}, {"weights", a.weights}, {"batch", a.batch}, {"minibatches", a.minibatches}, {"rounds", a.rounds},
            {"split", cat("layers ", s0.first_layer, "..", s0.last_layer, " | ", s1.first_layer, "..", s1.last_layer)},
            {"pipeline_samples_per_s", samples / pipe_s}, {"ceiling_samples_per_s", samples / ceiling_s},
-           {"efficiency", ceiling_s / pipe_s}});
-  // `pipedream simulate`'s prediction for this plan and schedule, from the
-  // costs the profiler measured (each stage alone, 1 thread).
+           {"efficiency", median(effs)}, {"efficiency_per_round", effs}, {"cpu_ms_per_minibatch", cpu_ms}, {"last_round_ranks", phases},
+           {"last_round_ceiling_ranks", {{{"F_s", loop_f[0]}, {"B_s", loop_b[0]}, {"step_s", loop_step[0]}, {"thread_cpu_s", loop_cpu[0]}},
+                                         {{"F_s", loop_f[1]}, {"B_s", loop_b[1]}, {"step_s", loop_step[1]}, {"thread_cpu_s", loop_cpu[1]}}}}});
+  // `pipedream simulate`'s prediction for this plan and schedule from the
+  // profiled per-layer costs (each stage alone on the machine, forward and
+  // backward only), and again with each stage's cost replaced by its
+  // compute loop measured here while the other stage's ran (which adds the
+  // optimizer step and the slowdown of two processes sharing the machine).
   SimulationOptions so;
   so.schedule.minibatches = a.minibatches;
   const SimulationReport rep = simulate(plan, so);
+  Plan concurrent = plan;
+  for (size_t st = 0; st < concurrent.stages.size(); ++st) {
+    std::vector<double> loop;
+    for (const auto& round : stage_loops) loop.push_back(round[static_cast<size_t>(concurrent.stages[st].ranks[0])]);
+    PlanStage& s = concurrent.stages[st];
+    const double per_mb = median(loop) / static_cast<double>(a.minibatches);
+    const double scale = s.compute_s > 0 ? per_mb / s.compute_s : 1.0;
+    s.forward_s *= scale;
+    s.backward_s *= scale;
+    s.compute_s = per_mb;
+  }
+  const SimulationReport rep_concurrent = simulate(concurrent, so);
   const double measured = pipe_s / static_cast<double>(a.minibatches);
   emit(t, {{"suite", "runtime"}, {"bench", "simulate_vs_measured"}, {"model", name},
            {"predicted_time_per_minibatch_s", rep.time_per_minibatch_s},
            {"planner_time_per_minibatch_s", plan.time_per_minibatch_s},
            {"measured_time_per_minibatch_s", measured},
-           {"error", (measured - rep.time_per_minibatch_s) / rep.time_per_minibatch_s}});
+           {"error", (measured - rep.time_per_minibatch_s) / rep.time_per_minibatch_s},
+           {"predicted_from_concurrent_loops_s", rep_concurrent.time_per_minibatch_s},
+           {"error_vs_concurrent_loops",
+            (measured - rep_concurrent.time_per_minibatch_s) / rep_concurrent.time_per_minibatch_s}});
 }
 
 void bench_overhead(const BenchArgs& a, Transport& t, const Optimizer& opt) {
@@ -177,9 +375,10 @@ void bench_overhead(const BenchArgs& a, Transport& t, const Optimizer& opt) {
   const Model m = build_model(spec);
   DataSplits data = open_dataset("synthetic", "", m);
   const Plan plan = two_stage_plan(m, 1);
-  int64_t actions = 0;
-  pipeline_seconds(m, *data.train, plan, 1, 100, opt, t, &actions);
-  const double s = max_over_ranks(t, pipeline_seconds(m, *data.train, plan, 1, a.overhead_minibatches, opt, t, &actions));
+  pipeline_run(m, *data.train, plan, 1, 100, opt, t);
+  const PipelineRun run = pipeline_run(m, *data.train, plan, 1, a.overhead_minibatches, opt, t);
+  const double s = max_over_ranks(t, run.seconds);
+  const int64_t actions = run.actions;
   emit(t, {{"suite", "runtime"}, {"bench", "action_overhead"}, {"transport", "mpi"}, {"workers", 2},
            {"minibatches", a.overhead_minibatches}, {"actions_per_worker", actions},
            {"us_per_action", 1e6 * s / static_cast<double>(actions)},
@@ -217,6 +416,12 @@ void add_runtime_suite(CLI::App& app) {
   cmd->add_option("--batch", a->batch, "Minibatch size")->capture_default_str();
   cmd->add_option("--overhead-minibatches", a->overhead_minibatches, "Minibatches of the empty-layer run")
       ->capture_default_str();
+  cmd->add_option("--rounds", a->rounds, "Ceiling/pipeline measurement pairs per model (median reported)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--weights", a->weights, "Weight policy of the pipeline: stash, vertical or none")
+      ->capture_default_str();
+  cmd->add_option("--trace", a->trace, "Write a Chrome trace of each model's pipeline run to PREFIX.<model>.json");
   cmd->callback([a] { run_bench(*a); });
 }
 

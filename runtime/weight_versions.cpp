@@ -24,7 +24,13 @@ void WeightVersionStore::unpin(int64_t version) {
 
 void WeightVersionStore::before_update(int64_t oldest_needed) {
   if (pins_.count(version_) || version_ >= oldest_needed) {
-    old_.emplace(version_, newest_->clone_params());
+    if (spare_.all_params().empty()) {
+      old_.emplace(version_, newest_->clone_params());
+    } else {
+      spare_.copy_params_from(*newest_);
+      old_.emplace(version_, std::move(spare_));
+      spare_ = ParameterStore();
+    }
     peak_ = std::max(peak_, versions_held());
   }
 }
@@ -37,14 +43,19 @@ void WeightVersionStore::updated(int64_t new_version, int64_t oldest_needed) {
 
 void WeightVersionStore::release(int64_t oldest_needed) {
   for (auto it = old_.begin(); it != old_.end();) {
-    if (it->first < oldest_needed && !pins_.count(it->first)) it = old_.erase(it);
-    else ++it;
+    if (it->first < oldest_needed && !pins_.count(it->first)) {
+      if (spare_.all_params().empty()) spare_ = std::move(it->second);
+      it = old_.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 
 size_t WeightVersionStore::bytes_held() const {
   size_t n = newest_->param_bytes();
   for (const auto& [v, w] : old_) n += w.param_bytes();
+  n += spare_.param_bytes();
   return n;
 }
 

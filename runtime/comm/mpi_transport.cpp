@@ -29,18 +29,29 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Every point-to-point tensor travels as a fixed header message followed
-// (when non-empty) by the payload, same peer and tag: the receiver learns
-// shape, dtype and `meta` first and can check or allocate before the data.
-constexpr int32_t kHeaderMagic = 0x31544450;  // "PDT1"
+// Every point-to-point tensor travels as a fixed header (shape, dtype,
+// `meta`) on the sender's (peer, tag). A small tensor rides in the same
+// message, after the header (one message, one match, one completion); a
+// larger one follows as a second message, so the receiver can check the
+// shape or allocate before the data lands where it belongs.
+constexpr int32_t kHeaderMagic = 0x32544450;  // "PDT2"
 constexpr int kMaxDims = 8;
+constexpr int32_t kPayloadInline = 1;
 struct WireHeader {
   int32_t magic = kHeaderMagic;
   int32_t dtype = 0;
   int32_t ndim = 0;
-  int32_t reserved = 0;
+  int32_t flags = 0;  // kPayloadInline
   int64_t dims[kMaxDims] = {};
   int64_t meta = 0;
+};
+// Header plus inline payload stays within Open MPI's shared-memory eager
+// size (4 KiB with its own header), so a small tensor costs one copy in
+// and one out, no rendezvous.
+constexpr int kInlineBytes = 4096 - 256;
+struct WireMessage {
+  WireHeader header;
+  char payload[kInlineBytes];
 };
 
 constexpr int kAbortTag = 1;
@@ -352,24 +363,28 @@ void MpiEngine::wait(MpiOp& op, double timeout_s) {
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(timeout_s));
-  // Short spin first: a reply that is microseconds away should not pay
-  // for a futex sleep and wake-up on both sides.
-  if (!op.done_.load(std::memory_order_acquire)) {
-    waiters_.fetch_add(1);
-    last_wait_start_ns_.store(start.time_since_epoch().count());
-    const auto spin_until = start + std::chrono::microseconds(30);
-    while (!op.done_.load(std::memory_order_acquire) && Clock::now() < spin_until) sched_yield();
-    waiters_.fetch_sub(1);
-  }
-  std::unique_lock lk(done_mu_);
-  if (op.done_) {
+  if (op.done_.load(std::memory_order_acquire)) {
+    std::lock_guard lk(done_mu_);
     if (!op.error_.empty()) throw RuntimeFailure(op.error_);
     return;
   }
-  // Tell the comm thread someone is blocked: it polls hot now.
+  // Tell the comm thread someone is blocked (it polls hot for a moment,
+  // then every <= 100 us), then spin briefly: a reply that is microseconds
+  // away should not pay for a futex sleep and wake-up on both sides.
   waiters_.fetch_add(1);
-  last_wait_start_ns_.store(start.time_since_epoch().count());
+  {
+    std::lock_guard q(queue_mu_);  // so the wake-up cannot slip between its check and its sleep
+    last_wait_start_ns_.store(start.time_since_epoch().count());
+  }
   queue_cv_.notify_one();
+  const auto spin_until = start + std::chrono::microseconds(30);
+  while (!op.done_.load(std::memory_order_acquire) && Clock::now() < spin_until) sched_yield();
+  std::unique_lock lk(done_mu_);
+  if (op.done_) {
+    waiters_.fetch_sub(1);
+    if (!op.error_.empty()) throw RuntimeFailure(op.error_);
+    return;
+  }
   note_blocked_on(cat("waiting for rank ", op.waiting_peer_.load(), " (", op.what_, ")").c_str());
   struct Leave {
     MpiEngine* e;
@@ -447,6 +462,9 @@ void MpiEngine::on_abort_notice(const MPI_Status& st) {
 void MpiEngine::loop() {
   using namespace std::chrono;
   auto last_activity = Clock::now();
+  constexpr auto kFirstNap = microseconds(25) / 2;  // doubled before the first nap
+  constexpr auto kHotAfterWait = microseconds(50);
+  auto nap = duration_cast<Clock::duration>(kFirstNap);
   for (;;) {
     std::deque<std::function<void()>> cmds;
     bool stopping, drain;
@@ -472,19 +490,34 @@ void MpiEngine::loop() {
     const auto now = Clock::now();
     if (handled > 0 || !cmds.empty()) {
       last_activity = now;
+      nap = duration_cast<Clock::duration>(kFirstNap);
       continue;
     }
-    // Hot polling right after traffic or a new wait (latency), otherwise a
-    // short sleep so idle polling leaves the cores to compute.
-    const auto since_wait = nanoseconds(now.time_since_epoch().count() - last_wait_start_ns_.load());
-    const bool hot = now - last_activity < microseconds(200) ||
-                     (waiters_.load() > 0 && since_wait < microseconds(200));
-    if (hot) {
-      sched_yield();
-      continue;
+    // Open MPI makes no progress unless called, and on a box where every
+    // core runs compute, each poll is CPU taken from compute (a wake-up
+    // costs 5-20 us of CPU on the shared 2-core VM). So: poll hot
+    // (sched_yield) only while someone is blocked in wait() and the wait
+    // just began or traffic just moved; otherwise sleep, backing off from
+    // 25 us
+    //  - while someone waits: to 1/16 of how long they have waited, within
+    //    [100 us, 2 ms] - the latency this adds to a wait stays a small
+    //    fraction of it (a stage that waited 32 ms for a slower one has that
+    //    much slack), and a long wait costs tens of wake-ups, not hundreds;
+    //  - while only requests nobody waits for are open: to 2 ms. With
+    //    shared memory the receiver pulls the data (CMA) when it polls, so
+    //    a receive not yet needed can wait; a wait wakes us at once;
+    //  - idle (only the abort-notice receive open): 10 ms.
+    const bool waiting = waiters_.load() > 0;
+    auto cap = duration_cast<Clock::duration>(reqs_.empty() ? microseconds(10000) : microseconds(2000));
+    if (waiting) {
+      const auto since_wait = nanoseconds(now.time_since_epoch().count() - last_wait_start_ns_.load());
+      if (since_wait < kHotAfterWait || now - last_activity < kHotAfterWait) {
+        sched_yield();
+        continue;
+      }
+      cap = std::clamp<Clock::duration>(since_wait / 16, microseconds(100), microseconds(2000));
     }
-    // Idle (only the abort-notice receive open): nap longer.
-    const auto nap = reqs_.empty() ? microseconds(2000) : microseconds(50);
+    nap = std::min<Clock::duration>(nap * 2, cap);
     const int64_t seen_wait = last_wait_start_ns_.load();
     std::unique_lock lk(queue_mu_);
     queue_cv_.wait_for(lk, nap, [&] {
@@ -511,15 +544,23 @@ class SendOp final : public MpiOp {
         t_(t.device().is_cpu() ? t : t.to(Device::cpu())),  // host staging
         peer_(peer),
         tag_(tag) {
-    fill_header(header_, t_, meta);
     bytes_ = checked_count(t_.nbytes(), "message");
+    wire_ = std::make_unique<WireMessage>();
+    fill_header(wire_->header, t_, meta);
+    if (bytes_ <= kInlineBytes) {
+      wire_->header.flags = kPayloadInline;
+      if (bytes_ > 0) std::memcpy(wire_->payload, t_.raw(), static_cast<size_t>(bytes_));
+      t_ = Tensor{};  // copied: the caller may reuse its tensor at once
+    }
     waiting_peer_ = peer;
   }
   void start() override {
     MPI_Request r;
-    check_posted(MPI_Isend(&header_, sizeof header_, MPI_BYTE, peer_, tag_, eng_.p2p_, &r), peer_);
+    const bool inline_payload = wire_->header.flags & kPayloadInline;
+    const int head = static_cast<int>(sizeof(WireHeader)) + (inline_payload ? bytes_ : 0);
+    check_posted(MPI_Isend(wire_.get(), head, MPI_BYTE, peer_, tag_, eng_.p2p_, &r), peer_);
     track(r, peer_, false);
-    if (bytes_ > 0) {
+    if (!inline_payload) {
       check_posted(MPI_Isend(t_.raw(), bytes_, MPI_BYTE, peer_, tag_, eng_.p2p_, &r), peer_);
       track(r, peer_, false);
     }
@@ -530,7 +571,7 @@ class SendOp final : public MpiOp {
 
  private:
   Tensor t_;
-  WireHeader header_;
+  std::unique_ptr<WireMessage> wire_;
   int peer_, tag_, bytes_ = 0;
 };
 
@@ -546,7 +587,8 @@ class RecvOp final : public MpiOp {
       self->holds_channel_ = true;
       try {
         MPI_Request r;
-        self->check_posted(MPI_Irecv(&self->header_, sizeof self->header_, MPI_BYTE, self->peer_,
+        self->wire_ = std::make_unique<WireMessage>();
+        self->check_posted(MPI_Irecv(self->wire_.get(), sizeof(WireMessage), MPI_BYTE, self->peer_,
                                      self->tag_, self->eng_.p2p_, &r),
                            self->peer_);
         self->track(r, self->peer_, true);
@@ -556,9 +598,9 @@ class RecvOp final : public MpiOp {
     });
   }
   void on_finished() override { release(); }
-  void on_request_done(int slot, const MPI_Status&) override {
+  void on_request_done(int slot, const MPI_Status& st) override {
     if (slot == 0) {
-      on_header();
+      on_header(st);
     } else if (outstanding_ == 0) {
       finish_recv();
     }
@@ -572,9 +614,12 @@ class RecvOp final : public MpiOp {
   int64_t meta() const override { return header_.meta; }
 
  private:
-  void on_header() {
-    if (header_.magic != kHeaderMagic || header_.ndim < 0 || header_.ndim > kMaxDims ||
-        header_.dtype < 0 || header_.dtype > static_cast<int>(DType::I64)) {
+  void on_header(const MPI_Status& st) {
+    int received = 0;
+    MPI_Get_count(&st, MPI_BYTE, &received);
+    if (received >= static_cast<int>(sizeof(WireHeader))) header_ = wire_->header;
+    if (received < static_cast<int>(sizeof(WireHeader)) || header_.magic != kHeaderMagic || header_.ndim < 0 ||
+        header_.ndim > kMaxDims || header_.dtype < 0 || header_.dtype > static_cast<int>(DType::I64)) {
       fail(cat("rank ", eng_.rank_, ": ", what_, ": malformed message header (a different program or "
                "version on the other side?)"));
       return;
@@ -596,6 +641,19 @@ class RecvOp final : public MpiOp {
       host_ = Tensor::empty(shape, dtype);
     }
     const int bytes = checked_count(host_.nbytes(), "message");
+    if (header_.flags & kPayloadInline) {
+      release();
+      if (received != static_cast<int>(sizeof(WireHeader)) + bytes) {
+        fail(cat("rank ", eng_.rank_, ": ", what_, ": message of ", received, " bytes for a ", shape_str(shape), " ",
+                 dtype_name(dtype), " tensor (a different program or version on the other side?)"));
+        return;
+      }
+      if (bytes > 0) std::memcpy(host_.raw(), wire_->payload, static_cast<size_t>(bytes));
+      wire_.reset();
+      finish_recv();
+      return;
+    }
+    wire_.reset();
     if (bytes == 0) {
       finish_recv();
       return;
@@ -613,6 +671,7 @@ class RecvOp final : public MpiOp {
 
   bool holds_channel_ = false;
   Tensor into_, host_;
+  std::unique_ptr<WireMessage> wire_;  // the first message: header, inline payload
   WireHeader header_;
   int peer_, tag_;
   std::string mismatch_;
