@@ -1,7 +1,9 @@
 #include "runtime/simulator/simulator.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -82,80 +84,62 @@ struct ReplicaGroup {
   std::vector<int> waiting;  // ranks blocked at the OptimizerStep
 };
 
-// Pending (time, rank) events: a 4-ary min-heap, plus a list for events at
-// the current time (most wake-ups: a message that is already usable), which
-// skip the heap. At most one event per worker is pending (a worker has one
-// only while it computes or waits for a known time), so the heap stays
-// small. A pop is a chain of dependent loads down the tree; four children
-// per node halve its depth against a binary heap, and the earliest of them
-// is selected without branches (which child is earlier is a coin flip).
-// Events at the same future time pop in rank order; wake-ups for the current
-// time in the order they were made. (A calendar queue was tried: workers moving in lockstep
-// put many events into one slot, and it lost to this heap.)
+// Monotone priority queue of (time, rank) events: a radix heap. A
+// discrete-event replay never schedules an event before the one it is
+// processing, which a radix heap exploits: push is O(1), pop moves each
+// event through at most 64 buckets over its life - several times faster
+// than a binary heap at the replay's sizes. Times are non-negative doubles,
+// whose bit patterns order like the numbers. Equal times pop in a fixed
+// order, so replays are deterministic.
 class EventQueue {
  public:
   struct Event {
     double time;
     int rank;
   };
-  void push(Event e, double now) {
-    if (e.time <= now) {
-      now_.push_back(e.rank);
-      return;
-    }
-    size_t i = size_++;
-    if (heap_.size() < i + 8) heap_.resize(2 * i + 8, kEmpty);
-    while (i > 0) {
-      size_t parent = (i - 1) / 4;
-      if (!earlier(e, heap_[parent])) break;
-      heap_[i] = heap_[parent];
-      i = parent;
-    }
-    heap_[i] = e;
+  bool empty() const { return size_ == 0; }
+  void push(Event e) {
+    size_t b = bucket(key(e.time));
+    buckets_[b].push_back(e);
+    if (b != 0) nonempty_ |= uint64_t{1} << (b - 1);
+    ++size_;
   }
-  // The next event (time `now` for the current-time list); false when none.
-  bool pop(Event& out, double now) {
-    if (next_now_ < now_.size()) {
-      out = {now, now_[next_now_++]};
-      return true;
+  Event pop() {
+    if (buckets_[0].empty()) {
+      // The lowest non-empty bucket holds the smallest keys; it becomes the
+      // new reference and its events spread over lower buckets.
+      size_t i = static_cast<size_t>(std::countr_zero(nonempty_)) + 1;
+      auto& from = buckets_[i];
+      nonempty_ &= ~(uint64_t{1} << (i - 1));
+      uint64_t smallest = key(from[0].time);
+      for (const Event& e : from) smallest = std::min(smallest, key(e.time));
+      last_ = smallest;
+      for (const Event& e : from) {
+        size_t b = bucket(key(e.time));
+        buckets_[b].push_back(e);
+        if (b != 0) nonempty_ |= uint64_t{1} << (b - 1);
+      }
+      from.clear();
     }
-    now_.clear();
-    next_now_ = 0;
-    if (size_ == 0) return false;
-    out = heap_[0];
-    // Sink the hole at the root to a leaf (empty slots read as never), then
-    // lift the last event into it.
-    const size_t last_slot = --size_;
-    const Event last = heap_[last_slot];
-    heap_[last_slot] = kEmpty;
-    size_t i = 0;
-    for (size_t c = 1; c < last_slot; c = 4 * i + 1) {
-      size_t a = c + earlier(heap_[c + 1], heap_[c]);
-      size_t b = c + 2 + earlier(heap_[c + 3], heap_[c + 2]);
-      size_t m = earlier(heap_[b], heap_[a]) ? b : a;
-      heap_[i] = heap_[m];
-      i = m;
-    }
-    while (i > 0) {
-      size_t parent = (i - 1) / 4;
-      if (!earlier(last, heap_[parent])) break;
-      heap_[i] = heap_[parent];
-      i = parent;
-    }
-    heap_[i] = size_ > 0 ? last : kEmpty;
-    return true;
+    Event e = buckets_[0].back();
+    buckets_[0].pop_back();
+    --size_;
+    return e;
   }
 
  private:
-  static constexpr Event kEmpty{std::numeric_limits<double>::infinity(), std::numeric_limits<int>::max()};
-  // Equal times: the lower rank first, whatever the order of pushes.
-  static bool earlier(const Event& a, const Event& b) {
-    return (a.time < b.time) | ((a.time == b.time) & (a.rank < b.rank));  // no branches
+  static uint64_t key(double t) {
+    uint64_t k;
+    std::memcpy(&k, &t, sizeof k);
+    return k;
   }
-  std::vector<Event> heap_;  // children of i: 4i+1 .. 4i+4; slots past the last hold kEmpty
+  // 0 for the current reference key, else 1 + the highest differing bit.
+  size_t bucket(uint64_t k) const { return static_cast<size_t>(std::bit_width(k ^ last_)); }
+
+  std::vector<Event> buckets_[65];
+  uint64_t nonempty_ = 0;  // bit i-1: bucket i (i >= 1) has events
+  uint64_t last_ = 0;
   size_t size_ = 0;
-  std::vector<int> now_;
-  size_t next_now_ = 0;
 };
 
 struct StageCost {
@@ -208,11 +192,11 @@ class Simulation {
   }
 
   SimulationReport run() {
-    for (int r = 0; r < schedule_.workers(); ++r) events_.push({0.0, r}, now_);
-    EventQueue::Event e;
-    while (events_.pop(e, now_)) {
-      now_ = e.time;
-      advance(e.rank);
+    for (int r = 0; r < schedule_.workers(); ++r) events_.push({0.0, r});
+    while (!events_.empty()) {
+      auto [t, r] = events_.pop();
+      now_ = t;
+      advance(r);
     }
     for (int r = 0; r < schedule_.workers(); ++r)
       if (workers_[r].action || workers_[r].computing)
@@ -243,7 +227,7 @@ class Simulation {
     }
   }
 
-  void wake(int rank, double t) { events_.push({t, rank}, now_); }
+  void wake(int rank, double t) { events_.push({std::max(t, now_), rank}); }
 
   void advance(int r) {
     WorkerState& w = workers_[r];
@@ -287,7 +271,7 @@ class Simulation {
       w.peak_in_flight = std::max(w.peak_in_flight, ++w.in_flight);
       if (holds_versions_) count_versions(w);
     }
-    events_.push({w.compute_end, r}, now_);
+    events_.push({w.compute_end, r});
   }
 
   void finish_compute(int r) {
