@@ -1,5 +1,7 @@
 #include "core/cpu/host_allocator.h"
 
+#include <sys/mman.h>
+
 #include <atomic>
 #include <bit>
 #include <cstdlib>
@@ -24,9 +26,26 @@ bool cache_enabled_by_environment() {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
+constexpr size_t kHugePage = size_t{2} << 20;
+
+bool huge_pages_by_environment() {
+  const char* v = std::getenv("PIPEDREAM_HUGE_PAGES");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+// Blocks of 2 MiB and more start on a 2 MiB boundary and ask for
+// transparent huge pages (Linux's default mode is "madvise"): physically
+// contiguous 2 MiB pages map a tensor onto the caches the same way in
+// every process, where 4 KiB pages land on different cache sets each run
+// and made the same layer 5-25% slower in one process than in the next.
 void* aligned_block(size_t bytes) {
-  void* p = std::aligned_alloc(64, bytes);
+  static const bool huge = huge_pages_by_environment();
+  const bool big = huge && bytes >= kHugePage;
+  const size_t alignment = big ? kHugePage : 64;
+  const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  void* p = std::aligned_alloc(alignment, rounded);
   if (!p) throw RuntimeFailure(cat("out of host memory allocating ", bytes, " bytes"));
+  if (big) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
   return p;
 }
 
