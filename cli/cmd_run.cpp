@@ -1,6 +1,7 @@
 // `pipedream run`: pipelined training with a plan, one process per worker
 // (DESIGN.md §8). Outside MPI it re-launches itself under mpirun; with
 // --reference it executes every worker in this process (the oracle).
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -310,8 +311,8 @@ void run_command(const RunArgs& a) {
 void add_run_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Train a model with a pipeline plan, one process per worker (MPI)");
   auto a = std::make_shared<RunArgs>();
-  a->optimizer.lr = 0.01f;  // train's default
-  a->optimizer.momentum = 0.9f;
+  a->optimizer.lr = std::nanf("");  // train's defaults, which depend on --optimizer
+  a->optimizer.momentum = std::nanf("");
   cmd->add_option("--plan", a->plan, "plan.json from `pipedream plan` (or edited by hand), or auto")->required();
   cmd->add_option("--workers", a->workers, "With --plan auto: the number of workers");
   cmd->add_option("--plan-out", a->plan_out, "With --plan auto: where to write the plan")->capture_default_str();
@@ -329,8 +330,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--weights", a->weights, "1f1b-rr weight policy: stash | vertical | none")->capture_default_str();
   cmd->add_option("--microbatches", a->microbatches, "Flush schedules: microbatches per optimizer step (default: workers)");
   cmd->add_option("--optimizer", a->optimizer.kind, "sgd | adam | adamw")->capture_default_str();
-  cmd->add_option("--lr", a->optimizer.lr, "Learning rate")->capture_default_str();
-  cmd->add_option("--momentum", a->optimizer.momentum, "SGD momentum (use 0 with adam)")->capture_default_str();
+  cmd->add_option("--lr", a->optimizer.lr, "Learning rate (default: sgd 0.01, adam/adamw 0.001)");
+  cmd->add_option("--momentum", a->optimizer.momentum, "SGD momentum (default 0.9)");
   cmd->add_option("--weight-decay", a->optimizer.weight_decay, "SGD/Adam: L2 on the gradient; AdamW: decoupled")
       ->capture_default_str();
   cmd->add_flag("--nesterov", a->optimizer.nesterov, "Nesterov momentum (SGD)");
@@ -365,6 +366,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
   cmd->callback([a] {
     RunArgs args = *a;
+    resolve_optimizer_defaults(args.optimizer);
     if (args.epochs == 0 && args.minibatches == 0) args.epochs = 1;
     run_command(args);
   });
