@@ -166,7 +166,6 @@ ActionCursor::ActionCursor(const Schedule* schedule, int rank) : s_(schedule), r
   local_count_ = items > replica_ ? (items - replica_ + replicas_ - 1) / replicas_ : 0;
   limit_ = s_->in_flight_limit(rank);
   rounds_ = s_->rounds(stage_);
-  items_per_batch_ = s_->items_per_batch();
   minibatches_ = s_->options().minibatches;
   policy_ = s_->options().policy;
   if (!first_ && s_->replicas(stage_ - 1) == 1) prev_rank_ = s_->ranks(stage_ - 1)[0];
@@ -228,7 +227,7 @@ inline Action ActionCursor::message_action(ActionKind kind, int64_t index, bool 
   // Unreplicated neighbours (the common case) need no lookup.
   const int fixed = upstream ? prev_rank_ : next_rank_;
   a.peer = fixed >= 0 ? fixed : s_->rank_for(upstream ? stage_ - 1 : stage_ + 1, index);
-  a.tag = 2 * (a.minibatch * items_per_batch_ + a.microbatch) + (gradient ? 1 : 0);
+  a.tag = s_->tag(a.minibatch, a.microbatch, gradient);
   return a;
 }
 
@@ -253,9 +252,8 @@ int64_t ActionCursor::forward_version(int64_t local) const {
   return std::min(minibatches_, rounds_before * replicas_);
 }
 
-int64_t ActionCursor::backward_version(int64_t index) const {
+int64_t ActionCursor::backward_version() const {
   if (flush_ || policy_ == WeightPolicy::None) return version_;
-  (void)index;
   return forward_version(backwards_);  // stash and vertical: B(m) uses F(m)'s version
 }
 
@@ -265,7 +263,7 @@ void ActionCursor::expand_backward() {
   Action* out = buffer_ + buffered_;
   if (!last_) *out++ = message_action(ActionKind::RecvGradient, idx, false, true);
   Action b = item_action(ActionKind::Backward, idx);
-  b.weight_version = backward_version(idx);
+  b.weight_version = backward_version();
   *out++ = b;
   if (!first_) *out++ = message_action(ActionKind::SendGradient, idx, true, true);
   buffered_ = static_cast<int>(out - buffer_);
@@ -278,7 +276,7 @@ void ActionCursor::expand_update(int local_gradients, bool allreduce, bool step)
   u.round = round_;
   u.local_gradients = local_gradients;
   if (flush_) {
-    u.gradient_count = items_per_batch_;
+    u.gradient_count = s_->items_per_batch();
     u.version_created = version_ + 1;
   } else {
     u.gradient_count = static_cast<int>(std::min<int64_t>(replicas_, minibatches_ - round_ * replicas_));

@@ -143,7 +143,7 @@ class ActionCursor {
   void expand_backward();
   Action item_action(ActionKind kind, int64_t index) const;
   Action message_action(ActionKind kind, int64_t index, bool upstream, bool gradient) const;
-  int64_t backward_version(int64_t index) const;
+  int64_t backward_version() const;  // of the next backward
   // AllReduce and/or OptimizerStep of the current round.
   void expand_update(int local_gradients, bool allreduce = true, bool step = true);
   void begin_batch();
@@ -161,7 +161,6 @@ class ActionCursor {
   bool flush_ = false, first_ = false, last_ = false, lagged_ = false, vertical_ = false;
   bool done_ = false;
   int prev_rank_ = -1, next_rank_ = -1;  // the neighbour stage's rank when it has one replica
-  int items_per_batch_ = 1;
   int64_t minibatches_ = 0;  // options().minibatches (batches for flush)
   WeightPolicy policy_ = WeightPolicy::Stash;
   Action buffer_[8];

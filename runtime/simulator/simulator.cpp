@@ -4,9 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <cstring>
 #include <functional>
-#include <limits>
 
 #include "core/error.h"
 
@@ -52,8 +50,6 @@ struct PeerTransfer {
 struct WorkerState {
   const Action* action = nullptr;  // the current one, in the cursor's buffer
   int stage = 0;
-  bool replicated = false;           // the stage has more than one replica
-  double forward_s = 0, backward_s = 0;  // the stage's, copied: read at every compute
   bool computing = false;
   double compute_start = 0, compute_end = 0;
   double busy = 0;
@@ -183,9 +179,6 @@ class Simulation {
     for (int r = 0; r < R; ++r) {
       workers_[r].cursor = schedule_.cursor(r);
       workers_[r].stage = schedule_.stage_of(r);
-      workers_[r].replicated = groups_[workers_[r].stage].size > 1;
-      workers_[r].forward_s = costs_[workers_[r].stage].forward_s;
-      workers_[r].backward_s = costs_[workers_[r].stage].backward_s;
     }
     link_free_.assign(R, 0.0);
     choose_marks();
@@ -258,18 +251,20 @@ class Simulation {
   void start_compute(int r) {
     WorkerState& w = workers_[r];
     const Action& a = *w.action;
+    const StageCost& c = costs_[w.stage];
     const bool fwd = a.kind == ActionKind::Forward;
     w.computing = true;
     w.compute_start = now_;
-    w.compute_end = now_ + (fwd ? w.forward_s : w.backward_s);
+    w.compute_end = now_ + (fwd ? c.forward_s : c.backward_s);
     if (fwd == !flush_) w.round_start = now_;
     if (fwd) {
-      if (holds_versions_) {
-        if (w.in_flight == 0 || a.weight_version != w.newest_held) ++w.distinct_held;
-        w.newest_held = a.weight_version;
-      }
+      const bool another_version = w.in_flight == 0 || a.weight_version != w.newest_held;
       w.peak_in_flight = std::max(w.peak_in_flight, ++w.in_flight);
-      if (holds_versions_) count_versions(w);
+      if (holds_versions_) {
+        if (another_version) ++w.distinct_held;
+        w.newest_held = a.weight_version;
+        count_versions(w);
+      }
     }
     events_.push({w.compute_end, r});
   }
@@ -370,8 +365,8 @@ class Simulation {
 
   bool step(int r, const Action& a) {
     WorkerState& w = workers_[r];
-    if (w.replicated) {
-      ReplicaGroup& g = groups_[w.stage];
+    ReplicaGroup& g = groups_[w.stage];
+    if (g.size > 1) {
       if (g.completed_round < a.round) {
         g.waiting.push_back(r);
         return false;
