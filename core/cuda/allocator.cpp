@@ -80,14 +80,7 @@ std::shared_ptr<Storage> CachingAllocator::allocate_on(size_t bytes, cudaStream_
       cudaGetLastError();  // clear the sticky-free error state
       // Give cached blocks back and try once more.
       CUDA_CHECK(cudaDeviceSynchronize());
-      collect_pending_locked();
-      for (auto& [s, bin] : bins_)
-        for (auto& [sz, blk] : bin) {
-          CUDA_CHECK(cudaFree(blk->ptr));
-          st_.reserved -= blk->size;
-          delete blk;
-        }
-      bins_.clear();
+      free_cached_locked();
       e = cudaMalloc(&ptr, size);
     }
     if (e != cudaSuccess) {
@@ -149,6 +142,12 @@ void CachingAllocator::record_stream(const Storage& s, cudaStream_t stream) {
 void CachingAllocator::release_cached() {
   CUDA_CHECK(cudaDeviceSynchronize());
   std::lock_guard<std::mutex> lock(mu_);
+  free_cached_locked();
+}
+
+// Returns every cached block to the driver (the caller holds mu_ and has
+// synchronised the device, so no stream still uses them).
+void CachingAllocator::free_cached_locked() {
   collect_pending_locked();
   for (auto& [s, bin] : bins_)
     for (auto& [sz, blk] : bin) {

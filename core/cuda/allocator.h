@@ -55,6 +55,7 @@ class CachingAllocator : public Allocator {
 
  private:
   void collect_pending_locked();
+  void free_cached_locked();
   Block* take_cached_locked(size_t size, cudaStream_t stream);
 
   int device_;
