@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu/parallel.h"
@@ -74,18 +75,25 @@ void copy_window(const float* src, int64_t src_stride, int64_t rows, int64_t wid
   }
 }
 
-void copy_window_any(const float* src, int64_t src_stride, int64_t rows, int64_t width, float* dst) {
+// Calls fn(std::integral_constant<int64_t, W>{}) for the feature-map widths
+// worth a compiled copy (W = 0: any other width, read at run time).
+template <typename Fn>
+void with_window_width(int64_t width, Fn&& fn) {
   switch (width) {
-    case 2: return copy_window<2>(src, src_stride, rows, width, dst);
-    case 4: return copy_window<4>(src, src_stride, rows, width, dst);
-    case 7: return copy_window<7>(src, src_stride, rows, width, dst);
-    case 8: return copy_window<8>(src, src_stride, rows, width, dst);
-    case 14: return copy_window<14>(src, src_stride, rows, width, dst);
-    case 16: return copy_window<16>(src, src_stride, rows, width, dst);
-    case 28: return copy_window<28>(src, src_stride, rows, width, dst);
-    case 32: return copy_window<32>(src, src_stride, rows, width, dst);
-    default: return copy_window<0>(src, src_stride, rows, width, dst);
+    case 2: return fn(std::integral_constant<int64_t, 2>{});
+    case 4: return fn(std::integral_constant<int64_t, 4>{});
+    case 7: return fn(std::integral_constant<int64_t, 7>{});
+    case 8: return fn(std::integral_constant<int64_t, 8>{});
+    case 14: return fn(std::integral_constant<int64_t, 14>{});
+    case 16: return fn(std::integral_constant<int64_t, 16>{});
+    case 28: return fn(std::integral_constant<int64_t, 28>{});
+    case 32: return fn(std::integral_constant<int64_t, 32>{});
+    default: return fn(std::integral_constant<int64_t, 0>{});
   }
+}
+
+void copy_window_any(const float* src, int64_t src_stride, int64_t rows, int64_t width, float* dst) {
+  with_window_width(width, [&](auto w) { copy_window<decltype(w)::value>(src, src_stride, rows, width, dst); });
 }
 
 // The transpose of copy_window: adds consecutive rows of src into a window.
@@ -100,17 +108,7 @@ void add_to_window(const float* src, int64_t rows, int64_t width, float* dst, in
 }
 
 void add_to_window_any(const float* src, int64_t rows, int64_t width, float* dst, int64_t dst_stride) {
-  switch (width) {
-    case 2: return add_to_window<2>(src, rows, width, dst, dst_stride);
-    case 4: return add_to_window<4>(src, rows, width, dst, dst_stride);
-    case 7: return add_to_window<7>(src, rows, width, dst, dst_stride);
-    case 8: return add_to_window<8>(src, rows, width, dst, dst_stride);
-    case 14: return add_to_window<14>(src, rows, width, dst, dst_stride);
-    case 16: return add_to_window<16>(src, rows, width, dst, dst_stride);
-    case 28: return add_to_window<28>(src, rows, width, dst, dst_stride);
-    case 32: return add_to_window<32>(src, rows, width, dst, dst_stride);
-    default: return add_to_window<0>(src, rows, width, dst, dst_stride);
-  }
+  with_window_width(width, [&](auto w) { add_to_window<decltype(w)::value>(src, rows, width, dst, dst_stride); });
 }
 
 // Stride 1: the plane is copied once into a zero-bordered buffer (skipped
