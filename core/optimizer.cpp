@@ -19,6 +19,23 @@ void check_pair(const Tensor& p, const Tensor& g) {
            shape_str(g.shape()));
 }
 
+void check_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<const Tensor> grads) {
+  PD_CHECK(from.size() == grads.size() && to.size() == grads.size(), "params/grads count mismatch");
+  for (size_t i = 0; i < to.size(); ++i)
+    PD_CHECK(to[i].numel() == from[i].numel() && to[i].device() == from[i].device(),
+             "optimizer step into a tensor unlike its source: ", shape_str(to[i].shape()), " vs ",
+             shape_str(from[i].shape()));
+}
+
+// The device kernels update in place: an out-of-place step there is a
+// device copy first (cheap next to the GPU's memory bandwidth).
+bool on_device_into(std::span<const Tensor> from, std::span<Tensor> to) {
+  if (to.empty() || !to[0].device().is_cuda()) return false;
+  for (size_t i = 0; i < to.size(); ++i)
+    if (to[i].raw() != from[i].raw()) to[i].copy_from(from[i]);
+  return true;
+}
+
 // torch.optim.SGD (dampening 0): g += wd*p; buf = g on the first step,
 // else buf = mu*buf + g; nesterov uses g + mu*buf; p -= lr * that.
 class Sgd final : public Optimizer {
@@ -27,21 +44,22 @@ class Sgd final : public Optimizer {
   std::string kind() const override { return "sgd"; }
   int slots_per_param() const override { return c_.momentum != 0.0f ? 1 : 0; }
 
-  void step(std::span<Tensor> params, std::span<const Tensor> grads, OptimizerState& st,
-            float lr) const override {
-    PD_CHECK(params.size() == grads.size(), "params/grads count mismatch");
-    if (!params.empty() && params[0].device().is_cuda()) return sgd_step_on_device(c_, params, grads, st, lr);
+  void step_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<const Tensor> grads,
+                 OptimizerState& st, float lr) const override {
+    check_into(from, to, grads);
+    if (on_device_into(from, to)) return sgd_step_on_device(c_, to, grads, st, lr);
     const bool use_momentum = c_.momentum != 0.0f;
-    PD_CHECK(!use_momentum || st.slots.size() == params.size(), "optimizer state not made for these params");
+    PD_CHECK(!use_momentum || st.slots.size() == to.size(), "optimizer state not made for these params");
     const bool first = st.step == 0;
     const float mu = c_.momentum, wd = c_.weight_decay;
-    for (size_t i = 0; i < params.size(); ++i) {
-      check_pair(params[i], grads[i]);
-      float* p = params[i].f32();
+    for (size_t i = 0; i < to.size(); ++i) {
+      check_pair(to[i], grads[i]);
+      const float* p = from[i].f32();
+      float* out = to[i].f32();
       const float* g = grads[i].f32();
-      const int64_t n = params[i].numel();
+      const int64_t n = to[i].numel();
       if (!use_momentum) {
-        for (int64_t k = 0; k < n; ++k) p[k] -= lr * (g[k] + wd * p[k]);
+        for (int64_t k = 0; k < n; ++k) out[k] = p[k] - lr * (g[k] + wd * p[k]);
         continue;
       }
       float* buf = st.slots[i].f32();
@@ -49,7 +67,7 @@ class Sgd final : public Optimizer {
         float d = g[k] + wd * p[k];
         buf[k] = first ? d : mu * buf[k] + d;
         float upd = c_.nesterov ? d + mu * buf[k] : buf[k];
-        p[k] -= lr * upd;
+        out[k] = p[k] - lr * upd;
       }
     }
     ++st.step;
@@ -67,36 +85,37 @@ class Adam final : public Optimizer {
   std::string kind() const override { return decoupled_ ? "adamw" : "adam"; }
   int slots_per_param() const override { return 2; }
 
-  void step(std::span<Tensor> params, std::span<const Tensor> grads, OptimizerState& st,
-            float lr) const override {
-    PD_CHECK(params.size() == grads.size(), "params/grads count mismatch");
-    if (!params.empty() && params[0].device().is_cuda())
-      return adam_step_on_device(c_, decoupled_, params, grads, st, lr);
-    PD_CHECK(st.slots.size() == 2 * params.size(), "optimizer state not made for these params");
+  void step_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<const Tensor> grads,
+                 OptimizerState& st, float lr) const override {
+    check_into(from, to, grads);
+    if (on_device_into(from, to)) return adam_step_on_device(c_, decoupled_, to, grads, st, lr);
+    PD_CHECK(st.slots.size() == 2 * to.size(), "optimizer state not made for these params");
     const int64_t t = ++st.step;
     const float b1 = c_.beta1, b2 = c_.beta2, wd = c_.weight_decay;
     const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), static_cast<double>(t)));
     const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), static_cast<double>(t)));
     const float step_size = lr / bc1;
     const float bc2_sqrt = std::sqrt(bc2);
-    for (size_t i = 0; i < params.size(); ++i) {
-      check_pair(params[i], grads[i]);
-      float* p = params[i].f32();
+    for (size_t i = 0; i < to.size(); ++i) {
+      check_pair(to[i], grads[i]);
+      const float* p_in = from[i].f32();
+      float* out = to[i].f32();
       const float* g = grads[i].f32();
       float* m = st.slots[2 * i].f32();
       float* v = st.slots[2 * i + 1].f32();
-      const int64_t n = params[i].numel();
+      const int64_t n = to[i].numel();
       for (int64_t k = 0; k < n; ++k) {
         float d = g[k];
+        float p = p_in[k];
         if (decoupled_) {
-          p[k] *= 1.0f - lr * wd;
+          p *= 1.0f - lr * wd;
         } else {
-          d += wd * p[k];
+          d += wd * p;
         }
         m[k] = b1 * m[k] + (1.0f - b1) * d;
         v[k] = b2 * v[k] + (1.0f - b2) * d * d;
         float denom = std::sqrt(v[k]) / bc2_sqrt + c_.eps;
-        p[k] -= step_size * (m[k] / denom);
+        out[k] = p - step_size * (m[k] / denom);
       }
     }
   }

@@ -32,9 +32,16 @@ class Optimizer {
   virtual int slots_per_param() const = 0;
   // Allocates state for these params (zeros, same devices).
   OptimizerState make_state(std::span<const Tensor> params) const;
-  // One update with learning rate lr (from the schedule).
-  virtual void step(std::span<Tensor> params, std::span<const Tensor> grads, OptimizerState& st,
-                    float lr) const = 0;
+  // One update with learning rate lr (from the schedule), in place.
+  void step(std::span<Tensor> params, std::span<const Tensor> grads, OptimizerState& st, float lr) const {
+    step_into(params, params, grads, st, lr);
+  }
+  // The same update, reading the weights from `from` and writing the new
+  // ones to `to` (same shapes; `to` may be `from`). Bitwise equal to copying
+  // `from` into `to` and stepping in place - but a stage that must keep the
+  // old version (weight stashing) saves that copy's memory traffic.
+  virtual void step_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<const Tensor> grads,
+                         OptimizerState& st, float lr) const = 0;
 };
 
 // Throws UserError for an unknown kind or a bad value.

@@ -87,6 +87,11 @@ void ParameterStore::copy_params_from(const ParameterStore& other) {
   for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_from(other.params_[i]);
 }
 
+void ParameterStore::swap_params(ParameterStore& other) {
+  PD_CHECK(other.params_.size() == params_.size() && other.first_ == first_, "swap between different layouts");
+  params_.swap(other.params_);
+}
+
 NamedTensors ParameterStore::named_tensors() const {
   NamedTensors out;
   for (size_t i = 0; i < params_.size(); ++i) out.emplace_back(param_names_[i], params_[i]);

@@ -50,6 +50,9 @@ class ParameterStore {
   ParameterStore zeros_like_params() const;
   void zero_params();
   void copy_params_from(const ParameterStore& other);  // same layout
+  // Exchanges the parameter tensors (not the buffers) with a store of the
+  // same layout: how a stage makes a new weight version current without a copy.
+  void swap_params(ParameterStore& other);
 
   // Parameters then buffers, with their names: what --save writes.
   NamedTensors named_tensors() const;

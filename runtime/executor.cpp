@@ -285,10 +285,12 @@ void StageExecutor::backward(const Action& a) {
   if (group_ && !buckets_.empty() && round_completes_after(0)) {
     // This backward completes the round: send each bucket as soon as its layers are done.
     Tensor g = std::move(p.grad_in);
-    for (int l = state_.last_layer; l >= state_.first_layer; --l) {
+    const int lowest = first_stage_ ? first_layer_with_params(m, state_.first_layer, state_.last_layer)
+                                    : state_.first_layer;
+    for (int l = state_.last_layer; l >= lowest; --l) {
       RangeContext one;
       one.layers.push_back(std::move(p.ctx.layers[static_cast<size_t>(l - state_.first_layer)]));
-      g = backward_layers(m, w, grads_, l, l, g, info, one, !first_stage_ || l > state_.first_layer);
+      g = backward_layers(m, w, grads_, l, l, g, info, one, !first_stage_ || l > lowest);
       const int b = bucket_of_layer_end_[static_cast<size_t>(l - state_.first_layer)];
       if (b >= 0) launch_bucket(static_cast<size_t>(b));
     }
@@ -342,13 +344,13 @@ void StageExecutor::optimizer_step(const Action& a) {
       for (int64_t i = 0, e = g.numel(); i < e; ++i) d[i] /= n;
     }
   }
-  versions_.before_update(oldest_needed());
   // The LR schedule counts minibatches absorbed (flush: batches), the same
   // index on every stage whatever its replication.
   const float lr = training_.lr.lr_at(training_.first_item + versions_.newest_version());
-  training_.optimizer->step(state_.weights.all_params(), grads_.all_params(), state_.optimizer, lr);
+  versions_.update(a.version_created, oldest_needed(), [&](std::span<const Tensor> from, std::span<Tensor> to) {
+    training_.optimizer->step_into(from, to, grads_.all_params(), state_.optimizer, lr);
+  });
   ++state_.updates;
-  versions_.updated(a.version_created, oldest_needed());
   grads_.zero_params();
   stats_.peak_versions = std::max(stats_.peak_versions, versions_.peak_versions());
   if (eval_.test && next_eval_ < eval_.at_versions.size() && versions_.newest_version() >= eval_.at_versions[next_eval_])

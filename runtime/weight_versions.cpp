@@ -22,21 +22,20 @@ void WeightVersionStore::unpin(int64_t version) {
   if (--it->second == 0) pins_.erase(it);
 }
 
-void WeightVersionStore::before_update(int64_t oldest_needed) {
-  if (pins_.count(version_) || version_ >= oldest_needed) {
-    if (spare_.all_params().empty()) {
-      old_.emplace(version_, newest_->clone_params());
-    } else {
-      spare_.copy_params_from(*newest_);
-      old_.emplace(version_, std::move(spare_));
-      spare_ = ParameterStore();
-    }
-    peak_ = std::max(peak_, versions_held());
-  }
-}
-
-void WeightVersionStore::updated(int64_t new_version, int64_t oldest_needed) {
+void WeightVersionStore::update(int64_t new_version, int64_t oldest_needed, const UpdateStep& step) {
   PD_CHECK(new_version > version_, "optimizer step creates version ", new_version, " after ", version_);
+  if (pins_.count(version_) || version_ >= oldest_needed) {
+    // Old versions share the live store's buffers (BatchNorm statistics),
+    // and so do the spare and a clone: only the parameters trade places.
+    ParameterStore next = spare_.all_params().empty() ? newest_->clone_params() : std::move(spare_);
+    spare_ = ParameterStore();
+    step(newest_->all_params(), next.all_params());
+    newest_->swap_params(next);
+    old_.emplace(version_, std::move(next));
+    peak_ = std::max(peak_, versions_held());
+  } else {
+    step(newest_->all_params(), newest_->all_params());
+  }
   version_ = new_version;
   release(oldest_needed);
 }

@@ -1,21 +1,24 @@
 #pragma once
 // The weight versions one pipeline stage keeps (DESIGN.md §6).
 //
-// The newest version is the stage's live weights, updated in place by the
-// optimizer. An older version survives an update only when someone still
-// needs it: a minibatch whose forward ran on it and whose backward has not
-// (pinned: `stash` and `vertical`), or a future forward that will ask for it
-// (`vertical`: the floor the caller passes as `oldest_needed`). Everything
-// else is freed at once, so a stage holds at most in-flight + 1 versions.
+// The newest version is the stage's live weights. An older version survives
+// an update only when someone still needs it: a minibatch whose forward ran
+// on it and whose backward has not (pinned: `stash` and `vertical`), or a
+// future forward that will ask for it (`vertical`: the floor the caller
+// passes as `oldest_needed`). Everything else is freed at once, so a stage
+// holds at most in-flight + 1 versions.
 //
-// Keeping a version costs one copy of the stage's parameters per update
-// (the optimizer updates in place). The buffers of the last version freed
-// are kept for the next copy: without that, every update allocated fresh
-// memory and paid its page faults (on a 2-stage `mlp` the copy then took
-// ~3x longer than the memcpy itself). At most one such spare is kept, so
-// the memory held never exceeds the peak of versions held.
+// When the current version must be kept, the optimizer writes the new
+// weights into other buffers (Optimizer::step_into) and the two sets trade
+// places: keeping a version costs no copy. Otherwise it updates in place.
+// The buffers of the last version freed are kept as the next update's
+// target: without that, every update allocated fresh memory and paid its
+// page faults. At most one such spare is kept, so the memory held never
+// exceeds the peak of versions held.
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <span>
 
 #include "models/parameters.h"
 
@@ -23,7 +26,8 @@ namespace pd {
 
 class WeightVersionStore {
  public:
-  // `newest` (the live weights, version `version`) stays owned by the caller.
+  // `newest` (the live weights, version `version`) stays owned by the caller;
+  // update() may exchange its parameter tensors for others of the same shapes.
   WeightVersionStore(ParameterStore& newest, int64_t version) : newest_(&newest), version_(version) {}
 
   int64_t newest_version() const { return version_; }
@@ -35,11 +39,12 @@ class WeightVersionStore {
   void pin(int64_t version);
   void unpin(int64_t version);
 
-  // Around an optimizer step on the newest weights: keep a copy of the
-  // current newest if it is pinned or version >= oldest_needed, then the
-  // caller updates newest in place and calls updated(new_version).
-  void before_update(int64_t oldest_needed);
-  void updated(int64_t new_version, int64_t oldest_needed);
+  // Writes the new weights from the current ones (`to` may be `from`).
+  using UpdateStep = std::function<void(std::span<const Tensor> from, std::span<Tensor> to)>;
+  // Makes version `new_version` by one optimizer step: the current newest is
+  // kept if it is pinned or version >= oldest_needed, then versions nobody
+  // needs are freed.
+  void update(int64_t new_version, int64_t oldest_needed, const UpdateStep& step);
   // Frees old versions nobody needs any more (after a backward unpinned one).
   void release(int64_t oldest_needed);
 
@@ -52,7 +57,7 @@ class WeightVersionStore {
   int64_t version_;
   std::map<int64_t, ParameterStore> old_;
   std::map<int64_t, int> pins_;
-  ParameterStore spare_;  // buffers of the last version freed (params only), or empty
+  ParameterStore spare_;  // buffers of the last version freed, or empty
   int peak_ = 1;
 };
 
