@@ -32,8 +32,9 @@ Tensor backward_layers(const Model& m, const ParameterStore& w, ParameterStore& 
   PD_CHECK(ctx.layers.size() == static_cast<size_t>(last - first + 1), "backward without a matching forward");
   PD_CHECK(grads.holds(first) && grads.holds(last), "gradient store does not hold the range");
   Tensor g = dy.device() == w.device() ? dy : dy.to(w.device());
-  for (int i = last; i >= first; --i) {
-    BackwardArgs a{w.params(i), grads.params(i), step, need_input_grad || i > first};
+  const int lowest = need_input_grad ? first : first_layer_with_params(m, first, last);
+  for (int i = last; i >= lowest; --i) {
+    BackwardArgs a{w.params(i), grads.params(i), step, need_input_grad || i > lowest};
     a.step.layer_index = static_cast<uint32_t>(i);
     LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
     g = m.layer(i).backward(a, g, c);
@@ -41,6 +42,12 @@ Tensor backward_layers(const Model& m, const ParameterStore& w, ParameterStore& 
   }
   ctx.clear();
   return need_input_grad ? g : Tensor{};
+}
+
+int first_layer_with_params(const Model& m, int first, int last) {
+  int l = first;
+  while (l <= last && m.layer(l).param_specs().empty()) ++l;
+  return l;
 }
 
 }  // namespace pd
