@@ -109,8 +109,16 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
   // logits are there and produces the gradient the last layer consumes.
   Tensor g = softmax_cross_entropy(h, b.labels, true).grad;
   h = Tensor{};
+  // As in backward_layers on a first stage: no layer below the lowest one
+  // with parameters runs backward, and that one computes no input gradient.
+  const int lowest = first_layer_with_params(m, 0, n - 1);
   for (int i = n - 1; i >= 0; --i) {
-    BackwardArgs a{w.params(i), grads.params(i), step, i > 0};
+    if (i < lowest) {
+      ctx[static_cast<size_t>(i)].clear();
+      t.backward_ms[static_cast<size_t>(i)] = 0.0;
+      continue;
+    }
+    BackwardArgs a{w.params(i), grads.params(i), step, i > lowest};
     a.step.layer_index = static_cast<uint32_t>(i);
     g = m.layer(i).backward(a, g, ctx[static_cast<size_t>(i)]);
     ctx[static_cast<size_t>(i)].clear();
