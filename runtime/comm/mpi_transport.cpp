@@ -6,6 +6,7 @@
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -107,7 +108,10 @@ class MpiEngine {
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
     tag_ub_ = found ? *static_cast<int*>(ub) : 32767;
     MPI_Irecv(abort_in_, kAbortTextBytes, MPI_CHAR, MPI_ANY_SOURCE, kAbortTag, ctrl_, &abort_req_);
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "pd-comm");  // so top and perf tell it from the compute thread
+      loop();
+    });
   }
 
   ~MpiEngine() { stop(false); }
