@@ -4,9 +4,9 @@
 //    from a profile measured here (1 thread); the ceiling is the two stages'
 //    compute loops (forward, backward, optimizer step) running at the same
 //    time with no communication; the pipeline is `run`'s executor over MPI.
-//    The two alternate for --rounds rounds in the same run (the machine may
-//    be shared: a change of load then hits both); efficiency = ceiling time
-//    / pipeline time, the median of the rounds'. Per rank it also reports
+//    Each of --rounds rounds measures ceiling, pipeline, pipeline, ceiling
+//    (the machine may be shared: a drift of its speed then hits both);
+//    efficiency = ceiling time / pipeline time, the median of the rounds'. Per rank it also reports
 //    where the last round's time went (F, B, step, wait) and the CPU time
 //    used (main thread, whole process: the difference is the communication
 //    thread) against the ceiling loop's.
@@ -290,25 +290,34 @@ void bench_model(const std::string& name, const BenchArgs& a, Transport& t, cons
   compute_loop_seconds(m, data, mine, a.batch, 3, opt);  // warm-up
   const WeightPolicy policy = parse_weight_policy(a.weights);
   pipeline_run(m, data, plan, a.batch, 8, opt, t, policy);  // warm-up
-  // Ceiling and pipeline alternate, so a change in the machine's load (it is
-  // shared) hits both alike; the efficiency is the median of the rounds'.
+  // A round measures ceiling, pipeline, pipeline, ceiling (ABBA): the
+  // machine is shared and its speed drifts by 10-20% over seconds; in this
+  // order a linear drift hits both sides alike. A round's efficiency is its
+  // ceiling time over its pipeline time; the result is the rounds' median.
   std::vector<double> ceilings, pipes, effs;
-  std::vector<std::vector<double>> stage_loops;  // per round: each rank's compute-loop seconds
+  std::vector<std::vector<double>> stage_loops;  // per ceiling run: each rank's compute-loop seconds
   PipelineRun run;
   LoopPhases loop;
-  std::vector<std::vector<double>> cpu_loop, cpu_main, cpu_process;  // per round, per rank (s)
-  for (int r = 0; r < a.rounds; ++r) {
+  std::vector<std::vector<double>> cpu_loop, cpu_main, cpu_process;  // per run, per rank (s)
+  auto measure_ceiling = [&] {
     t.barrier();
     stage_loops.push_back(of_ranks(t, compute_loop_seconds(m, data, mine, a.batch, a.minibatches, opt, &loop)));
-    ceilings.push_back(*std::max_element(stage_loops.back().begin(), stage_loops.back().end()));
-    run = pipeline_run(m, data, plan, a.batch, a.minibatches, opt, t, policy);
-    pipes.push_back(max_over_ranks(t, run.seconds));
-    effs.push_back(ceilings.back() / pipes.back());
     cpu_loop.push_back(of_ranks(t, loop.cpu));
+    return *std::max_element(stage_loops.back().begin(), stage_loops.back().end());
+  };
+  auto measure_pipeline = [&] {
+    run = pipeline_run(m, data, plan, a.batch, a.minibatches, opt, t, policy);
     cpu_main.push_back(of_ranks(t, run.thread_cpu_s));
     cpu_process.push_back(of_ranks(t, run.process_cpu_s));
+    return max_over_ranks(t, run.seconds);
+  };
+  for (int r = 0; r < a.rounds; ++r) {
+    const double c1 = measure_ceiling(), p1 = measure_pipeline(), p2 = measure_pipeline(), c2 = measure_ceiling();
+    ceilings.push_back((c1 + c2) / 2);
+    pipes.push_back((p1 + p2) / 2);
+    effs.push_back(ceilings.back() / pipes.back());
   }
-  // CPU time per minibatch, per rank (median of the rounds): what the
+  // CPU time per minibatch, per rank (median of the runs): what the
   // runtime costs beyond the compute, whatever share of the CPU it got.
   const double per_mb = 1e3 / static_cast<double>(a.minibatches);
   auto median_ms = [&](const std::vector<std::vector<double>>& rounds) {
@@ -416,7 +425,7 @@ void add_runtime_suite(CLI::App& app) {
   cmd->add_option("--batch", a->batch, "Minibatch size")->capture_default_str();
   cmd->add_option("--overhead-minibatches", a->overhead_minibatches, "Minibatches of the empty-layer run")
       ->capture_default_str();
-  cmd->add_option("--rounds", a->rounds, "Ceiling/pipeline measurement pairs per model (median reported)")
+  cmd->add_option("--rounds", a->rounds, "Rounds of ceiling, pipeline, pipeline, ceiling per model (median reported)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--weights", a->weights, "Weight policy of the pipeline: stash, vertical or none")
