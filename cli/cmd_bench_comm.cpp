@@ -24,6 +24,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/cuda_plugin.h"
+#include "planner/topology.h"  // parse_size: sizes as the planner spells them
 #include "runtime/comm/mpi_transport.h"
 #include "runtime/comm/nccl_transport.h"
 #include "runtime/comm/staged_transport.h"
@@ -44,25 +45,6 @@ struct BenchCommOptions {
   double timeout_s = 60;
   std::string transport = "mpi";
 };
-
-// Sizes as the planner spells them: 4096, 4KB (10^3), 4KiB (2^10).
-size_t parse_bytes(const std::string& s) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &pos);
-  } catch (...) {
-    throw UserError(cat("size '", s, "' is not a number of bytes (e.g. 4096, 64KB, 16MiB)"));
-  }
-  std::string unit = s.substr(pos);
-  static const std::map<std::string, double> units = {
-      {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
-  auto it = units.find(unit);
-  if (it == units.end() || v < 0)
-    throw UserError(cat("size '", s, "': unknown unit '", unit, "' (use B, KB, MB, GB, KiB, MiB, GiB)"));
-  return static_cast<size_t>(v * it->second);
-}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -255,12 +237,12 @@ void run_bench_comm(const BenchCommOptions& o) {
     throw UserError("bench-comm measures communication between ranks: run it under MPI, e.g. "
                     "`mpirun -np 4 pipedream bench-comm -o topology.json`");
   std::vector<size_t> p2p_sizes, ar_sizes;
-  for (auto& s : o.p2p_sizes) p2p_sizes.push_back(parse_bytes(s));
-  for (auto& s : o.allreduce_sizes) ar_sizes.push_back(parse_bytes(s));
+  for (auto& s : o.p2p_sizes) p2p_sizes.push_back(parse_size(s));
+  for (auto& s : o.allreduce_sizes) ar_sizes.push_back(parse_size(s));
   if (o.latency_iters < 1) throw UserError("--latency-iters must be at least 1");
   uint64_t worker_memory = 0;
   bool memory_given = !o.worker_memory.empty();
-  if (memory_given) worker_memory = parse_bytes(o.worker_memory);
+  if (memory_given) worker_memory = parse_size(o.worker_memory);
   std::unique_ptr<std::ofstream> jsonl_file;
   if (!o.jsonl_path.empty() && o.jsonl_path != "-") {
     jsonl_file = std::make_unique<std::ofstream>(o.jsonl_path);
