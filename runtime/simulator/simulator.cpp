@@ -16,29 +16,29 @@ struct Message {
   double arrival;
 };
 
-// Messages that arrived and were not yet received. Usually one or two (a
-// pipeline neighbour is rarely far ahead), kept inline so that a send and
-// its receive touch only the worker's own cache lines.
-class Inbox {
- public:
-  size_t size() const { return inline_count_ + spill_.size(); }
-  Message& operator[](size_t i) { return i < kInline ? inline_[i] : spill_[i - kInline]; }
-  void push_back(const Message& m) {
-    if (inline_count_ < kInline && spill_.empty()) inline_[inline_count_++] = m;
-    else spill_.push_back(m);
-  }
-  void erase_unordered(size_t i) {
-    Message& last = (*this)[size() - 1];
-    (*this)[i] = last;
-    if (!spill_.empty()) spill_.pop_back();
-    else --inline_count_;
-  }
+// Messages that arrived and were not yet received, and the one the worker
+// waits for: the cache line a sender touches. Usually one or two messages
+// (a pipeline neighbour is rarely far ahead); more spill to a vector kept
+// outside the worker's state, while the inline ones are full.
+struct alignas(64) Mailbox {
+  static constexpr uint32_t kInline = 3;
+  Message inline_messages[kInline];
+  uint32_t size = 0;
+  int64_t wait_tag = -1;  // the worker is blocked on this message
 
- private:
-  static constexpr size_t kInline = 3;
-  Message inline_[kInline];
-  size_t inline_count_ = 0;
-  std::vector<Message> spill_;  // only while inline_ is full
+  Message& at(uint32_t i, std::vector<Message>& spill) {
+    return i < kInline ? inline_messages[i] : spill[i - kInline];
+  }
+  void push_back(const Message& m, std::vector<Message>& spill) {
+    if (size < kInline) inline_messages[size] = m;
+    else spill.push_back(m);
+    ++size;
+  }
+  void erase_unordered(uint32_t i, std::vector<Message>& spill) {
+    at(i, spill) = at(size - 1, spill);
+    if (size > kInline) spill.pop_back();
+    --size;
+  }
 };
 
 struct PeerTransfer {
@@ -46,20 +46,21 @@ struct PeerTransfer {
   double seconds = 0;  // one message's time on the link
 };
 
-// A worker's state takes nine cache lines (the cursor's buffer of full
-// actions took eight more): what an event touches first, the pending
-// actions, the rest, the action source.
+// A worker's state: nine cache lines, prefetched whole before its event.
 struct alignas(64) WorkerState {
+  // What every event touches.
   uint8_t head = 0, count = 0;  // pending[head] is the current action when head < count
   bool computing = false;
+  bool replicated = false;      // its stage has replicas: steps wait for all-reduces
+  int8_t forward_line = -1, backward_line = -1;  // the event queue's delay lines for its compute ends
   int stage = 0;
+  double forward_s = 0, backward_s = 0;  // its stage's compute times
   double compute_start = 0, compute_end = 0;
   double busy = 0;
   double round_start = 0;   // start of the compute an all-reduce may overlap
-  int64_t wait_tag = -1;    // blocked on this message
-  int64_t in_flight = 0, peak_in_flight = 0;
+  Mailbox mailbox;
   PackedAction pending[ActionSource::kMaxGroup];
-  Inbox inbox;
+  int64_t in_flight = 0, peak_in_flight = 0;
   // Weight versions the in-flight minibatches use: their forwards' versions
   // never decrease, so counting distinct ones needs only the newest and,
   // when the oldest leaves, the version of the next one (from the source) -
@@ -134,8 +135,17 @@ class Simulation {
       workers_[r].stage = schedule_.stage_of(r);
     }
     busy_at_mark_.resize(R);
+    spilled_.resize(R);
     link_free_.assign(R, 0.0);
     events_ = EventQueue(assign_delay_lines());
+    for (WorkerState& w : workers_) {
+      const StageCost& c = costs_[w.stage];
+      w.forward_s = c.forward_s;
+      w.backward_s = c.backward_s;
+      w.forward_line = static_cast<int8_t>(c.forward_line);
+      w.backward_line = static_cast<int8_t>(c.backward_line);
+      w.replicated = groups_[w.stage].size > 1;
+    }
     choose_marks();
   }
 
@@ -201,6 +211,10 @@ class Simulation {
     if (rank < 0) return;
     const char* p = reinterpret_cast<const char*>(&workers_[rank]);
     for (size_t offset = 0; offset < sizeof(WorkerState); offset += 64) __builtin_prefetch(p + offset);
+    // And the mailboxes its sends will likely fill: adjacent stages usually
+    // have adjacent ranks.
+    if (rank > 0) __builtin_prefetch(&workers_[rank - 1].mailbox);
+    if (rank + 1 < static_cast<int>(workers_.size())) __builtin_prefetch(&workers_[rank + 1].mailbox);
   }
 
   void wake(int rank, double t) { events_.push({std::max(t, now_), rank}); }
@@ -241,11 +255,10 @@ class Simulation {
   void start_compute(int r) {
     WorkerState& w = workers_[r];
     const PackedAction& a = w.action();
-    const StageCost& c = costs_[w.stage];
     const bool fwd = a.kind == ActionKind::Forward;
     w.computing = true;
     w.compute_start = now_;
-    w.compute_end = now_ + (fwd ? c.forward_s : c.backward_s);
+    w.compute_end = now_ + (fwd ? w.forward_s : w.backward_s);
     if (fwd == !flush_) w.round_start = now_;
     if (fwd) {
       const bool another_version = w.in_flight == 0 || a.key != w.newest_held;
@@ -256,7 +269,7 @@ class Simulation {
         count_versions(w);
       }
     }
-    const int line = fwd ? c.forward_line : c.backward_line;
+    const int line = fwd ? w.forward_line : w.backward_line;
     if (line >= 0) events_.push_delayed({w.compute_end, r}, static_cast<size_t>(line));
     else events_.push({w.compute_end, r});
   }
@@ -315,26 +328,28 @@ class Simulation {
     // activation never waits behind a gradient.
     const double arrival = opt_.realistic_latency ? end : std::max(now_, start - duration);
     WorkerState& dst = workers_[a.peer];
-    dst.inbox.push_back({a.key, arrival});
-    if (dst.wait_tag == a.key) {
-      dst.wait_tag = -1;
+    dst.mailbox.push_back({a.key, arrival}, spilled_[a.peer]);
+    if (dst.mailbox.wait_tag == a.key) {
+      dst.mailbox.wait_tag = -1;
       wake(a.peer, arrival);
     }
   }
 
   // True when the message is here; otherwise the worker waits for it.
   bool receive(int r, int64_t tag) {
-    WorkerState& w = workers_[r];
-    for (size_t i = 0; i < w.inbox.size(); ++i) {
-      if (w.inbox[i].tag != tag) continue;
-      if (w.inbox[i].arrival > now_) {
-        wake(r, w.inbox[i].arrival);
+    Mailbox& box = workers_[r].mailbox;
+    std::vector<Message>& spill = spilled_[r];
+    for (uint32_t i = 0; i < box.size; ++i) {
+      const Message& m = box.at(i, spill);
+      if (m.tag != tag) continue;
+      if (m.arrival > now_) {
+        wake(r, m.arrival);
         return false;
       }
-      w.inbox.erase_unordered(i);
+      box.erase_unordered(i, spill);
       return true;
     }
-    w.wait_tag = tag;
+    box.wait_tag = tag;
     return false;
   }
 
@@ -357,8 +372,8 @@ class Simulation {
 
   bool step(int r, const PackedAction& a) {
     WorkerState& w = workers_[r];
-    ReplicaGroup& g = groups_[w.stage];
-    if (g.size > 1) {
+    if (w.replicated) {
+      ReplicaGroup& g = groups_[w.stage];
       if (g.completed_round < a.key) {
         g.waiting.push_back(r);
         return false;
@@ -413,6 +428,7 @@ class Simulation {
   std::vector<ReplicaGroup> groups_;
   std::vector<WorkerState> workers_;
   std::vector<std::array<double, 2>> busy_at_mark_;  // per rank: busy seconds at the two marks
+  std::vector<std::vector<Message>> spilled_;        // per rank: messages beyond its mailbox's inline ones
   std::vector<double> link_free_;  // per downstream rank of a stage boundary
   EventQueue events_;
   double now_ = 0;
