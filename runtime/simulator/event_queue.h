@@ -200,7 +200,23 @@ class EventQueue {
       line_front_[earliest_line_] = l.count > 0 ? l.front().key : kNone;
       find_earliest_front();
     }
-    if (merged) std::sort(current_.begin(), current_.end(), [](const Entry& a, const Entry& b) { return a.seq < b.seq; });
+    if (merged) sort_by_push_order();
+  }
+
+  // Usually two or three events whose lines ended at the same time: an
+  // insertion sort beats std::sort's set-up.
+  void sort_by_push_order() {
+    auto earlier = [](const Entry& a, const Entry& b) { return a.seq < b.seq; };
+    if (current_.size() > 16) {
+      std::sort(current_.begin(), current_.end(), earlier);
+      return;
+    }
+    for (size_t i = 1; i < current_.size(); ++i) {
+      const Entry x = current_[i];
+      size_t j = i;
+      for (; j > 0 && earlier(x, current_[j - 1]); --j) current_[j] = current_[j - 1];
+      current_[j] = x;
+    }
   }
 
   void find_earliest_front() {
