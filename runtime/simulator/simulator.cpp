@@ -211,10 +211,6 @@ class Simulation {
     if (rank < 0) return;
     const char* p = reinterpret_cast<const char*>(&workers_[rank]);
     for (size_t offset = 0; offset < sizeof(WorkerState); offset += 64) __builtin_prefetch(p + offset);
-    // And the mailboxes its sends will likely fill: adjacent stages usually
-    // have adjacent ranks.
-    if (rank > 0) __builtin_prefetch(&workers_[rank - 1].mailbox);
-    if (rank + 1 < static_cast<int>(workers_.size())) __builtin_prefetch(&workers_[rank + 1].mailbox);
   }
 
   void wake(int rank, double t) { events_.push({std::max(t, now_), rank}); }
