@@ -56,8 +56,9 @@ long peak_rss_kib() {
   return u.ru_maxrss;
 }
 
-void run_case(const std::string& name, const std::vector<int>& replicas, ScheduleKind kind, int64_t minibatches,
-              int microbatches) {
+void run_case(const std::string& only, const std::string& name, const std::vector<int>& replicas, ScheduleKind kind,
+              int64_t minibatches, int microbatches) {
+  if (!only.empty() && name.find(only) == std::string::npos) return;
   Plan plan = synthetic_plan(replicas);
   SimulationOptions opt;
   opt.schedule.kind = kind;
@@ -90,9 +91,11 @@ void run_case(const std::string& name, const std::vector<int>& replicas, Schedul
 
 void add_simulate_suite(CLI::App& app) {
   auto quick = std::make_shared<bool>(false);
+  auto only = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand("simulate", "simulator speed and memory on 1,024-worker plans");
   cmd->add_flag("--quick", *quick, "only the small cases");
-  cmd->callback([quick] {
+  cmd->add_option("--case", *only, "only the cases whose name contains this text (e.g. 'x 10000', 'gpipe')");
+  cmd->callback([quick, only] {
     const std::vector<int> straight(1024, 1);
     const std::vector<int> wide(16, 64);
     std::vector<int> halving;  // 512-256-...-2-1-1
@@ -100,13 +103,13 @@ void add_simulate_suite(CLI::App& app) {
     halving.push_back(1);
     // Small minibatch counts first: peak RSS only grows, so a flat RSS from
     // 1,000 to 10,000 minibatches shows memory does not scale with them.
-    run_case("1024 stages x 1000 minibatches", straight, ScheduleKind::OneFOneBRoundRobin, 1000, 1);
+    run_case(*only, "1024 stages x 1000 minibatches", straight, ScheduleKind::OneFOneBRoundRobin, 1000, 1);
     if (*quick) return;
-    run_case("1024 stages x 10000 minibatches", straight, ScheduleKind::OneFOneBRoundRobin, 10000, 1);
-    run_case("16 stages x 64 replicas x 10000 minibatches", wide, ScheduleKind::OneFOneBRoundRobin, 10000, 1);
-    run_case("512-256-...-1-1 x 10000 minibatches", halving, ScheduleKind::OneFOneBRoundRobin, 10000, 1);
-    run_case("1024 stages gpipe 1000 batches x 8 microbatches", straight, ScheduleKind::GPipe, 1000, 8);
-    run_case("1024 stages 1f1b-flush 1000 batches x 8 microbatches", straight, ScheduleKind::OneFOneBFlush, 1000, 8);
+    run_case(*only, "1024 stages x 10000 minibatches", straight, ScheduleKind::OneFOneBRoundRobin, 10000, 1);
+    run_case(*only, "16 stages x 64 replicas x 10000 minibatches", wide, ScheduleKind::OneFOneBRoundRobin, 10000, 1);
+    run_case(*only, "512-256-...-1-1 x 10000 minibatches", halving, ScheduleKind::OneFOneBRoundRobin, 10000, 1);
+    run_case(*only, "1024 stages gpipe 1000 batches x 8 microbatches", straight, ScheduleKind::GPipe, 1000, 8);
+    run_case(*only, "1024 stages 1f1b-flush 1000 batches x 8 microbatches", straight, ScheduleKind::OneFOneBFlush, 1000, 8);
   });
 }
 

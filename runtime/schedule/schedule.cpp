@@ -150,9 +150,32 @@ std::vector<std::vector<Action>> build_schedule(const Plan& plan, const Schedule
   return all;
 }
 
-// ---- ActionCursor ----------------------------------------------------------
+// ---- PackedAction ----------------------------------------------------------
 
-ActionCursor::ActionCursor(const Schedule* schedule, int rank) : s_(schedule), rank_(rank) {
+Action PackedAction::unpack() const {
+  Action a;
+  a.kind = kind;
+  if (is_compute()) {
+    a.weight_version = key;
+    a.minibatch = item;
+    a.microbatch = sub;
+  } else if (is_send() || is_recv()) {
+    a.tag = key;
+    a.minibatch = item;
+    a.microbatch = sub;
+    a.peer = peer;
+  } else {
+    a.round = key;
+    a.version_created = item;
+    a.gradient_count = sub;
+    a.local_gradients = peer;
+  }
+  return a;
+}
+
+// ---- ActionSource ----------------------------------------------------------
+
+ActionSource::ActionSource(const Schedule* schedule, int rank) : s_(schedule) {
   PD_CHECK(rank >= 0 && rank < schedule->workers(), "rank ", rank);
   stage_ = s_->stage_of(rank);
   replica_ = s_->replica_of(rank);
@@ -172,78 +195,72 @@ ActionCursor::ActionCursor(const Schedule* schedule, int rank) : s_(schedule), r
   if (!last_ && s_->replicas(stage_ + 1) == 1) next_rank_ = s_->ranks(stage_ + 1)[0];
 }
 
-int64_t ActionCursor::global_index(int64_t local) const { return replica_ + local * replicas_; }
+int64_t ActionSource::global_index(int64_t local) const { return replica_ + local * replicas_; }
 
-const Action* ActionCursor::refill() {
-  while (head_ == buffered_) {
-    head_ = buffered_ = 0;
-    if (done_) return nullptr;
+int ActionSource::next_group(PackedAction* out) {
+  // Every expansion writes at least one action, so this returns on the
+  // first pass unless the worker has just finished.
+  for (;;) {
+    if (done_) return 0;
+    PackedAction* end = out;
     if (flush_ && batch_ >= minibatches_) {
       done_ = true;
     } else if (forwards_ < local_count_ && forwards_ - backwards_ < limit_) {
-      expand_forward();
+      end = expand_forward(out);
     } else if (backwards_ < local_count_) {
-      expand_backward();
+      end = expand_backward(out);
     } else if (flush_) {
-      expand_update(static_cast<int>(local_count_));
+      end = expand_update(out, static_cast<int>(local_count_));
       ++batch_;
       forwards_ = backwards_ = 0;
     } else if (round_ < rounds_) {
-      expand_update(0);  // a round this replica has no minibatch for
+      end = expand_update(out, 0);  // a round this replica has no minibatch for
     } else {
       done_ = true;
     }
+    if (end != out) return static_cast<int>(end - out);
   }
-  return &buffer_[head_++];
-}
-
-bool ActionCursor::next(Action& out) {
-  const Action* a = next();
-  if (!a) return false;
-  out = *a;
-  return true;
 }
 
 // The expansions build actions as values and store each once: writing
-// fields through a reference into buffer_ would make the compiler reload
-// the cursor's own fields after every store (they may alias), and the
+// fields through a pointer into the output would make the compiler reload
+// the source's own fields after every store (they may alias), and the
 // simulator expands some 7 actions per replayed minibatch.
 
 // An action for the current item (minibatch or flush microbatch).
-inline Action ActionCursor::item_action(ActionKind kind, int64_t index) const {
-  Action a;
+inline PackedAction ActionSource::item_action(ActionKind kind, int64_t index) const {
+  PackedAction a;
   a.kind = kind;
   if (flush_) {
-    a.minibatch = batch_;
-    a.microbatch = static_cast<int>(index);
+    a.item = batch_;
+    a.sub = static_cast<int>(index);
   } else {
-    a.minibatch = index;
+    a.item = index;
   }
   return a;
 }
 
-inline Action ActionCursor::message_action(ActionKind kind, int64_t index, bool upstream, bool gradient) const {
-  Action a = item_action(kind, index);
+inline PackedAction ActionSource::message_action(ActionKind kind, int64_t index, bool upstream, bool gradient) const {
+  PackedAction a = item_action(kind, index);
   // Unreplicated neighbours (the common case) need no lookup.
   const int fixed = upstream ? prev_rank_ : next_rank_;
   a.peer = fixed >= 0 ? fixed : s_->rank_for(upstream ? stage_ - 1 : stage_ + 1, index);
-  a.tag = s_->tag(a.minibatch, a.microbatch, gradient);
+  a.key = s_->tag(a.item, a.sub, gradient);
   return a;
 }
 
-void ActionCursor::expand_forward() {
+PackedAction* ActionSource::expand_forward(PackedAction* out) {
   const int64_t idx = global_index(forwards_);
-  Action* out = buffer_ + buffered_;
   if (!first_) *out++ = message_action(ActionKind::RecvActivation, idx, true, false);
-  Action f = item_action(ActionKind::Forward, idx);
-  f.weight_version = vertical_ ? s_->vertical_version(stage_, idx) : version_;
+  PackedAction f = item_action(ActionKind::Forward, idx);
+  f.key = vertical_ ? s_->vertical_version(stage_, idx) : version_;
   *out++ = f;
   if (!last_) *out++ = message_action(ActionKind::SendActivation, idx, false, false);
-  buffered_ = static_cast<int>(out - buffer_);
   ++forwards_;
+  return out;
 }
 
-int64_t ActionCursor::forward_version(int64_t local) const {
+int64_t ActionSource::forward_version(int64_t local) const {
   if (vertical_) return s_->vertical_version(stage_, global_index(local));
   // F(j) runs as soon as at most limit-1 minibatches are in flight, i.e.
   // after max(0, j - (limit-1)) full update rounds (one more for a stage
@@ -252,47 +269,59 @@ int64_t ActionCursor::forward_version(int64_t local) const {
   return std::min(minibatches_, rounds_before * replicas_);
 }
 
-int64_t ActionCursor::backward_version() const {
+int64_t ActionSource::backward_version() const {
   if (flush_ || policy_ == WeightPolicy::None) return version_;
   return forward_version(backwards_);  // stash and vertical: B(m) uses F(m)'s version
 }
 
-void ActionCursor::expand_backward() {
+PackedAction* ActionSource::expand_backward(PackedAction* out) {
   const int64_t idx = global_index(backwards_);
-  if (lagged_ && backwards_ > 0) expand_update(1, false, true);  // the previous round's step, deferred to here
-  Action* out = buffer_ + buffered_;
+  if (lagged_ && backwards_ > 0) out = expand_update(out, 1, false, true);  // the previous round's step, deferred to here
   if (!last_) *out++ = message_action(ActionKind::RecvGradient, idx, false, true);
-  Action b = item_action(ActionKind::Backward, idx);
-  b.weight_version = backward_version();
+  PackedAction b = item_action(ActionKind::Backward, idx);
+  b.key = backward_version();
   *out++ = b;
   if (!first_) *out++ = message_action(ActionKind::SendGradient, idx, true, true);
-  buffered_ = static_cast<int>(out - buffer_);
   ++backwards_;
-  if (!flush_) expand_update(1, true, !lagged_ || backwards_ == local_count_);
+  if (!flush_) out = expand_update(out, 1, true, !lagged_ || backwards_ == local_count_);
+  return out;
 }
 
-void ActionCursor::expand_update(int local_gradients, bool allreduce, bool step) {
-  Action u;
-  u.round = round_;
-  u.local_gradients = local_gradients;
+PackedAction* ActionSource::expand_update(PackedAction* out, int local_gradients, bool allreduce, bool step) {
+  PackedAction u;
+  u.key = round_;
+  u.peer = local_gradients;
   if (flush_) {
-    u.gradient_count = s_->items_per_batch();
-    u.version_created = version_ + 1;
+    u.sub = s_->items_per_batch();
+    u.item = version_ + 1;
   } else {
-    u.gradient_count = static_cast<int>(std::min<int64_t>(replicas_, minibatches_ - round_ * replicas_));
-    u.version_created = std::min(minibatches_, (round_ + 1) * replicas_);
+    u.sub = static_cast<int>(std::min<int64_t>(replicas_, minibatches_ - round_ * replicas_));
+    u.item = std::min(minibatches_, (round_ + 1) * replicas_);
   }
   if (replicas_ > 1 && allreduce) {
-    Action a = u;
+    PackedAction a = u;
     a.kind = ActionKind::AllReduce;
-    a.version_created = -1;
-    buffer_[buffered_++] = a;
+    a.item = -1;
+    *out++ = a;
   }
-  if (!step) return;
+  if (!step) return out;
   u.kind = ActionKind::OptimizerStep;
-  buffer_[buffered_++] = u;
-  version_ = u.version_created;
+  *out++ = u;
+  version_ = u.item;
   ++round_;
+  return out;
+}
+
+// ---- ActionCursor ----------------------------------------------------------
+
+bool ActionCursor::next(Action& out) {
+  if (head_ == buffered_) {
+    head_ = 0;
+    buffered_ = source_.next_group(buffer_);
+    if (buffered_ == 0) return false;
+  }
+  out = buffer_[head_++].unpack();
+  return true;
 }
 
 }  // namespace pd

@@ -120,37 +120,63 @@ struct Action {
   bool is_recv() const { return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGradient; }
 };
 
+// An Action in 32 bytes instead of 64: only the fields its kind uses.
+//   kind                     key             item             sub             peer
+//   F, B                     weight_version  minibatch        microbatch      -
+//   Send*, Recv*             tag             minibatch        microbatch      peer
+//   AllReduce                round           -                gradient_count  local_gradients
+//   OptimizerStep            round           version_created  gradient_count  local_gradients
+// The simulator keeps a group of these per worker: a thousand workers'
+// pending actions then stay in cache, which full Actions would not.
+struct PackedAction {
+  int64_t key = -1;
+  int64_t item = -1;
+  int32_t sub = 0;
+  int32_t peer = -1;
+  ActionKind kind = ActionKind::Forward;
+
+  bool is_compute() const { return kind == ActionKind::Forward || kind == ActionKind::Backward; }
+  bool is_send() const { return kind == ActionKind::SendActivation || kind == ActionKind::SendGradient; }
+  bool is_recv() const { return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGradient; }
+  Action unpack() const;
+};
+
 class Schedule;
 
-// Yields one worker's actions in order; O(1) memory.
-class ActionCursor {
+// Yields one worker's actions a group at a time - those around one F, one B
+// or one update, at most kMaxGroup - and stores none; O(1) memory.
+// ActionCursor buffers one group to yield actions singly; the simulator
+// buffers the groups of a thousand workers itself.
+class ActionSource {
  public:
-  ActionCursor() = default;
-  ActionCursor(const Schedule* schedule, int rank);
-  // Writes the next action to `out`; false when the worker is done.
-  bool next(Action& out);
-  // The next action, valid until the following call; nullptr when done.
-  // Inline: the simulator asks for some 3.5 actions per replayed F or B.
-  const Action* next() { return head_ < buffered_ ? &buffer_[head_++] : refill(); }
+  // Deferred step + recv-grad + B + send-grad + AllReduce + step.
+  static constexpr int kMaxGroup = 6;
+
+  ActionSource() = default;
+  ActionSource(const Schedule* schedule, int rank);
+  // Writes the next group to out[0, n) and returns n; 0 when the worker is done.
+  int next_group(PackedAction* out);
   // 1f1b-rr with stash or vertical: the version the worker's forward of its
   // `local`-th item (0, 1, ...: its minibatches in order) uses - without
   // expanding the actions (the simulator counts versions held with it).
   int64_t forward_version(int64_t local) const;
 
  private:
-  const Action* refill();  // expands the next F / B / update into buffer_
-  void expand_forward();
-  void expand_backward();
-  Action item_action(ActionKind kind, int64_t index) const;
-  Action message_action(ActionKind kind, int64_t index, bool upstream, bool gradient) const;
+  PackedAction* expand_forward(PackedAction* out);
+  PackedAction* expand_backward(PackedAction* out);
+  PackedAction item_action(ActionKind kind, int64_t index) const;
+  PackedAction message_action(ActionKind kind, int64_t index, bool upstream, bool gradient) const;
   int64_t backward_version() const;  // of the next backward
   // AllReduce and/or OptimizerStep of the current round.
-  void expand_update(int local_gradients, bool allreduce = true, bool step = true);
-  void begin_batch();
+  PackedAction* expand_update(PackedAction* out, int local_gradients, bool allreduce = true, bool step = true);
   int64_t global_index(int64_t local) const;  // local item -> minibatch / microbatch
 
   const Schedule* s_ = nullptr;
-  int rank_ = 0, stage_ = 0, replica_ = 0, replicas_ = 1;
+  int stage_ = 0, replica_ = 0, replicas_ = 1;
+  int prev_rank_ = -1, next_rank_ = -1;  // the neighbour stage's rank when it has one replica
+  bool flush_ = false, first_ = false, last_ = false, lagged_ = false, vertical_ = false;
+  bool done_ = false;
+  WeightPolicy policy_ = WeightPolicy::Stash;
   int64_t limit_ = 1;        // in-flight limit
   int64_t local_count_ = 0;  // items (minibatches / microbatches of a batch) on this worker
   int64_t forwards_ = 0, backwards_ = 0;  // done in the current batch (flush) or overall
@@ -158,12 +184,21 @@ class ActionCursor {
   int64_t round_ = 0;        // next update round
   int64_t version_ = 0;      // newest version on this worker
   int64_t rounds_ = 0;       // update rounds of this stage
-  bool flush_ = false, first_ = false, last_ = false, lagged_ = false, vertical_ = false;
-  bool done_ = false;
-  int prev_rank_ = -1, next_rank_ = -1;  // the neighbour stage's rank when it has one replica
   int64_t minibatches_ = 0;  // options().minibatches (batches for flush)
-  WeightPolicy policy_ = WeightPolicy::Stash;
-  Action buffer_[8];
+};
+
+// Yields one worker's actions in order; O(1) memory.
+class ActionCursor {
+ public:
+  ActionCursor() = default;
+  ActionCursor(const Schedule* schedule, int rank) : source_(schedule, rank) {}
+  // Writes the next action to `out`; false when the worker is done.
+  bool next(Action& out);
+  int64_t forward_version(int64_t local) const { return source_.forward_version(local); }
+
+ private:
+  ActionSource source_;
+  PackedAction buffer_[ActionSource::kMaxGroup];
   int buffered_ = 0, head_ = 0;
 };
 

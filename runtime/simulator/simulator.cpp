@@ -1,12 +1,12 @@
 #include "runtime/simulator/simulator.h"
 
 #include <algorithm>
-#include <bit>
+#include <array>
 #include <cmath>
-#include <cstring>
 #include <functional>
 
 #include "core/error.h"
+#include "runtime/simulator/event_queue.h"
 
 namespace pd {
 namespace {
@@ -16,29 +16,29 @@ struct Message {
   double arrival;
 };
 
-// Messages that arrived and were not yet received. Usually one or two (a
-// pipeline neighbour is rarely far ahead), kept inline so that a send and
-// its receive touch only the worker's own cache lines.
-class Inbox {
- public:
-  size_t size() const { return inline_count_ + spill_.size(); }
-  Message& operator[](size_t i) { return i < kInline ? inline_[i] : spill_[i - kInline]; }
-  void push_back(const Message& m) {
-    if (inline_count_ < kInline && spill_.empty()) inline_[inline_count_++] = m;
-    else spill_.push_back(m);
-  }
-  void erase_unordered(size_t i) {
-    Message& last = (*this)[size() - 1];
-    (*this)[i] = last;
-    if (!spill_.empty()) spill_.pop_back();
-    else --inline_count_;
-  }
+// Messages that arrived and were not yet received, and the one the worker
+// waits for: the cache line a sender touches. Usually one or two messages
+// (a pipeline neighbour is rarely far ahead); more spill to a vector kept
+// outside the worker's state, while the inline ones are full.
+struct alignas(64) Mailbox {
+  static constexpr uint32_t kInline = 3;
+  Message inline_messages[kInline];
+  uint32_t size = 0;
+  int64_t wait_tag = -1;  // the worker is blocked on this message
 
- private:
-  static constexpr size_t kInline = 3;
-  Message inline_[kInline];
-  size_t inline_count_ = 0;
-  std::vector<Message> spill_;  // only while inline_ is full
+  Message& at(uint32_t i, std::vector<Message>& spill) {
+    return i < kInline ? inline_messages[i] : spill[i - kInline];
+  }
+  void push_back(const Message& m, std::vector<Message>& spill) {
+    if (size < kInline) inline_messages[size] = m;
+    else spill.push_back(m);
+    ++size;
+  }
+  void erase_unordered(uint32_t i, std::vector<Message>& spill) {
+    at(i, spill) = at(size - 1, spill);
+    if (size > kInline) spill.pop_back();
+    --size;
+  }
 };
 
 struct PeerTransfer {
@@ -46,27 +46,33 @@ struct PeerTransfer {
   double seconds = 0;  // one message's time on the link
 };
 
-// Hot fields first, the cursor last (its action buffer is large).
-struct WorkerState {
-  const Action* action = nullptr;  // the current one, in the cursor's buffer
-  int stage = 0;
+// A worker's state: nine cache lines, prefetched whole before its event.
+struct alignas(64) WorkerState {
+  // What every event touches.
+  uint8_t head = 0, count = 0;  // pending[head] is the current action when head < count
   bool computing = false;
+  bool replicated = false;      // its stage has replicas: steps wait for all-reduces
+  int8_t forward_line = -1, backward_line = -1;  // the event queue's delay lines for its compute ends
+  int stage = 0;
+  double forward_s = 0, backward_s = 0;  // its stage's compute times
   double compute_start = 0, compute_end = 0;
   double busy = 0;
   double round_start = 0;   // start of the compute an all-reduce may overlap
-  int64_t wait_tag = -1;    // blocked on this message
-  Inbox inbox;
+  Mailbox mailbox;
+  PackedAction pending[ActionSource::kMaxGroup];
   int64_t in_flight = 0, peak_in_flight = 0;
   // Weight versions the in-flight minibatches use: their forwards' versions
   // never decrease, so counting distinct ones needs only the newest and,
-  // when the oldest leaves, the version of the next one (from the cursor) -
+  // when the oldest leaves, the version of the next one (from the source) -
   // no per-minibatch storage, which for long pipelines would be read back
   // from main memory a thousand minibatches after it was written.
   int64_t distinct_held = 0, newest_held = -1, backwards_done = 0;
   int64_t version = 0, peak_versions = 1;
-  double busy_at_mark[2] = {0, 0};
   PeerTransfer peer_transfer[2];  // [0] upstream (gradients), [1] downstream (activations)
-  ActionCursor cursor;
+  ActionSource source;
+
+  bool has_action() const { return head < count; }
+  const PackedAction& action() const { return pending[head]; }
 };
 
 struct ReplicaGroup {
@@ -80,69 +86,17 @@ struct ReplicaGroup {
   std::vector<int> waiting;  // ranks blocked at the OptimizerStep
 };
 
-// Monotone priority queue of (time, rank) events: a radix heap. A
-// discrete-event replay never schedules an event before the one it is
-// processing, which a radix heap exploits: push is O(1), pop moves each
-// event through at most 64 buckets over its life - several times faster
-// than a binary heap at the replay's sizes. Times are non-negative doubles,
-// whose bit patterns order like the numbers. Equal times pop in a fixed
-// order, so replays are deterministic.
-class EventQueue {
- public:
-  struct Event {
-    double time;
-    int rank;
-  };
-  bool empty() const { return size_ == 0; }
-  void push(Event e) {
-    size_t b = bucket(key(e.time));
-    buckets_[b].push_back(e);
-    if (b != 0) nonempty_ |= uint64_t{1} << (b - 1);
-    ++size_;
-  }
-  Event pop() {
-    if (buckets_[0].empty()) {
-      // The lowest non-empty bucket holds the smallest keys; it becomes the
-      // new reference and its events spread over lower buckets.
-      size_t i = static_cast<size_t>(std::countr_zero(nonempty_)) + 1;
-      auto& from = buckets_[i];
-      nonempty_ &= ~(uint64_t{1} << (i - 1));
-      uint64_t smallest = key(from[0].time);
-      for (const Event& e : from) smallest = std::min(smallest, key(e.time));
-      last_ = smallest;
-      for (const Event& e : from) {
-        size_t b = bucket(key(e.time));
-        buckets_[b].push_back(e);
-        if (b != 0) nonempty_ |= uint64_t{1} << (b - 1);
-      }
-      from.clear();
-    }
-    Event e = buckets_[0].back();
-    buckets_[0].pop_back();
-    --size_;
-    return e;
-  }
-
- private:
-  static uint64_t key(double t) {
-    uint64_t k;
-    std::memcpy(&k, &t, sizeof k);
-    return k;
-  }
-  // 0 for the current reference key, else 1 + the highest differing bit.
-  size_t bucket(uint64_t k) const { return static_cast<size_t>(std::bit_width(k ^ last_)); }
-
-  std::vector<Event> buckets_[65];
-  uint64_t nonempty_ = 0;  // bit i-1: bucket i (i >= 1) has events
-  uint64_t last_ = 0;
-  size_t size_ = 0;
-};
-
 struct StageCost {
   double forward_s, backward_s;
   double message_bytes;
   uint64_t stashed_bytes;
+  int forward_line = -1, backward_line = -1;  // the event queue's delay lines for compute ends; -1: none
 };
+
+// More distinct compute times than this (a plan whose every stage differs)
+// use the event queue's radix heap: finding the earliest of many delay
+// lines would cost more than it saves.
+constexpr size_t kMaxDelayLines = 16;
 
 class Simulation {
  public:
@@ -177,10 +131,21 @@ class Simulation {
     }
     workers_.resize(R);
     for (int r = 0; r < R; ++r) {
-      workers_[r].cursor = schedule_.cursor(r);
+      workers_[r].source = ActionSource(&schedule_, r);
       workers_[r].stage = schedule_.stage_of(r);
     }
+    busy_at_mark_.resize(R);
+    spilled_.resize(R);
     link_free_.assign(R, 0.0);
+    events_ = EventQueue(assign_delay_lines());
+    for (WorkerState& w : workers_) {
+      const StageCost& c = costs_[w.stage];
+      w.forward_s = c.forward_s;
+      w.backward_s = c.backward_s;
+      w.forward_line = static_cast<int8_t>(c.forward_line);
+      w.backward_line = static_cast<int8_t>(c.backward_line);
+      w.replicated = groups_[w.stage].size > 1;
+    }
     choose_marks();
   }
 
@@ -188,17 +153,35 @@ class Simulation {
     for (int r = 0; r < schedule_.workers(); ++r) events_.push({0.0, r});
     while (!events_.empty()) {
       auto [t, r] = events_.pop();
+      prefetch_worker(events_.peek_rank());
       now_ = t;
       advance(r);
     }
     for (int r = 0; r < schedule_.workers(); ++r)
-      if (workers_[r].action || workers_[r].computing)
+      if (workers_[r].has_action() || workers_[r].computing)
         throw std::logic_error(cat("simulator: rank ", r, " is blocked at ",
-                                   format_action(*workers_[r].action, flush_), " (the schedule deadlocks)"));
+                                   format_action(workers_[r].action().unpack(), flush_), " (the schedule deadlocks)"));
     return report();
   }
 
  private:
+
+  // One delay line per distinct compute time; returns how many.
+  size_t assign_delay_lines() {
+    std::vector<double> times;
+    for (const StageCost& c : costs_)
+      for (double t : {c.forward_s, c.backward_s})
+        if (std::find(times.begin(), times.end(), t) == times.end()) {
+          times.push_back(t);
+          if (times.size() > kMaxDelayLines) return 0;
+        }
+    auto line = [&](double t) { return static_cast<int>(std::find(times.begin(), times.end(), t) - times.begin()); };
+    for (StageCost& c : costs_) {
+      c.forward_line = line(c.forward_s);
+      c.backward_line = line(c.backward_s);
+    }
+    return times.size();
+  }
 
   void choose_marks() {
     const int64_t K = opt_.schedule.minibatches;
@@ -214,10 +197,20 @@ class Simulation {
 
   void mark(int which) {
     mark_time_[which] = now_;
-    for (auto& w : workers_) {
+    for (size_t r = 0; r < workers_.size(); ++r) {
+      const WorkerState& w = workers_[r];
       double partial = w.computing ? std::max(0.0, std::min(now_, w.compute_end) - w.compute_start) : 0.0;
-      w.busy_at_mark[which] = w.busy + partial;
+      busy_at_mark_[r][which] = w.busy + partial;
     }
+  }
+
+  // Starts loading the state of the worker whose event comes next while
+  // this one is processed: a thousand workers' state does not fit in L2,
+  // and the event's work depends on it from its first instruction.
+  void prefetch_worker(int rank) const {
+    if (rank < 0) return;
+    const char* p = reinterpret_cast<const char*>(&workers_[rank]);
+    for (size_t offset = 0; offset < sizeof(WorkerState); offset += 64) __builtin_prefetch(p + offset);
   }
 
   void wake(int rank, double t) { events_.push({std::max(t, now_), rank}); }
@@ -226,8 +219,8 @@ class Simulation {
     WorkerState& w = workers_[r];
     if (w.computing) finish_compute(r);
     for (;;) {
-      if (!w.action && !(w.action = w.cursor.next())) return;
-      const Action& a = *w.action;
+      if (!w.has_action() && !refill(w)) return;
+      const PackedAction& a = w.action();
       // Tests, not a switch: a jump table's one indirect branch sees the
       // kinds of all workers interleaved and mispredicts nearly always;
       // these conditional branches each see a regular pattern.
@@ -238,54 +231,62 @@ class Simulation {
       if (a.is_send()) {
         send(r, a);
       } else if (a.is_recv()) {
-        if (!receive(r, a.tag)) return;
+        if (!receive(r, a.key)) return;
       } else if (a.kind == ActionKind::OptimizerStep) {
         if (!step(r, a)) return;
       } else {
         join_allreduce(r, a);
       }
-      w.action = nullptr;
+      ++w.head;
     }
+  }
+
+  // The worker's next group of actions; false when it has none left.
+  static bool refill(WorkerState& w) {
+    w.head = 0;
+    w.count = static_cast<uint8_t>(w.source.next_group(w.pending));
+    return w.count > 0;
   }
 
   void start_compute(int r) {
     WorkerState& w = workers_[r];
-    const Action& a = *w.action;
-    const StageCost& c = costs_[w.stage];
+    const PackedAction& a = w.action();
     const bool fwd = a.kind == ActionKind::Forward;
     w.computing = true;
     w.compute_start = now_;
-    w.compute_end = now_ + (fwd ? c.forward_s : c.backward_s);
+    w.compute_end = now_ + (fwd ? w.forward_s : w.backward_s);
     if (fwd == !flush_) w.round_start = now_;
     if (fwd) {
-      const bool another_version = w.in_flight == 0 || a.weight_version != w.newest_held;
+      const bool another_version = w.in_flight == 0 || a.key != w.newest_held;
       w.peak_in_flight = std::max(w.peak_in_flight, ++w.in_flight);
       if (holds_versions_) {
         if (another_version) ++w.distinct_held;
-        w.newest_held = a.weight_version;
+        w.newest_held = a.key;
         count_versions(w);
       }
     }
-    events_.push({w.compute_end, r});
+    const int line = fwd ? w.forward_line : w.backward_line;
+    if (line >= 0) events_.push_delayed({w.compute_end, r}, static_cast<size_t>(line));
+    else events_.push({w.compute_end, r});
   }
 
   void finish_compute(int r) {
     WorkerState& w = workers_[r];
-    const Action& a = *w.action;
+    const PackedAction& a = w.action();
     w.computing = false;
     w.busy += w.compute_end - w.compute_start;
-    if (trace_) trace_->push_back({a.kind, r, a.microbatch, a.minibatch, w.compute_start, w.compute_end});
+    if (trace_) trace_->push_back({a.kind, r, a.sub, a.item, w.compute_start, w.compute_end});
     if (a.kind == ActionKind::Backward) {
       --w.in_flight;
       if (holds_versions_) {
         const int64_t next = ++w.backwards_done;
-        if (w.in_flight == 0 || w.cursor.forward_version(next) != a.weight_version) --w.distinct_held;
+        if (w.in_flight == 0 || w.source.forward_version(next) != a.key) --w.distinct_held;
       }
       if (!flush_ && w.stage == 0)
         for (int i = 0; i < 2; ++i)
-          if (a.minibatch == mark_index_[i]) mark(i);
+          if (a.item == mark_index_[i]) mark(i);
     }
-    w.action = nullptr;
+    ++w.head;
   }
 
   // Seconds one message from the worker to `peer` occupies the link. An
@@ -309,7 +310,7 @@ class Simulation {
     w.peak_versions = std::max(w.peak_versions, n);
   }
 
-  void send(int r, const Action& a) {
+  void send(int r, const PackedAction& a) {
     const bool activation = a.kind == ActionKind::SendActivation;
     const int downstream = activation ? a.peer : r;
     const double duration = transfer_seconds(workers_[r], activation, a.peer);
@@ -323,30 +324,32 @@ class Simulation {
     // activation never waits behind a gradient.
     const double arrival = opt_.realistic_latency ? end : std::max(now_, start - duration);
     WorkerState& dst = workers_[a.peer];
-    dst.inbox.push_back({a.tag, arrival});
-    if (dst.wait_tag == a.tag) {
-      dst.wait_tag = -1;
+    dst.mailbox.push_back({a.key, arrival}, spilled_[a.peer]);
+    if (dst.mailbox.wait_tag == a.key) {
+      dst.mailbox.wait_tag = -1;
       wake(a.peer, arrival);
     }
   }
 
   // True when the message is here; otherwise the worker waits for it.
   bool receive(int r, int64_t tag) {
-    WorkerState& w = workers_[r];
-    for (size_t i = 0; i < w.inbox.size(); ++i) {
-      if (w.inbox[i].tag != tag) continue;
-      if (w.inbox[i].arrival > now_) {
-        wake(r, w.inbox[i].arrival);
+    Mailbox& box = workers_[r].mailbox;
+    std::vector<Message>& spill = spilled_[r];
+    for (uint32_t i = 0; i < box.size; ++i) {
+      const Message& m = box.at(i, spill);
+      if (m.tag != tag) continue;
+      if (m.arrival > now_) {
+        wake(r, m.arrival);
         return false;
       }
-      w.inbox.erase_unordered(i);
+      box.erase_unordered(i, spill);
       return true;
     }
-    w.wait_tag = tag;
+    box.wait_tag = tag;
     return false;
   }
 
-  void join_allreduce(int r, const Action& a) {
+  void join_allreduce(int r, const PackedAction& a) {
     WorkerState& w = workers_[r];
     ReplicaGroup& g = groups_[w.stage];
     g.ready = g.arrived == 0 ? w.round_start : std::max(g.ready, w.round_start);
@@ -356,18 +359,18 @@ class Simulation {
     g.channel_free = end;
     g.round_end = end;
     g.round_start = start;
-    g.completed_round = a.round;
+    g.completed_round = a.key;
     g.arrived = 0;
-    if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(w.stage)[0], 0, a.round, start, end});
+    if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(w.stage)[0], 0, a.key, start, end});
     for (int m : g.waiting) wake(m, opt_.realistic_latency ? end : start);
     g.waiting.clear();
   }
 
-  bool step(int r, const Action& a) {
+  bool step(int r, const PackedAction& a) {
     WorkerState& w = workers_[r];
-    ReplicaGroup& g = groups_[w.stage];
-    if (g.size > 1) {
-      if (g.completed_round < a.round) {
+    if (w.replicated) {
+      ReplicaGroup& g = groups_[w.stage];
+      if (g.completed_round < a.key) {
         g.waiting.push_back(r);
         return false;
       }
@@ -377,11 +380,11 @@ class Simulation {
         return false;
       }
     }
-    w.version = a.version_created;
+    w.version = a.item;
     if (holds_versions_) count_versions(w);
     if (flush_ && r == mark_rank_)
       for (int i = 0; i < 2; ++i)
-        if (a.round == mark_index_[i]) mark(i);
+        if (a.key == mark_index_[i]) mark(i);
     return true;
   }
 
@@ -400,7 +403,7 @@ class Simulation {
       WorkerReport wr;
       wr.rank = r;
       wr.stage = w.stage;
-      double busy = window > 0 ? (w.busy_at_mark[1] - w.busy_at_mark[0]) / window : 0;
+      double busy = window > 0 ? (busy_at_mark_[r][1] - busy_at_mark_[r][0]) / window : 0;
       wr.busy_fraction = std::clamp(busy, 0.0, 1.0);  // rounding can leave 1 + 1e-16
       wr.bubble_fraction = 1.0 - wr.busy_fraction;
       wr.peak_in_flight = w.peak_in_flight;
@@ -420,6 +423,8 @@ class Simulation {
   std::vector<StageCost> costs_;
   std::vector<ReplicaGroup> groups_;
   std::vector<WorkerState> workers_;
+  std::vector<std::array<double, 2>> busy_at_mark_;  // per rank: busy seconds at the two marks
+  std::vector<std::vector<Message>> spilled_;        // per rank: messages beyond its mailbox's inline ones
   std::vector<double> link_free_;  // per downstream rank of a stage boundary
   EventQueue events_;
   double now_ = 0;
