@@ -20,5 +20,5 @@ out=runs/quickstart
 mkdir -p "$out"
 build/bin/pipedream run --plan auto --workers 4 --straight --plan-out "$out/plan.json" \
   --model cnn --data fashion-mnist --epochs "${EPOCHS:-2}" --batch 64 \
-  --optimizer adam --lr 0.001 --seed 0 --threads-per-worker 1 \
+  --optimizer adam --lr 0.001 --lr-schedule cosine --seed 0 --threads-per-worker 1 \
   --metrics "$out/metrics.jsonl" --trace "$out/trace.json" --save "$out/final.safetensors"
