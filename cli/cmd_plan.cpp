@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "planner/planner.h"
 
 namespace pd::cli {
@@ -28,15 +29,6 @@ std::string seconds(double s) {
   if (s >= 1) std::snprintf(buf, sizeof buf, "%.3f s", s);
   else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
   else std::snprintf(buf, sizeof buf, "%.3f us", s * 1e6);
-  return buf;
-}
-
-std::string bytes(double b) {
-  char buf[64];
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int u = 0;
-  while (b >= 1000 && u < 4) b /= 1000, ++u;
-  std::snprintf(buf, sizeof buf, "%.2f %s", b, units[u]);
   return buf;
 }
 
@@ -80,7 +72,7 @@ void print_summary(const Plan& plan, const Topology& topology) {
                 seconds(s.backward_s).c_str(), seconds(s.sync_s).c_str(), seconds(s.transfer_s).c_str(),
                 seconds(s.time_s).c_str());
     std::printf("    memory %s per worker (%d minibatches in flight), sends %s per minibatch\n",
-                bytes(double(s.memory_bytes)).c_str(), s.in_flight, bytes(double(s.output_bytes)).c_str());
+                bytes_text(double(s.memory_bytes)).c_str(), s.in_flight, bytes_text(double(s.output_bytes)).c_str());
   }
   std::printf("config %s, NOAM %d\n", plan.config.c_str(), plan.noam);
   std::printf("predicted time per minibatch %s", seconds(plan.time_per_minibatch_s).c_str());

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace pd {
 namespace {
@@ -59,17 +60,6 @@ constexpr int kAbortTag = 1;
 constexpr int kAbortTextBytes = 512;
 constexpr int kSeqBits = 16;  // all-reduce tags: key | phase | sequence
 
-std::string bytes_text(size_t b) {
-  char buf[32];
-  if (b >= (1u << 20))
-    snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
-  else if (b >= 1024)
-    snprintf(buf, sizeof buf, "%.1f kB", b / 1e3);
-  else
-    snprintf(buf, sizeof buf, "%zu B", b);
-  return buf;
-}
-
 std::string ranks_text(const std::vector<int>& r) {
   std::string s = "[";
   for (size_t i = 0; i < r.size(); ++i) s += (i ? ", " : "") + std::to_string(r[i]);
@@ -85,7 +75,7 @@ std::string mpi_error_text(int code) {
 
 int checked_count(size_t bytes, const char* what) {
   if (bytes > static_cast<size_t>(INT_MAX))
-    throw RuntimeFailure(cat(what, " of ", bytes_text(bytes),
+    throw RuntimeFailure(cat(what, " of ", bytes_text(static_cast<double>(bytes)),
                              " exceeds the 2 GiB limit of one MPI message; split the tensor"));
   return static_cast<int>(bytes);
 }
@@ -712,7 +702,7 @@ class AllReduceOp final : public MpiOp {
       total += static_cast<size_t>(t.numel());
     }
     count_ = total;
-    what_ = cat("all-reduce #", tag_base & ((1 << kSeqBits) - 1), " of ", bytes_text(total * 4),
+    what_ = cat("all-reduce #", tag_base & ((1 << kSeqBits) - 1), " of ", bytes_text(static_cast<double>(total) * 4),
                 " in group ", ranks_text(ranks_));
     if (tensors_.size() == 1) {
       buf_ = tensors_[0].f32();

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "profiler/profile.h"
 #include "runtime/simulator/simulator.h"
 
@@ -65,20 +66,6 @@ std::string percent(double fraction) {
   return os.str();
 }
 
-// 1536 -> "1.5 KiB": stashed bytes span bytes to gigabytes across plans.
-std::string bytes_text(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = double(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(u == 0 ? 0 : 1) << v << " " << units[u];
-  return os.str();
-}
-
 }  // namespace
 
 std::string format_report(const SimulationReport& rep) {
@@ -96,7 +83,7 @@ std::string format_report(const SimulationReport& rep) {
   for (const auto& w : rep.workers)
     os << std::setw(6) << w.rank << std::setw(7) << w.stage << std::setw(8) << percent(w.busy_fraction)
        << std::setw(8) << percent(w.bubble_fraction) << std::setw(11) << w.peak_in_flight << std::setw(13)
-       << bytes_text(w.peak_activation_bytes) << std::setw(10) << w.peak_weight_versions << "\n";
+       << bytes_text(static_cast<double>(w.peak_activation_bytes)) << std::setw(10) << w.peak_weight_versions << "\n";
   return os.str();
 }
 

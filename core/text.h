@@ -1,0 +1,20 @@
+#pragma once
+// Human-readable quantities for messages and tables. Header-only: the
+// planner and the simulator print sizes too and do not link the compute core.
+#include <cstdio>
+#include <string>
+
+namespace pd {
+
+// 1536 -> "1.54 KB": decimal units (KB = 10^3 bytes), the units the planner
+// reads sizes in (--memory 16GB is 16 * 10^9 bytes).
+inline std::string bytes_text(double bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (bytes >= 1000 && u < 4) bytes /= 1000, ++u;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+}  // namespace pd
