@@ -24,7 +24,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <map>
 
@@ -66,43 +65,6 @@ struct BenchArgs {
   int rounds = 5;
   std::string weights = "stash";
   std::string trace;  // prefix: PREFIX.<model>.json per model
-};
-
-// The synthetic dataset generates every sample from its RNG when asked
-// (~1 ms per minibatch of 64 images, on the input stage only). A real run
-// gathers samples already in memory, so the bench materializes a pool of
-// synthetic samples once and serves minibatches from it.
-class InMemoryDataset final : public Dataset {
- public:
-  InMemoryDataset(const Dataset& from, int64_t n) : name_(from.name() + " (in memory)"), from_(&from) {
-    std::vector<int64_t> idx(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = i;
-    inputs_ = from.inputs(idx);
-    labels_ = from.labels(idx);
-  }
-  std::string name() const override { return name_; }
-  int64_t size() const override { return inputs_.shape()[0]; }
-  Shape sample_shape() const override { return from_->sample_shape(); }
-  DType input_dtype() const override { return from_->input_dtype(); }
-  Shape label_shape() const override { return from_->label_shape(); }
-  int64_t classes() const override { return from_->classes(); }
-  Tensor inputs(std::span<const int64_t> indices) const override { return gather(inputs_, indices); }
-  Tensor labels(std::span<const int64_t> indices) const override { return gather(labels_, indices); }
-
- private:
-  static Tensor gather(const Tensor& all, std::span<const int64_t> indices) {
-    Shape shape = all.shape();
-    shape[0] = static_cast<int64_t>(indices.size());
-    Tensor out = Tensor::empty(shape, all.dtype());
-    const size_t row = all.nbytes() / static_cast<size_t>(all.shape()[0]);
-    auto* dst = static_cast<char*>(out.raw());
-    const auto* src = static_cast<const char*>(all.raw());
-    for (size_t i = 0; i < indices.size(); ++i) std::memcpy(dst + i * row, src + static_cast<size_t>(indices[i]) * row, row);
-    return out;
-  }
-  std::string name_;
-  const Dataset* from_;
-  Tensor inputs_, labels_;
 };
 
 Plan two_stage_plan(const Model& m, int split) {
@@ -267,7 +229,11 @@ std::vector<double> of_ranks(Transport& t, double v) {
 void bench_model(const std::string& name, const BenchArgs& a, Transport& t, const Optimizer& opt) {
   const Model m = resolve_model(name);
   DataSplits synthetic = open_dataset("synthetic", "", m);
-  const InMemoryDataset data(*synthetic.train, std::min<int64_t>(synthetic.train->size(), 16 * a.batch));
+  // A real run gathers samples already in memory; the synthetic dataset
+  // would generate each one (~1 ms per minibatch of 64 images).
+  const std::unique_ptr<Dataset> in_memory =
+      load_into_memory(*synthetic.train, std::min<int64_t>(synthetic.train->size(), 16 * a.batch));
+  const Dataset& data = *in_memory;
   // Rank 0 profiles (1 thread) and plans a straight 2-stage pipeline - the
   // planner balances the stages; both ranks use that plan.
   Plan plan;

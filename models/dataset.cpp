@@ -17,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Samples held in memory as one tensor of rows; labels one i32 per sample.
+// Samples held in memory as one tensor of rows, labels as another.
 class InMemoryDataset final : public Dataset {
  public:
   InMemoryDataset(std::string name, Tensor inputs, Tensor labels, int64_t classes)
@@ -26,7 +26,7 @@ class InMemoryDataset final : public Dataset {
   int64_t size() const override { return inputs_.dim(0); }
   Shape sample_shape() const override { return Shape(inputs_.shape().begin() + 1, inputs_.shape().end()); }
   DType input_dtype() const override { return inputs_.dtype(); }
-  Shape label_shape() const override { return {}; }
+  Shape label_shape() const override { return Shape(labels_.shape().begin() + 1, labels_.shape().end()); }
   int64_t classes() const override { return classes_; }
   Tensor inputs(std::span<const int64_t> idx) const override { return gather(inputs_, idx); }
   Tensor labels(std::span<const int64_t> idx) const override { return gather(labels_, idx); }
@@ -285,6 +285,14 @@ void check_fits(const Dataset& d, const Model& m) {
 }  // namespace
 
 std::vector<std::string> dataset_names() { return {"fashion-mnist", "cifar10", "text", "synthetic"}; }
+
+std::unique_ptr<Dataset> load_into_memory(const Dataset& from, int64_t n) {
+  PD_CHECK(n >= 1 && n <= from.size(), "cannot load ", n, " of ", from.name(), "'s ", from.size(), " samples");
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = i;
+  return std::make_unique<InMemoryDataset>(from.name() + " (in memory)", from.inputs(idx), from.labels(idx),
+                                           from.classes());
+}
 
 DataSplits open_dataset(const std::string& name, const std::string& dir, const Model& model) {
   DataSplits s;

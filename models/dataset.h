@@ -51,6 +51,11 @@ struct DataSplits {
 DataSplits open_dataset(const std::string& name, const std::string& dir, const Model& model);
 std::vector<std::string> dataset_names();
 
+// The first n samples of a dataset, gathered once into memory (a synthetic
+// dataset generates every sample when asked; a benchmark of the runtime
+// wants a real run's cost: gathering samples that are already there).
+std::unique_ptr<Dataset> load_into_memory(const Dataset& from, int64_t n);
+
 // Deterministic visiting order of a dataset of n samples.
 class SampleOrder {
  public:
