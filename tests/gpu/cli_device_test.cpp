@@ -3,13 +3,13 @@
 // takes it exits 2 before doing any work with a message naming what is
 // missing; where a GPU is visible, the same commands run on it.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include "../integration/run_job.h"
 
 #if defined(PIPEDREAM_HAVE_CUDA)
 #include "core/cuda/backend.h"
@@ -18,23 +18,8 @@
 namespace pd {
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = "timeout -s KILL 300 " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+// GPU commands may take longer than the integration tests' default limit.
+testing::JobResult run(const std::string& args) { return testing::run_shell(args, 300); }
 
 std::string bin(const std::string& name) { return std::string(PD_BINARY_DIR) + "/bin/" + name + " "; }
 
@@ -82,8 +67,8 @@ std::vector<Command> device_commands() {
 TEST(CliDevice, WithoutAUsableGpuEveryCommandExits2NamingWhatIsMissing) {
   if (visible_gpus() > 0) GTEST_SKIP() << "a GPU is visible: CliDevice.CommandsRunOnTheGpu covers this machine";
   for (const Command& c : device_commands()) {
-    const Result r = run(c.line);
-    EXPECT_EQ(r.code, 2) << c.line << "\n" << r.output;
+    const testing::JobResult r = run(c.line);
+    EXPECT_EQ(r.exit_code, 2) << c.line << "\n" << r.output;
     EXPECT_NE(r.output.find("--device cuda"), std::string::npos) << c.line << "\n" << r.output;
 #if defined(PIPEDREAM_HAVE_CUDA)
     EXPECT_NE(r.output.find("no GPU is visible"), std::string::npos) << c.line << "\n" << r.output;
@@ -92,23 +77,23 @@ TEST(CliDevice, WithoutAUsableGpuEveryCommandExits2NamingWhatIsMissing) {
 #endif
   }
   // bench-comm checks the GPU before it asks for MPI, so no mpirun is needed here.
-  const Result r = run(bin("pipedream") + "bench-comm --transport nccl");
-  EXPECT_EQ(r.code, 2) << r.output;
+  const testing::JobResult r = run(bin("pipedream") + "bench-comm --transport nccl");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--transport nccl"), std::string::npos) << r.output;
 }
 
 TEST(CliDevice, RunRefusesNcclWithoutAGpuDevice) {
-  const Result r = run(bin("pipedream") + "run --plan " + cnn_plan() +
+  const testing::JobResult r = run(bin("pipedream") + "run --plan " + cnn_plan() +
                        " --model cnn --data synthetic --minibatches 2 --reference --transport nccl");
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--transport nccl"), std::string::npos) << r.output;
 }
 
 TEST(CliDevice, CommandsRunOnTheGpu) {
   if (visible_gpus() == 0) GTEST_SKIP() << "no GPU visible (cudaGetDeviceCount reports none)";
   for (const Command& c : device_commands()) {
-    const Result r = run(c.line);
-    EXPECT_EQ(r.code, 0) << c.line << "\n" << r.output;
+    const testing::JobResult r = run(c.line);
+    EXPECT_EQ(r.exit_code, 0) << c.line << "\n" << r.output;
   }
 }
 

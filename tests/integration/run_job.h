@@ -25,8 +25,9 @@ struct JobResult {
   double seconds = 0;
 };
 
-inline JobResult run_shell(const std::string& command) {
-  const std::string cmd = "timeout -s KILL 120 " + command + " 2>&1";
+// Runs a shell command, killed after timeout_s; its output is stdout and stderr together.
+inline JobResult run_shell(const std::string& command, int timeout_s = 120) {
+  const std::string cmd = "timeout -s KILL " + std::to_string(timeout_s) + " " + command + " 2>&1";
   const auto start = std::chrono::steady_clock::now();
   JobResult res;
   FILE* p = popen(cmd.c_str(), "r");
