@@ -2,6 +2,7 @@
 // write profile.json for `pipedream plan` (DESIGN.md §4).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -18,8 +19,17 @@ struct ProfileArgs {
   std::string model, spec_file, model_options, device = "cpu", output = "profile.json", optimizer = "sgd";
   int64_t batch = 64;
   int threads = 0, warmup = 2, iters = 10;
+  double min_time = 10;  // seconds; see --min-time
   uint64_t seed = 0;
 };
+
+double mb(uint64_t bytes) { return double(bytes) / 1e6; }
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", s);
+  return buf;
+}
 
 // One line redrawn in place on a terminal; a line per phase otherwise (logs
 // stay short but still show that something is happening).
@@ -27,19 +37,22 @@ class ProgressLine {
  public:
   explicit ProgressLine(std::string what) : what_(std::move(what)), tty_(::isatty(STDERR_FILENO) == 1) {}
   // Before the first iteration, which can be the slowest (allocation).
-  void start(int warmup, int iters) {
-    std::fprintf(stderr, tty_ ? "\r%s: %d warm-up + %d measured iterations\033[K" : "%s: %d warm-up + %d measured iterations\n",
-                 what_.c_str(), warmup, iters);
+  void start(const ProfileOptions& o) {
+    std::string plan = cat(o.warmup, " warm-up + ", o.iters, " measured iterations");
+    if (o.min_seconds > 0) plan += cat(" (more until ", seconds(o.min_seconds), " of measuring)");
+    std::fprintf(stderr, tty_ ? "\r%s: %s\033[K" : "%s: %s\n", what_.c_str(), plan.c_str());
     drawn_ = tty_;
     std::fflush(stderr);
   }
   void update(const ProfileProgress& p) {
     const char* phase = p.warmup ? "warm-up" : "measuring";
     if (tty_) {
-      std::fprintf(stderr, "\r%s: %s %d/%d\033[K", what_.c_str(), phase, p.iteration, p.iterations);
+      std::string at = cat(phase, " ", p.iteration, "/", std::max(p.iteration, p.iterations));
+      if (!p.warmup && p.min_seconds > 0) at += cat(", ", seconds(p.elapsed_s), " of ", seconds(p.min_seconds));
+      std::fprintf(stderr, "\r%s: %s\033[K", what_.c_str(), at.c_str());
       drawn_ = true;
-    } else if (p.iteration == p.iterations) {
-      std::fprintf(stderr, "%s: %s done\n", what_.c_str(), phase);
+    } else if (p.last) {
+      std::fprintf(stderr, "%s: %s done (%d iterations)\n", what_.c_str(), phase, p.iteration);
     }
     std::fflush(stderr);
   }
@@ -52,8 +65,6 @@ class ProgressLine {
   std::string what_;
   bool tty_, drawn_ = false;
 };
-
-double mb(uint64_t bytes) { return double(bytes) / 1e6; }
 
 // The `caffe time` view: where the step's time goes.
 void print_table(const Profile& p, const MeasureDetails& d) {
@@ -100,6 +111,7 @@ void run_profile(const ProfileArgs& a) {
   o.threads = a.threads;
   o.warmup = a.warmup;
   o.iters = a.iters;
+  o.min_seconds = a.min_time;
   o.seed = a.seed;
   o.optimizer.kind = a.optimizer;
   o.optimizer.momentum = a.optimizer == "sgd" ? 0.9f : 0.0f;
@@ -109,7 +121,7 @@ void run_profile(const ProfileArgs& a) {
 
   ProgressLine line(cat("profiling ", model.name, " (batch ", o.batch, ", ", o.device.str(), ")"));
   o.progress = [&line](const ProfileProgress& p) { line.update(p); };
-  line.start(o.warmup, o.iters);
+  line.start(o);
   Profile p;
   MeasureDetails details;
   try {
@@ -120,8 +132,9 @@ void run_profile(const ProfileArgs& a) {
   }
   line.finish();
 
-  std::printf("%s, batch %d, %s, %s, %d threads, median of %d iterations after %d warm-up\n", p.model.c_str(),
-              p.batch_size, p.device.c_str(), p.dtype.c_str(), p.threads, o.iters, o.warmup);
+  std::printf("%s, batch %d, %s, %s, %d threads, median of %d iterations (%s) after %d warm-up\n", p.model.c_str(),
+              p.batch_size, p.device.c_str(), p.dtype.c_str(), p.threads, p.measured_iterations,
+              seconds(p.measured_seconds).c_str(), p.warmup_iterations);
   print_table(p, details);
   std::printf("optimizer state counted for %s\n", optimizer_state_description(o.optimizer).c_str());
   write_profile_json(p, a.output);
@@ -141,6 +154,10 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "Compute threads, as the run will use (default: all cores)");
   cmd->add_option("--warmup", a->warmup, "Unmeasured iterations first")->capture_default_str();
   cmd->add_option("--iters", a->iters, "Measured iterations (median and p90 over them)")->capture_default_str();
+  cmd->add_option("--min-time", a->min_time,
+                  "Measure at least this many seconds (more iterations than --iters if needed); "
+                  "tens of seconds give medians that repeat on a shared host")
+      ->capture_default_str();
   cmd->add_option("--optimizer", a->optimizer, "Optimizer whose state bytes are recorded: sgd (momentum) | adam | adamw")
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of weights and synthetic inputs")->capture_default_str();

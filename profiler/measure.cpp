@@ -38,6 +38,8 @@ void check_profile_options(const ProfileOptions& o) {
   if (o.batch < 1) throw UserError(cat("--batch must be >= 1, got ", o.batch));
   if (o.iters < 1) throw UserError(cat("--iters must be >= 1, got ", o.iters));
   if (o.warmup < 0) throw UserError(cat("--warmup must be >= 0, got ", o.warmup));
+  if (!(o.min_seconds >= 0) || !std::isfinite(o.min_seconds))
+    throw UserError(cat("--min-time must be a number of seconds >= 0, got ", o.min_seconds));
   if (o.threads < 0) throw UserError(cat("--threads must be >= 1 (or 0 for all cores), got ", o.threads));
   make_optimizer(o.optimizer);  // UserError for an unknown kind
   // A CPU-only build, a plugin that does not load, no GPU, a bad index.
@@ -153,11 +155,49 @@ uint64_t parameter_bytes(const ParameterStore& w, int layer) {
   return n;
 }
 
+// Both timings of one iteration; which runs first alternates so neither
+// always inherits the other's warm caches.
+struct IterationTimes {
+  StepTimes layers;
+  double whole_ms = 0;
+};
+
+IterationTimes time_iteration(const Model& m, const ParameterStore& w, ParameterStore& grads, const SyntheticBatch& b,
+                              uint64_t seed, int it, std::vector<LayerFacts>* facts) {
+  StepInfo step;
+  step.training = true;
+  step.seed = seed;
+  step.minibatch_id = static_cast<uint64_t>(it);
+  IterationTimes t;
+  for (int k = 0; k < 2; ++k) {
+    grads.zero_params();
+    if ((k == 0) == (it % 2 == 0)) t.layers = timed_layer_step(m, w, grads, b, step, facts);
+    else t.whole_ms = timed_whole_step(m, w, grads, b, step);
+  }
+  return t;
+}
+
+// The measured iterations' times, per layer and whole.
+struct Samples {
+  std::vector<std::vector<double>> fwd, bwd;
+  std::vector<double> whole, instrumented;  // instrumented: the layer times summed per iteration
+  explicit Samples(size_t layers) : fwd(layers), bwd(layers) {}
+  void add(const IterationTimes& t) {
+    double sum = 0;
+    for (size_t i = 0; i < fwd.size(); ++i) {
+      fwd[i].push_back(t.layers.forward_ms[i]);
+      bwd[i].push_back(t.layers.backward_ms[i]);
+      sum += t.layers.forward_ms[i] + t.layers.backward_ms[i];
+    }
+    whole.push_back(t.whole_ms);
+    instrumented.push_back(sum);
+  }
+};
+
 }  // namespace
 
 Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDetails* details) {
   check_profile_options(o);
-  if (details) *details = {};
   PD_CHECK(model.size() > 0, "model ", model.name, " has no layers");
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cpu::set_compute_threads(threads);
@@ -174,46 +214,33 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
   if (o.device.is_cuda()) batch.inputs = batch.inputs.to(o.device);
 
   std::vector<LayerFacts> facts(static_cast<size_t>(n));
-  std::vector<std::vector<double>> fwd(static_cast<size_t>(n)), bwd(static_cast<size_t>(n));
-  std::vector<double> whole;
-  const int total = o.warmup + o.iters;
-  for (int it = 0; it < total; ++it) {
+  Samples samples(static_cast<size_t>(n));
+  Clock::time_point measuring_since;
+  double measured_seconds = 0;
+  for (int it = 0;; ++it) {
     const bool measured = it >= o.warmup;
-    StepInfo step;
-    step.training = true;
-    step.seed = o.seed;
-    step.minibatch_id = static_cast<uint64_t>(it);
-    // Alternate which of the two runs first so neither always inherits the
-    // other's warm caches.
-    StepTimes layers;
-    double whole_ms = 0;
-    for (int k = 0; k < 2; ++k) {
-      grads.zero_params();
-      if ((k == 0) == (it % 2 == 0)) layers = timed_layer_step(model, w, grads, batch, step, it == 0 ? &facts : nullptr);
-      else whole_ms = timed_whole_step(model, w, grads, batch, step);
-    }
+    if (it == o.warmup) measuring_since = Clock::now();
+    const IterationTimes t = time_iteration(model, w, grads, batch, o.seed, it, it == 0 ? &facts : nullptr);
+    ProfileProgress p;
+    p.warmup = !measured;
+    p.min_seconds = o.min_seconds;
     if (measured) {
-      for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
-        fwd[i].push_back(layers.forward_ms[i]);
-        bwd[i].push_back(layers.backward_ms[i]);
-      }
-      whole.push_back(whole_ms);
-      if (details) {
-        double sum = 0;
-        for (size_t i = 0; i < static_cast<size_t>(n); ++i) sum += layers.forward_ms[i] + layers.backward_ms[i];
-        details->instrumented_step_ms.push_back(sum);
-      }
+      samples.add(t);
+      measured_seconds = std::chrono::duration<double>(Clock::now() - measuring_since).count();
+      p.iteration = it - o.warmup + 1;
+      p.iterations = o.iters;
+      p.elapsed_s = measured_seconds;
+      p.last = p.iteration >= o.iters && measured_seconds >= o.min_seconds;
+    } else {
+      p.iteration = it + 1;
+      p.iterations = o.warmup;
+      p.last = it + 1 == o.warmup;
     }
-    if (o.progress) {
-      ProfileProgress p;
-      p.warmup = !measured;
-      p.iteration = measured ? it - o.warmup + 1 : it + 1;
-      p.iterations = measured ? o.iters : o.warmup;
-      o.progress(p);
-    }
+    if (o.progress) o.progress(p);
+    if (measured && p.last) break;
   }
+  if (details) *details = {samples.whole, samples.instrumented};
 
-  if (details) details->whole_step_ms = whole;
   Profile p;
   p.source_kind = "json";
   p.model = model.name;
@@ -221,17 +248,20 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
   p.dtype = "f32";
   p.batch_size = static_cast<int>(o.batch);
   p.threads = cpu::compute_threads();
-  p.step_forward_backward_ms = median(whole);
+  p.step_forward_backward_ms = median(samples.whole);
+  p.warmup_iterations = o.warmup;
+  p.measured_iterations = static_cast<int>(samples.whole.size());
+  p.measured_seconds = measured_seconds;
   for (int i = 0; i < n; ++i) {
     const size_t k = static_cast<size_t>(i);
     ProfileNode node;
     node.id = i;
     node.name = model.layers[k].name;
     node.op = model.layer(i).type();
-    node.forward_ms = median(fwd[k]);
-    node.backward_ms = median(bwd[k]);
-    node.forward_p90_ms = p90(fwd[k]);
-    node.backward_p90_ms = p90(bwd[k]);
+    node.forward_ms = median(samples.fwd[k]);
+    node.backward_ms = median(samples.bwd[k]);
+    node.forward_p90_ms = p90(samples.fwd[k]);
+    node.backward_p90_ms = p90(samples.bwd[k]);
     node.output_bytes = facts[k].output_bytes;
     node.activation_bytes = facts[k].saved_bytes;
     node.parameter_bytes = parameter_bytes(w, i);

@@ -23,9 +23,12 @@
 namespace pd {
 
 struct ProfileProgress {
-  bool warmup = false;  // a warm-up iteration (not measured)
-  int iteration = 0;    // 1-based within its phase
-  int iterations = 0;   // of its phase
+  bool warmup = false;    // a warm-up iteration (not measured)
+  int iteration = 0;      // 1-based within its phase
+  int iterations = 0;     // of its phase; with min_seconds, the least it will run
+  bool last = false;      // the last iteration of its phase
+  double elapsed_s = 0;   // since the measured phase began (0 in warm-up)
+  double min_seconds = 0; // the options' min_seconds
 };
 
 struct ProfileOptions {
@@ -34,6 +37,11 @@ struct ProfileOptions {
   int threads = 0;  // compute threads; 0 = all cores (what train/run use by default)
   int warmup = 2;   // unmeasured iterations first (allocator, caches, OpenBLAS buffers)
   int iters = 10;   // measured iterations; per-layer times are their median and p90
+  // Keep measuring (more than `iters` iterations) until the measured phase
+  // has lasted this long. On a host whose speed drifts over seconds (a
+  // shared VM) a few iterations catch one moment of it; medians over tens of
+  // seconds repeat. 0: exactly `iters` iterations.
+  double min_seconds = 0;
   uint64_t seed = 0;
   // The optimizer whose state the profile's optimizer_state_bytes counts:
   // by default train's and run's default (SGD with momentum 0.9, one slot per

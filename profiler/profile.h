@@ -29,6 +29,10 @@ struct Profile {
   std::string model, device = "cpu", dtype = "f32";
   int batch_size = 0, threads = 1;
   double step_forward_backward_ms = 0;
+  // How the times were measured (0 = not recorded, e.g. graph.txt): warm-up
+  // and measured iterations, and the seconds the measured ones took.
+  int warmup_iterations = 0, measured_iterations = 0;
+  double measured_seconds = 0;
   std::vector<ProfileNode> nodes;
   std::vector<std::pair<int, int>> edges;  // (from id, to id)
   bool is_chain() const;  // edges are exactly i -> i+1 in node order

@@ -5,9 +5,10 @@
 
 Per layer: forward and backward medians of both runs and their relative
 difference |a-b| / min(a,b). Layers whose times are below --min-ms in both
-runs are listed but not counted in the summary (clock and scheduler noise
-dominate there). Summary: the largest and the median relative difference
-over the counted layer times, the difference of the per-layer sums and of
+runs are listed but not counted in the first summary line (clock and
+scheduler noise dominate there). Summary: the largest and the median
+relative difference over the counted layer times, then over all of them,
+the difference of the per-layer sums and of
 the whole-step times, and each run's sum-vs-step figure.
 """
 import argparse
@@ -29,7 +30,7 @@ def main():
     a, b = (json.load(open(p)) for p in (args.a, args.b))
     if [n["name"] for n in a["nodes"]] != [n["name"] for n in b["nodes"]]:
         raise SystemExit("the profiles have different layers")
-    counted = []
+    counted, every = [], []
     print(f"{'layer':14s} {'fwd a':>9s} {'fwd b':>9s} {'diff':>6s}   {'bwd a':>9s} {'bwd b':>9s} {'diff':>6s}")
     for na, nb in zip(a["nodes"], b["nodes"]):
         cells = []
@@ -37,17 +38,20 @@ def main():
             x, y = na[key], nb[key]
             d = rel(x, y)
             big = max(x, y) >= args.min_ms
+            every.append(d)
             if big:
                 counted.append(d)
             cells.append(f"{x:9.3f} {y:9.3f} {100 * d:5.1f}%{'' if big else '*'}")
         print(f"{na['name'][:14]:14s} {cells[0]}  {cells[1]}")
     sa = sum(n["forward_ms"] + n["backward_ms"] for n in a["nodes"])
     sb = sum(n["forward_ms"] + n["backward_ms"] for n in b["nodes"])
-    print(f"(* below {args.min_ms} ms in both runs: not counted)")
+    print(f"(* below {args.min_ms} ms in both runs: not counted below)")
     if counted:
         print(f"layer times counted: {len(counted)}; max diff {100 * max(counted):.1f}%, "
               f"median diff {100 * statistics.median(counted):.1f}%, "
               f"within 10%: {sum(d <= 0.10 for d in counted)}/{len(counted)}")
+    print(f"all layer times: within 10%: {sum(d <= 0.10 for d in every)}/{len(every)}, "
+          f"max diff {100 * max(every):.1f}%")
     print(f"layer sum: {sa:.3f} vs {sb:.3f} ms ({100 * rel(sa, sb):.1f}%); whole step: "
           f"{a['step_forward_backward_ms']:.3f} vs {b['step_forward_backward_ms']:.3f} ms "
           f"({100 * rel(a['step_forward_backward_ms'], b['step_forward_backward_ms']):.1f}%)")

@@ -18,7 +18,7 @@ models=${MODELS:-$($bin models | awk 'NR > 1 && NF >= 5 && $3 ~ /^[0-9]+$/ {prin
 for m in $models; do
   echo "== $m"
   start=$(date +%s.%N)
-  $bin profile --model "$m" --batch "$batch" --threads "$threads" --warmup 0 --iters 1 \
+  $bin profile --model "$m" --batch "$batch" --threads "$threads" --warmup 0 --iters 1 --min-time 0 \
     -o "$out/$m.profile.json" | tail -n 3
   $bin plan --profile "$out/$m.profile.json" --workers "$workers" --bandwidth 10 --fewer-workers \
     -o "$out/$m.plan.json" | tail -n 3

@@ -95,6 +95,9 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
   if (p.batch_size <= 0) throw UserError(cat(key_location(text, source, "batch_size"), ": batch_size must be positive"));
   p.threads = j.contains("threads") ? int(number_field(j, "threads", top, false)) : 1;
   p.step_forward_backward_ms = number_field(j, "step_forward_backward_ms", top, false);
+  p.warmup_iterations = int(number_field(j, "warmup_iterations", top, false));
+  p.measured_iterations = int(number_field(j, "measured_iterations", top, false));
+  p.measured_seconds = number_field(j, "measured_seconds", top, false);
   auto nodes = j.find("nodes");
   if (nodes == j.end() || !nodes->is_array())
     throw UserError(cat(source, ": missing \"nodes\" array"));
@@ -181,6 +184,11 @@ void write_profile_json(const Profile& p, const std::string& path) {
             {"step_forward_backward_ms", p.step_forward_backward_ms},
             {"nodes", std::move(nodes)},
             {"edges", std::move(edges)}};
+  if (p.measured_iterations > 0) {
+    j["warmup_iterations"] = p.warmup_iterations;
+    j["measured_iterations"] = p.measured_iterations;
+    j["measured_seconds"] = p.measured_seconds;
+  }
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

@@ -57,7 +57,7 @@ std::vector<Command> device_commands() {
   const std::string out = scratch();
   return {
       {bin("pipedream") + "train --model cnn --data synthetic --minibatches 2 --batch 16 --no-eval --device cuda"},
-      {bin("pipedream") + "profile --model cnn --batch 8 --iters 1 --warmup 0 --device cuda -o " + out + "/p.json"},
+      {bin("pipedream") + "profile --model cnn --batch 8 --iters 1 --warmup 0 --min-time 0 --device cuda -o " + out + "/p.json"},
       {bin("pipedream") + "run --plan " + cnn_plan() +
        " --model cnn --data synthetic --minibatches 2 --batch 16 --no-eval --reference --device cuda"},
       {bin("pipedream-bench") + "core --workloads cnn --warmup 0 --steps 1 --device cuda"},

@@ -54,7 +54,7 @@ class ProfileCli : public ::testing::Test {
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   // Cheap: the cnn on 2 samples, one thread, one measured iteration.
   std::string quick(const std::string& output) const {
-    return "profile --model cnn --batch 2 --threads 1 --warmup 0 --iters 1 -o " + output;
+    return "profile --model cnn --batch 2 --threads 1 --warmup 0 --iters 1 --min-time 0 -o " + output;
   }
 
   fs::path dir_;
@@ -89,6 +89,7 @@ TEST_F(ProfileCli, BadInputExitsTwoWithAMessageAndWritesNoFile) {
       {"profile --model cnn --batch 2 --device cuda --iters 1 --warmup 0 -o " + out, "cuda"},
       {"profile --model cnn --batch 2 --device tpu -o " + out, "tpu"},
       {"profile --model cnn --batch 2 --iters 0 -o " + out, "--iters"},
+      {"profile --model cnn --batch 2 --min-time -1 -o " + out, "--min-time"},
       {"profile --batch 2 -o " + out, "--model"},
       {"profile --model cnn --batch 2 -o " + path("no/such/dir/p.json"), "no/such/dir"},
   };

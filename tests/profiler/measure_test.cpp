@@ -3,6 +3,7 @@
 // format and the planner accept. No timing assertions beyond "positive".
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -115,6 +116,31 @@ TEST(MeasureProfile, ReportsEveryIterationToTheProgressCallback) {
   EXPECT_EQ(seen[2].iteration, 1);
   EXPECT_EQ(seen[4].iteration, 3);
   EXPECT_EQ(seen[4].iterations, 3);
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i].last, i == 1 || i == 4) << i;
+}
+
+TEST(MeasureProfile, MinSecondsMeasuresMoreIterationsUntilThatLong) {
+  ProfileOptions o = quick();
+  o.warmup = 1;
+  o.iters = 2;
+  o.min_seconds = 0.3;
+  std::vector<ProfileProgress> seen;
+  o.progress = [&](const ProfileProgress& p) { seen.push_back(p); };
+  MeasureDetails d;
+  Profile p = measure_profile(small_mlp(), o, &d);
+  // A 4-sample mlp step takes microseconds: 0.3 s needs far more than 2.
+  EXPECT_GT(p.measured_iterations, 2);
+  EXPECT_GE(p.measured_seconds, 0.3);
+  EXPECT_EQ(p.warmup_iterations, 1);
+  EXPECT_EQ(d.whole_step_ms.size(), static_cast<size_t>(p.measured_iterations));
+  ASSERT_EQ(seen.size(), static_cast<size_t>(1 + p.measured_iterations));
+  EXPECT_TRUE(seen.back().last);
+  EXPECT_GE(seen.back().elapsed_s, 0.3);
+  EXPECT_FALSE(seen[seen.size() - 2].last);
+  EXPECT_LT(seen[seen.size() - 2].elapsed_s, 0.3);
+
+  o.min_seconds = 0;
+  EXPECT_EQ(measure_profile(small_mlp(), o).measured_iterations, 2);
 }
 
 TEST(MeasureProfile, RejectsOptionsThatCannotBeMeasured) {
@@ -128,6 +154,8 @@ TEST(MeasureProfile, RejectsOptionsThatCannotBeMeasured) {
   EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.iters = 0; })), UserError);
   EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.warmup = -1; })), UserError);
   EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.threads = -2; })), UserError);
+  EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.min_seconds = -1; })), UserError);
+  EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.min_seconds = std::nan(""); })), UserError);
   EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.optimizer.kind = "lion"; })), UserError);
 #ifndef PIPEDREAM_HAVE_CUDA
   try {
@@ -149,6 +177,9 @@ TEST(MeasureProfile, WrittenProfileReadsBackWithTheSameNodes) {
   EXPECT_EQ(r.batch_size, p.batch_size);
   EXPECT_EQ(r.threads, p.threads);
   EXPECT_DOUBLE_EQ(r.step_forward_backward_ms, p.step_forward_backward_ms);
+  EXPECT_EQ(r.warmup_iterations, 1);
+  EXPECT_EQ(r.measured_iterations, 3);
+  EXPECT_DOUBLE_EQ(r.measured_seconds, p.measured_seconds);
   ASSERT_EQ(r.nodes.size(), p.nodes.size());
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     EXPECT_EQ(r.nodes[i].name, p.nodes[i].name);
