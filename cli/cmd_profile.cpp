@@ -96,6 +96,20 @@ void print_table(const Profile& p, const MeasureDetails& d) {
   // medians drop each layer's outliers; a whole step keeps them).
   std::printf("instrumented step (layer times summed per iteration): median %.3f ms (p90 %.3f)\n",
               sample_median(d.instrumented_step_ms), sample_p90(d.instrumented_step_ms));
+  if (p.host_probe_ms > 0) {
+    // A shared host's speed moves in phases and every layer moves with it:
+    // say so, so that two profiles are not compared as if the machine were
+    // the same.
+    const double drift = drift_between_halves(d.host_probe_ms);
+    std::printf("host speed probe (a 256^3 GEMM between iterations): median %.3f ms; first vs second half of the "
+                "measurement %.1f%% apart\n",
+                p.host_probe_ms, 100.0 * drift);
+    if (drift > 0.10)
+      std::fprintf(stderr,
+                   "warning: this machine's speed moved %.0f%% while measuring (host speed probe); a repeat profile "
+                   "may differ as much. Measure longer (--min-time) or on a quieter machine.\n",
+                   100.0 * drift);
+  }
 }
 
 void run_profile(const ProfileArgs& a) {

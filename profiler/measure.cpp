@@ -177,10 +177,36 @@ IterationTimes time_iteration(const Model& m, const ParameterStore& w, Parameter
   return t;
 }
 
+// A fixed piece of work timed once per measured iteration, outside the
+// layer timings: how fast this host ran while the profile was measured. On
+// a shared VM the host's speed moves in phases of seconds to minutes
+// (another tenant on the core's SMT sibling, frequency), and every layer
+// moves with it; two profiles whose probes differ by 15% were taken on a
+// machine running 15% apart. A 256^3 GEMM on the compute threads: the kind
+// of work the layers do, about half a millisecond on one core.
+class HostProbe {
+ public:
+  HostProbe() : a_(kN * kN, 1.0f), b_(kN * kN, 0.5f), c_(kN * kN) {}
+  double time_ms() {
+    std::vector<double> runs;
+    for (int k = 0; k < 5; ++k) {
+      const Clock::time_point start = Clock::now();
+      cpu::gemm(false, false, kN, kN, kN, 1.0f, a_.data(), kN, b_.data(), kN, 0.0f, c_.data(), kN);
+      runs.push_back(ms_between(start, Clock::now()));
+    }
+    return sample_median(std::move(runs));
+  }
+
+ private:
+  static constexpr int64_t kN = 256;
+  std::vector<float> a_, b_, c_;
+};
+
 // The measured iterations' times, per layer and whole.
 struct Samples {
   std::vector<std::vector<double>> fwd, bwd;
   std::vector<double> whole, instrumented;  // instrumented: the layer times summed per iteration
+  std::vector<double> host_probe;           // HostProbe, CPU only
   explicit Samples(size_t layers) : fwd(layers), bwd(layers) {}
   void add(const IterationTimes& t) {
     double sum = 0;
@@ -215,6 +241,7 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
 
   std::vector<LayerFacts> facts(static_cast<size_t>(n));
   Samples samples(static_cast<size_t>(n));
+  HostProbe probe;
   Clock::time_point measuring_since;
   double measured_seconds = 0;
   for (int it = 0;; ++it) {
@@ -226,6 +253,7 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
     p.min_seconds = o.min_seconds;
     if (measured) {
       samples.add(t);
+      if (!o.device.is_cuda()) samples.host_probe.push_back(probe.time_ms());
       measured_seconds = std::chrono::duration<double>(Clock::now() - measuring_since).count();
       p.iteration = it - o.warmup + 1;
       p.iterations = o.iters;
@@ -239,7 +267,7 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
     if (o.progress) o.progress(p);
     if (measured && p.last) break;
   }
-  if (details) *details = {samples.whole, samples.instrumented};
+  if (details) *details = {samples.whole, samples.instrumented, samples.host_probe};
 
   Profile p;
   p.source_kind = "json";
@@ -252,6 +280,7 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
   p.warmup_iterations = o.warmup;
   p.measured_iterations = static_cast<int>(samples.whole.size());
   p.measured_seconds = measured_seconds;
+  if (!samples.host_probe.empty()) p.host_probe_ms = median(samples.host_probe);
   for (int i = 0; i < n; ++i) {
     const size_t k = static_cast<size_t>(i);
     ProfileNode node;
@@ -284,6 +313,13 @@ double sample_p90(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t rank = static_cast<size_t>(std::ceil(0.9 * static_cast<double>(v.size())));
   return v[std::max<size_t>(rank, 1) - 1];
+}
+
+double drift_between_halves(const std::vector<double>& samples) {
+  if (samples.size() < 4) return 0;
+  const auto half = samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2);
+  const double first = sample_median({samples.begin(), half}), second = sample_median({half, samples.end()});
+  return std::abs(first - second) / std::min(first, second);
 }
 
 double layer_time_sum_ms(const Profile& p) {

@@ -64,6 +64,9 @@ struct ProfileOptions {
 struct MeasureDetails {
   std::vector<double> whole_step_ms;         // uninstrumented steps
   std::vector<double> instrumented_step_ms;  // per-iteration sum of the layer times
+  // A fixed 256^3 GEMM timed after every measured iteration (CPU only): the
+  // host's speed over the measurement (see Profile::host_probe_ms).
+  std::vector<double> host_probe_ms;
 };
 
 // Throws UserError for options that cannot be measured (batch < 1,
@@ -77,6 +80,11 @@ Profile measure_profile(const Model& model, const ProfileOptions& options, Measu
 
 double sample_median(std::vector<double> v);  // mean of the middle two for an even count
 double sample_p90(std::vector<double> v);     // nearest rank
+
+// |median of the first half - median of the second half| / the smaller, in
+// measurement order; 0 for fewer than 4 samples. Of the host probe: how far
+// the machine's speed moved while measuring.
+double drift_between_halves(const std::vector<double>& samples);
 
 // Sum over nodes of forward_ms + backward_ms.
 double layer_time_sum_ms(const Profile& p);

@@ -33,6 +33,11 @@ struct Profile {
   // and measured iterations, and the seconds the measured ones took.
   int warmup_iterations = 0, measured_iterations = 0;
   double measured_seconds = 0;
+  // Median time of a fixed 256^3 GEMM run between the measured iterations
+  // (CPU profiles; 0 = not measured): the host's speed while measuring.
+  // Profiles of one model whose probes differ were taken on a machine
+  // running at different speeds, and their layer times differ about as much.
+  double host_probe_ms = 0;
   std::vector<ProfileNode> nodes;
   std::vector<std::pair<int, int>> edges;  // (from id, to id)
   bool is_chain() const;  // edges are exactly i -> i+1 in node order

@@ -7,9 +7,11 @@ Per layer: forward and backward medians of both runs and their relative
 difference |a-b| / min(a,b). Layers whose times are below --min-ms in both
 runs are listed but not counted in the first summary line (clock and
 scheduler noise dominate there). Summary: the largest and the median
-relative difference over the counted layer times, then over all of them,
-the difference of the per-layer sums and of
-the whole-step times, and each run's sum-vs-step figure.
+relative difference over the counted layer times, then over all of them;
+the same for each layer's share of its run's layer sum (what the planner's
+split depends on); the difference of the per-layer sums, of the whole-step
+times and of the host speed probes (a fixed GEMM timed during each run:
+the machine's own speed); and each run's sum-vs-step figure.
 """
 import argparse
 import json
@@ -55,6 +57,17 @@ def main():
     print(f"layer sum: {sa:.3f} vs {sb:.3f} ms ({100 * rel(sa, sb):.1f}%); whole step: "
           f"{a['step_forward_backward_ms']:.3f} vs {b['step_forward_backward_ms']:.3f} ms "
           f"({100 * rel(a['step_forward_backward_ms'], b['step_forward_backward_ms']):.1f}%)")
+    # Each layer's share of its run's layer sum: what decides the planner's
+    # split. A host that runs uniformly faster moves every time, not shares.
+    share = [rel((na[k] + 1e-12) / sa, (nb[k] + 1e-12) / sb)
+             for na, nb in zip(a["nodes"], b["nodes"]) for k in ("forward_ms", "backward_ms")
+             if max(na[k], nb[k]) >= args.min_ms]
+    if share:
+        print(f"shares of the layer sum, layer times counted: within 10%: "
+              f"{sum(d <= 0.10 for d in share)}/{len(share)}, max diff {100 * max(share):.1f}%")
+    pa, pb = a.get("host_probe_ms", 0), b.get("host_probe_ms", 0)
+    if pa > 0 and pb > 0:
+        print(f"host speed probe: {pa:.3f} vs {pb:.3f} ms ({100 * rel(pa, pb):.1f}%)")
     for name, p, s in (("a", a, sa), ("b", b, sb)):
         step = p["step_forward_backward_ms"]
         print(f"run {name}: layer sum / whole step = {s:.3f} / {step:.3f} ms = {100 * (s - step) / step:+.1f}%")

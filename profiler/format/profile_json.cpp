@@ -98,6 +98,7 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
   p.warmup_iterations = int(number_field(j, "warmup_iterations", top, false));
   p.measured_iterations = int(number_field(j, "measured_iterations", top, false));
   p.measured_seconds = number_field(j, "measured_seconds", top, false);
+  p.host_probe_ms = number_field(j, "host_probe_ms", top, false);
   auto nodes = j.find("nodes");
   if (nodes == j.end() || !nodes->is_array())
     throw UserError(cat(source, ": missing \"nodes\" array"));
@@ -189,6 +190,7 @@ void write_profile_json(const Profile& p, const std::string& path) {
     j["measured_iterations"] = p.measured_iterations;
     j["measured_seconds"] = p.measured_seconds;
   }
+  if (p.host_probe_ms > 0) j["host_probe_ms"] = p.host_probe_ms;
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

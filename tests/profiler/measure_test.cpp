@@ -133,6 +133,10 @@ TEST(MeasureProfile, MinSecondsMeasuresMoreIterationsUntilThatLong) {
   EXPECT_GE(p.measured_seconds, 0.3);
   EXPECT_EQ(p.warmup_iterations, 1);
   EXPECT_EQ(d.whole_step_ms.size(), static_cast<size_t>(p.measured_iterations));
+  // The host probe runs once per measured iteration; its median is recorded.
+  ASSERT_EQ(d.host_probe_ms.size(), static_cast<size_t>(p.measured_iterations));
+  EXPECT_DOUBLE_EQ(p.host_probe_ms, sample_median(d.host_probe_ms));
+  EXPECT_GT(p.host_probe_ms, 0);
   ASSERT_EQ(seen.size(), static_cast<size_t>(1 + p.measured_iterations));
   EXPECT_TRUE(seen.back().last);
   EXPECT_GE(seen.back().elapsed_s, 0.3);
@@ -141,6 +145,14 @@ TEST(MeasureProfile, MinSecondsMeasuresMoreIterationsUntilThatLong) {
 
   o.min_seconds = 0;
   EXPECT_EQ(measure_profile(small_mlp(), o).measured_iterations, 2);
+}
+
+TEST(MeasureProfile, DriftBetweenHalvesComparesTheMediansOfEachHalfInOrder) {
+  EXPECT_DOUBLE_EQ(drift_between_halves({1, 1, 1}), 0.0);  // too few to split
+  EXPECT_DOUBLE_EQ(drift_between_halves({1, 9, 1, 1, 2, 2, 9, 2}), 1.0);  // medians 1 and 2
+  EXPECT_DOUBLE_EQ(drift_between_halves({2, 2, 1, 1}), 1.0);  // either direction
+  // The same samples, interleaved instead of drifting: no drift.
+  EXPECT_DOUBLE_EQ(drift_between_halves({1, 2, 1, 2, 1, 2, 1, 2}), 0.0);
 }
 
 TEST(MeasureProfile, RejectsOptionsThatCannotBeMeasured) {
@@ -180,6 +192,8 @@ TEST(MeasureProfile, WrittenProfileReadsBackWithTheSameNodes) {
   EXPECT_EQ(r.warmup_iterations, 1);
   EXPECT_EQ(r.measured_iterations, 3);
   EXPECT_DOUBLE_EQ(r.measured_seconds, p.measured_seconds);
+  EXPECT_GT(p.host_probe_ms, 0);
+  EXPECT_DOUBLE_EQ(r.host_probe_ms, p.host_probe_ms);
   ASSERT_EQ(r.nodes.size(), p.nodes.size());
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     EXPECT_EQ(r.nodes[i].name, p.nodes[i].name);
