@@ -68,6 +68,14 @@ def main():
     pa, pb = a.get("host_probe_ms", 0), b.get("host_probe_ms", 0)
     if pa > 0 and pb > 0:
         print(f"host speed probe: {pa:.3f} vs {pb:.3f} ms ({100 * rel(pa, pb):.1f}%)")
+        # b's times at a's host speed: what is left once the machine's own
+        # change of speed is taken out.
+        scaled = [rel(na[k], nb[k] * pa / pb)
+                  for na, nb in zip(a["nodes"], b["nodes"]) for k in ("forward_ms", "backward_ms")
+                  if max(na[k], nb[k]) >= args.min_ms]
+        if scaled:
+            print(f"layer times counted, b scaled by the probes' ratio: within 10%: "
+                  f"{sum(d <= 0.10 for d in scaled)}/{len(scaled)}, max diff {100 * max(scaled):.1f}%")
     for name, p, s in (("a", a, sa), ("b", b, sb)):
         step = p["step_forward_backward_ms"]
         print(f"run {name}: layer sum / whole step = {s:.3f} / {step:.3f} ms = {100 * (s - step) / step:+.1f}%")
