@@ -102,9 +102,19 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
 
     grads.zero_params();
     const StepLoss l = compute_gradients(m, versions.front(), grads, batch, info);
-    if (o.gradient_delay > 0) versions.push_back(versions.back().clone_params());
-    optimizer->step(versions.back().all_params(), grads.all_params(), opt_state, schedule.lr_at(s));
-    if (static_cast<int>(versions.size()) > o.gradient_delay + 1) versions.pop_front();
+    if (o.gradient_delay == 0) {
+      optimizer->step(versions.back().all_params(), grads.all_params(), opt_state, schedule.lr_at(s));
+    } else {
+      // w_{t+1} goes into the tensors of w_{t-d} once the window is full:
+      // this step's gradients were its last reader. step_into writes the
+      // same bits as a copy followed by step.
+      const bool window_full = static_cast<int>(versions.size()) > o.gradient_delay;
+      ParameterStore next = window_full ? std::move(versions.front()) : versions.back().clone_params();
+      if (window_full) versions.pop_front();
+      optimizer->step_into(versions.back().all_params(), next.all_params(), grads.all_params(), opt_state,
+                           schedule.lr_at(s));
+      versions.push_back(std::move(next));
+    }
 
     train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.losses.push_back(l.loss);
