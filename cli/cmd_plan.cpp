@@ -24,14 +24,6 @@ struct PlanArgs {
   int max_states = 20000;
 };
 
-std::string seconds(double s) {
-  char buf[64];
-  if (s >= 1) std::snprintf(buf, sizeof buf, "%.3f s", s);
-  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
-  else std::snprintf(buf, sizeof buf, "%.3f us", s * 1e6);
-  return buf;
-}
-
 std::string rank_list(const std::vector<int>& ranks) {
   // Consecutive ranks print as a range.
   std::string out;
@@ -68,18 +60,18 @@ void print_summary(const Plan& plan, const Topology& topology) {
     std::printf("  stage %d%s: %s\n", s.index, s.index == plan.bottleneck_stage ? " (bottleneck)" : "",
                 layer_summary(s).c_str());
     std::printf("    replicas %d on ranks %s; compute %s (fwd %s, bwd %s), sync %s, transfer %s, stage time %s\n",
-                s.replicas, rank_list(s.ranks).c_str(), seconds(s.compute_s).c_str(), seconds(s.forward_s).c_str(),
-                seconds(s.backward_s).c_str(), seconds(s.sync_s).c_str(), seconds(s.transfer_s).c_str(),
-                seconds(s.time_s).c_str());
+                s.replicas, rank_list(s.ranks).c_str(), seconds_text(s.compute_s).c_str(), seconds_text(s.forward_s).c_str(),
+                seconds_text(s.backward_s).c_str(), seconds_text(s.sync_s).c_str(), seconds_text(s.transfer_s).c_str(),
+                seconds_text(s.time_s).c_str());
     std::printf("    memory %s per worker (%d minibatches in flight), sends %s per minibatch\n",
                 bytes_text(double(s.memory_bytes)).c_str(), s.in_flight, bytes_text(double(s.output_bytes)).c_str());
   }
   std::printf("config %s, NOAM %d\n", plan.config.c_str(), plan.noam);
-  std::printf("predicted time per minibatch %s", seconds(plan.time_per_minibatch_s).c_str());
+  std::printf("predicted time per minibatch %s", seconds_text(plan.time_per_minibatch_s).c_str());
   if (plan.throughput_samples_per_s > 0) std::printf(", %.1f samples/s", plan.throughput_samples_per_s);
   std::printf("\nspeed-up %.2fx over one worker (%s), %.2fx over data parallelism (%s)\n", plan.speedup_vs_single,
-              seconds(plan.single_worker_s).c_str(), plan.speedup_vs_data_parallel,
-              seconds(plan.data_parallel_s).c_str());
+              seconds_text(plan.single_worker_s).c_str(), plan.speedup_vs_data_parallel,
+              seconds_text(plan.data_parallel_s).c_str());
 }
 
 void run_plan(const PlanArgs& a) {
@@ -108,7 +100,7 @@ void run_plan(const PlanArgs& a) {
   for (const auto& b : a.baselines) {
     if (b == "dp") {
       std::printf("baseline dp: %s per minibatch on %d replicas (plan is %.2fx faster)\n",
-                  seconds(plan.data_parallel_s).c_str(), topology.total_workers(), plan.speedup_vs_data_parallel);
+                  seconds_text(plan.data_parallel_s).c_str(), topology.total_workers(), plan.speedup_vs_data_parallel);
     } else if (b == "straight" || b == "equal") {
       Plan other;
       if (b == "straight") {
@@ -120,7 +112,7 @@ void run_plan(const PlanArgs& a) {
         other = plan_equal_split(profile, topology);
       }
       std::printf("baseline %s: config %s, %s per minibatch (plan is %.2fx faster)\n", b.c_str(),
-                  other.config.c_str(), seconds(other.time_per_minibatch_s).c_str(),
+                  other.config.c_str(), seconds_text(other.time_per_minibatch_s).c_str(),
                   other.time_per_minibatch_s / plan.time_per_minibatch_s);
       j["baselines"][b + "_s"] = other.time_per_minibatch_s;
       j["baselines"][b + "_config"] = other.config;

@@ -17,4 +17,13 @@ inline std::string bytes_text(double bytes) {
   return buf;
 }
 
+// 0.0123 -> "12.300 ms": seconds, in s, ms or us, whichever reads best.
+inline std::string seconds_text(double s) {
+  char buf[64];
+  if (s >= 1) std::snprintf(buf, sizeof buf, "%.3f s", s);
+  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.3f us", s * 1e6);
+  return buf;
+}
+
 }  // namespace pd
