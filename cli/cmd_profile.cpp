@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "models/model.h"
 #include "profiler/measure.h"
 
@@ -25,11 +26,6 @@ struct ProfileArgs {
 
 double mb(uint64_t bytes) { return double(bytes) / 1e6; }
 
-std::string seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", s);
-  return buf;
-}
 
 // One line redrawn in place on a terminal; a line per phase otherwise (logs
 // stay short but still show that something is happening).
@@ -39,7 +35,8 @@ class ProgressLine {
   // Before the first iteration, which can be the slowest (allocation).
   void start(const ProfileOptions& o) {
     std::string plan = cat(o.warmup, " warm-up + ", o.iters, " measured iterations");
-    if (o.min_seconds > 0) plan += cat(" (more until ", seconds(o.min_seconds), " of measuring)");
+    min_seconds_ = o.min_seconds;
+    if (min_seconds_ > 0) plan += cat(" (more until ", seconds_text(min_seconds_), " of measuring)");
     std::fprintf(stderr, tty_ ? "\r%s: %s\033[K" : "%s: %s\n", what_.c_str(), plan.c_str());
     drawn_ = tty_;
     std::fflush(stderr);
@@ -48,7 +45,7 @@ class ProgressLine {
     const char* phase = p.warmup ? "warm-up" : "measuring";
     if (tty_) {
       std::string at = cat(phase, " ", p.iteration, "/", std::max(p.iteration, p.iterations));
-      if (!p.warmup && p.min_seconds > 0) at += cat(", ", seconds(p.elapsed_s), " of ", seconds(p.min_seconds));
+      if (!p.warmup && min_seconds_ > 0) at += cat(", ", seconds_text(p.elapsed_s), " of ", seconds_text(min_seconds_));
       std::fprintf(stderr, "\r%s: %s\033[K", what_.c_str(), at.c_str());
       drawn_ = true;
     } else if (p.last) {
@@ -64,6 +61,7 @@ class ProgressLine {
  private:
   std::string what_;
   bool tty_, drawn_ = false;
+  double min_seconds_ = 0;
 };
 
 // The `caffe time` view: where the step's time goes.
@@ -148,7 +146,7 @@ void run_profile(const ProfileArgs& a) {
 
   std::printf("%s, batch %d, %s, %s, %d threads, median of %d iterations (%s) after %d warm-up\n", p.model.c_str(),
               p.batch_size, p.device.c_str(), p.dtype.c_str(), p.threads, p.measured_iterations,
-              seconds(p.measured_seconds).c_str(), p.warmup_iterations);
+              seconds_text(p.measured_seconds).c_str(), p.warmup_iterations);
   print_table(p, details);
   std::printf("optimizer state counted for %s\n", optimizer_state_description(o.optimizer).c_str());
   write_profile_json(p, a.output);

@@ -250,7 +250,6 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
     const IterationTimes t = time_iteration(model, w, grads, batch, o.seed, it, it == 0 ? &facts : nullptr);
     ProfileProgress p;
     p.warmup = !measured;
-    p.min_seconds = o.min_seconds;
     if (measured) {
       samples.add(t);
       if (!o.device.is_cuda()) samples.host_probe.push_back(probe.time_ms());

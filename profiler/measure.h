@@ -28,7 +28,6 @@ struct ProfileProgress {
   int iterations = 0;     // of its phase; with min_seconds, the least it will run
   bool last = false;      // the last iteration of its phase
   double elapsed_s = 0;   // since the measured phase began (0 in warm-up)
-  double min_seconds = 0; // the options' min_seconds
 };
 
 struct ProfileOptions {
