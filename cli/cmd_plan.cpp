@@ -1,5 +1,6 @@
 // `pipedream plan`: profile + topology -> the optimal pipeline (plan.json)
 // and a human summary.
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "planner/planner.h"
+#include "runtime/simulator/plan_search.h"
 
 namespace pd::cli {
 namespace {
@@ -18,7 +20,7 @@ struct PlanArgs {
   std::string profile, topology, output, cost_model = "paper", memory;
   int workers = -1;
   double bandwidth = -1;
-  bool straight = false, fewer = false;
+  bool straight = false, fewer = false, closed_form = false;
   std::optional<double> compression;
   std::vector<std::string> baselines;
   int max_states = 20000;
@@ -50,6 +52,24 @@ std::string layer_summary(const PlanStage& s) {
   return cat("layers ", s.first_layer, "-", s.last_layer, " (", s.layer_names.size(), " nodes: ", names, ")");
 }
 
+// "2.30x over data parallelism (28.258 ms)", or that it does not fit.
+std::string baseline_text(const char* name, double seconds, double speedup) {
+  if (std::isnan(seconds)) return cat(name, ": does not fit in worker memory");
+  char text[160];
+  std::snprintf(text, sizeof text, "%.2fx over %s (%s)", speedup, name, seconds_text(seconds).c_str());
+  return text;
+}
+
+// The replayed candidates, the chosen one marked.
+void print_candidates(const PlanSearch& search) {
+  std::printf("candidates (closed form, then replayed by the simulator):\n");
+  for (size_t i = 0; i < search.candidates.size(); ++i) {
+    const PlanCandidate& c = search.candidates[i];
+    std::printf("  %c %-14s %-24s %12s %12s\n", i == search.chosen ? '*' : ' ', c.family.c_str(), c.config.c_str(),
+                seconds_text(c.closed_form_s).c_str(), seconds_text(c.replayed_s).c_str());
+  }
+}
+
 void print_summary(const Plan& plan, const Topology& topology) {
   std::printf("Plan for %s (%s, batch %d) on %d workers", plan.profile.model.c_str(), plan.profile.path.c_str(),
               plan.profile.batch_size, topology.total_workers());
@@ -68,10 +88,12 @@ void print_summary(const Plan& plan, const Topology& topology) {
   }
   std::printf("config %s, NOAM %d\n", plan.config.c_str(), plan.noam);
   std::printf("predicted time per minibatch %s", seconds_text(plan.time_per_minibatch_s).c_str());
+  if (plan.predicted_by == "replay")
+    std::printf(" (replayed; closed form %s, no plan's closed form below %s)", seconds_text(plan.closed_form_s).c_str(),
+                seconds_text(plan.closed_form_bound_s).c_str());
   if (plan.throughput_samples_per_s > 0) std::printf(", %.1f samples/s", plan.throughput_samples_per_s);
-  std::printf("\nspeed-up %.2fx over one worker (%s), %.2fx over data parallelism (%s)\n", plan.speedup_vs_single,
-              seconds_text(plan.single_worker_s).c_str(), plan.speedup_vs_data_parallel,
-              seconds_text(plan.data_parallel_s).c_str());
+  std::printf("\n%s, %s\n", baseline_text("one worker", plan.single_worker_s, plan.speedup_vs_single).c_str(),
+              baseline_text("data parallelism", plan.data_parallel_s, plan.speedup_vs_data_parallel).c_str());
 }
 
 void run_plan(const PlanArgs& a) {
@@ -94,13 +116,23 @@ void run_plan(const PlanArgs& a) {
   options.activation_compression_ratio = a.compression;
   options.max_antichain_states = a.max_states;
   Profile profile = read_profile(a.profile);
-  Plan plan = plan_pipeline(profile, topology, options);
+  Plan plan;
+  if (a.closed_form) {
+    plan = plan_pipeline(profile, topology, options);
+  } else {
+    PlanSearch search = search_plan(profile, topology, options);
+    plan = search.plan;
+    if (options.cost_model == CostModel::paper) print_candidates(search);
+  }
   nlohmann::json j = plan_to_json(plan);
   print_summary(plan, topology);
   for (const auto& b : a.baselines) {
     if (b == "dp") {
-      std::printf("baseline dp: %s per minibatch on %d replicas (plan is %.2fx faster)\n",
-                  seconds_text(plan.data_parallel_s).c_str(), topology.total_workers(), plan.speedup_vs_data_parallel);
+      if (std::isnan(plan.data_parallel_s))
+        std::printf("baseline dp: does not fit in worker memory on %d replicas\n", topology.total_workers());
+      else
+        std::printf("baseline dp: %s per minibatch on %d replicas (plan is %.2fx faster)\n",
+                    seconds_text(plan.data_parallel_s).c_str(), topology.total_workers(), plan.speedup_vs_data_parallel);
     } else if (b == "straight" || b == "equal") {
       Plan other;
       if (b == "straight") {
@@ -148,6 +180,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--activation-compression-ratio", args->compression, "PipeDream's activation compression ratio");
   cmd->add_option("--baseline", args->baselines, "also plan a comparison point: dp, straight, equal")->take_all();
   cmd->add_option("--max-antichain-states", args->max_states, "DAGs: above this many states use topological prefixes");
+  cmd->add_flag("--closed-form", args->closed_form,
+                "skip the replay: the closed-form optimum, its prediction unchecked by the simulator");
   cmd->add_option("-o,--output", args->output, "write plan.json here");
   cmd->callback([args] { run_plan(*args); });
 }

@@ -7,79 +7,153 @@
 #include <memory>
 
 #include "core/error.h"
+#include "planner/stage_memory.h"
 #include "planner/state_space.h"
 
 namespace pd {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr int kMaxDownSets = 2000;
 
-// One level of the hierarchy: `units` groups (workers at level 0) joined by
-// `bandwidth`; each unit holds `unit_workers` workers.
+// One level of the hierarchy, as one group of it sees it: `units` units
+// (workers at level 0, groups of the level below above it) of
+// `unit_workers` workers each, joined by `bandwidth`. The group's first
+// item is entered over `entry_bandwidth` (the link of the boundary in front
+// of the group: a higher level's, or this level's at the top), and its
+// first worker has rank `base` (it decides in-flight counts, so memory).
 struct Level {
+  int index = 0;
   int units = 1;
-  double bandwidth = 1e9;  // bytes/s
   int unit_workers = 1;
+  double bandwidth = 1e9;        // bytes/s
+  int entry_level = 0;           // the level whose link is in front of the group
+  double entry_bandwidth = 1e9;  // bytes/s, that link's
+  int base = 0;
 };
 
 struct LevelStage {
-  int from = 0, to = 0, units = 1;  // states (from, to], replicated on `units`
+  int from = 0, to = 0, units = 1;  // states (from, to], on `units` units
 };
 
-// Stage costs at one level. At level 0 a stage's compute is its layers'
-// forward + backward; above, it is the optimal time of the range on one unit
-// (the level below), as PipeDream solves hierarchies.
+// The optimal time of every range on one unit of the level below (a
+// "tile"), for each way the unit can be entered and, with a memory limit,
+// each position of the unit. Layout: [variant][j * n + k].
+struct TileTables {
+  int unit_workers = 1;       // workers per tile
+  int lowest_entry = 0;       // entry levels lowest_entry..top
+  int positions = 1;          // 1 without a memory limit
+  std::vector<std::vector<double>> table;
+  const std::vector<double>& get(int entry_level, int base) const {
+    int position = positions == 1 ? 0 : base / unit_workers;
+    return table[size_t(entry_level - lowest_entry) * positions + position];
+  }
+};
+
+// Stage costs of the level-aligned model (planner/README.md): an item of a
+// group is either one stage on u >= 1 whole units (at level 0: u workers)
+// - compute/r with r = u·unit_workers replicas, a ring all-reduce over this
+// level's links, the transfer into it over the boundary's link - or, above
+// level 0, one unit running the optimal sub-pipeline of its range (a tile).
 class StageCosts {
  public:
-  StageCosts(const StateSpace& s, Level level, int total_workers, double memory, const std::vector<double>* inner)
-      : s_(s), level_(level), total_workers_(total_workers), memory_(memory), inner_(inner) {}
+  StageCosts(const StateSpace& s, Level level, int total_workers, double memory, const TileTables* tiles,
+             int stage_replicas)
+      : s_(s), level_(level), total_workers_(total_workers), memory_(memory), tiles_(tiles),
+        stage_replicas_(stage_replicas) {
+    if (tiles_ && !memory_limited()) {
+      entry_tile_ = &tiles_->get(level_.entry_level, 0);
+      inner_tile_ = &tiles_->get(level_.index, 0);
+    }
+  }
 
-  double compute(int k, int j) const {
-    // Inner optima are stored by end state (out[j * n + k]): the DPs scan k for a fixed j.
-    return inner_ ? (*inner_)[size_t(j) * s_.size() + k] : s_.compute[j] - s_.compute[k];
+  // A lower bound on any item's time per unit: the range's compute spread
+  // over one unit's workers. Additive (prefix sums).
+  double compute(int k, int j) const { return (s_.compute[j] - s_.compute[k]) / level_.unit_workers; }
+  double raw_compute(int k, int j) const { return s_.compute[j] - s_.compute[k]; }
+  // Ring all-reduce of the stage's weights among r replicas, per round of r
+  // minibatches: 2(r-1)/r of the bytes out and as many in, on one link.
+  double sync(int k, int j, int r) const {
+    return r > 1 ? 4.0 * (r - 1) * (s_.parameters[j] - s_.parameters[k]) / (r * level_.bandwidth) : 0.0;
   }
-  double sync(int k, int j, int m) const {
-    // Ring all-reduce of the stage's weights among m replicas; a unit's
-    // workers each carry 1/unit_workers of it over the slower link.
-    return 4.0 * (m - 1) * (s_.parameters[j] - s_.parameters[k]) / (m * level_.bandwidth) / level_.unit_workers;
+  // Activation in and gradient out, per minibatch, on a replica of a stage
+  // on m units whose `before` units precede it in the group.
+  double transfer(int k, int m, int before) const {
+    double bw = before == 0 ? level_.entry_bandwidth : level_.bandwidth;
+    return 2.0 * s_.cut_bytes[k] / (bw * double(m) * level_.unit_workers);
   }
-  double transfer(int k, int m) const { return 2.0 * s_.cut_bytes[k] / (level_.bandwidth * m); }
-  // q with sync(k, j, m) / m = q(m-1)/m², and transfer(k, 1): for closed-form
-  // replica estimates (not bit-identical to sync and transfer).
+  // For closed-form replica estimates (lower bounds, top level only).
   double sync_coefficient(int k, int j) const {
     return (s_.parameters[j] - s_.parameters[k]) * (4.0 / (level_.bandwidth * level_.unit_workers));
   }
-  double transfer_coefficient(int k) const { return s_.cut_bytes[k] * (2.0 / level_.bandwidth); }
-  // Minibatches a stage holds at once under 1F1B-RR (DESIGN.md §6).
-  int in_flight(int m, int before) const { return (total_workers_ - 1 - before) / m + 1; }
+  double transfer_coefficient(int k) const {
+    return s_.cut_bytes[k] * (2.0 / (level_.bandwidth * level_.unit_workers));
+  }
   double memory(int k, int j, int m, int before) const {
-    int f = in_flight(m, before);
-    double params = s_.parameters[j] - s_.parameters[k];
-    return params * (f + 1) + (s_.optimizer_state[j] - s_.optimizer_state[k]) +
-           (s_.activations[j] - s_.activations[k]) * f;
+    const int r = m * level_.unit_workers;
+    return stage_memory_bytes(s_.parameters[j] - s_.parameters[k], s_.optimizer_state[j] - s_.optimizer_state[k],
+                              s_.activations[j] - s_.activations[k],
+                              in_flight_1f1b_rr(total_workers_, first_rank(before), r));
   }
-  bool memory_limited() const { return memory_ > 0 && !inner_; }
+  bool memory_limited() const { return memory_ > 0; }
+  // A stage's value depends on where it sits (memory, or the group's entry link).
+  bool position_dependent() const { return memory_limited() || level_.entry_bandwidth != level_.bandwidth; }
   bool fits(int k, int j, int m, int before) const { return !memory_limited() || memory(k, j, m, before) <= memory_; }
-  // Layer compute (prefix sums) rather than an inner level's optima.
-  bool compute_is_additive() const { return !inner_; }
-  // The stage's contribution to the bottleneck; kInf when it does not fit.
+  bool compute_is_additive() const { return true; }
+  // A stage on m units is in the plan family (uniform replication: every
+  // stage has exactly stage_replicas workers).
+  bool uniform() const { return stage_replicas_ != 0; }
+  bool allowed(int m) const { return stage_replicas_ == 0 || m * level_.unit_workers == stage_replicas_; }
+  // The item's contribution to the bottleneck; kInf when it does not fit.
   double value(int k, int j, int m, int before) const {
-    double c = compute(k, j);
-    if (c == kInf) return kInf;
+    if (before + m > level_.units) return kInf;  // (searches may ask past the group's end)
+    if (m == 1 && tiles_) return tile(k, j, before);
+    if (!allowed(m)) return kInf;
     if (memory_limited() && memory(k, j, m, before) > memory_) return kInf;
-    double t = std::max(c, sync(k, j, m)) / m;
-    return std::max(t, transfer(k, m));
+    return stage_time(k, j, m, before == 0);
   }
+  // A stage's time wherever it sits, memory aside (first: entered over the
+  // group's entry link).
+  double stage_time(int k, int j, int m, bool first) const {
+    const int r = m * level_.unit_workers;
+    double t = std::max(raw_compute(k, j), sync(k, j, r)) / r;
+    return std::max(t, transfer(k, m, first ? 0 : 1));
+  }
+  // The most minibatches in flight a stage on m units can hold in memory.
+  int max_in_flight(int k, int j, int m) const {
+    if (!memory_limited()) return std::numeric_limits<int>::max();
+    const double p = s_.parameters[j] - s_.parameters[k], o = s_.optimizer_state[j] - s_.optimizer_state[k],
+                 a = s_.activations[j] - s_.activations[k];
+    // stage_memory_bytes is increasing in in-flight: find where it passes the limit.
+    int f = int(std::min(1e9, std::max(0.0, std::floor((memory_ - p - o) / std::max(p + a, 1e-300)))));
+    while (f > 0 && stage_memory_bytes(p, o, a, f) > memory_) --f;
+    while (f < 1000000000 && stage_memory_bytes(p, o, a, f + 1) <= memory_) ++f;
+    return f;
+  }
+  int in_flight(int m, int before) const {
+    return in_flight_1f1b_rr(total_workers_, first_rank(before), m * level_.unit_workers);
+  }
+  bool has_tiles() const { return tiles_ != nullptr; }
   const StateSpace& space() const { return s_; }
   int units() const { return level_.units; }
+  const Level& level() const { return level_; }
+  int first_rank(int before) const { return level_.base + before * level_.unit_workers; }
 
  private:
+  double tile(int k, int j, int before) const {
+    if (!memory_limited()) return (before == 0 ? *entry_tile_ : *inner_tile_)[size_t(j) * s_.size() + k];
+    const int entry = before == 0 ? level_.entry_level : level_.index;
+    return tiles_->get(entry, first_rank(before))[size_t(j) * s_.size() + k];
+  }
   const StateSpace& s_;
   Level level_;
   int total_workers_;
   double memory_;
-  const std::vector<double>* inner_;
+  const TileTables* tiles_;
+  const std::vector<double>* entry_tile_ = nullptr;
+  const std::vector<double>* inner_tile_ = nullptr;
+  const int stage_replicas_;
 };
 
 template <class F>
@@ -103,7 +177,7 @@ class TableDP {
   // States after `last` are not needed (-1: all).
   TableDP(const StageCosts& costs, int first, bool straight, int last = -1)
       : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), first_(first),
-        a_(size_t(n_) * (M_ + 1)), value_(M_ + 1) {
+        a_(size_t(n_) * (M_ + 1)), value_(M_ + 1), later_(M_ + 1), fits_(M_ + 1) {
     at(first, 0).time = 0;
     for (int j = first + 1; j < (last < 0 ? n_ : last + 1); ++j)
       for_each_nested(s_, j, [&](int k) {
@@ -111,16 +185,32 @@ class TableDP {
         if (!s_.all_earlier_nest() && k != first && !s_.members[first].subset_of(s_.members[k])) return;
         // Without a memory limit a stage's value does not depend on its
         // position: evaluate it once per replica count.
-        const bool shared = !costs_.memory_limited();
-        if (shared)
-          for (int mp = 1; mp <= (straight ? 1 : M_); ++mp) value_[mp] = costs_.value(k, j, mp, 0);
+        const bool shared = !costs_.position_dependent();
+        const int max_mp = straight ? 1 : M_;
+        if (shared) {
+          for (int mp = 1; mp <= max_mp; ++mp) value_[mp] = costs_.value(k, j, mp, 0);
+        } else {
+          // A stage's time depends on its position only through the entry
+          // link (first stage) and memory (in-flight count): tabulate both.
+          for (int mp = 1; mp <= max_mp; ++mp) {
+            const bool plain = costs_.allowed(mp) && !(mp == 1 && costs_.has_tiles());
+            value_[mp] = plain ? costs_.stage_time(k, j, mp, true) : kInf;
+            later_[mp] = plain ? costs_.stage_time(k, j, mp, false) : kInf;
+            fits_[mp] = plain ? costs_.max_in_flight(k, j, mp) : 0;
+          }
+        }
         const Cell* prev_row = &at(k, 0);
         for (int m = 1; m <= M_; ++m) {
           Cell& cell = at(j, m);
-          for (int mp = 1; mp <= (straight ? 1 : m); ++mp) {
+          for (int mp = 1; mp <= std::min(m, max_mp); ++mp) {
             double prev = prev_row[m - mp].time;
             if (prev == kInf) continue;
-            double t = std::max(prev, shared ? value_[mp] : costs_.value(k, j, mp, m - mp));
+            double v;
+            if (shared) v = value_[mp];
+            else if (mp == 1 && costs_.has_tiles()) v = costs_.value(k, j, 1, m - 1);
+            else if (costs_.in_flight(mp, m - mp) > fits_[mp]) continue;
+            else v = m == mp ? value_[mp] : later_[mp];
+            double t = std::max(prev, v);
             if (t < cell.time) cell = {t, k, mp};
           }
         }
@@ -160,7 +250,8 @@ class TableDP {
   const StateSpace& s_;
   const int n_, M_, first_;
   std::vector<Cell> a_;
-  std::vector<double> value_;
+  std::vector<double> value_, later_;  // first stage of the group, later ones
+  std::vector<int> fits_;              // most in-flight minibatches that fit
 };
 
 LevelResult solve_table(const StageCosts& costs, bool straight, bool fewer) {
@@ -176,7 +267,7 @@ class ParametricSolver {
  public:
   ParametricSolver(const StageCosts& costs, bool straight, bool fewer)
       : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), straight_(straight), fewer_(fewer) {
-    for (int k = 0; k < n_; ++k) transfer_one_.push_back(costs_.transfer(k, 1));
+    for (int k = 0; k < n_; ++k) transfer_one_.push_back(costs_.transfer(k, 1, 1));
   }
 
   LevelResult solve() {
@@ -353,7 +444,12 @@ class ParametricSolver {
           bool one;
           if (shared && cached_one >= 0) one = cached_one;
           // On one replica there is no sync: the value is max(compute, transfer).
-          else one = c <= tau && (shared ? transfer_one_[k] <= tau : value_ok(k, j, 1, base, tau)), cached_one = one;
+          // (Above level 0 one unit runs a tile: ask for its value.)
+          // (Without a memory limit the value is asked at position 0, as
+          // it is the same everywhere and is cached for both flags.)
+          else one = c <= tau && (shared && costs_.level().index == 0 ? transfer_one_[k] <= tau
+                                                                        : value_ok(k, j, 1, shared ? 0 : base, tau)),
+               cached_one = one;
           if (one) offer(flag, 1);
           if (straight_) continue;
           // Lower bound on the replicas ≥ 2 a stage needs (closed forms,
@@ -368,7 +464,7 @@ class ParametricSolver {
           if (cannot_improve(closed_form_bound)) continue;
           int more;
           if (shared && cached_more >= 0) more = cached_more;
-          else more = min_replicas(k, j, base, tau), cached_more = more;
+          else more = min_replicas(k, j, shared ? 0 : base, tau), cached_more = more;
           if (one && more == 2) offer(1, 1);
           if (more <= M_) offer(1, more);
         }
@@ -478,6 +574,8 @@ class ParametricSolver {
 };
 
 LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, PaperAlgorithm algorithm) {
+  // (The parametric search needs stage times that fall with replicas.)
+  if (costs.uniform()) algorithm = PaperAlgorithm::table;
   const StateSpace& s = costs.space();
   double pairs = s.all_earlier_nest() ? 0.5 * s.size() * s.size() : 0;
   if (!s.all_earlier_nest())
@@ -493,41 +591,6 @@ LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, Pape
 }  // namespace
 
 namespace {
-
-// Turns the top level's stages into worker-level stages: a stage on u units
-// runs the inner level's optimal sub-pipeline of its range in each unit.
-struct Flattener {
-  const StateSpace& space;
-  const std::vector<std::unique_ptr<StageCosts>>& costs;  // per level
-  const std::vector<int>& unit_workers;                   // per level
-  bool straight, fewer;
-  std::vector<PlannedStage> out;
-
-  void expand(int level, const std::vector<LevelStage>& stages, const std::vector<int>& unit_starts,
-              double replication) {
-    int offset = 0, before = 0;
-    for (const auto& st : stages) {
-      std::vector<int> starts;
-      for (int base : unit_starts)
-        for (int r = 0; r < st.units; ++r) starts.push_back(base + (offset + r) * unit_workers[level]);
-      offset += st.units;
-      const StageCosts& c = *costs[level];
-      if (level == 0) {
-        PlannedStage p;
-        p.nodes = space.stage_nodes(st.from, st.to);
-        p.ranks = starts;
-        p.sync_s = c.sync(st.from, st.to, st.units);
-        p.transfer_s = c.transfer(st.from, st.units) / replication;
-        p.time_s = c.value(st.from, st.to, st.units, before) / replication;
-        out.push_back(std::move(p));
-      } else {
-        LevelResult inner = TableDP(*costs[level - 1], st.from, straight, st.to).result(st.to, fewer);
-        expand(level - 1, inner.stages, starts, replication * st.units);
-      }
-      before += st.units;
-    }
-  }
-};
 
 // The optimal time of every range (k, j] on one unit, for prefix state
 // spaces at level 0 (compute is a prefix sum; with a memory limit a stage
@@ -563,6 +626,7 @@ void all_ranges_on_one_unit(const StageCosts& costs, bool straight, bool fewer, 
       for (int m = 1; m <= M; ++m) {
         double best = m <= max_mp ? costs.value(k, x, m, 0) : kInf;  // one stage
         for (int mp = 1; mp <= std::min(m - 1, max_mp); ++mp) {
+          if (!costs.allowed(mp)) continue;
           const int r = m - mp;
           const double* prev = &a[size_t(r) * n];
           // Largest y < x with C(k, y) ≤ C(k, x)·r/m (at least k + 1).
@@ -577,7 +641,7 @@ void all_ranges_on_one_unit(const StageCosts& costs, bool straight, bool fewer, 
             const double stage = std::max(compute[x] - compute[y], costs.sync(y, x, mp)) / mp;
             if (stage >= best) break;
             if (!costs.fits(y, x, mp, r)) continue;
-            double t = std::max(prev[y], std::max(stage, costs.transfer(y, mp)));
+            double t = std::max(prev[y], std::max(stage, costs.transfer(y, mp, r)));
             if (t < best) best = t;
           }
           for (int y = y0 + 1; y < x; ++y) {
@@ -597,6 +661,148 @@ void all_ranges_on_one_unit(const StageCosts& costs, bool straight, bool fewer, 
 
 }  // namespace
 
+namespace {
+
+// The level-aligned hierarchy (planner/README.md): the tiles of every
+// inner level, solved innermost first; the top level's optimum; and its
+// expansion into worker-level stages.
+class AlignedHierarchy {
+ public:
+  AlignedHierarchy(const StateSpace& space, const Topology& topology, double memory, const PlannerOptions& options)
+      : space_(space), memory_(memory), straight_(options.straight), fewer_(options.fewer_workers),
+        total_workers_(topology.total_workers()), stage_replicas_(options.stage_replicas) {
+    for (int l = 0, below = 1; l < int(topology.levels.size()); ++l) {
+      units_.push_back(topology.levels[l].count);
+      bandwidth_.push_back(topology.levels[l].bandwidth_GBps * 1e9);
+      unit_workers_.push_back(below);
+      below *= topology.levels[l].count;
+    }
+    tiles_.resize(units_.size());
+    for (int l = 0; l + 1 < levels(); ++l) build_tiles(l);
+  }
+
+  LevelResult solve_top(PaperAlgorithm algorithm) const {
+    return solve_level(costs(levels() - 1, levels() - 1, 0), straight_, fewer_, algorithm);
+  }
+
+  // Worker-level stages of the top level's items: a stage on u units takes
+  // their workers; a tile is replaced by its own optimal sub-pipeline.
+  void expand(int level, const std::vector<LevelStage>& stages, int base, int entry,
+              std::vector<PlannedStage>& out) const {
+    int before = 0;
+    for (const LevelStage& st : stages) {
+      const int first = base + before * unit_workers_[level];
+      if (level > 0 && st.units == 1) {
+        const int tile_entry = before == 0 ? entry : level;
+        StageCosts inner = costs(level - 1, tile_entry, first);
+        LevelResult r = TableDP(inner, st.from, straight_, st.to).result(st.to, false);
+        expand(level - 1, r.stages, first, tile_entry, out);
+      } else {
+        StageCosts c = costs(level, entry, base);
+        const int replicas = st.units * unit_workers_[level];
+        PlannedStage p;
+        p.nodes = space_.stage_nodes(st.from, st.to);
+        for (int r = 0; r < replicas; ++r) p.ranks.push_back(first + r);
+        p.sync_s = c.sync(st.from, st.to, replicas);
+        p.transfer_s = c.transfer(st.from, st.units, before);
+        p.time_s = c.value(st.from, st.to, st.units, before);
+        out.push_back(std::move(p));
+      }
+      before += st.units;
+    }
+  }
+  int levels() const { return int(units_.size()); }
+
+ private:
+  // One group of `level`, entered over the link of `entry_level`, whose
+  // first worker is rank `base`.
+  StageCosts costs(int level, int entry_level, int base) const {
+    Level l{level, units_[level], unit_workers_[level], bandwidth_[level], entry_level, bandwidth_[entry_level], base};
+    return StageCosts(space_, l, total_workers_, memory_, level > 0 ? &tiles_[level - 1] : nullptr, stage_replicas_);
+  }
+  // The same group with no memory limit (its tiles must be the unlimited ones).
+  StageCosts unlimited_costs(int level, int entry_level, const TileTables* tiles) const {
+    Level l{level, units_[level], unit_workers_[level], bandwidth_[level], entry_level, bandwidth_[entry_level], 0};
+    return StageCosts(space_, l, total_workers_, 0, tiles, stage_replicas_);
+  }
+
+  // The optimum of every range starting at k, on one group.
+  void tile_row(const StageCosts& c, int k, std::vector<double>& out) const {
+    const int n = space_.size();
+    TableDP dp(c, k, straight_);
+    for (int j = k + 1; j < n; ++j) out[size_t(j) * n + k] = dp.time(j, false);
+  }
+  std::vector<double> tile_table(const StageCosts& c, int level) const {
+    const int n = space_.size();
+    std::vector<double> out(size_t(n) * n, kInf);
+    if (level == 0 && space_.all_earlier_nest()) all_ranges_on_one_unit(c, straight_, false, out);
+    else
+      for (int k = 0; k + 1 < n; ++k) tile_row(c, k, out);
+    return out;
+  }
+
+  // Every range's optimum on one group of `level`, for every entry link
+  // above it and (memory limit) every position of the group. A tile is no
+  // slower further right (fewer minibatches in flight), and never faster
+  // than without the limit: once a row of ranges matches the unlimited
+  // one, it does at every later position.
+  void build_tiles(int level) {
+    const int n = space_.size();
+    const int group_workers = unit_workers_[level] * units_[level];
+    TileTables& t = tiles_[level];
+    t.unit_workers = group_workers;
+    t.lowest_entry = level + 1;
+    t.positions = memory_ > 0 ? total_workers_ / group_workers : 1;
+    if (memory_ > 0) {
+      unlimited_tiles_.resize(levels());
+      TileTables& u = unlimited_tiles_[level];
+      u.unit_workers = group_workers, u.lowest_entry = level + 1, u.positions = 1;
+      for (int entry = level + 1; entry < levels(); ++entry)
+        u.table.push_back(tile_table(unlimited_costs(level, entry, level > 0 ? &unlimited_tiles_[level - 1] : nullptr), level));
+    }
+    for (int entry = level + 1; entry < levels(); ++entry) {
+      for (int position = 0; position < t.positions; ++position) {
+        StageCosts c = costs(level, entry, position * group_workers);
+        if (t.positions == 1 || (level == 0 && space_.all_earlier_nest())) {
+          t.table.push_back(tile_table(c, level));
+          continue;
+        }
+        const std::vector<double>& unlimited = unlimited_tiles_[level].get(entry, 0);
+        const std::vector<double>* left = position > 0 ? &t.table.back() : nullptr;
+        std::vector<double> out(size_t(n) * n, kInf);
+        for (int k = 0; k + 1 < n; ++k) {
+          bool settled = left != nullptr;
+          for (int j = k + 1; j < n && settled; ++j) settled = (*left)[size_t(j) * n + k] == unlimited[size_t(j) * n + k];
+          if (settled)
+            for (int j = k + 1; j < n; ++j) out[size_t(j) * n + k] = unlimited[size_t(j) * n + k];
+          else
+            tile_row(c, k, out);
+        }
+        t.table.push_back(std::move(out));
+      }
+    }
+  }
+
+  const StateSpace& space_;
+  const double memory_;
+  const bool straight_, fewer_;
+  const int total_workers_;
+  const int stage_replicas_;
+  std::vector<int> units_, unit_workers_;
+  std::vector<double> bandwidth_;
+  std::vector<TileTables> tiles_;  // [l]: groups of level l as units of level l + 1
+  std::vector<TileTables> unlimited_tiles_;  // the same without the memory limit
+};
+
+// One worker's memory for the whole model (in-flight 1): the single-worker
+// and data-parallel baselines.
+double whole_model_memory(const StateSpace& s) {
+  const int last = s.size() - 1;
+  return stage_memory_bytes(s.parameters[last], s.optimizer_state[last], s.activations[last], 1);
+}
+
+}  // namespace
+
 PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, const PlannerOptions& options,
                            PaperAlgorithm algorithm) {
   // Down-sets nest pairwise far more often than antichain states connect:
@@ -605,57 +811,40 @@ PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, con
   const int total_workers = topology.total_workers();
   const double memory = double(options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes);
   const int n = space.size();
-  const int levels = int(topology.levels.size());
-  std::vector<int> unit_workers(levels);
-  std::vector<std::unique_ptr<StageCosts>> costs(levels);
-  // Inner levels: the optimal time of every nested range on one unit becomes
-  // the next level's compute (PipeDream's hierarchical solve).
-  std::vector<std::vector<double>> inner(levels);
-  for (int l = 0, unit = 1; l < levels; ++l) {
-    unit_workers[l] = unit;
-    Level level{topology.levels[l].count, topology.levels[l].bandwidth_GBps * 1e9, unit};
-    costs[l] = std::make_unique<StageCosts>(space, level, total_workers, memory, l == 0 ? nullptr : &inner[l - 1]);
-    unit *= topology.levels[l].count;
-    if (l + 1 == levels) break;
-    inner[l].assign(size_t(n) * n, kInf);
-    if (l == 0 && space.all_earlier_nest()) {
-      all_ranges_on_one_unit(*costs[l], options.straight, options.fewer_workers, inner[l]);
-      continue;
-    }
-    for (int k = 0; k + 1 < n; ++k) {
-      TableDP dp(*costs[l], k, options.straight);
-      for (int j = k + 1; j < n; ++j) inner[l][size_t(j) * n + k] = dp.time(j, options.fewer_workers);
-    }
-  }
-  const StageCosts& top = *costs[levels - 1];
-  LevelResult result = solve_level(top, options.straight, options.fewer_workers, algorithm);
-  if (result.time == kInf) throw NoFeasiblePlan("no pipeline fits the memory limit (paper cost model)");
+  const bool whole_model_fits = !(memory > 0) || whole_model_memory(space) <= memory;
   PlannedPipeline out;
   out.state_space = space.kind;
+  out.single_worker_s = whole_model_fits ? space.compute[n - 1] : kNaN;
+  // Data parallelism: the whole model on every worker, one ring all-reduce
+  // over the slowest link among them.
+  std::vector<int> all(total_workers);
+  for (int r = 0; r < total_workers; ++r) all[r] = r;
+  const double dp_sync = total_workers > 1 ? 4.0 * (total_workers - 1) * space.parameters[n - 1] /
+                                                 (total_workers * topology.group_bandwidth(all) * 1e9)
+                                           : 0.0;
+  out.data_parallel_s = whole_model_fits ? std::max(space.compute[n - 1], dp_sync) / total_workers : kNaN;
+
+  AlignedHierarchy hierarchy(space, topology, memory, options);
+  LevelResult result = hierarchy.solve_top(algorithm);
+  if (result.time == kInf) throw NoFeasiblePlan("no pipeline fits the memory limit (paper cost model)");
+  hierarchy.expand(hierarchy.levels() - 1, result.stages, 0, hierarchy.levels() - 1, out.stages);
   out.time_per_minibatch_s = result.time;
-  out.single_worker_s = space.compute[n - 1];
-  Flattener flat{space, costs, unit_workers, options.straight, options.fewer_workers, {}};
-  flat.expand(levels - 1, result.stages, {0}, 1.0);
-  out.stages = std::move(flat.out);
-  // Exact per-stage memory and in-flight count from the flat placement.
+  int used = 0;
+  for (const auto& st : out.stages) used += int(st.ranks.size());
+  // Per-stage memory and in-flight count from the placement.
   int before = 0;
   for (auto& st : out.stages) {
-    int m = int(st.ranks.size());
-    st.in_flight = (total_workers - 1 - before) / m + 1;
+    const int m = int(st.ranks.size());
+    // (With --fewer-workers the DP counted in-flight over the topology's
+    // workers, an upper bound; the plan's own count is reported.)
+    st.in_flight = in_flight_1f1b_rr(used, before, m);
     double p = 0, o = 0, a = 0;
     for (int v : st.nodes) {
       p += g.nodes[v].parameter_bytes, o += g.nodes[v].optimizer_state_bytes, a += g.nodes[v].activation_bytes;
     }
-    st.memory_bytes = p * (st.in_flight + 1) + o + a * st.in_flight;
+    st.memory_bytes = stage_memory_bytes(p, o, a, st.in_flight);
     before += m;
   }
-  // Data parallelism: the whole model replicated, level by level.
-  double dp = out.single_worker_s, params = space.parameters[n - 1];
-  for (int l = 0; l < levels; ++l) {
-    int m = topology.levels[l].count;
-    dp = std::max(dp, 4.0 * (m - 1) * params / (m * topology.levels[l].bandwidth_GBps * 1e9) / unit_workers[l]) / m;
-  }
-  out.data_parallel_s = dp;
   return out;
 }
 

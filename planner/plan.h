@@ -43,8 +43,14 @@ struct Plan {
   std::string state_space;  // "chain" | "antichain" | "topological-prefix"
   std::vector<PlanStage> stages;
   double time_per_minibatch_s = 0, throughput_samples_per_s = 0;
+  // "closed form": the planner's cost model; "replay": simulate's time for
+  // the plan (runtime/simulator/plan_search.h), the closed form beside it.
+  std::string predicted_by = "closed form";
+  double closed_form_s = 0;        // this plan's closed-form time (0: not recorded)
+  double closed_form_bound_s = 0;  // no plan of the planner's space has a lower closed form (0: not recorded)
   double speedup_vs_single = 0, speedup_vs_data_parallel = 0;
   int bottleneck_stage = 0;
+  // NaN: the baseline does not fit in worker memory (null in plan.json).
   double single_worker_s = 0, data_parallel_s = 0;
 
   int workers() const;  // sum of replicas

@@ -1,4 +1,6 @@
 // plan.json (DESIGN.md §5): writer, reader and consistency checks.
+#include <cmath>
+#include <limits>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -70,6 +72,13 @@ std::string config_string(const std::vector<int>& replicas) {
   return out;
 }
 
+// A baseline that does not fit in worker memory is null (NaN in memory).
+static json baseline_to_json(double seconds) { return std::isnan(seconds) ? json(nullptr) : json(seconds); }
+static double baseline_from_json(const json& b, const char* key, const std::string& source) {
+  if (b.contains(key) && b[key].is_null()) return std::numeric_limits<double>::quiet_NaN();
+  return optional_field<double>(b, key, 0, source + ": baselines");
+}
+
 json plan_to_json(const Plan& p) {
   json stages = json::array();
   for (const auto& s : p.stages) {
@@ -110,8 +119,12 @@ json plan_to_json(const Plan& p) {
             {"throughput_samples_per_s", p.throughput_samples_per_s},
             {"speedup_vs_single", p.speedup_vs_single},
             {"speedup_vs_data_parallel", p.speedup_vs_data_parallel},
-            {"bottleneck_stage", p.bottleneck_stage}}},
-          {"baselines", {{"single_worker_s", p.single_worker_s}, {"data_parallel_s", p.data_parallel_s}}}};
+            {"bottleneck_stage", p.bottleneck_stage},
+            {"by", p.predicted_by},
+            {"closed_form_s", p.closed_form_s},
+            {"closed_form_bound_s", p.closed_form_bound_s}}},
+          {"baselines", {{"single_worker_s", baseline_to_json(p.single_worker_s)},
+                         {"data_parallel_s", baseline_to_json(p.data_parallel_s)}}}};
 }
 
 Plan plan_from_json(const json& j, const std::string& source) {
@@ -193,11 +206,14 @@ Plan plan_from_json(const json& j, const std::string& source) {
     p.speedup_vs_single = optional_field<double>(pr, "speedup_vs_single", 0, where);
     p.speedup_vs_data_parallel = optional_field<double>(pr, "speedup_vs_data_parallel", 0, where);
     p.bottleneck_stage = optional_field<int>(pr, "bottleneck_stage", 0, where);
+    p.predicted_by = optional_field<std::string>(pr, "by", "closed form", where);
+    p.closed_form_s = optional_field<double>(pr, "closed_form_s", 0, where);
+    p.closed_form_bound_s = optional_field<double>(pr, "closed_form_bound_s", 0, where);
   }
   if (j.contains("baselines")) {
     const json& b = j["baselines"];
-    p.single_worker_s = optional_field<double>(b, "single_worker_s", 0, source + ": baselines");
-    p.data_parallel_s = optional_field<double>(b, "data_parallel_s", 0, source + ": baselines");
+    p.single_worker_s = baseline_from_json(b, "single_worker_s", source);
+    p.data_parallel_s = baseline_from_json(b, "data_parallel_s", source);
   }
   return p;
 }

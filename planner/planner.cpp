@@ -27,8 +27,6 @@ PlanStage to_plan_stage(const Profile& profile, const PlanningGraph& g, const Pl
   out.index = index;
   out.replicas = int(s.ranks.size());
   out.ranks = s.ranks;
-  std::vector<bool> inside(g.nodes.size(), false);
-  for (int v : s.nodes) inside[v] = true;
   double params = 0;
   for (int v : s.nodes) {
     const PlanningNode& n = g.nodes[v];
@@ -37,12 +35,6 @@ PlanStage to_plan_stage(const Profile& profile, const PlanningGraph& g, const Pl
     params += n.parameter_bytes;
     out.nodes.push_back(profile.nodes[n.profile_index].id);
     out.layer_names.push_back(profile.nodes[n.profile_index].name);
-    // Every tensor leaving the stage is sent once per minibatch.
-    for (int o : g.out[v])
-      if (!inside[o]) {
-        out.output_bytes += uint64_t(n.output_bytes);
-        break;
-      }
   }
   out.compute_s = out.forward_s + out.backward_s;
   out.parameter_bytes = uint64_t(params);
@@ -52,6 +44,23 @@ PlanStage to_plan_stage(const Profile& profile, const PlanningGraph& g, const Pl
   out.memory_bytes = uint64_t(s.memory_bytes);
   out.in_flight = s.in_flight;
   return out;
+}
+
+// What crosses each stage boundary per minibatch: every tensor made before
+// it and used after it - skip connections included, forwarded through the
+// stages in between (the planner's cut bytes, and what simulate sends).
+void set_boundary_bytes(const PlanningGraph& g, const std::vector<PlannedStage>& planned,
+                        std::vector<PlanStage>& stages) {
+  std::vector<int> stage_of(g.nodes.size(), 0);
+  for (size_t s = 0; s < planned.size(); ++s)
+    for (int v : planned[s].nodes) stage_of[v] = int(s);
+  std::vector<double> crossing(stages.size(), 0);
+  for (size_t v = 0; v < g.nodes.size(); ++v) {
+    int last_use = stage_of[v];
+    for (int o : g.out[v]) last_use = std::max(last_use, stage_of[o]);
+    for (int t = stage_of[v]; t < last_use; ++t) crossing[t] += g.nodes[v].output_bytes;
+  }
+  for (size_t s = 0; s < stages.size(); ++s) stages[s].output_bytes = uint64_t(crossing[s]);
 }
 
 PlannedPipeline run_model(const PlanningGraph& g, const Topology& topology, const PlannerOptions& options) {
@@ -129,6 +138,7 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
     plan.stages.push_back(to_plan_stage(profile, g, pipeline.stages[s], int(s)));
     replicas.push_back(plan.stages.back().replicas);
   }
+  set_boundary_bytes(g, pipeline.stages, plan.stages);
   // Layer ranges: for a chain, positions in profile order; the nodes a
   // PipeDream profile drops (its input, tuple unpacking) join the stage of
   // their neighbour. For a DAG, ranges number the nodes stage by stage and
@@ -161,8 +171,10 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
   plan.data_parallel_s = pipeline.data_parallel_s;
   if (plan.time_per_minibatch_s > 0) {
     plan.throughput_samples_per_s = profile.batch_size / plan.time_per_minibatch_s;
-    plan.speedup_vs_single = plan.single_worker_s / plan.time_per_minibatch_s;
-    plan.speedup_vs_data_parallel = plan.data_parallel_s / plan.time_per_minibatch_s;
+    // 0: the baseline does not fit in memory.
+    auto speedup = [&](double baseline) { return std::isnan(baseline) ? 0.0 : baseline / plan.time_per_minibatch_s; };
+    plan.speedup_vs_single = speedup(plan.single_worker_s);
+    plan.speedup_vs_data_parallel = speedup(plan.data_parallel_s);
   }
   return plan;
 }

@@ -17,6 +17,10 @@ struct PlannerOptions {
   CostModel cost_model = CostModel::paper;
   bool straight = false;        // no replication: one worker per stage
   bool fewer_workers = false;   // the optimum may leave workers idle
+  // Uniform replication: every stage gets exactly this many workers (0:
+  // any). Such plans are r independent straight pipelines under 1F1B-RR,
+  // which the closed form describes exactly (planner/README.md).
+  int stage_replicas = 0;
   // Per-worker memory limit in bytes; 0 takes the topology's, and 0 there
   // means unlimited.
   uint64_t memory_bytes = 0;

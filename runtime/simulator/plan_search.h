@@ -1,0 +1,44 @@
+#pragma once
+// Planning checked by replay. The planner's closed form (planner/) ranks
+// plans by their slowest stage, link and all-reduce, but cannot see
+// 1F1B-RR's in-flight windows: a stage replicated differently from its
+// neighbours can starve under round-robin (gnmt's 1-2-1-3-1 on 8 workers
+// replays twice as slow as its closed form). search_plan replays the
+// closed-form optimum and the optima of the plan families whose replay the
+// closed form describes exactly - uniform replication (every stage r
+// workers: r independent straight pipelines), straight pipelines and data
+// parallelism among them - plus one worker, and keeps the fastest replay.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/planner.h"
+
+namespace pd {
+
+struct PlanCandidate {
+  std::string family;        // "optimum", "straight", "uniform-R", "data-parallel", "one-worker"
+  std::string config;
+  double closed_form_s = 0;  // the planner's time per minibatch
+  double replayed_s = 0;     // simulate's steady state (default timing)
+};
+
+struct PlanSearch {
+  Plan plan;  // the fastest replay; its predicted time is that replay
+  std::vector<PlanCandidate> candidates;
+  size_t chosen = 0;
+};
+
+// The minibatches each candidate is replayed for: `simulate`'s default, so
+// that `simulate` on the emitted plan reproduces its prediction.
+constexpr int64_t kReplayMinibatches = 1000;
+
+// Throws UserError, as plan_pipeline does, when no candidate fits. With
+// --cost-model pipedream there is nothing to search: the plan is PipeDream's.
+PlanSearch search_plan(const Profile& profile, const Topology& topology, const PlannerOptions& options,
+                       int64_t replay_minibatches = kReplayMinibatches);
+
+// The time per minibatch simulate reports for the plan (default timing).
+double replay_time(const Plan& plan, int64_t minibatches = kReplayMinibatches);
+
+}  // namespace pd
