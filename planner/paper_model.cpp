@@ -753,6 +753,14 @@ class AlignedHierarchy {
     t.unit_workers = group_workers;
     t.lowest_entry = level + 1;
     t.positions = memory_ > 0 ? total_workers_ / group_workers : 1;
+    if (stage_replicas_ && group_workers % stage_replicas_ != 0) {
+      // Uniform stages of this size cannot tile a group: no tile exists.
+      t.positions = 1;
+      for (int entry = level + 1; entry < levels(); ++entry) t.table.emplace_back(size_t(n) * n, kInf);
+      unlimited_tiles_.resize(levels());
+      unlimited_tiles_[level] = t;
+      return;
+    }
     if (memory_ > 0) {
       unlimited_tiles_.resize(levels());
       TileTables& u = unlimited_tiles_[level];

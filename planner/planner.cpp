@@ -2,12 +2,15 @@
 #include "planner/planner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "planner/paper_model.h"
 #include "planner/pipedream_model.h"
 #include "planner/planning_graph.h"
+#include "planner/stage_memory.h"
 
 namespace pd {
 namespace {
@@ -68,6 +71,14 @@ PlannedPipeline run_model(const PlanningGraph& g, const Topology& topology, cons
                                                     : plan_paper(g, topology, options);
 }
 
+// No plan fits in less: the largest node alone, one minibatch in flight.
+double smallest_footprint(const PlanningGraph& g) {
+  double most = 0;
+  for (const auto& n : g.nodes)
+    most = std::max(most, stage_memory_bytes(n.parameter_bytes, n.optimizer_state_bytes, n.activation_bytes, 1));
+  return most;
+}
+
 bool fits(const PlanningGraph& g, const Topology& topology, const PlannerOptions& options) {
   try {
     run_model(g, topology, options);
@@ -87,23 +98,30 @@ bool fits(const PlanningGraph& g, const Topology& topology, const PlannerOptions
     double everything = 0;
     for (const auto& n : g.nodes)
       everything += 2 * n.parameter_bytes + n.optimizer_state_bytes + n.activation_bytes + n.output_bytes;
-    uint64_t lo = limit, hi = uint64_t(everything) + 1;
+    uint64_t lo = std::max(limit, uint64_t(smallest_footprint(g))), hi = uint64_t(everything) + 1;
     options.memory_bytes = hi;
     if (fits(g, topology, options)) {
-      while (hi - lo > 1) {
+      // To 5%, for at most about two seconds: each probe is a whole
+      // memory-limited plan.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (hi - lo > 1 && double(hi - lo) > 0.05 * double(lo) && std::chrono::steady_clock::now() < deadline) {
         uint64_t mid = lo + (hi - lo) / 2;
         options.memory_bytes = mid;
         (fits(g, topology, options) ? hi : lo) = mid;
       }
-      advice += cat("; with ", topology.total_workers(), " workers it needs at least ", hi,
-                    " bytes of memory per worker (--memory ", hi, ")");
+      advice += cat("; with ", topology.total_workers(), " workers it needs at least ", bytes_text(double(lo)),
+                    " of memory per worker, and ", bytes_text(double(hi)), " fits (--memory ", hi, ")");
     }
     options.memory_bytes = limit;
     if (topology.levels.size() == 1) {
-      const int from = topology.total_workers() + 1, to = std::max(64, 4 * topology.total_workers());
-      for (int workers = from; workers <= to; ++workers)
+      // A few more workers, then multiples (fits is not monotone in workers).
+      const int R = topology.total_workers();
+      std::vector<int> tries;
+      for (int w = R + 1; w <= R + 8; ++w) tries.push_back(w);
+      for (int k = 2; k <= 4; ++k) tries.push_back(std::max(k * R, R + 9));
+      for (int workers : tries)
         if (fits(g, flat_topology(workers, topology.levels[0].bandwidth_GBps), options)) {
-          advice += cat("; with ", limit, " bytes per worker it needs at least ", workers, " workers");
+          advice += cat("; with ", bytes_text(double(limit)), " per worker, ", workers, " workers would fit");
           break;
         }
     }
@@ -122,8 +140,13 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
   PlanningGraph g = build_planning_graph(profile);
   PlannedPipeline pipeline;
   try {
+    const uint64_t limit = options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes;
+    if (options.cost_model == CostModel::paper && limit > 0 && smallest_footprint(g) > double(limit))
+      throw NoFeasiblePlan(cat("a layer needs ", bytes_text(smallest_footprint(g)), " on one worker, more than the ",
+                               bytes_text(double(limit)), " memory limit"));
     pipeline = run_model(g, topology, options);
   } catch (const NoFeasiblePlan& e) {
+    if (!options.explain_infeasible) throw UserError(e.what());
     explain_infeasible(g, topology, options, e.what());
   }
   compact_ranks(pipeline.stages);

@@ -21,6 +21,9 @@ struct PlannerOptions {
   // any). Such plans are r independent straight pipelines under 1F1B-RR,
   // which the closed form describes exactly (planner/README.md).
   int stage_replicas = 0;
+  // When nothing fits, search for the memory and worker count that would
+  // (a few dozen more plans) and say so in the error.
+  bool explain_infeasible = true;
   // Per-worker memory limit in bytes; 0 takes the topology's, and 0 there
   // means unlimited.
   uint64_t memory_bytes = 0;

@@ -1,8 +1,10 @@
 #include "runtime/simulator/plan_search.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "runtime/simulator/simulator.h"
 
 namespace pd {
@@ -19,6 +21,7 @@ std::vector<std::pair<std::string, PlannerOptions>> families(const Profile& prof
     if (options.straight && r > 1) break;
     PlannerOptions o = options;
     o.stage_replicas = r;
+    o.explain_infeasible = false;  // the unconstrained family explains
     out.emplace_back(r == 1 ? "straight" : r == workers ? "data-parallel" : cat("uniform-", r), o);
   }
   return out;
@@ -28,6 +31,7 @@ std::vector<std::pair<std::string, PlannerOptions>> families(const Profile& prof
 Plan one_worker_plan(const Profile& profile, const Topology& topology, const PlannerOptions& options) {
   PlannerOptions o = options;
   o.stage_replicas = 0;
+  o.explain_infeasible = false;
   o.memory_bytes = options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes;
   Plan plan = plan_pipeline(profile, flat_topology(1, topology.levels[0].bandwidth_GBps), o);
   plan.topology = topology;
@@ -53,49 +57,119 @@ double replay_time(const Plan& plan, int64_t minibatches) {
   return simulate(plan, o).time_per_minibatch_s;
 }
 
+namespace {
+
+double most_memory(const Plan& plan) {
+  double most = 0;
+  for (const auto& s : plan.stages) most = std::max(most, double(s.memory_bytes));
+  return most;
+}
+
+class Search {
+ public:
+  Search(const Profile& profile, const Topology& topology, const PlannerOptions& options, int64_t minibatches)
+      : profile_(profile), topology_(topology), options_(options), minibatches_(minibatches) {}
+
+  PlanSearch run() {
+    for (const auto& [family, o] : families(profile_, topology_, options_)) {
+      if (family == "optimum") {
+        optimum(o);
+        if (tight()) break;  // it replays at its closed form, which no plan's closed form beats
+      } else {
+        try_plan(family, o);
+      }
+    }
+    if (topology_.total_workers() > 1) {
+      try {
+        consider("one-worker", one_worker_plan(profile_, topology_, options_));
+      } catch (const UserError&) {
+      }
+    }
+    if (plans_.empty()) throw UserError(first_error_);
+    for (size_t i = 1; i < plans_.size(); ++i)
+      if (search_.candidates[i].replayed_s < search_.candidates[search_.chosen].replayed_s) search_.chosen = i;
+    search_.plan = std::move(plans_[search_.chosen]);
+    search_.plan.closed_form_bound_s = bound_;
+    set_predicted(search_.plan, search_.candidates[search_.chosen].replayed_s);
+    return std::move(search_);
+  }
+
+ private:
+  // The closed-form optimum, and when it replays slower, other plans of
+  // (nearly) the same closed form: the optimum again with less memory per
+  // worker than the last one used, which rules that plan out.
+  void optimum(PlannerOptions o) {
+    if (!try_plan("optimum", o)) return;
+    bound_ = search_.candidates[0].closed_form_s;
+    for (int step = 1; step <= kTighterOptima && !tight(); ++step) {
+      const double limit = std::floor(most_memory(plans_.back()) * (1 - 1e-9));
+      if (limit < 1) return;
+      o.memory_bytes = uint64_t(limit);
+      o.explain_infeasible = false;
+      if (!try_plan(cat("optimum <", bytes_text(limit)), o)) return;
+      if (search_.candidates.back().closed_form_s >= best_replay()) return;
+    }
+  }
+  bool tight() const {
+    return !search_.candidates.empty() &&
+           search_.candidates[0].replayed_s <= search_.candidates[0].closed_form_s * (1 + 1e-9);
+  }
+  double best_replay() const {
+    double best = INFINITY;
+    for (const auto& c : search_.candidates) best = std::min(best, c.replayed_s);
+    return best;
+  }
+  bool try_plan(const std::string& family, const PlannerOptions& o) {
+    try {
+      consider(family, plan_pipeline(profile_, topology_, o));
+      return true;
+    } catch (const UserError& e) {
+      if (first_error_.empty()) first_error_ = e.what();  // the unconstrained family's advice comes first
+      return false;
+    }
+  }
+  void consider(const std::string& family, Plan plan) {
+    plan.closed_form_s = plan.time_per_minibatch_s;
+    const double replayed = replay_time(plan, minibatches_);
+    search_.candidates.push_back({family, plan.config, plan.closed_form_s, replayed});
+    plans_.push_back(std::move(plan));
+  }
+
+  static constexpr int kTighterOptima = 3;
+  const Profile& profile_;
+  const Topology& topology_;
+  const PlannerOptions& options_;
+  const int64_t minibatches_;
+  PlanSearch search_;
+  std::vector<Plan> plans_;
+  std::string first_error_;
+  double bound_ = 0;
+};
+
+}  // namespace
+
 PlanSearch search_plan(const Profile& profile, const Topology& topology, const PlannerOptions& options,
                        int64_t replay_minibatches) {
-  PlanSearch search;
   if (options.cost_model == CostModel::pipedream) {
+    PlanSearch search;
     search.plan = plan_pipeline(profile, topology, options);
     search.candidates.push_back({"pipedream", search.plan.config, search.plan.time_per_minibatch_s, 0});
     return search;
   }
-  std::vector<Plan> plans;
-  std::string first_error;
-  auto consider = [&](const std::string& family, Plan plan) {
-    const double closed_form = plan.time_per_minibatch_s;
-    plan.closed_form_s = closed_form;
-    const double replayed = replay_time(plan, replay_minibatches);
-    search.candidates.push_back({family, plan.config, closed_form, replayed});
-    plans.push_back(std::move(plan));
-  };
-  for (const auto& [family, o] : families(profile, topology, options)) {
-    try {
-      consider(family, plan_pipeline(profile, topology, o));
-    } catch (const UserError& e) {
-      if (first_error.empty()) first_error = e.what();  // the unconstrained family's advice comes first
-    }
-    // The closed-form optimum replays at its closed form: no plan's closed
-    // form is lower, so nothing else need be replayed.
-    if (family == "optimum" && !plans.empty() &&
-        search.candidates[0].replayed_s <= search.candidates[0].closed_form_s * (1 + 1e-9))
-      break;
-  }
-  if (topology.total_workers() > 1) {
-    try {
-      consider("one-worker", one_worker_plan(profile, topology, options));
-    } catch (const UserError&) {
+  // A memory limit that the unlimited choice fits changes nothing.
+  const uint64_t limit = options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes;
+  if (limit > 0) {
+    PlannerOptions unlimited = options;
+    unlimited.memory_bytes = 0;
+    Topology any_memory = topology;
+    any_memory.worker_memory_bytes = 0;
+    PlanSearch free = Search(profile, any_memory, unlimited, replay_minibatches).run();
+    if (most_memory(free.plan) <= double(limit)) {
+      free.plan.topology.worker_memory_bytes = limit;
+      return free;
     }
   }
-  if (plans.empty()) throw UserError(first_error);
-  for (size_t i = 1; i < plans.size(); ++i)
-    if (search.candidates[i].replayed_s < search.candidates[search.chosen].replayed_s) search.chosen = i;
-  search.plan = std::move(plans[search.chosen]);
-  // The bound: no level-aligned plan's closed form beats the optimum's.
-  search.plan.closed_form_bound_s = search.candidates[0].family == "optimum" ? search.candidates[0].closed_form_s : 0;
-  set_predicted(search.plan, search.candidates[search.chosen].replayed_s);
-  return search;
+  return Search(profile, topology, options, replay_minibatches).run();
 }
 
 }  // namespace pd
