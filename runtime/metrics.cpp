@@ -24,12 +24,20 @@ void MetricsWriter::write(const nlohmann::json& line) {
   std::fflush(file_.get());
 }
 
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
 void MetricsWriter::step(int64_t step, int64_t epoch, double loss, double samples_per_s) {
-  write({{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", loss}, {"samples_per_s", samples_per_s}});
+  write({{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", loss}, {"samples_per_s", samples_per_s},
+         {"seconds", seconds_since(opened_)}});
 }
 
 void MetricsWriter::eval(int64_t epoch, double test_loss, double test_accuracy) {
-  write({{"event", "eval"}, {"epoch", epoch}, {"test_loss", test_loss}, {"test_accuracy", test_accuracy}});
+  write({{"event", "eval"}, {"epoch", epoch}, {"test_loss", test_loss}, {"test_accuracy", test_accuracy},
+         {"seconds", seconds_since(opened_)}});
 }
 
 std::string format_duration(double seconds) {

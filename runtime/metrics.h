@@ -13,16 +13,18 @@
 namespace pd {
 
 // One JSON object per line, flushed per line so a crashed run keeps its
-// log. An empty path gives a writer that drops everything.
+// log. An empty path gives a writer that drops everything. Step and eval
+// lines carry "seconds": wall time since training started (here: since the
+// writer was opened), so runs can be compared against time (scripts/plot.py).
 class MetricsWriter {
  public:
   MetricsWriter() = default;
   explicit MetricsWriter(const std::string& path);  // UserError when it cannot be created
   bool enabled() const { return file_ != nullptr; }
   void write(const nlohmann::json& line);
-  // {"event":"step","step","epoch","loss","samples_per_s"}
+  // {"event":"step","step","epoch","loss","samples_per_s","seconds"}
   void step(int64_t step, int64_t epoch, double loss, double samples_per_s);
-  // {"event":"eval","epoch","test_loss","test_accuracy"}
+  // {"event":"eval","epoch","test_loss","test_accuracy","seconds"}
   void eval(int64_t epoch, double test_loss, double test_accuracy);
 
  private:
@@ -30,6 +32,7 @@ class MetricsWriter {
     void operator()(std::FILE* f) const { if (f) std::fclose(f); }
   };
   std::unique_ptr<std::FILE, Closer> file_;
+  std::chrono::steady_clock::time_point opened_ = std::chrono::steady_clock::now();
 };
 
 // "[#####.....] 312/1874 epoch 1 loss 0.4123 2310 samples/s ETA 0:41"

@@ -44,7 +44,7 @@ void RunReporter::on_loss(int64_t step, int microbatch, const StepLoss& l) {
   if ((step + 1) % log_every_ == 0 || step + 1 == total_)
     metrics_.write({{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", static_cast<double>(loss)},
                     {"accuracy", count > 0 ? static_cast<double>(correct) / static_cast<double>(count) : 0.0},
-                    {"samples_per_s", sps}});
+                    {"samples_per_s", sps}, {"seconds", seconds()}});
   if (bar_) bar_->update(step + 1, epoch, loss, sps);
 }
 
@@ -53,7 +53,7 @@ void RunReporter::on_eval(int64_t version, const EvalResult& r) {
   const int64_t epoch = (step - 1) / per_epoch_;
   evals_.emplace_back(step, r);
   metrics_.write({{"event", "eval"}, {"step", step}, {"epoch", epoch}, {"test_loss", r.loss},
-                  {"test_accuracy", r.accuracy}});
+                  {"test_accuracy", r.accuracy}, {"seconds", seconds()}});
   char line[200];
   std::snprintf(line, sizeof line, "step %lld (epoch %lld): test loss %.4f, test accuracy %.2f%%",
                 static_cast<long long>(step), static_cast<long long>(epoch), r.loss, 100.0 * r.accuracy);

@@ -6,7 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev
-          libopenmpi-dev openmpi-bin dataset-fashion-mnist zlib1g-dev)
+          libopenmpi-dev openmpi-bin dataset-fashion-mnist zlib1g-dev
+          # Not the product's: scripts/plot.py (and its test, which would
+          # otherwise always skip) and scripts/paper_table1.sh.
+          python3-matplotlib jq)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -148,7 +148,7 @@ TEST(TrainCli, WritesMetricsLines) {
     auto j = nlohmann::json::parse(line);
     if (j["event"] == "step") {
       ++steps;
-      for (const char* k : {"step", "epoch", "loss", "samples_per_s"}) EXPECT_TRUE(j.contains(k)) << line;
+      for (const char* k : {"step", "epoch", "loss", "samples_per_s", "seconds"}) EXPECT_TRUE(j.contains(k)) << line;
     } else if (j["event"] == "eval") {
       ++evals;
       EXPECT_EQ(j["epoch"], 0);

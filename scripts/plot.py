@@ -1,0 +1,276 @@
+#!/usr/bin/python3
+"""Plots pipedream's outputs as PNG files.
+
+  plot.py curves RUN.jsonl [LABEL=RUN.jsonl ...] -o curves.png [--x step,time,epoch]
+      Loss and accuracy of one or more `pipedream train` / `pipedream run`
+      metrics files (--metrics), overlaid, against steps, wall time and/or
+      epochs. Training loss is the line; test loss and test accuracy (the
+      "eval" lines) are the markers; the training minibatch accuracy that
+      `run` writes is the faint line.
+
+  plot.py throughput SIM.json [LABEL=SIM.json ...] -o throughput.png
+      Bars of simulated throughput, one per `pipedream simulate --json`
+      output. The label is LABEL= when given, else the file's name without
+      its extension (so name the files after their configs: 7-1.json).
+
+Uses matplotlib from Debian: run with /usr/bin/python3 after
+`apt-get install python3-matplotlib`. Exit status 2 means the input was
+wrong (the message says what to fix), 3 that matplotlib is missing.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+EXIT_USAGE = 2
+EXIT_NO_MATPLOTLIB = 3
+
+
+class InputError(Exception):
+    """A problem with the user's files or arguments, with what to fix."""
+
+
+def labelled_paths(items):
+    """'LABEL=path' or 'path' (label: the file name without extension)."""
+    out = []
+    for item in items:
+        label, sep, path = item.partition("=")
+        if not sep or not label:
+            path = item
+            label = os.path.splitext(os.path.basename(item))[0]
+        if not os.path.isfile(path):
+            raise InputError(f"{path}: no such file (give FILE or LABEL=FILE)")
+        out.append((label, path))
+    labels = [label for label, _ in out]
+    duplicates = sorted({label for label in labels if labels.count(label) > 1})
+    if duplicates:
+        raise InputError(f"two inputs are labelled {', '.join(duplicates)}: give them distinct LABEL=FILE names")
+    return out
+
+
+def read_metrics(path):
+    """The step and eval lines of a metrics.jsonl, with x positions resolved."""
+    steps, evals = [], []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                j = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{number}: not JSON ({e.msg}); is this a metrics.jsonl from "
+                                 "`pipedream train/run --metrics`?") from None
+            if not isinstance(j, dict):
+                continue
+            if j.get("event") == "step":
+                if "step" not in j:
+                    raise InputError(f"{path}:{number}: a step line without \"step\"")
+                steps.append(j)
+            elif j.get("event") == "eval":
+                evals.append(j)
+    if not steps and not evals:
+        raise InputError(f"{path}: no \"step\" or \"eval\" lines; is this a metrics.jsonl from "
+                         "`pipedream train/run --metrics`?")
+    # x = steps done. `run` writes an eval's step; `train` only its epoch,
+    # which ends at the last step logged in that epoch.
+    last_step_of_epoch = {}
+    for s in steps:
+        e = s.get("epoch", 0)
+        last_step_of_epoch[e] = max(last_step_of_epoch.get(e, 0), s["step"] + 1)
+    for s in steps:
+        s["_steps_done"] = s["step"] + 1
+    for e in evals:
+        if "step" in e:
+            e["_steps_done"] = e["step"]
+        else:
+            e["_steps_done"] = last_step_of_epoch.get(e.get("epoch", 0))
+    return steps, evals
+
+
+def value(line, key):
+    """A finite number, or None (a diverged loss is written as null)."""
+    v = line.get(key)
+    if isinstance(v, (int, float)) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def x_of(line, axis, steps_per_epoch):
+    if axis == "step":
+        return line.get("_steps_done")
+    if axis == "time":
+        return value(line, "seconds")
+    done = line.get("_steps_done")  # epochs done, fractional
+    return None if done is None or not steps_per_epoch else done / steps_per_epoch
+
+
+def steps_per_epoch_of(steps):
+    """Steps in an epoch, from where the logged steps change epoch: exact
+    with --log-every 1, within half the logging interval otherwise (None
+    when no epoch ended)."""
+    last_of_first = [s["step"] for s in steps if s.get("epoch", 0) == 0]
+    first_of_second = [s["step"] for s in steps if s.get("epoch", 0) == 1]
+    if not last_of_first or not first_of_second:
+        return None
+    return (max(last_of_first) + 1 + min(first_of_second)) / 2
+
+
+AXIS_TITLES = {"step": "step", "time": "wall time (s)", "epoch": "epoch"}
+
+
+def plot_curves(args, plt):
+    runs = [(label, *read_metrics(path)) for label, path in labelled_paths(args.inputs)]
+    axes_wanted = list(dict.fromkeys(args.x))
+    if "time" in axes_wanted:
+        untimed = [label for label, steps, evals in runs if not any("seconds" in l for l in steps + evals)]
+        if untimed:
+            print(f"plot.py: {', '.join(untimed)}: no \"seconds\" in the metrics (written by an older build); "
+                  "dropping the time axis", file=sys.stderr)
+            axes_wanted = [a for a in axes_wanted if a != "time"] or ["step"]
+    if "epoch" in axes_wanted:
+        unknown = [label for label, steps, _ in runs if steps_per_epoch_of(steps) is None]
+        if unknown:
+            print(f"plot.py: {', '.join(unknown)}: shorter than two epochs, so the epoch length is unknown; "
+                  "dropping the epoch axis", file=sys.stderr)
+            axes_wanted = [a for a in axes_wanted if a != "epoch"] or ["step"]
+
+    fig, grid = plt.subplots(2, len(axes_wanted), figsize=(6 * len(axes_wanted), 8), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for col, axis in enumerate(axes_wanted):
+        loss_ax, acc_ax = grid[0][col], grid[1][col]
+        for i, (label, steps, evals) in enumerate(runs):
+            color = colors[i % len(colors)]
+            per_epoch = steps_per_epoch_of(steps)
+
+            def points(lines, key):
+                pts = [(x_of(l, axis, per_epoch), value(l, key)) for l in lines]
+                pts = [(x, y) for x, y in pts if x is not None and y is not None]
+                return [x for x, _ in pts], [y for _, y in pts]
+
+            xs, ys = points(steps, "loss")
+            if xs:
+                loss_ax.plot(xs, ys, color=color, linewidth=1, label=f"{label} train")
+            xs, ys = points(evals, "test_loss")
+            if xs:
+                loss_ax.plot(xs, ys, color=color, marker="o", linestyle="--", label=f"{label} test")
+            xs, ys = points(steps, "accuracy")
+            if xs:
+                acc_ax.plot(xs, ys, color=color, linewidth=0.8, alpha=0.35, label=f"{label} train minibatch")
+            xs, ys = points(evals, "test_accuracy")
+            if xs:
+                acc_ax.plot(xs, ys, color=color, marker="o", linestyle="--", label=f"{label} test")
+        loss_ax.set_title(f"loss against {AXIS_TITLES[axis]}")
+        loss_ax.set_ylabel("loss")
+        acc_ax.set_title(f"accuracy against {AXIS_TITLES[axis]}")
+        acc_ax.set_ylabel("accuracy")
+        for ax in (loss_ax, acc_ax):
+            ax.set_xlabel(AXIS_TITLES[axis])
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize="small")
+    if args.title:
+        fig.suptitle(args.title)
+    fig.tight_layout()
+    return fig
+
+
+def read_simulation(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            j = json.load(f)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not JSON ({e.msg}); write it with `pipedream simulate --json ... > {path}`") from None
+    if not isinstance(j, dict) or "time_per_minibatch_s" not in j:
+        raise InputError(f"{path}: no \"time_per_minibatch_s\"; is this the output of `pipedream simulate --json`?")
+    return j
+
+
+def plot_throughput(args, plt):
+    sims = [(label, read_simulation(path)) for label, path in labelled_paths(args.inputs)]
+    known = [s.get("throughput_samples_per_s", 0) > 0 for _, s in sims]
+    if all(known):
+        values = [s["throughput_samples_per_s"] for _, s in sims]
+        ylabel = "samples/s"
+    elif not any(known):
+        # No batch size in the plans: minibatches per second still compare.
+        values = [1.0 / s["time_per_minibatch_s"] if s["time_per_minibatch_s"] > 0 else 0.0 for _, s in sims]
+        ylabel = "minibatches/s"
+    else:
+        missing = [label for (label, _), k in zip(sims, known) if not k]
+        raise InputError(f"{', '.join(missing)}: throughput unknown (the plan's profile has no batch size) while "
+                         "the others have one; rerun those simulations with --batch-size N")
+    labels = [label for label, _ in sims]
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(labels) + 2), 4.5))
+    bars = ax.bar(range(len(labels)), values, color="tab:blue")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=30 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center")
+    for bar, v in zip(bars, values):
+        ax.annotate(f"{v:.4g}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                    fontsize="small")
+    ax.set_ylabel(f"simulated throughput ({ylabel})")
+    ax.set_title(args.title or "simulated throughput by configuration")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def x_axes(text):
+    axes = [a.strip() for a in text.split(",") if a.strip()]
+    bad = [a for a in axes if a not in AXIS_TITLES]
+    if bad or not axes:
+        raise argparse.ArgumentTypeError(f"'{text}': give a comma-separated list of step, time, epoch")
+    return axes
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="plot.py", description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="{curves,throughput}")
+    sub.required = True
+    curves = sub.add_parser("curves", help="loss and accuracy of metrics.jsonl files")
+    curves.add_argument("inputs", nargs="+", metavar="[LABEL=]METRICS.jsonl")
+    curves.add_argument("--x", type=x_axes, default=["step", "time"], metavar="AXES",
+                        help="x axes, one column each, comma-separated from step,time,epoch (default: step,time)")
+    throughput = sub.add_parser("throughput", help="throughput of `simulate --json` outputs")
+    throughput.add_argument("inputs", nargs="+", metavar="[LABEL=]SIMULATION.json")
+    for p in (curves, throughput):
+        p.add_argument("-o", "--output", required=True, help="PNG file to write")
+        p.add_argument("--title", help="figure title")
+    return parser.parse_args(argv)
+
+
+def main(argv):
+    args = parse_args(argv)
+    if not args.output.lower().endswith(".png"):
+        print(f"plot.py: --output {args.output}: give a .png file name", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        import matplotlib
+        matplotlib.use("Agg")  # files only: no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot.py: matplotlib is not installed; install it with `sudo apt-get install python3-matplotlib` "
+              "and run this script with /usr/bin/python3", file=sys.stderr)
+        return EXIT_NO_MATPLOTLIB
+    try:
+        fig = plot_curves(args, plt) if args.command == "curves" else plot_throughput(args, plt)
+    except InputError as e:
+        print(f"plot.py: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    out_dir = os.path.dirname(args.output)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    try:
+        fig.savefig(args.output, dpi=110)
+    except OSError as e:
+        print(f"plot.py: cannot write {args.output}: {e.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

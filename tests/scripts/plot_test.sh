@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# ctest `plot_script`: scripts/plot.py draws curves from a metrics file that
+# `pipedream train` writes and from a hand-written one in `run`'s format
+# (evals that carry a step, minibatch accuracy, a diverged null loss), and a
+# throughput chart from `simulate --json`-shaped files; each must be a
+# non-empty PNG. Bad input must exit 2 and name the file.
+#   tests/scripts/plot_test.sh SOURCE_DIR PIPEDREAM_BINARY
+# Exits 77 (ctest SKIP_RETURN_CODE) when matplotlib is absent.
+set -euo pipefail
+source_dir=$1
+pipedream=$2
+plot=("/usr/bin/python3" "$source_dir/scripts/plot.py")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+if ! /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+  echo "SKIP: matplotlib is not installed for /usr/bin/python3 (apt-get install python3-matplotlib)"
+  exit 77
+fi
+
+fail() { echo "FAIL: $*"; exit 1; }
+expect_png() {
+  [ -s "$1" ] || fail "$1 was not written or is empty"
+  [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] || fail "$1 is not a PNG"
+}
+
+# A metrics file in the product's current format, so a renamed field fails here.
+"$pipedream" train --model cnn --data synthetic --minibatches 4 --batch 16 --log-every 1 \
+  --threads 1 --metrics "$work/train.jsonl" >"$work/train.log" 2>&1 || { cat "$work/train.log"; fail "pipedream train failed"; }
+
+cat >"$work/run.jsonl" <<'JSON'
+{"event":"step","step":0,"epoch":0,"loss":2.3,"accuracy":0.1,"samples_per_s":100,"seconds":0.5}
+{"event":"step","step":1,"epoch":0,"loss":1.9,"accuracy":0.3,"samples_per_s":110,"seconds":1.0}
+{"event":"eval","step":2,"epoch":0,"test_loss":1.7,"test_accuracy":0.4,"seconds":1.2}
+{"event":"step","step":2,"epoch":1,"loss":1.5,"accuracy":0.5,"samples_per_s":120,"seconds":1.5}
+{"event":"step","step":3,"epoch":1,"loss":null,"accuracy":0.6,"samples_per_s":120,"seconds":2.0}
+{"event":"eval","step":4,"epoch":1,"test_loss":1.3,"test_accuracy":0.6,"seconds":2.2}
+{"event":"summary","steps":4,"seconds":2.2}
+JSON
+"${plot[@]}" curves train="$work/train.jsonl" stash="$work/run.jsonl" --x step,time,epoch -o "$work/out/curves.png"
+expect_png "$work/out/curves.png"
+
+echo '{"schedule":"1f1b-rr","minibatches":100,"time_per_minibatch_s":0.1,"throughput_samples_per_s":640,"workers":[]}' >"$work/7-1.json"
+echo '{"schedule":"1f1b-rr","minibatches":100,"time_per_minibatch_s":0.4,"throughput_samples_per_s":160,"workers":[]}' >"$work/dp.json"
+"${plot[@]}" throughput "$work/7-1.json" BSP="$work/dp.json" -o "$work/throughput.png"
+expect_png "$work/throughput.png"
+
+echo 'not json' >"$work/broken.jsonl"
+set +e
+message=$("${plot[@]}" curves "$work/broken.jsonl" -o "$work/broken.png" 2>&1)
+status=$?
+set -e
+[ "$status" -eq 2 ] || fail "bad input exited $status, expected 2: $message"
+[[ "$message" == *broken.jsonl* ]] || fail "the error does not name the file: $message"
+[ ! -e "$work/broken.png" ] || fail "a PNG was written for bad input"
+echo "PASS"
