@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/cpu/gemm.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "core/safetensors.h"
 #include "runtime/auto_plan.h"
 #include "runtime/checkpoint.h"
@@ -257,9 +258,15 @@ void run_command(const RunArgs& a) {
                  device.is_cpu() ? cat(a.threads, " thread", a.threads > 1 ? "s" : "", " per worker").c_str()
                                  : device.str().c_str());
     const Profile profile = measure_layer_profile(model, a.batch, a.threads, a.optimizer, device);
-    plan = plan_for_workers(profile, a.workers, a.straight);
+    const int cores = int(std::thread::hardware_concurrency());
+    plan = plan_for_workers(profile, a.workers, a.straight, device.is_cpu() ? a.threads : 1,
+                            device.is_cpu() ? cores : 0);
     plan_path = a.plan_out;
     write_plan(plan, plan_path);
+    if (plan.predicted_by == "shared cores")
+      std::fprintf(stderr, "%d workers x %d threads share %d cores: the cores, not the pipeline, bound a minibatch "
+                   "(%s of compute per minibatch over %d cores)\n", a.workers, a.threads, cores,
+                   seconds_text(plan.shared_cores_bound_s * cores / a.threads).c_str(), cores);
     std::fprintf(stderr, "planned %d workers: config %s, predicted %.0f samples/s (%.2fx one worker); plan written to %s\n",
                  a.workers, plan.config.c_str(), plan.throughput_samples_per_s, plan.speedup_vs_single,
                  plan_path.c_str());

@@ -48,6 +48,10 @@ struct Plan {
   std::string predicted_by = "closed form";
   double closed_form_s = 0;        // this plan's closed-form time (0: not recorded)
   double closed_form_bound_s = 0;  // no plan of the planner's space has a lower closed form (0: not recorded)
+  // `run --plan auto`: the workers share one machine's cores, so a
+  // minibatch takes at least its total compute x threads / cores (0: not
+  // recorded); predicted_by "shared cores" when that bound is the prediction.
+  double shared_cores_bound_s = 0;
   double speedup_vs_single = 0, speedup_vs_data_parallel = 0;
   int bottleneck_stage = 0;
   // NaN: the baseline does not fit in worker memory (null in plan.json).

@@ -122,7 +122,8 @@ json plan_to_json(const Plan& p) {
             {"bottleneck_stage", p.bottleneck_stage},
             {"by", p.predicted_by},
             {"closed_form_s", p.closed_form_s},
-            {"closed_form_bound_s", p.closed_form_bound_s}}},
+            {"closed_form_bound_s", p.closed_form_bound_s},
+            {"shared_cores_bound_s", p.shared_cores_bound_s}}},
           {"baselines", {{"single_worker_s", baseline_to_json(p.single_worker_s)},
                          {"data_parallel_s", baseline_to_json(p.data_parallel_s)}}}};
 }
@@ -209,6 +210,7 @@ Plan plan_from_json(const json& j, const std::string& source) {
     p.predicted_by = optional_field<std::string>(pr, "by", "closed form", where);
     p.closed_form_s = optional_field<double>(pr, "closed_form_s", 0, where);
     p.closed_form_bound_s = optional_field<double>(pr, "closed_form_bound_s", 0, where);
+    p.shared_cores_bound_s = optional_field<double>(pr, "shared_cores_bound_s", 0, where);
   }
   if (j.contains("baselines")) {
     const json& b = j["baselines"];

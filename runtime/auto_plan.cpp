@@ -1,7 +1,11 @@
 #include "runtime/auto_plan.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 #include "planner/planner.h"
+#include "runtime/simulator/plan_search.h"
 #include "profiler/measure.h"
 
 namespace pd {
@@ -18,17 +22,31 @@ Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const 
   return measure_profile(m, o);
 }
 
-Plan plan_for_workers(const Profile& p, int workers, bool straight, double bandwidth_GBps) {
+Plan plan_for_workers(const Profile& p, int workers, bool straight, int threads_per_worker, int cores,
+                      double bandwidth_GBps) {
   if (workers < 1) throw UserError(cat("--workers must be >= 1, got ", workers));
   if (straight && workers > static_cast<int>(p.nodes.size()))
     throw UserError(cat("--straight with ", workers, " workers needs at least as many layers; ", p.model, " has ",
                         p.nodes.size()));
   PlannerOptions o;
   o.straight = straight;
-  Plan plan = plan_pipeline(p, flat_topology(workers, bandwidth_GBps), o);
+  Plan plan = search_plan(p, flat_topology(workers, bandwidth_GBps), o).plan;
   plan.profile.model = p.model;
   plan.profile.batch_size = p.batch_size;
   plan.profile.device = p.device;
+  if (cores > 0) {
+    double compute = 0;
+    for (const ProfileNode& n : p.nodes) compute += (n.forward_ms + n.backward_ms) / 1e3;
+    plan.shared_cores_bound_s = compute * threads_per_worker / cores;
+    if (plan.shared_cores_bound_s > plan.time_per_minibatch_s * (1 + 1e-6)) {
+      plan.time_per_minibatch_s = plan.shared_cores_bound_s;
+      plan.predicted_by = "shared cores";
+      plan.throughput_samples_per_s = p.batch_size / plan.time_per_minibatch_s;
+      plan.speedup_vs_single = plan.single_worker_s / plan.time_per_minibatch_s;
+      plan.speedup_vs_data_parallel =
+          std::isnan(plan.data_parallel_s) ? 0.0 : plan.data_parallel_s / plan.time_per_minibatch_s;
+    }
+  }
   return plan;
 }
 

@@ -16,6 +16,12 @@ Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const 
                               Device device = Device::cpu());
 // Plans `workers` workers on one machine (flat topology, bandwidth_GBps
 // between workers: shared-memory MPI); `straight`: one worker per stage.
-Plan plan_for_workers(const Profile& p, int workers, bool straight = false, double bandwidth_GBps = 4.0);
+// The workers share the machine's `cores` (0: unknown): a minibatch's
+// compute, summed over its stages, takes at least that many core-seconds x
+// threads_per_worker, so no plan does better than total compute x threads
+// / cores per minibatch (Plan::shared_cores_bound_s); the prediction is
+// the replay or that bound, whichever is slower.
+Plan plan_for_workers(const Profile& p, int workers, bool straight = false, int threads_per_worker = 1,
+                      int cores = 0, double bandwidth_GBps = 4.0);
 
 }  // namespace pd

@@ -1,5 +1,7 @@
 #include "runtime/pipeline_worker.h"
 
+#include "core/text.h"
+
 #include <chrono>
 #include <cstdio>
 #include <numeric>
@@ -7,6 +9,7 @@
 #include "core/cpu/gemm.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "core/text.h"
 #include "runtime/checkpoint.h"
 #include "runtime/gather.h"
 #include "runtime/run_report.h"
@@ -54,6 +57,8 @@ void check_resumable(const ResumePoint& p, const RunSpec& spec, const Model& mod
 
 WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const DataSplits& data, Transport& t) {
   const int rank = t.rank();
+  // What the plan's memory counts excludes the data set, loaded already.
+  const double resident_before = double(allocator_for(spec.device).current_bytes());
   const Plan& plan = spec.plan;
   const PlanStage& my = plan.stages[static_cast<size_t>(plan.stage_of_rank(rank))];
   const bool leader = my.ranks.front() == rank;  // replica 0 of its stage
@@ -156,6 +161,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
                                {"wait_s", total.wait_s},
                                {"actions", total.actions},
                                {"peak_memory_bytes", allocator_for(spec.device).peak_bytes()},
+                               {"peak_training_bytes", double(allocator_for(spec.device).peak_bytes()) - resident_before},
                                {"device", spec.device.str()},
                                {"peak_weight_versions", total.peak_versions},
                                {"peak_stashed_activation_bytes", total.peak_context_bytes}};
@@ -168,7 +174,9 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   }
   out.reporter = true;
   out.seconds = report.seconds();
-  out.samples_per_s = report.samples_per_s();
+  // Every sample of every step, whichever replica trained it.
+  const int64_t steps = spec.steps() - start_step;
+  out.samples_per_s = out.seconds > 0 ? double(steps * spec.samples_per_step()) / out.seconds : 0;
   std::vector<nlohmann::json> per_rank(static_cast<size_t>(t.world_size())), traces(per_rank.size());
   for (int r = 0; r < t.world_size(); ++r) {
     if (r == rank) {
@@ -214,10 +222,24 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
     summary["test_accuracy"] = e.accuracy;
   }
   std::printf("\n");
-  for (const auto& line : per_rank)
-    std::printf("  rank %d (stage %d): busy %.0f%%, peak memory %.1f MB, up to %d weight versions\n",
-                line["rank"].get<int>(), line["stage"].get<int>(), 100.0 * line["busy_fraction"].get<double>(),
-                line["peak_memory_bytes"].get<double>() / 1e6, line["peak_weight_versions"].get<int>());
+  const double measured = steps > 0 ? out.seconds / double(steps) : 0;
+  summary["measured_time_per_minibatch_s"] = measured;
+  if (plan.time_per_minibatch_s > 0 && !is_flush(spec.schedule.kind)) {
+    std::printf("time per minibatch: predicted %s (%s), measured %s (%+.1f%%)\n",
+                seconds_text(plan.time_per_minibatch_s).c_str(), plan.predicted_by.c_str(),
+                seconds_text(measured).c_str(), 100 * (measured / plan.time_per_minibatch_s - 1));
+    summary["predicted_time_per_minibatch_s"] = plan.time_per_minibatch_s;
+  }
+  for (const auto& line : per_rank) {
+    const PlanStage& st = plan.stages[line["stage"].get<int>()];
+    const double peak = line["peak_training_bytes"].get<double>();
+    std::printf("  rank %d (stage %d): busy %.0f%%, peak memory %s beyond the data set", line["rank"].get<int>(),
+                st.index, 100.0 * line["busy_fraction"].get<double>(), bytes_text(peak).c_str());
+    if (st.memory_bytes > 0)
+      std::printf(" (plan: %s, %+.0f%%)", bytes_text(double(st.memory_bytes)).c_str(),
+                  100 * (peak / double(st.memory_bytes) - 1));
+    std::printf(", up to %d weight versions\n", line["peak_weight_versions"].get<int>());
+  }
   metrics.write(summary);
   if (!spec.save.empty()) std::printf("saved weights to %s\n", spec.save.c_str());
   if (!spec.metrics.empty()) std::printf("metrics: %s\n", spec.metrics.c_str());

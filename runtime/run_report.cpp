@@ -1,5 +1,6 @@
 #include "runtime/run_report.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace pd {
@@ -19,8 +20,11 @@ double RunReporter::seconds() const {
 }
 
 double RunReporter::samples_per_s() const {
+  // Every step up to the newest one seen counts: a replica of a replicated
+  // last stage sees only its own share of the losses.
   const double s = seconds();
-  return s > 0 ? static_cast<double>(steps_seen_ * samples_per_step_) / s : 0;
+  const int64_t steps = last_step_ < 0 ? 0 : last_step_ + 1 - first_step_;
+  return s > 0 ? static_cast<double>(steps * samples_per_step_) / s : 0;
 }
 
 void RunReporter::on_loss(int64_t step, int microbatch, const StepLoss& l) {
@@ -38,7 +42,8 @@ void RunReporter::on_loss(int64_t step, int microbatch, const StepLoss& l) {
     partial_.erase(step);
   }
   losses_[step] = loss;
-  ++steps_seen_;
+  if (first_step_ < 0) first_step_ = step;
+  last_step_ = std::max(last_step_, step);
   const double sps = samples_per_s();
   const int64_t epoch = step / per_epoch_;
   if ((step + 1) % log_every_ == 0 || step + 1 == total_)

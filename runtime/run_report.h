@@ -39,7 +39,8 @@ class RunReporter final : public ExecutorObserver {
   int64_t total_, per_epoch_;
   int microbatches_;
   int64_t samples_per_step_, log_every_;
-  int64_t segment_start_ = 0, steps_seen_ = 0;
+  int64_t segment_start_ = 0;
+  int64_t first_step_ = -1, last_step_ = -1;  // steps whose losses this rank saw
   std::map<int64_t, Partial> partial_;
   std::map<int64_t, float> losses_;
   std::vector<std::pair<int64_t, EvalResult>> evals_;
