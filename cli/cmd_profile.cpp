@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "models/model.h"
@@ -114,9 +115,7 @@ void run_profile(const ProfileArgs& a) {
   if (a.model.empty() && a.spec_file.empty()) throw UserError("give --model NAME (see `pipedream models`) or --model-spec FILE");
   if (!a.model.empty() && !a.spec_file.empty()) throw UserError("give --model or --model-spec, not both");
   if (a.output.empty()) throw UserError("-o/--output must name a file");
-  const std::filesystem::path folder = std::filesystem::path(a.output).parent_path();
-  if (!folder.empty() && !std::filesystem::is_directory(folder))
-    throw UserError(cat("-o ", a.output, ": folder ", folder.string(), " does not exist"));
+  check_output_file("-o", a.output);
   ProfileOptions o;
   o.batch = a.batch;
   o.device = Device::parse(a.device);

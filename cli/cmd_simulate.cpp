@@ -1,13 +1,14 @@
 // `pipedream simulate`: replay a plan's schedule on its costs and report
 // throughput, bubbles and memory (DESIGN.md §7).
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "planner/plan.h"
 #include "profiler/profile.h"
@@ -37,21 +38,46 @@ ScheduleOptions schedule_options(const Plan& plan, const std::string& schedule, 
   return o;
 }
 
+// --profile must be the one the plan was made from: the same file (by
+// sha256), or one of the same model whose layers carry the plan's names.
+// Another model's profile would give plausible but meaningless sizes.
+void check_profile_matches_plan(const Plan& plan, const Profile& profile) {
+  if (!plan.profile.sha256.empty() && plan.profile.sha256 == profile.sha256) return;
+  const std::string& path = profile.source_path;
+  if (profile.source_kind == "json" && !plan.profile.model.empty() && profile.model != plan.profile.model)
+    throw UserError(cat("--profile ", path, ": field 'model' is '", profile.model, "' but the plan was made for '",
+                        plan.profile.model, "'; pass the profile the plan was made from"));
+  for (const PlanStage& st : plan.stages) {
+    if (!st.nodes.empty() || st.layer_names.empty()) continue;
+    for (int l = st.first_layer; l <= st.last_layer; ++l) {
+      const size_t i = static_cast<size_t>(l - st.first_layer);
+      if (l < 0 || l >= static_cast<int>(profile.nodes.size()) || i >= st.layer_names.size()) break;
+      const std::string& name = profile.nodes[static_cast<size_t>(l)].name;
+      if (name != st.layer_names[i])
+        throw UserError(cat("--profile ", path, ": layer ", l, " is named '", name, "' but the plan's stage ",
+                            st.index, " names it '", st.layer_names[i], "'; pass the profile the plan was made from"));
+    }
+  }
+}
+
 void run_simulate(const SimulateArgs& a) {
   Plan plan = read_plan(a.plan);
   if (a.batch_size > 0) plan.profile.batch_size = a.batch_size;
   SimulationOptions opt;
   opt.schedule = schedule_options(plan, a.schedule, a.weights, a.minibatches, a.microbatches);
   opt.realistic_latency = a.realistic_latency;
-  if (!a.profile.empty()) opt.stashed_bytes = stashed_bytes_from_profile(plan, read_profile(a.profile));
+  if (!a.profile.empty()) {
+    const Profile profile = read_profile(a.profile);
+    check_profile_matches_plan(plan, profile);
+    opt.stashed_bytes = stashed_bytes_from_profile(plan, profile);
+  }
   opt.record_trace = !a.trace.empty();
   std::vector<TraceEvent> events;
   SimulationReport rep = simulate(plan, opt, &events);
   if (!a.trace.empty()) {
-    std::ofstream out(a.trace);
-    if (!out) throw UserError(cat("cannot write the trace to '", a.trace, "'"));
+    std::ostringstream out;
     write_chrome_trace(out, plan, events, is_flush(opt.schedule.kind));
-    if (!out) throw RuntimeFailure(cat("writing the trace to '", a.trace, "' failed"));
+    write_file_atomically(a.trace, out.str());
   }
   if (a.json) {
     std::cout << report_to_json(rep).dump() << "\n";

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "core/cpu/gemm.h"
 #include "core/cuda_plugin.h"
 #include "core/error.h"
@@ -54,6 +55,8 @@ class CliObserver final : public TrainObserver {
 
 void run_train(const TrainArgs& a) {
   if (a.log_every < 1) throw UserError(cat("--log-every must be >= 1, got ", a.log_every));
+  check_output_file("--save", a.save);
+  check_output_file("--metrics", a.metrics);
   require_compute_device(a.device);  // no CUDA build / no GPU: refused before reading data
   // Validate everything cheap before reading data.
   make_optimizer(a.train.optimizer);

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "cli/run_app.h"
 
 int main(int argc, char** argv) {
@@ -19,5 +20,9 @@ int main(int argc, char** argv) {
   pd::cli::add_schedule_command(app);
   pd::cli::add_run_command(app);
   pd::cli::add_bench_comm_command(app);
+  // Here rather than in each command: one table of rules per flag, shared
+  // by every command that computes.
+  for (const char* name : {"train", "profile", "run"}) pd::cli::check_numeric_options(*app.get_subcommand(name));
+  pd::cli::reject_options_reference_ignores(*app.get_subcommand("run"));
   return pd::cli::run_app(app, argc, argv);
 }

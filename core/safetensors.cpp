@@ -9,9 +9,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "core/atomic_file.h"
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace pd {
@@ -57,101 +60,147 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
 
-  const std::string tmp = cat(path, ".tmp.", ::getpid());
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw UserError(cat("cannot write ", path, ": ", std::strerror(errno)));
-  bool ok = true;
-  uint64_t n = text.size();
-  ok = ok && std::fwrite(&n, 8, 1, f) == 1;
-  ok = ok && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  for (const auto& [name, t] : tensors) {
-    Tensor h = t.device().is_cpu() ? t : t.to(Device::cpu());
-    if (h.nbytes()) ok = ok && std::fwrite(h.raw(), 1, h.nbytes(), f) == h.nbytes();
-  }
-  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    throw RuntimeFailure(cat("writing ", path, " failed: ", std::strerror(err)));
-  }
+  write_file_atomically(path, [&](std::FILE* f) {
+    const uint64_t n = text.size();
+    bool ok = std::fwrite(&n, 8, 1, f) == 1 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    for (const auto& [name, t] : tensors) {
+      Tensor h = t.device().is_cpu() ? t : t.to(Device::cpu());
+      if (h.nbytes()) ok = ok && std::fwrite(h.raw(), 1, h.nbytes(), f) == h.nbytes();
+    }
+    return ok;
+  });
 }
 
-NamedTensors load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(cat("cannot open safetensors file ", path));
-  in.seekg(0, std::ios::end);
-  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
-  auto bad = [&](const std::string& why) { return UserError(cat(path, " is not a valid safetensors file: ", why)); };
-  if (file_size < 8) throw bad("shorter than the 8-byte header length");
-  uint64_t header_len = 0;
-  in.read(reinterpret_cast<char*>(&header_len), 8);
-  if (header_len > kMaxHeader || header_len > file_size - 8)
-    throw bad(cat("header length ", header_len, " exceeds the file size ", file_size));
-  std::string text(header_len, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(header_len));
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw bad(cat("header is not JSON (", e.what(), ")"));
-  }
-  if (!header.is_object()) throw bad("header is not a JSON object");
-  const uint64_t data_size = file_size - 8 - header_len;
+namespace {
 
-  struct Entry {
-    std::string name;
-    DType dtype;
-    Shape shape;
-    uint64_t begin, end;
-  };
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+// The opened file and its parsed JSON header.
+struct HeaderRead {
+  std::ifstream in;
+  nlohmann::json header;
+  uint64_t header_len = 0, data_size = 0;
+};
+
+UserError invalid(const std::string& path, const std::string& why) {
+  return UserError(cat(path, " is not a valid safetensors file: ", why));
+}
+
+HeaderRead read_header(const std::string& path) {
+  HeaderRead h{std::ifstream(path, std::ios::binary), {}, 0, 0};
+  if (!h.in) throw UserError(cat("cannot open safetensors file ", path));
+  h.in.seekg(0, std::ios::end);
+  const uint64_t file_size = static_cast<uint64_t>(h.in.tellg());
+  h.in.seekg(0);
+  if (file_size < 8) throw invalid(path, "shorter than the 8-byte header length");
+  h.in.read(reinterpret_cast<char*>(&h.header_len), 8);
+  if (h.header_len > kMaxHeader || h.header_len > file_size - 8)
+    throw invalid(path, cat("header length ", h.header_len, " exceeds the file size ", file_size));
+  std::string text(h.header_len, '\0');
+  h.in.read(text.data(), static_cast<std::streamsize>(h.header_len));
+  try {
+    h.header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw invalid(path, cat("header is not JSON (", e.what(), ")"));
+  }
+  if (!h.header.is_object()) throw invalid(path, "header is not a JSON object");
+  h.data_size = file_size - 8 - h.header_len;
+  return h;
+}
+
+std::map<std::string, std::string> read_metadata(const nlohmann::json& v, const std::string& path) {
+  if (!v.is_object()) throw invalid(path, "__metadata__ is not an object");
+  std::map<std::string, std::string> out;
+  for (auto m = v.begin(); m != v.end(); ++m) {
+    if (!m.value().is_string()) throw invalid(path, cat("metadata value '", m.key(), "' is not a string"));
+    out[m.key()] = m.value().get<std::string>();
+  }
+  return out;
+}
+
+// One tensor's header entry; its bytes lie inside the data and match its
+// shape. Sizes are checked before they are multiplied, so no shape wraps.
+Entry read_entry(const std::string& name, const nlohmann::json& v, uint64_t data_size, const std::string& path) {
+  if (!v.is_object()) throw invalid(path, cat("tensor '", name, "' entry is not an object"));
+  const std::string where = cat(path, ": tensor '", name, "'");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!v.contains(key)) throw invalid(path, cat("tensor '", name, "' has no ", key));
+  Entry e{name, DType::F32, {}, 0, 0};
+  if (!parse_dtype(checked::string(v["dtype"], {where, "dtype"}), &e.dtype))
+    throw invalid(path, cat("tensor '", name, "' has unsupported dtype ", v["dtype"].dump()));
+  const auto& shape = v["shape"];
+  if (!shape.is_array()) throw invalid(path, cat("tensor '", name, "' shape is not an array"));
+  int64_t numel = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    e.shape.push_back(checked::integer(shape[i], {where, cat("shape[", i, "]")}, 0, checked::kMaxCount));
+    numel = checked::product(numel, e.shape.back(), {where, "shape"}, checked::kMaxCount);
+  }
+  const auto& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2) throw invalid(path, cat("tensor '", name, "' data_offsets is not [begin, end]"));
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  e.begin = static_cast<uint64_t>(checked::integer(off[0], {where, "data_offsets[0]"}, 0, max));
+  e.end = static_cast<uint64_t>(checked::integer(off[1], {where, "data_offsets[1]"}, 0, max));
+  if (e.begin > e.end || e.end > data_size)
+    throw invalid(path, cat("tensor '", name, "' data [", e.begin, ", ", e.end, ") lies outside the ", data_size,
+                            " data bytes"));
+  if (e.end - e.begin != static_cast<uint64_t>(numel) * dtype_size(e.dtype))
+    throw invalid(path, cat("tensor '", name, "' has ", e.end - e.begin, " bytes but shape ", shape_str(e.shape)));
+  return e;
+}
+
+// Sorted by offset; two tensors sharing bytes would alias each other's data.
+void check_no_overlap(const std::vector<Entry>& sorted, const std::string& path) {
+  for (size_t i = 1; i < sorted.size(); ++i)
+    if (sorted[i].begin < sorted[i - 1].end)
+      throw invalid(path, cat("data_offsets of tensors '", sorted[i - 1].name, "' [", sorted[i - 1].begin, ", ",
+                              sorted[i - 1].end, ") and '", sorted[i].name, "' [", sorted[i].begin, ", ",
+                              sorted[i].end, ") overlap"));
+}
+
+// Every entry of the header, checked, sorted by offset (the order the
+// tensors were saved in), and the metadata.
+std::vector<Entry> read_entries(const HeaderRead& h, const std::string& path,
+                                std::map<std::string, std::string>* metadata) {
   std::vector<Entry> entries;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const nlohmann::json& v = it.value();
-    if (name == "__metadata__") {
-      if (!v.is_object()) throw bad("__metadata__ is not an object");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) throw bad(cat("metadata value '", m.key(), "' is not a string"));
-        if (metadata) (*metadata)[m.key()] = m.value().get<std::string>();
-      }
+  for (auto it = h.header.begin(); it != h.header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      for (auto& [key, value] : read_metadata(it.value(), path))
+        if (metadata) (*metadata)[key] = value;
       continue;
     }
-    try {
-      Entry e{name, DType::F32, {}, 0, 0};
-      if (!parse_dtype(v.at("dtype").get<std::string>(), &e.dtype))
-        throw bad(cat("tensor '", name, "' has unsupported dtype ", v.at("dtype").dump()));
-      for (const auto& d : v.at("shape")) {
-        int64_t k = d.get<int64_t>();
-        if (k < 0) throw bad(cat("tensor '", name, "' has a negative dimension"));
-        e.shape.push_back(k);
-      }
-      const auto& off = v.at("data_offsets");
-      if (!off.is_array() || off.size() != 2) throw bad(cat("tensor '", name, "' data_offsets is not [begin, end]"));
-      e.begin = off[0].get<uint64_t>();
-      e.end = off[1].get<uint64_t>();
-      if (e.begin > e.end || e.end > data_size)
-        throw bad(cat("tensor '", name, "' data [", e.begin, ", ", e.end, ") lies outside the ", data_size,
-                      " data bytes"));
-      if (e.end - e.begin != static_cast<uint64_t>(shape_numel(e.shape)) * dtype_size(e.dtype))
-        throw bad(cat("tensor '", name, "' has ", e.end - e.begin, " bytes but shape ", shape_str(e.shape)));
-      entries.push_back(std::move(e));
-    } catch (const nlohmann::json::exception& ex) {
-      throw bad(cat("tensor '", name, "' entry is malformed (", ex.what(), ")"));
-    }
+    entries.push_back(read_entry(it.key(), it.value(), h.data_size, path));
   }
-  // The file order (by offset) is the order the tensors were saved in.
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
+  check_no_overlap(entries, path);
+  return entries;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+  std::map<std::string, std::string> metadata;
+  read_entries(read_header(path), path, &metadata);
+  return metadata;
+}
+
+NamedTensors load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  HeaderRead h = read_header(path);
+  const std::vector<Entry> entries = read_entries(h, path, metadata);
   NamedTensors out;
-  const uint64_t base = 8 + header_len;
+  std::ifstream& in = h.in;
+  const uint64_t base = 8 + h.header_len;
   for (const Entry& e : entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype);
     in.seekg(static_cast<std::streamoff>(base + e.begin));
     in.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(e.end - e.begin));
-    if (!in) throw bad(cat("could not read the data of tensor '", e.name, "'"));
+    if (!in) throw invalid(path, cat("could not read the data of tensor '", e.name, "'"));
     out.emplace_back(e.name, std::move(t));
   }
   return out;

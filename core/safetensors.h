@@ -18,5 +18,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 // Throws UserError when the file is missing or malformed.
 NamedTensors load_safetensors(const std::string& path,
                               std::map<std::string, std::string>* metadata = nullptr);
+// The "__metadata__" of the header, after checking the header as
+// load_safetensors does (offsets, shapes, overlaps); no tensor data is read.
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
 
 }  // namespace pd

@@ -2,9 +2,11 @@
 // any layer is constructed, so that a mistake is reported as
 // "layer I (type): field 'F' ..." rather than as a failure deep in a kernel.
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <set>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "core/layers.h"
 #include "models/model.h"
@@ -15,6 +17,20 @@ namespace {
 
 using nlohmann::json;
 
+// Largest size (a dimension, a channel count, a kernel) and largest tensor
+// (per-sample activation or parameter, in elements) a spec may ask for:
+// 2^31 - 1, what the kernels index with. Larger values are typos, and
+// would overflow shape arithmetic or exhaust memory before any message.
+constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();
+
+// Elements of `shape`, or a UserError from `f` when there are too many.
+int64_t checked_numel(const Shape& shape, const checked::Field& f) {
+  int64_t n = 1;
+  for (int64_t d : shape) n = checked::product(n, d, f, kMaxElements);
+  return n;
+}
+
 // Reads the fields of one layer object; remembers which it used so that a
 // misspelt field ("kernal") is an error, not a silent default.
 class LayerFields {
@@ -23,6 +39,9 @@ class LayerFields {
     used_ = {"type", "name"};
   }
 
+  checked::Field field(const std::string& name) const {
+    return {cat("model spec: layer ", index_, " (", type_, ")"), cat("field '", name, "'")};
+  }
   UserError error(const std::string& field, const std::string& what) const {
     return UserError(cat("model spec: layer ", index_, " (", type_, "): field '", field, "' ", what));
   }
@@ -30,27 +49,21 @@ class LayerFields {
     return UserError(cat("model spec: layer ", index_, " (", type_, "): ", what));
   }
 
+  // Sizes are at most kMaxSize, so that they fit an int and sums of a few
+  // of them fit an int64_t.
   int64_t integer(const std::string& f, std::optional<int64_t> fallback, int64_t min) {
     used_.insert(f);
     if (!j_.contains(f)) {
       if (!fallback) throw error(f, "is required");
       return *fallback;
     }
-    const json& v = j_[f];
-    if (!v.is_number_integer()) throw error(f, cat("must be an integer, got ", v.dump()));
-    int64_t x = v.get<int64_t>();
-    if (x < min) throw error(f, cat("must be >= ", min, ", got ", x));
-    return x;
+    return checked::integer(j_[f], field(f), min, kMaxSize);
   }
 
   double number(const std::string& f, double fallback, double lo, double hi) {
     used_.insert(f);
     if (!j_.contains(f)) return fallback;
-    const json& v = j_[f];
-    if (!v.is_number()) throw error(f, cat("must be a number, got ", v.dump()));
-    double x = v.get<double>();
-    if (!(x >= lo && x <= hi)) throw error(f, cat("must be in [", lo, ", ", hi, "], got ", x));
-    return x;
+    return checked::number(j_[f], field(f), lo, hi);
   }
 
   bool flag(const std::string& f, bool fallback) {
@@ -65,10 +78,13 @@ class LayerFields {
     used_.insert(f);
     if (!j_.contains(f)) throw error(f, "is required");
     const json& v = j_[f];
-    if (v.is_number_integer() && v.get<int64_t>() > 0) return {v.get<int64_t>(), v.get<int64_t>()};
-    if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer() &&
-        v[0].get<int64_t>() > 0 && v[1].get<int64_t>() > 0)
-      return {v[0].get<int64_t>(), v[1].get<int64_t>()};
+    if (v.is_number()) {
+      const int64_t n = checked::integer(v, field(f), 1, kMaxSize);
+      return {n, n};
+    }
+    if (v.is_array() && v.size() == 2)
+      return {checked::integer(v[0], field(f + "[0]"), 1, kMaxSize),
+              checked::integer(v[1], field(f + "[1]"), 1, kMaxSize)};
     throw error(f, cat("must be a positive integer or [h, w], got ", v.dump()));
   }
 
@@ -100,22 +116,24 @@ LayerPtr make_layer(const std::string& type, LayerFields& f, const Shape& in, DT
   if (type == "conv2d") {
     need_rank(f, in, 3, "[C, H, W]");
     int64_t out = f.integer("out_channels", std::nullopt, 1);
-    int k = static_cast<int>(f.integer("kernel", std::nullopt, 1));
-    int s = static_cast<int>(f.integer("stride", 1, 1));
-    int p = static_cast<int>(f.integer("padding", 0, 0));
+    // int64_t: 2 * padding must not overflow; each fits an int (kMaxSize).
+    const int64_t k = f.integer("kernel", std::nullopt, 1);
+    const int64_t s = f.integer("stride", 1, 1);
+    const int64_t p = f.integer("padding", 0, 0);
     if (in[1] + 2 * p < k || in[2] + 2 * p < k)
       throw f.error("kernel", cat("(", k, ") is larger than the padded input ", shape_str(in)));
-    return make_conv2d(in[0], out, k, s, p, f.flag("bias", true));
+    return make_conv2d(in[0], out, static_cast<int>(k), static_cast<int>(s), static_cast<int>(p), f.flag("bias", true));
   }
   if (type == "maxpool2d" || type == "avgpool2d") {
     need_rank(f, in, 3, "[C, H, W]");
-    int k = static_cast<int>(f.integer("kernel", std::nullopt, 1));
-    int s = static_cast<int>(f.integer("stride", k, 1));
-    int p = static_cast<int>(f.integer("padding", 0, 0));
+    const int64_t k = f.integer("kernel", std::nullopt, 1);
+    const int s = static_cast<int>(f.integer("stride", k, 1));
+    const int64_t p = f.integer("padding", 0, 0);
     if (2 * p > k) throw f.error("padding", cat("(", p, ") must be at most half the kernel (", k, ")"));
     if (in[1] + 2 * p < k || in[2] + 2 * p < k)
       throw f.error("kernel", cat("(", k, ") is larger than the padded input ", shape_str(in)));
-    return type == "maxpool2d" ? make_maxpool2d(k, s, p) : make_avgpool2d(k, s, p);
+    const int ki = static_cast<int>(k), pi = static_cast<int>(p);
+    return type == "maxpool2d" ? make_maxpool2d(ki, s, pi) : make_avgpool2d(ki, s, pi);
   }
   if (type == "adaptive_avgpool2d") {
     need_rank(f, in, 3, "[C, H, W]");
@@ -167,15 +185,21 @@ LayerPtr make_layer(const std::string& type, LayerFields& f, const Shape& in, DT
 
 UserError spec_error(const std::string& what) { return UserError(cat("model spec: ", what)); }
 
+// Every parameter and buffer of the layer fits kMaxElements (a linear of
+// 2^31 x 2^31 would otherwise exhaust memory when allocated).
+void check_parameter_sizes(const Layer& layer, const LayerFields& fields) {
+  std::vector<ParamSpec> specs = layer.param_specs();
+  for (const ParamSpec& b : layer.buffer_specs()) specs.push_back(b);
+  for (const ParamSpec& p : specs) checked_numel(p.shape, {fields.field(p.name).where, cat("parameter '", p.name, "'")});
+}
+
 Shape read_input_shape(const json& input) {
   if (!input.is_object() || !input.contains("shape") || !input["shape"].is_array() || input["shape"].empty())
     throw spec_error("field 'input' must be {\"shape\": [dims...]} with at least one dimension");
   Shape s;
-  for (const json& d : input["shape"]) {
-    if (!d.is_number_integer() || d.get<int64_t>() <= 0)
-      throw spec_error(cat("field 'input.shape' must hold positive integers, got ", input["shape"].dump()));
-    s.push_back(d.get<int64_t>());
-  }
+  for (size_t i = 0; i < input["shape"].size(); ++i)
+    s.push_back(checked::integer(input["shape"][i], {"model spec", cat("field 'input.shape[", i, "]'")}, 1, kMaxSize));
+  checked_numel(s, {"model spec", "field 'input.shape' (elements per sample)"});
   return s;
 }
 
@@ -189,20 +213,19 @@ Model build_model(const json& spec) {
 
   Model m;
   m.spec = spec;
-  m.name = spec.value("name", std::string("model"));
+  m.name = checked::string_or(spec, "name", "model", {"model spec", "field 'name'"});
   if (!spec.contains("input")) throw spec_error("field 'input' is required");
   m.input_shape = read_input_shape(spec["input"]);
-  const std::string dtype = spec["input"].value("dtype", std::string("f32"));
+  const std::string dtype = checked::string_or(spec["input"], "dtype", "f32", {"model spec", "field 'input.dtype'"});
   if (dtype == "f32") m.input_dtype = DType::F32;
   else if (dtype == "i32") m.input_dtype = DType::I32;
   else throw spec_error(cat("field 'input.dtype' must be f32 or i32, got '", dtype, "'"));
-  const std::string task = spec.value("task", std::string("classification"));
+  const std::string task = checked::string_or(spec, "task", "classification", {"model spec", "field 'task'"});
   if (task == "classification") m.task = Task::Classification;
   else if (task == "language_model") m.task = Task::LanguageModel;
   else throw spec_error(cat("field 'task' must be classification or language_model, got '", task, "'"));
-  if (!spec.contains("classes") || !spec["classes"].is_number_integer() || spec["classes"].get<int64_t>() < 2)
-    throw spec_error("field 'classes' must be an integer >= 2");
-  m.classes = spec["classes"].get<int64_t>();
+  if (!spec.contains("classes")) throw spec_error("field 'classes' is required (an integer >= 2)");
+  m.classes = checked::integer(spec["classes"], {"model spec", "field 'classes'"}, 2, kMaxSize);
   if (!spec.contains("layers") || !spec["layers"].is_array() || spec["layers"].empty())
     throw spec_error("field 'layers' must be a non-empty array");
 
@@ -230,13 +253,14 @@ Model build_model(const json& spec) {
 
     LayerPtr layer = make_layer(type, fields, shape, dt);
     fields.reject_unknown();
+    check_parameter_sizes(*layer, fields);
     Shape out;
     try {
       out = layer->output_shape(shape);
     } catch (const std::exception& e) {
       throw fields.error(cat("cannot take input ", shape_str(shape), ": ", e.what()));
     }
-    if (out.empty() || shape_numel(out) <= 0)
+    if (out.empty() || checked_numel(out, {fields.field("output").where, "output (elements per sample)"}) <= 0)
       throw fields.error(cat("produces an empty output ", shape_str(out), " from input ", shape_str(shape)));
     m.layers.push_back({name, std::move(layer), shape, out});
     shape = out;

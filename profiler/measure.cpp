@@ -40,7 +40,8 @@ void check_profile_options(const ProfileOptions& o) {
   if (o.warmup < 0) throw UserError(cat("--warmup must be >= 0, got ", o.warmup));
   if (!(o.min_seconds >= 0) || !std::isfinite(o.min_seconds))
     throw UserError(cat("--min-time must be a number of seconds >= 0, got ", o.min_seconds));
-  if (o.threads < 0) throw UserError(cat("--threads must be >= 1 (or 0 for all cores), got ", o.threads));
+  if (o.threads < 0 || o.threads > cpu::kMaxComputeThreads)
+    throw UserError(cat("--threads must be in [1, ", cpu::kMaxComputeThreads, "] (or 0 for all cores), got ", o.threads));
   make_optimizer(o.optimizer);  // UserError for an unknown kind
   // A CPU-only build, a plugin that does not load, no GPU, a bad index.
   require_compute_device(o.device.str());

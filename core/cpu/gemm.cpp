@@ -75,7 +75,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 }
 
 void set_compute_threads(int n) {
-  if (n < 1) throw UserError(cat("thread count must be at least 1, got ", n));
+  if (n < 1 || n > kMaxComputeThreads)
+    throw UserError(cat("thread count must be in [1, ", kMaxComputeThreads, "], got ", n));
   g_threads = n;
   omp_set_num_threads(n);
 }

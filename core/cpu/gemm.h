@@ -14,7 +14,12 @@ namespace pd::cpu {
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-// Sets OpenBLAS and OpenMP threads for this process.
+// Most compute threads a process may ask for: OpenMP crashes on tens of
+// thousands of threads, and past a thousand no machine we target speeds up.
+constexpr int kMaxComputeThreads = 1024;
+
+// Sets OpenBLAS and OpenMP threads for this process (1..kMaxComputeThreads,
+// else a UserError).
 void set_compute_threads(int n);
 int compute_threads();
 

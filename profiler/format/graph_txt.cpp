@@ -3,6 +3,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "profiler/format/profile_graph.h"
 #include "profiler/profile.h"
@@ -43,6 +44,12 @@ double parse_activation(const std::string& value, const std::string& where) {
   return sum;
 }
 
+// PipeDream writes sizes as floats ("102760448.000000"); rounded, and at
+// most 2^53 so that the cast cannot wrap.
+uint64_t bytes_value(double v, const std::string& where, const std::string& key) {
+  return static_cast<uint64_t>(checked::rounded(v, {where, key}, 0, checked::kMaxCount));
+}
+
 ProfileNode parse_node_line(const std::string& line, const std::string& where) {
   auto parts = split(line, " -- ");
   if (!parts.empty() && trim(parts.back()).rfind("stage_id=", 0) == 0) parts.pop_back();
@@ -63,10 +70,10 @@ ProfileNode parse_node_line(const std::string& line, const std::string& where) {
     } else if (key == "backward_compute_time") {
       node.backward_ms = profile_detail::parse_non_negative(trim(value), where, key), seen[1] = true;
     } else if (key == "activation_size") {
-      node.output_bytes = node.activation_bytes = uint64_t(std::llround(parse_activation(value, where)));
+      node.output_bytes = node.activation_bytes = bytes_value(parse_activation(value, where), where, key);
       seen[2] = true;
     } else if (key == "parameter_size") {
-      node.parameter_bytes = uint64_t(std::llround(profile_detail::parse_non_negative(trim(value), where, key)));
+      node.parameter_bytes = bytes_value(profile_detail::parse_non_negative(trim(value), where, key), where, key);
       seen[3] = true;
     } else {
       throw UserError(cat(where, ": unknown field '", key, "'"));

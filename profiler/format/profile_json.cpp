@@ -3,11 +3,14 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <regex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
+#include "core/checked.h"
 #include "core/error.h"
 #include "profiler/format/profile_graph.h"
 #include "profiler/profile.h"
@@ -52,15 +55,28 @@ double number_field(const json& obj, const char* key, const Where& where, bool r
   return it->get<double>();
 }
 
-uint64_t bytes_field(const json& obj, const char* key, const Where& where, bool required) {
-  double v = number_field(obj, key, where, required);
-  if (v != std::floor(v)) throw UserError(cat(where(), ": \"", key, "\" must be a whole number of bytes"));
-  return uint64_t(v);
+// A count (bytes, iterations) of at most 2^53: 2^70 or 5.5 is an error,
+// never a wrapped or truncated number.
+int64_t count_field(const json& obj, const char* key, const Where& where, bool required, int64_t max = checked::kMaxCount) {
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    if (required) throw UserError(cat(where(), ": missing \"", key, "\""));
+    return 0;
+  }
+  return checked::integer(*it, {where(), cat("\"", key, "\"")}, 0, max);
 }
 
-std::string string_field(const json& obj, const char* key, const std::string& fallback) {
+uint64_t bytes_field(const json& obj, const char* key, const Where& where, bool required) {
+  return static_cast<uint64_t>(count_field(obj, key, where, required));
+}
+
+int int_field(const json& obj, const char* key, const Where& where, bool required) {
+  return static_cast<int>(count_field(obj, key, where, required, std::numeric_limits<int>::max()));
+}
+
+std::string string_field(const json& obj, const char* key, const std::string& fallback, const Where& where) {
   auto it = obj.find(key);
-  return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
+  return it == obj.end() ? fallback : checked::string(*it, {where(), cat("\"", key, "\"")});
 }
 
 }  // namespace
@@ -78,25 +94,27 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     j = json::parse(text);
   } catch (const json::parse_error& e) {
     throw UserError(cat(source, ":", line_at(text, e.byte == 0 ? 0 : e.byte - 1), ": invalid JSON: ", e.what()));
+  } catch (const json::exception& e) {  // out_of_range.406: a number such as 1e999
+    throw UserError(cat(source, ": invalid JSON: ", e.what()));
   }
   if (!j.is_object()) throw UserError(cat(source, ":1: a profile must be a JSON object"));
   Profile p;
   p.source_path = source;
   p.source_kind = "json";
-  p.format = string_field(j, "format", "");
+  const Where top = [&] { return source; };
+  p.format = string_field(j, "format", "", top);
   if (p.format != "pipedream-profile/1")
     throw UserError(cat(key_location(text, source, "format"), ": expected \"format\": \"pipedream-profile/1\", got '",
                         p.format, "'"));
-  p.model = string_field(j, "model", "");
-  p.device = string_field(j, "device", "cpu");
-  p.dtype = string_field(j, "dtype", "f32");
-  const Where top = [&] { return source; };
-  p.batch_size = int(number_field(j, "batch_size", [&] { return key_location(text, source, "batch_size"); }, true));
+  p.model = string_field(j, "model", "", top);
+  p.device = string_field(j, "device", "cpu", top);
+  p.dtype = string_field(j, "dtype", "f32", top);
+  p.batch_size = int_field(j, "batch_size", [&] { return key_location(text, source, "batch_size"); }, true);
   if (p.batch_size <= 0) throw UserError(cat(key_location(text, source, "batch_size"), ": batch_size must be positive"));
-  p.threads = j.contains("threads") ? int(number_field(j, "threads", top, false)) : 1;
+  p.threads = j.contains("threads") ? int_field(j, "threads", top, false) : 1;
   p.step_forward_backward_ms = number_field(j, "step_forward_backward_ms", top, false);
-  p.warmup_iterations = int(number_field(j, "warmup_iterations", top, false));
-  p.measured_iterations = int(number_field(j, "measured_iterations", top, false));
+  p.warmup_iterations = int_field(j, "warmup_iterations", top, false);
+  p.measured_iterations = int_field(j, "measured_iterations", top, false);
   p.measured_seconds = number_field(j, "measured_seconds", top, false);
   p.host_probe_ms = number_field(j, "host_probe_ms", top, false);
   auto nodes = j.find("nodes");
@@ -105,13 +123,13 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
   for (size_t i = 0; i < nodes->size(); ++i) {
     const json& n = (*nodes)[i];
     std::string where = cat(source, ": nodes[", i, "]");
-    if (!n.is_object() || !n.contains("id") || !n["id"].is_number_integer())
+    if (!n.is_object() || !n.contains("id"))
       throw UserError(cat(where, ": each node needs an integer \"id\""));
     ProfileNode node;
-    node.id = n["id"].get<int>();
+    node.id = checked::integer_as<int>(n["id"], {where, "\"id\""}, 0);
     const Where node_where = [&] { return cat(node_location(text, source, node.id), ": node ", node.id); };
-    node.name = string_field(n, "name", cat("node", node.id));
-    node.op = string_field(n, "op", "");
+    node.name = string_field(n, "name", cat("node", node.id), node_where);
+    node.op = string_field(n, "op", "", node_where);
     node.forward_ms = number_field(n, "forward_ms", node_where, true);
     node.backward_ms = number_field(n, "backward_ms", node_where, true);
     node.forward_p90_ms = number_field(n, "forward_p90_ms", node_where, false);
@@ -129,10 +147,12 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     if (p.nodes.size() > 1) throw UserError(cat(source, ": missing \"edges\" (a chain lists [i, i+1] pairs)"));
   } else {
     if (!edges->is_array()) throw UserError(cat(edges_where, ": \"edges\" must be an array of [from, to] pairs"));
-    for (const json& e : *edges) {
-      if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || !e[1].is_number_integer())
+    for (size_t i = 0; i < edges->size(); ++i) {
+      const json& e = (*edges)[i];
+      if (!e.is_array() || e.size() != 2)
         throw UserError(cat(edges_where, ": each edge must be [from id, to id], got ", e.dump()));
-      p.edges.emplace_back(e[0].get<int>(), e[1].get<int>());
+      const checked::Field from{edges_where, cat("edges[", i, "][0]")}, to{edges_where, cat("edges[", i, "][1]")};
+      p.edges.emplace_back(checked::integer_as<int>(e[0], from, 0), checked::integer_as<int>(e[1], to, 0));
     }
   }
   profile_detail::SourceLocator locate{
@@ -191,14 +211,7 @@ void write_profile_json(const Profile& p, const std::string& path) {
     j["measured_seconds"] = p.measured_seconds;
   }
   if (p.host_probe_ms > 0) j["host_probe_ms"] = p.host_probe_ms;
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw RuntimeFailure(cat("cannot write ", tmp));
-    out << j.dump(1) << "\n";
-    if (!out) throw RuntimeFailure(cat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw RuntimeFailure(cat("cannot rename ", tmp, " to ", path));
+  write_file_atomically(path, j.dump(1) + "\n");
 }
 
 }  // namespace pd

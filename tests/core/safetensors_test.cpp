@@ -130,5 +130,44 @@ TEST(Safetensors, MalformedFilesAreUserErrors) {
   EXPECT_THROW(load_safetensors((d / "meta").string()), UserError);
 }
 
+// The message of the UserError load_safetensors throws on `path`.
+std::string load_error(const fs::path& path) {
+  try {
+    load_safetensors(path.string());
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no UserError)";
+}
+
+TEST(Safetensors, OverlappingDataOffsetsAreRefused) {
+  fs::path d = temp_dir();
+  write_raw(d / "overlap", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
+                              "b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", std::string(12, '\0'));
+  EXPECT_NE(load_error(d / "overlap").find("overlap"), std::string::npos) << load_error(d / "overlap");
+  EXPECT_THROW(read_safetensors_metadata((d / "overlap").string()), UserError);
+}
+
+TEST(Safetensors, HugeNumbersInTheHeaderNameTheField) {
+  fs::path d = temp_dir();
+  // 2^64 + 4 is read as a float by the JSON parser; 2^62 x 2^62 elements wrap.
+  write_raw(d / "offset", R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[18446744073709551620,4]}})",
+            std::string(8, '\0'));
+  EXPECT_NE(load_error(d / "offset").find("data_offsets[0]"), std::string::npos) << load_error(d / "offset");
+  write_raw(d / "numel", R"({"x":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", "");
+  EXPECT_NE(load_error(d / "numel").find("shape[0]"), std::string::npos) << load_error(d / "numel");
+  write_raw(d / "fraction", R"({"x":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", std::string(8, '\0'));
+  EXPECT_NE(load_error(d / "fraction").find("shape[0]"), std::string::npos) << load_error(d / "fraction");
+}
+
+TEST(Safetensors, SavingOverAFolderLeavesNothingBehind) {
+  fs::path d = temp_dir("folder_target");
+  fs::create_directories(d / "w.safetensors");
+  EXPECT_THROW(save_safetensors((d / "w.safetensors").string(), {{"x", Tensor::zeros({4})}}), UserError);
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(d)) ++entries;
+  EXPECT_EQ(entries, 1);
+}
+
 }  // namespace
 }  // namespace pd

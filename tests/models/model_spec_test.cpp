@@ -88,6 +88,54 @@ TEST(ModelSpec, BadSpecsNameLayerAndField) {
   EXPECT_NE(spec_error(json::array()), "");
 }
 
+// Numbers that used to wrap, truncate or crash: each is refused naming its field.
+TEST(ModelSpec, NumbersThatDoNotFitAreRefusedNamingTheField) {
+  json s = small_cnn();
+  s["input"]["shape"] = json::parse("[4611686018427387904]");  // 2^62: segfaulted train and profile
+  std::string e = spec_error(s);
+  EXPECT_NE(e.find("'input.shape[0]'"), std::string::npos) << e;
+  EXPECT_NE(e.find("4611686018427387904"), std::string::npos) << e;
+
+  s = small_cnn();
+  s["input"]["shape"] = {65536, 65536, 65536};  // each fits, the product does not
+  EXPECT_NE(spec_error(s).find("'input.shape'"), std::string::npos) << spec_error(s);
+
+  s = small_cnn();
+  s["layers"][0]["kernel"] = json::parse("4294967301");  // 2^32 + 5 trained as 5
+  e = spec_error(s);
+  EXPECT_NE(e.find("layer 0 (conv2d): field 'kernel'"), std::string::npos) << e;
+  EXPECT_NE(e.find("4294967301"), std::string::npos) << e;
+
+  s = small_cnn();
+  s["layers"][0]["padding"] = 5.7;
+  EXPECT_NE(spec_error(s).find("field 'padding'"), std::string::npos) << spec_error(s);
+
+  s = small_cnn();
+  s["layers"][4]["out_features"] = 2147483647;  // 64 x (2^31 - 1) weights
+  EXPECT_NE(spec_error(s).find("parameter 'weight'"), std::string::npos) << spec_error(s);
+
+  s = small_cnn();
+  s["classes"] = json::parse("18446744073709551620");
+  EXPECT_NE(spec_error(s).find("'classes'"), std::string::npos) << spec_error(s);
+
+  s = small_cnn();
+  s["layers"][0]["out_channels"] = 1e308;
+  EXPECT_NE(spec_error(s).find("'out_channels'"), std::string::npos) << spec_error(s);
+}
+
+// nlohmann's value() threw json.exception.type_error.302 (exit 1) for these.
+TEST(ModelSpec, WrongTypesOfTextFieldsAreUserErrors) {
+  for (const char* field : {"name", "task"}) {
+    json s = small_cnn();
+    s[field] = 5;
+    EXPECT_NE(spec_error(s).find(std::string("field '") + field + "' must be a string"), std::string::npos)
+        << spec_error(s);
+  }
+  json s = small_cnn();
+  s["input"]["dtype"] = json::array();
+  EXPECT_NE(spec_error(s).find("field 'input.dtype' must be a string"), std::string::npos) << spec_error(s);
+}
+
 TEST(ModelSpec, SequenceModelChecks) {
   json gpt = zoo_spec("gpt-mini", {{"depth", 1}});
   Model m = build_model(gpt);
