@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "planner/plan.h"
 #include "profiler/profile.h"
+#include "runtime/simulator/plan_search.h"
 #include "runtime/simulator/simulator.h"
 
 namespace pd::cli {
@@ -20,7 +21,7 @@ namespace {
 
 struct SimulateArgs {
   std::string plan, profile, schedule, weights = "stash", trace;
-  int64_t minibatches = 1000;
+  int64_t minibatches = 0;  // replay_minibatches(plan)
   int microbatches = 0, batch_size = 0;
   bool json = false, realistic_latency = false;
 };
@@ -64,7 +65,8 @@ void run_simulate(const SimulateArgs& a) {
   Plan plan = read_plan(a.plan);
   if (a.batch_size > 0) plan.profile.batch_size = a.batch_size;
   SimulationOptions opt;
-  opt.schedule = schedule_options(plan, a.schedule, a.weights, a.minibatches, a.microbatches);
+  opt.schedule = schedule_options(plan, a.schedule, a.weights,
+                                  a.minibatches > 0 ? a.minibatches : replay_minibatches(plan), a.microbatches);
   opt.realistic_latency = a.realistic_latency;
   if (!a.profile.empty()) {
     const Profile profile = read_profile(a.profile);
@@ -106,7 +108,7 @@ void add_simulate_command(CLI::App& app) {
                   "the plan's profile: exact stashed-activation bytes per stage")
       ->check(CLI::ExistingFile);
   cmd->add_option("--minibatches", args->minibatches,
-                  "minibatches to replay (batches for gpipe/1f1b-flush); default 1000")
+                  "minibatches to replay (batches for gpipe/1f1b-flush); default 1000, or 8 per replica of the widest stage")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--schedule", args->schedule, "1f1b-rr | gpipe | 1f1b-flush (default: the plan's)");
   cmd->add_option("--weights", args->weights, "1f1b-rr weight policy: stash (default) | vertical | none");

@@ -104,6 +104,11 @@ class StageCosts {
   // A stage on m units is in the plan family (uniform replication: every
   // stage has exactly stage_replicas workers).
   bool uniform() const { return stage_replicas_ != 0; }
+  // Units a uniform stage takes at this level (0: any, -1: none fits).
+  int uniform_units() const {
+    if (!stage_replicas_) return 0;
+    return stage_replicas_ % level_.unit_workers == 0 ? stage_replicas_ / level_.unit_workers : -1;
+  }
   bool allowed(int m) const { return stage_replicas_ == 0 || m * level_.unit_workers == stage_replicas_; }
   // The item's contribution to the bottleneck; kInf when it does not fit.
   double value(int k, int j, int m, int before) const {
@@ -200,9 +205,16 @@ class TableDP {
           }
         }
         const Cell* prev_row = &at(k, 0);
+        // Uniform replication allows one stage size (and a tile): visit only those.
+        const int only = costs_.uniform_units();
         for (int m = 1; m <= M_; ++m) {
           Cell& cell = at(j, m);
           for (int mp = 1; mp <= std::min(m, max_mp); ++mp) {
+            if (only > 0 && mp != only && !(mp == 1 && costs_.has_tiles())) {
+              if (mp < only) mp = only - 1;  // (the loop's ++ lands on it)
+              else break;
+              continue;
+            }
             double prev = prev_row[m - mp].time;
             if (prev == kInf) continue;
             double v;

@@ -50,10 +50,16 @@ void set_predicted(Plan& plan, double seconds) {
 
 }  // namespace
 
+int64_t replay_minibatches(const Plan& plan) {
+  int widest = 1;
+  for (const auto& s : plan.stages) widest = std::max(widest, s.replicas);
+  return std::max<int64_t>(1000, 8 * int64_t(widest));
+}
+
 double replay_time(const Plan& plan, int64_t minibatches) {
   SimulationOptions o;
   o.schedule.kind = parse_schedule_kind(plan.schedule);
-  o.schedule.minibatches = minibatches;
+  o.schedule.minibatches = minibatches > 0 ? minibatches : replay_minibatches(plan);
   return simulate(plan, o).time_per_minibatch_s;
 }
 
@@ -101,6 +107,8 @@ class Search {
   void optimum(PlannerOptions o) {
     if (!try_plan("optimum", o)) return;
     bound_ = search_.candidates[0].closed_form_s;
+    // (Each is a memory-limited table DP, quadratic in workers: small clusters only.)
+    if (topology_.total_workers() > kTighterOptimaWorkers) return;
     for (int step = 1; step <= kTighterOptima && !tight(); ++step) {
       const double limit = std::floor(most_memory(plans_.back()) * (1 - 1e-9));
       if (limit < 1) return;
@@ -135,7 +143,7 @@ class Search {
     plans_.push_back(std::move(plan));
   }
 
-  static constexpr int kTighterOptima = 3;
+  static constexpr int kTighterOptima = 3, kTighterOptimaWorkers = 128;
   const Profile& profile_;
   const Topology& topology_;
   const PlannerOptions& options_;
@@ -149,11 +157,21 @@ class Search {
 }  // namespace
 
 PlanSearch search_plan(const Profile& profile, const Topology& topology, const PlannerOptions& options,
-                       int64_t replay_minibatches) {
+                       int64_t minibatches) {
   if (options.cost_model == CostModel::pipedream) {
     PlanSearch search;
     search.plan = plan_pipeline(profile, topology, options);
     search.candidates.push_back({"pipedream", search.plan.config, search.plan.time_per_minibatch_s, 0});
+    return search;
+  }
+  // A replay reaches its steady state only after many rounds of the widest
+  // stage; past kMaxReplayWorkers workers that is too long a replay, and
+  // the closed-form optimum is the answer.
+  if (topology.total_workers() > kMaxReplayWorkers) {
+    PlanSearch search;
+    search.plan = plan_pipeline(profile, topology, options);
+    search.plan.closed_form_s = search.plan.closed_form_bound_s = search.plan.time_per_minibatch_s;
+    search.candidates.push_back({"optimum", search.plan.config, search.plan.time_per_minibatch_s, 0});
     return search;
   }
   // A memory limit that the unlimited choice fits changes nothing.
@@ -163,13 +181,13 @@ PlanSearch search_plan(const Profile& profile, const Topology& topology, const P
     unlimited.memory_bytes = 0;
     Topology any_memory = topology;
     any_memory.worker_memory_bytes = 0;
-    PlanSearch free = Search(profile, any_memory, unlimited, replay_minibatches).run();
+    PlanSearch free = Search(profile, any_memory, unlimited, minibatches).run();
     if (most_memory(free.plan) <= double(limit)) {
       free.plan.topology.worker_memory_bytes = limit;
       return free;
     }
   }
-  return Search(profile, topology, options, replay_minibatches).run();
+  return Search(profile, topology, options, minibatches).run();
 }
 
 }  // namespace pd

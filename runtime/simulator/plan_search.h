@@ -29,16 +29,20 @@ struct PlanSearch {
   size_t chosen = 0;
 };
 
-// The minibatches each candidate is replayed for: `simulate`'s default, so
-// that `simulate` on the emitted plan reproduces its prediction.
-constexpr int64_t kReplayMinibatches = 1000;
+// The minibatches a plan is replayed for, here and by `simulate` unless
+// told otherwise (so that `simulate` on the emitted plan reproduces the
+// prediction): 1,000, and four rounds of the widest stage at least, which
+// the steady state needs.
+int64_t replay_minibatches(const Plan& plan);
+// Above this many workers the closed-form optimum is returned unreplayed.
+constexpr int kMaxReplayWorkers = 1024;
 
 // Throws UserError, as plan_pipeline does, when no candidate fits. With
 // --cost-model pipedream there is nothing to search: the plan is PipeDream's.
 PlanSearch search_plan(const Profile& profile, const Topology& topology, const PlannerOptions& options,
-                       int64_t replay_minibatches = kReplayMinibatches);
+                       int64_t minibatches = 0);  // 0: replay_minibatches(each plan)
 
 // The time per minibatch simulate reports for the plan (default timing).
-double replay_time(const Plan& plan, int64_t minibatches = kReplayMinibatches);
+double replay_time(const Plan& plan, int64_t minibatches = 0);
 
 }  // namespace pd
