@@ -90,11 +90,12 @@ class StageCosts {
   double transfer_coefficient(int k) const {
     return s_.cut_bytes[k] * (2.0 / (level_.bandwidth * level_.unit_workers));
   }
+  StageFootprint footprint(int k, int j, int m) const {
+    return {s_.parameters[j] - s_.parameters[k], s_.optimizer_state[j] - s_.optimizer_state[k],
+            s_.activations[j] - s_.activations[k], s_.cut_bytes[j], m * level_.unit_workers};
+  }
   double memory(int k, int j, int m, int before) const {
-    const int r = m * level_.unit_workers;
-    return stage_memory_bytes(s_.parameters[j] - s_.parameters[k], s_.optimizer_state[j] - s_.optimizer_state[k],
-                              s_.activations[j] - s_.activations[k],
-                              in_flight_1f1b_rr(total_workers_, first_rank(before), r));
+    return stage_memory_bytes(footprint(k, j, m), in_flight(m, before));
   }
   bool memory_limited() const { return memory_ > 0; }
   // A stage's value depends on where it sits (memory, or the group's entry link).
@@ -128,12 +129,12 @@ class StageCosts {
   // The most minibatches in flight a stage on m units can hold in memory.
   int max_in_flight(int k, int j, int m) const {
     if (!memory_limited()) return std::numeric_limits<int>::max();
-    const double p = s_.parameters[j] - s_.parameters[k], o = s_.optimizer_state[j] - s_.optimizer_state[k],
-                 a = s_.activations[j] - s_.activations[k];
-    // stage_memory_bytes is increasing in in-flight: find where it passes the limit.
-    int f = int(std::min(1e9, std::max(0.0, std::floor((memory_ - p - o) / std::max(p + a, 1e-300)))));
-    while (f > 0 && stage_memory_bytes(p, o, a, f) > memory_) --f;
-    while (f < 1000000000 && stage_memory_bytes(p, o, a, f + 1) <= memory_) ++f;
+    const StageFootprint s = footprint(k, j, m);
+    // stage_memory_bytes grows linearly with in-flight: solve, then settle rounding.
+    const double fixed = stage_memory_bytes(s, 0), per = stage_memory_bytes(s, 1) - fixed;
+    int f = int(std::min(1e9, std::max(0.0, std::floor((memory_ - fixed) / std::max(per, 1e-300)))));
+    while (f > 0 && stage_memory_bytes(s, f) > memory_) --f;
+    while (f < 1000000000 && stage_memory_bytes(s, f + 1) <= memory_) ++f;
     return f;
   }
   int in_flight(int m, int before) const {
@@ -814,11 +815,11 @@ class AlignedHierarchy {
   std::vector<TileTables> unlimited_tiles_;  // the same without the memory limit
 };
 
-// One worker's memory for the whole model (in-flight 1): the single-worker
-// and data-parallel baselines.
-double whole_model_memory(const StateSpace& s) {
+// One worker's memory for the whole model on `replicas` workers (in-flight
+// 1): the single-worker and data-parallel baselines.
+double whole_model_memory(const StateSpace& s, int replicas) {
   const int last = s.size() - 1;
-  return stage_memory_bytes(s.parameters[last], s.optimizer_state[last], s.activations[last], 1);
+  return stage_memory_bytes({s.parameters[last], s.optimizer_state[last], s.activations[last], 0, replicas}, 1);
 }
 
 }  // namespace
@@ -831,10 +832,11 @@ PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, con
   const int total_workers = topology.total_workers();
   const double memory = double(options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes);
   const int n = space.size();
-  const bool whole_model_fits = !(memory > 0) || whole_model_memory(space) <= memory;
+  const bool one_fits = !(memory > 0) || whole_model_memory(space, 1) <= memory;
+  const bool all_fit = !(memory > 0) || whole_model_memory(space, total_workers) <= memory;
   PlannedPipeline out;
   out.state_space = space.kind;
-  out.single_worker_s = whole_model_fits ? space.compute[n - 1] : kNaN;
+  out.single_worker_s = one_fits ? space.compute[n - 1] : kNaN;
   // Data parallelism: the whole model on every worker, one ring all-reduce
   // over the slowest link among them.
   std::vector<int> all(total_workers);
@@ -842,29 +844,13 @@ PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, con
   const double dp_sync = total_workers > 1 ? 4.0 * (total_workers - 1) * space.parameters[n - 1] /
                                                  (total_workers * topology.group_bandwidth(all) * 1e9)
                                            : 0.0;
-  out.data_parallel_s = whole_model_fits ? std::max(space.compute[n - 1], dp_sync) / total_workers : kNaN;
+  out.data_parallel_s = all_fit ? std::max(space.compute[n - 1], dp_sync) / total_workers : kNaN;
 
   AlignedHierarchy hierarchy(space, topology, memory, options);
   LevelResult result = hierarchy.solve_top(algorithm);
   if (result.time == kInf) throw NoFeasiblePlan("no pipeline fits the memory limit (paper cost model)");
   hierarchy.expand(hierarchy.levels() - 1, result.stages, 0, hierarchy.levels() - 1, out.stages);
   out.time_per_minibatch_s = result.time;
-  int used = 0;
-  for (const auto& st : out.stages) used += int(st.ranks.size());
-  // Per-stage memory and in-flight count from the placement.
-  int before = 0;
-  for (auto& st : out.stages) {
-    const int m = int(st.ranks.size());
-    // (With --fewer-workers the DP counted in-flight over the topology's
-    // workers, an upper bound; the plan's own count is reported.)
-    st.in_flight = in_flight_1f1b_rr(used, before, m);
-    double p = 0, o = 0, a = 0;
-    for (int v : st.nodes) {
-      p += g.nodes[v].parameter_bytes, o += g.nodes[v].optimizer_state_bytes, a += g.nodes[v].activation_bytes;
-    }
-    st.memory_bytes = stage_memory_bytes(p, o, a, st.in_flight);
-    before += m;
-  }
   return out;
 }
 

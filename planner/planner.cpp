@@ -66,6 +66,27 @@ void set_boundary_bytes(const PlanningGraph& g, const std::vector<PlannedStage>&
   for (size_t s = 0; s < stages.size(); ++s) stages[s].output_bytes = uint64_t(crossing[s]);
 }
 
+// Each stage's in-flight count and memory per worker, from its placement
+// (stage_memory.h; with --fewer-workers the planner's check counted
+// in-flight over all the topology's workers, an upper bound).
+void set_stage_memory(const PlanningGraph& g, const std::vector<PlannedStage>& planned,
+                      std::vector<PlanStage>& stages) {
+  int used = 0, before = 0;
+  for (const auto& s : stages) used += s.replicas;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    StageFootprint f;
+    for (int v : planned[s].nodes) {
+      f.parameter_bytes += g.nodes[v].parameter_bytes, f.optimizer_state_bytes += g.nodes[v].optimizer_state_bytes;
+      f.activation_bytes += g.nodes[v].activation_bytes;
+    }
+    f.boundary_bytes = double(stages[s].output_bytes);
+    f.replicas = stages[s].replicas;
+    stages[s].in_flight = in_flight_1f1b_rr(used, before, f.replicas);
+    stages[s].memory_bytes = uint64_t(stage_memory_bytes(f, stages[s].in_flight));
+    before += f.replicas;
+  }
+}
+
 PlannedPipeline run_model(const PlanningGraph& g, const Topology& topology, const PlannerOptions& options) {
   return options.cost_model == CostModel::pipedream ? plan_pipedream(g, topology, options)
                                                     : plan_paper(g, topology, options);
@@ -75,7 +96,7 @@ PlannedPipeline run_model(const PlanningGraph& g, const Topology& topology, cons
 double smallest_footprint(const PlanningGraph& g) {
   double most = 0;
   for (const auto& n : g.nodes)
-    most = std::max(most, stage_memory_bytes(n.parameter_bytes, n.optimizer_state_bytes, n.activation_bytes, 1));
+    most = std::max(most, stage_memory_bytes({n.parameter_bytes, n.optimizer_state_bytes, n.activation_bytes, 0, 1}, 1));
   return most;
 }
 
@@ -162,6 +183,7 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
     replicas.push_back(plan.stages.back().replicas);
   }
   set_boundary_bytes(g, pipeline.stages, plan.stages);
+  set_stage_memory(g, pipeline.stages, plan.stages);
   // Layer ranges: for a chain, positions in profile order; the nodes a
   // PipeDream profile drops (its input, tuple unpacking) join the stage of
   // their neighbour. For a DAG, ranges number the nodes stage by stage and

@@ -13,12 +13,25 @@ inline int in_flight_1f1b_rr(int total_workers, int workers_before, int replicas
   return (total_workers - 1 - workers_before) / replicas + 1;
 }
 
-// Bytes one worker of the stage holds: a weight version per in-flight
-// minibatch (stashing) plus the gradient, the optimizer state, and the
-// activations each in-flight minibatch stashes for its backward.
-inline double stage_memory_bytes(double parameter_bytes, double optimizer_state_bytes, double activation_bytes,
-                                 int in_flight) {
-  return parameter_bytes * (in_flight + 1) + optimizer_state_bytes + activation_bytes * in_flight;
+struct StageFootprint {
+  double parameter_bytes = 0, optimizer_state_bytes = 0;
+  double activation_bytes = 0;  // stashed for the backward, per minibatch
+  double boundary_bytes = 0;    // sent to the next stage per minibatch (0 for the last)
+  int replicas = 1;
+};
+
+// Bytes one worker of the stage holds (what `run` measures, less the data
+// set and the kernels' scratch):
+// - a weight version per in-flight minibatch (stashing) and the gradient;
+// - the optimizer state;
+// - per in-flight minibatch, its stashed activations, and the activation it
+//   sends on and the gradient that comes back for it (message buffers live
+//   until the transfer completes);
+// - with replicas, one more copy of the gradients, which the bucketed
+//   all-reduce sends from.
+inline double stage_memory_bytes(const StageFootprint& s, int in_flight) {
+  return s.parameter_bytes * (in_flight + 1) + s.optimizer_state_bytes +
+         (s.activation_bytes + 2 * s.boundary_bytes) * in_flight + (s.replicas > 1 ? s.parameter_bytes : 0);
 }
 
 }  // namespace pd
