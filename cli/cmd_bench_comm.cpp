@@ -1,7 +1,7 @@
 // `pipedream bench-comm`: measures the transport the runtime will use
 // (point-to-point latency/bandwidth between every pair of ranks, all-reduce
 // time per size and group size) and writes a topology file for the planner
-// (DESIGN.md §4/§5). Runs under mpirun; rank 0 reports.
+// (docs/design.md §4/§5). Runs under mpirun; rank 0 reports.
 //
 // --transport picks what is measured: mpi (host tensors, the CPU runtime's
 // transport), staged (GPU tensors through host memory, what `run --device
@@ -162,7 +162,7 @@ std::string human(size_t bytes) {
   return buf;
 }
 
-// Levels from innermost out (DESIGN.md §5): ranks of one host, then hosts.
+// Levels from innermost out (docs/design.md §5): ranks of one host, then hosts.
 json make_topology(Transport& tr, const std::vector<PairResult>& pairs, uint64_t worker_memory) {
   std::map<std::string, int> per_host;
   for (int r = 0; r < tr.world_size(); ++r) per_host[tr.host_of(r)]++;

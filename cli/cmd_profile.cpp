@@ -1,5 +1,5 @@
 // `pipedream profile`: measure a model's per-layer costs on a device and
-// write profile.json for `pipedream plan` (DESIGN.md §4).
+// write profile.json for `pipedream plan` (docs/design.md §4).
 #include <unistd.h>
 
 #include <algorithm>

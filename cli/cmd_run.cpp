@@ -1,5 +1,5 @@
 // `pipedream run`: pipelined training with a plan, one process per worker
-// (DESIGN.md §8). Outside MPI it re-launches itself under mpirun; with
+// (docs/design.md §8). Outside MPI it re-launches itself under mpirun; with
 // --reference it executes every worker in this process (the oracle).
 #include <cmath>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // `pipedream simulate`: replay a plan's schedule on its costs and report
-// throughput, bubbles and memory (DESIGN.md §7).
+// throughput, bubbles and memory (docs/design.md §7).
 #include <iomanip>
 #include <iostream>
 #include <memory>

@@ -1,7 +1,7 @@
 #pragma once
 // PipeDream's state space for DAG profiles: the DAG of antichains reached
 // from the first source by its "next" rule (see
-// shared/planner-pipedream-compat.md). Each state stands for the closure of
+// docs/planner-pipedream-compat.md). Each state stands for the closure of
 // its antichain (everything computed before the cut).
 #include <vector>
 

@@ -176,7 +176,7 @@ struct LevelResult {
   std::vector<LevelStage> stages;
 };
 
-// The table DP A(j, m) of DESIGN.md §5 over states: the best bottleneck of
+// The table DP A(j, m) of docs/design.md §5 over states: the best bottleneck of
 // the states after `first` up to j on exactly m units.
 class TableDP {
  public:

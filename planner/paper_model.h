@@ -1,5 +1,5 @@
 #pragma once
-// The default cost model (the paper's, DESIGN.md §5): a stage of layers on
+// The default cost model (the paper's, docs/design.md §5): a stage of layers on
 // m replicas takes max(compute, weight sync) / m, a split costs 2·C for the
 // activation and its gradient, and every stage must fit in worker memory
 // (exact per-stage accounting of weight versions, gradient, optimizer state

@@ -1,7 +1,7 @@
 #pragma once
 // `--cost-model pipedream`: a faithful reproduction of PipeDream's released
 // optimizer (optimizer_graph_hierarchical.py), quirks included; the rules
-// are in shared/planner-pipedream-compat.md.
+// are in docs/planner-pipedream-compat.md.
 #include "planner/planned_stage.h"
 #include "planner/planner.h"
 #include "planner/planning_graph.h"

@@ -1,5 +1,5 @@
 #pragma once
-// The plan format (DESIGN.md §5): which layers form each stage, how many
+// The plan format (docs/design.md §5): which layers form each stage, how many
 // workers replicate it, and on which ranks. Read by simulate, schedule, run.
 #include <cstdint>
 #include <string>

@@ -1,4 +1,4 @@
-// plan.json (DESIGN.md §5): writer, reader and consistency checks.
+// plan.json (docs/design.md §5): writer, reader and consistency checks.
 #include <cmath>
 #include <limits>
 #include <cstdio>

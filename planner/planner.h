@@ -1,6 +1,6 @@
 #pragma once
 // The planner's public entry: profile + topology -> the optimal pipeline
-// (PipeDream's partitioning with replication, DESIGN.md §5).
+// (PipeDream's partitioning with replication, docs/design.md §5).
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -1,5 +1,5 @@
 #pragma once
-// Cluster topology: levels from the innermost out (DESIGN.md §5).
+// Cluster topology: levels from the innermost out (docs/design.md §5).
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,5 +1,5 @@
 #pragma once
-// Measures a model's per-layer costs on a device (DESIGN.md §4): what
+// Measures a model's per-layer costs on a device (docs/design.md §4): what
 // `pipedream profile` writes and `pipedream run --plan auto` plans from.
 //
 // Layers are timed inside full training steps, in model order, so each

@@ -1,5 +1,5 @@
 #pragma once
-// The profile format (DESIGN.md §4): per-layer costs of a model on a device.
+// The profile format (docs/design.md §4): per-layer costs of a model on a device.
 // No dependency on the compute core: the planner reads this alone.
 #include <cstdint>
 #include <string>

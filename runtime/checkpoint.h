@@ -1,5 +1,5 @@
 #pragma once
-// Checkpoints of a pipelined run (DESIGN.md §8): one safetensors file per
+// Checkpoints of a pipelined run (docs/design.md §8): one safetensors file per
 // stage (weights, BatchNorm buffers, optimizer slots) and a JSON state.
 //
 // Layout: DIR/step-N/{stage-S.safetensors, state.json} and DIR/latest

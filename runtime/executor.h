@@ -1,5 +1,5 @@
 #pragma once
-// StageExecutor: one worker of a pipeline (DESIGN.md §6, §8).
+// StageExecutor: one worker of a pipeline (docs/design.md §6, §8).
 //
 // It follows the worker's action list from the schedule, one action at a
 // time, over a Transport: receives are posted as soon as they enter a short

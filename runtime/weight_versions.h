@@ -1,5 +1,5 @@
 #pragma once
-// The weight versions one pipeline stage keeps (DESIGN.md §6).
+// The weight versions one pipeline stage keeps (docs/design.md §6).
 //
 // The newest version is the stage's live weights. An older version survives
 // an update only when someone still needs it: a minibatch whose forward ran

@@ -1,5 +1,5 @@
 #pragma once
-// NCCL communicator for the GPU transport (DESIGN.md §8). Bootstrap is the
+// NCCL communicator for the GPU transport (docs/design.md §8). Bootstrap is the
 // caller's: rank 0 calls make_unique_id(), the runtime broadcasts the bytes
 // (over MPI), every rank constructs NcclCommunicator with them. MPI stays
 // out of pd_core_cuda. Each communicator has its own stream: operations are

@@ -1,4 +1,4 @@
-// Our profile.json format (DESIGN.md §4), its writer, and format detection.
+// Our profile.json format (docs/design.md §4), its writer, and format detection.
 #include <cmath>
 #include <cstdio>
 #include <fstream>

@@ -1,5 +1,5 @@
 #pragma once
-// NcclTransport: the Transport for one GPU per rank (DESIGN.md §8). Device
+// NcclTransport: the Transport for one GPU per rank (docs/design.md §8). Device
 // tensors travel over NCCL, device to device; everything else (message
 // headers, host tensors, bootstrap) over the MPI transport it is built on.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// Transport: how pipeline workers exchange tensors (DESIGN.md §8).
+// Transport: how pipeline workers exchange tensors (docs/design.md §8).
 //
 // The executor sees only this interface; MPI (host memory, mpi_transport.h)
 // implements it now, NCCL (device memory) later. Every operation is

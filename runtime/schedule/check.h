@@ -1,5 +1,5 @@
 #pragma once
-// Invariants of per-worker action lists (DESIGN.md §6). The runtime calls
+// Invariants of per-worker action lists (docs/design.md §6). The runtime calls
 // these before training on the lists it is about to execute; tests call them
 // on every generated schedule.
 #include <string>

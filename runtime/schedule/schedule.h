@@ -1,5 +1,5 @@
 #pragma once
-// Per-worker action lists for pipeline-parallel training (DESIGN.md §6).
+// Per-worker action lists for pipeline-parallel training (docs/design.md §6).
 //
 // A Schedule is built once from a plan and options; it holds O(workers)
 // state. Each worker's actions come from an ActionCursor that yields them

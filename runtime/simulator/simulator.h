@@ -1,7 +1,7 @@
 #pragma once
-// Discrete-event replay of the per-worker action lists (DESIGN.md §7).
+// Discrete-event replay of the per-worker action lists (docs/design.md §7).
 //
-// Cost model, chosen to be the planner's paper model (DESIGN.md §5) so that
+// Cost model, chosen to be the planner's paper model (docs/design.md §5) so that
 // the two agree in steady state:
 //  - F and B take the stage's forward_s / backward_s per minibatch (flush
 //    schedules: divided by the microbatches per batch).
@@ -50,7 +50,7 @@ struct SimulationOptions {
   // message is usable once at most one transfer is ahead of it on its link,
   // and an OptimizerStep may apply its round once that round's all-reduce
   // has started. This is what max(compute, W)/r and the separate 2 C term
-  // of DESIGN.md §5 assume.
+  // of docs/design.md §5 assume.
   // true: what a run does - a message is usable when all its bytes have
   // crossed the link, a step waits for its all-reduce to end. 1f1b-rr keeps
   // only NOAM minibatches in flight, which cannot hide transfers comparable

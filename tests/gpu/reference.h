@@ -311,7 +311,7 @@ inline double gelu_grad(double x) {
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * std::sqrt(2.0 / M_PI) * (1 + 3 * 0.044715 * x * x);
 }
 
-// The CPU's dropout mask definition (DESIGN.md §3, core/device_ops.h).
+// The CPU's dropout mask definition (docs/design.md §3, core/device_ops.h).
 inline bool dropout_keep(const DropoutKey& k, float p, uint64_t i) {
   return CounterRng(k.seed, k.layer_index, k.minibatch_id).uniform(i) >= p;
 }

@@ -1,5 +1,5 @@
 // `pipedream run` under mpirun against the single-process reference (bit for
-// bit) and against `pipedream train` (DESIGN.md §6 semantics).
+// bit) and against `pipedream train` (docs/design.md §6 semantics).
 #include <gtest/gtest.h>
 
 #include <cmath>

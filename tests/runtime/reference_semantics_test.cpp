@@ -1,4 +1,4 @@
-// The weight-policy semantics of DESIGN.md §6, checked on the
+// The weight-policy semantics of docs/design.md §6, checked on the
 // single-process reference (the MPI runs are then held to the reference).
 #include <gtest/gtest.h>
 

@@ -21,7 +21,7 @@ namespace {
 
 const std::string kShared = PD_SHARED_DIR "/data";
 
-// The paper model's terms (DESIGN.md §5): (1/r) max(compute, W) per stage
+// The paper model's terms (docs/design.md §5): (1/r) max(compute, W) per stage
 // and 2 C per boundary. The model's time is the largest.
 struct ModelTerms {
   std::vector<double> stage, link;

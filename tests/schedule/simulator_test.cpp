@@ -24,7 +24,7 @@ SimulationOptions sim_options(ScheduleKind kind, int64_t minibatches, int microb
   return o;
 }
 
-// The planner's paper cost model (DESIGN.md §5) evaluated on a given plan:
+// The planner's paper cost model (docs/design.md §5) evaluated on a given plan:
 // the slowest of each stage's (1/r) max(compute, W) and each boundary's 2 C.
 double paper_model_time(const Plan& p) {
   double worst = 0;
