@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "planner/planner.h"
@@ -97,6 +99,7 @@ void print_summary(const Plan& plan, const Topology& topology) {
 }
 
 void run_plan(const PlanArgs& a) {
+  check_output_file("-o", a.output);
   Topology topology;
   if (!a.topology.empty()) {
     if (a.workers >= 0 || a.bandwidth >= 0)
@@ -153,13 +156,7 @@ void run_plan(const PlanArgs& a) {
     }
   }
   if (!a.output.empty()) {
-    std::string tmp = a.output + ".tmp";
-    FILE* f = std::fopen(tmp.c_str(), "w");
-    if (!f) throw UserError(cat("cannot write ", a.output));
-    std::string text = j.dump(2) + "\n";
-    bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    ok &= std::fclose(f) == 0;
-    if (!ok || std::rename(tmp.c_str(), a.output.c_str()) != 0) throw RuntimeFailure(cat("cannot write ", a.output));
+    write_file_atomically(a.output, j.dump(2) + "\n");
     std::printf("wrote %s\n", a.output.c_str());
   }
 }

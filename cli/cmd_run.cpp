@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "core/cpu/gemm.h"
 #include "core/error.h"
 #include "core/text.h"
@@ -243,6 +244,10 @@ void run_mpi_worker(RunSpec& spec, const RunArgs& a, const Model& model, const D
 }
 
 void run_command(const RunArgs& a) {
+  // Refused before any work: an output path that is a folder.
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--metrics", a.metrics},
+                                   {"--save", a.save}, {"--trace", a.trace}, {"--plan-out", a.plan_out}})
+    check_output_file(flag, path);
   make_optimizer(a.optimizer);  // validates before anything is read
   require_compute_device(a.device);  // no CUDA build / no GPU: refused before any work
   Model model = resolve_model(a.model, a.spec_file, a.model_options);

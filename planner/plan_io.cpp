@@ -4,9 +4,12 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
+#include "core/checked.h"
 #include "core/error.h"
 #include "planner/plan.h"
 
@@ -21,34 +24,37 @@ json topology_to_json(const Topology& t) {
   return {{"levels", levels}, {"worker_memory_bytes", t.worker_memory_bytes}};
 }
 
+// A plan's numbers are counts, indices, times and sizes: integers exact and
+// in range, every number finite and >= 0 (core/checked.h).
+template <class T>
+T convert(const json& v, const checked::Field& f) {
+  if constexpr (std::is_same_v<T, double>) {
+    return checked::number(v, f, 0, 1e300);
+  } else if constexpr (std::is_integral_v<T>) {
+    const uint64_t most = std::min<uint64_t>(std::numeric_limits<T>::max(), uint64_t(checked::kMaxCount));
+    return checked::integer_as<T>(v, f, 0, int64_t(most));
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return checked::string(v, f);
+  } else {
+    if (!v.is_array()) throw f.error("a list", v.dump());
+    T out;
+    for (size_t i = 0; i < v.size(); ++i)
+      out.push_back(convert<typename T::value_type>(v[i], {f.where, cat(f.name, "[", i, "]")}));
+    return out;
+  }
+}
+
 template <class T>
 T field(const json& j, const char* key, const std::string& where) {
+  if (!j.is_object()) throw UserError(cat(where, " must be a JSON object"));
   auto it = j.find(key);
   if (it == j.end()) throw UserError(cat(where, ": missing \"", key, "\""));
-  try {
-    return it->get<T>();
-  } catch (const json::exception&) {
-    throw UserError(cat(where, ": \"", key, "\" has the wrong type: ", it->dump()));
-  }
+  return convert<T>(*it, {where, key});
 }
 
 template <class T>
 T optional_field(const json& j, const char* key, const T& fallback, const std::string& where) {
-  return j.contains(key) ? field<T>(j, key, where) : fallback;
-}
-
-Topology topology_from_json(const json& j, const std::string& where) {
-  Topology t;
-  if (!j.is_object() || !j.contains("levels") || !j["levels"].is_array())
-    throw UserError(cat(where, ": \"topology\" needs a \"levels\" array"));
-  for (const auto& l : j["levels"]) {
-    TopologyLevel level{field<int>(l, "count", where + ".levels"), field<double>(l, "bandwidth_GBps", where + ".levels")};
-    if (level.count < 1 || !(level.bandwidth_GBps > 0))
-      throw UserError(cat(where, ": topology levels need count >= 1 and bandwidth_GBps > 0"));
-    t.levels.push_back(level);
-  }
-  t.worker_memory_bytes = optional_field<uint64_t>(j, "worker_memory_bytes", 0, where);
-  return t;
+  return j.is_object() && j.contains(key) ? field<T>(j, key, where) : fallback;
 }
 
 }  // namespace
@@ -228,21 +234,14 @@ Plan read_plan(const std::string& path) {
   json j;
   try {
     j = json::parse(buffer.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw UserError(cat(path, ": invalid JSON: ", e.what()));
   }
   return plan_from_json(j, path);
 }
 
 void write_plan(const Plan& p, const std::string& path) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) throw RuntimeFailure(cat("cannot write ", tmp));
-    out << plan_to_json(p).dump(2) << "\n";
-    if (!out) throw RuntimeFailure(cat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw RuntimeFailure(cat("cannot rename ", tmp, " to ", path));
+  write_file_atomically(path, plan_to_json(p).dump(2) + "\n");
 }
 
 }  // namespace pd

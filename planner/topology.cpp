@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace pd {
@@ -79,6 +80,32 @@ uint64_t parse_size(const std::string& s) {
   return uint64_t(std::llround(v * scale));
 }
 
+Topology topology_from_json(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object() || !j.contains("levels") || !j["levels"].is_array() || j["levels"].empty())
+    throw UserError(cat(where, ": expected {\"levels\": [{\"count\": N, \"bandwidth_GBps\": B}, ...]}"));
+  Topology t;
+  int64_t total = 1;
+  constexpr int64_t kMaxWorkers = int64_t{1} << 24;
+  for (size_t i = 0; i < j["levels"].size(); ++i) {
+    const auto& level = j["levels"][i];
+    const std::string at = cat(where, ": levels[", i, "]");
+    if (!level.is_object()) throw UserError(cat(at, " must be {\"count\": N, \"bandwidth_GBps\": B}"));
+    if (!level.contains("count") || !level.contains("bandwidth_GBps"))
+      throw UserError(cat(at, " needs \"count\" and \"bandwidth_GBps\""));
+    const int count = checked::integer_as<int>(level["count"], {at, "count"}, 1, kMaxWorkers);
+    const double bandwidth = checked::number(level["bandwidth_GBps"], {at, "bandwidth_GBps (10^9 bytes/s)"}, 1e-9, 1e9);
+    t.levels.push_back({count, bandwidth});
+    total *= count;
+    if (total > kMaxWorkers) throw UserError(cat(where, ": more than ", kMaxWorkers, " workers"));
+  }
+  if (j.contains("worker_memory_bytes")) {
+    const auto& m = j["worker_memory_bytes"];
+    if (m.is_string()) t.worker_memory_bytes = parse_size(m.get<std::string>());
+    else t.worker_memory_bytes = checked::integer_as<uint64_t>(m, {where, "worker_memory_bytes (bytes, or a size such as \"80GB\")"}, 0, checked::kMaxCount);
+  }
+  return t;
+}
+
 Topology read_topology(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw UserError(cat(path, ": cannot open the topology file"));
@@ -87,33 +114,10 @@ Topology read_topology(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(buffer.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw UserError(cat(path, ": invalid JSON: ", e.what()));
   }
-  if (!j.is_object() || !j.contains("levels") || !j["levels"].is_array() || j["levels"].empty())
-    throw UserError(cat(path, ": expected {\"levels\": [{\"count\": N, \"bandwidth_GBps\": B}, ...]}"));
-  Topology t;
-  long long total = 1;
-  for (size_t i = 0; i < j["levels"].size(); ++i) {
-    const auto& level = j["levels"][i];
-    std::string where = cat(path, ": levels[", i, "]");
-    if (!level.is_object() || !level.contains("count") || !level["count"].is_number_integer() ||
-        level["count"].get<long long>() < 1)
-      throw UserError(cat(where, ": \"count\" must be a positive integer"));
-    if (!level.contains("bandwidth_GBps") || !level["bandwidth_GBps"].is_number() ||
-        !(level["bandwidth_GBps"].get<double>() > 0))
-      throw UserError(cat(where, ": \"bandwidth_GBps\" must be a positive number (10^9 bytes/s)"));
-    t.levels.push_back({level["count"].get<int>(), level["bandwidth_GBps"].get<double>()});
-    total *= t.levels.back().count;
-    if (total > (1 << 24)) throw UserError(cat(path, ": more than 16M workers"));
-  }
-  if (j.contains("worker_memory_bytes")) {
-    const auto& m = j["worker_memory_bytes"];
-    if (m.is_string()) t.worker_memory_bytes = parse_size(m.get<std::string>());
-    else if (m.is_number() && m.get<double>() >= 0) t.worker_memory_bytes = uint64_t(m.get<double>());
-    else throw UserError(cat(path, ": \"worker_memory_bytes\" must be a size (bytes or \"80GB\")"));
-  }
-  return t;
+  return topology_from_json(j, path);
 }
 
 }  // namespace pd

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace pd {
 
 struct TopologyLevel {
@@ -22,6 +24,8 @@ struct Topology {
 };
 
 Topology read_topology(const std::string& path);  // throws UserError
+// The same from parsed JSON (a plan's "topology"); `where` names the source.
+Topology topology_from_json(const nlohmann::json& j, const std::string& where);
 Topology flat_topology(int workers, double bandwidth_GBps);
 // "4000000000", "4GB", "16GiB", "512MB" -> bytes; throws UserError.
 uint64_t parse_size(const std::string& s);

@@ -17,6 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kDirToken = "{dir}";
+const std::string kPlanCommand = "plan --profile " PD_SOURCE_DIR "/tests/data/pipedream-profiles/vgg16/graph.txt";
 
 // The mlp with hidden=24, depth=3 has 8 layers: one stage holds them all.
 const char* kPlan = R"({"format": "pipedream-plan/1", "config": "1", "stages": [
@@ -66,6 +67,9 @@ class BadInput : public ::testing::TestWithParam<std::tuple<std::string, std::st
     fs::remove_all(d);
     fs::create_directories(d / "folder");
     write_text((d / "plan.json").string(), kPlan);
+    write_text((d / "topology_wraps.json").string(), R"({"levels": [{"count": 4294967298, "bandwidth_GBps": 1}]})");
+    write_text((d / "topology_fraction.json").string(), R"({"levels": [{"count": 5.7, "bandwidth_GBps": 1}]})");
+    write_text((d / "topology_huge_number.json").string(), R"({"levels": [{"count": 4, "bandwidth_GBps": 1e999}]})");
     write_text((d / "huge_shape.json").string(), R"({"input": {"shape": [4611686018427387904]}, "classes": 10,
       "layers": [{"type": "linear", "out_features": 10}]})");
     write_text((d / "name_number.json").string(), R"({"name": 5, "input": {"shape": [4]}, "classes": 2,
@@ -140,7 +144,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"SimulateAnotherModelsProfile",
              "simulate --plan {dir}/plan_a.json --profile {dir}/profile_b.json", "field 'model'"},
         Case{"ProfileOutputIsAFolder", kProfile + " --model cnn -o {dir}/folder", "-o"},
-        Case{"TrainSaveIsAFolder", kTrain + " --minibatches 1 --save {dir}/folder", "--save"}),
+        Case{"TrainSaveIsAFolder", kTrain + " --minibatches 1 --save {dir}/folder", "--save"},
+        Case{"PlanOutputIsAFolder", kPlanCommand + " --workers 4 --bandwidth 1 -o {dir}/folder", "-o"},
+        Case{"PlanTopologyCountWraps", kPlanCommand + " --topology {dir}/topology_wraps.json", "count"},
+        Case{"PlanTopologyCountFraction", kPlanCommand + " --topology {dir}/topology_fraction.json", "count"},
+        Case{"PlanTopologyNumberOverflows", kPlanCommand + " --topology {dir}/topology_huge_number.json",
+             "topology_huge_number.json"}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::get<0>(info.param); });
 
 }  // namespace
