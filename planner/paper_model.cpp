@@ -586,6 +586,161 @@ class ParametricSolver {
   std::vector<double> transfer_one_;  // transfer(k, 1)
 };
 
+// One level of workers (a flat topology) with a memory limit, every worker
+// used: a stage of m replicas with `after` workers behind it holds
+// ceil(after/m) + 1 minibatches, so its fit depends on the workers after it
+// only. Right to left, the worker counts a suffix of states can use form a
+// set: what one more stage of m >= 2 replicas adds is an up-closed range
+// (more replicas only help it, and no later stage sees them), what a
+// single replica adds is that set shifted by one, masked by the in-flight
+// count the stage fits. The sets are bitsets; "every stage <= tau" is
+// feasible when the whole model can use exactly M workers, and tau is
+// bisected on its bit pattern, as for the parametric search. Near-linear in
+// workers (pairs x M/64 words per test), where the table DP is quadratic.
+class MemoryLimitedSolver {
+ public:
+  MemoryLimitedSolver(const StageCosts& costs, bool straight)
+      : costs_(costs), s_(costs.space()), n_(s_.size()), M_(costs.units()), words_((M_ + 1 + 63) / 64),
+        straight_(straight) {}
+
+  LevelResult solve() {
+    LevelResult r;
+    double lo = 0, hi = costs_.compute(0, n_ - 1) / M_;
+    if (!(hi > 0) || !std::isfinite(hi)) hi = 1e-12;
+    while (!feasible(hi)) {
+      lo = hi;
+      hi *= 2;
+      if (hi > 1e30) return r;
+    }
+    uint64_t lo_bits = bits(lo), hi_bits = bits(hi);
+    while (hi_bits > lo_bits + 1) {
+      const uint64_t mid = lo_bits + (hi_bits - lo_bits) / 2;
+      (feasible(from_bits(mid)) ? hi_bits : lo_bits) = mid;
+    }
+    const double tau = from_bits(hi_bits);
+    r.stages = reconstruct(tau);
+    r.time = 0;
+    int before = 0;
+    for (const auto& st : r.stages) {
+      r.time = std::max(r.time, costs_.value(st.from, st.to, st.units, before));
+      before += st.units;
+    }
+    return r;
+  }
+
+ private:
+  static uint64_t bits(double d) {
+    uint64_t b;
+    std::memcpy(&b, &d, 8);
+    return b;
+  }
+  static double from_bits(uint64_t b) {
+    double d;
+    std::memcpy(&d, &b, 8);
+    return d;
+  }
+  // The stage (k, j] on m replicas with `after` workers behind it.
+  bool ok(int k, int j, int m, int after, double tau) const {
+    const int before = M_ - after - m;
+    return before >= 0 && costs_.value(k, j, m, before) <= tau;
+  }
+  // Fewest replicas >= 2 that bring the stage within tau (M_ + 1: none).
+  int fewest_replicas(int k, int j, int after, double tau) const {
+    int hi = M_ - after;
+    if (straight_ || hi < 2 || !ok(k, j, hi, after, tau)) return M_ + 1;
+    int lo = 1;  // not ok (or 1: below the range)
+    while (hi - lo > 1) {
+      const int mid = lo + (hi - lo) / 2;
+      (ok(k, j, mid, after, tau) ? hi : lo) = mid;
+    }
+    return hi;
+  }
+  uint64_t* set(int j) { return &sets_[size_t(j) * words_]; }
+  bool has(int j, int count) const { return sets_[size_t(j) * words_ + count / 64] >> (count % 64) & 1; }
+  int lowest(int j) const {
+    for (int w = 0; w < words_; ++w)
+      if (const uint64_t x = sets_[size_t(j) * words_ + w]) return w * 64 + __builtin_ctzll(x);
+    return M_ + 1;
+  }
+  void add_range(int j, int from) {  // counts from..M_
+    uint64_t* a = set(j);
+    for (int c = from; c <= M_; ++c) {
+      if (c % 64 == 0 && c + 64 <= M_ + 1) {
+        a[c / 64] = ~uint64_t(0);
+        c += 63;
+      } else {
+        a[c / 64] |= uint64_t(1) << (c % 64);
+      }
+    }
+  }
+
+  // sets_[j]: the worker counts the states after j can use, every stage <= tau.
+  bool feasible(double tau) {
+    sets_.assign(size_t(n_) * words_, 0);
+    up_from_.assign(n_, M_ + 1);
+    set(n_ - 1)[0] = 1;
+    for (int j = n_ - 1; j >= 1; --j) {
+      if (up_from_[j] <= M_) add_range(j, up_from_[j]);
+      const int low = lowest(j);
+      if (low > M_) continue;
+      const uint64_t* from = set(j);
+      for_each_nested(s_, j, [&](int k) {
+        // One replica: needs stage time <= tau and in-flight (after + 1) within memory.
+        if (costs_.allowed(1) && costs_.stage_time(k, j, 1, false) <= tau) {
+          const int most_after = std::min(M_ - 1, costs_.max_in_flight(k, j, 1) - 1);
+          if (most_after >= 0) {
+            uint64_t* to = set(k);
+            const int last_word = most_after / 64;
+            for (int w = last_word; w >= 0; --w) {
+              uint64_t x = from[w];
+              if (w == last_word && most_after % 64 != 63) x &= (uint64_t(2) << (most_after % 64)) - 1;
+              to[w] |= x << 1;
+              if (w + 1 < words_) to[w + 1] |= x >> 63;
+            }
+          }
+        }
+        // Two or more: from the fewest workers after, every count above.
+        const int m = fewest_replicas(k, j, low, tau);
+        if (m <= M_) up_from_[k] = std::min(up_from_[k], low + m);
+      });
+    }
+    if (up_from_[0] <= M_) add_range(0, up_from_[0]);
+    return has(0, M_);
+  }
+
+  std::vector<LevelStage> reconstruct(double tau) {
+    PD_CHECK(feasible(tau));
+    std::vector<LevelStage> out;
+    int target = M_;
+    for (int k = 0; k != n_ - 1;) {
+      int next = -1, units = 0;
+      // The states containing k, largest first (any that works will do).
+      for (int j = n_ - 1; j > k && next < 0; --j) {
+        bool nested = s_.all_earlier_nest();
+        if (!nested)
+          for (int x : s_.nested_in[j]) nested |= x == k;
+        if (!nested) continue;
+        if (target >= 1 && has(j, target - 1) && ok(k, j, 1, target - 1, tau)) next = j, units = 1;
+        const int low = lowest(j);
+        if (next < 0 && low <= target - 2 && !straight_ && ok(k, j, target - low, low, tau))
+          next = j, units = target - low;
+      }
+      PD_CHECK(next >= 0, "memory-limited search lost its way at state ", k);
+      out.push_back({k, next, units});
+      target -= units;
+      k = next;
+    }
+    return out;
+  }
+
+  const StageCosts& costs_;
+  const StateSpace& s_;
+  const int n_, M_, words_;
+  const bool straight_;
+  std::vector<uint64_t> sets_;
+  std::vector<int> up_from_;
+};
+
 LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, PaperAlgorithm algorithm) {
   // (The parametric search needs stage times that fall with replicas.)
   if (costs.uniform()) algorithm = PaperAlgorithm::table;
@@ -597,6 +752,11 @@ LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, Pape
   bool table = algorithm == PaperAlgorithm::table ||
                (algorithm == PaperAlgorithm::automatic &&
                 (costs.memory_limited() || pairs * units * (straight ? 1 : units) / 2 <= 2e7));
+  // Every worker of a flat topology under a memory limit: near-linear in workers.
+  const bool memory_flat = costs.memory_limited() && !costs.has_tiles() && !fewer;
+  if (memory_flat && (algorithm == PaperAlgorithm::parametric ||
+                      (algorithm == PaperAlgorithm::automatic && pairs * units * units / 2 > 2e7)))
+    return MemoryLimitedSolver(costs, straight).solve();
   if (table) return solve_table(costs, straight, fewer);
   return ParametricSolver(costs, straight, fewer).solve();
 }

@@ -141,9 +141,9 @@ void check_random_instances(bool dag, int instances, unsigned seed) {
                 options.fewer_workers};
     double expected = brute.solve();
     for (PaperAlgorithm algorithm : {PaperAlgorithm::table, PaperAlgorithm::parametric}) {
-      // With a memory limit a stage's fit depends on the workers before it,
-      // which breaks the fewest-workers argument: the planner uses the table then.
-      if (algorithm == PaperAlgorithm::parametric && options.memory_bytes) continue;
+      // With a memory limit "parametric" is the right-to-left bitset search
+      // over worker counts (every worker used; --fewer-workers takes the table).
+      if (algorithm == PaperAlgorithm::parametric && options.memory_bytes && options.fewer_workers) continue;
       SCOPED_TRACE(testing::Message() << "trial " << trial << " n=" << n << " workers=" << workers << " straight="
                                       << options.straight << " fewer=" << options.fewer_workers
                                       << " memory=" << options.memory_bytes << " algorithm=" << int(algorithm));
@@ -176,6 +176,7 @@ TEST(PaperBruteForce, RandomDags) { check_random_instances(true, 1000, 2); }
 // whether compute, weight sync or transfers bind.
 TEST(PaperBruteForce, ParametricMatchesTableOnLongerChains) {
   std::mt19937 rng(23);
+  int limited = 0;
   for (int trial = 0; trial < 60; ++trial) {
     const int n = std::uniform_int_distribution<int>(10, 60)(rng);
     const int workers = std::uniform_int_distribution<int>(2, 96)(rng);
@@ -184,9 +185,13 @@ TEST(PaperBruteForce, ParametricMatchesTableOnLongerChains) {
     PlannerOptions options;
     options.straight = trial % 7 == 3;
     options.fewer_workers = trial % 5 == 1;
+    // Memory limits (every worker used): the right-to-left bitset search.
+    if (trial % 2 == 0 && !options.fewer_workers)
+      options.memory_bytes = uint64_t(std::uniform_real_distribution<double>(5e7, 2e9)(rng));
     Topology topology = flat_topology(workers, bandwidth_GBps);
     SCOPED_TRACE(testing::Message() << "trial " << trial << " n=" << n << " workers=" << workers
-                                    << " straight=" << options.straight << " fewer=" << options.fewer_workers);
+                                    << " straight=" << options.straight << " fewer=" << options.fewer_workers
+                                    << " memory=" << options.memory_bytes);
     double table = INFINITY, parametric = INFINITY;
     try {
       table = plan_paper(g, topology, options, PaperAlgorithm::table).time_per_minibatch_s;
@@ -198,7 +203,10 @@ TEST(PaperBruteForce, ParametricMatchesTableOnLongerChains) {
     }
     if (std::isinf(table)) EXPECT_TRUE(std::isinf(parametric));
     else EXPECT_NEAR(parametric, table, 1e-12 * table);
+    limited += options.memory_bytes > 0 && !std::isinf(table);
   }
+  std::printf("%d of 60 with a memory limit that fits\n", limited);
+  EXPECT_GT(limited, 5);
 }
 
 }  // namespace
