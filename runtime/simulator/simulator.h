@@ -98,6 +98,7 @@ struct TraceEvent {
 };
 
 // Throws UserError when the topology does not cover the plan's ranks.
+// See timeline_svg.h for the paper-style picture of the trace.
 SimulationReport simulate(const Plan& plan, const SimulationOptions& options,
                           std::vector<TraceEvent>* trace = nullptr);
 
