@@ -1,24 +1,38 @@
-// `pipedream schedule`: print one worker's action list (for debugging runs).
+// `pipedream schedule`: print one worker's action list (for debugging runs),
+// or every worker's as data (--format json|csv) to edit and replay with
+// `simulate --schedule-file`.
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "cli/commands.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "planner/plan.h"
 #include "runtime/schedule/check.h"
 #include "runtime/schedule/schedule.h"
+#include "runtime/schedule/schedule_file.h"
 
 namespace pd::cli {
 
 namespace {
 
 struct ScheduleArgs {
-  std::string plan, schedule, weights = "stash";
-  int worker = 0;
+  std::string plan, schedule, weights = "stash", format, output;
+  int worker = -1;
   int64_t minibatches = 0, limit = 0;
   int microbatches = 0;
   bool check = false;
 };
+
+void write_all_workers(const Schedule& schedule, const ScheduleArgs& a) {
+  const ScheduleFile file = export_schedule(schedule);
+  std::ostringstream out;
+  if (a.format == "json") write_schedule_json(out, file);
+  else write_schedule_csv(out, file);
+  if (a.output.empty()) std::cout << out.str();
+  else write_file_atomically(a.output, out.str());
+}
 
 void run_schedule(const ScheduleArgs& a) {
   Plan plan = read_plan(a.plan);
@@ -34,11 +48,18 @@ void run_schedule(const ScheduleArgs& a) {
   else if (a.microbatches > 1)
     throw UserError("--microbatches applies to --schedule gpipe or 1f1b-flush only");
   Schedule schedule(plan, o);
-  std::cout << format_worker_schedule(schedule, a.worker, a.limit);
+  if (!a.format.empty()) {
+    write_all_workers(schedule, a);
+  } else {
+    if (a.worker < 0) throw UserError("--worker is required (or --format json|csv for every worker's actions)");
+    std::cout << format_worker_schedule(schedule, a.worker, a.limit);
+  }
   if (a.check) {
     auto violations = check_schedule(schedule);
+    // Not into the data on stdout.
+    std::ostream& note = !a.format.empty() && a.output.empty() ? std::cerr : std::cout;
     if (violations.empty()) {
-      std::cout << "# check: all " << schedule.workers() << " workers' lists are consistent and deadlock-free\n";
+      note << "# check: all " << schedule.workers() << " workers' lists are consistent and deadlock-free\n";
     } else {
       std::string msg = "schedule check failed:";
       for (const auto& v : violations) msg += "\n  " + v;
@@ -51,9 +72,14 @@ void run_schedule(const ScheduleArgs& a) {
 
 void add_schedule_command(CLI::App& app) {
   auto args = std::make_shared<ScheduleArgs>();
-  auto* cmd = app.add_subcommand("schedule", "Print one worker's action list for a plan");
+  auto* cmd = app.add_subcommand("schedule", "Print one worker's action list for a plan, or every worker's as JSON or CSV");
   cmd->add_option("--plan", args->plan, "plan.json from `pipedream plan`")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--worker", args->worker, "rank whose actions to print")->required();
+  auto* worker = cmd->add_option("--worker", args->worker, "rank whose actions to print")->check(CLI::NonNegativeNumber);
+  auto* format = cmd->add_option("--format", args->format,
+                                 "write every worker's actions as data: json | csv (runtime/schedule/README.md)")
+                     ->check(CLI::IsMember({"json", "csv"}))
+                     ->excludes(worker);
+  cmd->add_option("-o,--output", args->output, "with --format: write to this file instead of stdout")->needs(format);
   cmd->add_option("--schedule", args->schedule, "1f1b-rr | gpipe | 1f1b-flush (default: the plan's)");
   cmd->add_option("--weights", args->weights, "1f1b-rr weight policy: stash (default) | vertical | none");
   cmd->add_option("--minibatches", args->minibatches,
@@ -61,7 +87,9 @@ void add_schedule_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--microbatches", args->microbatches, "microbatches per batch for gpipe/1f1b-flush (default 4)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--limit", args->limit, "print at most this many actions")->check(CLI::PositiveNumber);
+  cmd->add_option("--limit", args->limit, "print at most this many actions")
+      ->check(CLI::PositiveNumber)
+      ->excludes(format);
   cmd->add_flag("--check", args->check, "also check every worker's list (matching messages, no deadlock, versions)");
   cmd->callback([args] { run_schedule(*args); });
 }

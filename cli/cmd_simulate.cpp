@@ -1,5 +1,6 @@
 // `pipedream simulate`: replay a plan's schedule on its costs and report
 // throughput, bubbles and memory (docs/design.md §7).
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -12,16 +13,18 @@
 #include "core/error.h"
 #include "planner/plan.h"
 #include "profiler/profile.h"
+#include "runtime/schedule/schedule_file.h"
 #include "runtime/simulator/plan_search.h"
 #include "runtime/simulator/simulator.h"
+#include "runtime/simulator/timeline_svg.h"
 
 namespace pd::cli {
 
 namespace {
 
 struct SimulateArgs {
-  std::string plan, profile, schedule, weights = "stash", trace;
-  int64_t minibatches = 0;  // replay_minibatches(plan)
+  std::string plan, profile, schedule, weights = "stash", trace, schedule_file, svg;
+  int64_t minibatches = 0, svg_minibatches = 0;  // minibatches 0: replay_minibatches(plan)
   int microbatches = 0, batch_size = 0;
   bool json = false, realistic_latency = false;
 };
@@ -61,19 +64,52 @@ void check_profile_matches_plan(const Plan& plan, const Profile& profile) {
   }
 }
 
+int workers_of(const Plan& plan) {
+  int workers = 0;
+  for (const PlanStage& st : plan.stages) workers += st.replicas;
+  return workers;
+}
+
+// The paper-style picture of the first minibatches (default: enough to
+// show warm-up, steady state and drain; flush: two batches).
+void write_svg(const SimulateArgs& a, const Plan& plan, const ScheduleOptions& o,
+               const std::vector<TraceEvent>& events) {
+  TimelineSvgOptions svg;
+  svg.flush = is_flush(o.kind);
+  svg.minibatches = a.svg_minibatches > 0 ? a.svg_minibatches : (svg.flush ? 2 : 2 * workers_of(plan) + 2);
+  svg.minibatches = std::min(svg.minibatches, o.minibatches);
+  svg.title = cat(to_string(o.kind), o.kind == ScheduleKind::OneFOneBRoundRobin ? " (" + to_string(o.policy) + ")" : "",
+                  ", plan ", plan.config.empty() ? std::string("?") : plan.config, ", first ", svg.minibatches,
+                  svg.flush ? cat(" batches of ", o.microbatches, " microbatches") : std::string(" minibatches"),
+                  a.schedule_file.empty() ? "" : ", from " + a.schedule_file);
+  std::ostringstream out;
+  write_timeline_svg(out, plan, events, svg);
+  write_file_atomically(a.svg, out.str());
+}
+
 void run_simulate(const SimulateArgs& a) {
   Plan plan = read_plan(a.plan);
   if (a.batch_size > 0) plan.profile.batch_size = a.batch_size;
   SimulationOptions opt;
-  opt.schedule = schedule_options(plan, a.schedule, a.weights,
-                                  a.minibatches > 0 ? a.minibatches : replay_minibatches(plan), a.microbatches);
+  ScheduleFile file;
+  if (a.schedule_file.empty()) {
+    opt.schedule = schedule_options(plan, a.schedule, a.weights,
+                                    a.minibatches > 0 ? a.minibatches : replay_minibatches(plan), a.microbatches);
+  } else {
+    // The file's own options describe its lists; the checker must accept
+    // them before the replay, which assumes they cannot deadlock.
+    file = read_schedule_file(a.schedule_file);
+    checked_schedule(plan, file, a.schedule_file);
+    opt.schedule = file.options;
+    opt.actions = &file.lists;
+  }
   opt.realistic_latency = a.realistic_latency;
   if (!a.profile.empty()) {
     const Profile profile = read_profile(a.profile);
     check_profile_matches_plan(plan, profile);
     opt.stashed_bytes = stashed_bytes_from_profile(plan, profile);
   }
-  opt.record_trace = !a.trace.empty();
+  opt.record_trace = !a.trace.empty() || !a.svg.empty();
   std::vector<TraceEvent> events;
   SimulationReport rep = simulate(plan, opt, &events);
   if (!a.trace.empty()) {
@@ -81,6 +117,7 @@ void run_simulate(const SimulateArgs& a) {
     write_chrome_trace(out, plan, events, is_flush(opt.schedule.kind));
     write_file_atomically(a.trace, out.str());
   }
+  if (!a.svg.empty()) write_svg(a, plan, opt.schedule, events);
   if (a.json) {
     std::cout << report_to_json(rep).dump() << "\n";
     return;
@@ -96,6 +133,7 @@ void run_simulate(const SimulateArgs& a) {
   if (opt.stashed_bytes.empty())
     std::cout << "(stashed bytes per minibatch estimated by each stage's output; pass --profile for exact sizes)\n";
   if (!a.trace.empty()) std::cout << "trace written to " << a.trace << " (open in https://ui.perfetto.dev)\n";
+  if (!a.svg.empty()) std::cout << "timeline written to " << a.svg << "\n";
 }
 
 }  // namespace
@@ -107,12 +145,26 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--profile", args->profile,
                   "the plan's profile: exact stashed-activation bytes per stage")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--minibatches", args->minibatches,
-                  "minibatches to replay (batches for gpipe/1f1b-flush); default 1000, or 8 per replica of the widest stage")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--schedule", args->schedule, "1f1b-rr | gpipe | 1f1b-flush (default: the plan's)");
-  cmd->add_option("--weights", args->weights, "1f1b-rr weight policy: stash (default) | vertical | none");
-  cmd->add_option("--microbatches", args->microbatches, "microbatches per batch for gpipe/1f1b-flush (default 4)")
+  auto* minibatches = cmd->add_option("--minibatches", args->minibatches,
+                                      "minibatches to replay (batches for gpipe/1f1b-flush); default 1000, or 8 per replica of the widest stage")
+                          ->check(CLI::PositiveNumber);
+  auto* schedule = cmd->add_option("--schedule", args->schedule, "1f1b-rr | gpipe | 1f1b-flush (default: the plan's)");
+  auto* weights = cmd->add_option("--weights", args->weights, "1f1b-rr weight policy: stash (default) | vertical | none");
+  auto* microbatches = cmd->add_option("--microbatches", args->microbatches,
+                                       "microbatches per batch for gpipe/1f1b-flush (default 4)")
+                           ->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule-file", args->schedule_file,
+                  "replay this schedule (JSON or CSV from `pipedream schedule --format`, possibly edited) after "
+                  "checking it; it sets the schedule, weights, microbatches and minibatches")
+      ->check(CLI::ExistingFile)
+      ->excludes(minibatches)
+      ->excludes(schedule)
+      ->excludes(weights)
+      ->excludes(microbatches);
+  cmd->add_option("--svg", args->svg,
+                  "draw the pipeline timeline (one row per worker, F/B/all-reduce/idle) as an SVG picture");
+  cmd->add_option("--svg-minibatches", args->svg_minibatches,
+                  "the picture spans the first N minibatches (flush: batches); default 2 x workers + 2 (flush: 2)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--batch-size", args->batch_size,
                   "samples per minibatch for the throughput (default: the plan's profile)")

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "runtime/schedule/schedule_file.h"
 #include "runtime/simulator/event_queue.h"
 
 namespace pd {
@@ -129,6 +130,7 @@ class Simulation {
       }
       groups_.push_back(g);
     }
+    if (opt.actions) use_given_lists(*opt.actions);
     workers_.resize(R);
     for (int r = 0; r < R; ++r) {
       workers_[r].source = ActionSource(&schedule_, r);
@@ -219,7 +221,7 @@ class Simulation {
     WorkerState& w = workers_[r];
     if (w.computing) finish_compute(r);
     for (;;) {
-      if (!w.has_action() && !refill(w)) return;
+      if (!w.has_action() && !refill(r)) return;
       const PackedAction& a = w.action();
       // Tests, not a switch: a jump table's one indirect branch sees the
       // kinds of all workers interleaved and mispredicts nearly always;
@@ -241,11 +243,39 @@ class Simulation {
     }
   }
 
+  void use_given_lists(const std::vector<std::vector<Action>>& lists) {
+    if (static_cast<int>(lists.size()) != schedule_.workers())
+      throw UserError(cat("the schedule has ", lists.size(), " workers' lists, the plan ", schedule_.workers(),
+                          " workers"));
+    given_ = &lists;
+    given_next_.assign(lists.size(), 0);
+    given_forward_versions_.resize(lists.size());
+    for (size_t r = 0; r < lists.size(); ++r)
+      for (const Action& a : lists[r])
+        if (a.kind == ActionKind::Forward) given_forward_versions_[r].push_back(a.weight_version);
+  }
+
   // The worker's next group of actions; false when it has none left.
-  static bool refill(WorkerState& w) {
+  bool refill(int r) {
+    WorkerState& w = workers_[r];
     w.head = 0;
-    w.count = static_cast<uint8_t>(w.source.next_group(w.pending));
+    if (!given_) {
+      w.count = static_cast<uint8_t>(w.source.next_group(w.pending));
+    } else {
+      const std::vector<Action>& list = (*given_)[r];
+      size_t& next = given_next_[r];
+      int n = 0;
+      while (n < ActionSource::kMaxGroup && next < list.size()) w.pending[n++] = pack(list[next++]);
+      w.count = static_cast<uint8_t>(n);
+    }
     return w.count > 0;
+  }
+
+  // The version of the worker's `local`-th forward (-1: it has none).
+  int64_t forward_version(int r, int64_t local) const {
+    if (!given_) return workers_[r].source.forward_version(local);
+    const auto& versions = given_forward_versions_[r];
+    return local < static_cast<int64_t>(versions.size()) ? versions[static_cast<size_t>(local)] : -1;
   }
 
   void start_compute(int r) {
@@ -280,7 +310,7 @@ class Simulation {
       --w.in_flight;
       if (holds_versions_) {
         const int64_t next = ++w.backwards_done;
-        if (w.in_flight == 0 || w.source.forward_version(next) != a.key) --w.distinct_held;
+        if (w.in_flight == 0 || forward_version(r, next) != a.key) --w.distinct_held;
       }
       if (!flush_ && w.stage == 0)
         for (int i = 0; i < 2; ++i)
@@ -426,6 +456,11 @@ class Simulation {
   std::vector<std::array<double, 2>> busy_at_mark_;  // per rank: busy seconds at the two marks
   std::vector<std::vector<Message>> spilled_;        // per rank: messages beyond its mailbox's inline ones
   std::vector<double> link_free_;  // per downstream rank of a stage boundary
+  // Lists given instead of the generator's (a schedule file), per rank: the
+  // index of the next action and the versions of its forwards in order.
+  const std::vector<std::vector<Action>>* given_ = nullptr;
+  std::vector<size_t> given_next_;
+  std::vector<std::vector<int64_t>> given_forward_versions_;
   EventQueue events_;
   double now_ = 0;
   int64_t mark_index_[2] = {-1, 0};

@@ -59,6 +59,11 @@ struct SimulationOptions {
   // Bytes each worker keeps per in-flight minibatch, per stage; empty:
   // estimated (see stashed_bytes_per_minibatch).
   std::vector<uint64_t> stashed_bytes;
+  // Replay these lists (one per rank, e.g. from a schedule file) instead of
+  // generating them from `schedule`, which must still describe them (kind,
+  // policy, microbatches, minibatches). The caller checks them first
+  // (checked_schedule): the replay assumes they cannot deadlock.
+  const std::vector<std::vector<Action>>* actions = nullptr;
 };
 
 // Stashed activation bytes per minibatch of each stage: the profile's
@@ -93,6 +98,7 @@ struct TraceEvent {
 };
 
 // Throws UserError when the topology does not cover the plan's ranks.
+// See timeline_svg.h for the paper-style picture of the trace.
 SimulationReport simulate(const Plan& plan, const SimulationOptions& options,
                           std::vector<TraceEvent>* trace = nullptr);
 

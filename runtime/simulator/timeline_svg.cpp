@@ -1,0 +1,194 @@
+#include "runtime/simulator/timeline_svg.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace pd {
+namespace {
+
+// Layout, in pixels.
+constexpr double kLeft = 118;      // row labels
+constexpr double kRight = 24;
+constexpr double kTitle = 28;
+constexpr double kRowHeight = 26, kRowGap = 4;
+constexpr double kAxis = 34, kLegend = 30;
+constexpr double kMinWidth = 900, kMaxWidth = 2400;  // of the time span
+constexpr double kMinBox = 16;     // the shortest computation, when kMaxWidth allows
+constexpr double kAllReduceShare = 0.3;  // of the row height, at its bottom
+
+const char* kForwardColour = "#4e79a7";
+const char* kBackwardColour = "#59a14f";
+const char* kAllReduceColour = "#f28e2b";
+const char* kIdleColour = "#e8e8e8";
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string num(double v) {
+  std::ostringstream os;
+  os.precision(4);
+  os << v;
+  return os.str();
+}
+
+// 1, 2 or 5 times a power of ten, giving about `target` ticks over `span`.
+double tick_step(double span, int target) {
+  const double raw = span / target;
+  const double p = std::pow(10.0, std::floor(std::log10(raw)));
+  const double m = raw / p;
+  return p * (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10);
+}
+
+struct Layout {
+  double scale = 1;  // pixels per second
+  double top = 0, width = 0, height = 0;
+  int workers = 0;
+  double x(double t) const { return kLeft + t * scale; }
+  double row_y(int rank) const { return top + rank * (kRowHeight + kRowGap); }
+  double rows_bottom() const { return row_y(workers) - kRowGap; }
+};
+
+// The end of the first `minibatches` items' last computation.
+double window_end(const std::vector<TraceEvent>& events, int64_t minibatches) {
+  double end = 0;
+  for (const TraceEvent& e : events)
+    if (e.kind != ActionKind::AllReduce && (minibatches <= 0 || e.minibatch < minibatches)) end = std::max(end, e.end_s);
+  return end;
+}
+
+Layout make_layout(const std::vector<TraceEvent>& events, double end, int workers, bool titled) {
+  double shortest = end;
+  for (const TraceEvent& e : events)
+    if (e.kind != ActionKind::AllReduce && e.start_s < end && e.end_s > e.start_s)
+      shortest = std::min(shortest, e.end_s - e.start_s);
+  Layout l;
+  l.workers = workers;
+  l.scale = std::min(std::max(kMinWidth / end, kMinBox / shortest), kMaxWidth / end);
+  l.top = titled ? kTitle : 8;
+  l.width = kLeft + end * l.scale + kRight;
+  l.height = l.rows_bottom() + kAxis + kLegend;
+  return l;
+}
+
+void draw_rows(std::ostream& os, const Plan& plan, const Layout& l, double end) {
+  for (const PlanStage& st : plan.stages)
+    for (int rank : st.ranks) {
+      const double y = l.row_y(rank);
+      os << "<text class=\"worker\" x=\"" << kLeft - 8 << "\" y=\"" << num(y + kRowHeight / 2 + 4)
+         << "\" text-anchor=\"end\">worker " << rank << " \xC2\xB7 stage " << st.index << "</text>\n";
+      os << "<rect class=\"row\" x=\"" << kLeft << "\" y=\"" << num(y) << "\" width=\"" << num(end * l.scale)
+         << "\" height=\"" << kRowHeight << "\" fill=\"" << kIdleColour << "\"/>\n";
+    }
+}
+
+void draw_box(std::ostream& os, const Layout& l, const char* cls, const char* colour, double start, double stop,
+              double y, double height, const std::string& label, const std::string& tooltip) {
+  const double x = l.x(start), w = std::max(0.5, (stop - start) * l.scale);
+  os << "<g class=\"" << cls << "\"><title>" << escape(tooltip) << "</title><rect x=\"" << num(x) << "\" y=\""
+     << num(y) << "\" width=\"" << num(w) << "\" height=\"" << num(height) << "\" fill=\"" << colour
+     << "\" stroke=\"#ffffff\" stroke-width=\"0.6\"/>";
+  // A label needs about 7 px per digit; narrower boxes keep the tooltip only.
+  if (!label.empty() && w >= 7.0 * static_cast<double>(label.size()) + 2)
+    os << "<text class=\"label\" x=\"" << num(x + w / 2) << "\" y=\"" << num(y + height / 2 + 4)
+       << "\" text-anchor=\"middle\" fill=\"#ffffff\">" << label << "</text>";
+  os << "</g>\n";
+}
+
+void draw_events(std::ostream& os, const Plan& plan, const std::vector<TraceEvent>& events, const Layout& l,
+                 double end, bool flush) {
+  for (const TraceEvent& e : events) {
+    if (e.start_s >= end) continue;
+    const double stop = std::min(e.end_s, end);
+    if (e.kind == ActionKind::AllReduce) {
+      // Recorded on the stage's first replica; every replica takes part.
+      for (const PlanStage& st : plan.stages) {
+        if (std::find(st.ranks.begin(), st.ranks.end(), e.rank) == st.ranks.end()) continue;
+        for (int rank : st.ranks)
+          draw_box(os, l, "allreduce", kAllReduceColour, e.start_s, stop,
+                   l.row_y(rank) + kRowHeight * (1 - kAllReduceShare), kRowHeight * kAllReduceShare, "",
+                   cat("all-reduce round ", e.minibatch, " (stage ", st.index, "): ", num(e.start_s), "-",
+                       num(e.end_s), " s"));
+      }
+      continue;
+    }
+    const bool forward = e.kind == ActionKind::Forward;
+    const std::string item =
+        flush ? cat("batch ", e.minibatch, " microbatch ", e.microbatch) : cat("minibatch ", e.minibatch);
+    draw_box(os, l, forward ? "F" : "B", forward ? kForwardColour : kBackwardColour, e.start_s, stop,
+             l.row_y(e.rank), kRowHeight * (1 - kAllReduceShare / 2),
+             std::to_string(flush ? int64_t{e.microbatch} : e.minibatch),
+             cat(forward ? "forward " : "backward ", item, " on worker ", e.rank, ": ", num(e.start_s), "-",
+                 num(e.end_s), " s"));
+  }
+}
+
+void draw_axis(std::ostream& os, const Layout& l, double end) {
+  const double y = l.rows_bottom() + 4;
+  const bool ms = end < 1.0;
+  const double step = tick_step(end, 8);
+  os << "<g class=\"axis\"><line x1=\"" << kLeft << "\" y1=\"" << num(y) << "\" x2=\"" << num(l.x(end))
+     << "\" y2=\"" << num(y) << "\" stroke=\"#333333\"/>\n";
+  for (double t = 0; t <= end * (1 + 1e-9); t += step) {
+    os << "<line x1=\"" << num(l.x(t)) << "\" y1=\"" << num(y) << "\" x2=\"" << num(l.x(t)) << "\" y2=\""
+       << num(y + 4) << "\" stroke=\"#333333\"/><text x=\"" << num(l.x(t)) << "\" y=\"" << num(y + 16)
+       << "\" text-anchor=\"middle\">" << num(ms ? t * 1e3 : t) << "</text>\n";
+  }
+  os << "<text x=\"" << num(l.x(end)) << "\" y=\"" << num(y + 28) << "\" text-anchor=\"end\">time ("
+     << (ms ? "ms" : "s") << ")</text></g>\n";
+}
+
+void draw_legend(std::ostream& os, const Layout& l) {
+  const double y = l.rows_bottom() + kAxis + 6;
+  const std::pair<const char*, const char*> entries[] = {
+      {"forward", kForwardColour}, {"backward", kBackwardColour}, {"all-reduce", kAllReduceColour},
+      {"idle", kIdleColour}};
+  double x = kLeft;
+  os << "<g class=\"legend\">";
+  for (const auto& [name, colour] : entries) {
+    os << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"14\" height=\"14\" fill=\"" << colour
+       << "\" stroke=\"#999999\" stroke-width=\"0.5\"/><text x=\"" << num(x + 20) << "\" y=\"" << num(y + 11)
+       << "\">" << name << "</text>";
+    x += 110;
+  }
+  os << "</g>\n";
+}
+
+}  // namespace
+
+void write_timeline_svg(std::ostream& os, const Plan& plan, const std::vector<TraceEvent>& events,
+                        const TimelineSvgOptions& options) {
+  int workers = 0;
+  for (const PlanStage& st : plan.stages) workers += static_cast<int>(st.ranks.size());
+  const double end = window_end(events, options.minibatches);
+  if (workers == 0 || !(end > 0)) throw UserError("nothing to draw: the trace has no computation");
+  const Layout l = make_layout(events, end, workers, !options.title.empty());
+  os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+     << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(std::ceil(l.width)) << "\" height=\""
+     << num(std::ceil(l.height)) << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"11\">\n"
+     << "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
+  if (!options.title.empty())
+    os << "<text x=\"" << kLeft << "\" y=\"18\" font-size=\"13\" font-weight=\"bold\">" << escape(options.title)
+       << "</text>\n";
+  draw_rows(os, plan, l, end);
+  draw_events(os, plan, events, l, end, options.flush);
+  draw_axis(os, l, end);
+  draw_legend(os, l);
+  os << "</svg>\n";
+}
+
+}  // namespace pd

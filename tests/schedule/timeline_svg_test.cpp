@@ -1,0 +1,127 @@
+// The paper-style timeline picture: well-formed XML, one row per worker,
+// boxes labelled with their minibatch numbers.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "runtime/simulator/timeline_svg.h"
+#include "tests/schedule/plans.h"
+
+namespace pd {
+namespace {
+
+using testing::make_plan;
+
+// A tiny well-formedness check: every tag closes in order, attribute
+// values are quoted, text holds no raw '<' or unescaped '&'. Returns the
+// first problem, or "" when the document is well formed.
+std::string xml_problem(const std::string& doc) {
+  std::vector<std::string> open;
+  size_t i = 0;
+  int roots = 0;
+  while (i < doc.size()) {
+    if (doc[i] != '<') {
+      if (doc[i] == '&') {
+        const size_t semi = doc.find(';', i);
+        if (semi == std::string::npos || semi - i > 8) return "raw & at " + std::to_string(i);
+      }
+      ++i;
+      continue;
+    }
+    const size_t close = doc.find('>', i);
+    if (close == std::string::npos) return "unclosed tag at " + std::to_string(i);
+    std::string tag = doc.substr(i + 1, close - i - 1);
+    i = close + 1;
+    if (tag.empty()) return "empty tag";
+    if (tag[0] == '?' || tag[0] == '!') continue;
+    if (tag[0] == '/') {
+      if (open.empty() || open.back() != tag.substr(1)) return "</" + tag.substr(1) + "> closes nothing open";
+      open.pop_back();
+      continue;
+    }
+    if (std::count(tag.begin(), tag.end(), '"') % 2 != 0) return "unbalanced quotes in <" + tag + ">";
+    if (open.empty()) ++roots;
+    const bool self_closing = tag.back() == '/';
+    const std::string name = tag.substr(0, tag.find_first_of(" /"));
+    if (!self_closing) open.push_back(name);
+  }
+  if (!open.empty()) return "<" + open.back() + "> never closed";
+  if (roots != 1) return std::to_string(roots) + " root elements";
+  return "";
+}
+
+int count(const std::string& doc, const std::string& what) {
+  int n = 0;
+  for (size_t at = doc.find(what); at != std::string::npos; at = doc.find(what, at + 1)) ++n;
+  return n;
+}
+
+std::set<int> labels(const std::string& doc) {
+  std::set<int> out;
+  const std::regex label("<text class=\"label\"[^>]*>([0-9]+)</text>");
+  for (std::sregex_iterator it(doc.begin(), doc.end(), label), end; it != end; ++it) out.insert(std::stoi((*it)[1]));
+  return out;
+}
+
+std::string picture(const Plan& plan, ScheduleKind kind, int64_t minibatches, int microbatches, int64_t window) {
+  SimulationOptions o;
+  o.schedule.kind = kind;
+  o.schedule.minibatches = minibatches;
+  o.schedule.microbatches = microbatches;
+  o.record_trace = true;
+  std::vector<TraceEvent> events;
+  simulate(plan, o, &events);
+  TimelineSvgOptions svg;
+  svg.minibatches = window;
+  svg.flush = is_flush(kind);
+  svg.title = "a <test> & title";
+  std::ostringstream os;
+  write_timeline_svg(os, plan, events, svg);
+  return os.str();
+}
+
+TEST(TimelineSvg, OneRowPerWorkerAndEveryMinibatchOfTheWindowLabelled) {
+  const std::string doc = picture(make_plan({1, 1, 1, 1}), ScheduleKind::OneFOneBRoundRobin, 40, 1, 10);
+  EXPECT_EQ(xml_problem(doc), "");
+  EXPECT_EQ(count(doc, "class=\"row\""), 4);
+  EXPECT_EQ(count(doc, "class=\"worker\""), 4);
+  const std::set<int> shown = labels(doc);
+  for (int m = 0; m < 10; ++m) EXPECT_TRUE(shown.count(m)) << "minibatch " << m;
+  EXPECT_FALSE(shown.count(30)) << "minibatch 30 starts after the window";
+  EXPECT_GT(count(doc, "class=\"F\""), 0);
+  EXPECT_GT(count(doc, "class=\"B\""), 0);
+  EXPECT_NE(doc.find("a &lt;test&gt; &amp; title"), std::string::npos);
+  for (const char* legend : {">forward<", ">backward<", ">all-reduce<", ">idle<"})
+    EXPECT_NE(doc.find(legend), std::string::npos) << legend;
+}
+
+TEST(TimelineSvg, FlushSchedulesLabelMicrobatchesAndReplicasShowAllReduces) {
+  const std::string doc = picture(make_plan({2, 1, 1}, 1.0, 2.0, 0, 4000), ScheduleKind::OneFOneBFlush, 4, 6, 2);
+  EXPECT_EQ(xml_problem(doc), "");
+  EXPECT_EQ(count(doc, "class=\"row\""), 4);
+  EXPECT_EQ(labels(doc), (std::set<int>{0, 1, 2, 3, 4, 5}));
+  // Both replicas of stage 0 draw each all-reduce.
+  EXPECT_GT(count(doc, "class=\"allreduce\""), 0);
+  EXPECT_EQ(count(doc, "class=\"allreduce\"") % 2, 0);
+}
+
+TEST(TimelineSvg, SixteenWorkersStayReadable) {
+  const std::string doc = picture(make_plan(std::vector<int>(16, 1)), ScheduleKind::OneFOneBRoundRobin, 64, 1, 34);
+  EXPECT_EQ(xml_problem(doc), "");
+  EXPECT_EQ(count(doc, "class=\"row\""), 16);
+  const std::set<int> shown = labels(doc);
+  for (int m = 0; m < 34; ++m) EXPECT_TRUE(shown.count(m)) << "minibatch " << m;
+}
+
+TEST(TimelineSvg, TheWellFormednessCheckCatchesBrokenXml) {
+  EXPECT_NE(xml_problem("<svg><g></svg>"), "");
+  EXPECT_NE(xml_problem("<svg>a & b</svg>"), "");
+  EXPECT_NE(xml_problem("<svg x=\"1></svg>"), "");
+  EXPECT_EQ(xml_problem("<?xml version=\"1.0\"?><svg><g/><text>1 &amp; 2</text></svg>"), "");
+}
+
+}  // namespace
+}  // namespace pd
