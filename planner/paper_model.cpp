@@ -276,6 +276,39 @@ LevelResult solve_table(const StageCosts& costs, bool straight, bool fewer) {
 // 4(m-1)P/(m²B) both fall), so "can every stage be ≤ τ with the workers we
 // have" is a shortest-path style DP on the fewest workers, and the optimum
 // is the smallest τ (a double) for which it holds.
+// The slowest item of a level's plan.
+double bottleneck(const StageCosts& costs, const std::vector<LevelStage>& stages) {
+  double worst = 0;
+  int before = 0;
+  for (const auto& st : stages) {
+    worst = std::max(worst, costs.value(st.from, st.to, st.units, before));
+    before += st.units;
+  }
+  return worst;
+}
+
+// The smallest double in (lo, hi] for which feasible() holds, given that
+// it holds at hi: bisection on the bit patterns (non-negative doubles
+// order like their bits), so the answer is exact.
+template <class Feasible>
+double smallest_feasible(double lo, double hi, Feasible&& feasible) {
+  auto bits = [](double d) {
+    uint64_t b;
+    std::memcpy(&b, &d, 8);
+    return b;
+  };
+  uint64_t lo_bits = bits(lo), hi_bits = bits(hi);
+  while (hi_bits > lo_bits + 1) {
+    const uint64_t mid = lo_bits + (hi_bits - lo_bits) / 2;
+    double d;
+    std::memcpy(&d, &mid, 8);
+    (feasible(d) ? hi_bits : lo_bits) = mid;
+  }
+  double tau;
+  std::memcpy(&tau, &hi_bits, 8);
+  return tau;
+}
+
 class ParametricSolver {
  public:
   ParametricSolver(const StageCosts& costs, bool straight, bool fewer)
@@ -325,36 +358,15 @@ class ParametricSolver {
       }
       if (b < candidates.size()) hi = candidates[b];
     }
-    // Bisect on the bit patterns: positive doubles order like their bits.
-    uint64_t lo_bits = bits(lo), hi_bits = bits(hi);
-    while (hi_bits > lo_bits + 1 && costs_.memory_limited()) {
-      uint64_t mid = lo_bits + (hi_bits - lo_bits) / 2;
-      if (feasible(from_bits(mid))) hi_bits = mid;
-      else lo_bits = mid;
-    }
-    double tau = from_bits(hi_bits);
+    const double tau =
+        costs_.memory_limited() ? smallest_feasible(lo, hi, [this](double t) { return feasible(t); }) : hi;
     PD_CHECK(feasible(tau));
     r.stages = reconstruct(tau);
-    r.time = 0;
-    int before = 0;
-    for (const auto& st : r.stages) {
-      r.time = std::max(r.time, costs_.value(st.from, st.to, st.units, before));
-      before += st.units;
-    }
+    r.time = bottleneck(costs_, r.stages);
     return r;
   }
 
  private:
-  static uint64_t bits(double d) {
-    uint64_t b;
-    std::memcpy(&b, &d, 8);
-    return b;
-  }
-  static double from_bits(uint64_t b) {
-    double d;
-    std::memcpy(&d, &b, 8);
-    return d;
-  }
 
   // Every stage value in (lo, hi] (no memory limit: values do not depend
   // on the workers before a stage, and fall with m from 2 replicas on).
@@ -612,33 +624,13 @@ class MemoryLimitedSolver {
       hi *= 2;
       if (hi > 1e30) return r;
     }
-    uint64_t lo_bits = bits(lo), hi_bits = bits(hi);
-    while (hi_bits > lo_bits + 1) {
-      const uint64_t mid = lo_bits + (hi_bits - lo_bits) / 2;
-      (feasible(from_bits(mid)) ? hi_bits : lo_bits) = mid;
-    }
-    const double tau = from_bits(hi_bits);
+    const double tau = smallest_feasible(lo, hi, [this](double t) { return feasible(t); });
     r.stages = reconstruct(tau);
-    r.time = 0;
-    int before = 0;
-    for (const auto& st : r.stages) {
-      r.time = std::max(r.time, costs_.value(st.from, st.to, st.units, before));
-      before += st.units;
-    }
+    r.time = bottleneck(costs_, r.stages);
     return r;
   }
 
  private:
-  static uint64_t bits(double d) {
-    uint64_t b;
-    std::memcpy(&b, &d, 8);
-    return b;
-  }
-  static double from_bits(uint64_t b) {
-    double d;
-    std::memcpy(&d, &b, 8);
-    return d;
-  }
   // The stage (k, j] on m replicas with `after` workers behind it.
   bool ok(int k, int j, int m, int after, double tau) const {
     const int before = M_ - after - m;

@@ -6,13 +6,40 @@
 // of whole units of the level below (at level 0: any workers of one group).
 #include <algorithm>
 #include <cmath>
+#include <array>
 #include <functional>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "planner/topology.h"
 #include "profiler/profile.h"
 
 namespace pd::testing_aligned {
+
+// A random chain: compute-, sync- or transfer-bound by the draw
+// (param_scale 0, 3 MB or 60 MB per unit of parameters).
+inline Profile random_chain(std::mt19937& rng, int n, double param_scale) {
+  std::uniform_real_distribution<double> ms(0.05, 10.0);
+  std::uniform_int_distribution<int> mb(0, 4);
+  Profile p;
+  p.source_kind = "json";
+  p.model = "chain";
+  p.batch_size = 32;
+  for (int i = 0; i < n; ++i) {
+    ProfileNode node;
+    node.id = i;
+    node.name = "layer" + std::to_string(i);
+    node.forward_ms = ms(rng), node.backward_ms = ms(rng);
+    node.output_bytes = uint64_t(mb(rng)) * 2'000'000;
+    node.parameter_bytes = uint64_t(mb(rng) * param_scale);
+    node.activation_bytes = uint64_t(mb(rng)) * 5'000'000;
+    node.optimizer_state_bytes = node.parameter_bytes;
+    p.nodes.push_back(node);
+    if (i) p.edges.push_back({i - 1, i});
+  }
+  return p;
+}
 
 struct Block {
   int first = 0, end = 0;  // ranks [first, end)

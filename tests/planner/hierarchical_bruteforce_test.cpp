@@ -16,25 +16,6 @@ namespace {
 
 using namespace testing_aligned;
 
-Profile random_chain(std::mt19937& rng, int n, double param_scale) {
-  std::uniform_real_distribution<double> ms(0.05, 10.0);
-  std::uniform_int_distribution<int> mb(0, 4);
-  Profile p;
-  p.source_kind = "json";
-  for (int i = 0; i < n; ++i) {
-    ProfileNode node;
-    node.id = i;
-    node.forward_ms = ms(rng), node.backward_ms = ms(rng);
-    node.output_bytes = uint64_t(mb(rng)) * 2'000'000;
-    node.parameter_bytes = uint64_t(mb(rng) * param_scale);
-    node.activation_bytes = uint64_t(mb(rng)) * 5'000'000;
-    node.optimizer_state_bytes = node.parameter_bytes;
-    p.nodes.push_back(node);
-    if (i) p.edges.push_back({i - 1, i});
-  }
-  return p;
-}
-
 struct Instance {
   Profile profile;
   Topology topology;

@@ -20,29 +20,6 @@ namespace {
 
 using namespace testing_aligned;
 
-Profile random_chain(std::mt19937& rng, int n) {
-  std::uniform_real_distribution<double> ms(0.05, 10.0);
-  std::uniform_int_distribution<int> mb(0, 4);
-  const double param_scale = std::array<double, 3>{0, 3e6, 60e6}[rng() % 3];
-  Profile p;
-  p.source_kind = "json";
-  p.model = "chain";
-  p.batch_size = 32;
-  for (int i = 0; i < n; ++i) {
-    ProfileNode node;
-    node.id = i;
-    node.name = "layer" + std::to_string(i);
-    node.forward_ms = ms(rng), node.backward_ms = ms(rng);
-    node.output_bytes = uint64_t(mb(rng)) * 2'000'000;
-    node.parameter_bytes = uint64_t(mb(rng) * param_scale);
-    node.activation_bytes = uint64_t(mb(rng)) * 5'000'000;
-    node.optimizer_state_bytes = node.parameter_bytes;
-    p.nodes.push_back(node);
-    if (i) p.edges.push_back({i - 1, i});
-  }
-  return p;
-}
-
 // The aligned plan as plan.json would hold it.
 Plan as_plan(const AlignedPlan& a, const Profile& prof, const Topology& t) {
   Plan p;
@@ -79,7 +56,7 @@ TEST(PlanSearchBruteForce, FastestReplayOfUniformLevelAlignedPlansOnSmallTwoLeve
   double worst_gap = 0;
   for (int trial = 0; trial < 60; ++trial) {
     const int n = std::uniform_int_distribution<int>(2, 8)(rng);
-    Profile prof = random_chain(rng, n);
+    Profile prof = random_chain(rng, n, std::array<double, 3>{0, 3e6, 60e6}[rng() % 3]);
     std::uniform_real_distribution<double> gbps(0.5, 20.0);
     Topology t;
     t.levels = {{std::uniform_int_distribution<int>(1, 4)(rng), gbps(rng)},
