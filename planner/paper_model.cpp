@@ -92,7 +92,7 @@ class StageCosts {
   }
   StageFootprint footprint(int k, int j, int m) const {
     return {s_.parameters[j] - s_.parameters[k], s_.optimizer_state[j] - s_.optimizer_state[k],
-            s_.activations[j] - s_.activations[k], s_.cut_bytes[j], m * level_.unit_workers};
+            s_.activations[j] - s_.activations[k], s_.cut_bytes[j], m * level_.unit_workers, s_.workspace(k, j)};
   }
   double memory(int k, int j, int m, int before) const {
     return stage_memory_bytes(footprint(k, j, m), in_flight(m, before));
@@ -971,7 +971,8 @@ class AlignedHierarchy {
 // 1): the single-worker and data-parallel baselines.
 double whole_model_memory(const StateSpace& s, int replicas) {
   const int last = s.size() - 1;
-  return stage_memory_bytes({s.parameters[last], s.optimizer_state[last], s.activations[last], 0, replicas}, 1);
+  return stage_memory_bytes(
+      {s.parameters[last], s.optimizer_state[last], s.activations[last], 0, replicas, s.workspace(0, last)}, 1);
 }
 
 }  // namespace

@@ -78,6 +78,7 @@ void set_stage_memory(const PlanningGraph& g, const std::vector<PlannedStage>& p
     for (int v : planned[s].nodes) {
       f.parameter_bytes += g.nodes[v].parameter_bytes, f.optimizer_state_bytes += g.nodes[v].optimizer_state_bytes;
       f.activation_bytes += g.nodes[v].activation_bytes;
+      f.workspace_bytes = std::max(f.workspace_bytes, g.nodes[v].workspace_bytes);
     }
     f.boundary_bytes = double(stages[s].output_bytes);
     f.replicas = stages[s].replicas;
@@ -96,7 +97,8 @@ PlannedPipeline run_model(const PlanningGraph& g, const Topology& topology, cons
 double smallest_footprint(const PlanningGraph& g) {
   double most = 0;
   for (const auto& n : g.nodes)
-    most = std::max(most, stage_memory_bytes({n.parameter_bytes, n.optimizer_state_bytes, n.activation_bytes, 0, 1}, 1));
+    most = std::max(most, stage_memory_bytes(
+                              {n.parameter_bytes, n.optimizer_state_bytes, n.activation_bytes, 0, 1, n.workspace_bytes}, 1));
   return most;
 }
 

@@ -18,6 +18,7 @@ struct PlanningNode {
   double activation_bytes = 0;  // stashed for backward
   double parameter_bytes = 0, optimizer_state_bytes = 0;
   int source_line = 0;
+  double workspace_bytes = 0;  // working memory while it computes (profile.h)
 };
 
 struct PlanningGraph {

@@ -18,6 +18,7 @@ struct StageFootprint {
   double activation_bytes = 0;  // stashed for the backward, per minibatch
   double boundary_bytes = 0;    // sent to the next stage per minibatch (0 for the last)
   int replicas = 1;
+  double workspace_bytes = 0;   // the most working memory of one of its layers while it computes
 };
 
 // Bytes one worker of the stage holds (what `run` measures, less the data
@@ -28,10 +29,13 @@ struct StageFootprint {
 //   sends on and the gradient that comes back for it (message buffers live
 //   until the transfer completes);
 // - with replicas, one more copy of the gradients, which the bucketed
-//   all-reduce sends from.
+//   all-reduce sends from;
+// - the working memory of the layer computing at the time (the gradient it
+//   receives and what it allocates while it runs), the most of its layers.
 inline double stage_memory_bytes(const StageFootprint& s, int in_flight) {
   return s.parameter_bytes * (in_flight + 1) + s.optimizer_state_bytes +
-         (s.activation_bytes + 2 * s.boundary_bytes) * in_flight + (s.replicas > 1 ? s.parameter_bytes : 0);
+         (s.activation_bytes + 2 * s.boundary_bytes) * in_flight + (s.replicas > 1 ? s.parameter_bytes : 0) +
+         s.workspace_bytes;
 }
 
 }  // namespace pd

@@ -8,9 +8,10 @@ namespace {
 
 void add_state(StateSpace& s, const PlanningGraph& g, const std::vector<int>& nodes_in_state,
                const std::vector<char>& inside) {
-  double c = 0, p = 0, a = 0, o = 0, x = 0;
+  double c = 0, p = 0, a = 0, o = 0, x = 0, w = 0;
   for (int v : nodes_in_state) {
     const PlanningNode& n = g.nodes[v];
+    w = std::max(w, n.workspace_bytes);
     c += n.forward_s + n.backward_s;
     p += n.parameter_bytes;
     a += n.activation_bytes;
@@ -23,6 +24,20 @@ void add_state(StateSpace& s, const PlanningGraph& g, const std::vector<int>& no
   }
   s.compute.push_back(c), s.parameters.push_back(p), s.activations.push_back(a);
   s.optimizer_state.push_back(o), s.cut_bytes.push_back(x);
+  s.workspace_in_state.push_back(w);
+}
+
+// Sparse table: ranges[p][i] = the most over order positions [i, i + 2^p).
+void add_workspace_ranges(StateSpace& s, const PlanningGraph& g) {
+  const int n = int(s.order.size());
+  s.workspace_ranges.assign(1, std::vector<double>(n));
+  for (int i = 0; i < n; ++i) s.workspace_ranges[0][i] = g.nodes[s.order[i]].workspace_bytes;
+  for (int p = 1; (1 << p) <= n; ++p) {
+    const auto& prev = s.workspace_ranges[p - 1];
+    std::vector<double> level(n - (1 << p) + 1);
+    for (size_t i = 0; i < level.size(); ++i) level[i] = std::max(prev[i], prev[i + (1 << (p - 1))]);
+    s.workspace_ranges.push_back(std::move(level));
+  }
 }
 
 StateSpace prefix_space(const PlanningGraph& g, const std::string& kind) {
@@ -50,6 +65,7 @@ StateSpace prefix_space(const PlanningGraph& g, const std::string& kind) {
     s.compute.push_back(c), s.parameters.push_back(p), s.activations.push_back(a), s.optimizer_state.push_back(o);
     s.cut_bytes.push_back(t == n ? 0 : crossing);
   }
+  add_workspace_ranges(s, g);
   return s;
 }
 
@@ -65,6 +81,14 @@ std::vector<int> StateSpace::stage_nodes(int k, int j) const {
     if (!members[k].test(v)) out.push_back(int(v));
   });
   return out;
+}
+
+double StateSpace::workspace(int k, int j) const {
+  if (workspace_ranges.empty()) return workspace_in_state[j];
+  if (j <= k) return 0;
+  int p = 0;
+  while ((2 << p) <= j - k) ++p;
+  return std::max(workspace_ranges[p][k], workspace_ranges[p][j - (1 << p)]);
 }
 
 StateSpace build_state_space(const PlanningGraph& g, int max_states) {

@@ -23,7 +23,15 @@ struct StateSpace {
   std::vector<std::vector<int>> nested_in;
   std::vector<DynamicBitset> members;  // antichain space only
   std::vector<int> order;              // topological order (prefix spaces)
+  // Working memory: per state, the most of any of its nodes (down-sets),
+  // and a sparse table of range maxima over `order` (prefix spaces).
+  std::vector<double> workspace_in_state;
+  std::vector<std::vector<double>> workspace_ranges;
   int size() const { return int(compute.size()); }
+  // The most working memory of one node of the stage between states k < j:
+  // exact for prefix spaces, the most of any node in j for down-sets (a
+  // bound: the planner then checks memory a little conservatively).
+  double workspace(int k, int j) const;
   bool all_earlier_nest() const { return nested_in.empty(); }
   // Planning-graph nodes of the stage between states k < j.
   std::vector<int> stage_nodes(int k, int j) const;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "core/cpu/gemm.h"
@@ -80,7 +81,19 @@ SyntheticBatch make_batch(const Model& m, int64_t batch, uint64_t seed) {
 }
 
 struct LayerFacts {
-  uint64_t output_bytes = 0, saved_bytes = 0;
+  uint64_t output_bytes = 0, saved_bytes = 0, workspace_bytes = 0;
+};
+
+// What a layer call allocates beyond what was live when it started (the
+// allocator's peak over its level before the call).
+class WorkspaceMeter {
+ public:
+  explicit WorkspaceMeter(Allocator& a) : a_(a), before_(a.current_bytes()) { a_.reset_peak(); }
+  uint64_t bytes() const { return a_.peak_bytes() > before_ ? a_.peak_bytes() - before_ : 0; }
+
+ private:
+  Allocator& a_;
+  size_t before_;
 };
 
 struct StepTimes {
@@ -98,14 +111,17 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
   t.backward_ms.resize(static_cast<size_t>(n));
   std::vector<LayerContext> ctx(static_cast<size_t>(n));
   Tensor h = b.inputs;
+  Allocator& allocator = allocator_for(b.inputs.device());
   Clock::time_point start = now_synced();
   for (int i = 0; i < n; ++i) {
     ForwardArgs a{w.params(i), w.buffers(i), step};
     a.step.layer_index = static_cast<uint32_t>(i);
+    std::optional<WorkspaceMeter> meter;
+    if (facts) meter.emplace(allocator);
     h = m.layer(i).forward(a, h, ctx[static_cast<size_t>(i)]);
     Clock::time_point end = now_synced();
     t.forward_ms[static_cast<size_t>(i)] = ms_between(start, end);
-    if (facts) (*facts)[static_cast<size_t>(i)] = {h.nbytes(), ctx[static_cast<size_t>(i)].saved_bytes()};
+    if (facts) (*facts)[static_cast<size_t>(i)] = {h.nbytes(), ctx[static_cast<size_t>(i)].saved_bytes(), meter->bytes()};
     start = now_synced();
   }
   // The loss belongs to the last stage's backward: it starts when the
@@ -123,7 +139,14 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
     }
     BackwardArgs a{w.params(i), grads.params(i), step, i > lowest};
     a.step.layer_index = static_cast<uint32_t>(i);
+    std::optional<WorkspaceMeter> meter;
+    const uint64_t received = g.nbytes();  // the gradient it receives is working memory too
+    if (facts) meter.emplace(allocator);
     g = m.layer(i).backward(a, g, ctx[static_cast<size_t>(i)]);
+    if (facts) {
+      uint64_t& ws = (*facts)[static_cast<size_t>(i)].workspace_bytes;
+      ws = std::max(ws, received + meter->bytes());
+    }
     ctx[static_cast<size_t>(i)].clear();
     Clock::time_point end = now_synced();
     t.backward_ms[static_cast<size_t>(i)] = ms_between(start, end);
@@ -293,6 +316,7 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
     node.backward_p90_ms = p90(samples.bwd[k]);
     node.output_bytes = facts[k].output_bytes;
     node.activation_bytes = facts[k].saved_bytes;
+    node.workspace_bytes = facts[k].workspace_bytes;
     node.parameter_bytes = parameter_bytes(w, i);
     node.optimizer_state_bytes = node.parameter_bytes * static_cast<uint64_t>(slots);
     p.nodes.push_back(std::move(node));

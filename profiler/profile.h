@@ -18,6 +18,10 @@ struct ProfileNode {
   uint64_t activation_bytes = 0;  // kept for backward (stashed)
   uint64_t parameter_bytes = 0;
   uint64_t optimizer_state_bytes = 0;
+  // Working memory of the layer's forward or backward, whichever is more:
+  // what it allocates beyond its inputs while it runs, plus, in the
+  // backward, the gradient it receives (0: not measured, e.g. graph.txt).
+  uint64_t workspace_bytes = 0;
   int source_line = 0;  // line of the file it was read from (graph.txt order matters to PipeDream)
 };
 
