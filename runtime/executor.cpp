@@ -49,34 +49,16 @@ StageExecutor::StageExecutor(const Schedule& schedule, int rank, StageState& sta
   tag_modulus_ = transport.max_tag() - 1;
   if (replicas_ > 1) group_ = transport.make_group(schedule.ranks(stage_));
 
-  // Buckets in backward order (last layer first), each closed once it holds
-  // bucket_bytes; a bucket can go out as soon as its lowest layer's backward is done.
-  const int layers = state_.last_layer - state_.first_layer + 1;
-  bucket_of_layer_end_.assign(static_cast<size_t>(layers), -1);
-  const Tensor* base = state_.weights.all_params().data();
-  std::vector<int> current;
-  size_t bytes = 0;
-  int lowest = -1;
-  for (int l = state_.last_layer; l >= state_.first_layer; --l) {
-    auto ps = state_.weights.params(l);
-    if (ps.empty()) continue;
-    for (const Tensor& t : ps) {
-      current.push_back(static_cast<int>(&t - base));
-      bytes += t.nbytes();
+  if (group_) {
+    // Gradients layer by layer in the order backward finishes them.
+    std::vector<std::vector<Tensor>> grads_by_layer;
+    for (int l = state_.last_layer; l >= state_.first_layer; --l) {
+      auto ps = grads_.params(l);
+      grads_by_layer.emplace_back(ps.begin(), ps.end());
     }
-    lowest = l;
-    if (bytes >= training_.bucket_bytes) {
-      bucket_of_layer_end_[static_cast<size_t>(l - state_.first_layer)] = static_cast<int>(buckets_.size());
-      buckets_.push_back(std::move(current));
-      current.clear();
-      bytes = 0;
-    }
+    buckets_ = std::make_unique<GradientBuckets>(transport, group_, std::move(grads_by_layer),
+                                                 training_.bucket_bytes, ReduceOp::Sum);
   }
-  if (!current.empty()) {
-    bucket_of_layer_end_[static_cast<size_t>(lowest - state_.first_layer)] = static_cast<int>(buckets_.size());
-    buckets_.push_back(std::move(current));
-  }
-  bucket_requests_.resize(buckets_.size());
 }
 
 double StageExecutor::now() const { return steady_seconds() - clock_zero_; }
@@ -119,11 +101,9 @@ StageExecutor::Progress StageExecutor::step() {
 
 bool StageExecutor::ready(const Action& a) {
   if (a.is_recv()) return recvs_.at({a.kind == ActionKind::RecvGradient, item_key(a)}).test();
-  if (a.kind == ActionKind::AllReduce) {
-    if (!buckets_launched_)
-      for (size_t b = 0; b < buckets_.size(); ++b) launch_bucket(b);
-    for (Request& r : bucket_requests_)
-      if (!r.test()) return false;
+  if (a.kind == ActionKind::AllReduce && buckets_) {
+    buckets_->start_all();  // if the backward did not
+    return buckets_->test();
   }
   return true;
 }
@@ -134,9 +114,8 @@ void StageExecutor::wait_until_ready() {
   const double t0 = now();
   if (a.is_recv()) {
     recvs_.at({a.kind == ActionKind::RecvGradient, item_key(a)}).wait();
-  } else if (a.kind == ActionKind::AllReduce) {
-    ready(a);  // launches the buckets if the backward did not
-    for (Request& r : bucket_requests_) r.wait();
+  } else if (a.kind == ActionKind::AllReduce && buckets_) {
+    buckets_->wait();  // starts the buckets if the backward did not
   }
   record("wait", a.is_recv() ? item_key(a) : -1, t0);
 }
@@ -260,13 +239,6 @@ bool StageExecutor::round_completes_after(size_t i) const {
   return false;
 }
 
-void StageExecutor::launch_bucket(size_t b) {
-  std::vector<Tensor> tensors;
-  for (int i : buckets_[b]) tensors.push_back(grads_.all_params()[static_cast<size_t>(i)]);
-  bucket_requests_[b] = transport_.iall_reduce(*group_, std::move(tensors), ReduceOp::Sum);
-  buckets_launched_ = true;
-}
-
 void StageExecutor::backward(const Action& a) {
   const double t0 = now();
   const int64_t key = item_key(a);
@@ -282,7 +254,7 @@ void StageExecutor::backward(const Action& a) {
   StepInfo info{.training = true, .seed = training_.seed, .layer_index = 0, .minibatch_id = id};
   const Model& m = *training_.model;
   Tensor dx;
-  if (group_ && !buckets_.empty() && round_completes_after(0)) {
+  if (buckets_ && buckets_->bucket_count() > 0 && round_completes_after(0)) {
     // This backward completes the round: send each bucket as soon as its layers are done.
     Tensor g = std::move(p.grad_in);
     const int lowest = first_stage_ ? first_layer_with_params(m, state_.first_layer, state_.last_layer)
@@ -291,8 +263,7 @@ void StageExecutor::backward(const Action& a) {
       RangeContext one;
       one.layers.push_back(std::move(p.ctx.layers[static_cast<size_t>(l - state_.first_layer)]));
       g = backward_layers(m, w, grads_, l, l, g, info, one, !first_stage_ || l > lowest);
-      const int b = bucket_of_layer_end_[static_cast<size_t>(l - state_.first_layer)];
-      if (b >= 0) launch_bucket(static_cast<size_t>(b));
+      buckets_->layer_done(static_cast<size_t>(state_.last_layer - l));
     }
     p.ctx.clear();
     dx = g;
@@ -311,11 +282,7 @@ void StageExecutor::backward(const Action& a) {
 
 void StageExecutor::all_reduce(const Action& a) {
   const double t0 = now();
-  if (!buckets_launched_)
-    for (size_t b = 0; b < buckets_.size(); ++b) launch_bucket(b);
-  for (Request& r : bucket_requests_) r.wait();
-  for (Request& r : bucket_requests_) r = Request{};
-  buckets_launched_ = false;
+  if (buckets_) buckets_->end_round();
   record("allreduce", a.round, t0);
 }
 

@@ -22,6 +22,7 @@
 #include "core/optimizer.h"
 #include "models/dataset.h"
 #include "models/layer_range.h"
+#include "runtime/comm/gradient_buckets.h"
 #include "runtime/comm/transport.h"
 #include "runtime/schedule/schedule.h"
 #include "runtime/trainer.h"
@@ -50,7 +51,7 @@ struct StageTraining {
   const Optimizer* optimizer = nullptr;
   LrSchedule lr;                // base_lr and total_steps filled in
   int64_t first_item = 0;       // global minibatch (flush: batch) of the schedule's item 0
-  size_t bucket_bytes = 4u << 20;  // all-reduce bucket size
+  size_t bucket_bytes = GradientBuckets::kDefaultBucketBytes;  // all-reduce bucket size
   int lookahead = 16;           // actions whose receives are posted early
 };
 
@@ -133,7 +134,6 @@ class StageExecutor {
   void backward(const Action& a);
   void all_reduce(const Action& a);
   void optimizer_step(const Action& a);
-  void launch_bucket(size_t b);
   bool round_completes_after(size_t window_index) const;
   Tensor input_of(const Action& a, Pending& p);
   std::vector<int64_t> sample_indices(int64_t batch_or_minibatch, int microbatch) const;
@@ -164,10 +164,7 @@ class StageExecutor {
   WeightVersionStore versions_;
   ParameterStore grads_;
   std::shared_ptr<CommGroup> group_;
-  std::vector<std::vector<int>> buckets_;  // parameter indices, in backward order
-  std::vector<int> bucket_of_layer_end_;   // per layer of the stage: bucket whose last layer it is, or -1
-  std::vector<Request> bucket_requests_;
-  bool buckets_launched_ = false;
+  std::unique_ptr<GradientBuckets> buckets_;  // a replicated stage's gradient all-reduce
   int64_t forwards_done_ = 0;
   int tag_modulus_ = 1;
   StageEvaluation eval_;

@@ -1,13 +1,20 @@
 #pragma once
-// GradientBuckets: all-reduce a stage's parameter gradients among its
-// replicas in buckets while backward is still running (as PyTorch DDP does).
+// GradientBuckets: all-reduce a replicated stage's parameter gradients in
+// buckets while backward is still running (as PyTorch DDP does). The
+// executor (runtime/executor.cpp) runs it.
 //
-// The executor lists the gradient tensors in the order backward finishes
-// them (last layer first) and calls mark_ready(i) as each is final; a
-// bucket's all-reduce starts once all its gradients are ready, and buckets
-// start strictly in bucket order, so every replica issues the same
-// all-reduces in the same order whatever its timing. wait() before the
-// optimizer step.
+// Buckets hold whole layers in the order backward finishes them (last
+// layer first). A bucket closes after the layer that brings it to at least
+// bucket_bytes, so each bucket is one all-reduce big enough to amortize its
+// latency, and the last takes what is left. The executor reports each layer
+// as its backward is done (layer_done); a bucket's all-reduce starts once
+// all its layers are done, and buckets start strictly in bucket order, so
+// every replica issues the same all-reduces in the same order whatever its
+// timing. end_round() before the optimizer step.
+//
+// The reduction is a Sum: the optimizer step divides by the number of
+// gradients summed (replicas times microbatches) in one place.
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -15,36 +22,54 @@
 
 namespace pd {
 
+struct GradientBucket {
+  std::vector<size_t> layers;  // positions in backward order, ascending
+  size_t bytes = 0;
+};
+
+// The buckets for layers whose gradients have these sizes, per layer in
+// backward order (an empty list: a layer without parameters, in no bucket).
+std::vector<GradientBucket> plan_gradient_buckets(const std::vector<std::vector<size_t>>& grad_bytes_by_layer,
+                                                  size_t bucket_bytes);
+
 class GradientBuckets {
  public:
-  // Buckets are consecutive gradients of at most bucket_bytes (a larger
-  // gradient gets a bucket of its own).
-  GradientBuckets(Transport& transport, std::shared_ptr<CommGroup> group, std::vector<Tensor> grads,
-                  size_t bucket_bytes = 25u << 20, ReduceOp op = ReduceOp::Average);
+  static constexpr size_t kDefaultBucketBytes = 4u << 20;
 
-  void mark_ready(size_t grad_index);
-  // Starts what has not started, waits for every bucket, and re-arms for
-  // the next backward round.
+  // grads_by_layer: the gradient tensors of each layer in backward order;
+  // they are all-reduced in place.
+  GradientBuckets(Transport& transport, std::shared_ptr<CommGroup> group,
+                  std::vector<std::vector<Tensor>> grads_by_layer, size_t bucket_bytes = kDefaultBucketBytes,
+                  ReduceOp op = ReduceOp::Sum);
+
+  // Backward finished the layer at this position (backward order).
+  void layer_done(size_t position);
+  // Starts every bucket not started yet this round.
+  void start_all();
+  // Whether every bucket of the round has been started and is done.
+  bool test();
+  // start_all(), then waits for every bucket of the round.
   void wait(double timeout_s = -1);
+  // wait(), then re-arms for the next round.
+  void end_round(double timeout_s = -1);
 
-  size_t bucket_count() const { return buckets_.size(); }
+  const std::vector<GradientBucket>& buckets() const { return plan_; }
+  size_t bucket_count() const { return plan_.size(); }
   size_t buckets_started() const { return next_to_start_; }
 
  private:
-  struct Bucket {
-    std::vector<size_t> grads;
-    size_t missing = 0;
-    Request request;
-  };
   void start_ready_buckets();
+  void rearm();
 
   Transport& transport_;
   std::shared_ptr<CommGroup> group_;
-  std::vector<Tensor> grads_;
+  std::vector<std::vector<Tensor>> grads_by_layer_;
   ReduceOp op_;
-  std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;
-  std::vector<char> ready_;
+  std::vector<GradientBucket> plan_;
+  std::vector<int> bucket_of_layer_;    // -1: no parameters
+  std::vector<size_t> layers_missing_;  // per bucket, this round
+  std::vector<char> layer_done_;
+  std::vector<Request> requests_;
   size_t next_to_start_ = 0;
 };
 

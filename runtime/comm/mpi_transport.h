@@ -36,6 +36,12 @@ class MpiTransport final : public Transport {
   // exception unwinding or after a failure: abort() instead, so that no
   // peer is left waiting for this rank.
   ~MpiTransport() override;
+  // Normal exit now: in-flight operations finish (bounded by the timeout),
+  // receives nobody matched are cancelled (their requests then throw
+  // "cancelled at shutdown" from test() and wait() instead of hanging),
+  // then MPI_Finalize. Requests stay safe to ask afterwards; start no new
+  // ones. The destructor does this when not failing.
+  void shutdown();
 
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
@@ -65,6 +71,7 @@ class MpiTransport final : public Transport {
   std::vector<std::string> hosts_;
   std::unique_ptr<MpiEngine> engine_;
   bool we_initialized_mpi_ = false;
+  bool shut_down_ = false;
 };
 
 }  // namespace pd

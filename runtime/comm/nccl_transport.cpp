@@ -14,14 +14,8 @@
 
 #include "core/cuda_plugin.h"
 #include "core/error.h"
+#include "runtime/comm/mpi_check.h"
 
-// Every MPI call of the bootstrap: a failure names the call, file and line.
-#define PD_MPI_CHECK(call)                                                                                   \
-  do {                                                                                                      \
-    int pd_rc_ = (call);                                                                                    \
-    if (pd_rc_ != MPI_SUCCESS)                                                                              \
-      throw ::pd::RuntimeFailure(::pd::cat(#call, " failed (code ", pd_rc_, ") at ", __FILE__, ":", __LINE__)); \
-  } while (0)
 
 namespace pd {
 

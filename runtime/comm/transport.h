@@ -1,8 +1,10 @@
 #pragma once
 // Transport: how pipeline workers exchange tensors (docs/design.md §8).
 //
-// The executor sees only this interface; MPI (host memory, mpi_transport.h)
-// implements it now, NCCL (device memory) later. Every operation is
+// The executor sees only this interface. MpiTransport (mpi_transport.h)
+// moves host tensors, StagedTransport (staged_transport.h) stages device
+// tensors through the host over another transport, and NcclTransport
+// (nccl_transport.h) moves them GPU to GPU. Every operation is
 // non-blocking and returns a Request; communication progresses on its own
 // (a progress thread in the MPI transport) while the caller computes.
 //

@@ -66,6 +66,18 @@ TEST(CommFault, RankLeavingOnAnExceptionIsNamedByThePeers) {
   EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
 }
 
+TEST(CommFault, UnmatchedReceiveIsCancelledAtShutdown) {
+  // The victim's timeout is 30 s: a shutdown that waited for the receive
+  // instead of cancelling it would take that long (the victim also fails
+  // itself past 10 s).
+  JobResult r = run_job("unmatched", 2);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.seconds, 25) << r.output;
+  EXPECT_NE(r.output.find("rank 0: the receive reports: receive tag 5 from rank 1: cancelled at shutdown"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(CommFault, CtrlCStopsEveryRankAfterTheSameStep) {
   // Ctrl-C reaches mpirun, which sends SIGTERM to every rank; the ranks
   // vote with any_rank_stopping() and all leave after the same step.

@@ -145,30 +145,50 @@ TEST(CommAllReduce, BarrierAndStopVote) {
 namespace pd {
 namespace {
 
-TEST(CommGradientBuckets, BucketsStartDuringBackwardAndMatchOneAllReduce) {
+TEST(CommGradientBuckets, BucketsStartDuringBackwardInOrderAndSum) {
   auto& tr = pd::testing::transport();
   auto world = tr.world_group();
-  // Six "gradients" of 4 kB each, buckets of 8 kB: three buckets.
-  std::vector<Tensor> grads;
-  for (int k = 0; k < 6; ++k) grads.push_back(Tensor::full({1000}, float(tr.rank() * 10 + k)));
-  GradientBuckets buckets(tr, world, grads, 8000, ReduceOp::Average);
-  EXPECT_EQ(buckets.bucket_count(), 3u);
+  // Six layers (backward order) of one 4 kB gradient each, buckets of at
+  // least 8 kB: three buckets of two layers.
+  std::vector<std::vector<Tensor>> layers;
+  for (int k = 0; k < 6; ++k) layers.push_back({Tensor::full({1000}, float(tr.rank() * 10 + k))});
+  GradientBuckets buckets(tr, world, layers, 8000);
+  ASSERT_EQ(buckets.bucket_count(), 3u);
+  EXPECT_EQ(buckets.buckets()[1].layers, (std::vector<size_t>{2, 3}));
+  const float n = static_cast<float>(tr.world_size());
+  float expected_base = 0;  // sum over ranks r of 10 r
+  for (int r = 0; r < tr.world_size(); ++r) expected_base += 10.0f * r;
   for (int round = 0; round < 2; ++round) {
-    // Replicas finish gradients in different orders; buckets still start
-    // in bucket order once complete.
+    // Replicas finish layers in different orders; buckets still start in
+    // bucket order once complete.
     std::vector<size_t> order = tr.rank() % 2 ? std::vector<size_t>{1, 0, 3, 2, 5, 4}
                                               : std::vector<size_t>{0, 1, 2, 3, 4, 5};
-    buckets.mark_ready(order[0]);
+    buckets.layer_done(order[0]);
     EXPECT_EQ(buckets.buckets_started(), 0u);
-    buckets.mark_ready(order[1]);
+    buckets.layer_done(order[1]);
     EXPECT_EQ(buckets.buckets_started(), 1u);  // started before backward ends
-    for (size_t k = 2; k < 6; ++k) buckets.mark_ready(order[k]);
-    buckets.wait();
+    for (size_t k = 2; k < 6; ++k) buckets.layer_done(order[k]);
+    EXPECT_EQ(buckets.buckets_started(), 3u);
+    buckets.end_round();
+    EXPECT_EQ(buckets.buckets_started(), 0u);  // re-armed
     for (int k = 0; k < 6; ++k) {
-      // mean over ranks r of (10 r + k), then again on round 2 (already equal)
-      EXPECT_EQ(grads[k].f32()[999], 15.0f + k) << "round " << round << " grad " << k;
+      // Round 1: the sum over ranks of (10 r + k); round 2 sums that n times.
+      const float once = expected_base + n * static_cast<float>(k);
+      EXPECT_EQ(layers[k][0].f32()[999], round == 0 ? once : n * once) << "round " << round << " layer " << k;
     }
   }
+}
+
+TEST(CommGradientBuckets, EndRoundStartsBucketsBackwardNeverReported) {
+  auto& tr = pd::testing::transport();
+  auto world = tr.world_group();
+  std::vector<std::vector<Tensor>> layers = {{Tensor::full({10}, 1.0f)}, {}, {Tensor::full({10}, 2.0f)}};
+  GradientBuckets buckets(tr, world, layers, 1);  // one bucket per layer with parameters
+  ASSERT_EQ(buckets.bucket_count(), 2u);
+  EXPECT_FALSE(buckets.test());  // nothing started yet
+  buckets.end_round();
+  EXPECT_EQ(layers[0][0].f32()[9], static_cast<float>(tr.world_size()));
+  EXPECT_EQ(layers[2][0].f32()[9], 2.0f * static_cast<float>(tr.world_size()));
 }
 
 }  // namespace
