@@ -1,5 +1,5 @@
 // pipedream-bench planner: how fast `pipedream plan` is.
-//   golden: every configuration of shared/data/pipedream-golden.jsonl, timed
+//   golden: every configuration of tests/data/pipedream-golden.jsonl, timed
 //           as a whole `pipedream plan --cost-model pipedream` process,
 //           against the wall time of PipeDream's own optimizer;
 //   chain:  a 1,000-layer chain on 4,096 flat workers and on 512 x 8;
@@ -212,12 +212,12 @@ void add_planner_suite(CLI::App& app) {
   auto data = std::make_shared<std::string>();
   auto cases = std::make_shared<std::vector<std::string>>();
   auto repeats = std::make_shared<int>(3);
-  cmd->add_option("--data", *data, "shared/data folder (default: next to the build tree)");
+  cmd->add_option("--data", *data, "folder holding pipedream-golden.jsonl and pipedream-profiles/ (default: tests/data of the source tree around build/)");
   cmd->add_option("--case", *cases, "golden, chain-flat, chain-hierarchical, dag (default: all)")->take_all();
   cmd->add_option("--repeats", *repeats, "runs per golden configuration (the fastest counts)");
   cmd->callback([data, cases, repeats] {
     std::string dir = executable_dir();
-    std::string data_dir = data->empty() ? dir + "/../../../shared/data" : *data;
+    std::string data_dir = data->empty() ? dir + "/../../tests/data" : *data;
     auto wanted = [&](const std::string& c) {
       return cases->empty() || std::find(cases->begin(), cases->end(), c) != cases->end();
     };

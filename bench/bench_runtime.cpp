@@ -226,66 +226,73 @@ std::vector<double> of_ranks(Transport& t, double v) {
   return all;
 }
 
-void bench_model(const std::string& name, const BenchArgs& a, Transport& t, const Optimizer& opt) {
-  const Model m = resolve_model(name);
+// A real run gathers samples already in memory; the synthetic dataset
+// would generate each one (~1 ms per minibatch of 64 images).
+std::unique_ptr<Dataset> synthetic_in_memory(const Model& m, int64_t batch) {
   DataSplits synthetic = open_dataset("synthetic", "", m);
-  // A real run gathers samples already in memory; the synthetic dataset
-  // would generate each one (~1 ms per minibatch of 64 images).
-  const std::unique_ptr<Dataset> in_memory =
-      load_into_memory(*synthetic.train, std::min<int64_t>(synthetic.train->size(), 16 * a.batch));
-  const Dataset& data = *in_memory;
-  // Rank 0 profiles (1 thread) and plans a straight 2-stage pipeline - the
-  // planner balances the stages; both ranks use that plan.
-  Plan plan;
-  if (t.rank() == 0) {
-    ProfileOptions po;
-    po.batch = a.batch;
-    po.threads = 1;
-    po.warmup = 2;
-    po.iters = 7;
-    const Profile profile = measure_profile(m, po);
-    PlannerOptions o;
-    o.straight = true;
-    plan = plan_pipeline(profile, flat_topology(2, 4.0), o);
-    send_text(t, 1, plan_to_json(plan).dump());
-  } else {
-    plan = plan_from_json(nlohmann::json::parse(recv_text(t, 0)), "rank 0's plan");
-  }
-  cpu::set_compute_threads(1);
-  const PlanStage& mine = plan.stages[static_cast<size_t>(plan.stage_of_rank(t.rank()))];
-  compute_loop_seconds(m, data, mine, a.batch, 3, opt);  // warm-up
-  const WeightPolicy policy = parse_weight_policy(a.weights);
-  pipeline_run(m, data, plan, a.batch, 8, opt, t, policy);  // warm-up
-  // A round measures ceiling, pipeline, pipeline, ceiling (ABBA): the
-  // machine is shared and its speed drifts by 10-20% over seconds; in this
-  // order a linear drift hits both sides alike. A round's efficiency is its
-  // ceiling time over its pipeline time; the result is the rounds' median.
-  std::vector<double> ceilings, pipes, effs;
-  std::vector<std::vector<double>> stage_loops;  // per ceiling run: each rank's compute-loop seconds
-  PipelineRun run;
-  LoopPhases loop;
+  return load_into_memory(*synthetic.train, std::min<int64_t>(synthetic.train->size(), 16 * batch));
+}
+
+// Rank 0 profiles (1 thread) and plans a straight 2-stage pipeline - the
+// planner balances the stages; both ranks use that plan.
+Plan straight_two_stage_plan(const Model& m, int64_t batch, Transport& t) {
+  if (t.rank() != 0) return plan_from_json(nlohmann::json::parse(recv_text(t, 0)), "rank 0's plan");
+  ProfileOptions po;
+  po.batch = batch;
+  po.threads = 1;
+  po.warmup = 2;
+  po.iters = 7;
+  const Profile profile = measure_profile(m, po);
+  PlannerOptions o;
+  o.straight = true;
+  Plan plan = plan_pipeline(profile, flat_topology(2, 4.0), o);
+  send_text(t, 1, plan_to_json(plan).dump());
+  return plan;
+}
+
+// Everything the rounds measured; per-rank lists are in rank order.
+struct RoundsMeasured {
+  std::vector<double> ceilings, pipes, effs;        // per round (s, s, ratio)
+  std::vector<std::vector<double>> stage_loops;     // per ceiling run: each rank's compute-loop seconds
   std::vector<std::vector<double>> cpu_loop, cpu_main, cpu_process;  // per run, per rank (s)
+  PipelineRun last_run;
+  LoopPhases last_loop;
+};
+
+// A round measures ceiling, pipeline, pipeline, ceiling (ABBA): the
+// machine is shared and its speed drifts by 10-20% over seconds; in this
+// order a linear drift hits both sides alike. A round's efficiency is its
+// ceiling time over its pipeline time.
+RoundsMeasured measure_rounds(const Model& m, const Dataset& data, const Plan& plan, const BenchArgs& a,
+                              Transport& t, const Optimizer& opt, WeightPolicy policy) {
+  const PlanStage& mine = plan.stages[static_cast<size_t>(plan.stage_of_rank(t.rank()))];
+  RoundsMeasured out;
   auto measure_ceiling = [&] {
     t.barrier();
-    stage_loops.push_back(of_ranks(t, compute_loop_seconds(m, data, mine, a.batch, a.minibatches, opt, &loop)));
-    cpu_loop.push_back(of_ranks(t, loop.cpu));
-    return *std::max_element(stage_loops.back().begin(), stage_loops.back().end());
+    out.stage_loops.push_back(
+        of_ranks(t, compute_loop_seconds(m, data, mine, a.batch, a.minibatches, opt, &out.last_loop)));
+    out.cpu_loop.push_back(of_ranks(t, out.last_loop.cpu));
+    return *std::max_element(out.stage_loops.back().begin(), out.stage_loops.back().end());
   };
   auto measure_pipeline = [&] {
-    run = pipeline_run(m, data, plan, a.batch, a.minibatches, opt, t, policy);
-    cpu_main.push_back(of_ranks(t, run.thread_cpu_s));
-    cpu_process.push_back(of_ranks(t, run.process_cpu_s));
-    return max_over_ranks(t, run.seconds);
+    out.last_run = pipeline_run(m, data, plan, a.batch, a.minibatches, opt, t, policy);
+    out.cpu_main.push_back(of_ranks(t, out.last_run.thread_cpu_s));
+    out.cpu_process.push_back(of_ranks(t, out.last_run.process_cpu_s));
+    return max_over_ranks(t, out.last_run.seconds);
   };
   for (int r = 0; r < a.rounds; ++r) {
     const double c1 = measure_ceiling(), p1 = measure_pipeline(), p2 = measure_pipeline(), c2 = measure_ceiling();
-    ceilings.push_back((c1 + c2) / 2);
-    pipes.push_back((p1 + p2) / 2);
-    effs.push_back(ceilings.back() / pipes.back());
+    out.ceilings.push_back((c1 + c2) / 2);
+    out.pipes.push_back((p1 + p2) / 2);
+    out.effs.push_back(out.ceilings.back() / out.pipes.back());
   }
-  // CPU time per minibatch, per rank (median of the runs): what the
-  // runtime costs beyond the compute, whatever share of the CPU it got.
-  const double per_mb = 1e3 / static_cast<double>(a.minibatches);
+  return out;
+}
+
+// CPU time per minibatch, per rank (median of the runs): what the
+// runtime costs beyond the compute, whatever share of the CPU it got.
+nlohmann::json cpu_ms_per_minibatch(const RoundsMeasured& m, int64_t minibatches) {
+  const double per_mb = 1e3 / static_cast<double>(minibatches);
   auto median_ms = [&](const std::vector<std::vector<double>>& rounds) {
     std::vector<double> out;
     for (size_t q = 0; q < rounds.front().size(); ++q) {
@@ -295,14 +302,19 @@ void bench_model(const std::string& name, const BenchArgs& a, Transport& t, cons
     }
     return out;
   };
-  const nlohmann::json cpu_ms = {{"ceiling_loop", median_ms(cpu_loop)},
-                                 {"pipeline_main_thread", median_ms(cpu_main)},
-                                 {"pipeline_process", median_ms(cpu_process)}};
-  const double ceiling_s = median(ceilings), pipe_s = median(pipes);
-  const nlohmann::json phases = phases_of_ranks(t, run);
-  const std::vector<double> loop_cpu = of_ranks(t, loop.cpu), loop_f = of_ranks(t, loop.f),
-                            loop_b = of_ranks(t, loop.b), loop_step = of_ranks(t, loop.step);
-  if (!a.trace.empty()) write_trace(t, cat(a.trace, ".", name, ".json"), run.events, plan);
+  return {{"ceiling_loop", median_ms(m.cpu_loop)},
+          {"pipeline_main_thread", median_ms(m.cpu_main)},
+          {"pipeline_process", median_ms(m.cpu_process)}};
+}
+
+void emit_pipeline_vs_ceiling(const std::string& name, const BenchArgs& a, const Plan& plan,
+                              const RoundsMeasured& m, Transport& t) {
+  const nlohmann::json cpu_ms = cpu_ms_per_minibatch(m, a.minibatches);
+  const double ceiling_s = median(m.ceilings), pipe_s = median(m.pipes);
+  const nlohmann::json phases = phases_of_ranks(t, m.last_run);
+  const std::vector<double> loop_cpu = of_ranks(t, m.last_loop.cpu), loop_f = of_ranks(t, m.last_loop.f),
+                            loop_b = of_ranks(t, m.last_loop.b), loop_step = of_ranks(t, m.last_loop.step);
+  if (!a.trace.empty()) write_trace(t, cat(a.trace, ".", name, ".json"), m.last_run.events, plan);
   const double samples = static_cast<double>(a.minibatches * a.batch);
   const auto& s0 = plan.stages[0];
   const auto& s1 = plan.stages[1];
@@ -310,30 +322,38 @@ void bench_model(const std::string& name, const BenchArgs& a, Transport& t, cons
            {"threads_per_worker", 1}, {"weights", a.weights}, {"batch", a.batch}, {"minibatches", a.minibatches}, {"rounds", a.rounds},
            {"split", cat("layers ", s0.first_layer, "..", s0.last_layer, " | ", s1.first_layer, "..", s1.last_layer)},
            {"pipeline_samples_per_s", samples / pipe_s}, {"ceiling_samples_per_s", samples / ceiling_s},
-           {"efficiency", median(effs)}, {"efficiency_per_round", effs}, {"cpu_ms_per_minibatch", cpu_ms}, {"last_round_ranks", phases},
+           {"efficiency", median(m.effs)}, {"efficiency_per_round", m.effs}, {"cpu_ms_per_minibatch", cpu_ms}, {"last_round_ranks", phases},
            {"last_round_ceiling_ranks", {{{"F_s", loop_f[0]}, {"B_s", loop_b[0]}, {"step_s", loop_step[0]}, {"thread_cpu_s", loop_cpu[0]}},
                                          {{"F_s", loop_f[1]}, {"B_s", loop_b[1]}, {"step_s", loop_step[1]}, {"thread_cpu_s", loop_cpu[1]}}}}});
-  // `pipedream simulate`'s prediction for this plan and schedule from the
-  // profiled per-layer costs (each stage alone on the machine, forward and
-  // backward only), and again with each stage's cost replaced by its
-  // compute loop measured here while the other stage's ran (which adds the
-  // optimizer step and the slowdown of two processes sharing the machine).
-  SimulationOptions so;
-  so.schedule.minibatches = a.minibatches;
-  const SimulationReport rep = simulate(plan, so);
+}
+
+// The plan with each stage's cost replaced by its compute loop measured
+// here while the other stage's ran (which adds the optimizer step and the
+// slowdown of two processes sharing the machine).
+Plan with_concurrent_loop_costs(const Plan& plan, const RoundsMeasured& m, int64_t minibatches) {
   Plan concurrent = plan;
-  for (size_t st = 0; st < concurrent.stages.size(); ++st) {
+  for (PlanStage& s : concurrent.stages) {
     std::vector<double> loop;
-    for (const auto& round : stage_loops) loop.push_back(round[static_cast<size_t>(concurrent.stages[st].ranks[0])]);
-    PlanStage& s = concurrent.stages[st];
-    const double per_mb = median(loop) / static_cast<double>(a.minibatches);
+    for (const auto& round : m.stage_loops) loop.push_back(round[static_cast<size_t>(s.ranks[0])]);
+    const double per_mb = median(loop) / static_cast<double>(minibatches);
     const double scale = s.compute_s > 0 ? per_mb / s.compute_s : 1.0;
     s.forward_s *= scale;
     s.backward_s *= scale;
     s.compute_s = per_mb;
   }
-  const SimulationReport rep_concurrent = simulate(concurrent, so);
-  const double measured = pipe_s / static_cast<double>(a.minibatches);
+  return concurrent;
+}
+
+// `pipedream simulate`'s prediction for this plan and schedule from the
+// profiled per-layer costs (each stage alone on the machine, forward and
+// backward only), and again from the concurrently measured compute loops.
+void emit_simulate_vs_measured(const std::string& name, const BenchArgs& a, const Plan& plan,
+                               const RoundsMeasured& m, Transport& t) {
+  SimulationOptions so;
+  so.schedule.minibatches = a.minibatches;
+  const SimulationReport rep = simulate(plan, so);
+  const SimulationReport rep_concurrent = simulate(with_concurrent_loop_costs(plan, m, a.minibatches), so);
+  const double measured = median(m.pipes) / static_cast<double>(a.minibatches);
   emit(t, {{"suite", "runtime"}, {"bench", "simulate_vs_measured"}, {"model", name},
            {"predicted_time_per_minibatch_s", rep.time_per_minibatch_s},
            {"planner_time_per_minibatch_s", plan.time_per_minibatch_s},
@@ -342,6 +362,20 @@ void bench_model(const std::string& name, const BenchArgs& a, Transport& t, cons
            {"predicted_from_concurrent_loops_s", rep_concurrent.time_per_minibatch_s},
            {"error_vs_concurrent_loops",
             (measured - rep_concurrent.time_per_minibatch_s) / rep_concurrent.time_per_minibatch_s}});
+}
+
+void bench_model(const std::string& name, const BenchArgs& a, Transport& t, const Optimizer& opt) {
+  const Model m = resolve_model(name);
+  const std::unique_ptr<Dataset> data = synthetic_in_memory(m, a.batch);
+  const Plan plan = straight_two_stage_plan(m, a.batch, t);
+  cpu::set_compute_threads(1);
+  const PlanStage& mine = plan.stages[static_cast<size_t>(plan.stage_of_rank(t.rank()))];
+  compute_loop_seconds(m, *data, mine, a.batch, 3, opt);  // warm-up
+  const WeightPolicy policy = parse_weight_policy(a.weights);
+  pipeline_run(m, *data, plan, a.batch, 8, opt, t, policy);  // warm-up
+  const RoundsMeasured measured = measure_rounds(m, *data, plan, a, t, opt, policy);
+  emit_pipeline_vs_ceiling(name, a, plan, measured, t);
+  emit_simulate_vs_measured(name, a, plan, measured, t);
 }
 
 void bench_overhead(const BenchArgs& a, Transport& t, const Optimizer& opt) {

@@ -18,6 +18,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -231,134 +232,178 @@ std::set<int> group_sizes(int world) {
   return sizes;
 }
 
+// The options that need parsing, parsed (bad ones refused before MPI starts).
+struct BenchCommPlan {
+  std::vector<size_t> p2p_sizes, allreduce_sizes;
+  bool memory_given = false;
+  uint64_t worker_memory = 0;  // when given
+};
+
+BenchCommPlan parse_bench_options(const BenchCommOptions& o) {
+  BenchCommPlan plan;
+  for (auto& s : o.p2p_sizes) plan.p2p_sizes.push_back(parse_size(s));
+  for (auto& s : o.allreduce_sizes) plan.allreduce_sizes.push_back(parse_size(s));
+  if (o.latency_iters < 1) throw UserError("--latency-iters must be at least 1");
+  plan.memory_given = !o.worker_memory.empty();
+  if (plan.memory_given) plan.worker_memory = parse_size(o.worker_memory);
+  return plan;
+}
+
+// Every measurement as a JSON line to --jsonl (a file, or stdout for "-").
+// Every rank opens it (a bad path is refused before MPI starts); only rank 0
+// writes to it.
+class MeasurementLog {
+ public:
+  explicit MeasurementLog(const std::string& path) : to_stdout_(path == "-") {
+    if (path.empty() || to_stdout_) return;
+    file_ = std::make_unique<std::ofstream>(path);
+    if (!*file_) throw UserError(cat("cannot write --jsonl file '", path, "'"));
+  }
+  void operator()(const json& j) {
+    if (file_) *file_ << j.dump() << "\n";
+    if (to_stdout_) std::cout << j.dump() << "\n";
+  }
+
+ private:
+  std::unique_ptr<std::ofstream> file_;
+  bool to_stdout_;
+};
+
+std::vector<int> first_ranks(int count) {
+  std::vector<int> ranks(static_cast<size_t>(count));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return ranks;
+}
+
+// The GPU transports wrap MPI; null for --transport mpi (MPI itself measures).
+std::unique_ptr<Transport> gpu_transport(const std::string& transport, MpiTransport& mpi, const Device& dev) {
+  if (transport == "staged") return std::make_unique<StagedTransport>(mpi);
+  if (transport != "nccl") return nullptr;
+  NcclLinks links = NcclLinks::all_pairs(mpi.world_size());
+  links.groups.clear();
+  for (int g : group_sizes(mpi.world_size())) links.groups.push_back(first_ranks(g));
+  return std::make_unique<NcclTransport>(mpi, dev, links);
+}
+
+// One pair: a and b measure; a's figures go to rank 0 (which fills p).
+void measure_pair(Transport& tr, const Device& dev, const BenchCommPlan& plan, int latency_iters, PairResult& p) {
+  const int me = tr.rank(), a = p.a, b = p.b;
+  if (me == a || me == b) {
+    p.latency_us = measure_latency_us(tr, dev, a, b, latency_iters);
+    for (size_t bytes : plan.p2p_sizes) p.bandwidth.push_back({bytes, measure_bandwidth_GBps(tr, dev, a, b, bytes)});
+  }
+  if (a != 0 && me == a) {
+    std::vector<float> v = {static_cast<float>(p.latency_us)};
+    for (auto& [bytes, bw] : p.bandwidth) v.push_back(static_cast<float>(bw));
+    tr.isend(Tensor::from_floats(v, {static_cast<int64_t>(v.size())}), 0, 4).wait();
+  } else if (a != 0 && me == 0) {
+    Request r = tr.irecv_any(a, 4);
+    r.wait();
+    const float* v = r.tensor().f32();
+    p.latency_us = v[0];
+    for (size_t k = 0; k < plan.p2p_sizes.size(); ++k) p.bandwidth.push_back({plan.p2p_sizes[k], v[k + 1]});
+  }
+}
+
+// Point to point, one pair at a time so pairs do not share cores/links.
+// Rank 0 gets every pair's figures; the others an empty list.
+std::vector<PairResult> measure_pairs(Transport& tr, const Device& dev, const BenchCommPlan& plan,
+                                      const BenchCommOptions& o, MeasurementLog& log) {
+  std::vector<PairResult> pairs;
+  for (int a = 0; a < tr.world_size(); ++a) {
+    for (int b = a + 1; b < tr.world_size(); ++b) {
+      tr.barrier();
+      PairResult p{a, b, tr.host_of(a) == tr.host_of(b)};
+      measure_pair(tr, dev, plan, o.latency_iters, p);
+      if (tr.rank() != 0) continue;
+      pairs.push_back(p);
+      for (auto& [bytes, bw] : p.bandwidth)
+        log({{"kind", "p2p"}, {"transport", o.transport}, {"src", a}, {"dst", b}, {"same_host", p.same_host},
+             {"bytes", bytes}, {"latency_us", p.latency_us}, {"bandwidth_GBps", bw}});
+    }
+  }
+  return pairs;
+}
+
+// All-reduce over the first g ranks for g = 2, 4, 8, ... and the world.
+// Rank 0 gets every result; the others an empty list.
+std::vector<AllReduceResult> measure_allreduces(Transport& tr, const Device& dev, const BenchCommPlan& plan,
+                                                const BenchCommOptions& o, MeasurementLog& log) {
+  std::vector<AllReduceResult> ars;
+  for (int g : group_sizes(tr.world_size())) {
+    std::shared_ptr<CommGroup> group = tr.rank() < g ? tr.make_group(first_ranks(g)) : nullptr;
+    for (size_t bytes : plan.allreduce_sizes) {
+      tr.barrier();
+      if (!group) continue;
+      AllReduceResult r{g, bytes, measure_allreduce_s(tr, dev, *group, bytes)};
+      if (tr.rank() != 0) continue;
+      ars.push_back(r);
+      log({{"kind", "allreduce"}, {"transport", o.transport}, {"group_size", g}, {"bytes", bytes},
+           {"time_ms", r.time_s * 1e3}, {"algbw_GBps", r.algbw_GBps()}, {"busbw_GBps", r.busbw_GBps()}});
+    }
+  }
+  return ars;
+}
+
+// Memory per worker: the host's memory shared by the ranks on it, the
+// smallest share over hosts (known on rank 0).
+uint64_t smallest_memory_share(Transport& tr) {
+  const int world = tr.world_size(), me = tr.rank();
+  int on_my_host = 0;
+  for (int r = 0; r < world; ++r) on_my_host += tr.host_of(r) == tr.host_of(me);
+  Tensor mine = Tensor::zeros({1}, DType::I64);
+  mine.data<int64_t>()[0] = static_cast<int64_t>(host_memory_bytes() / on_my_host);
+  if (me != 0) {
+    tr.isend(mine, 0, 6).wait();
+    return 0;
+  }
+  uint64_t smallest = static_cast<uint64_t>(mine.data<int64_t>()[0]);
+  for (int r = 1; r < world; ++r) {
+    Request q = tr.irecv_any(r, 6);
+    q.wait();
+    smallest = std::min<uint64_t>(smallest, q.tensor().data<int64_t>()[0]);
+  }
+  return smallest;
+}
+
+// Written whole or not at all: a temporary file renamed into place.
+void write_topology_file(const std::string& path, const json& topo) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw UserError(cat("cannot write topology file '", path, "'"));
+    f << topo.dump(2) << "\n";
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw RuntimeFailure(cat("cannot move ", tmp, " to ", path));
+  printf("wrote %s\n", path.c_str());
+}
+
 void run_bench_comm(const BenchCommOptions& o) {
   check_transport(o);
   if (!launched_under_mpi())
     throw UserError("bench-comm measures communication between ranks: run it under MPI, e.g. "
                     "`mpirun -np 4 pipedream bench-comm -o topology.json`");
-  std::vector<size_t> p2p_sizes, ar_sizes;
-  for (auto& s : o.p2p_sizes) p2p_sizes.push_back(parse_size(s));
-  for (auto& s : o.allreduce_sizes) ar_sizes.push_back(parse_size(s));
-  if (o.latency_iters < 1) throw UserError("--latency-iters must be at least 1");
-  uint64_t worker_memory = 0;
-  bool memory_given = !o.worker_memory.empty();
-  if (memory_given) worker_memory = parse_size(o.worker_memory);
-  std::unique_ptr<std::ofstream> jsonl_file;
-  if (!o.jsonl_path.empty() && o.jsonl_path != "-") {
-    jsonl_file = std::make_unique<std::ofstream>(o.jsonl_path);
-    if (!*jsonl_file) throw UserError(cat("cannot write --jsonl file '", o.jsonl_path, "'"));
-  }
+  const BenchCommPlan plan = parse_bench_options(o);
+  MeasurementLog log(o.jsonl_path);
 
   MpiTransport mpi(o.timeout_s);
-  const int world = mpi.world_size(), me = mpi.rank();
-  if (world < 2) throw UserError("bench-comm needs at least 2 ranks (mpirun -np 2 or more)");
+  if (mpi.world_size() < 2) throw UserError("bench-comm needs at least 2 ranks (mpirun -np 2 or more)");
   const Device dev = o.transport == "mpi" ? Device::cpu() : open_compute_device("cuda");
-  std::unique_ptr<Transport> gpu;
-  if (o.transport == "staged") gpu = std::make_unique<StagedTransport>(mpi);
-  if (o.transport == "nccl") {
-    NcclLinks links = NcclLinks::all_pairs(world);
-    links.groups.clear();
-    for (int g : group_sizes(world)) {
-      std::vector<int> members(g);
-      for (int i = 0; i < g; ++i) members[i] = i;
-      links.groups.push_back(members);
-    }
-    gpu = std::make_unique<NcclTransport>(mpi, dev, links);
-  }
+  std::unique_ptr<Transport> gpu = gpu_transport(o.transport, mpi, dev);
   Transport& tr = gpu ? *gpu : static_cast<Transport&>(mpi);
-  const bool report = me == 0;
-  auto emit = [&](const json& j) {
-    if (!report) return;
-    if (jsonl_file) *jsonl_file << j.dump() << "\n";
-    if (o.jsonl_path == "-") std::cout << j.dump() << "\n";
-  };
 
-  // Point to point, one pair at a time so pairs do not share cores/links.
-  std::vector<PairResult> pairs;
-  for (int a = 0; a < world; ++a) {
-    for (int b = a + 1; b < world; ++b) {
-      tr.barrier();
-      PairResult p{a, b, tr.host_of(a) == tr.host_of(b)};
-      if (me == a || me == b) {
-        p.latency_us = measure_latency_us(tr, dev, a, b, o.latency_iters);
-        for (size_t bytes : p2p_sizes) p.bandwidth.push_back({bytes, measure_bandwidth_GBps(tr, dev, a, b, bytes)});
-      }
-      // Rank a's figures go to rank 0.
-      if (a != 0 && me == a) {
-        std::vector<float> v = {static_cast<float>(p.latency_us)};
-        for (auto& [bytes, bw] : p.bandwidth) v.push_back(static_cast<float>(bw));
-        tr.isend(Tensor::from_floats(v, {static_cast<int64_t>(v.size())}), 0, 4).wait();
-      } else if (a != 0 && me == 0) {
-        Request r = tr.irecv_any(a, 4);
-        r.wait();
-        const float* v = r.tensor().f32();
-        p.latency_us = v[0];
-        for (size_t k = 0; k < p2p_sizes.size(); ++k) p.bandwidth.push_back({p2p_sizes[k], v[k + 1]});
-      }
-      if (report) {
-        pairs.push_back(p);
-        for (auto& [bytes, bw] : p.bandwidth)
-          emit({{"kind", "p2p"}, {"transport", o.transport}, {"src", a}, {"dst", b}, {"same_host", p.same_host}, {"bytes", bytes},
-                {"latency_us", p.latency_us}, {"bandwidth_GBps", bw}});
-      }
-    }
-  }
-
-  // All-reduce over the first g ranks for g = 2, 4, 8, ... and the world.
-  std::vector<AllReduceResult> ars;
-  for (int g : group_sizes(world)) {
-    std::vector<int> members(g);
-    for (int i = 0; i < g; ++i) members[i] = i;
-    std::shared_ptr<CommGroup> group = me < g ? tr.make_group(members) : nullptr;
-    for (size_t bytes : ar_sizes) {
-      tr.barrier();
-      if (!group) continue;
-      AllReduceResult r{g, bytes, measure_allreduce_s(tr, dev, *group, bytes)};
-      if (report) {
-        ars.push_back(r);
-        emit({{"kind", "allreduce"}, {"transport", o.transport}, {"group_size", g}, {"bytes", bytes}, {"time_ms", r.time_s * 1e3},
-              {"algbw_GBps", r.algbw_GBps()}, {"busbw_GBps", r.busbw_GBps()}});
-      }
-    }
-  }
-
-  // Memory per worker: the host's memory shared by the ranks on it (the
-  // smallest share over hosts), unless given.
-  if (!memory_given) {
-    int on_my_host = 0;
-    for (int r = 0; r < world; ++r) on_my_host += tr.host_of(r) == tr.host_of(me);
-    Tensor mine = Tensor::zeros({1}, DType::I64);
-    mine.data<int64_t>()[0] = static_cast<int64_t>(host_memory_bytes() / on_my_host);
-    if (me != 0) {
-      tr.isend(mine, 0, 6).wait();
-    } else {
-      worker_memory = static_cast<uint64_t>(mine.data<int64_t>()[0]);
-      for (int r = 1; r < world; ++r) {
-        Request q = tr.irecv_any(r, 6);
-        q.wait();
-        worker_memory = std::min<uint64_t>(worker_memory, q.tensor().data<int64_t>()[0]);
-      }
-    }
-  }
+  const std::vector<PairResult> pairs = measure_pairs(tr, dev, plan, o, log);
+  const std::vector<AllReduceResult> ars = measure_allreduces(tr, dev, plan, o, log);
+  const uint64_t worker_memory = plan.memory_given ? plan.worker_memory : smallest_memory_share(tr);
   tr.barrier();
 
-  if (!report) return;
+  if (tr.rank() != 0) return;
   print_tables(pairs, ars, o.transport);
   json topo = make_topology(tr, pairs, worker_memory);
-  emit({{"kind", "topology"}, {"topology", topo}});
+  log({{"kind", "topology"}, {"topology", topo}});
   printf("\ntopology (median over pairs of the %s bandwidth): %s\n",
-         human(*std::max_element(p2p_sizes.begin(), p2p_sizes.end())).c_str(), topo.dump().c_str());
-  if (!o.topology_path.empty()) {
-    const std::string tmp = o.topology_path + ".tmp";
-    {
-      std::ofstream f(tmp);
-      if (!f) throw UserError(cat("cannot write topology file '", o.topology_path, "'"));
-      f << topo.dump(2) << "\n";
-    }
-    if (std::rename(tmp.c_str(), o.topology_path.c_str()) != 0)
-      throw RuntimeFailure(cat("cannot move ", tmp, " to ", o.topology_path));
-    printf("wrote %s\n", o.topology_path.c_str());
-  }
+         human(*std::max_element(plan.p2p_sizes.begin(), plan.p2p_sizes.end())).c_str(), topo.dump().c_str());
+  if (!o.topology_path.empty()) write_topology_file(o.topology_path, topo);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #pragma once
 // What `pipedream` and `pipedream-bench` share around their subcommands:
 // the OpenMP re-exec for commands that compute, and the mapping of errors to
-// exit codes (bad input 2 — a bad flag included — run-time failure 1).
+// exit codes (bad input 2 — a bad flag included — run-time failure 1). A
+// worker started by `run`'s relaunch also leaves its error for the launching
+// process, which prints it last (runtime/launcher.h).
 #include <initializer_list>
 #include <iostream>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "core/cpu/openmp_policy.h"
 #include "core/error.h"
+#include "runtime/launcher.h"
 
 namespace pd::cli {
 
@@ -30,9 +33,11 @@ inline int run_app(CLI::App& app, int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   } catch (const pd::UserError& e) {
     std::cerr << "error: " << e.what() << "\n";
+    pd::report_error_to_launcher(e.what(), 2);
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
+    pd::report_error_to_launcher(e.what(), 1);
     return 1;
   }
   return 0;

@@ -4,10 +4,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
+#include <regex>
 #include <thread>
 
 #include "core/error.h"
@@ -55,13 +60,88 @@ std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string
 }
 
 namespace {
+
+// The launching process names a fresh folder in this variable; mpirun hands
+// its environment to the workers it starts on this host. Workers on other
+// hosts cannot reach the folder: there mpirun's own report is all there is.
+constexpr const char* kErrorDirVariable = "PIPEDREAM_ERROR_DIR";
+
+struct WorkerError {
+  int64_t reported_at_ns = 0;
+  int exit_code = 1;
+  std::string message;
+};
+
+int64_t wall_clock_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// One report per file: "<time ns> <exit code>\n<message>".
+std::optional<WorkerError> read_worker_error(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  WorkerError e;
+  if (!(in >> e.reported_at_ns >> e.exit_code)) return std::nullopt;
+  in.ignore(1);
+  e.message.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (e.message.empty()) return std::nullopt;
+  return e;
+}
+
+// A rank stopped by another rank's failure reports "rank N aborted: <why>"
+// (runtime/comm), possibly before the failing rank gets to report.
+bool echoes_another_rank(const WorkerError& e) {
+  static const std::regex echo("^rank [0-9]+ aborted: ");
+  return std::regex_search(e.message, echo);
+}
+
+// The error that caused the others: the earliest report that is not an echo
+// of another rank's failure, else the earliest report.
+std::optional<WorkerError> first_cause(const std::filesystem::path& dir) {
+  std::vector<WorkerError> reports;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+    if (auto e = read_worker_error(entry.path())) reports.push_back(*e);
+  if (reports.empty()) return std::nullopt;
+  std::stable_sort(reports.begin(), reports.end(), [](const WorkerError& a, const WorkerError& b) {
+    if (echoes_another_rank(a) != echoes_another_rank(b)) return !echoes_another_rank(a);
+    return a.reported_at_ns < b.reported_at_ns;
+  });
+  return reports.front();
+}
+
+// A fresh folder for the workers' reports, removed when the run is over.
+class ErrorReportDir {
+ public:
+  ErrorReportDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "pipedream-errors-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr)
+      throw RuntimeFailure(cat("cannot create a temporary folder ", pattern, " for the workers' errors: set TMPDIR "
+                               "to a writable folder"));
+    path_ = pattern;
+    ::setenv(kErrorDirVariable, path_.c_str(), 1);
+  }
+  ~ErrorReportDir() {
+    ::unsetenv(kErrorDirVariable);
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ErrorReportDir(const ErrorReportDir&) = delete;
+  ErrorReportDir& operator=(const ErrorReportDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
 pid_t g_child = -1;
 void forward_signal(int sig) {
   if (g_child > 0) ::kill(g_child, sig);
 }
-}  // namespace
 
-int run_and_wait(const std::vector<std::string>& command) {
+// Starts the command and waits for it; its exit code (128 + signal when killed).
+int spawn_and_wait(const std::vector<std::string>& command) {
   std::vector<char*> argv;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -83,6 +163,28 @@ int run_and_wait(const std::vector<std::string>& command) {
   g_child = -1;
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+int run_and_wait(const std::vector<std::string>& command) {
+  const ErrorReportDir reports;
+  const int exit_code = spawn_and_wait(command);
+  if (exit_code == 0) return 0;
+  const std::optional<WorkerError> cause = first_cause(reports.path());
+  if (!cause) return exit_code;
+  std::fflush(stdout);
+  std::fprintf(stderr, "error: %s\n", cause->message.c_str());
+  std::fflush(stderr);
+  return cause->exit_code;
+}
+
+void report_error_to_launcher(const std::string& message, int exit_code) {
+  const char* dir = std::getenv(kErrorDirVariable);
+  if (dir == nullptr || *dir == '\0') return;
+  // One file per process: every rank on this host writes its own.
+  std::ofstream out(cat(dir, "/worker-", ::getpid(), ".txt"));
+  out << wall_clock_ns() << ' ' << exit_code << '\n' << message;
 }
 
 }  // namespace pd

@@ -53,168 +53,237 @@ void check_resumable(const ResumePoint& p, const RunSpec& spec, const Model& mod
                         " steps"));
 }
 
-}  // namespace
+// Where this rank sits in the plan.
+struct WorkerRole {
+  int rank = 0;
+  const PlanStage* stage = nullptr;
+  bool leader = false;    // replica 0 of its stage: writes its checkpoints, sends its weights
+  bool reporter = false;  // the last stage's first replica: gathers and prints the results
+};
 
-WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const DataSplits& data, Transport& t) {
-  const int rank = t.rank();
-  // What the plan's memory counts excludes the data set, loaded already.
-  const double resident_before = double(allocator_for(spec.device).current_bytes());
-  const Plan& plan = spec.plan;
-  const PlanStage& my = plan.stages[static_cast<size_t>(plan.stage_of_rank(rank))];
-  const bool leader = my.ranks.front() == rank;  // replica 0 of its stage
-  const int reporter = plan.stages.back().ranks.front();
-  cpu::set_compute_threads(spec.threads);
-  t.set_timeout(spec.timeout_s);
+WorkerRole role_of(const Plan& plan, int rank) {
+  WorkerRole r;
+  r.rank = rank;
+  r.stage = &plan.stages[static_cast<size_t>(plan.stage_of_rank(rank))];
+  r.leader = r.stage->ranks.front() == rank;
+  r.reporter = plan.stages.back().ranks.front() == rank;
+  return r;
+}
 
-  auto optimizer = make_optimizer(spec.optimizer);
-  StageState state =
-      make_stage_state(model, my.index, my.first_layer, my.last_layer, spec.seed, *optimizer, spec.device);
-  int64_t start_step = 0;
-  if (!spec.resume.empty()) {
-    const ResumePoint p = find_checkpoint(spec.resume);
-    check_resumable(p, spec, model);
-    load_stage_checkpoint(p, state);
-    start_step = p.step;
-    if (rank == reporter) std::fprintf(stderr, "resuming from %s (step %lld)\n", p.dir.c_str(), static_cast<long long>(p.step));
-  }
+// The step training starts at: 0, or the checkpoint's (its weights loaded).
+int64_t resume_if_asked(const RunSpec& spec, const Model& model, const WorkerRole& role, StageState& state) {
+  if (spec.resume.empty()) return 0;
+  const ResumePoint p = find_checkpoint(spec.resume);
+  check_resumable(p, spec, model);
+  load_stage_checkpoint(p, state);
+  if (role.reporter)
+    std::fprintf(stderr, "resuming from %s (step %lld)\n", p.dir.c_str(), static_cast<long long>(p.step));
+  return p.step;
+}
 
-  const int64_t per_epoch = spec.steps_per_epoch(data.train->size());
-  MetricsWriter metrics(rank == reporter ? spec.metrics : "");
-  ProgressBar bar(spec.steps(), rank == reporter && spec.progress_bar);
-  RunReporter report(metrics, &bar, spec.steps(), per_epoch, spec.schedule.microbatches, spec.samples_per_step(),
-                     spec.log_every);
-  ExecutorObserver* observer = rank == reporter ? &report : nullptr;
-  const std::vector<int64_t> eval_points = evaluation_points(spec, data.train->size());
-
+StageTraining training_of(const RunSpec& spec, const Model& model, const DataSplits& data, const Optimizer& optimizer) {
   StageTraining training;
   training.model = &model;
   training.train = data.train.get();
   training.batch = spec.batch;
   training.seed = spec.seed;
-  training.optimizer = optimizer.get();
+  training.optimizer = &optimizer;
   training.lr = spec.lr;
+  return training;
+}
 
-  int64_t common = 1;  // least common multiple of the replica counts (1f1b-rr versions)
+// Least common multiple of the replica counts: 1f1b-rr's weight versions
+// line up across stages only at its multiples.
+int64_t replica_count_lcm(const RunSpec& spec) {
+  int64_t common = 1;
   if (!is_flush(spec.schedule.kind))
-    for (const PlanStage& s : plan.stages) common = std::lcm(common, static_cast<int64_t>(s.replicas));
+    for (const PlanStage& s : spec.plan.stages) common = std::lcm(common, static_cast<int64_t>(s.replicas));
+  return common;
+}
 
+// The evaluations inside one segment, at segment-local versions.
+StageEvaluation evaluation_in(const Segment& seg, const std::vector<int64_t>& eval_points, int64_t common,
+                              const RunSpec& spec, const DataSplits& data) {
+  StageEvaluation ev;
+  ev.test = data.test.get();
+  ev.batch = spec.eval_batch;
+  // An evaluation waits for the input stage to reach the version, so it
+  // must be one every stage passes after sending every gradient the input
+  // stage needs for it: a multiple of every replica count (or the end).
+  for (int64_t p : eval_points) {
+    if (p <= seg.first || p > seg.end) continue;
+    const int64_t local = std::min(seg.end - seg.first, (p - seg.first + common - 1) / common * common);
+    if (ev.at_versions.empty() || ev.at_versions.back() < local) ev.at_versions.push_back(local);
+  }
+  return ev;
+}
+
+[[noreturn]] void abort_interrupted(const RunSpec& spec, const Segment& seg, Transport& t) {
+  t.abort(cat("interrupted (Ctrl-C) during steps ", seg.first, "..", seg.end - 1,
+              seg.first > 0 && !spec.checkpoint_dir.empty()
+                  ? cat("; resume with --resume ", spec.checkpoint_dir, " (last checkpoint: step ", seg.first, ")")
+                  : std::string()),
+          130);
+}
+
+void add_stats(ExecutorStats& total, const ExecutorStats& segment) {
+  total.busy_s += segment.busy_s;
+  total.wait_s += segment.wait_s;
+  total.actions += segment.actions;
+  total.peak_versions = std::max(total.peak_versions, segment.peak_versions);
+  total.peak_context_bytes = std::max(total.peak_context_bytes, segment.peak_context_bytes);
+}
+
+// At a checkpoint boundary: every leader writes its stage, then the reporter
+// commits the step once all stage files exist.
+void checkpoint_after(const Segment& seg, const RunSpec& spec, const Model& model, const WorkerRole& role,
+                      const StageState& state, Transport& t, ProgressBar& bar) {
+  const bool checkpoint_now = !spec.checkpoint_dir.empty() && spec.checkpoint_every > 0 &&
+                              (seg.end % spec.checkpoint_every == 0 || seg.end == spec.steps());
+  if (!checkpoint_now) return;
+  if (role.leader) write_stage_checkpoint(spec.checkpoint_dir, seg.end, state);
+  t.barrier();
+  if (role.reporter) {
+    commit_checkpoint(spec.checkpoint_dir, seg.end, checkpoint_identity(spec, model));
+    bar.message(cat("checkpoint: ", spec.checkpoint_dir, "/step-", seg.end));
+  }
+}
+
+// What one rank did, for the reporter's metrics line of it.
+nlohmann::json rank_stats(const RunSpec& spec, const WorkerRole& role, const ExecutorStats& total, double wall,
+                          double resident_before) {
+  const Allocator& alloc = allocator_for(spec.device);
+  return {{"event", "rank"},
+          {"rank", role.rank},
+          {"stage", role.stage->index},
+          {"busy_fraction", wall > 0 ? total.busy_s / wall : 0.0},
+          {"busy_s", total.busy_s},
+          {"wait_s", total.wait_s},
+          {"actions", total.actions},
+          {"peak_memory_bytes", alloc.peak_bytes()},
+          {"peak_training_bytes", double(alloc.peak_bytes()) - resident_before},
+          {"device", spec.device.str()},
+          {"peak_weight_versions", total.peak_versions},
+          {"peak_stashed_activation_bytes", total.peak_context_bytes}};
+}
+
+// Segment by segment, checkpointing between them; the stats of all.
+struct TrainingOutcome {
+  ExecutorStats total;
+  std::vector<ActionSpan> events;  // trace spans, when tracing
+  double wall_s = 0;
+};
+
+TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const DataSplits& data,
+                               const WorkerRole& role, StageState& state, StageTraining& training, int64_t start_step,
+                               RunReporter& report, ProgressBar& bar, Transport& t) {
+  ExecutorObserver* observer = role.reporter ? &report : nullptr;
+  const std::vector<int64_t> eval_points = evaluation_points(spec, data.train->size());
+  const int64_t common = replica_count_lcm(spec);
   t.barrier();  // everyone built its stage: start the common clock
   const double zero = steady_now();
-  ExecutorStats total;
-  std::vector<ActionSpan> events;
+  TrainingOutcome out;
   for (const Segment& seg : run_segments(spec, start_step)) {
     ScheduleOptions o = spec.schedule;
     o.minibatches = seg.end - seg.first;
-    const Schedule schedule(plan, o);
+    const Schedule schedule(spec.plan, o);
     training.first_item = seg.first;
-    StageExecutor ex(schedule, rank, state, training, t, observer);
-    StageEvaluation ev;
-    ev.test = data.test.get();
-    ev.batch = spec.eval_batch;
-    // An evaluation waits for the input stage to reach the version, so it
-    // must be one every stage passes after sending every gradient the input
-    // stage needs for it: a multiple of every replica count (or the end).
-    for (int64_t p : eval_points) {
-      if (p <= seg.first || p > seg.end) continue;
-      const int64_t local = std::min(seg.end - seg.first, (p - seg.first + common - 1) / common * common);
-      if (ev.at_versions.empty() || ev.at_versions.back() < local) ev.at_versions.push_back(local);
-    }
+    StageExecutor ex(schedule, role.rank, state, training, t, observer);
+    const StageEvaluation ev = evaluation_in(seg, eval_points, common, spec, data);
     if (ev.test && !ev.at_versions.empty()) ex.set_evaluation(ev);
     if (!spec.trace.empty()) ex.enable_trace(zero);
     report.set_segment_start(seg.first);
     if (!ex.run(&Transport::stop_requested)) {
       bar.finish();
-      t.abort(cat("interrupted (Ctrl-C) during steps ", seg.first, "..", seg.end - 1,
-                  seg.first > 0 && !spec.checkpoint_dir.empty()
-                      ? cat("; resume with --resume ", spec.checkpoint_dir, " (last checkpoint: step ", seg.first, ")")
-                      : std::string()),
-              130);
+      abort_interrupted(spec, seg, t);
     }
-    total.busy_s += ex.stats().busy_s;
-    total.wait_s += ex.stats().wait_s;
-    total.actions += ex.stats().actions;
-    total.peak_versions = std::max(total.peak_versions, ex.stats().peak_versions);
-    total.peak_context_bytes = std::max(total.peak_context_bytes, ex.stats().peak_context_bytes);
-    events.insert(events.end(), ex.trace().begin(), ex.trace().end());
-
-    const bool checkpoint_now = !spec.checkpoint_dir.empty() && spec.checkpoint_every > 0 &&
-                                (seg.end % spec.checkpoint_every == 0 || seg.end == spec.steps());
-    if (checkpoint_now) {
-      if (leader) write_stage_checkpoint(spec.checkpoint_dir, seg.end, state);
-      t.barrier();
-      if (rank == reporter) {
-        nlohmann::json run = checkpoint_identity(spec, model);
-        commit_checkpoint(spec.checkpoint_dir, seg.end, run);
-        bar.message(cat("checkpoint: ", spec.checkpoint_dir, "/step-", seg.end));
-      }
-    }
+    add_stats(out.total, ex.stats());
+    out.events.insert(out.events.end(), ex.trace().begin(), ex.trace().end());
+    checkpoint_after(seg, spec, model, role, state, t, bar);
   }
-  const double wall = steady_now() - zero;
+  out.wall_s = steady_now() - zero;
   bar.finish();
+  return out;
+}
 
-  // Stats, trace and weights go to the reporter.
-  const nlohmann::json mine = {{"event", "rank"},
-                               {"rank", rank},
-                               {"stage", my.index},
-                               {"busy_fraction", wall > 0 ? total.busy_s / wall : 0.0},
-                               {"busy_s", total.busy_s},
-                               {"wait_s", total.wait_s},
-                               {"actions", total.actions},
-                               {"peak_memory_bytes", allocator_for(spec.device).peak_bytes()},
-                               {"peak_training_bytes", double(allocator_for(spec.device).peak_bytes()) - resident_before},
-                               {"device", spec.device.str()},
-                               {"peak_weight_versions", total.peak_versions},
-                               {"peak_stashed_activation_bytes", total.peak_context_bytes}};
-  WorkerSummary out;
-  if (rank != reporter) {
-    send_text(t, reporter, mine.dump());
-    if (!spec.trace.empty()) send_text(t, reporter, trace_events_json(events).dump());
-    if (!spec.save.empty() && leader) send_named_tensors(t, reporter, state.weights.named_tensors());
-    return out;
-  }
-  out.reporter = true;
-  out.seconds = report.seconds();
-  // Every sample of every step, whichever replica trained it.
-  const int64_t steps = spec.steps() - start_step;
-  out.samples_per_s = out.seconds > 0 ? double(steps * spec.samples_per_step()) / out.seconds : 0;
-  std::vector<nlohmann::json> per_rank(static_cast<size_t>(t.world_size())), traces(per_rank.size());
+// Not the reporter: stats, trace and weights go to the reporter.
+void send_results(const RunSpec& spec, const WorkerRole& role, const nlohmann::json& mine,
+                  const std::vector<ActionSpan>& events, const StageState& state, Transport& t, int reporter) {
+  send_text(t, reporter, mine.dump());
+  if (!spec.trace.empty()) send_text(t, reporter, trace_events_json(events).dump());
+  if (!spec.save.empty() && role.leader) send_named_tensors(t, reporter, state.weights.named_tensors());
+}
+
+// The reporter: every rank's stats line (and trace), in rank order.
+struct GatheredResults {
+  std::vector<nlohmann::json> per_rank, traces;
+};
+
+GatheredResults gather_results(const RunSpec& spec, const WorkerRole& role, const nlohmann::json& mine,
+                               const std::vector<ActionSpan>& events, Transport& t) {
+  GatheredResults g;
+  g.per_rank.resize(static_cast<size_t>(t.world_size()));
+  g.traces.resize(g.per_rank.size());
   for (int r = 0; r < t.world_size(); ++r) {
-    if (r == rank) {
-      per_rank[r] = mine;
-      if (!spec.trace.empty()) traces[r] = trace_events_json(events);
+    if (r == role.rank) {
+      g.per_rank[r] = mine;
+      if (!spec.trace.empty()) g.traces[r] = trace_events_json(events);
       continue;
     }
-    per_rank[r] = nlohmann::json::parse(recv_text(t, r));
-    if (!spec.trace.empty()) traces[r] = nlohmann::json::parse(recv_text(t, r));
+    g.per_rank[r] = nlohmann::json::parse(recv_text(t, r));
+    if (!spec.trace.empty()) g.traces[r] = nlohmann::json::parse(recv_text(t, r));
   }
-  for (const auto& line : per_rank) metrics.write(line);
-  if (!spec.save.empty()) {
-    NamedTensors all;
-    for (const PlanStage& s : plan.stages) {
-      NamedTensors part = s.ranks.front() == rank ? state.weights.named_tensors()
-                                                  : recv_named_tensors(t, s.ranks.front());
-      all.insert(all.end(), part.begin(), part.end());
-    }
-    save_safetensors(spec.save, all,
-                     {{"model", model.name}, {"spec", model.spec.dump()}, {"steps", std::to_string(spec.steps())}});
+  return g;
+}
+
+// The reporter: every stage's weights, from their leaders, in one file.
+void save_merged_weights(const RunSpec& spec, const Model& model, const WorkerRole& role, const StageState& state,
+                         Transport& t) {
+  NamedTensors all;
+  for (const PlanStage& s : spec.plan.stages) {
+    NamedTensors part = s.ranks.front() == role.rank ? state.weights.named_tensors()
+                                                     : recv_named_tensors(t, s.ranks.front());
+    all.insert(all.end(), part.begin(), part.end());
   }
-  if (!spec.trace.empty()) {
-    std::vector<int> stage_of(per_rank.size());
-    for (int r = 0; r < t.world_size(); ++r) stage_of[r] = plan.stage_of_rank(r);
-    write_chrome_trace(spec.trace, traces, stage_of);
+  save_safetensors(spec.save, all,
+                   {{"model", model.name}, {"spec", model.spec.dump()}, {"steps", std::to_string(spec.steps())}});
+}
+
+void write_trace(const RunSpec& spec, const GatheredResults& g, Transport& t) {
+  std::vector<int> stage_of(g.per_rank.size());
+  for (int r = 0; r < t.world_size(); ++r) stage_of[r] = spec.plan.stage_of_rank(r);
+  write_chrome_trace(spec.trace, g.traces, stage_of);
+}
+
+// One line per rank: how busy it was and its peak memory against the plan's.
+void print_rank_lines(const Plan& plan, const std::vector<nlohmann::json>& per_rank) {
+  for (const auto& line : per_rank) {
+    const PlanStage& st = plan.stages[line["stage"].get<int>()];
+    const double peak = line["peak_training_bytes"].get<double>();
+    std::printf("  rank %d (stage %d): busy %.0f%%, peak memory %s beyond the data set", line["rank"].get<int>(),
+                st.index, 100.0 * line["busy_fraction"].get<double>(), bytes_text(peak).c_str());
+    if (st.memory_bytes > 0)
+      std::printf(" (plan: %s, %+.0f%%)", bytes_text(double(st.memory_bytes)).c_str(),
+                  100 * (peak / double(st.memory_bytes) - 1));
+    std::printf(", up to %d weight versions\n", line["peak_weight_versions"].get<int>());
   }
+}
+
+// The run's summary: printed, and its metrics line returned.
+nlohmann::json print_summary(const RunSpec& spec, const RunReporter& report, const WorkerSummary& out,
+                             int64_t steps, int world_size) {
+  const Plan& plan = spec.plan;
   nlohmann::json summary = {{"event", "summary"},
-                            {"steps", spec.steps() - start_step},
+                            {"steps", steps},
                             {"seconds", out.seconds},
                             {"samples_per_s", out.samples_per_s},
-                            {"workers", t.world_size()},
+                            {"workers", world_size},
                             {"config", plan.config},
                             {"schedule", to_string(spec.schedule.kind)},
                             {"weights", to_string(spec.schedule.policy)}};
   std::printf("trained %lld steps on %d workers (plan %s, %s, weights %s) in %.1f s: %.0f samples/s",
-              static_cast<long long>(spec.steps() - start_step), t.world_size(), plan.config.c_str(),
-              to_string(spec.schedule.kind).c_str(), to_string(spec.schedule.policy).c_str(), out.seconds,
-              out.samples_per_s);
+              static_cast<long long>(steps), world_size, plan.config.c_str(), to_string(spec.schedule.kind).c_str(),
+              to_string(spec.schedule.policy).c_str(), out.seconds, out.samples_per_s);
   if (!report.evals().empty()) {
     const EvalResult& e = report.evals().back().second;
     std::printf(", test loss %.4f, test accuracy %.2f%%", e.loss, 100.0 * e.accuracy);
@@ -230,20 +299,57 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
                 seconds_text(measured).c_str(), 100 * (measured / plan.time_per_minibatch_s - 1));
     summary["predicted_time_per_minibatch_s"] = plan.time_per_minibatch_s;
   }
-  for (const auto& line : per_rank) {
-    const PlanStage& st = plan.stages[line["stage"].get<int>()];
-    const double peak = line["peak_training_bytes"].get<double>();
-    std::printf("  rank %d (stage %d): busy %.0f%%, peak memory %s beyond the data set", line["rank"].get<int>(),
-                st.index, 100.0 * line["busy_fraction"].get<double>(), bytes_text(peak).c_str());
-    if (st.memory_bytes > 0)
-      std::printf(" (plan: %s, %+.0f%%)", bytes_text(double(st.memory_bytes)).c_str(),
-                  100 * (peak / double(st.memory_bytes) - 1));
-    std::printf(", up to %d weight versions\n", line["peak_weight_versions"].get<int>());
-  }
-  metrics.write(summary);
+  return summary;
+}
+
+void print_output_files(const RunSpec& spec) {
   if (!spec.save.empty()) std::printf("saved weights to %s\n", spec.save.c_str());
   if (!spec.metrics.empty()) std::printf("metrics: %s\n", spec.metrics.c_str());
   if (!spec.trace.empty()) std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", spec.trace.c_str());
+}
+
+}  // namespace
+
+WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const DataSplits& data, Transport& t) {
+  const WorkerRole role = role_of(spec.plan, t.rank());
+  const int reporter = spec.plan.stages.back().ranks.front();
+  // What the plan's memory counts excludes the data set, loaded already.
+  const double resident_before = double(allocator_for(spec.device).current_bytes());
+  cpu::set_compute_threads(spec.threads);
+  t.set_timeout(spec.timeout_s);
+
+  auto optimizer = make_optimizer(spec.optimizer);
+  StageState state = make_stage_state(model, role.stage->index, role.stage->first_layer, role.stage->last_layer,
+                                      spec.seed, *optimizer, spec.device);
+  const int64_t start_step = resume_if_asked(spec, model, role, state);
+
+  MetricsWriter metrics(role.reporter ? spec.metrics : "");
+  ProgressBar bar(spec.steps(), role.reporter && spec.progress_bar);
+  RunReporter report(metrics, &bar, spec.steps(), spec.steps_per_epoch(data.train->size()),
+                     spec.schedule.microbatches, spec.samples_per_step(), spec.log_every);
+  StageTraining training = training_of(spec, model, data, *optimizer);
+  const TrainingOutcome trained =
+      train_segments(spec, model, data, role, state, training, start_step, report, bar, t);
+
+  const nlohmann::json mine = rank_stats(spec, role, trained.total, trained.wall_s, resident_before);
+  WorkerSummary out;
+  if (!role.reporter) {
+    send_results(spec, role, mine, trained.events, state, t, reporter);
+    return out;
+  }
+  out.reporter = true;
+  out.seconds = report.seconds();
+  // Every sample of every step, whichever replica trained it.
+  const int64_t steps = spec.steps() - start_step;
+  out.samples_per_s = out.seconds > 0 ? double(steps * spec.samples_per_step()) / out.seconds : 0;
+  const GatheredResults gathered = gather_results(spec, role, mine, trained.events, t);
+  for (const auto& line : gathered.per_rank) metrics.write(line);
+  if (!spec.save.empty()) save_merged_weights(spec, model, role, state, t);
+  if (!spec.trace.empty()) write_trace(spec, gathered, t);
+  const nlohmann::json summary = print_summary(spec, report, out, steps, t.world_size());
+  print_rank_lines(spec.plan, gathered.per_rank);
+  metrics.write(summary);
+  print_output_files(spec);
   std::fflush(stdout);
   return out;
 }

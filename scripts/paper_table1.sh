@@ -13,7 +13,7 @@
 # Clusters: configs/topologies/paper-cluster-{a,b}-N.json (flat; their
 # README says where the bandwidths come from). The paper measured time to
 # target accuracy on real GPUs; this compares simulated time per minibatch on
-# the profiles in $PROFILES_DIR (default ../shared/data/pipedream-profiles),
+# the profiles in $PROFILES_DIR (default tests/data/pipedream-profiles),
 # measured on other GPUs - so configurations and speed-ups may differ.
 # Environment: BUILD_DIR (default build), PROFILES_DIR.
 set -euo pipefail
@@ -32,7 +32,7 @@ done
 [[ "$minibatches" =~ ^[1-9][0-9]*$ ]] || { echo "paper_table1.sh: --minibatches must be a positive integer, got '$minibatches'" >&2; exit 2; }
 
 pipedream=${BUILD_DIR:-build}/bin/pipedream
-profiles=${PROFILES_DIR:-../shared/data/pipedream-profiles}
+profiles=${PROFILES_DIR:-tests/data/pipedream-profiles}
 [ -x "$pipedream" ] || { echo "paper_table1.sh: $pipedream not found: build it first with scripts/setup.sh" >&2; exit 2; }
 command -v jq >/dev/null || { echo "paper_table1.sh: needs jq (apt-get install jq)" >&2; exit 2; }
 [ -d "$profiles" ] || { echo "paper_table1.sh: no profiles folder $profiles: set PROFILES_DIR to the folder holding vgg16/graph.txt" >&2; exit 2; }

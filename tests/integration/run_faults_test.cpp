@@ -54,6 +54,35 @@ TEST(RunBadInput, RefusedBeforeTrainingWithExitCode2) {
   }
 }
 
+std::string last_line(const std::string& output) {
+  const size_t end = output.find_last_not_of('\n');
+  if (end == std::string::npos) return "";
+  const size_t start = output.rfind('\n', end);
+  return output.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+// `pipedream run` without mpirun relaunches itself under it. A bad input
+// that only the workers see (a checkpoint of another run: its settings are
+// checked against the worker's stage) must end the output with the worker's
+// own one-line error and exit 2, not with mpirun's report.
+TEST(RunRelaunch, WorkerBadInputEndsWithItsOneLineError) {
+  const std::string dir = scratch_dir("relaunch_bad_input");
+  write_text(dir + "/plan.json", R"({"format": "pipedream-plan/1", "config": "1-1", "stages": [
+    {"index": 0, "layers": [0, 3], "replicas": 1, "ranks": [0]},
+    {"index": 1, "layers": [4, 7], "replicas": 1, "ranks": [1]}]})");
+  const std::string run = pipedream_binary() + " run --plan " + dir + "/plan.json" + kModel +
+                          " --data synthetic --minibatches 2 --no-eval --timeout 30";
+  JobResult first = run_shell(run + " --batch 8 --checkpoint-dir " + dir + "/ck");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_NE(first.output.find("launching 2 workers"), std::string::npos) << first.output;
+
+  JobResult other = run_shell(run + " --batch 16 --resume " + dir + "/ck");
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  const std::string last = last_line(other.output);
+  EXPECT_EQ(last.rfind("error: --resume ", 0), 0u) << "last line: " << last << "\nwhole output:\n" << other.output;
+  EXPECT_NE(last.find("the checkpoint has batch = 8 but this run has 16"), std::string::npos) << other.output;
+}
+
 // Kills one worker mid-run; the others must notice within the timeout.
 TEST(RunFaults, KilledRankEndsTheJobNamingIt) {
   const std::string dir = scratch_dir("kill");

@@ -152,7 +152,7 @@ TEST(GraphTxt, MalformedInputNamesFileAndLine) {
 
 TEST(GraphTxt, ReadsEveryReferenceProfile) {
   for (const char* model : {"alexnet", "vgg16", "resnet18", "resnet50", "gnmt"}) {
-    Profile p = read_profile(std::string(PD_SHARED_DIR) + "/data/pipedream-profiles/" + model + "/graph.txt");
+    Profile p = read_profile(std::string(PD_SOURCE_DIR) + "/tests/data/pipedream-profiles/" + model + "/graph.txt");
     EXPECT_EQ(p.source_kind, "graph.txt");
     EXPECT_GT(p.nodes.size(), 10u) << model;
   }

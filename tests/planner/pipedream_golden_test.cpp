@@ -14,8 +14,8 @@ namespace pd {
 namespace {
 
 TEST(PipedreamGolden, ReproducesEveryRow) {
-  std::ifstream in(std::string(PD_SHARED_DIR) + "/data/pipedream-golden.jsonl");
-  ASSERT_TRUE(in) << "missing shared/data/pipedream-golden.jsonl";
+  std::ifstream in(std::string(PD_SOURCE_DIR) + "/tests/data/pipedream-golden.jsonl");
+  ASSERT_TRUE(in) << "missing tests/data/pipedream-golden.jsonl";
   std::map<std::string, Profile> profiles;
   std::string line;
   int rows = 0, matched = 0, ties = 0, unverified = 0;
@@ -25,7 +25,7 @@ TEST(PipedreamGolden, ReproducesEveryRow) {
     auto row = nlohmann::json::parse(line);
     std::string model = row["profile"];
     if (!profiles.count(model))
-      profiles[model] = read_profile(std::string(PD_SHARED_DIR) + "/data/pipedream-profiles/" + model + "/graph.txt");
+      profiles[model] = read_profile(std::string(PD_SOURCE_DIR) + "/tests/data/pipedream-profiles/" + model + "/graph.txt");
     Topology topology;
     for (size_t l = 0; l < row["workers_per_level"].size(); ++l)
       topology.levels.push_back({row["workers_per_level"][l].get<int>(), row["bandwidth_Bps_per_level"][l].get<double>() / 1e9});

@@ -13,7 +13,7 @@ namespace pd {
 namespace {
 
 Profile reference(const std::string& model) {
-  return read_profile(std::string(PD_SHARED_DIR) + "/data/pipedream-profiles/" + model + "/graph.txt");
+  return read_profile(std::string(PD_SOURCE_DIR) + "/tests/data/pipedream-profiles/" + model + "/graph.txt");
 }
 
 void expect_valid(const Plan& plan, int workers) {

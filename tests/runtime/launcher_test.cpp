@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "core/error.h"
@@ -35,6 +38,52 @@ TEST(Launcher, WrongWorldSizeIsAUserErrorWithBothNumbers) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("needs 4 workers but the MPI world has 3"), std::string::npos);
   }
+}
+
+// Stands in for mpirun: a shell whose "workers" leave reports where
+// run_and_wait says (PIPEDREAM_ERROR_DIR), then exits with mpirun's code.
+int run_fake_mpirun(const std::string& script, std::string* stderr_text) {
+  ::testing::internal::CaptureStderr();
+  const int code = run_and_wait({"sh", "-c", script});
+  *stderr_text = ::testing::internal::GetCapturedStderr();
+  return code;
+}
+
+std::string report(const std::string& file, int64_t at_ns, int exit_code, const std::string& message) {
+  return "printf '%s' '" + std::to_string(at_ns) + " " + std::to_string(exit_code) + "\n" + message +
+         "' > \"$PIPEDREAM_ERROR_DIR/" + file + "\"; ";
+}
+
+TEST(Launcher, TheFirstFailingWorkersErrorIsTheLastLineWithItsExitCode) {
+  std::string err;
+  // The echo on rank 1 is older than rank 0's own error: the cause still wins.
+  const int code = run_fake_mpirun(report("worker-1.txt", 100, 1, "rank 0 aborted: exiting on an error") +
+                                       report("worker-0.txt", 200, 2, "--plan p.json: bad stage") +
+                                       report("worker-2.txt", 300, 1, "later failure") +
+                                       "echo 'mpirun boilerplate' >&2; exit 7",
+                                   &err);
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(err, "mpirun boilerplate\nerror: --plan p.json: bad stage\n");
+  EXPECT_EQ(std::getenv("PIPEDREAM_ERROR_DIR"), nullptr);  // unset once the run is over
+}
+
+TEST(Launcher, WithoutReportsMpirunsExitCodeStandsAndNothingIsAdded) {
+  std::string err;
+  EXPECT_EQ(run_fake_mpirun("echo killed >&2; exit 137", &err), 137);
+  EXPECT_EQ(err, "killed\n");
+  // A successful run says nothing more, whatever was left behind.
+  EXPECT_EQ(run_fake_mpirun(report("worker-0.txt", 1, 2, "stale") + "exit 0", &err), 0);
+  EXPECT_EQ(err, "");
+}
+
+TEST(Launcher, TheReportsFolderIsRemovedAfterTheRun) {
+  std::string err, dir_file = ::testing::TempDir() + "launcher_report_dir.txt";
+  run_fake_mpirun("printf '%s' \"$PIPEDREAM_ERROR_DIR\" > " + dir_file + "; exit 1", &err);
+  std::ifstream in(dir_file);
+  std::string dir;
+  std::getline(in, dir);
+  ASSERT_FALSE(dir.empty());
+  EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
 }
 
 }  // namespace

@@ -19,7 +19,7 @@
 namespace pd {
 namespace {
 
-const std::string kShared = PD_SHARED_DIR "/data";
+const std::string kTestData = PD_SOURCE_DIR "/tests/data";
 
 // The paper model's terms (docs/design.md §5): (1/r) max(compute, W) per stage
 // and 2 C per boundary. The model's time is the largest.
@@ -76,15 +76,15 @@ Plan plan_from_golden(const nlohmann::json& g, const Profile& prof) {
 }
 
 TEST(SimulatorOnPipeDreamProfiles, ReplayOfGoldenPartitionsMatchesThePaperModel) {
-  std::ifstream golden(kShared + "/pipedream-golden.jsonl");
-  if (!golden) GTEST_SKIP() << "no " << kShared << "/pipedream-golden.jsonl";
+  std::ifstream golden(kTestData + "/pipedream-golden.jsonl");
+  if (!golden) GTEST_SKIP() << "no " << kTestData << "/pipedream-golden.jsonl";
   int compared = 0;
   std::string line;
   while (std::getline(golden, line)) {
     auto g = nlohmann::json::parse(line);
     std::string model = g["profile"];
     if ((model != "vgg16" && model != "alexnet") || g["workers_per_level"].size() != 1) continue;
-    Profile prof = read_profile(kShared + "/pipedream-profiles/" + model + "/graph.txt");
+    Profile prof = read_profile(kTestData + "/pipedream-profiles/" + model + "/graph.txt");
     Plan plan = plan_from_golden(g, prof);
     ASSERT_EQ(plan.stages.back().last_layer + 1, static_cast<int>(prof.nodes.size())) << line;
     SimulationOptions o;
@@ -125,7 +125,7 @@ namespace {
 TEST(SimulatorOnPipeDreamProfiles, ReplayOfPlannerPlansMatchesItsPrediction) {
   int compared = 0, within = 0;
   for (const char* model : {"alexnet", "vgg16", "resnet18", "gnmt"}) {
-    std::string path = kShared + "/pipedream-profiles/" + model + "/graph.txt";
+    std::string path = kTestData + "/pipedream-profiles/" + model + "/graph.txt";
     std::ifstream probe(path);
     if (!probe) continue;
     Profile prof = read_profile(path);
@@ -148,7 +148,7 @@ TEST(SimulatorOnPipeDreamProfiles, ReplayOfPlannerPlansMatchesItsPrediction) {
       ++compared;
     }
   }
-  if (compared == 0) GTEST_SKIP() << "no PipeDream profiles under " << kShared;
+  if (compared == 0) GTEST_SKIP() << "no PipeDream profiles under " << kTestData;
   std::printf("%d of %d planner plans replayed within 5%% of the prediction\n", within, compared);
   EXPECT_EQ(within, compared);
   EXPECT_EQ(compared, 16);
