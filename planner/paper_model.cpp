@@ -287,6 +287,23 @@ double bottleneck(const StageCosts& costs, const std::vector<LevelStage>& stages
   return worst;
 }
 
+// A first bracket (lo, hi] of the optimal bottleneck, hi feasible: every
+// stage needs compute/m <= tau, so tau >= total compute / units; doubled
+// until feasible. False when nothing is (an inner level can leave the whole
+// range infeasible on one unit, or memory rules every plan out).
+template <class Feasible>
+bool bracket(const StageCosts& costs, double& lo, double& hi, Feasible&& feasible) {
+  const int last = costs.space().size() - 1;
+  lo = 0, hi = costs.compute(0, last) / costs.units();
+  if (!(hi > 0) || !std::isfinite(hi)) hi = 1e-12;
+  while (!feasible(hi)) {
+    lo = hi;
+    hi *= 2;
+    if (hi > 1e30) return false;
+  }
+  return true;
+}
+
 // The smallest double in (lo, hi] for which feasible() holds, given that
 // it holds at hi: bisection on the bit patterns (non-negative doubles
 // order like their bits), so the answer is exact.
@@ -318,15 +335,8 @@ class ParametricSolver {
 
   LevelResult solve() {
     LevelResult r;
-    // Every stage needs compute/m ≤ τ, so τ ≥ total compute / units.
-    double lo = 0, hi = costs_.compute(0, n_ - 1) / M_;
-    // (An inner level can leave the whole range infeasible on one unit.)
-    if (!(hi > 0) || !std::isfinite(hi)) hi = 1e-12;
-    while (!feasible(hi)) {
-      lo = hi;
-      hi *= 2;
-      if (hi > 1e30) return r;
-    }
+    double lo = 0, hi = 0;
+    if (!bracket(costs_, lo, hi, [this](double t) { return feasible(t); })) return r;
     if (lo == 0) {
       // τ = total/units was feasible already: it is (up to rounding) the
       // optimum; find an infeasible lower end below it.
@@ -617,13 +627,8 @@ class MemoryLimitedSolver {
 
   LevelResult solve() {
     LevelResult r;
-    double lo = 0, hi = costs_.compute(0, n_ - 1) / M_;
-    if (!(hi > 0) || !std::isfinite(hi)) hi = 1e-12;
-    while (!feasible(hi)) {
-      lo = hi;
-      hi *= 2;
-      if (hi > 1e30) return r;
-    }
+    double lo = 0, hi = 0;
+    if (!bracket(costs_, lo, hi, [this](double t) { return feasible(t); })) return r;
     const double tau = smallest_feasible(lo, hi, [this](double t) { return feasible(t); });
     r.stages = reconstruct(tau);
     r.time = bottleneck(costs_, r.stages);
