@@ -255,8 +255,9 @@ void write_trace(const RunSpec& spec, const GatheredResults& g, Transport& t) {
   write_chrome_trace(spec.trace, g.traces, stage_of);
 }
 
-// One line per rank: how busy it was and its peak memory against the plan's.
-void print_rank_lines(const Plan& plan, const std::vector<nlohmann::json>& per_rank) {
+// One line per rank: how busy it was and its peak memory against the plan's
+// (which counts training only: evaluation batches can raise the peak).
+void print_rank_lines(const Plan& plan, const std::vector<nlohmann::json>& per_rank, int64_t eval_batch) {
   for (const auto& line : per_rank) {
     const PlanStage& st = plan.stages[line["stage"].get<int>()];
     const double peak = line["peak_training_bytes"].get<double>();
@@ -267,6 +268,9 @@ void print_rank_lines(const Plan& plan, const std::vector<nlohmann::json>& per_r
                   100 * (peak / double(st.memory_bytes) - 1));
     std::printf(", up to %d weight versions\n", line["peak_weight_versions"].get<int>());
   }
+  if (eval_batch > 0)
+    std::printf("  (peaks include test-set evaluation in batches of %lld; --no-eval measures training alone)\n",
+                static_cast<long long>(eval_batch));
 }
 
 // The run's summary: printed, and its metrics line returned.
@@ -294,9 +298,13 @@ nlohmann::json print_summary(const RunSpec& spec, const RunReporter& report, con
   const double measured = steps > 0 ? out.seconds / double(steps) : 0;
   summary["measured_time_per_minibatch_s"] = measured;
   if (plan.time_per_minibatch_s > 0 && !is_flush(spec.schedule.kind)) {
-    std::printf("time per minibatch: predicted %s (%s), measured %s (%+.1f%%)\n",
+    std::printf("time per minibatch: predicted %s (%s), measured %s (%+.1f%%)%s\n",
                 seconds_text(plan.time_per_minibatch_s).c_str(), plan.predicted_by.c_str(),
-                seconds_text(measured).c_str(), 100 * (measured / plan.time_per_minibatch_s - 1));
+                seconds_text(measured).c_str(), 100 * (measured / plan.time_per_minibatch_s - 1),
+                report.evals().empty() ? ""
+                                       : cat(", including ", report.evals().size(),
+                                             " test-set evaluations (--no-eval measures training alone)")
+                                             .c_str());
     summary["predicted_time_per_minibatch_s"] = plan.time_per_minibatch_s;
   }
   return summary;
@@ -347,7 +355,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   if (!spec.save.empty()) save_merged_weights(spec, model, role, state, t);
   if (!spec.trace.empty()) write_trace(spec, gathered, t);
   const nlohmann::json summary = print_summary(spec, report, out, steps, t.world_size());
-  print_rank_lines(spec.plan, gathered.per_rank);
+  print_rank_lines(spec.plan, gathered.per_rank, report.evals().empty() ? 0 : spec.eval_batch);
   metrics.write(summary);
   print_output_files(spec);
   std::fflush(stdout);
