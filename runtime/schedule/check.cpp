@@ -5,6 +5,7 @@
 #include <map>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -89,6 +90,7 @@ void check_worker(const Schedule& sch, int r, const std::vector<Action>& list,
   auto key = [&](const Action& a) { return a.minibatch * opt.microbatches + a.microbatch; };
   std::unordered_map<int64_t, int> activations, gradients;  // received, not yet used
   std::unordered_map<int64_t, int64_t> in_flight;           // item -> F's version
+  std::unordered_set<int64_t> forwarded, backwarded;          // items whose tensors exist to be sent
   std::vector<int64_t> created{0};                          // versions this worker had
   int64_t version = 0, rounds = 0;
   for (size_t i = 0; i < list.size() && !rep.full(); ++i) {
@@ -97,7 +99,14 @@ void check_worker(const Schedule& sch, int r, const std::vector<Action>& list,
     switch (a.kind) {
       case ActionKind::RecvActivation: ++activations[key(a)]; break;
       case ActionKind::RecvGradient: ++gradients[key(a)]; break;
+      case ActionKind::SendActivation:
+        if (!forwarded.count(key(a))) bad("sends an activation before its forward made it");
+        break;
+      case ActionKind::SendGradient:
+        if (!backwarded.count(key(a))) bad("sends a gradient before its backward made it");
+        break;
       case ActionKind::Forward: {
+        forwarded.insert(key(a));
         if (s > 0 && activations[key(a)]-- <= 0) bad("runs before its activation is received");
         if (in_flight.count(key(a))) bad("runs twice without a backward");
         in_flight[key(a)] = a.weight_version;
@@ -121,6 +130,7 @@ void check_worker(const Schedule& sch, int r, const std::vector<Action>& list,
         break;
       }
       case ActionKind::Backward: {
+        backwarded.insert(key(a));
         if (s < last && gradients[key(a)]-- <= 0) bad("runs before its gradient is received");
         auto f = in_flight.find(key(a));
         if (f == in_flight.end()) {

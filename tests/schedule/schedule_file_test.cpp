@@ -136,6 +136,18 @@ TEST(ScheduleFile, AReceiveBeforeItsSendCanHappenIsRejectedNamingTheAction) {
       << msg;
 }
 
+// Rank 0 sends minibatch 0's activation before its forward has made it.
+TEST(ScheduleFile, ASendBeforeTheComputationThatMakesItIsRejected) {
+  const Plan plan = make_plan({1, 1, 1, 1});
+  ScheduleFile file = export_schedule(Schedule(plan, options(ScheduleKind::OneFOneBRoundRobin, 8)));
+  auto& first = file.lists[0];
+  auto send = std::find_if(first.begin(), first.end(), [](const Action& a) { return a.kind == ActionKind::SendActivation; });
+  ASSERT_NE(send, first.end());
+  std::rotate(first.begin(), send, send + 1);  // to the front, ahead of F(0)
+  const std::string msg = rejection(plan, file);
+  EXPECT_NE(msg.find("sends an activation before its forward made it"), std::string::npos) << msg;
+}
+
 TEST(ScheduleFile, AMissingBackwardIsRejected) {
   const Plan plan = make_plan({1, 1, 1, 1});
   ScheduleFile file = export_schedule(Schedule(plan, options(ScheduleKind::OneFOneBRoundRobin, 8)));
