@@ -101,7 +101,6 @@ class StageCosts {
   // A stage's value depends on where it sits (memory, or the group's entry link).
   bool position_dependent() const { return memory_limited() || level_.entry_bandwidth != level_.bandwidth; }
   bool fits(int k, int j, int m, int before) const { return !memory_limited() || memory(k, j, m, before) <= memory_; }
-  bool compute_is_additive() const { return true; }
   // A stage on m units is in the plan family (uniform replication: every
   // stage has exactly stage_replicas workers).
   bool uniform() const { return stage_replicas_ != 0; }
@@ -532,14 +531,9 @@ class ParametricSolver {
         }
       };
       if (s_.all_earlier_nest()) {
-        // One replica needs compute ≤ τ. Layer compute only grows as k
-        // falls; an inner level's optimum need not (its first stage pays
-        // the transfer into the range).
-        const bool additive = costs_.compute_is_additive();
-        for (int k = j - 1; k >= 0; --k) {
-          if (costs_.compute(k, j) <= tau) relax(k);
-          else if (additive) break;
-        }
+        // One unit needs compute per worker ≤ τ (a tile's time is at least
+        // that too), and that only grows as k falls.
+        for (int k = j - 1; k >= 0 && costs_.compute(k, j) <= tau; --k) relax(k);
       } else {
         for (int k : s_.nested_in[j]) relax(k);
       }

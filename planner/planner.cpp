@@ -210,20 +210,23 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
   }
   plan.config = config_string(replicas);
   plan.noam = (plan.workers() + replicas[0] - 1) / replicas[0];
-  plan.time_per_minibatch_s = pipeline.time_per_minibatch_s;
   double slowest = -1;
   for (const auto& st : plan.stages)
     if (st.time_s > slowest) slowest = st.time_s, plan.bottleneck_stage = st.index;
   plan.single_worker_s = pipeline.single_worker_s;
   plan.data_parallel_s = pipeline.data_parallel_s;
-  if (plan.time_per_minibatch_s > 0) {
-    plan.throughput_samples_per_s = profile.batch_size / plan.time_per_minibatch_s;
-    // 0: the baseline does not fit in memory.
-    auto speedup = [&](double baseline) { return std::isnan(baseline) ? 0.0 : baseline / plan.time_per_minibatch_s; };
-    plan.speedup_vs_single = speedup(plan.single_worker_s);
-    plan.speedup_vs_data_parallel = speedup(plan.data_parallel_s);
-  }
+  set_predicted_time(plan, pipeline.time_per_minibatch_s, "closed form");
   return plan;
+}
+
+void set_predicted_time(Plan& plan, double seconds, const std::string& by) {
+  plan.time_per_minibatch_s = seconds;
+  plan.predicted_by = by;
+  if (!(seconds > 0)) return;
+  if (plan.profile.batch_size > 0) plan.throughput_samples_per_s = plan.profile.batch_size / seconds;
+  auto speedup = [&](double baseline) { return std::isnan(baseline) ? 0.0 : baseline / seconds; };
+  plan.speedup_vs_single = speedup(plan.single_worker_s);
+  plan.speedup_vs_data_parallel = speedup(plan.data_parallel_s);
 }
 
 }  // namespace pd

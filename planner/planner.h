@@ -35,6 +35,11 @@ struct PlannerOptions {
   int max_antichain_states = 20000;
 };
 
+// Sets the plan's predicted time per minibatch, what it was predicted by,
+// and what follows from it: throughput and the speed-ups over the
+// baselines (0 for a baseline that does not fit in memory).
+void set_predicted_time(Plan& plan, double seconds, const std::string& by);
+
 // Throws UserError when no allocation fits (message names the smallest
 // memory per worker / worker count that would work).
 Plan plan_pipeline(const Profile& profile, const Topology& topology, const PlannerOptions& options);

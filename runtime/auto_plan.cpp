@@ -1,7 +1,6 @@
 #include "runtime/auto_plan.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "core/error.h"
 #include "planner/planner.h"
@@ -39,12 +38,7 @@ Plan plan_for_workers(const Profile& p, int workers, bool straight, int threads_
     for (const ProfileNode& n : p.nodes) compute += (n.forward_ms + n.backward_ms) / 1e3;
     plan.shared_cores_bound_s = compute * threads_per_worker / cores;
     if (plan.shared_cores_bound_s > plan.time_per_minibatch_s * (1 + 1e-6)) {
-      plan.time_per_minibatch_s = plan.shared_cores_bound_s;
-      plan.predicted_by = "shared cores";
-      plan.throughput_samples_per_s = p.batch_size / plan.time_per_minibatch_s;
-      plan.speedup_vs_single = plan.single_worker_s / plan.time_per_minibatch_s;
-      plan.speedup_vs_data_parallel =
-          std::isnan(plan.data_parallel_s) ? 0.0 : plan.data_parallel_s / plan.time_per_minibatch_s;
+      set_predicted_time(plan, plan.shared_cores_bound_s, "shared cores");
     }
   }
   return plan;

@@ -39,15 +39,6 @@ Plan one_worker_plan(const Profile& profile, const Topology& topology, const Pla
   return plan;
 }
 
-void set_predicted(Plan& plan, double seconds) {
-  plan.time_per_minibatch_s = seconds;
-  plan.predicted_by = "replay";
-  if (seconds <= 0) return;
-  if (plan.profile.batch_size > 0) plan.throughput_samples_per_s = plan.profile.batch_size / seconds;
-  plan.speedup_vs_single = std::isnan(plan.single_worker_s) ? 0.0 : plan.single_worker_s / seconds;
-  plan.speedup_vs_data_parallel = std::isnan(plan.data_parallel_s) ? 0.0 : plan.data_parallel_s / seconds;
-}
-
 }  // namespace
 
 int64_t replay_minibatches(const Plan& plan) {
@@ -96,7 +87,7 @@ class Search {
       if (search_.candidates[i].replayed_s < search_.candidates[search_.chosen].replayed_s) search_.chosen = i;
     search_.plan = std::move(plans_[search_.chosen]);
     search_.plan.closed_form_bound_s = bound_;
-    set_predicted(search_.plan, search_.candidates[search_.chosen].replayed_s);
+    set_predicted_time(search_.plan, search_.candidates[search_.chosen].replayed_s, "replay");
     return std::move(search_);
   }
 
