@@ -9,6 +9,7 @@
 #include "planner/plan.h"
 #include "planner/topology.h"
 #include "profiler/profile.h"
+#include "tests/user_error_of.h"
 
 namespace pd {
 namespace {
@@ -19,14 +20,7 @@ void write_file(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no UserError)";
-}
+using testing_support::error_of;
 
 TEST(Sha256, MatchesKnownDigests) {
   EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");

@@ -7,18 +7,12 @@
 
 #include "core/error.h"
 #include "profiler/profile.h"
+#include "tests/user_error_of.h"
 
 namespace pd {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "(no UserError)";
-}
+using testing_support::error_of;
 
 // A two-node chain profile with `node1` spliced into the second node, last
 // (a repeated key's last value is the one read).
