@@ -71,6 +71,24 @@ class Layer {
   virtual Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const = 0;
   // Returns dx (undefined Tensor when !need_input_grad). May consume ctx.
   virtual Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const = 0;
+
+  // The backward split in two, for zero-bubble schedules (ZB-H1), which run
+  // the input gradient (B) as soon as it is needed downstream and the weight
+  // gradient (W) later, in what would be a bubble. backward_input returns dx
+  // like backward and leaves in ctx what backward_weights needs (dy
+  // included); backward_weights adds the parameter gradients into a.grads
+  // and consumes ctx. backward_input then backward_weights gives the same
+  // bits as backward. The defaults are correct for every layer - the whole
+  // fused backward runs in backward_input - and a layer that overrides both
+  // says so with splits_backward(), so W really is deferred.
+  virtual Tensor backward_input(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const {
+    return backward(a, dy, ctx);
+  }
+  virtual void backward_weights(const BackwardArgs& a, LayerContext& ctx) const {
+    (void)a;
+    (void)ctx;
+  }
+  virtual bool splits_backward() const { return false; }
 };
 
 using LayerPtr = std::unique_ptr<Layer>;
