@@ -44,6 +44,35 @@ Tensor backward_layers(const Model& m, const ParameterStore& w, ParameterStore& 
   return need_input_grad ? g : Tensor{};
 }
 
+Tensor backward_input_layers(const Model& m, const ParameterStore& w, ParameterStore& grads, int first,
+                             int last, const Tensor& dy, const StepInfo& step, RangeContext& ctx,
+                             bool need_input_grad) {
+  PD_CHECK(ctx.layers.size() == static_cast<size_t>(last - first + 1), "backward without a matching forward");
+  PD_CHECK(grads.holds(first) && grads.holds(last), "gradient store does not hold the range");
+  Tensor g = dy.device() == w.device() ? dy : dy.to(w.device());
+  const int lowest = need_input_grad ? first : first_layer_with_params(m, first, last);
+  for (int i = last; i >= lowest; --i) {
+    BackwardArgs a{w.params(i), grads.params(i), step, need_input_grad || i > lowest};
+    a.step.layer_index = static_cast<uint32_t>(i);
+    LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
+    g = m.layer(i).backward_input(a, g, c);
+    if (!m.layer(i).splits_backward()) c.clear();
+  }
+  return need_input_grad ? g : Tensor{};
+}
+
+void backward_weights_layers(const Model& m, const ParameterStore& w, ParameterStore& grads, int first,
+                             int last, const StepInfo& step, RangeContext& ctx) {
+  PD_CHECK(ctx.layers.size() == static_cast<size_t>(last - first + 1), "weight backward without its input backward");
+  for (int i = last; i >= first; --i) {
+    if (!m.layer(i).splits_backward()) continue;
+    BackwardArgs a{w.params(i), grads.params(i), step, false};
+    a.step.layer_index = static_cast<uint32_t>(i);
+    m.layer(i).backward_weights(a, ctx.layers[static_cast<size_t>(i - first)]);
+  }
+  ctx.clear();
+}
+
 int first_layer_with_params(const Model& m, int first, int last) {
   int l = first;
   while (l <= last && m.layer(l).param_specs().empty()) ++l;

@@ -34,6 +34,19 @@ Tensor forward_layers(const Model& m, const ParameterStore& w, int first, int la
 Tensor backward_layers(const Model& m, const ParameterStore& w, ParameterStore& grads, int first, int last,
                        const Tensor& dy, const StepInfo& step, RangeContext& ctx, bool need_input_grad);
 
+// The same backward in two passes, for zero-bubble schedules: the B pass
+// returns dy w.r.t. the range's input (as backward_layers does) and keeps in
+// ctx what each layer's weight gradient needs; the W pass then adds the
+// parameter gradients into grads and consumes ctx. B then W gives the same
+// bits as backward_layers. Layers that do not split their backward
+// (Layer::splits_backward) add their gradients during the B pass, so grads
+// must be the same store in both calls.
+Tensor backward_input_layers(const Model& m, const ParameterStore& w, ParameterStore& grads, int first,
+                             int last, const Tensor& dy, const StepInfo& step, RangeContext& ctx,
+                             bool need_input_grad);
+void backward_weights_layers(const Model& m, const ParameterStore& w, ParameterStore& grads, int first,
+                             int last, const StepInfo& step, RangeContext& ctx);
+
 // The lowest layer of [first, last] that has parameters, or last + 1.
 int first_layer_with_params(const Model& m, int first, int last);
 
