@@ -27,8 +27,12 @@ Tensor forward_layers(const Model& m, const ParameterStore& w, int first, int la
   return h;
 }
 
-Tensor backward_layers(const Model& m, const ParameterStore& w, ParameterStore& grads, int first, int last,
-                       const Tensor& dy, const StepInfo& step, RangeContext& ctx, bool need_input_grad) {
+namespace {
+// The backward pass over [last .. lowest]: fused (each layer's ctx freed as
+// soon as it is done) or the B half of a split one (ctx kept for W).
+Tensor backward_pass(const Model& m, const ParameterStore& w, ParameterStore& grads, int first, int last,
+                     const Tensor& dy, const StepInfo& step, RangeContext& ctx, bool need_input_grad,
+                     bool input_only) {
   PD_CHECK(ctx.layers.size() == static_cast<size_t>(last - first + 1), "backward without a matching forward");
   PD_CHECK(grads.holds(first) && grads.holds(last), "gradient store does not hold the range");
   Tensor g = dy.device() == w.device() ? dy : dy.to(w.device());
@@ -37,28 +41,25 @@ Tensor backward_layers(const Model& m, const ParameterStore& w, ParameterStore& 
     BackwardArgs a{w.params(i), grads.params(i), step, need_input_grad || i > lowest};
     a.step.layer_index = static_cast<uint32_t>(i);
     LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
-    g = m.layer(i).backward(a, g, c);
-    c.clear();
+    const Layer& l = m.layer(i);
+    g = input_only ? l.backward_input(a, g, c) : l.backward(a, g, c);
+    if (!input_only || !l.splits_backward()) c.clear();
   }
-  ctx.clear();
   return need_input_grad ? g : Tensor{};
+}
+}  // namespace
+
+Tensor backward_layers(const Model& m, const ParameterStore& w, ParameterStore& grads, int first, int last,
+                       const Tensor& dy, const StepInfo& step, RangeContext& ctx, bool need_input_grad) {
+  Tensor dx = backward_pass(m, w, grads, first, last, dy, step, ctx, need_input_grad, false);
+  ctx.clear();
+  return dx;
 }
 
 Tensor backward_input_layers(const Model& m, const ParameterStore& w, ParameterStore& grads, int first,
                              int last, const Tensor& dy, const StepInfo& step, RangeContext& ctx,
                              bool need_input_grad) {
-  PD_CHECK(ctx.layers.size() == static_cast<size_t>(last - first + 1), "backward without a matching forward");
-  PD_CHECK(grads.holds(first) && grads.holds(last), "gradient store does not hold the range");
-  Tensor g = dy.device() == w.device() ? dy : dy.to(w.device());
-  const int lowest = need_input_grad ? first : first_layer_with_params(m, first, last);
-  for (int i = last; i >= lowest; --i) {
-    BackwardArgs a{w.params(i), grads.params(i), step, need_input_grad || i > lowest};
-    a.step.layer_index = static_cast<uint32_t>(i);
-    LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
-    g = m.layer(i).backward_input(a, g, c);
-    if (!m.layer(i).splits_backward()) c.clear();
-  }
-  return need_input_grad ? g : Tensor{};
+  return backward_pass(m, w, grads, first, last, dy, step, ctx, need_input_grad, true);
 }
 
 void backward_weights_layers(const Model& m, const ParameterStore& w, ParameterStore& grads, int first,

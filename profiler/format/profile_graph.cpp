@@ -22,6 +22,35 @@ double parse_non_negative(const std::string& text, const std::string& where, con
   return v;
 }
 
+namespace {
+// A graph in two pieces is a profile with an edge missing (a hand-edited
+// graph.txt, a truncated edge list): planning it would cut between pieces
+// that really exchange tensors, so it is refused, naming a node of the
+// piece that does not hold the first node.
+void require_connected(const Profile& p, const SourceLocator& where, const std::vector<std::vector<int>>& out) {
+  const int n = int(p.nodes.size());
+  std::vector<std::vector<int>> adjacent(n);
+  for (int v = 0; v < n; ++v)
+    for (int w : out[v]) {
+      adjacent[v].push_back(w);
+      adjacent[w].push_back(v);
+    }
+  std::vector<char> seen(n, 0);
+  std::vector<int> stack{0};
+  seen[0] = 1;
+  while (!stack.empty()) {
+    const int v = stack.back();
+    stack.pop_back();
+    for (int w : adjacent[v])
+      if (!seen[w]) seen[w] = 1, stack.push_back(w);
+  }
+  for (int v = 0; v < n; ++v)
+    if (!seen[v])
+      throw UserError(cat(where.node(v), ": node ", p.nodes[v].id, " is not connected to node ", p.nodes[0].id,
+                          " (the graph falls apart into pieces: an edge is missing)"));
+}
+}  // namespace
+
 void validate_graph(Profile& p, const SourceLocator& where, bool reorder_topologically) {
   if (p.nodes.empty()) throw UserError(cat(p.source_path, ": the profile has no nodes (empty graph)"));
   std::unordered_map<int, int> index_of;
@@ -41,6 +70,7 @@ void validate_graph(Profile& p, const SourceLocator& where, bool reorder_topolog
     out[ia->second].push_back(ib->second);
     ++in_degree[ib->second];
   }
+  require_connected(p, where, out);
   // Kahn's algorithm, smallest file position first among the ready nodes.
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
   for (int i = 0; i < n; ++i)

@@ -83,6 +83,9 @@ class BadInput : public ::testing::TestWithParam<std::tuple<std::string, std::st
     write_overlapping_checkpoint(d / "ck_overlap");
     write_text((d / "profile_a.json").string(), profile_json("model-a", "fc1"));
     write_text((d / "profile_b.json").string(), profile_json("model-b", "conv1"));
+    std::string apart = profile_json("model-a", "fc1");
+    apart.replace(apart.find("[[0, 1]]"), 8, "[]");
+    write_text((d / "profile_apart.json").string(), apart);
     const JobResult plan = run_shell(pipedream_binary() + " plan --profile " + (d / "profile_a.json").string() +
                                      " --workers 2 --bandwidth 10 -o " + (d / "plan_a.json").string());
     ASSERT_EQ(plan.exit_code, 0) << plan.output;
@@ -149,7 +152,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"PlanTopologyCountWraps", kPlanCommand + " --topology {dir}/topology_wraps.json", "count"},
         Case{"PlanTopologyCountFraction", kPlanCommand + " --topology {dir}/topology_fraction.json", "count"},
         Case{"PlanTopologyNumberOverflows", kPlanCommand + " --topology {dir}/topology_huge_number.json",
-             "topology_huge_number.json"}),
+             "topology_huge_number.json"},
+        Case{"PlanDisconnectedGraph", "plan --profile {dir}/profile_apart.json --workers 2 --bandwidth 10",
+             "node 1 is not connected to node 0"}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::get<0>(info.param); });
 
 }  // namespace

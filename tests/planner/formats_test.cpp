@@ -99,6 +99,10 @@ TEST(ProfileJson, MalformedInputNamesFileAndLine) {
   std::string cycle = unknown;
   cycle.replace(cycle.find("[[0, 7]]"), 8, "[[0, 1], [1, 0]]");
   EXPECT_NE(error_of([&] { parse_profile_json(cycle, "p.json"); }).find("cycle"), std::string::npos);
+  std::string apart = unknown;
+  apart.replace(apart.find("[[0, 7]]"), 8, "[]");
+  EXPECT_NE(error_of([&] { parse_profile_json(apart, "p.json"); }).find("node 1 is not connected to node 0"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { parse_profile_json("{\"format\": \"pipedream-profile/1\",\n \"batch_size\": 4, "
                                               "\"nodes\": [], \"edges\": []}",
                                               "p.json"); })
@@ -140,6 +144,9 @@ TEST(GraphTxt, MalformedInputNamesFileAndLine) {
   auto cyc = error_of([&] { parse_graph_txt(good + "\tnode1 -- node2\n\tnode2 -- node1\n", "g.txt"); });
   EXPECT_NE(cyc.find("cycle"), std::string::npos) << cyc;
   EXPECT_NE(cyc.find("g.txt:"), std::string::npos) << cyc;
+  // Two nodes and no edge between them: an edge is missing, not a pipeline.
+  auto apart = error_of([&] { parse_graph_txt(good, "g.txt"); });
+  EXPECT_NE(apart.find("g.txt:2: node 2 is not connected to node 1"), std::string::npos) << apart;
   EXPECT_NE(error_of([&] { parse_graph_txt("garbage line\n", "g.txt"); }).find("g.txt:1"), std::string::npos);
   EXPECT_NE(error_of([&] { parse_graph_txt("\n\n", "g.txt"); }).find("empty"), std::string::npos);
 }
