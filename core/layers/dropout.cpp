@@ -15,7 +15,7 @@ cpu::DropoutKey dropout_key(const StepInfo& step, uint32_t substream) {
 
 namespace {
 
-// The same key on a device: both devices drop the same elements.
+// The key in the DeviceOps spelling: every device drops the same elements.
 DropoutKey device_key(const cpu::DropoutKey& k) {
   return {k.seed, k.layer_index, k.minibatch_id, k.substream};
 }
@@ -38,10 +38,7 @@ class Dropout : public Layer {
     }
     cpu::DropoutKey k = dropout_key(a.step, substream_);
     Tensor y = Tensor::empty(x.shape(), DType::F32, x.device());
-    if (x.device().is_cuda())
-      device_ops(x.device()).dropout_forward(x.numel(), p_, device_key(k), x.f32(), y.f32());
-    else
-      cpu::dropout_apply(k, p_, x.f32(), y.f32(), x.numel());
+    device_ops(x.device()).dropout_forward(x.numel(), p_, device_key(k), x.f32(), y.f32());
     Tensor key = Tensor::empty({3}, DType::I64);
     key.data<int64_t>()[0] = static_cast<int64_t>(k.seed);
     key.data<int64_t>()[1] = k.layer_index;
@@ -59,10 +56,7 @@ class Dropout : public Layer {
         cpu::DropoutKey k{static_cast<uint64_t>(key[0]), static_cast<uint32_t>(key[1]),
                           static_cast<uint32_t>(key[2]), substream_};
         dx = Tensor::empty(dy.shape(), DType::F32, dy.device());
-        if (dy.device().is_cuda())
-          device_ops(dy.device()).dropout_backward(dy.numel(), p_, device_key(k), dy.f32(), dx.f32());
-        else
-          cpu::dropout_apply(k, p_, dy.f32(), dx.f32(), dy.numel());
+        device_ops(dy.device()).dropout_backward(dy.numel(), p_, device_key(k), dy.f32(), dx.f32());
       }
     }
     ctx.clear();
