@@ -1,15 +1,19 @@
 #pragma once
-// The seam between the compute core and a device backend. pd_core never
-// links CUDA: a backend (core/cuda, library pd_core_cuda) fills a DeviceOps
-// table and registers it with register_device_ops() when it initialises
-// (pd::cuda::initialize_backend()). A layer whose input lives on a CUDA
-// device calls device_ops(x.device()).<kernel>(...) instead of its CPU loop.
+// The seam between the compute core and its backends: the layers own the
+// maths, a backend owns the kernels. Every backend fills one DeviceOps
+// table - the CPU's (core/cpu/ops_table.cpp, always there) and CUDA's
+// (core/cuda/ops_table.cpp, library pd_core_cuda, registered with
+// register_device_ops() when pd::cuda::initialize_backend() runs; pd_core
+// never links CUDA). A layer calls device_ops(x.device()).<kernel>(...)
+// whatever device x lives on, with no per-device branch.
 //
 // Conventions, shared by every entry:
-// - Pointers are device pointers on the current device of the calling
-//   thread (one process per GPU); work is queued on that device's compute
-//   stream, in call order, and entries return without waiting for it,
-//   unless the entry says it synchronises.
+// - Pointers are memory of the table's device: host memory for the CPU;
+//   for CUDA, device pointers on the current device of the calling thread
+//   (one process per GPU), work queued on that device's compute stream, in
+//   call order, entries returning without waiting for it unless the entry
+//   says it synchronises. The CPU's entries run to completion on the
+//   calling thread (and its OpenMP team).
 // - Layouts are the CPU kernels' layouts: row-major, NCHW, [rows, cols].
 // - Entries named *_accum ADD into their outputs (parameter gradients),
 //   as Layer::backward promises; all others overwrite.
@@ -24,12 +28,15 @@
 namespace pd {
 
 // NCHW convolution geometry; weight is [out_channels, in_channels, k_h, k_w].
+// The one geometry type of both backends (the CPU kernels, which take
+// square kernels only, call it cpu::ConvShape).
 struct Conv2dGeometry {
   int64_t batch = 0, in_channels = 0, in_h = 0, in_w = 0;
   int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;
   int64_t stride = 1, padding = 0;
   int64_t out_h() const { return (in_h + 2 * padding - kernel_h) / stride + 1; }
   int64_t out_w() const { return (in_w + 2 * padding - kernel_w) / stride + 1; }
+  int64_t patch() const { return in_channels * kernel_h * kernel_w; }  // rows of an im2col matrix
 };
 
 enum class PoolKind : uint8_t { Max, Average };
@@ -80,7 +87,18 @@ struct DeviceOps {
                                const float* B, int64_t ldb, int64_t stride_b, float beta, float* C,
                                int64_t ldc, int64_t stride_c, int64_t batch) = nullptr;
 
-  // --- convolution (cuDNN); bias may be null ---
+  // --- linear layer: y = x Wᵀ + b over rows; x [rows, in], W [out, in] ---
+  // b may be null.
+  void (*linear_forward)(int64_t rows, int64_t in, int64_t out, const float* x, const float* w,
+                         const float* b, float* y) = nullptr;
+  // dx = dy W (overwritten).
+  void (*linear_backward_input)(int64_t rows, int64_t in, int64_t out, const float* dy, const float* w,
+                                float* dx) = nullptr;
+  // dw += dyᵀ x; db += column sums of dy (db may be null).
+  void (*linear_backward_params_accum)(int64_t rows, int64_t in, int64_t out, const float* x,
+                                       const float* dy, float* dw, float* db) = nullptr;
+
+  // --- convolution (cuDNN; CPU: im2col + GEMM); bias may be null ---
   void (*conv2d_forward)(const Conv2dGeometry& g, const float* x, const float* w, const float* bias,
                          float* y) = nullptr;
   void (*conv2d_backward_data)(const Conv2dGeometry& g, const float* w, const float* dy,
@@ -89,10 +107,31 @@ struct DeviceOps {
   void (*conv2d_backward_params_accum)(const Conv2dGeometry& g, const float* x, const float* dy,
                                        float* dw, float* dbias) = nullptr;
 
-  // --- pooling (cuDNN) ---
+  // --- pooling (cuDNN; CPU: own kernels) ---
   void (*pool2d_forward)(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y) = nullptr;
   void (*pool2d_backward)(PoolKind kind, const Pool2dGeometry& g, const float* x, const float* y,
                           const float* dy, float* dx) = nullptr;
+  // What the layers' pooling backward reads, so that they save only that:
+  // cuDNN re-derives the routing from x and y (true); the CPU kernels read
+  // the argmax max pooling's forward wrote, and average pooling nothing but
+  // the geometry (false).
+  bool pool_backward_reads_tensors = false;
+  // The entries the layers call. argmax: int32 [N, C, OH, OW], written by
+  // max pooling when !pool_backward_reads_tensors, else null (and null for
+  // average pooling); x and y are null in backward when
+  // !pool_backward_reads_tensors.
+  void (*pool2d_forward_indexed)(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y,
+                                 int32_t* argmax) = nullptr;
+  void (*pool2d_backward_indexed)(PoolKind kind, const Pool2dGeometry& g, const float* x, const float* y,
+                                  const int32_t* argmax, const float* dy, float* dx) = nullptr;
+  // torch.nn.AdaptiveAvgPool2d over planes = batch * channels; x and y as
+  // for pool2d_backward_indexed. CUDA runs only output sizes that divide
+  // the input (a UserError otherwise).
+  void (*adaptive_avgpool2d_forward)(int64_t planes, int64_t in_h, int64_t in_w, int64_t out_h,
+                                     int64_t out_w, const float* x, float* y) = nullptr;
+  void (*adaptive_avgpool2d_backward)(int64_t planes, int64_t in_h, int64_t in_w, int64_t out_h,
+                                      int64_t out_w, const float* x, const float* y, const float* dy,
+                                      float* dx) = nullptr;
 
   // --- batch norm over N,H,W per channel (cuDNN, spatial mode) ---
   // Training: normalises with batch statistics, writes save_mean and
@@ -118,12 +157,24 @@ struct DeviceOps {
                                   const float* dy, const float* gamma, const float* running_mean,
                                   const float* running_var, float eps, float* dx,
                                   float* dgamma_accum, float* dbeta_accum) = nullptr;
+  // The input half of the backward, what Layer::backward_input runs: dx
+  // (may be null) and the per-channel parameter gradients dgamma, dbeta
+  // [C], OVERWRITTEN - with batch statistics dx needs those sums anyway;
+  // backward_weights adds them to the gradients. training: stat_mean,
+  // stat_b are batchnorm_forward_train's save_mean and save_invstd; eval:
+  // the running mean and variance (stat_b a variance, not an invstd).
+  void (*batchnorm_backward_input)(bool training, int64_t n, int64_t c, int64_t h, int64_t w,
+                                   const float* x, const float* dy, const float* gamma,
+                                   const float* stat_mean, const float* stat_b, float eps, float* dx,
+                                   float* dgamma, float* dbeta) = nullptr;
 
   // --- elementwise (own kernels); y may alias x ---
   void (*relu_forward)(int64_t n, const float* x, float* y) = nullptr;
   // dx = dy where y > 0 (y is relu's output; the input works as well).
   void (*relu_backward)(int64_t n, const float* y, const float* dy, float* dx) = nullptr;
   void (*add)(int64_t n, const float* a, const float* b, float* y) = nullptr;        // y = a + b
+  // y = max(a + b, 0): the residual join of ResNet blocks.
+  void (*add_relu_forward)(int64_t n, const float* a, const float* b, float* y) = nullptr;
   void (*scale)(int64_t n, float alpha, const float* x, float* y) = nullptr;        // y = alpha x
   void (*axpy)(int64_t n, float alpha, const float* x, float* y) = nullptr;         // y += alpha x
   void (*gelu_forward)(int64_t n, const float* x, float* y) = nullptr;              // tanh form
@@ -147,6 +198,13 @@ struct DeviceOps {
   void (*layernorm_backward)(int64_t rows, int64_t dim, const float* x, const float* dy,
                              const float* gamma, const float* save_mean, const float* save_rstd,
                              float* dx, float* dgamma_accum, float* dbeta_accum) = nullptr;
+  // The same in its two halves (Layer::backward_input / backward_weights).
+  void (*layernorm_backward_input)(int64_t rows, int64_t dim, const float* x, const float* dy,
+                                   const float* gamma, const float* save_mean, const float* save_rstd,
+                                   float* dx) = nullptr;
+  void (*layernorm_backward_params_accum)(int64_t rows, int64_t dim, const float* x, const float* dy,
+                                          const float* save_mean, const float* save_rstd,
+                                          float* dgamma_accum, float* dbeta_accum) = nullptr;
 
   // --- softmax cross-entropy: logits [rows, classes], labels int32 [rows] ---
   // grad (may be null, may alias logits) = (softmax - onehot) * grad_scale. Synchronises and
@@ -164,6 +222,16 @@ struct DeviceOps {
   // dscores = scale * probs * (dprobs - rowsum(dprobs * probs)); may alias dprobs.
   void (*causal_softmax_backward)(int64_t batch, int64_t T, float scale, const float* probs,
                                   const float* dprobs, float* dscores) = nullptr;
+
+  // --- causal multi-head attention between the qkv and output projections ---
+  // qkv [batch, T, 3, heads, head_dim] (q | k | v); probs [batch, heads, T, T]
+  // = causal softmax(q kᵀ / sqrt(head_dim)), zero above the diagonal, saved
+  // for backward; att [batch, T, heads, head_dim] = probs v.
+  void (*attention_forward)(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
+                            float* probs, float* att) = nullptr;
+  // dqkv (every element overwritten) from datt.
+  void (*attention_backward)(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
+                             const float* probs, const float* datt, float* dqkv) = nullptr;
 
   // --- embedding: tokens int32 [batch, T] (host or device pointer noted) ---
   // y[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]. Throws RuntimeFailure
@@ -204,11 +272,16 @@ inline void register_device_ops(DeviceKind kind, const DeviceOps* ops) {
   detail::cuda_ops_slot() = ops;
 }
 
-inline bool has_device_ops(Device d) { return d.is_cuda() && detail::cuda_ops_slot() != nullptr; }
+// The CPU's table (core/cpu/ops_table.cpp), filled from the cpu:: kernels.
+// Its optimizer and loss entries are null: core/optimizer.cpp and
+// core/loss.cpp run their host loops themselves.
+const DeviceOps& cpu_device_ops();
 
-// The kernels for tensors on device d (a CUDA device).
+inline bool has_device_ops(Device d) { return d.is_cpu() || detail::cuda_ops_slot() != nullptr; }
+
+// The kernels for tensors on device d.
 inline const DeviceOps& device_ops(Device d) {
-  PD_CHECK(d.is_cuda(), "device_ops(", d.str(), "): CPU kernels are called directly");
+  if (d.is_cpu()) return cpu_device_ops();
   const DeviceOps* ops = detail::cuda_ops_slot();
   if (!ops)
     throw UserError("a tensor is on " + d.str() +

@@ -91,6 +91,24 @@ class Layer {
   virtual bool splits_backward() const { return false; }
 };
 
+// Base of the layers that split their backward for real (every layer with
+// parameters): backward is backward_input then backward_weights, so the
+// fused and the split passes run the same kernels in the same order and
+// give the same bits by construction. backward_input must leave in ctx what
+// backward_weights needs also when !a.need_input_grad (it then computes no
+// dx); backward_weights consumes ctx.
+class SplitBackwardLayer : public Layer {
+ public:
+  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const final {
+    Tensor dx = backward_input(a, dy, ctx);
+    backward_weights(a, ctx);
+    return dx;
+  }
+  Tensor backward_input(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override = 0;
+  void backward_weights(const BackwardArgs& a, LayerContext& ctx) const override = 0;
+  bool splits_backward() const final { return true; }
+};
+
 using LayerPtr = std::unique_ptr<Layer>;
 
 // Allocates params/buffers for a layer (zeros) on a device.

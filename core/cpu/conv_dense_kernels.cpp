@@ -16,8 +16,8 @@ constexpr int64_t kMaxDenseWeightFloats = int64_t{1} << 22;
 }  // namespace
 
 bool conv_dense_is_cheaper(const ConvShape& s) {
-  const int64_t HW = s.height * s.width, P = s.out_height() * s.out_width();
-  return HW < int64_t{s.kernel} * s.kernel && s.out_channels * P * s.in_channels * HW <= kMaxDenseWeightFloats;
+  const int64_t HW = s.in_h * s.in_w, P = s.out_h() * s.out_w();
+  return HW < int64_t{s.kernel_h} * s.kernel_h && s.out_channels * P * s.in_channels * HW <= kMaxDenseWeightFloats;
 }
 
 namespace {
@@ -29,16 +29,16 @@ struct Tap {
 };
 std::vector<Tap> taps_inside(const ConvShape& s) {
   std::vector<Tap> taps;
-  const int64_t OH = s.out_height(), OW = s.out_width(), k = s.kernel;
+  const int64_t OH = s.out_h(), OW = s.out_w(), k = s.kernel_h;
   for (int64_t oh = 0; oh < OH; ++oh)
     for (int64_t ow = 0; ow < OW; ++ow)
       for (int64_t ki = 0; ki < k; ++ki) {
         const int64_t ih = oh * s.stride - s.padding + ki;
-        if (ih < 0 || ih >= s.height) continue;
+        if (ih < 0 || ih >= s.in_h) continue;
         for (int64_t kj = 0; kj < k; ++kj) {
           const int64_t iw = ow * s.stride - s.padding + kj;
-          if (iw >= 0 && iw < s.width)
-            taps.push_back({static_cast<int32_t>(oh * OW + ow), static_cast<int32_t>(ih * s.width + iw),
+          if (iw >= 0 && iw < s.in_w)
+            taps.push_back({static_cast<int32_t>(oh * OW + ow), static_cast<int32_t>(ih * s.in_w + iw),
                             static_cast<int32_t>(ki * k + kj)});
         }
       }
@@ -47,8 +47,8 @@ std::vector<Tap> taps_inside(const ConvShape& s) {
 
 // Wd's block for channels (o, c) is [P, HW] at wd + o*P*cols + c*HW.
 void dense_weights(const ConvShape& s, const std::vector<Tap>& taps, const float* w, float* wd) {
-  const int64_t P = s.out_height() * s.out_width(), HW = s.height * s.width, C = s.in_channels;
-  const int64_t cols = C * HW, kk = int64_t{s.kernel} * s.kernel;
+  const int64_t P = s.out_h() * s.out_w(), HW = s.in_h * s.in_w, C = s.in_channels;
+  const int64_t cols = C * HW, kk = int64_t{s.kernel_h} * s.kernel_h;
   const int64_t n = static_cast<int64_t>(taps.size());
   std::vector<int64_t> at(taps.size());  // offset of each tap's entry in a block
   for (int64_t j = 0; j < n; ++j) at[j] = taps[j].p * cols + taps[j].q;
@@ -65,8 +65,8 @@ void dense_weights(const ConvShape& s, const std::vector<Tap>& taps, const float
 
 // dw += the entries of dWd each weight was copied to, in tap order.
 void fold_dense_weights(const ConvShape& s, const std::vector<Tap>& taps, const float* dwd, float* dw) {
-  const int64_t P = s.out_height() * s.out_width(), HW = s.height * s.width, C = s.in_channels;
-  const int64_t cols = C * HW, kk = int64_t{s.kernel} * s.kernel;
+  const int64_t P = s.out_h() * s.out_w(), HW = s.in_h * s.in_w, C = s.in_channels;
+  const int64_t cols = C * HW, kk = int64_t{s.kernel_h} * s.kernel_h;
   const int64_t n = static_cast<int64_t>(taps.size());
   std::vector<int64_t> at(taps.size());
   for (int64_t j = 0; j < n; ++j) at[j] = taps[j].p * cols + taps[j].q;
@@ -82,8 +82,8 @@ void fold_dense_weights(const ConvShape& s, const std::vector<Tap>& taps, const 
 }  // namespace
 
 void conv2d_dense_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
-  const int64_t P = s.out_height() * s.out_width(), rows = s.out_channels * P;
-  const int64_t cols = s.in_channels * s.height * s.width;
+  const int64_t P = s.out_h() * s.out_w(), rows = s.out_channels * P;
+  const int64_t cols = s.in_channels * s.in_h * s.in_w;
   float* wd = Scratch::floats(static_cast<size_t>(rows * cols), kDenseWeightsSlot);
   dense_weights(s, taps_inside(s), w, wd);
   if (bias)
@@ -93,8 +93,8 @@ void conv2d_dense_forward(const ConvShape& s, const float* x, const float* w, co
 }
 
 void conv2d_dense_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw) {
-  const int64_t P = s.out_height() * s.out_width(), rows = s.out_channels * P;
-  const int64_t cols = s.in_channels * s.height * s.width;
+  const int64_t P = s.out_h() * s.out_w(), rows = s.out_channels * P;
+  const int64_t cols = s.in_channels * s.in_h * s.in_w;
   const std::vector<Tap> taps = taps_inside(s);
   float* wd = Scratch::floats(static_cast<size_t>(rows * cols), kDenseWeightsSlot);
   if (dx) {
@@ -102,6 +102,7 @@ void conv2d_dense_backward(const ConvShape& s, const float* x, const float* w, c
     gemm(false, false, s.batch, cols, rows, 1.0f, dy, rows, wd, cols, 0.0f, dx, cols);
   }
   // dWd = dy^T x, then each weight collects the entries it was copied to.
+  if (!dw) return;
   gemm(true, false, rows, cols, s.batch, 1.0f, dy, rows, x, cols, 0.0f, wd, cols);
   fold_dense_weights(s, taps, wd, dw);
 }

@@ -17,7 +17,7 @@ namespace pd::cpu {
 bool conv_dense_is_cheaper(const ConvShape& s);
 // y = conv(x, w) + bias (bias may be null).
 void conv2d_dense_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y);
-// dw += dL/dw; dx = dL/dx when dx is not null.
+// dw += dL/dw when dw is not null; dx = dL/dx when dx is not null.
 void conv2d_dense_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw);
 
 }  // namespace pd::cpu

@@ -31,7 +31,7 @@ constexpr int64_t kRunsPerThread = 4;
 constexpr int kColumns = 0, kOutput = 1, kFlippedWeights = 2, kWeightGradient = 3;
 
 // 1x1 stride-1 unpadded: a sample's column matrix is the sample itself.
-bool pointwise(const ConvShape& s) { return s.kernel == 1 && s.stride == 1 && s.padding == 0; }
+bool pointwise(const ConvShape& s) { return s.kernel_h == 1 && s.stride == 1 && s.padding == 0; }
 
 // Rows [O] of a [O, cols] matrix (row stride ld) set to bias[o]: the
 // GEMM then accumulates onto them (beta = 1), which spares it a pass that
@@ -48,25 +48,25 @@ void fill_rows_with_bias(int64_t O, int64_t cols, int64_t ld, const float* bias,
 // way writes dx once, where the im2col route writes and re-reads a
 // [C*k*k, n*P] column matrix and folds it back (col2im).
 bool input_gradient_as_convolution(const ConvShape& s) {
-  return s.stride == 1 && s.padding <= s.kernel - 1 && !pointwise(s);
+  return s.stride == 1 && s.padding <= s.kernel_h - 1 && !pointwise(s);
 }
 
 ConvShape transposed_shape(const ConvShape& s) {
   ConvShape t;
   t.batch = s.batch;
   t.in_channels = s.out_channels;
-  t.height = s.out_height();
-  t.width = s.out_width();
+  t.in_h = s.out_h();
+  t.in_w = s.out_w();
   t.out_channels = s.in_channels;
-  t.kernel = s.kernel;
+  t.kernel_h = t.kernel_w = s.kernel_h;
   t.stride = 1;
-  t.padding = s.kernel - 1 - s.padding;
+  t.padding = s.kernel_h - 1 - s.padding;
   return t;
 }
 
 // wf[c, o, a, b] = w[o, c, k-1-a, k-1-b].
 void flip_kernel(const ConvShape& s, const float* w, float* wf) {
-  const int64_t O = s.out_channels, C = s.in_channels, kk = int64_t{s.kernel} * s.kernel;
+  const int64_t O = s.out_channels, C = s.in_channels, kk = int64_t{s.kernel_h} * s.kernel_h;
   for (int64_t c = 0; c < C; ++c)
     for (int64_t o = 0; o < O; ++o) {
       const float* src = w + (o * C + c) * kk;
@@ -91,7 +91,7 @@ inline void copy_row(const float* src, int64_t n, float* dst) {
 // dbias[o] += sum of dy over samples and pixels: 8 lanes per sample
 // (vectorised), lanes and tails summed per sample in double.
 void bias_gradient(const ConvShape& s, const float* dy, float* dbias) {
-  const int64_t O = s.out_channels, P = s.out_height() * s.out_width(), N = s.batch;
+  const int64_t O = s.out_channels, P = s.out_h() * s.out_w(), N = s.batch;
 #pragma omp parallel for schedule(static) if (N * O * P >= kParallelMinElements)
   for (int64_t o = 0; o < O; ++o) {
     double acc = 0;
@@ -116,7 +116,7 @@ void bias_gradient(const ConvShape& s, const float* dy, float* dbias) {
 // dy rows of samples [first, first + n) as [O, n*P], the layout of the
 // forward GEMM's output (dst, row stride n*P).
 void gather_output_rows(const ConvShape& s, const float* dy, int64_t first, int64_t n, float* dst) {
-  const int64_t O = s.out_channels, P = s.out_height() * s.out_width(), ld = n * P;
+  const int64_t O = s.out_channels, P = s.out_h() * s.out_w(), ld = n * P;
   parallel_ranges(O, n * O * P, [&](int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o)
       for (int64_t i = 0; i < n; ++i) copy_row(dy + ((first + i) * O + o) * P, P, dst + o * ld + i * P);
@@ -126,7 +126,7 @@ void gather_output_rows(const ConvShape& s, const float* dy, int64_t first, int6
 }  // namespace
 
 int64_t conv_chunk_samples(const ConvShape& s) {
-  const int64_t P = std::max<int64_t>(s.out_height() * s.out_width(), 1);
+  const int64_t P = std::max<int64_t>(s.out_h() * s.out_w(), 1);
   const int64_t wanted = (kMinColumns + P - 1) / P;
   const int64_t fit = std::max<int64_t>(1, kMaxColumnFloats / (s.patch() * P));
   return std::max<int64_t>(1, std::min({wanted, fit, s.batch}));
@@ -148,7 +148,7 @@ Chunking chunking(const ConvShape& s) {
   Chunking c;
   c.size = conv_chunk_samples(s);
   const int threads = compute_threads();
-  const int64_t mnk = s.out_channels * s.patch() * s.batch * s.out_height() * s.out_width();
+  const int64_t mnk = s.out_channels * s.patch() * s.batch * s.out_h() * s.out_w();
   c.parallel = threads > 1 && !omp_in_parallel() && s.batch >= threads && mnk >= kParallelMinMnk;
   if (c.parallel) {
     // A multiple of the thread count, so that the threads get equal shares.
@@ -179,8 +179,8 @@ void for_each_chunk(const ConvShape& s, const Chunking& c, Body body) {
 // chunk_size samples, so that a short last chunk reuses the buffers).
 void forward_chunk(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, int64_t first,
                    int64_t n, int64_t chunk_size) {
-  const int64_t O = s.out_channels, K = s.patch(), P = s.out_height() * s.out_width(), ld = n * P;
-  const float* cols = x + first * s.in_channels * s.height * s.width;
+  const int64_t O = s.out_channels, K = s.patch(), P = s.out_h() * s.out_w(), ld = n * P;
+  const float* cols = x + first * s.in_channels * s.in_h * s.in_w;
   if (!(n == 1 && pointwise(s))) {
     float* col = Scratch::floats(static_cast<size_t>(K * chunk_size * P), kColumns);
     im2col(s, x, first, n, col);
@@ -203,12 +203,13 @@ void forward_chunk(const ConvShape& s, const float* x, const float* w, const flo
 // speed on them.
 constexpr int64_t kSmallWeightGradient = 2048;
 
-// One chunk of the backward pass: dw += this chunk's weight gradient and,
-// when dx is not null, dx's samples [first, first + n) by im2col's transpose.
+// One chunk of the backward pass: dw += this chunk's weight gradient when
+// dw is not null and, when dx is not null, dx's samples [first, first + n)
+// by im2col's transpose.
 void backward_chunk(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
                     int64_t first, int64_t n, int64_t chunk_size) {
-  const int64_t O = s.out_channels, K = s.patch(), P = s.out_height() * s.out_width(), ld = n * P;
-  const int64_t in_plane = s.in_channels * s.height * s.width;
+  const int64_t O = s.out_channels, K = s.patch(), P = s.out_h() * s.out_w(), ld = n * P;
+  const int64_t in_plane = s.in_channels * s.in_h * s.in_w;
   const float* g = dy + first * O * P;
   if (n > 1) {
     float* dyt = Scratch::floats(static_cast<size_t>(O * chunk_size * P), kOutput);
@@ -217,12 +218,14 @@ void backward_chunk(const ConvShape& s, const float* x, const float* w, const fl
   }
   const bool direct = n == 1 && pointwise(s);
   float* col = direct ? nullptr : Scratch::floats(static_cast<size_t>(K * chunk_size * P), kColumns);
-  const float* cols = direct ? x + first * in_plane : col;
-  if (!direct) im2col(s, x, first, n, col);
-  if (O * K <= kSmallWeightGradient)
-    accumulate_row_dots(O, K, ld, g, cols, ld, dw);
-  else
-    gemm(false, true, O, K, ld, 1.0f, g, ld, cols, ld, 1.0f, dw, K);
+  if (dw) {
+    const float* cols = direct ? x + first * in_plane : col;
+    if (!direct) im2col(s, x, first, n, col);
+    if (O * K <= kSmallWeightGradient)
+      accumulate_row_dots(O, K, ld, g, cols, ld, dw);
+    else
+      gemm(false, true, O, K, ld, 1.0f, g, ld, cols, ld, 1.0f, dw, K);
+  }
   if (!dx) return;
   if (direct) {
     gemm(true, false, K, ld, O, 1.0f, w, K, g, ld, 0.0f, dx + first * in_plane, ld);
@@ -233,6 +236,12 @@ void backward_chunk(const ConvShape& s, const float* x, const float* w, const fl
   float* dxc = dx + first * in_plane;
   std::fill(dxc, dxc + n * in_plane, 0.0f);
   col2im_add(s, col, first, n, dx);
+}
+
+void input_gradient_by_convolution(const ConvShape& s, const float* w, const float* dy, float* dx) {
+  float* wf = Scratch::floats(static_cast<size_t>(s.out_channels * s.patch()), kFlippedWeights);
+  flip_kernel(s, w, wf);
+  conv2d_forward(transposed_shape(s), dy, wf, nullptr, dx);
 }
 
 }  // namespace
@@ -284,11 +293,20 @@ void conv2d_backward(const ConvShape& s, const float* x, const float* w, const f
         for (int64_t r = 0; r < runs; ++r) dw[j] += partial[r * O * K + j];
     }
   }
-  if (dx_by_convolution) {
-    float* wf = Scratch::floats(static_cast<size_t>(O * K), kFlippedWeights);
-    flip_kernel(s, w, wf);
-    conv2d_forward(transposed_shape(s), dy, wf, nullptr, dx);
-  }
+  if (dx_by_convolution) input_gradient_by_convolution(s, w, dy, dx);
+}
+
+void conv2d_backward_input(const ConvShape& s, const float* w, const float* dy, float* dx) {
+  if (conv_dense_is_cheaper(s)) return conv2d_dense_backward(s, nullptr, w, dy, dx, nullptr);
+  if (input_gradient_as_convolution(s)) return input_gradient_by_convolution(s, w, dy, dx);
+  const Chunking c = chunking(s);
+  for_each_chunk(s, c, [&](int64_t first, int64_t n) {
+    backward_chunk(s, nullptr, w, dy, dx, nullptr, first, n, c.size);
+  });
+}
+
+void conv2d_backward_params(const ConvShape& s, const float* x, const float* dy, float* dw, float* dbias) {
+  conv2d_backward(s, x, nullptr, dy, nullptr, dw, dbias);
 }
 
 }  // namespace pd::cpu

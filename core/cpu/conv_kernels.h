@@ -8,17 +8,13 @@
 // sample.
 #include <cstdint>
 
+#include "core/device_ops.h"
+
 namespace pd::cpu {
 
-struct ConvShape {
-  int64_t batch = 0, in_channels = 0, height = 0, width = 0;
-  int64_t out_channels = 0;
-  int kernel = 1, stride = 1, padding = 0;
-
-  int64_t out_height() const { return (height + 2 * padding - kernel) / stride + 1; }
-  int64_t out_width() const { return (width + 2 * padding - kernel) / stride + 1; }
-  int64_t patch() const { return in_channels * kernel * kernel; }  // rows of a column matrix
-};
+// The devices' one convolution geometry. These kernels take square
+// kernels only (kernel_w == kernel_h; the CPU's DeviceOps table checks).
+using ConvShape = Conv2dGeometry;
 
 // x [N, C, H, W] -> col [C*k*k, n*OH*OW] for samples [first, first + n):
 // column j = sample (j / OH*OW), output pixel (j % OH*OW). Zero padding.
@@ -33,6 +29,10 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, const fl
 // dx = dL/dx (overwritten; skipped when dx is null).
 void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx,
                      float* dw, float* dbias);
+// Its two halves, which compute each output with the same code and so
+// give the same bits: dx only (overwritten), and dw, dbias only (added).
+void conv2d_backward_input(const ConvShape& s, const float* w, const float* dy, float* dx);
+void conv2d_backward_params(const ConvShape& s, const float* x, const float* dy, float* dw, float* dbias);
 
 // Samples per im2col chunk, bounded so scratch stays under a fixed size.
 int64_t conv_chunk_samples(const ConvShape& s);

@@ -16,9 +16,9 @@ struct ColumnRange {
   int64_t lo, hi;
 };
 ColumnRange valid_columns(const ConvShape& s, int kj) {
-  const int64_t OW = s.out_width(), off = kj - s.padding;  // iw = ow*stride + off
+  const int64_t OW = s.out_w(), off = kj - s.padding;  // iw = ow*stride + off
   int64_t lo = off >= 0 ? 0 : (-off + s.stride - 1) / s.stride;
-  int64_t hi = s.width - off <= 0 ? 0 : (s.width - off + s.stride - 1) / s.stride;
+  int64_t hi = s.in_w - off <= 0 ? 0 : (s.in_w - off + s.stride - 1) / s.stride;
   lo = std::min(lo, OW);
   hi = std::max(lo, std::min(hi, OW));
   return {lo, hi};
@@ -27,7 +27,7 @@ ColumnRange valid_columns(const ConvShape& s, int kj) {
 // One (channel, kernel offset) row of the column matrix, one sample: a
 // strided copy with zeros where the window hangs over the padding.
 void unfold_row(const ConvShape& s, const float* plane, int ki, int kj, ColumnRange r, float* dst) {
-  const int64_t H = s.height, W = s.width, OH = s.out_height(), OW = s.out_width();
+  const int64_t H = s.in_h, W = s.in_w, OH = s.out_h(), OW = s.out_w();
   const int64_t st = s.stride, off = kj - s.padding;
   for (int64_t oh = 0; oh < OH; ++oh) {
     const int64_t ih = oh * st - s.padding + ki;
@@ -47,7 +47,7 @@ void unfold_row(const ConvShape& s, const float* plane, int ki, int kj, ColumnRa
 }
 
 void fold_row_add(const ConvShape& s, const float* src, int ki, int kj, ColumnRange r, float* plane) {
-  const int64_t H = s.height, W = s.width, OH = s.out_height(), OW = s.out_width();
+  const int64_t H = s.in_h, W = s.in_w, OH = s.out_h(), OW = s.out_w();
   const int64_t st = s.stride, off = kj - s.padding;
   for (int64_t oh = 0; oh < OH; ++oh) {
     const int64_t ih = oh * st - s.padding + ki;
@@ -117,15 +117,15 @@ void add_to_window_any(const float* src, int64_t rows, int64_t width, float* dst
 // (c*k + ki)*k + kj of this sample's columns, i.e. dst + (ki*k + kj)*ld.
 void unfold_plane_stride1(const ConvShape& s, const float* plane, std::vector<float>& padded, float* dst,
                           int64_t ld) {
-  const int64_t H = s.height, W = s.width, p = s.padding, Wp = W + 2 * p, Hp = H + 2 * p;
-  const int64_t OH = s.out_height(), OW = s.out_width();
+  const int64_t H = s.in_h, W = s.in_w, p = s.padding, Wp = W + 2 * p, Hp = H + 2 * p;
+  const int64_t OH = s.out_h(), OW = s.out_w();
   const float* src = plane;
   if (p > 0) {
     padded.assign(static_cast<size_t>(Hp * Wp), 0.0f);
     for (int64_t h = 0; h < H; ++h) std::copy(plane + h * W, plane + (h + 1) * W, padded.data() + (h + p) * Wp + p);
     src = padded.data();
   }
-  const int k = s.kernel;
+  const int k = static_cast<int>(s.kernel_h);
   for (int ki = 0; ki < k; ++ki)
     for (int kj = 0; kj < k; ++kj) copy_window_any(src + ki * Wp + kj, Wp, OH, OW, dst + (ki * k + kj) * ld);
 }
@@ -135,15 +135,15 @@ void unfold_plane_stride1(const ConvShape& s, const float* plane, std::vector<fl
 // receives its contributions in (ki, kj) order, as in fold_row_add, so the
 // sums are bitwise those of the general path.
 void fold_plane_stride1(const ConvShape& s, const float* src, int64_t ld, std::vector<float>& padded, float* plane) {
-  const int64_t H = s.height, W = s.width, p = s.padding, Wp = W + 2 * p, Hp = H + 2 * p;
-  const int64_t OH = s.out_height(), OW = s.out_width();
+  const int64_t H = s.in_h, W = s.in_w, p = s.padding, Wp = W + 2 * p, Hp = H + 2 * p;
+  const int64_t OH = s.out_h(), OW = s.out_w();
   float* acc = plane;
   if (p > 0) {
     padded.assign(static_cast<size_t>(Hp * Wp), 0.0f);
     for (int64_t h = 0; h < H; ++h) std::copy(plane + h * W, plane + (h + 1) * W, padded.data() + (h + p) * Wp + p);
     acc = padded.data();
   }
-  const int k = s.kernel;
+  const int k = static_cast<int>(s.kernel_h);
   for (int ki = 0; ki < k; ++ki)
     for (int kj = 0; kj < k; ++kj) add_to_window_any(src + (ki * k + kj) * ld, OH, OW, acc + ki * Wp + kj, Wp);
   if (p > 0)
@@ -157,8 +157,8 @@ void fold_plane_stride1(const ConvShape& s, const float* src, int64_t ld, std::v
 // major for col2im; each writes its own rows / its own input plane, so no
 // two threads touch the same output and any split gives the same bits.
 void im2col(const ConvShape& s, const float* x, int64_t first, int64_t n, float* col) {
-  const int64_t C = s.in_channels, k = s.kernel, HW = s.height * s.width;
-  const int64_t P = s.out_height() * s.out_width(), ld = n * P;
+  const int64_t C = s.in_channels, k = s.kernel_h, HW = s.in_h * s.in_w;
+  const int64_t P = s.out_h() * s.out_w(), ld = n * P;
   if (s.stride == 1) {
     parallel_ranges(C * n, C * k * k * n * P, [&](int64_t begin, int64_t end) {
       std::vector<float> padded;
@@ -185,8 +185,8 @@ void im2col(const ConvShape& s, const float* x, int64_t first, int64_t n, float*
 }
 
 void col2im_add(const ConvShape& s, const float* col, int64_t first, int64_t n, float* dx) {
-  const int64_t C = s.in_channels, k = s.kernel, HW = s.height * s.width;
-  const int64_t P = s.out_height() * s.out_width(), ld = n * P;
+  const int64_t C = s.in_channels, k = s.kernel_h, HW = s.in_h * s.in_w;
+  const int64_t P = s.out_h() * s.out_w(), ld = n * P;
   if (s.stride == 1) {
     // Every input plane is owned by one thread: deterministic for any thread count.
     parallel_ranges(n * C, C * k * k * n * P, [&](int64_t begin, int64_t end) {

@@ -26,7 +26,13 @@ void layernorm_forward(const float* x, const float* w, const float* b, float* y,
 
 void layernorm_backward(const float* x, const float* w, const float* mean, const float* rstd,
                         const float* dy, float* dx, float* dw, float* db, int64_t rows, int64_t D) {
-  // Parameter gradients: threads split the columns (no cross-thread sums).
+  layernorm_backward_params(x, mean, rstd, dy, dw, db, rows, D);
+  if (dx) layernorm_backward_input(x, w, mean, rstd, dy, dx, rows, D);
+}
+
+void layernorm_backward_params(const float* x, const float* mean, const float* rstd, const float* dy,
+                               float* dw, float* db, int64_t rows, int64_t D) {
+  // Threads split the columns (no cross-thread sums).
   constexpr int64_t kChunk = 64;
   int64_t chunks = (D + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if(worth_parallel(rows * D))
@@ -42,7 +48,10 @@ void layernorm_backward(const float* x, const float* w, const float* mean, const
       }
     }
   }
-  if (!dx) return;
+}
+
+void layernorm_backward_input(const float* x, const float* w, const float* mean, const float* rstd,
+                              const float* dy, float* dx, int64_t rows, int64_t D) {
   // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.
 #pragma omp parallel for schedule(static) if(worth_parallel(rows * D))
   for (int64_t r = 0; r < rows; ++r) {

@@ -187,6 +187,140 @@ void batchnorm_backward_eval(int64_t n, int64_t c, int64_t h, int64_t w, const f
                                    cs());
 }
 
+// --- composed entries: the layers' one interface, from the kernels above ---
+
+void linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b, float* y) {
+  gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+  if (b) kernels::add_bias_rows(rows, out, b, y, cs());
+}
+void linear_backward_input(int64_t rows, int64_t in, int64_t out, const float* dy, const float* w, float* dx) {
+  gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+}
+void linear_backward_params_accum(int64_t rows, int64_t in, int64_t out, const float* x, const float* dy, float* dw,
+                                  float* db) {
+  gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
+  if (db) kernels::sum_rows_accum(rows, out, dy, db, cs());
+}
+
+// cuDNN pooling reads x and y in backward; it keeps no argmax.
+void pool2d_forward_indexed(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y, int32_t*) {
+  pool2d_forward(kind, g, x, y);
+}
+void pool2d_backward_indexed(PoolKind kind, const Pool2dGeometry& g, const float* x, const float* y, const int32_t*,
+                             const float* dy, float* dx) {
+  pool2d_backward(kind, g, x, y, dy, dx);
+}
+
+// An average pool with kernel = stride = in / out: what the adaptive pool
+// computes when the output size divides the input.
+Pool2dGeometry adaptive_geometry(int64_t planes, int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w) {
+  if (in_h % out_h != 0 || in_w % out_w != 0)
+    throw UserError(cat("adaptive_avgpool2d(", out_h, "x", out_w, ") on a GPU: the output size must divide the input ",
+                        in_h, "x", in_w, " (uneven adaptive windows run on the CPU only)"));
+  Pool2dGeometry g;
+  g.batch = planes;
+  g.channels = 1;
+  g.in_h = in_h;
+  g.in_w = in_w;
+  g.kernel_h = g.stride_h = in_h / out_h;
+  g.kernel_w = g.stride_w = in_w / out_w;
+  return g;
+}
+void adaptive_avgpool2d_forward(int64_t planes, int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w,
+                                const float* x, float* y) {
+  pool2d_forward(PoolKind::Average, adaptive_geometry(planes, in_h, in_w, out_h, out_w), x, y);
+}
+void adaptive_avgpool2d_backward(int64_t planes, int64_t in_h, int64_t in_w, int64_t out_h, int64_t out_w,
+                                 const float* x, const float* y, const float* dy, float* dx) {
+  pool2d_backward(PoolKind::Average, adaptive_geometry(planes, in_h, in_w, out_h, out_w), x, y, dy, dx);
+}
+
+// The parameter sums into zeroed outputs; cuDNN always writes dx, so
+// without a caller for it into scratch.
+void batchnorm_backward_input(bool training, int64_t n, int64_t c, int64_t h, int64_t w, const float* x,
+                              const float* dy, const float* gamma, const float* stat_mean, const float* stat_b,
+                              float eps, float* dx, float* dgamma, float* dbeta) {
+  CUDA_CHECK(cudaMemsetAsync(dgamma, 0, static_cast<size_t>(c) * sizeof(float), cs()));
+  CUDA_CHECK(cudaMemsetAsync(dbeta, 0, static_cast<size_t>(c) * sizeof(float), cs()));
+  if (!training) {
+    kernels::batchnorm_backward_eval(n, c, h * w, x, dy, gamma, stat_mean, stat_b, eps, dx, dgamma, dbeta, cs());
+    return;
+  }
+  if (dx) return batchnorm_backward(n, c, h, w, x, dy, gamma, stat_mean, stat_b, eps, dx, dgamma, dbeta);
+  Scratch scratch(static_cast<size_t>(n * c * h * w) * sizeof(float));
+  batchnorm_backward(n, c, h, w, x, dy, gamma, stat_mean, stat_b, eps, scratch.as<float>(), dgamma, dbeta);
+}
+
+void add_relu_forward(int64_t n, const float* a, const float* b, float* y) {
+  kernels::add(n, a, b, y, cs());
+  kernels::relu_forward(n, y, y, cs());
+}
+
+void layernorm_backward_input(int64_t rows, int64_t dim, const float* x, const float* dy, const float* gamma,
+                              const float* save_mean, const float* save_rstd, float* dx) {
+  kernels::layernorm_backward_input(rows, dim, x, dy, gamma, save_mean, save_rstd, dx, cs());
+}
+void layernorm_backward_params_accum(int64_t rows, int64_t dim, const float* x, const float* dy, const float* save_mean,
+                                     const float* save_rstd, float* dgamma, float* dbeta) {
+  kernels::layernorm_param_grads(rows, dim, x, dy, save_mean, save_rstd, dgamma, dbeta, cs());
+}
+
+// Attention on the GPU: qkv [B, T, 3, H, hd] is permuted to heads-major
+// [3, B, H, T, hd], so that q, k and v of every (batch, head) are
+// contiguous [T, hd] matrices for strided-batched GEMMs.
+float softmax_scale(int64_t head_dim) { return 1.0f / std::sqrt(static_cast<float>(head_dim)); }
+
+void qkv_to_heads(int64_t B, int64_t T, int64_t H, int64_t hd, const float* qkv, float* heads) {
+  const int64_t qkv_shape[5] = {B, T, 3, H, hd};
+  const int to_heads[5] = {2, 0, 3, 1, 4};
+  permute(5, qkv_shape, to_heads, qkv, heads);
+}
+
+void attention_forward(int64_t B, int64_t T, int64_t H, int64_t hd, const float* qkv, float* probs, float* att) {
+  const int64_t BH = B * H, mat = T * hd, part = BH * mat;
+  Scratch heads(static_cast<size_t>(3 * part) * sizeof(float)), out_heads(static_cast<size_t>(part) * sizeof(float));
+  qkv_to_heads(B, T, H, hd, qkv, heads.as<float>());
+  const float* q = heads.as<float>();
+  const float* k = q + part;
+  const float* v = k + part;
+  gemm_strided_batched(false, true, T, T, hd, 1.0f, q, hd, mat, k, hd, mat, 0.0f, probs, T, T * T, BH);
+  kernels::causal_softmax_forward(BH, T, softmax_scale(hd), probs, probs, cs());
+  gemm_strided_batched(false, false, T, hd, T, 1.0f, probs, T, T * T, v, hd, mat, 0.0f, out_heads.as<float>(), hd, mat,
+                       BH);
+  const int64_t heads_shape[4] = {B, H, T, hd};
+  const int swap_ht[4] = {0, 2, 1, 3};
+  permute(4, heads_shape, swap_ht, out_heads.as<float>(), att);
+}
+
+void attention_backward(int64_t B, int64_t T, int64_t H, int64_t hd, const float* qkv, const float* probs,
+                        const float* datt, float* dqkv) {
+  const int64_t BH = B * H, mat = T * hd, part = BH * mat;
+  Scratch heads(static_cast<size_t>(3 * part) * sizeof(float)), dheads(static_cast<size_t>(3 * part) * sizeof(float));
+  Scratch dout_heads(static_cast<size_t>(part) * sizeof(float)), dscores(static_cast<size_t>(BH * T * T) * sizeof(float));
+  qkv_to_heads(B, T, H, hd, qkv, heads.as<float>());
+  const int64_t att_shape[4] = {B, T, H, hd};
+  const int swap_th[4] = {0, 2, 1, 3};
+  permute(4, att_shape, swap_th, datt, dout_heads.as<float>());
+  const float* q = heads.as<float>();
+  const float* k = q + part;
+  const float* v = k + part;
+  float* dq = dheads.as<float>();
+  float* dk = dq + part;
+  float* dv = dk + part;
+  float* ds = dscores.as<float>();
+  // dv = probsᵀ dout; dprobs = dout vᵀ, turned into dscores in place.
+  gemm_strided_batched(true, false, T, hd, T, 1.0f, probs, T, T * T, dout_heads.as<float>(), hd, mat, 0.0f, dv, hd, mat,
+                       BH);
+  gemm_strided_batched(false, true, T, T, hd, 1.0f, dout_heads.as<float>(), hd, mat, v, hd, mat, 0.0f, ds, T, T * T, BH);
+  kernels::causal_softmax_backward(BH, T, softmax_scale(hd), probs, ds, ds, cs());
+  // dq = dscores k; dk = dscoresᵀ q.
+  gemm_strided_batched(false, false, T, hd, T, 1.0f, ds, T, T * T, k, hd, mat, 0.0f, dq, hd, mat, BH);
+  gemm_strided_batched(true, false, T, hd, T, 1.0f, ds, T, T * T, q, hd, mat, 0.0f, dk, hd, mat, BH);
+  const int64_t dheads_shape[5] = {3, B, H, T, hd};
+  const int to_rows[5] = {1, 3, 0, 2, 4};
+  permute(5, dheads_shape, to_rows, dheads.as<float>(), dqkv);
+}
+
 void sgd_step(int64_t n, float lr, float momentum, float weight_decay, bool nesterov, float* p, const float* grad,
               float* buf) {
   PD_CHECK(momentum == 0.0f || buf, "sgd with momentum needs a momentum buffer");
@@ -211,18 +345,28 @@ DeviceOps make_table() {
   o.event_release = &event_release;
   o.gemm = &gemm;
   o.gemm_strided_batched = &gemm_strided_batched;
+  o.linear_forward = &linear_forward;
+  o.linear_backward_input = &linear_backward_input;
+  o.linear_backward_params_accum = &linear_backward_params_accum;
   o.conv2d_forward = &conv2d_forward;
   o.conv2d_backward_data = &conv2d_backward_data;
   o.conv2d_backward_params_accum = &conv2d_backward_params_accum;
   o.pool2d_forward = &pool2d_forward;
   o.pool2d_backward = &pool2d_backward;
+  o.pool_backward_reads_tensors = true;
+  o.pool2d_forward_indexed = &pool2d_forward_indexed;
+  o.pool2d_backward_indexed = &pool2d_backward_indexed;
+  o.adaptive_avgpool2d_forward = &adaptive_avgpool2d_forward;
+  o.adaptive_avgpool2d_backward = &adaptive_avgpool2d_backward;
   o.batchnorm_forward_train = &batchnorm_forward_train;
   o.batchnorm_forward_eval = &batchnorm_forward_eval;
   o.batchnorm_backward = &batchnorm_backward;
   o.batchnorm_backward_eval = &batchnorm_backward_eval;
+  o.batchnorm_backward_input = &batchnorm_backward_input;
   o.relu_forward = &relu_forward;
   o.relu_backward = &relu_backward;
   o.add = &add;
+  o.add_relu_forward = &add_relu_forward;
   o.scale = &scale;
   o.axpy = &axpy;
   o.gelu_forward = &gelu_forward;
@@ -234,6 +378,10 @@ DeviceOps make_table() {
   o.permute = &permute;
   o.layernorm_forward = &layernorm_forward;
   o.layernorm_backward = &layernorm_backward;
+  o.layernorm_backward_input = &layernorm_backward_input;
+  o.layernorm_backward_params_accum = &layernorm_backward_params_accum;
+  o.attention_forward = &attention_forward;
+  o.attention_backward = &attention_backward;
   o.softmax_cross_entropy = &softmax_cross_entropy;
   o.causal_softmax_forward = &causal_softmax_forward;
   o.causal_softmax_backward = &causal_softmax_backward;

@@ -1,8 +1,6 @@
-#include "core/cpu/attention_kernels.h"
 #include <cmath>
 
-#include "core/cpu/linear_kernels.h"
-#include "core/layers/device_linear.h"
+#include "core/device_ops.h"
 #include "core/layers.h"
 #include "core/layers/sequence_parts.h"
 
@@ -11,7 +9,7 @@ namespace pd {
 namespace {
 
 // Init: GPT-2 style, weights N(0, 0.02) (proj drawing after qkv), biases 0.
-class CausalSelfAttention : public Layer {
+class CausalSelfAttention : public SplitBackwardLayer {
  public:
   CausalSelfAttention(int64_t dim, int64_t heads) : dim_(dim), heads_(heads) {
     if (dim < 1 || heads < 1 || dim % heads != 0)
@@ -35,124 +33,64 @@ class CausalSelfAttention : public Layer {
     return in;
   }
 
-  // Saves x, qkv, the softmax probabilities and the pre-projection output.
+  // y = proj(attention(qkv(x))). Saves {x, qkv, probs, att}: qkv
+  // [B, T, 3, H, hd], the softmax probabilities [B, H, T, T] and the
+  // pre-projection output att [B, T, D].
   Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const override {
-    cpu::AttentionShape s = shape_of(x);
-    if (x.device().is_cuda()) return forward_cuda(a, x, s, ctx);
-    int64_t rows = s.batch * s.seq;
-    Tensor qkv = Tensor::empty({s.batch, s.seq, 3 * dim_});
-    cpu::linear_forward(x.f32(), a.params[0].f32(), a.params[1].f32(), qkv.f32(), rows, dim_, 3 * dim_);
-    Tensor probs = Tensor::empty({s.batch, heads_, s.seq, s.seq});
-    Tensor att = Tensor::empty({s.batch, s.seq, dim_});
-    cpu::attention_forward(s, qkv.f32(), probs.f32(), att.f32());
-    Tensor y = Tensor::empty({s.batch, s.seq, dim_});
-    cpu::linear_forward(att.f32(), a.params[2].f32(), a.params[3].f32(), y.f32(), rows, dim_, dim_);
+    check_input(x);
+    const int64_t B = x.dim(0), T = x.dim(1), rows = B * T;
+    const Device dev = x.device();
+    const DeviceOps& ops = device_ops(dev);
+    Tensor qkv = Tensor::empty({B, T, 3 * dim_}, DType::F32, dev);
+    Tensor probs = Tensor::empty({B, heads_, T, T}, DType::F32, dev);
+    Tensor att = Tensor::empty({B, T, dim_}, DType::F32, dev);
+    Tensor y = Tensor::empty({B, T, dim_}, DType::F32, dev);
+    if (rows > 0) {
+      ops.linear_forward(rows, dim_, 3 * dim_, x.f32(), a.params[0].f32(), a.params[1].f32(), qkv.f32());
+      ops.attention_forward(B, T, heads_, dim_ / heads_, qkv.f32(), probs.f32(), att.f32());
+      ops.linear_forward(rows, dim_, dim_, att.f32(), a.params[2].f32(), a.params[3].f32(), y.f32());
+    }
     ctx.saved = {x, qkv, probs, att};
     return y;
   }
-  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
-    const Tensor& x = ctx.saved.at(0);
-    cpu::AttentionShape s = shape_of(x);
-    if (x.device().is_cuda()) return backward_cuda(a, dy, s, ctx);
-    int64_t rows = s.batch * s.seq;
-    Tensor datt = Tensor::empty({s.batch, s.seq, dim_});
-    cpu::linear_backward(ctx.saved[3].f32(), a.params[2].f32(), dy.f32(), datt.f32(), a.grads[2].f32(),
-                         a.grads[3].f32(), rows, dim_, dim_);
-    Tensor dqkv = Tensor::empty({s.batch, s.seq, 3 * dim_});
-    cpu::attention_backward(s, ctx.saved[1].f32(), ctx.saved[2].f32(), datt.f32(), dqkv.f32());
-    Tensor dx = a.need_input_grad ? Tensor::empty(x.shape()) : Tensor();
-    cpu::linear_backward(x.f32(), a.params[0].f32(), dqkv.f32(), dx.defined() ? dx.f32() : nullptr,
-                         a.grads[0].f32(), a.grads[1].f32(), rows, dim_, 3 * dim_);
-    ctx.clear();
+  // Through the output projection and the attention core to dqkv, which
+  // the qkv projection's weight gradient needs whether or not dx is wanted.
+  // ctx.saved becomes {x, att, dy, dqkv}.
+  Tensor backward_input(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
+    PD_CHECK(ctx.saved.size() == 4, describe(), ": backward without forward");
+    const Tensor x = ctx.saved[0], qkv = ctx.saved[1], probs = ctx.saved[2], att = ctx.saved[3];
+    const int64_t B = x.dim(0), T = x.dim(1), rows = B * T;
+    const Device dev = x.device();
+    const DeviceOps& ops = device_ops(dev);
+    Tensor datt = Tensor::empty({B, T, dim_}, DType::F32, dev);
+    Tensor dqkv = Tensor::empty({B, T, 3 * dim_}, DType::F32, dev);
+    Tensor dx = a.need_input_grad ? Tensor::empty(x.shape(), DType::F32, dev) : Tensor();
+    if (rows > 0) {
+      ops.linear_backward_input(rows, dim_, dim_, dy.f32(), a.params[2].f32(), datt.f32());
+      ops.attention_backward(B, T, heads_, dim_ / heads_, qkv.f32(), probs.f32(), datt.f32(), dqkv.f32());
+      if (dx.defined()) ops.linear_backward_input(rows, dim_, 3 * dim_, dqkv.f32(), a.params[0].f32(), dx.f32());
+    }
+    ctx.saved = {x, att, dy, dqkv};
     return dx;
+  }
+  void backward_weights(const BackwardArgs& a, LayerContext& ctx) const override {
+    PD_CHECK(ctx.saved.size() == 4, describe(), ": weight backward without its input backward");
+    const Tensor& x = ctx.saved[0];
+    const int64_t rows = x.dim(0) * x.dim(1);
+    const DeviceOps& ops = device_ops(x.device());
+    if (rows > 0) {
+      ops.linear_backward_params_accum(rows, dim_, dim_, ctx.saved[1].f32(), ctx.saved[2].f32(), a.grads[2].f32(),
+                                       a.grads[3].f32());
+      ops.linear_backward_params_accum(rows, dim_, 3 * dim_, x.f32(), ctx.saved[3].f32(), a.grads[0].f32(),
+                                       a.grads[1].f32());
+    }
+    ctx.clear();
   }
 
  private:
-  // On a GPU, with the CPU's qkv layout [B, T, 3, H, hd]: qkv is permuted to
-  // heads-major [3, B, H, T, hd] so that q, k and v of every (batch, head)
-  // are contiguous [T, hd] matrices for strided-batched GEMMs. Saves x, the
-  // permuted qkv, probs [B, H, T, T] and the pre-projection output.
-  Tensor forward_cuda(const ForwardArgs& a, const Tensor& x, const cpu::AttentionShape& s,
-                      LayerContext& ctx) const {
-    const Device dev = x.device();
-    const DeviceOps& ops = device_ops(dev);
-    const int64_t B = s.batch, T = s.seq, H = s.heads, hd = s.head_dim, rows = B * T, BH = B * H;
-    const int64_t mat = T * hd, part = BH * mat;
-    Tensor qkv = Tensor::empty({B, T, 3 * dim_}, DType::F32, dev);
-    device_linear_forward(ops, x.f32(), a.params[0].f32(), a.params[1].f32(), qkv.f32(), rows, dim_, 3 * dim_);
-    Tensor heads = Tensor::empty({3, B, H, T, hd}, DType::F32, dev);
-    const int64_t qkv_shape[5] = {B, T, 3, H, hd};
-    const int to_heads[5] = {2, 0, 3, 1, 4};
-    ops.permute(5, qkv_shape, to_heads, qkv.f32(), heads.f32());
-    const float* q = heads.f32();
-    const float* k = q + part;
-    const float* v = k + part;
-    Tensor probs = Tensor::empty({B, H, T, T}, DType::F32, dev);
-    ops.gemm_strided_batched(false, true, T, T, hd, 1.0f, q, hd, mat, k, hd, mat, 0.0f, probs.f32(), T, T * T, BH);
-    ops.causal_softmax_forward(BH, T, softmax_scale(hd), probs.f32(), probs.f32());
-    Tensor out_heads = Tensor::empty({B, H, T, hd}, DType::F32, dev);
-    ops.gemm_strided_batched(false, false, T, hd, T, 1.0f, probs.f32(), T, T * T, v, hd, mat, 0.0f,
-                             out_heads.f32(), hd, mat, BH);
-    Tensor att = Tensor::empty({B, T, dim_}, DType::F32, dev);
-    const int64_t heads_shape[4] = {B, H, T, hd};
-    const int swap_ht[4] = {0, 2, 1, 3};
-    ops.permute(4, heads_shape, swap_ht, out_heads.f32(), att.f32());
-    Tensor y = Tensor::empty({B, T, dim_}, DType::F32, dev);
-    device_linear_forward(ops, att.f32(), a.params[2].f32(), a.params[3].f32(), y.f32(), rows, dim_, dim_);
-    ctx.saved = {x, heads, probs, att};
-    return y;
-  }
-  Tensor backward_cuda(const BackwardArgs& a, const Tensor& dy, const cpu::AttentionShape& s,
-                       LayerContext& ctx) const {
-    const Tensor& x = ctx.saved[0];
-    const Tensor& heads = ctx.saved[1];
-    const Tensor& probs = ctx.saved[2];
-    const Device dev = x.device();
-    const DeviceOps& ops = device_ops(dev);
-    const int64_t B = s.batch, T = s.seq, H = s.heads, hd = s.head_dim, rows = B * T, BH = B * H;
-    const int64_t mat = T * hd, part = BH * mat;
-    Tensor datt = Tensor::empty({B, T, dim_}, DType::F32, dev);
-    device_linear_backward(ops, ctx.saved[3].f32(), a.params[2].f32(), dy.f32(), datt.f32(), a.grads[2].f32(),
-                           a.grads[3].f32(), rows, dim_, dim_);
-    Tensor dout_heads = Tensor::empty({B, H, T, hd}, DType::F32, dev);
-    const int64_t att_shape[4] = {B, T, H, hd};
-    const int swap_th[4] = {0, 2, 1, 3};
-    ops.permute(4, att_shape, swap_th, datt.f32(), dout_heads.f32());
-    const float* q = heads.f32();
-    const float* k = q + part;
-    const float* v = k + part;
-    Tensor dheads = Tensor::empty({3, B, H, T, hd}, DType::F32, dev);
-    float* dq = dheads.f32();
-    float* dk = dq + part;
-    float* dv = dk + part;
-    // dv = probsᵀ dout; dprobs = dout vᵀ, turned into dscores in place.
-    ops.gemm_strided_batched(true, false, T, hd, T, 1.0f, probs.f32(), T, T * T, dout_heads.f32(), hd, mat, 0.0f,
-                             dv, hd, mat, BH);
-    Tensor dscores = Tensor::empty({B, H, T, T}, DType::F32, dev);
-    ops.gemm_strided_batched(false, true, T, T, hd, 1.0f, dout_heads.f32(), hd, mat, v, hd, mat, 0.0f,
-                             dscores.f32(), T, T * T, BH);
-    ops.causal_softmax_backward(BH, T, softmax_scale(hd), probs.f32(), dscores.f32(), dscores.f32());
-    // dq = dscores k; dk = dscoresᵀ q.
-    ops.gemm_strided_batched(false, false, T, hd, T, 1.0f, dscores.f32(), T, T * T, k, hd, mat, 0.0f, dq, hd,
-                             mat, BH);
-    ops.gemm_strided_batched(true, false, T, hd, T, 1.0f, dscores.f32(), T, T * T, q, hd, mat, 0.0f, dk, hd,
-                             mat, BH);
-    Tensor dqkv = Tensor::empty({B, T, 3 * dim_}, DType::F32, dev);
-    const int64_t dheads_shape[5] = {3, B, H, T, hd};
-    const int to_rows[5] = {1, 3, 0, 2, 4};
-    ops.permute(5, dheads_shape, to_rows, dheads.f32(), dqkv.f32());
-    Tensor dx = a.need_input_grad ? Tensor::empty(x.shape(), DType::F32, dev) : Tensor();
-    device_linear_backward(ops, x.f32(), a.params[0].f32(), dqkv.f32(), dx.defined() ? dx.f32() : nullptr,
-                           a.grads[0].f32(), a.grads[1].f32(), rows, dim_, 3 * dim_);
-    ctx.clear();
-    return dx;
-  }
-  static float softmax_scale(int64_t head_dim) { return 1.0f / std::sqrt(static_cast<float>(head_dim)); }
-
-  cpu::AttentionShape shape_of(const Tensor& x) const {
+  void check_input(const Tensor& x) const {
     PD_CHECK(x.ndim() == 3 && x.dim(2) == dim_, describe(), " expects [batch, T, ", dim_, "], got ",
              shape_str(x.shape()));
-    return {x.dim(0), x.dim(1), heads_, dim_ / heads_};
   }
   int64_t dim_, heads_;
 };

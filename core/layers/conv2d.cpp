@@ -1,15 +1,15 @@
 #include <cmath>
 
-#include "core/cpu/conv_kernels.h"
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/layers.h"
+#include "core/layers/sequence_parts.h"
 
 namespace pd {
 
 namespace {
 
-class Conv2d : public Layer {
+class Conv2d : public SplitBackwardLayer {
  public:
   Conv2d(int64_t in, int64_t out, int kernel, int stride, int padding, bool bias)
       : in_(in), out_(out), kernel_(kernel), stride_(stride), padding_(padding), bias_(bias) {
@@ -34,98 +34,64 @@ class Conv2d : public Layer {
   // U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the bias uses the same bound.
   void init(std::span<Tensor> params, std::span<Tensor>, const CounterRng& rng) const override {
     const float bound = 1.0f / std::sqrt(static_cast<float>(in_ * kernel_ * kernel_));
-    uint64_t next = 0;
-    for (Tensor& p : params) {
-      if (p.device().is_cuda()) {  // drawn on the host: the same values as on the CPU
-        Tensor h = Tensor::empty(p.shape());
-        float* v = h.f32();
-        for (int64_t i = 0; i < h.numel(); ++i) v[i] = bound * (2.0f * rng.uniform(next++) - 1.0f);
-        p.copy_from(h);
-        continue;
-      }
-      float* v = p.f32();
-      for (int64_t i = 0; i < p.numel(); ++i) v[i] = bound * (2.0f * rng.uniform(next++) - 1.0f);
-    }
+    fill_uniform(params[0], rng, 0, bound);
+    if (bias_) fill_uniform(params[1], rng, static_cast<uint64_t>(params[0].numel()), bound);
   }
 
   Shape output_shape(const Shape& in) const override {
     if (in.size() != 3 || in[0] != in_)
       throw UserError(cat(describe(), " expects input [", in_, ", H, W], got ", shape_str(in)));
-    cpu::ConvShape s = conv_shape(1, in);
     if (in[1] + 2 * padding_ < kernel_ || in[2] + 2 * padding_ < kernel_)
       throw UserError(cat(describe(), ": input ", shape_str(in), " is smaller than the kernel"));
-    return {out_, s.out_height(), s.out_width()};
+    const Conv2dGeometry g = geometry(1, in);
+    return {out_, g.out_h(), g.out_w()};
   }
 
   Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const override {
     PD_CHECK(x.ndim() == 4, describe(), " got input ", shape_str(x.shape()));
-    Shape out = output_shape({x.dim(1), x.dim(2), x.dim(3)});
-    if (x.device().is_cuda()) return forward_cuda(a, x, out, ctx);
-    cpu::ConvShape s = conv_shape(x.dim(0), {x.dim(1), x.dim(2), x.dim(3)});
-    Tensor y = Tensor::empty({x.dim(0), out[0], out[1], out[2]});
-    cpu::conv2d_forward(s, x.f32(), a.params[0].f32(), bias_ ? a.params[1].f32() : nullptr, y.f32());
-    ctx.saved = {x};
-    return y;
-  }
-
-  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
-    PD_CHECK(ctx.saved.size() == 1, describe(), ": backward without forward");
-    const Tensor x = ctx.saved[0];
-    if (x.device().is_cuda()) return backward_cuda(a, dy, x, ctx);
-    cpu::ConvShape s = conv_shape(x.dim(0), {x.dim(1), x.dim(2), x.dim(3)});
-    Tensor dx = a.need_input_grad ? Tensor::empty(x.shape()) : Tensor();
-    cpu::conv2d_backward(s, x.f32(), a.params[0].f32(), dy.f32(), dx.defined() ? dx.f32() : nullptr,
-                         a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr);
-    ctx.saved.clear();
-    return dx;
-  }
-
- private:
-  Conv2dGeometry geometry(const Tensor& x) const {
-    Conv2dGeometry g;
-    g.batch = x.dim(0);
-    g.in_channels = x.dim(1);
-    g.in_h = x.dim(2);
-    g.in_w = x.dim(3);
-    g.out_channels = out_;
-    g.kernel_h = g.kernel_w = kernel_;
-    g.stride = stride_;
-    g.padding = padding_;
-    return g;
-  }
-  Tensor forward_cuda(const ForwardArgs& a, const Tensor& x, const Shape& out, LayerContext& ctx) const {
+    const Shape out = output_shape({x.dim(1), x.dim(2), x.dim(3)});
     Tensor y = Tensor::empty({x.dim(0), out[0], out[1], out[2]}, DType::F32, x.device());
     device_ops(x.device()).conv2d_forward(geometry(x), x.f32(), a.params[0].f32(),
                                           bias_ ? a.params[1].f32() : nullptr, y.f32());
     ctx.saved = {x};
     return y;
   }
-  Tensor backward_cuda(const BackwardArgs& a, const Tensor& dy, const Tensor& x, LayerContext& ctx) const {
-    const DeviceOps& ops = device_ops(x.device());
-    const Conv2dGeometry g = geometry(x);
+
+  // dx only; keeps dy for backward_weights (ctx.saved = {x, dy}).
+  Tensor backward_input(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
+    PD_CHECK(ctx.saved.size() == 1, describe(), ": backward without forward");
+    const Tensor& x = ctx.saved[0];
     Tensor dx;
     if (a.need_input_grad) {
       dx = Tensor::empty(x.shape(), DType::F32, x.device());
-      ops.conv2d_backward_data(g, a.params[0].f32(), dy.f32(), dx.f32());
+      device_ops(x.device()).conv2d_backward_data(geometry(x), a.params[0].f32(), dy.f32(), dx.f32());
     }
-    ops.conv2d_backward_params_accum(g, x.f32(), dy.f32(), a.grads[0].f32(),
-                                     bias_ ? a.grads[1].f32() : nullptr);
-    ctx.saved.clear();
+    ctx.saved.push_back(dy);
     return dx;
   }
 
-  cpu::ConvShape conv_shape(int64_t batch, const Shape& in) const {
-    cpu::ConvShape s;
-    s.batch = batch;
-    s.in_channels = in[0];
-    s.height = in[1];
-    s.width = in[2];
-    s.out_channels = out_;
-    s.kernel = kernel_;
-    s.stride = stride_;
-    s.padding = padding_;
-    return s;
+  void backward_weights(const BackwardArgs& a, LayerContext& ctx) const override {
+    PD_CHECK(ctx.saved.size() == 2, describe(), ": weight backward without its input backward");
+    const Tensor& x = ctx.saved[0];
+    device_ops(x.device()).conv2d_backward_params_accum(geometry(x), x.f32(), ctx.saved[1].f32(), a.grads[0].f32(),
+                                                        bias_ ? a.grads[1].f32() : nullptr);
+    ctx.clear();
   }
+
+ private:
+  Conv2dGeometry geometry(int64_t batch, const Shape& chw) const {
+    Conv2dGeometry g;
+    g.batch = batch;
+    g.in_channels = chw[0];
+    g.in_h = chw[1];
+    g.in_w = chw[2];
+    g.out_channels = out_;
+    g.kernel_h = g.kernel_w = kernel_;
+    g.stride = stride_;
+    g.padding = padding_;
+    return g;
+  }
+  Conv2dGeometry geometry(const Tensor& x) const { return geometry(x.dim(0), {x.dim(1), x.dim(2), x.dim(3)}); }
 
   int64_t in_, out_;
   int kernel_, stride_, padding_;

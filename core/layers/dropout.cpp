@@ -6,7 +6,7 @@
 
 namespace pd {
 
-cpu::DropoutKey dropout_key(const StepInfo& step, uint32_t substream) {
+DropoutKey dropout_key(const StepInfo& step, uint32_t substream) {
   // The Philox key has 32 bits for the minibatch; 4 billion minibatches
   // outlast any run, so a larger id is a bug upstream.
   PD_CHECK(step.minibatch_id <= UINT32_MAX, "minibatch id ", step.minibatch_id, " exceeds 32 bits");
@@ -14,11 +14,6 @@ cpu::DropoutKey dropout_key(const StepInfo& step, uint32_t substream) {
 }
 
 namespace {
-
-// The same key on a device: both devices drop the same elements.
-DropoutKey device_key(const cpu::DropoutKey& k) {
-  return {k.seed, k.layer_index, k.minibatch_id, k.substream};
-}
 
 // Saves nothing: backward regenerates the mask from the key, which forward
 // records (as I64 [seed, layer, minibatch]) so a backward called with a
@@ -36,12 +31,9 @@ class Dropout : public Layer {
       ctx.saved.clear();
       return x;
     }
-    cpu::DropoutKey k = dropout_key(a.step, substream_);
+    const DropoutKey k = dropout_key(a.step, substream_);
     Tensor y = Tensor::empty(x.shape(), DType::F32, x.device());
-    if (x.device().is_cuda())
-      device_ops(x.device()).dropout_forward(x.numel(), p_, device_key(k), x.f32(), y.f32());
-    else
-      cpu::dropout_apply(k, p_, x.f32(), y.f32(), x.numel());
+    device_ops(x.device()).dropout_forward(x.numel(), p_, k, x.f32(), y.f32());
     Tensor key = Tensor::empty({3}, DType::I64);
     key.data<int64_t>()[0] = static_cast<int64_t>(k.seed);
     key.data<int64_t>()[1] = k.layer_index;
@@ -56,13 +48,10 @@ class Dropout : public Layer {
         dx = dy;  // eval or p = 0: identity
       } else {
         const int64_t* key = ctx.saved[0].data<int64_t>();
-        cpu::DropoutKey k{static_cast<uint64_t>(key[0]), static_cast<uint32_t>(key[1]),
+        const DropoutKey k{static_cast<uint64_t>(key[0]), static_cast<uint32_t>(key[1]),
                           static_cast<uint32_t>(key[2]), substream_};
         dx = Tensor::empty(dy.shape(), DType::F32, dy.device());
-        if (dy.device().is_cuda())
-          device_ops(dy.device()).dropout_backward(dy.numel(), p_, device_key(k), dy.f32(), dx.f32());
-        else
-          cpu::dropout_apply(k, p_, dy.f32(), dx.f32(), dy.numel());
+        device_ops(dy.device()).dropout_backward(dy.numel(), p_, k, dy.f32(), dx.f32());
       }
     }
     ctx.clear();

@@ -1,4 +1,3 @@
-#include "core/cpu/embedding_kernels.h"
 #include "core/device_ops.h"
 #include "core/layers.h"
 #include "core/layers/sequence_parts.h"
@@ -9,7 +8,7 @@ namespace {
 
 // Init: GPT-2 style, both tables N(0, 0.02); the position table draws from
 // the elements after the token table's.
-class Embedding : public Layer {
+class Embedding : public SplitBackwardLayer {
  public:
   Embedding(int64_t vocab, int64_t dim, int64_t context) : vocab_(vocab), dim_(dim), context_(context) {
     if (vocab < 1 || dim < 1 || context < 1)
@@ -37,57 +36,43 @@ class Embedding : public Layer {
   }
   DType input_dtype() const override { return DType::I32; }
 
+  // The tables may live on a GPU while the token ids come from the host:
+  // ids on the host are checked there (a UserError naming the position)
+  // and copied to the tables' device. Saves {ids} on that device.
   Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const override {
     PD_CHECK(x.ndim() == 2, "embedding expects token ids [batch, T], got ", shape_str(x.shape()));
-    int64_t batch = x.dim(0), T = x.dim(1);
+    const int64_t batch = x.dim(0), T = x.dim(1);
     output_shape({T});
-    if (a.params[0].device().is_cuda()) return forward_cuda(a, x, ctx);
+    const Device dev = a.params[0].device();
+    if (x.device().is_cpu()) check_token_ids(x);
+    Tensor ids = x.device() == dev ? x : x.to(dev);
+    Tensor y = Tensor::empty({batch, T, dim_}, DType::F32, dev);
+    device_ops(dev).embedding_forward(batch, T, dim_, vocab_, ids.data<int32_t>(), a.params[0].f32(),
+                                      a.params[1].f32(), y.f32());
+    ctx.saved = {ids};
+    return y;
+  }
+  // Token ids have no gradient: returns an undefined tensor and keeps dy.
+  Tensor backward_input(const BackwardArgs&, const Tensor& dy, LayerContext& ctx) const override {
+    PD_CHECK(ctx.saved.size() == 1, describe(), ": backward without forward");
+    ctx.saved.push_back(dy);
+    return Tensor();
+  }
+  void backward_weights(const BackwardArgs& a, LayerContext& ctx) const override {
+    PD_CHECK(ctx.saved.size() == 2, describe(), ": weight backward without its input backward");
+    const Tensor& ids = ctx.saved[0];
+    device_ops(ids.device()).embedding_backward_accum(ids.dim(0), ids.dim(1), dim_, vocab_, ids.data<int32_t>(),
+                                                      ctx.saved[1].f32(), a.grads[0].f32(), a.grads[1].f32());
+    ctx.clear();
+  }
+
+ private:
+  void check_token_ids(const Tensor& x) const {
     const int32_t* ids = x.data<int32_t>();
     for (int64_t i = 0; i < x.numel(); ++i)
       if (ids[i] < 0 || ids[i] >= vocab_)
         throw UserError(cat(describe(), ": token id ", ids[i], " at position ", i,
                             " is outside the vocabulary 0..", vocab_ - 1));
-    Tensor y = Tensor::empty({batch, T, dim_});
-    cpu::embedding_forward(ids, a.params[0].f32(), a.params[1].f32(), y.f32(), batch, T, dim_);
-    ctx.saved = {x};
-    return y;
-  }
-  // Token ids have no gradient: returns an undefined tensor.
-  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
-    const Tensor& x = ctx.saved.at(0);
-    if (x.device().is_cuda()) return backward_cuda(a, dy, ctx);
-    cpu::embedding_backward(x.data<int32_t>(), dy.f32(), a.grads[0].f32(), a.grads[1].f32(), x.dim(0),
-                            x.dim(1), dim_);
-    ctx.clear();
-    return Tensor();
-  }
-
- private:
-  // The tables live on the GPU; token ids may come from the host (checked
-  // there, as on the CPU) or already sit on the device (checked by the kernel).
-  Tensor forward_cuda(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const {
-    const Device dev = a.params[0].device();
-    Tensor ids = x;
-    if (!x.device().is_cuda()) {
-      const int32_t* h = x.data<int32_t>();
-      for (int64_t i = 0; i < x.numel(); ++i)
-        if (h[i] < 0 || h[i] >= vocab_)
-          throw UserError(cat(describe(), ": token id ", h[i], " at position ", i,
-                              " is outside the vocabulary 0..", vocab_ - 1));
-      ids = x.to(dev);
-    }
-    Tensor y = Tensor::empty({x.dim(0), x.dim(1), dim_}, DType::F32, dev);
-    device_ops(dev).embedding_forward(x.dim(0), x.dim(1), dim_, vocab_, ids.data<int32_t>(), a.params[0].f32(),
-                                      a.params[1].f32(), y.f32());
-    ctx.saved = {ids};
-    return y;
-  }
-  Tensor backward_cuda(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const {
-    const Tensor& ids = ctx.saved[0];
-    device_ops(ids.device()).embedding_backward_accum(ids.dim(0), ids.dim(1), dim_, vocab_, ids.data<int32_t>(),
-                                                      dy.f32(), a.grads[0].f32(), a.grads[1].f32());
-    ctx.clear();
-    return Tensor();
   }
 
   int64_t vocab_, dim_, context_;

@@ -1,4 +1,3 @@
-#include "core/cpu/gelu_kernels.h"
 #include "core/device_ops.h"
 #include "core/layers.h"
 
@@ -11,32 +10,12 @@ class Gelu : public Layer {
   std::string type() const override { return "gelu"; }
   Shape output_shape(const Shape& in) const override { return in; }
   Tensor forward(const ForwardArgs&, const Tensor& x, LayerContext& ctx) const override {
-    if (x.device().is_cuda()) return forward_cuda(x, ctx);
-    Tensor y = Tensor::empty(x.shape());
-    cpu::gelu_forward(x.f32(), y.f32(), x.numel());
-    ctx.saved = {x};
-    return y;
-  }
-  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
-    if (dy.device().is_cuda()) return backward_cuda(a, dy, ctx);
-    Tensor dx;
-    if (a.need_input_grad) {
-      const Tensor& x = ctx.saved.at(0);
-      dx = Tensor::empty(x.shape());
-      cpu::gelu_backward(x.f32(), dy.f32(), dx.f32(), x.numel());
-    }
-    ctx.clear();
-    return dx;
-  }
-
- private:
-  Tensor forward_cuda(const Tensor& x, LayerContext& ctx) const {
     Tensor y = Tensor::empty(x.shape(), DType::F32, x.device());
     device_ops(x.device()).gelu_forward(x.numel(), x.f32(), y.f32());
     ctx.saved = {x};
     return y;
   }
-  Tensor backward_cuda(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const {
+  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
     Tensor dx;
     if (a.need_input_grad) {
       const Tensor& x = ctx.saved.at(0);

@@ -1,4 +1,3 @@
-#include "core/cpu/layernorm_kernels.h"
 #include "core/device_ops.h"
 #include "core/layers.h"
 #include "core/layers/sequence_parts.h"
@@ -7,7 +6,7 @@ namespace pd {
 
 namespace {
 
-class LayerNorm : public Layer {
+class LayerNorm : public SplitBackwardLayer {
  public:
   LayerNorm(int64_t dim, float eps) : dim_(dim), eps_(eps) {
     if (dim < 1) throw UserError(cat("layernorm: dim must be positive, got ", dim));
@@ -27,30 +26,9 @@ class LayerNorm : public Layer {
       throw UserError(cat(describe(), ": input ", shape_str(in), " must end in ", dim_, " features"));
     return in;
   }
+  // Saves {x, mean, rstd} (per row).
   Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const override {
-    int64_t rows = rows_over_last_dim(x, dim_, "layernorm");
-    if (x.device().is_cuda()) return forward_cuda(a, x, rows, ctx);
-    Tensor y = Tensor::empty(x.shape());
-    Tensor mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
-    cpu::layernorm_forward(x.f32(), a.params[0].f32(), a.params[1].f32(), y.f32(), mean.f32(),
-                           rstd.f32(), rows, dim_, eps_);
-    ctx.saved = {x, mean, rstd};
-    return y;
-  }
-  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
-    const Tensor& x = ctx.saved.at(0);
-    int64_t rows = rows_over_last_dim(x, dim_, "layernorm");
-    if (x.device().is_cuda()) return backward_cuda(a, dy, rows, ctx);
-    Tensor dx = a.need_input_grad ? Tensor::empty(x.shape()) : Tensor();
-    cpu::layernorm_backward(x.f32(), a.params[0].f32(), ctx.saved[1].f32(), ctx.saved[2].f32(),
-                            dy.f32(), dx.defined() ? dx.f32() : nullptr, a.grads[0].f32(),
-                            a.grads[1].f32(), rows, dim_);
-    ctx.clear();
-    return dx;
-  }
-
- private:
-  Tensor forward_cuda(const ForwardArgs& a, const Tensor& x, int64_t rows, LayerContext& ctx) const {
+    const int64_t rows = rows_over_last_dim(x, dim_, "layernorm");
     const Device dev = x.device();
     Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
     Tensor mean = Tensor::empty({rows}, DType::F32, dev), rstd = Tensor::empty({rows}, DType::F32, dev);
@@ -59,16 +37,30 @@ class LayerNorm : public Layer {
     ctx.saved = {x, mean, rstd};
     return y;
   }
-  Tensor backward_cuda(const BackwardArgs& a, const Tensor& dy, int64_t rows, LayerContext& ctx) const {
+  // dx only; appends dy for backward_weights.
+  Tensor backward_input(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
+    PD_CHECK(ctx.saved.size() == 3, describe(), ": backward without forward");
     const Tensor& x = ctx.saved[0];
-    Tensor dx = a.need_input_grad ? Tensor::empty(x.shape(), DType::F32, x.device()) : Tensor();
-    device_ops(x.device()).layernorm_backward(rows, dim_, x.f32(), dy.f32(), a.params[0].f32(), ctx.saved[1].f32(),
-                                              ctx.saved[2].f32(), dx.defined() ? dx.f32() : nullptr,
-                                              a.grads[0].f32(), a.grads[1].f32());
-    ctx.clear();
+    const int64_t rows = rows_over_last_dim(x, dim_, "layernorm");
+    Tensor dx;
+    if (a.need_input_grad) {
+      dx = Tensor::empty(x.shape(), DType::F32, x.device());
+      device_ops(x.device()).layernorm_backward_input(rows, dim_, x.f32(), dy.f32(), a.params[0].f32(),
+                                                      ctx.saved[1].f32(), ctx.saved[2].f32(), dx.f32());
+    }
+    ctx.saved.push_back(dy);
     return dx;
   }
+  void backward_weights(const BackwardArgs& a, LayerContext& ctx) const override {
+    PD_CHECK(ctx.saved.size() == 4, describe(), ": weight backward without its input backward");
+    const Tensor& x = ctx.saved[0];
+    const int64_t rows = rows_over_last_dim(x, dim_, "layernorm");
+    device_ops(x.device()).layernorm_backward_params_accum(rows, dim_, x.f32(), ctx.saved[3].f32(), ctx.saved[1].f32(),
+                                                           ctx.saved[2].f32(), a.grads[0].f32(), a.grads[1].f32());
+    ctx.clear();
+  }
 
+ private:
   int64_t dim_;
   float eps_;
 };

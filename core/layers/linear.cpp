@@ -1,38 +1,36 @@
 #include <cmath>
 
-#include "core/cpu/linear_kernels.h"
+#include "core/device_ops.h"
 #include "core/layers.h"
-#include "core/layers/device_linear.h"
 #include "core/layers/sequence_parts.h"
 
 namespace pd {
 
-// Parameters on a GPU are drawn on the host and copied: the same values as on the CPU.
+// Parameters are drawn on the host, so every device gets the same values,
+// and copied to where they live.
 template <class Fill>
-bool fill_on_host_if_device(Tensor& t, Fill fill) {
-  if (!t.device().is_cuda()) return false;
+void fill_on_host(Tensor& t, Fill fill) {
+  if (t.device().is_cpu()) return fill(t.f32());
   Tensor h = Tensor::empty(t.shape());
-  fill(h);
+  fill(h.f32());
   t.copy_from(h);
-  return true;
 }
 
 void fill_normal(Tensor& t, const CounterRng& rng, uint64_t offset, float std) {
-  if (fill_on_host_if_device(t, [&](Tensor& h) { fill_normal(h, rng, offset, std); })) return;
-  float* p = t.f32();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = std * rng.normal(offset + static_cast<uint64_t>(i));
+  fill_on_host(t, [&](float* p) {
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = std * rng.normal(offset + static_cast<uint64_t>(i));
+  });
 }
 
 void fill_uniform(Tensor& t, const CounterRng& rng, uint64_t offset, float bound) {
-  if (fill_on_host_if_device(t, [&](Tensor& h) { fill_uniform(h, rng, offset, bound); })) return;
-  float* p = t.f32();
-  for (int64_t i = 0; i < t.numel(); ++i)
-    p[i] = bound * (2.0f * rng.uniform(offset + static_cast<uint64_t>(i)) - 1.0f);
+  fill_on_host(t, [&](float* p) {
+    for (int64_t i = 0; i < t.numel(); ++i)
+      p[i] = bound * (2.0f * rng.uniform(offset + static_cast<uint64_t>(i)) - 1.0f);
+  });
 }
-
 namespace {
 
-class Linear : public Layer {
+class Linear : public SplitBackwardLayer {
  public:
   Linear(int64_t in, int64_t out, bool bias, LinearInit init)
       : in_(in), out_(out), bias_(bias), init_(init) {
@@ -66,46 +64,41 @@ class Linear : public Layer {
     return out;
   }
   Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const override {
-    int64_t rows = rows_over_last_dim(x, in_, "linear");
+    const int64_t rows = rows_over_last_dim(x, in_, "linear");
     Shape ys = x.shape();
     ys.back() = out_;
-    if (x.device().is_cuda()) return forward_cuda(a, x, ys, rows, ctx);
-    Tensor y = Tensor::empty(ys);
-    cpu::linear_forward(x.f32(), a.params[0].f32(), bias_ ? a.params[1].f32() : nullptr, y.f32(),
-                        rows, in_, out_);
+    Tensor y = Tensor::empty(ys, DType::F32, x.device());
+    if (rows > 0)
+      device_ops(x.device()).linear_forward(rows, in_, out_, x.f32(), a.params[0].f32(),
+                                            bias_ ? a.params[1].f32() : nullptr, y.f32());
     ctx.saved = {x};
     return y;
   }
-  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
-    const Tensor& x = ctx.saved.at(0);
-    int64_t rows = rows_over_last_dim(x, in_, "linear");
-    if (x.device().is_cuda()) return backward_cuda(a, dy, x, rows, ctx);
-    Tensor dx = a.need_input_grad ? Tensor::empty(x.shape()) : Tensor();
-    cpu::linear_backward(x.f32(), a.params[0].f32(), dy.f32(), dx.defined() ? dx.f32() : nullptr,
-                         a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr, rows, in_, out_);
-    ctx.clear();
+  // dx = dy W; keeps dy for backward_weights (ctx.saved = {x, dy}).
+  Tensor backward_input(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
+    PD_CHECK(ctx.saved.size() == 1, describe(), ": backward without forward");
+    const Tensor& x = ctx.saved[0];
+    const int64_t rows = rows_over_last_dim(x, in_, "linear");
+    Tensor dx;
+    if (a.need_input_grad) {
+      dx = Tensor::empty(x.shape(), DType::F32, x.device());
+      if (rows > 0) device_ops(x.device()).linear_backward_input(rows, in_, out_, dy.f32(), a.params[0].f32(), dx.f32());
+    }
+    ctx.saved.push_back(dy);
     return dx;
+  }
+  // dW += dyᵀ x, db += column sums of dy.
+  void backward_weights(const BackwardArgs& a, LayerContext& ctx) const override {
+    PD_CHECK(ctx.saved.size() == 2, describe(), ": weight backward without its input backward");
+    const Tensor& x = ctx.saved[0];
+    const int64_t rows = rows_over_last_dim(x, in_, "linear");
+    if (rows > 0)
+      device_ops(x.device()).linear_backward_params_accum(rows, in_, out_, x.f32(), ctx.saved[1].f32(),
+                                                          a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr);
+    ctx.clear();
   }
 
  private:
-  Tensor forward_cuda(const ForwardArgs& a, const Tensor& x, const Shape& ys, int64_t rows,
-                      LayerContext& ctx) const {
-    Tensor y = Tensor::empty(ys, DType::F32, x.device());
-    device_linear_forward(device_ops(x.device()), x.f32(), a.params[0].f32(),
-                          bias_ ? a.params[1].f32() : nullptr, y.f32(), rows, in_, out_);
-    ctx.saved = {x};
-    return y;
-  }
-  Tensor backward_cuda(const BackwardArgs& a, const Tensor& dy, const Tensor& x, int64_t rows,
-                       LayerContext& ctx) const {
-    Tensor dx = a.need_input_grad ? Tensor::empty(x.shape(), DType::F32, x.device()) : Tensor();
-    device_linear_backward(device_ops(x.device()), x.f32(), a.params[0].f32(), dy.f32(),
-                           dx.defined() ? dx.f32() : nullptr, a.grads[0].f32(),
-                           bias_ ? a.grads[1].f32() : nullptr, rows, in_, out_);
-    ctx.clear();
-    return dx;
-  }
-
   int64_t in_, out_;
   bool bias_;
   LinearInit init_;

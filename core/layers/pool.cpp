@@ -1,5 +1,4 @@
 // MaxPool2d, AvgPool2d and AdaptiveAvgPool2d (NCHW, square windows).
-#include "core/cpu/pool_kernels.h"
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/layers.h"
@@ -8,30 +7,44 @@ namespace pd {
 
 namespace {
 
-// GPU pooling (cuDNN) needs the input and output in backward, not an argmax.
-Tensor pool_forward_cuda(PoolKind kind, const Pool2dGeometry& g, const Tensor& x, LayerContext& ctx) {
-  Tensor y = Tensor::empty({g.batch, g.channels, g.out_h(), g.out_w()}, DType::F32, x.device());
-  device_ops(x.device()).pool2d_forward(kind, g, x.f32(), y.f32());
-  ctx.saved = {x, y};
-  return y;
-}
-
-Tensor pool_backward_cuda(PoolKind kind, const Pool2dGeometry& g, const BackwardArgs& a, const Tensor& dy,
-                          LayerContext& ctx) {
-  PD_CHECK(ctx.saved.size() == 2, "pooling: backward without a GPU forward");
-  Tensor dx;
-  if (a.need_input_grad) {
-    const Tensor& x = ctx.saved[0];
-    dx = Tensor::empty(x.shape(), DType::F32, x.device());
-    device_ops(x.device()).pool2d_backward(kind, g, x.f32(), ctx.saved[1].f32(), dy.f32(), dx.f32());
-  }
-  ctx.saved.clear();
-  return dx;
-}
-
 Shape chw(const Layer& l, const Shape& in) {
   if (in.size() != 3) throw UserError(cat(l.describe(), " expects input [C, H, W], got ", shape_str(in)));
   return in;
+}
+
+// What forward saves for backward is what the backend's backward reads
+// (DeviceOps::pool_backward_reads_tensors): x and y for cuDNN; for the CPU
+// only the input's shape (a few ints), plus the argmax for max pooling.
+void save_for_backward(const DeviceOps& ops, const Tensor& x, const Tensor& y, const Tensor& argmax,
+                       LayerContext& ctx) {
+  if (ops.pool_backward_reads_tensors) {
+    ctx.saved = {x, y};
+    return;
+  }
+  ctx.saved = {Tensor::from_ints({int32_t(x.dim(0)), int32_t(x.dim(1)), int32_t(x.dim(2)), int32_t(x.dim(3))}, {4})};
+  if (argmax.defined()) ctx.saved.push_back(argmax);
+}
+
+// The saved tensors as backward arguments.
+struct Saved {
+  Shape input;
+  const float* x = nullptr;
+  const float* y = nullptr;
+  const int32_t* argmax = nullptr;
+};
+Saved saved_for_backward(const DeviceOps& ops, const LayerContext& ctx) {
+  Saved s;
+  if (ops.pool_backward_reads_tensors) {
+    PD_CHECK(ctx.saved.size() == 2, "pooling: backward without a forward on this device");
+    s.input = ctx.saved[0].shape();
+    s.x = ctx.saved[0].f32();
+    s.y = ctx.saved[1].f32();
+    return s;
+  }
+  const int32_t* d = ctx.saved.at(0).data<int32_t>();
+  s.input = {d[0], d[1], d[2], d[3]};
+  if (ctx.saved.size() > 1) s.argmax = ctx.saved[1].data<int32_t>();
+  return s;
 }
 
 class WindowPool : public Layer {
@@ -48,74 +61,52 @@ class WindowPool : public Layer {
     return cat(type(), "(k", kernel_, ", s", stride_, ", p", padding_, ")");
   }
   Shape output_shape(const Shape& in) const override {
-    cpu::PoolShape s = pool_shape(1, chw(*this, in));
+    chw(*this, in);
     if (in[1] + 2 * padding_ < kernel_ || in[2] + 2 * padding_ < kernel_)
       throw UserError(cat(describe(), ": input ", shape_str(in), " is smaller than the window"));
-    return {in[0], s.out_height(), s.out_width()};
+    const Pool2dGeometry g = geometry({1, in[0], in[1], in[2]});
+    return {in[0], g.out_h(), g.out_w()};
   }
 
   Tensor forward(const ForwardArgs&, const Tensor& x, LayerContext& ctx) const override {
     PD_CHECK(x.ndim() == 4, describe(), " got input ", shape_str(x.shape()));
-    Shape out = output_shape({x.dim(1), x.dim(2), x.dim(3)});
-    if (x.device().is_cuda())
-      return pool_forward_cuda(max_ ? PoolKind::Max : PoolKind::Average, geometry(x), x, ctx);
-    cpu::PoolShape s = pool_shape(x.dim(0), {x.dim(1), x.dim(2), x.dim(3)});
-    Tensor y = Tensor::empty({x.dim(0), out[0], out[1], out[2]});
-    // Backward needs only the input's shape, plus the argmax for max pooling.
-    Tensor in_shape = Tensor::from_ints({int32_t(x.dim(0)), int32_t(x.dim(1)), int32_t(x.dim(2)),
-                                         int32_t(x.dim(3))}, {4});
-    if (max_) {
-      Tensor arg = Tensor::empty(y.shape(), DType::I32);
-      cpu::maxpool2d_forward(s, x.f32(), y.f32(), arg.data<int32_t>());
-      ctx.saved = {in_shape, arg};
-    } else {
-      cpu::avgpool2d_forward(s, x.f32(), y.f32());
-      ctx.saved = {in_shape};
-    }
+    const Shape out = output_shape({x.dim(1), x.dim(2), x.dim(3)});
+    const DeviceOps& ops = device_ops(x.device());
+    Tensor y = Tensor::empty({x.dim(0), out[0], out[1], out[2]}, DType::F32, x.device());
+    Tensor argmax = max_ && !ops.pool_backward_reads_tensors ? Tensor::empty(y.shape(), DType::I32, x.device())
+                                                            : Tensor();
+    ops.pool2d_forward_indexed(kind(), geometry(x.shape()), x.f32(), y.f32(),
+                               argmax.defined() ? argmax.data<int32_t>() : nullptr);
+    save_for_backward(ops, x, y, argmax, ctx);
     return y;
   }
 
   Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
     PD_CHECK(!ctx.saved.empty(), describe(), ": backward without forward");
-    if (dy.device().is_cuda())
-      return pool_backward_cuda(max_ ? PoolKind::Max : PoolKind::Average, geometry(ctx.saved[0]), a, dy, ctx);
     Tensor dx;
     if (a.need_input_grad) {
-      const int32_t* d = ctx.saved[0].data<int32_t>();
-      dx = Tensor::empty({d[0], d[1], d[2], d[3]});
-      cpu::PoolShape s = pool_shape(d[0], {d[1], d[2], d[3]});
-      if (max_)
-        cpu::maxpool2d_backward(s, dy.f32(), ctx.saved[1].data<int32_t>(), dx.f32());
-      else
-        cpu::avgpool2d_backward(s, dy.f32(), dx.f32());
+      const DeviceOps& ops = device_ops(dy.device());
+      const Saved s = saved_for_backward(ops, ctx);
+      dx = Tensor::empty(s.input, DType::F32, dy.device());
+      ops.pool2d_backward_indexed(kind(), geometry(s.input), s.x, s.y, s.argmax, dy.f32(), dx.f32());
     }
     ctx.saved.clear();
     return dx;
   }
 
  private:
-  Pool2dGeometry geometry(const Tensor& x) const {
+  PoolKind kind() const { return max_ ? PoolKind::Max : PoolKind::Average; }
+  Pool2dGeometry geometry(const Shape& nchw) const {
     Pool2dGeometry g;
-    g.batch = x.dim(0);
-    g.channels = x.dim(1);
-    g.in_h = x.dim(2);
-    g.in_w = x.dim(3);
+    g.batch = nchw[0];
+    g.channels = nchw[1];
+    g.in_h = nchw[2];
+    g.in_w = nchw[3];
     g.kernel_h = g.kernel_w = kernel_;
     g.stride_h = g.stride_w = stride_;
     g.padding = padding_;
-    g.count_include_pad = true;  // like cpu::avgpool2d_forward
+    g.count_include_pad = true;
     return g;
-  }
-
-  cpu::PoolShape pool_shape(int64_t batch, const Shape& in) const {
-    cpu::PoolShape s;
-    s.planes = batch * in[0];
-    s.height = in[1];
-    s.width = in[2];
-    s.kernel = kernel_;
-    s.stride = stride_;
-    s.padding = padding_;
-    return s;
   }
 
   bool max_;
@@ -136,44 +127,27 @@ class AdaptiveAvgPool : public Layer {
   }
   Tensor forward(const ForwardArgs&, const Tensor& x, LayerContext& ctx) const override {
     PD_CHECK(x.ndim() == 4, describe(), " got input ", shape_str(x.shape()));
-    if (x.device().is_cuda()) return pool_forward_cuda(PoolKind::Average, geometry(x), x, ctx);
-    Tensor y = Tensor::empty({x.dim(0), x.dim(1), oh_, ow_});
-    cpu::adaptive_avgpool2d_forward(x.dim(0) * x.dim(1), x.dim(2), x.dim(3), oh_, ow_, x.f32(), y.f32());
-    ctx.saved = {Tensor::from_ints({int32_t(x.dim(0)), int32_t(x.dim(1)), int32_t(x.dim(2)),
-                                    int32_t(x.dim(3))}, {4})};
+    const DeviceOps& ops = device_ops(x.device());
+    Tensor y = Tensor::empty({x.dim(0), x.dim(1), oh_, ow_}, DType::F32, x.device());
+    ops.adaptive_avgpool2d_forward(x.dim(0) * x.dim(1), x.dim(2), x.dim(3), oh_, ow_, x.f32(), y.f32());
+    save_for_backward(ops, x, y, Tensor(), ctx);
     return y;
   }
   Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
     PD_CHECK(!ctx.saved.empty(), describe(), ": backward without forward");
-    if (dy.device().is_cuda())
-      return pool_backward_cuda(PoolKind::Average, geometry(ctx.saved[0]), a, dy, ctx);
     Tensor dx;
     if (a.need_input_grad) {
-      const int32_t* d = ctx.saved[0].data<int32_t>();
-      dx = Tensor::empty({d[0], d[1], d[2], d[3]});
-      cpu::adaptive_avgpool2d_backward(int64_t(d[0]) * d[1], d[2], d[3], oh_, ow_, dy.f32(), dx.f32());
+      const DeviceOps& ops = device_ops(dy.device());
+      const Saved s = saved_for_backward(ops, ctx);
+      dx = Tensor::empty(s.input, DType::F32, dy.device());
+      ops.adaptive_avgpool2d_backward(s.input[0] * s.input[1], s.input[2], s.input[3], oh_, ow_, s.x, s.y, dy.f32(),
+                                      dx.f32());
     }
     ctx.saved.clear();
     return dx;
   }
 
  private:
-  // On a GPU: an average pool with kernel = stride = in / out, which is what
-  // the adaptive pool computes when the output size divides the input.
-  Pool2dGeometry geometry(const Tensor& x) const {
-    if (x.dim(2) % oh_ != 0 || x.dim(3) % ow_ != 0)
-      throw UserError(cat(describe(), " on ", x.device().str(), ": the output size must divide the input ",
-                          shape_str(x.shape()), " (uneven adaptive windows run on the CPU only)"));
-    Pool2dGeometry g;
-    g.batch = x.dim(0);
-    g.channels = x.dim(1);
-    g.in_h = x.dim(2);
-    g.in_w = x.dim(3);
-    g.kernel_h = g.stride_h = x.dim(2) / oh_;
-    g.kernel_w = g.stride_w = x.dim(3) / ow_;
-    return g;
-  }
-
   int64_t oh_, ow_;
 };
 

@@ -1,4 +1,3 @@
-#include "core/cpu/elementwise_kernels.h"
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/layers.h"
@@ -14,33 +13,13 @@ class Relu : public Layer {
   std::string type() const override { return "relu"; }
   Shape output_shape(const Shape& in) const override { return in; }
   Tensor forward(const ForwardArgs&, const Tensor& x, LayerContext& ctx) const override {
-    if (x.device().is_cuda()) return forward_cuda(x, ctx);
-    Tensor y = Tensor::empty(x.shape());
-    cpu::relu_forward(x.numel(), x.f32(), y.f32());
-    ctx.saved = {y};
-    return y;
-  }
-  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
-    PD_CHECK(ctx.saved.size() == 1, "relu: backward without forward");
-    if (dy.device().is_cuda()) return backward_cuda(a, dy, ctx);
-    Tensor dx;
-    if (a.need_input_grad) {
-      const Tensor& y = ctx.saved[0];
-      dx = Tensor::empty(y.shape());
-      cpu::relu_backward(y.numel(), y.f32(), dy.f32(), dx.f32());
-    }
-    ctx.saved.clear();
-    return dx;
-  }
-
- private:
-  Tensor forward_cuda(const Tensor& x, LayerContext& ctx) const {
     Tensor y = Tensor::empty(x.shape(), DType::F32, x.device());
     device_ops(x.device()).relu_forward(x.numel(), x.f32(), y.f32());
     ctx.saved = {y};
     return y;
   }
-  Tensor backward_cuda(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const {
+  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
+    PD_CHECK(ctx.saved.size() == 1, "relu: backward without forward");
     Tensor dx;
     if (a.need_input_grad) {
       const Tensor& y = ctx.saved[0];

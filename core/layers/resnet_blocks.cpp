@@ -3,10 +3,11 @@
 // main is conv-bn-relu-...-conv-bn; shortcut is the identity, or a 1x1
 // strided conv (no bias) + bn when the shape changes. A block is one
 // top-level layer that owns its sub-layers and keeps one child context per
-// sub-layer, so a pipeline stage treats it like any other layer.
+// sub-layer, so a pipeline stage treats it like any other layer. Its
+// backward splits like its sub-layers: B runs their backward_input, W
+// their backward_weights.
 #include <cstdint>
 
-#include "core/cpu/elementwise_kernels.h"
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/layers.h"
@@ -22,7 +23,7 @@ struct SubLayer {
   size_t buffer_offset = 0, buffer_count = 0;
 };
 
-class ResidualBlock : public Layer {
+class ResidualBlock : public SplitBackwardLayer {
  public:
   ResidualBlock(std::string type, std::string description) : type_(std::move(type)), describe_(std::move(description)) {}
 
@@ -62,54 +63,35 @@ class ResidualBlock : public Layer {
     Tensor h = run_forward(main_, a, x, ctx, 0);
     Tensor sc = run_forward(shortcut_, a, x, ctx, main_.size());
     PD_CHECK(h.shape() == sc.shape(), describe_, ": branch shapes differ");
-    if (h.device().is_cuda()) return add_relu_cuda(h, sc, ctx);
-    Tensor y = Tensor::empty(h.shape());
-    cpu::add_relu_forward(y.numel(), h.f32(), sc.f32(), y.f32());
+    Tensor y = Tensor::empty(h.shape(), DType::F32, h.device());
+    device_ops(h.device()).add_relu_forward(y.numel(), h.f32(), sc.f32(), y.f32());
     ctx.saved = {y};
     return y;
   }
 
-  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
+  Tensor backward_input(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
     PD_CHECK(ctx.saved.size() == 1 && ctx.children.size() == main_.size() + shortcut_.size(),
              describe_, ": backward without forward");
-    const Tensor& y = ctx.saved[0];
-    if (y.device().is_cuda()) return backward_cuda(a, dy, ctx);
-    Tensor dsum = Tensor::empty(y.shape());
-    cpu::relu_backward(y.numel(), y.f32(), dy.f32(), dsum.f32());
-    ctx.saved.clear();
-    Tensor dx = run_backward(main_, a, dsum, ctx, 0);
-    if (shortcut_.empty()) {
-      if (dx.defined()) cpu::add_into(dx.numel(), dx.f32(), dsum.f32());
-    } else {
-      Tensor ds = run_backward(shortcut_, a, dsum, ctx, main_.size());
-      if (dx.defined()) cpu::add_into(dx.numel(), dx.f32(), ds.f32());
-    }
-    ctx.children.clear();
-    return dx;
-  }
-
- private:
-  Tensor add_relu_cuda(const Tensor& h, const Tensor& sc, LayerContext& ctx) const {
-    const DeviceOps& ops = device_ops(h.device());
-    Tensor y = Tensor::empty(h.shape(), DType::F32, h.device());
-    ops.add(y.numel(), h.f32(), sc.f32(), y.f32());
-    ops.relu_forward(y.numel(), y.f32(), y.f32());
-    ctx.saved = {y};
-    return y;
-  }
-  Tensor backward_cuda(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const {
-    const DeviceOps& ops = device_ops(dy.device());
     const Tensor y = ctx.saved[0];
+    const DeviceOps& ops = device_ops(y.device());
     Tensor dsum = Tensor::empty(y.shape(), DType::F32, y.device());
     ops.relu_backward(y.numel(), y.f32(), dy.f32(), dsum.f32());
     ctx.saved.clear();
-    Tensor dx = run_backward(main_, a, dsum, ctx, 0);
-    const Tensor branch = shortcut_.empty() ? dsum : run_backward(shortcut_, a, dsum, ctx, main_.size());
+    Tensor dx = run_backward_input(main_, a, dsum, ctx, 0);
+    const Tensor branch = shortcut_.empty() ? dsum : run_backward_input(shortcut_, a, dsum, ctx, main_.size());
     if (dx.defined()) ops.add(dx.numel(), dx.f32(), branch.f32(), dx.f32());
-    ctx.children.clear();
     return dx;
   }
 
+  void backward_weights(const BackwardArgs& a, LayerContext& ctx) const override {
+    PD_CHECK(ctx.children.size() == main_.size() + shortcut_.size(), describe_,
+             ": weight backward without its input backward");
+    run_backward_weights(main_, a, ctx, 0);
+    run_backward_weights(shortcut_, a, ctx, main_.size());
+    ctx.clear();
+  }
+
+ private:
   void add(std::vector<SubLayer>& seq, std::string prefix, LayerPtr l) {
     SubLayer s;
     s.prefix = std::move(prefix);
@@ -146,19 +128,25 @@ class ResidualBlock : public Layer {
     return h;
   }
 
+  BackwardArgs sub_args(const SubLayer& s, const BackwardArgs& a, bool need_input_grad) const {
+    return {a.params.subspan(s.param_offset, s.param_count), a.grads.subspan(s.param_offset, s.param_count), a.step,
+            need_input_grad};
+  }
+
   // The first sub-layer sees the block's input: it computes dx only when
   // the block's caller wants it.
-  Tensor run_backward(const std::vector<SubLayer>& seq, const BackwardArgs& a, const Tensor& dy,
-                      LayerContext& ctx, size_t first_child) const {
+  Tensor run_backward_input(const std::vector<SubLayer>& seq, const BackwardArgs& a, const Tensor& dy,
+                            LayerContext& ctx, size_t first_child) const {
     Tensor g = dy;
-    for (size_t k = seq.size(); k-- > 0;) {
-      const SubLayer& s = seq[k];
-      BackwardArgs sub{a.params.subspan(s.param_offset, s.param_count),
-                       a.grads.subspan(s.param_offset, s.param_count), a.step,
-                       k > 0 || a.need_input_grad};
-      g = s.layer->backward(sub, g, ctx.children[first_child + k]);
-    }
+    for (size_t k = seq.size(); k-- > 0;)
+      g = seq[k].layer->backward_input(sub_args(seq[k], a, k > 0 || a.need_input_grad), g,
+                                       ctx.children[first_child + k]);
     return g;
+  }
+  void run_backward_weights(const std::vector<SubLayer>& seq, const BackwardArgs& a, LayerContext& ctx,
+                            size_t first_child) const {
+    for (size_t k = seq.size(); k-- > 0;)
+      seq[k].layer->backward_weights(sub_args(seq[k], a, false), ctx.children[first_child + k]);
   }
 
   std::string type_, describe_;

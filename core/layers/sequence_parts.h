@@ -3,7 +3,7 @@
 // transformer block composes (not part of the public layers.h API).
 #include <cstdint>
 
-#include "core/cpu/dropout_kernels.h"
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/layer.h"
 
@@ -19,7 +19,7 @@ LayerPtr make_linear(int64_t in_features, int64_t out_features, bool bias, Linea
 // key, so several dropouts inside one block get independent masks.
 LayerPtr make_dropout(float p, uint32_t substream);
 
-cpu::DropoutKey dropout_key(const StepInfo& step, uint32_t substream);
+DropoutKey dropout_key(const StepInfo& step, uint32_t substream);
 
 // Rows of a [..., last] tensor; a wrong last dimension is a bug in the
 // caller (shapes were validated by output_shape when the model was built).

@@ -1,6 +1,5 @@
 #include <array>
 
-#include "core/cpu/residual_kernels.h"
 #include "core/device_ops.h"
 #include "core/layers.h"
 #include "core/layers/sequence_parts.h"
@@ -10,13 +9,8 @@ namespace pd {
 namespace {
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  if (a.device().is_cuda()) {
-    Tensor y = Tensor::empty(a.shape(), DType::F32, a.device());
-    device_ops(a.device()).add(a.numel(), a.f32(), b.f32(), y.f32());
-    return y;
-  }
-  Tensor y = Tensor::empty(a.shape());
-  cpu::residual_add(a.f32(), b.f32(), y.f32(), a.numel());
+  Tensor y = Tensor::empty(a.shape(), DType::F32, a.device());
+  device_ops(a.device()).add(a.numel(), a.f32(), b.f32(), y.f32());
   return y;
 }
 
@@ -24,9 +18,10 @@ Tensor add(const Tensor& a, const Tensor& b) {
 // Sub-layers keep their own parameters (prefixed names) and contexts
 // (ctx.children[part]). Dropout, when p > 0, is applied to both residual
 // branches (substreams 1 and 2 of the block's key), not to attention
-// probabilities. Init: the MLP uses GPT-2's N(0, 0.02); each part draws
+// probabilities. The backward splits like its parts: the B pass runs every
+// part's backward_input, the W pass every part's backward_weights. Init: the MLP uses GPT-2's N(0, 0.02); each part draws
 // from its own stream, keyed by the block's rng and the part index.
-class TransformerBlock : public Layer {
+class TransformerBlock : public SplitBackwardLayer {
   enum Part { kLn1, kAttn, kDrop1, kLn2, kFc1, kGelu, kFc2, kDrop2, kParts };
   struct Slot {
     std::string prefix;
@@ -82,21 +77,30 @@ class TransformerBlock : public Layer {
     Tensor m = run(kDrop2, run(kFc2, run(kGelu, run(kFc1, run(kLn2, x1)))));
     return add(x1, m);
   }
-  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
+  // Each part keeps in its own context what its weight gradient needs.
+  Tensor backward_input(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
     PD_CHECK(ctx.children.size() == kParts, describe(), ": backward without forward");
     auto back = [&](Part p, const Tensor& g, bool need_input_grad = true) {
-      const Slot& s = slots_[p];
-      return s.layer->backward({a.params.subspan(s.first_param, s.num_params),
-                                a.grads.subspan(s.first_param, s.num_params), a.step, need_input_grad},
-                               g, ctx.children[p]);
+      return slots_[p].layer->backward_input(part_args(a, p, need_input_grad), g, ctx.children[p]);
     };
     Tensor dx1 = add(dy, back(kLn2, back(kFc1, back(kGelu, back(kFc2, back(kDrop2, dy))))));
     Tensor dln1 = back(kLn1, back(kAttn, back(kDrop1, dx1)), a.need_input_grad);
-    ctx.clear();
     return a.need_input_grad ? add(dx1, dln1) : Tensor();
+  }
+  void backward_weights(const BackwardArgs& a, LayerContext& ctx) const override {
+    PD_CHECK(ctx.children.size() == kParts, describe(), ": weight backward without its input backward");
+    for (size_t p = kParts; p-- > 0;)
+      slots_[p].layer->backward_weights(part_args(a, static_cast<Part>(p), false), ctx.children[p]);
+    ctx.clear();
   }
 
  private:
+  BackwardArgs part_args(const BackwardArgs& a, Part p, bool need_input_grad) const {
+    const Slot& s = slots_[p];
+    return {a.params.subspan(s.first_param, s.num_params), a.grads.subspan(s.first_param, s.num_params), a.step,
+            need_input_grad};
+  }
+
   int64_t dim_, heads_;
   float p_;
   std::array<Slot, kParts> slots_;

@@ -17,8 +17,8 @@ using testing::random_tensor;
 
 ConvShape shape_of(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int k, int s, int p) {
   ConvShape cs;
-  cs.batch = n; cs.in_channels = c; cs.height = h; cs.width = w;
-  cs.out_channels = o; cs.kernel = k; cs.stride = s; cs.padding = p;
+  cs.batch = n; cs.in_channels = c; cs.in_h = h; cs.in_w = w;
+  cs.out_channels = o; cs.kernel_h = cs.kernel_w = k; cs.stride = s; cs.padding = p;
   return cs;
 }
 
@@ -29,12 +29,12 @@ struct NaiveConv {
   double at(int64_t n, int64_t o, int64_t oh, int64_t ow) const {
     double acc = b ? b[o] : 0.0;
     for (int64_t c = 0; c < s.in_channels; ++c)
-      for (int ki = 0; ki < s.kernel; ++ki)
-        for (int kj = 0; kj < s.kernel; ++kj) {
+      for (int ki = 0; ki < s.kernel_h; ++ki)
+        for (int kj = 0; kj < s.kernel_h; ++kj) {
           int64_t ih = oh * s.stride - s.padding + ki, iw = ow * s.stride - s.padding + kj;
-          if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
-          acc += double(x[((n * s.in_channels + c) * s.height + ih) * s.width + iw]) *
-                 w[((o * s.in_channels + c) * s.kernel + ki) * s.kernel + kj];
+          if (ih < 0 || ih >= s.in_h || iw < 0 || iw >= s.in_w) continue;
+          acc += double(x[((n * s.in_channels + c) * s.in_h + ih) * s.in_w + iw]) *
+                 w[((o * s.in_channels + c) * s.kernel_h + ki) * s.kernel_h + kj];
         }
     return acc;
   }
@@ -43,8 +43,8 @@ struct NaiveConv {
 // dx, dw, db of L = sum(y * dy), by the chain rule written loop by loop.
 void naive_conv_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
                          std::vector<double>& dx, std::vector<double>& dw, std::vector<double>& db) {
-  const int64_t OH = s.out_height(), OW = s.out_width();
-  dx.assign(s.batch * s.in_channels * s.height * s.width, 0.0);
+  const int64_t OH = s.out_h(), OW = s.out_w();
+  dx.assign(s.batch * s.in_channels * s.in_h * s.in_w, 0.0);
   dw.assign(s.out_channels * s.patch(), 0.0);
   db.assign(s.out_channels, 0.0);
   for (int64_t n = 0; n < s.batch; ++n)
@@ -54,12 +54,12 @@ void naive_conv_backward(const ConvShape& s, const float* x, const float* w, con
           double g = dy[((n * s.out_channels + o) * OH + oh) * OW + ow];
           db[o] += g;
           for (int64_t c = 0; c < s.in_channels; ++c)
-            for (int ki = 0; ki < s.kernel; ++ki)
-              for (int kj = 0; kj < s.kernel; ++kj) {
+            for (int ki = 0; ki < s.kernel_h; ++ki)
+              for (int kj = 0; kj < s.kernel_h; ++kj) {
                 int64_t ih = oh * s.stride - s.padding + ki, iw = ow * s.stride - s.padding + kj;
-                if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
-                int64_t xi = ((n * s.in_channels + c) * s.height + ih) * s.width + iw;
-                int64_t wi = ((o * s.in_channels + c) * s.kernel + ki) * s.kernel + kj;
+                if (ih < 0 || ih >= s.in_h || iw < 0 || iw >= s.in_w) continue;
+                int64_t xi = ((n * s.in_channels + c) * s.in_h + ih) * s.in_w + iw;
+                int64_t wi = ((o * s.in_channels + c) * s.kernel_h + ki) * s.kernel_h + kj;
                 dx[xi] += g * w[wi];
                 dw[wi] += g * x[xi];
               }
@@ -74,13 +74,13 @@ void expect_close(const float* got, const std::vector<double>& want, double tol,
 }
 
 void check_kernels_against_naive(const ConvShape& s) {
-  SCOPED_TRACE(::testing::Message() << "N" << s.batch << " C" << s.in_channels << " " << s.height << "x"
-                                  << s.width << " O" << s.out_channels << " k" << s.kernel << " s"
+  SCOPED_TRACE(::testing::Message() << "N" << s.batch << " C" << s.in_channels << " " << s.in_h << "x"
+                                  << s.in_w << " O" << s.out_channels << " k" << s.kernel_h << " s"
                                   << s.stride << " p" << s.padding);
-  Tensor x = random_tensor({s.batch, s.in_channels, s.height, s.width}, 1);
-  Tensor w = random_tensor({s.out_channels, s.in_channels, s.kernel, s.kernel}, 2);
+  Tensor x = random_tensor({s.batch, s.in_channels, s.in_h, s.in_w}, 1);
+  Tensor w = random_tensor({s.out_channels, s.in_channels, s.kernel_h, s.kernel_h}, 2);
   Tensor b = random_tensor({s.out_channels}, 3);
-  const int64_t OH = s.out_height(), OW = s.out_width();
+  const int64_t OH = s.out_h(), OW = s.out_w();
   Tensor y = Tensor::empty({s.batch, s.out_channels, OH, OW});
   cpu::conv2d_forward(s, x.f32(), w.f32(), b.f32(), y.f32());
   NaiveConv ref{s, x.f32(), w.f32(), b.f32()};
@@ -176,16 +176,16 @@ TEST(Conv2dKernels, MapsSmallerThanTheKernelRunAsDenseMatricesAndMatchNaive) {
 TEST(Conv2dKernels, ForwardWithoutBiasMatchesNaive) {
   for (const ConvShape& s : {shape_of(3, 2, 6, 6, 4, 3, 1, 1), shape_of(1, 3, 20, 20, 2, 3, 2, 1),
                              shape_of(2, 4, 5, 5, 3, 1, 1, 0)}) {
-    Tensor x = random_tensor({s.batch, s.in_channels, s.height, s.width}, 5);
-    Tensor w = random_tensor({s.out_channels, s.in_channels, s.kernel, s.kernel}, 6);
-    Tensor y = Tensor::full({s.batch, s.out_channels, s.out_height(), s.out_width()}, 3.0f);
+    Tensor x = random_tensor({s.batch, s.in_channels, s.in_h, s.in_w}, 5);
+    Tensor w = random_tensor({s.out_channels, s.in_channels, s.kernel_h, s.kernel_h}, 6);
+    Tensor y = Tensor::full({s.batch, s.out_channels, s.out_h(), s.out_w()}, 3.0f);
     cpu::conv2d_forward(s, x.f32(), w.f32(), nullptr, y.f32());
     NaiveConv ref{s, x.f32(), w.f32(), nullptr};
     std::vector<double> want;
     for (int64_t n = 0; n < s.batch; ++n)
       for (int64_t o = 0; o < s.out_channels; ++o)
-        for (int64_t oh = 0; oh < s.out_height(); ++oh)
-          for (int64_t ow = 0; ow < s.out_width(); ++ow) want.push_back(ref.at(n, o, oh, ow));
+        for (int64_t oh = 0; oh < s.out_h(); ++oh)
+          for (int64_t ow = 0; ow < s.out_w(); ++ow) want.push_back(ref.at(n, o, oh, ow));
     expect_close(y.f32(), want, 1e-5, "y");
   }
 }

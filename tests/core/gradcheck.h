@@ -6,7 +6,9 @@
 // (L(v + h) - L(v - h)) / 2h at a sample of coordinates. Forward runs in
 // f32, so h is large-ish (1e-2 relative) and tolerances are relative to the
 // gradient's scale: a wrong sign or a missing term is off by O(1) of the
-// scale and fails; f32 round-off does not.
+// scale and fails; f32 round-off does not. Both backward paths are
+// checked: the fused backward and the split one (backward_input, then
+// backward_weights) that zero-bubble schedules run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,9 +73,20 @@ inline void gradcheck(const Layer& layer, const Tensor& x, const GradCheckOption
   for (const Tensor& p : params) grads.push_back(Tensor::zeros(p.shape()));
   Tensor dx = layer.backward({params, grads, step, o.check_input}, r, ctx);
 
-  auto check = [&](Tensor& v, const Tensor& g, const std::string& what) {
+  // The split path, from a fresh forward.
+  std::vector<Tensor> split_bufs = fresh_buffers();
+  LayerContext split_ctx;
+  layer.forward({params, split_bufs, step}, x, split_ctx);
+  std::vector<Tensor> split_grads;
+  for (const Tensor& p : params) split_grads.push_back(Tensor::zeros(p.shape()));
+  Tensor split_dx = layer.backward_input({params, split_grads, step, o.check_input}, r, split_ctx);
+  layer.backward_weights({params, split_grads, step, false}, split_ctx);
+
+  auto check = [&](Tensor& v, const Tensor& g, const Tensor& g_split, const std::string& what) {
     ASSERT_TRUE(g.defined()) << what << ": no gradient returned";
+    ASSERT_TRUE(g_split.defined()) << what << ": no gradient returned by the split backward";
     ASSERT_EQ(g.shape(), v.shape()) << what;
+    ASSERT_EQ(g_split.shape(), v.shape()) << what;
     float scale = 1e-6f;
     for (int64_t i = 0; i < g.numel(); ++i) scale = std::max(scale, std::fabs(g.f32()[i]));
     int64_t n = v.numel();
@@ -89,14 +102,16 @@ inline void gradcheck(const Layer& layer, const Tensor& x, const GradCheckOption
       double num = (lp - lm) / (2.0 * h);
       EXPECT_NEAR(g.f32()[i], num, o.rtol * scale + 1e-4)
           << layer.describe() << " " << what << "[" << i << "] analytic vs numeric";
+      EXPECT_NEAR(g_split.f32()[i], num, o.rtol * scale + 1e-4)
+          << layer.describe() << " " << what << "[" << i << "] split backward vs numeric";
     }
   };
   if (o.check_input) {
     Tensor xv = x;  // shares storage: perturbs x in place, restored after
-    check(xv, dx, "input");
+    check(xv, dx, split_dx, "input");
   }
   auto specs = layer.param_specs();
-  for (size_t k = 0; k < params.size(); ++k) check(params[k], grads[k], "param " + specs[k].name);
+  for (size_t k = 0; k < params.size(); ++k) check(params[k], grads[k], split_grads[k], "param " + specs[k].name);
 }
 
 }  // namespace pd::testing

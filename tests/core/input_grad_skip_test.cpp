@@ -1,7 +1,9 @@
 // A pipeline's first stage runs its lowest layer's backward without the
 // input gradient (need_input_grad = false: nothing below consumes it). That
 // must not change the weights it trains: every layer with parameters gives
-// bitwise the same parameter gradients either way.
+// bitwise the same parameter gradients either way - through the fused
+// backward and through the split one (backward_input, backward_weights)
+// that zero-bubble schedules run.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -15,7 +17,7 @@ namespace pd {
 namespace {
 
 std::vector<Tensor> param_grads(const Layer& layer, const std::vector<Tensor>& params, const Tensor& x,
-                                const Tensor& dy, bool need_input_grad, Tensor* dx) {
+                                const Tensor& dy, bool need_input_grad, Tensor* dx, bool split = false) {
   std::vector<Tensor> buffers = allocate_buffers(layer);
   std::vector<Tensor> unused = allocate_params(layer);
   layer.init(unused, buffers, CounterRng(7, 0, 0));
@@ -27,7 +29,12 @@ std::vector<Tensor> param_grads(const Layer& layer, const std::vector<Tensor>& p
   layer.forward({params, buffers, step}, x, ctx);
   std::vector<Tensor> grads;
   for (const Tensor& p : params) grads.push_back(Tensor::zeros(p.shape()));
-  *dx = layer.backward({params, grads, step, need_input_grad}, dy, ctx);
+  if (split) {
+    *dx = layer.backward_input({params, grads, step, need_input_grad}, dy, ctx);
+    layer.backward_weights({params, grads, step, false}, ctx);
+  } else {
+    *dx = layer.backward({params, grads, step, need_input_grad}, dy, ctx);
+  }
   return grads;
 }
 
@@ -48,6 +55,16 @@ void expect_same_param_grads_without_input_grad(const Layer& layer, const Tensor
   for (size_t i = 0; i < with.size(); ++i)
     EXPECT_EQ(0, std::memcmp(with[i].raw(), without[i].raw(), with[i].nbytes()))
         << layer.type() << ": gradient of parameter " << i << " depends on need_input_grad";
+  for (bool need_input_grad : {true, false}) {
+    Tensor dx_split;
+    const std::vector<Tensor> split = param_grads(layer, params, x, dy, need_input_grad, &dx_split, true);
+    EXPECT_EQ(dx_split.defined(), need_input_grad) << layer.type();
+    ASSERT_EQ(split.size(), with.size());
+    for (size_t i = 0; i < with.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(with[i].raw(), split[i].raw(), with[i].nbytes()))
+          << layer.type() << ": gradient of parameter " << i << " differs in the split backward"
+          << (need_input_grad ? "" : " without the input gradient");
+  }
 }
 
 using testing::random_tensor;
