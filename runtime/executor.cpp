@@ -157,6 +157,7 @@ void StageExecutor::execute(const Action& a) {
     }
     case ActionKind::Forward: forward(a); break;
     case ActionKind::Backward: backward(a); break;
+    case ActionKind::BackwardWeight: backward_weight(a); break;
     case ActionKind::SendActivation: {
       Pending& p = pending_.at(key);
       sends_.push_back(transport_.isend(p.output, a.peer, wire_tag(a.tag), p.meta));
@@ -167,7 +168,8 @@ void StageExecutor::execute(const Action& a) {
       auto it = pending_.find(key);
       PD_CHECK(it != pending_.end() && it->second.grad_out.defined(), "no gradient to send for item ", key);
       sends_.push_back(transport_.isend(it->second.grad_out, a.peer, wire_tag(a.tag), a.minibatch));
-      pending_.erase(it);
+      it->second.grad_out = Tensor{};
+      if (!it->second.awaiting_w) pending_.erase(it);
       break;
     }
     case ActionKind::AllReduce: all_reduce(a); break;
@@ -267,17 +269,44 @@ void StageExecutor::backward(const Action& a) {
     }
     p.ctx.clear();
     dx = g;
+  } else if (splits_backward(schedule_.options().kind)) {
+    // zb-h1: the input gradient now, the weight gradient at W (ctx keeps
+    // what it needs; layers that do not split add theirs here).
+    dx = backward_input_layers(m, w, grads_, state_.first_layer, state_.last_layer, p.grad_in, info, p.ctx,
+                               !first_stage_);
+    p.awaiting_w = true;
   } else {
     dx = backward_layers(m, w, grads_, state_.first_layer, state_.last_layer, p.grad_in, info, p.ctx, !first_stage_);
   }
   p.grad_in = Tensor{};
+  if (p.pinned && !p.awaiting_w) {
+    versions_.unpin(p.version);
+    versions_.release(oldest_needed());
+  }
+  if (first_stage_ && !p.awaiting_w) pending_.erase(key);
+  else if (!first_stage_) p.grad_out = std::move(dx);
+  record("B", key, t0);
+}
+
+void StageExecutor::backward_weight(const Action& a) {
+  const double t0 = now();
+  const int64_t key = item_key(a);
+  auto it = pending_.find(key);
+  PD_CHECK(it != pending_.end() && it->second.awaiting_w, "W of item ", key, " without its B");
+  Pending& p = it->second;
+  PD_CHECK(a.weight_version == p.version, "W of item ", key, " on version ", a.weight_version, " but its forward used ",
+           p.version);
+  const uint64_t id = static_cast<uint64_t>(global_step(a) * schedule_.items_per_batch() + a.microbatch);
+  StepInfo info{.training = true, .seed = training_.seed, .layer_index = 0, .minibatch_id = id};
+  backward_weights_layers(*training_.model, versions_.get(a.weight_version), grads_, state_.first_layer,
+                          state_.last_layer, info, p.ctx);
+  p.awaiting_w = false;
   if (p.pinned) {
     versions_.unpin(p.version);
     versions_.release(oldest_needed());
   }
-  if (first_stage_) pending_.erase(key);
-  else p.grad_out = std::move(dx);
-  record("B", key, t0);
+  if (!p.grad_out.defined()) pending_.erase(it);  // its gradient is sent (or the first stage sends none)
+  record("W", key, t0);
 }
 
 void StageExecutor::all_reduce(const Action& a) {

@@ -76,7 +76,7 @@ class ExecutorObserver {
 
 // One timed interval of the run, for the Chrome trace and busy fractions.
 struct ActionSpan {
-  const char* name;   // "F", "B", "step", "allreduce", "wait", "eval"
+  const char* name;   // "F", "B", "W", "step", "allreduce", "wait", "eval"
   int64_t item = -1;  // minibatch (flush: batch * M + microbatch), -1 if none
   double start_s = 0, end_s = 0;  // seconds on the run clock
 };
@@ -125,6 +125,7 @@ class StageExecutor {
     int64_t version = -1;
     bool pinned = false;
     int64_t meta = 0;    // version tag carried with the activation
+    bool awaiting_w = false;  // zb-h1: B ran, ctx is kept for W
   };
 
   void fill_window();
@@ -132,6 +133,7 @@ class StageExecutor {
   void execute(const Action& a);
   void forward(const Action& a);
   void backward(const Action& a);
+  void backward_weight(const Action& a);
   void all_reduce(const Action& a);
   void optimizer_step(const Action& a);
   bool round_completes_after(size_t window_index) const;
