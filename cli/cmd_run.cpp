@@ -37,7 +37,7 @@ struct RunArgs {
   int workers = 0;
   int64_t epochs = 0, minibatches = 0, batch = 64;
   std::string schedule, weights = "stash";
-  int microbatches = 0;
+  int microbatches = 0, virtual_stages = 1;
   OptimizerConfig optimizer;
   LrSchedule lr;
   std::string lr_schedule = "constant";
@@ -102,9 +102,19 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
     throw UserError(cat("--weights ", a.weights, " applies to 1f1b-rr only; ", to_string(s.schedule.kind),
                         " always uses one weight version per batch"));
   if (!flush && a.microbatches > 1)
-    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush), not 1f1b-rr");
+    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b), "
+                    "not 1f1b-rr");
   if (a.microbatches < 0) throw UserError(cat("--microbatches must be >= 1, got ", a.microbatches));
-  s.schedule.microbatches = flush ? (a.microbatches > 0 ? a.microbatches : plan.workers()) : 1;
+  s.schedule.virtual_stages = a.virtual_stages;
+  const int workers = plan.workers() / std::max(1, a.virtual_stages);
+  s.schedule.microbatches = flush ? (a.microbatches > 0 ? a.microbatches : workers) : 1;
+  if (s.schedule.kind == ScheduleKind::Interleaved1F1B) {
+    // A rank runs several stages: what is per rank today (checkpoint files,
+    // the pipeline's test-set evaluation) does not handle that yet.
+    if (a.evaluate) throw UserError("interleaved-1f1b runs do not evaluate through the pipeline yet: pass --no-eval");
+    if (!a.checkpoint_dir.empty() || !a.resume.empty())
+      throw UserError("interleaved-1f1b runs do not checkpoint or resume yet");
+  }
   if (a.batch <= 0) throw UserError(cat("--batch must be positive, got ", a.batch));
   s.batch = a.batch;
   if ((a.epochs > 0) == (a.minibatches > 0))
@@ -159,7 +169,7 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   // a short run of the same shape (the lists are periodic).
   const Schedule full(plan, s.schedule);
   ScheduleOptions shortened = s.schedule;
-  shortened.minibatches = std::min<int64_t>(s.steps(), flush ? 3 : 4 * plan.workers() + 8);
+  shortened.minibatches = std::min<int64_t>(s.steps(), flush ? 3 : 4 * full.workers() + 8);
   const Schedule check(plan, shortened);
   require_valid_schedule(check, build_schedule(plan, shortened));
   return s;
@@ -281,12 +291,13 @@ void run_command(const RunArgs& a) {
     plan = read_plan(a.plan);
   }
   check_plan_fits_model(plan, model, plan_path);
-  const int R = plan.workers();
-  const bool under_mpi = launched_under_mpi();
-  if (under_mpi && !a.reference) require_world_size(R, launcher_world_size());
   DataSplits data = open_dataset(a.data, a.data_dir, model);
   RunArgs args = a;
   RunSpec spec = make_spec(args, plan, data.train->size());
+  // Processes: one per worker (interleaved-1f1b: a worker runs v stages).
+  const int R = Schedule(spec.plan, spec.schedule).workers();
+  const bool under_mpi = launched_under_mpi();
+  if (under_mpi && !a.reference) require_world_size(R, launcher_world_size());
 
   if (a.reference) {
     print_plan(plan, model);
@@ -338,7 +349,11 @@ void add_run_command(CLI::App& app) {
   auto* mb = cmd->add_option("--minibatches", a->minibatches, "Optimizer steps (flush schedules: batches)");
   ep->excludes(mb);
   cmd->add_option("--batch", a->batch, "Minibatch size (flush schedules: microbatch size)")->capture_default_str();
-  cmd->add_option("--schedule", a->schedule, "1f1b-rr | 1f1b-flush | gpipe (default: the plan's)");
+  cmd->add_option("--schedule", a->schedule,
+                  "1f1b-rr | 1f1b-flush | gpipe | zb-h1 | interleaved-1f1b (default: the plan's)");
+  cmd->add_option("--virtual-stages", a->virtual_stages,
+                  "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)")
+      ->check(CLI::Range(1, 255));
   cmd->add_option("--weights", a->weights, "1f1b-rr weight policy: stash | vertical | none")->capture_default_str();
   cmd->add_option("--microbatches", a->microbatches, "Flush schedules: microbatches per optimizer step (default: workers)");
   cmd->add_option("--optimizer", a->optimizer.kind, "sgd | adam | adamw")->capture_default_str();

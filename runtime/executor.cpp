@@ -28,10 +28,11 @@ double steady_seconds() {
 }  // namespace
 
 StageExecutor::StageExecutor(const Schedule& schedule, int rank, StageState& state, const StageTraining& training,
-                             Transport& transport, ExecutorObserver* observer)
+                             Transport& transport, ExecutorObserver* observer, int chunk)
     : schedule_(schedule),
       rank_(rank),
-      stage_(schedule.stage_of(rank)),
+      chunk_(chunk),
+      stage_(schedule.stage_of(rank, chunk)),
       replica_(schedule.replica_of(rank)),
       replicas_(schedule.replicas(schedule.stage_of(rank))),
       first_stage_(stage_ == 0),
@@ -61,6 +62,40 @@ StageExecutor::StageExecutor(const Schedule& schedule, int rank, StageState& sta
   }
 }
 
+bool StageExecutor::mine(const Action& a) const {
+  return schedule_.chunks() == 1 || a.chunk == chunk_ || a.kind == ActionKind::OptimizerStep ||
+         a.kind == ActionKind::AllReduce;
+}
+
+bool run_chunks(const Schedule& schedule, int rank, const std::vector<StageExecutor*>& chunks,
+                bool (*should_stop)()) {
+  PD_CHECK(static_cast<int>(chunks.size()) == schedule.chunks(), "rank ", rank, " has ", chunks.size(),
+           " executors for ", schedule.chunks(), " chunks");
+  // Each executor's next action is the rank's next one of its chunk, so
+  // stepping them in the rank's order executes exactly the rank's list.
+  auto advance = [&](StageExecutor& ex) {
+    for (;;) {
+      switch (ex.step()) {
+        case StageExecutor::Progress::Executed: return;
+        case StageExecutor::Progress::Blocked: ex.wait_until_ready(); break;
+        case StageExecutor::Progress::Done: PD_CHECK(false, "rank ", rank, ": a chunk ran out of actions early");
+      }
+    }
+  };
+  ActionCursor all = schedule.cursor(rank);
+  Action a;
+  while (all.next(a)) {
+    if (should_stop && should_stop()) return false;
+    if (a.kind == ActionKind::OptimizerStep || a.kind == ActionKind::AllReduce) {
+      for (StageExecutor* ex : chunks) advance(*ex);
+    } else {
+      advance(*chunks.at(static_cast<size_t>(a.chunk)));
+    }
+  }
+  for (StageExecutor* ex : chunks) PD_CHECK(ex->step() == StageExecutor::Progress::Done, "rank ", rank, ": a chunk has actions left");
+  return true;
+}
+
 double StageExecutor::now() const { return steady_seconds() - clock_zero_; }
 
 void StageExecutor::record(const char* name, int64_t item, double start) {
@@ -77,6 +112,7 @@ void StageExecutor::fill_window() {
       cursor_done_ = true;
       break;
     }
+    if (!mine(a)) continue;
     if (a.is_recv())
       recvs_[{a.kind == ActionKind::RecvGradient, item_key(a)}] = transport_.irecv_any(a.peer, wire_tag(a.tag));
     window_.push_back(a);
