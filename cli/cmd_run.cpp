@@ -108,6 +108,9 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   s.schedule.virtual_stages = a.virtual_stages;
   const int workers = plan.workers() / std::max(1, a.virtual_stages);
   s.schedule.microbatches = flush ? (a.microbatches > 0 ? a.microbatches : workers) : 1;
+  if (s.schedule.kind == ScheduleKind::TwoBW && (!a.checkpoint_dir.empty() || !a.resume.empty()))
+    // The pipeline drains at a checkpoint and would restart the version delay.
+    throw UserError("2bw runs do not checkpoint or resume yet");
   if (s.schedule.kind == ScheduleKind::Interleaved1F1B) {
     // A rank runs several stages: what is per rank today (checkpoint files,
     // the pipeline's test-set evaluation) does not handle that yet.
@@ -350,7 +353,7 @@ void add_run_command(CLI::App& app) {
   ep->excludes(mb);
   cmd->add_option("--batch", a->batch, "Minibatch size (flush schedules: microbatch size)")->capture_default_str();
   cmd->add_option("--schedule", a->schedule,
-                  "1f1b-rr | 1f1b-flush | gpipe | zb-h1 | interleaved-1f1b (default: the plan's)");
+                  "1f1b-rr | 1f1b-flush | gpipe | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
   cmd->add_option("--virtual-stages", a->virtual_stages,
                   "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)")
       ->check(CLI::Range(1, 255));

@@ -47,7 +47,7 @@ void run_schedule(const ScheduleArgs& a) {
   if (is_flush(o.kind))
     o.microbatches = a.microbatches == 0 ? 4 : a.microbatches;
   else if (a.microbatches > 1)
-    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b) only");
+    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b) and 2bw only");
   Schedule schedule(plan, o);
   if (!a.format.empty()) {
     write_all_workers(schedule, a);
@@ -82,7 +82,7 @@ void add_schedule_command(CLI::App& app) {
                      ->excludes(worker);
   cmd->add_option("-o,--output", args->output, "with --format: write to this file instead of stdout")->needs(format);
   cmd->add_option("--schedule", args->schedule,
-                  "1f1b-rr | gpipe | 1f1b-flush | zb-h1 | interleaved-1f1b (default: the plan's)");
+                  "1f1b-rr | gpipe | 1f1b-flush | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
   cmd->add_option("--virtual-stages", args->virtual_stages,
                   "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)")
       ->check(CLI::Range(1, 255));

@@ -39,7 +39,7 @@ ScheduleOptions schedule_options(const Plan& plan, const SimulateArgs& a, int64_
   if (is_flush(o.kind))
     o.microbatches = a.microbatches == 0 ? 4 : a.microbatches;
   else if (a.microbatches > 1)
-    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b) only");
+    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b) and 2bw only");
   return o;
 }
 
@@ -152,7 +152,7 @@ void add_simulate_command(CLI::App& app) {
                                       "minibatches to replay (batches for gpipe/1f1b-flush); default 1000, or 8 per replica of the widest stage")
                           ->check(CLI::PositiveNumber);
   auto* schedule = cmd->add_option("--schedule", args->schedule,
-                                   "1f1b-rr | gpipe | 1f1b-flush | zb-h1 | interleaved-1f1b (default: the plan's)");
+                                   "1f1b-rr | gpipe | 1f1b-flush | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
   auto* virtual_stages =
       cmd->add_option("--virtual-stages", args->virtual_stages,
                       "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)")

@@ -353,6 +353,11 @@ void StageExecutor::all_reduce(const Action& a) {
 
 int64_t StageExecutor::oldest_needed() const {
   const ScheduleOptions& o = schedule_.options();
+  if (o.kind == ScheduleKind::TwoBW) {
+    // The version the next forward uses: its batch's predecessor's.
+    const int64_t per_batch = (o.microbatches - replica_ + replicas_ - 1) / replicas_;
+    return two_bw_version(forwards_done_ / per_batch);
+  }
   if (!is_flush(o.kind) && o.policy == WeightPolicy::Vertical) {
     const int64_t next = replica_ + forwards_done_ * replicas_;
     if (next < o.minibatches) return schedule_.vertical_version(stage_, next);

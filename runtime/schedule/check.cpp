@@ -136,7 +136,12 @@ void check_worker(const Schedule& sch, int r, const std::vector<Action>& list,
         if (split && static_cast<int64_t>(in_flight.size() + awaiting_w.size()) > held_limit)
           bad(cat(in_flight.size() + awaiting_w.size(), " microbatches between F and W, more than the limit ",
                   held_limit));
-        if (flush || opt.policy != WeightPolicy::Vertical) {
+        if (opt.kind == ScheduleKind::TwoBW) {
+          if (a.weight_version != two_bw_version(a.minibatch))
+            bad(cat("2bw runs batch ", a.minibatch, " on version ", two_bw_version(a.minibatch), ", not ",
+                    a.weight_version));
+          if (a.weight_version > version) bad(cat("uses version ", a.weight_version, " not created yet"));
+        } else if (flush || opt.policy != WeightPolicy::Vertical) {
           if (a.weight_version != version) bad(cat("uses version ", a.weight_version, ", newest is ", version));
           if (flush && a.weight_version != a.minibatch) bad("a flush batch must use the version equal to its index");
         } else {
@@ -186,10 +191,19 @@ void check_worker(const Schedule& sch, int r, const std::vector<Action>& list,
       }
       case ActionKind::OptimizerStep: {
         if (a.round != rounds) bad(cat("round ", a.round, " follows ", rounds - 1));
-        // A flush step absorbs the whole batch: every gradient must be in.
-        if (flush && (!in_flight.empty() || !awaiting_w.empty()))
-          bad(cat("steps with ", in_flight.size(), " backwards and ", awaiting_w.size(),
-                  " weight gradients of the batch still to run"));
+        // A flush step absorbs the whole batch: every gradient must be in
+        // (2bw: of this batch; the next one's may be in flight).
+        if (flush) {
+          const int64_t per_batch = int64_t{opt.microbatches} * sch.chunks();
+          auto of_batch = [&](const auto& items) {
+            int64_t n = 0;
+            for (const auto& [item, v] : items) n += item / per_batch <= a.round ? 1 : 0;
+            return n;
+          };
+          const int64_t b = of_batch(in_flight), w = of_batch(awaiting_w);
+          if (b > 0 || w > 0)
+            bad(cat("steps with ", b, " backwards and ", w, " weight gradients of the batch still to run"));
+        }
         int64_t want = version + (flush ? 1 : a.gradient_count);
         if (a.version_created != want) bad(cat("creates version ", a.version_created, ", expected ", want));
         version = a.version_created;

@@ -12,7 +12,8 @@ ScheduleKind parse_schedule_kind(const std::string& s) {
   if (s == "1f1b-flush") return ScheduleKind::OneFOneBFlush;
   if (s == "zb-h1") return ScheduleKind::ZeroBubbleH1;
   if (s == "interleaved-1f1b") return ScheduleKind::Interleaved1F1B;
-  throw UserError(cat("unknown schedule '", s, "': use 1f1b-rr, gpipe, 1f1b-flush, zb-h1 or interleaved-1f1b"));
+  if (s == "2bw") return ScheduleKind::TwoBW;
+  throw UserError(cat("unknown schedule '", s, "': use 1f1b-rr, gpipe, 1f1b-flush, zb-h1, interleaved-1f1b or 2bw"));
 }
 
 std::string to_string(ScheduleKind k) {
@@ -22,6 +23,7 @@ std::string to_string(ScheduleKind k) {
     case ScheduleKind::OneFOneBFlush: return "1f1b-flush";
     case ScheduleKind::ZeroBubbleH1: return "zb-h1";
     case ScheduleKind::Interleaved1F1B: return "interleaved-1f1b";
+    case ScheduleKind::TwoBW: return "2bw";
   }
   return "?";
 }
@@ -121,6 +123,15 @@ Schedule::Schedule(const Plan& plan, const ScheduleOptions& options) : options_(
     before += r;
   }
   if (options.kind == ScheduleKind::ZeroBubbleH1) build_zero_bubble_order();
+  if (options.kind == ScheduleKind::TwoBW) {
+    if (options.microbatches < stages())
+      throw UserError(cat("2bw keeps two weight versions only with at least as many microbatches per batch as "
+                          "stages: --microbatches ", options.microbatches, " < ", stages(), " stages"));
+    for (int s = 0; s < stages(); ++s)
+      if (replicas(s) > options.microbatches)
+        throw UserError(cat("2bw: stage ", s, " has ", replicas(s), " replicas but a batch only ",
+                            options.microbatches, " microbatches (every replica needs one)"));
+  }
 }
 
 void Schedule::map_interleaved(const Plan& plan) {
@@ -290,6 +301,7 @@ int64_t ActionSource::global_index(int64_t local) const { return replica_ + loca
 
 int ActionSource::next_group(PackedAction* out) {
   if (s_->ordered()) return next_ordered_group(out);
+  if (s_->options().kind == ScheduleKind::TwoBW) return next_two_bw_group(out);
   // Every expansion writes at least one action, so this returns on the
   // first pass unless the worker has just finished.
   for (;;) {
@@ -312,6 +324,53 @@ int ActionSource::next_group(PackedAction* out) {
     }
     if (end != out) return static_cast<int>(end - out);
   }
+}
+
+// 2bw: 1F1B over the worker's items of every batch in order (local_count_
+// per batch); the batch's step right after its last backward here.
+int ActionSource::next_two_bw_group(PackedAction* out) {
+  const int64_t total = local_count_ * minibatches_;
+  PackedAction* end = out;
+  if (forwards_ < total && forwards_ - backwards_ < limit_) {
+    end = expand_two_bw(out, true, forwards_++);
+  } else if (backwards_ < total) {
+    end = expand_two_bw(out, false, backwards_++);
+    if (backwards_ % local_count_ == 0) end = expand_update(end, static_cast<int>(local_count_));
+  } else {
+    done_ = true;
+  }
+  return static_cast<int>(end - out);
+}
+
+PackedAction* ActionSource::expand_two_bw(PackedAction* out, bool forward, int64_t local) {
+  const int64_t batch = local / local_count_;
+  const int microbatch = static_cast<int>(replica_ + (local % local_count_) * replicas_);
+  auto action = [&](ActionKind k) {
+    PackedAction a;
+    a.kind = k;
+    a.item = batch;
+    a.sub = microbatch;
+    return a;
+  };
+  auto message = [&](ActionKind k, bool upstream, bool gradient) {
+    PackedAction a = action(k);
+    const int fixed = upstream ? prev_rank_ : next_rank_;
+    a.peer = fixed >= 0 ? fixed : s_->rank_for(upstream ? stage_ - 1 : stage_ + 1, microbatch);
+    a.key = s_->tag(batch, microbatch, gradient);
+    return a;
+  };
+  PackedAction compute = action(forward ? ActionKind::Forward : ActionKind::Backward);
+  compute.key = two_bw_version(batch);
+  if (forward) {
+    if (!first_) *out++ = message(ActionKind::RecvActivation, true, false);
+    *out++ = compute;
+    if (!last_) *out++ = message(ActionKind::SendActivation, false, false);
+  } else {
+    if (!last_) *out++ = message(ActionKind::RecvGradient, false, true);
+    *out++ = compute;
+    if (!first_) *out++ = message(ActionKind::SendGradient, true, true);
+  }
+  return out;
 }
 
 // zb-h1, interleaved-1f1b: the worker's batch order, then the batch's step.
@@ -408,6 +467,8 @@ PackedAction* ActionSource::expand_forward(PackedAction* out) {
 }
 
 int64_t ActionSource::forward_version(int64_t local) const {
+  if (s_->options().kind == ScheduleKind::TwoBW)
+    return local < local_count_ * minibatches_ ? two_bw_version(local / local_count_) : -1;
   if (vertical_) return s_->vertical_version(stage_, global_index(local));
   // F(j) runs as soon as at most limit-1 minibatches are in flight, i.e.
   // after max(0, j - (limit-1)) full update rounds (one more for a stage

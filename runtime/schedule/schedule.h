@@ -68,6 +68,15 @@
 // a multiple of S. One optimizer step per batch updates all of a worker's
 // chunks. Bubble (S-1)/(vM+S-1) on uniform stages.
 //
+// PipeDream-2BW (Narayanan et al. ICML 2021): asynchronous, named like the
+// flush schedules (batch b, microbatch i on replica i mod r, one step per
+// batch absorbing its M microbatches, gradient_count M) but never drained:
+// a worker runs 1F1B over its items of all batches in order (1f1b-rr's
+// in-flight limit). Every F and B of batch b uses version max(0, b - 1), so
+// w_{b+1} = w_b - lr g(w_{b-1}; batch b): delayed SGD with delay 1, and a
+// stage holds two versions (the newest and the one batch b still uses).
+// Needs M >= S microbatches (then version b - 1 exists when batch b starts).
+//
 // Weight policies (1f1b-rr only; the flush schedules are always `stash`):
 //  - stash:    F(m) uses the newest version; B(m) uses the same one.
 //  - vertical: v(m) = the version stage 0 had when F(m) started; every stage
@@ -97,16 +106,20 @@
 
 namespace pd {
 
-enum class ScheduleKind { OneFOneBRoundRobin, GPipe, OneFOneBFlush, ZeroBubbleH1, Interleaved1F1B };
+enum class ScheduleKind { OneFOneBRoundRobin, GPipe, OneFOneBFlush, ZeroBubbleH1, Interleaved1F1B, TwoBW };
 enum class WeightPolicy { Stash, Vertical, None };
 
-// "1f1b-rr" | "gpipe" | "1f1b-flush" | "zb-h1" | "interleaved-1f1b"; throws UserError otherwise.
+// "1f1b-rr" | "gpipe" | "1f1b-flush" | "zb-h1" | "interleaved-1f1b" | "2bw"; throws UserError otherwise.
 ScheduleKind parse_schedule_kind(const std::string& s);
 std::string to_string(ScheduleKind k);
 // "stash" | "vertical" | "none"; throws UserError otherwise.
 WeightPolicy parse_weight_policy(const std::string& s);
 std::string to_string(WeightPolicy p);
+// Items are (batch, microbatch) and a step absorbs a batch: the flush
+// schedules and 2bw (which does not drain).
 bool is_flush(ScheduleKind k);
+// 2bw: F and B of batch b use version max(0, b - 1).
+inline int64_t two_bw_version(int64_t batch) { return batch > 0 ? batch - 1 : 0; }
 // zb-h1: backwards are B (input gradient) + W (weight gradient) actions.
 bool splits_backward(ScheduleKind k);
 
@@ -190,7 +203,7 @@ class ActionSource {
   ActionSource(const Schedule* schedule, int rank);
   // Writes the next group to out[0, n) and returns n; 0 when the worker is done.
   int next_group(PackedAction* out);
-  // 1f1b-rr with stash or vertical: the version the worker's forward of its
+  // 1f1b-rr with stash or vertical, 2bw: the version the worker's forward of its
   // `local`-th item (0, 1, ...: its minibatches in order) uses - without
   // expanding the actions (the simulator counts versions held with it).
   int64_t forward_version(int64_t local) const;
@@ -198,6 +211,8 @@ class ActionSource {
  private:
   PackedAction* expand_forward(PackedAction* out);
   int next_ordered_group(PackedAction* out);  // zb-h1, interleaved-1f1b
+  int next_two_bw_group(PackedAction* out);
+  PackedAction* expand_two_bw(PackedAction* out, bool forward, int64_t local);
   PackedAction* expand_ordered(PackedAction* out, ActionKind kind, int microbatch, int chunk);
   PackedAction* expand_backward(PackedAction* out);
   PackedAction item_action(ActionKind kind, int64_t index) const;

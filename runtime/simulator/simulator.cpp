@@ -119,7 +119,8 @@ class Simulation {
     flush_ = is_flush(opt.schedule.kind);
     split_ = splits_backward(opt.schedule.kind);
     chunks_ = schedule_.chunks();
-    holds_versions_ = !flush_ && opt.schedule.policy != WeightPolicy::None;
+    holds_versions_ = (!flush_ && opt.schedule.policy != WeightPolicy::None) ||
+                      opt.schedule.kind == ScheduleKind::TwoBW;
     if (!(opt.weight_gradient_share >= 0 && opt.weight_gradient_share < 1))
       throw UserError(cat("the weight-gradient share of the backward must be in [0, 1) (got ",
                           opt.weight_gradient_share, ")"));

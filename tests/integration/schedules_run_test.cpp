@@ -12,6 +12,7 @@ namespace {
 
 struct ModelCase {
   std::string name, options, plan4, plan8;  // 4 stages (zb-h1, 1f1b-flush) and 8 (interleaved, v = 2)
+  std::string plan211;                      // 2bw's replicated plan
 };
 
 std::string plan_json(const std::vector<std::pair<int, int>>& layers) {
@@ -25,12 +26,24 @@ std::string plan_json(const std::vector<std::pair<int, int>>& layers) {
   return "{\"format\": \"pipedream-plan/1\", \"config\": \"" + config + "\", \"stages\": [" + stages + "]}";
 }
 
+std::string plan_211(std::pair<int, int> a, std::pair<int, int> b, std::pair<int, int> c) {
+  auto layers = [](std::pair<int, int> l) {
+    return "[" + std::to_string(l.first) + ", " + std::to_string(l.second) + "]";
+  };
+  return "{\"format\": \"pipedream-plan/1\", \"config\": \"2-1-1\", \"stages\": [\n"
+         "  {\"index\": 0, \"layers\": " + layers(a) + ", \"replicas\": 2, \"ranks\": [0, 1]},\n"
+         "  {\"index\": 1, \"layers\": " + layers(b) + ", \"replicas\": 1, \"ranks\": [2]},\n"
+         "  {\"index\": 2, \"layers\": " + layers(c) + ", \"replicas\": 1, \"ranks\": [3]}]}";
+}
+
 std::vector<ModelCase> models() {
   return {{"cnn", "", plan_json({{0, 2}, {3, 5}, {6, 7}, {8, 9}}),
-           plan_json({{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, 4}, {5, 5}, {6, 7}, {8, 9}})},
+           plan_json({{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, 4}, {5, 5}, {6, 7}, {8, 9}}),
+           plan_211({0, 5}, {6, 7}, {8, 9})},
           {"gpt-mini", "vocab=64,context=16,width=32,depth=6,heads=2",
            plan_json({{0, 1}, {2, 3}, {4, 5}, {6, 8}}),
-           plan_json({{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, 4}, {5, 5}, {6, 6}, {7, 8}})}};
+           plan_json({{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, 4}, {5, 5}, {6, 6}, {7, 8}}),
+           plan_211({0, 3}, {4, 6}, {7, 8})}};
 }
 
 std::string model_args(const ModelCase& m) {
@@ -115,6 +128,35 @@ TEST(NewSchedulesRun, MatchTheReferenceOneFOneBFlushAndTrainOnTheWholeBatch) {
     EXPECT_LE(il_diff, 1e-6) << m.name << " interleaved-1f1b vs train";
     std::printf("%s: largest weight difference to train, zb-h1 %.3g, interleaved-1f1b %.3g\n", m.name.c_str(),
                 zb_diff, il_diff);
+  }
+}
+
+TEST(NewSchedulesRun, TwoBWEqualsTrainWithAGradientDelayOfOneBatch) {
+  for (const ModelCase& m : models()) {
+    const std::string dir = scratch_dir("two_bw_" + m.name);
+    write_text(dir + "/4.json", m.plan4);
+    write_text(dir + "/211.json", m.plan211);
+    // w_{b+1} = w_b - lr g(w_{b-1}; batch b), batches of 4 x 4 samples.
+    const std::string delayed = dir + "/train_d1.safetensors", plain = dir + "/train_d0.safetensors";
+    for (const auto& [path, delay] : {std::pair{delayed, 1}, std::pair{plain, 0}}) {
+      JobResult t = run_shell(pipedream_binary() + " train" + model_args(m) +
+                              " --batch 16 --no-eval --threads 1 --minibatches 3 --gradient-delay " +
+                              std::to_string(delay) + " --save " + path);
+      ASSERT_EQ(t.exit_code, 0) << t.output;
+    }
+    for (const std::string plan : {"4", "211"}) {
+      const std::string what = m.name + " 2bw on " + plan;
+      const RunFiles mpi = run(dir, "mpi_" + plan, m, dir + "/" + plan + ".json", "2bw", false);
+      const RunFiles ref = run(dir, "ref_" + plan, m, dir + "/" + plan + ".json", "2bw", true);
+      expect_same_bits(mpi, ref, what + ": mpirun vs --reference");
+      // Sum order: 4 microbatch sums (2-1-1: of two replicas, all-reduced)
+      // instead of one over 16 samples.
+      const double diff = max_difference(mpi.save, delayed);
+      EXPECT_LE(diff, 1e-6) << what << " vs train --gradient-delay 1";
+      // ... and the delay is real: not synchronous SGD.
+      EXPECT_GT(max_difference(mpi.save, plain), 1e-4) << what << " vs train without delay";
+      std::printf("%s: largest weight difference to train --gradient-delay 1: %.3g\n", what.c_str(), diff);
+    }
   }
 }
 

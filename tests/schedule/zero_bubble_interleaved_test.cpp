@@ -186,6 +186,40 @@ TEST(Interleaved, ChannelsOfDifferentBoundariesMayInterleave) {
   EXPECT_EQ(check_schedule(s, build_schedule(plan, s.options())), std::vector<std::string>{});
 }
 
+TEST(TwoBW, GeneratedListsPassTheCheckerAndHoldTwoVersions) {
+  for (const std::vector<int>& replicas : std::vector<std::vector<int>>{{1, 1, 1, 1}, {2, 1, 1}, {1, 2}, {3, 1}})
+    for (int M : {4, 6, 8}) {
+      const Plan plan = make_plan(replicas);
+      const ScheduleOptions o = flush_options(ScheduleKind::TwoBW, M, 6);
+      EXPECT_EQ(check_schedule(Schedule(plan, o)), std::vector<std::string>{}) << plan.config << " M=" << M;
+      const SimulationReport rep = simulated(plan, o);
+      for (const auto& w : rep.workers) EXPECT_LE(w.peak_weight_versions, 2) << plan.config << " rank " << w.rank;
+      EXPECT_EQ(rep.workers.front().peak_weight_versions, 2) << plan.config;
+    }
+}
+
+TEST(TwoBW, BatchBRunsOnVersionBMinusOneAndNeverDrains) {
+  const Plan plan = uniform(4);
+  const Schedule s(plan, flush_options(ScheduleKind::TwoBW, 4, 3));
+  bool forward_after_step_before_next_batch_done = false;
+  int64_t steps = 0;
+  for (const Action& a : s.actions(0)) {
+    if (a.kind == ActionKind::OptimizerStep) ++steps;
+    if (a.kind == ActionKind::Forward) {
+      EXPECT_EQ(a.weight_version, a.minibatch > 0 ? a.minibatch - 1 : 0);
+      if (a.minibatch > steps) forward_after_step_before_next_batch_done = true;  // batch b+1 before b's step
+    }
+  }
+  EXPECT_TRUE(forward_after_step_before_next_batch_done);
+  // The continuous 1F1B has no per-batch bubble: uniform stages are busy.
+  SimulationReport rep = simulated(plan, flush_options(ScheduleKind::TwoBW, 8, 16));
+  EXPECT_NEAR(mean_bubble(rep), 0.0, 1e-9);
+}
+
+TEST(TwoBW, RefusesFewerMicrobatchesThanStages) {
+  EXPECT_THROW(Schedule(uniform(4), flush_options(ScheduleKind::TwoBW, 3, 2)), UserError);
+}
+
 TEST(ScheduleFiles, CarryWAndChunksBothWays) {
   const std::vector<std::pair<Plan, ScheduleOptions>> cases = {
       {uniform(4), flush_options(ScheduleKind::ZeroBubbleH1, 8)},
