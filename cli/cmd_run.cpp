@@ -26,6 +26,7 @@
 #include "runtime/reference.h"
 #include "runtime/run_report.h"
 #include "runtime/schedule/check.h"
+#include "runtime/schedule/schedule_file.h"
 #include "runtime/trainer.h"
 
 namespace pd::cli {
@@ -36,7 +37,7 @@ struct RunArgs {
   std::string plan, plan_out = "plan-auto.json", model, spec_file, model_options, data = "fashion-mnist", data_dir;
   int workers = 0;
   int64_t epochs = 0, minibatches = 0, batch = 64;
-  std::string schedule, weights = "stash";
+  std::string schedule, weights = "stash", schedule_file;
   int microbatches = 0, virtual_stages = 1;
   OptimizerConfig optimizer;
   LrSchedule lr;
@@ -95,8 +96,21 @@ std::vector<std::string> with_plan_file(const std::vector<std::string>& args, co
 RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   RunSpec s;
   s.plan = plan;
-  s.schedule.kind = parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule);
-  s.schedule.policy = parse_weight_policy(a.weights);
+  ScheduleFile file;
+  if (!a.schedule_file.empty()) {
+    // Checked now, in every process: a rejected file exits 2 naming its
+    // first bad action before any worker starts.
+    file = read_schedule_file(a.schedule_file);
+    checked_schedule(plan, file, a.schedule_file);
+    if (!a.checkpoint_dir.empty() || !a.resume.empty())
+      throw UserError("--schedule-file runs its lists as one segment: it does not checkpoint or resume");
+    if (!a.schedule.empty() || a.microbatches != 0 || a.virtual_stages != 1 || a.weights != "stash")
+      throw UserError("--schedule-file sets the schedule, weights, microbatches and virtual stages: drop "
+                      "--schedule, --weights, --microbatches and --virtual-stages");
+  }
+  s.schedule.kind = a.schedule_file.empty() ? parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule)
+                                            : file.options.kind;
+  s.schedule.policy = a.schedule_file.empty() ? parse_weight_policy(a.weights) : file.options.policy;
   const bool flush = is_flush(s.schedule.kind);
   if (flush && s.schedule.policy != WeightPolicy::Stash)
     throw UserError(cat("--weights ", a.weights, " applies to 1f1b-rr only; ", to_string(s.schedule.kind),
@@ -105,8 +119,8 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
     throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b), "
                     "not 1f1b-rr");
   if (a.microbatches < 0) throw UserError(cat("--microbatches must be >= 1, got ", a.microbatches));
-  s.schedule.virtual_stages = a.virtual_stages;
-  const int workers = plan.workers() / std::max(1, a.virtual_stages);
+  s.schedule.virtual_stages = a.schedule_file.empty() ? a.virtual_stages : file.options.virtual_stages;
+  const int workers = plan.workers() / std::max(1, s.schedule.virtual_stages);
   s.schedule.microbatches = flush ? (a.microbatches > 0 ? a.microbatches : workers) : 1;
   if (s.schedule.kind == ScheduleKind::TwoBW && (!a.checkpoint_dir.empty() || !a.resume.empty()))
     // The pipeline drains at a checkpoint and would restart the version delay.
@@ -120,12 +134,16 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   }
   if (a.batch <= 0) throw UserError(cat("--batch must be positive, got ", a.batch));
   s.batch = a.batch;
-  if ((a.epochs > 0) == (a.minibatches > 0))
+  if (!a.schedule_file.empty()) {
+    s.schedule = file.options;  // schedule, weights, microbatches, steps
+    s.schedule_lists = std::make_shared<const std::vector<std::vector<Action>>>(std::move(file.lists));
+  } else if ((a.epochs > 0) == (a.minibatches > 0)) {
     throw UserError("give exactly one of --epochs N and --minibatches K (both positive)");
+  }
   const int64_t per_epoch = s.steps_per_epoch(train_size);
   if (per_epoch == 0)
     throw UserError(cat("a step takes ", s.samples_per_step(), " samples, more than the training set's ", train_size));
-  s.schedule.minibatches = a.epochs > 0 ? a.epochs * per_epoch : a.minibatches;
+  if (!s.schedule_lists) s.schedule.minibatches = a.epochs > 0 ? a.epochs * per_epoch : a.minibatches;
   s.seed = a.seed;
   s.optimizer = a.optimizer;
   s.lr = a.lr;
@@ -171,6 +189,7 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   // The schedule refuses what it cannot run; its invariants are checked on
   // a short run of the same shape (the lists are periodic).
   const Schedule full(plan, s.schedule);
+  if (s.schedule_lists) return s;  // checked_schedule checked the file's lists
   ScheduleOptions shortened = s.schedule;
   shortened.minibatches = std::min<int64_t>(s.steps(), flush ? 3 : 4 * full.workers() + 8);
   const Schedule check(plan, shortened);
@@ -359,6 +378,13 @@ void add_run_command(CLI::App& app) {
       ->check(CLI::Range(1, 255));
   cmd->add_option("--weights", a->weights, "1f1b-rr weight policy: stash | vertical | none")->capture_default_str();
   cmd->add_option("--microbatches", a->microbatches, "Flush schedules: microbatches per optimizer step (default: workers)");
+  cmd->add_option("--schedule-file", a->schedule_file,
+                  "run this schedule (JSON or CSV from `pipedream schedule --format`, possibly edited) once the "
+                  "checker accepts it (a rejected one exits 2 naming its first bad action); it sets the schedule, "
+                  "weights, microbatches and steps")
+      ->check(CLI::ExistingFile)
+      ->excludes(ep)
+      ->excludes(mb);
   cmd->add_option("--optimizer", a->optimizer.kind, "sgd | adam | adamw")->capture_default_str();
   cmd->add_option("--lr", a->optimizer.lr, "Learning rate (default: sgd 0.01, adam/adamw 0.001)");
   cmd->add_option("--momentum", a->optimizer.momentum, "SGD momentum (default 0.9)");

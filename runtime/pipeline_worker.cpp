@@ -205,7 +205,8 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
   for (const Segment& seg : run_segments(spec, start_step)) {
     ScheduleOptions o = spec.schedule;
     o.minibatches = seg.end - seg.first;
-    const Schedule schedule(spec.plan, o);
+    Schedule schedule(spec.plan, o);
+    if (spec.schedule_lists) schedule.use_lists(spec.schedule_lists.get());  // one segment: the whole run
     training.first_item = seg.first;
     if (states.size() > 1) {
       // interleaved-1f1b: one executor per chunk, driven in the rank's order.

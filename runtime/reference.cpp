@@ -22,7 +22,8 @@ ReferencePipeline::ReferencePipeline(const RunSpec& spec, const Model& model, co
 void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observer) {
   ScheduleOptions o = spec_.schedule;
   o.minibatches = seg.end - seg.first;
-  const Schedule schedule(spec_.plan, o);
+  Schedule schedule(spec_.plan, o);
+  if (spec_.schedule_lists) schedule.use_lists(spec_.schedule_lists.get());  // one segment: the whole run
   const int R = schedule.workers();
   // Executors: one per rank, or per stage for interleaved-1f1b (stage k is
   // chunk k div R of rank k mod R; chunks are independent stages, so any

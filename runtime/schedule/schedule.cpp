@@ -275,6 +275,28 @@ Action PackedAction::unpack() const {
   return a;
 }
 
+PackedAction pack_action(const Action& a) {
+  PackedAction p;
+  p.kind = a.kind;
+  p.chunk = static_cast<uint8_t>(a.chunk);
+  if (a.is_compute()) {
+    p.key = a.weight_version;
+    p.item = a.minibatch;
+    p.sub = a.microbatch;
+  } else if (a.is_send() || a.is_recv()) {
+    p.key = a.tag;
+    p.item = a.minibatch;
+    p.sub = a.microbatch;
+    p.peer = a.peer;
+  } else {
+    p.key = a.round;
+    p.item = a.version_created;
+    p.sub = a.gradient_count;
+    p.peer = a.local_gradients;
+  }
+  return p;
+}
+
 // ---- ActionSource ----------------------------------------------------------
 
 ActionSource::ActionSource(const Schedule* schedule, int rank) : s_(schedule), rank_(rank) {
@@ -300,6 +322,12 @@ ActionSource::ActionSource(const Schedule* schedule, int rank) : s_(schedule), r
 int64_t ActionSource::global_index(int64_t local) const { return replica_ + local * replicas_; }
 
 int ActionSource::next_group(PackedAction* out) {
+  if (const auto* given = s_->given_lists()) {  // a schedule file's list
+    const std::vector<Action>& list = given->at(static_cast<size_t>(rank_));
+    int n = 0;
+    while (n < kMaxGroup && position_ < list.size()) out[n++] = pack_action(list[position_++]);
+    return n;
+  }
   if (s_->ordered()) return next_ordered_group(out);
   if (s_->options().kind == ScheduleKind::TwoBW) return next_two_bw_group(out);
   // Every expansion writes at least one action, so this returns on the

@@ -188,6 +188,9 @@ struct PackedAction {
   Action unpack() const;
 };
 
+// Inverse of PackedAction::unpack.
+PackedAction pack_action(const Action& a);
+
 class Schedule;
 
 // Yields one worker's actions a group at a time - those around one F, one B
@@ -315,6 +318,11 @@ class Schedule {
   };
   const std::vector<OrderEntry>& batch_order(int rank) const { return order_.at(static_cast<size_t>(rank)); }
   bool ordered() const { return !order_.empty(); }
+  // Lists to yield instead of generating them (`run --schedule-file`): one
+  // per rank, checked by the caller (checked_schedule) against this
+  // schedule's shape; they must outlive it.
+  void use_lists(const std::vector<std::vector<Action>>* lists) { given_ = lists; }
+  const std::vector<std::vector<Action>>* given_lists() const { return given_; }
 
   ActionCursor cursor(int rank) const { return ActionCursor(this, rank); }
   std::vector<Action> actions(int rank) const;
@@ -324,6 +332,7 @@ class Schedule {
   std::vector<std::vector<int>> ranks_;  // per stage
   std::vector<int> stage_of_rank_, replica_of_rank_, warmup_;
   std::vector<std::vector<OrderEntry>> order_;  // per rank: zb-h1, interleaved-1f1b
+  const std::vector<std::vector<Action>>* given_ = nullptr;
   void build_zero_bubble_order();
   void build_interleaved_order();
   void map_interleaved(const Plan& plan);

@@ -307,27 +307,7 @@ const char* short_name(ActionKind k) {
   return "?";
 }
 
-PackedAction pack(const Action& a) {
-  PackedAction p;
-  p.kind = a.kind;
-  p.chunk = static_cast<uint8_t>(a.chunk);
-  if (a.is_compute()) {
-    p.key = a.weight_version;
-    p.item = a.minibatch;
-    p.sub = a.microbatch;
-  } else if (a.is_send() || a.is_recv()) {
-    p.key = a.tag;
-    p.item = a.minibatch;
-    p.sub = a.microbatch;
-    p.peer = a.peer;
-  } else {
-    p.key = a.round;
-    p.item = a.version_created;
-    p.sub = a.gradient_count;
-    p.peer = a.local_gradients;
-  }
-  return p;
-}
+PackedAction pack(const Action& a) { return pack_action(a); }
 
 ScheduleFile export_schedule(const Schedule& schedule) {
   ScheduleFile file;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 
 #include "run_job.h"
 
@@ -157,6 +158,70 @@ TEST(NewSchedulesRun, TwoBWEqualsTrainWithAGradientDelayOfOneBatch) {
       EXPECT_GT(max_difference(mpi.save, plain), 1e-4) << what << " vs train without delay";
       std::printf("%s: largest weight difference to train --gradient-delay 1: %.3g\n", what.c_str(), diff);
     }
+  }
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+void write_lines(const std::string& path, const std::vector<std::string>& lines) {
+  std::ofstream out(path);
+  for (const auto& l : lines) out << l << "\n";
+}
+
+size_t find_line(const std::vector<std::string>& lines, const std::string& prefix) {
+  for (size_t i = 0; i < lines.size(); ++i)
+    if (lines[i].rfind(prefix, 0) == 0) return i;
+  ADD_FAILURE() << "no line starts with " << prefix;
+  return 0;
+}
+
+TEST(NewSchedulesRun, AnEditedScheduleFileRunsLikeTheBuiltInOneAndADeadlockingOneIsRefused) {
+  const ModelCase m = models().front();  // cnn, 4 stages
+  const std::string dir = scratch_dir("schedule_file_run");
+  write_text(dir + "/4.json", m.plan4);
+  const std::string csv = dir + "/zb.csv";
+  JobResult e = run_shell(pipedream_binary() + " schedule --plan " + dir + "/4.json" +
+                          " --schedule zb-h1 --microbatches 4 --minibatches 3 --format csv -o " + csv);
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  std::vector<std::string> lines = lines_of(csv);
+  // The last stage sends microbatch 0's gradient, then receives microbatch
+  // 1's activation: independent, so either order gives the same run.
+  const size_t send = find_line(lines, "3,3,SEND_B,0,0,");
+  ASSERT_EQ(lines[send + 1].rfind("3,3,RECV_F,0,1,", 0), 0u) << lines[send + 1];
+  std::swap(lines[send], lines[send + 1]);
+  write_lines(dir + "/edited.csv", lines);
+
+  auto run_file = [&](const std::string& file, const std::string& tag, bool reference) {
+    RunFiles f{dir + "/" + tag + ".safetensors", dir + "/" + tag + ".jsonl"};
+    JobResult r = run_shell((reference ? "" : mpirun(4)) + pipedream_binary() + " run --plan " + dir + "/4.json" +
+                            model_args(m) + " --no-eval --threads-per-worker 1 --log-every 1 --timeout 60 --batch 4"
+                            " --schedule-file " + file + " --save " + f.save + " --metrics " + f.metrics +
+                            (reference ? " --reference" : ""));
+    return std::pair{r, f};
+  };
+  const RunFiles builtin = run(dir, "builtin", m, dir + "/4.json", "zb-h1", false);
+  auto [edited_run, edited] = run_file(dir + "/edited.csv", "edited", false);
+  ASSERT_EQ(edited_run.exit_code, 0) << edited_run.output;
+  expect_same_bits(edited, builtin, "edited zb-h1 schedule file vs the built-in schedule");
+
+  // Rank 0 waits for microbatch 0's gradient before sending its activation.
+  lines = lines_of(csv);
+  const size_t recv = find_line(lines, "0,0,RECV_B,0,0,");
+  const std::string moved = lines[recv];
+  lines.erase(lines.begin() + static_cast<long>(recv));
+  lines.insert(lines.begin() + static_cast<long>(find_line(lines, "0,0,F,0,0,")), moved);
+  write_lines(dir + "/dead.csv", lines);
+  for (bool reference : {false, true}) {
+    auto [dead_run, unused] = run_file(dir + "/dead.csv", "dead", reference);
+    EXPECT_EQ(dead_run.exit_code, 2) << dead_run.output;
+    EXPECT_NE(dead_run.output.find("deadlock: rank 0 blocks forever at action 0 recv-grad(b=0 mb=0) <- rank 1"),
+              std::string::npos)
+        << dead_run.output;
   }
 }
 
