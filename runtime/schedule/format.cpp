@@ -48,12 +48,12 @@ std::string format_worker_schedule(const Schedule& schedule, int rank, int64_t l
   os << "# worker " << rank << ": stage " << s << " of " << schedule.stages() << ", replica "
      << schedule.replica_of(rank) << " of " << schedule.replicas(s) << "\n"
      << "# schedule " << to_string(opt.kind);
-  if (flush)
-    os << ", " << opt.minibatches << " batches of " << opt.microbatches << " microbatches";
   if (schedule.chunks() > 1) {
     os << ", " << schedule.chunks() << " virtual stages per worker: stages";
     for (int c = 0; c < schedule.chunks(); ++c) os << " " << schedule.stage_of(rank, c);
   }
+  if (flush)
+    os << ", " << opt.minibatches << " batches of " << opt.microbatches << " microbatches";
   else
     os << ", weights " << to_string(opt.policy) << ", " << opt.minibatches << " minibatches, NOAM "
        << schedule.noam();
