@@ -14,12 +14,13 @@
 #include "core/text.h"
 #include "planner/planner.h"
 #include "runtime/simulator/plan_search.h"
+#include "runtime/simulator/schedule_search.h"
 
 namespace pd::cli {
 namespace {
 
 struct PlanArgs {
-  std::string profile, topology, output, cost_model = "paper", memory;
+  std::string profile, topology, output, cost_model = "paper", memory, schedule = "1f1b-rr";
   int workers = -1;
   double bandwidth = -1;
   bool straight = false, fewer = false, closed_form = false;
@@ -98,6 +99,42 @@ void print_summary(const Plan& plan, const Topology& topology) {
               baseline_text("data parallelism", plan.data_parallel_s, plan.speedup_vs_data_parallel).c_str());
 }
 
+// --schedule auto: every family's best side by side, the fastest that fits
+// chosen; its plan is the one written.
+Plan choose_schedule(const Profile& profile, const Topology& topology, const PlannerOptions& options) {
+  const ScheduleSearch search = search_schedules(profile, topology, options);
+  std::printf("schedule families (each its best plan and microbatch count, replayed; memory: the fullest worker):\n");
+  std::printf("  %-18s %-22s %12s %14s %12s\n", "family", "config", "microbatches", "samples/s", "memory");
+  for (size_t i = 0; i < search.families.size(); ++i) {
+    const ScheduleCandidate& c = search.families[i];
+    const bool chosen = static_cast<int>(i) == search.chosen;
+    if (!c.fits && c.plan.stages.empty()) {
+      std::printf("  %-18s not considered: %s\n", c.family.c_str(), c.note.c_str());
+      continue;
+    }
+    const std::string micro = c.schedule.kind == ScheduleKind::OneFOneBRoundRobin ? "-" : std::to_string(c.schedule.microbatches);
+    std::printf("  %-18s %-22s %12s %14.1f %12s%s\n", c.family.c_str(), c.plan.config.c_str(), micro.c_str(),
+                c.samples_per_s, bytes_text(c.peak_memory_bytes).c_str(),
+                chosen ? "  <- chosen" : c.fits ? "" : "  does not fit");
+  }
+  if (search.chosen < 0) throw UserError("no schedule family fits the memory limit: raise --memory or add workers");
+  const ScheduleCandidate& c = search.families[static_cast<size_t>(search.chosen)];
+  Plan plan = c.plan;
+  plan.schedule = c.family;
+  plan.throughput_samples_per_s = c.samples_per_s;
+  if (c.schedule.kind != ScheduleKind::OneFOneBRoundRobin) {
+    plan.time_per_minibatch_s = c.samples_per_s > 0 ? plan.profile.batch_size / c.samples_per_s : 0;
+    plan.predicted_by = "replay";
+    const std::string flags = cat("--schedule ", c.family, " --microbatches ", c.schedule.microbatches,
+                                  c.schedule.virtual_stages > 1 ? cat(" --virtual-stages ", c.schedule.virtual_stages)
+                                                                : std::string());
+    std::printf("run it with %s (a microbatch is the profile's minibatch / %d); `simulate %s --minibatches %lld` "
+                "replays this prediction\n",
+                flags.c_str(), c.schedule.microbatches, flags.c_str(), static_cast<long long>(c.schedule.minibatches));
+  }
+  return plan;
+}
+
 void run_plan(const PlanArgs& a) {
   check_output_file("-o", a.output);
   Topology topology;
@@ -120,7 +157,12 @@ void run_plan(const PlanArgs& a) {
   options.max_antichain_states = a.max_states;
   Profile profile = read_profile(a.profile);
   Plan plan;
-  if (a.closed_form) {
+  if (a.schedule == "auto") {
+    if (a.closed_form) throw UserError("--schedule auto replays every candidate: drop --closed-form");
+    plan = choose_schedule(profile, topology, options);
+  } else if (a.schedule != "1f1b-rr") {
+    throw UserError(cat("--schedule must be 1f1b-rr (default) or auto, got '", a.schedule, "'"));
+  } else if (a.closed_form) {
     plan = plan_pipeline(profile, topology, options);
   } else {
     PlanSearch search = search_plan(profile, topology, options);
@@ -172,6 +214,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--topology", args->topology, "topology JSON (levels innermost first)");
   cmd->add_option("--cost-model", args->cost_model, "paper (default) or pipedream (the released optimizer)");
   cmd->add_flag("--straight", args->straight, "no replication: one worker per stage");
+  cmd->add_option("--schedule", args->schedule,
+                  "1f1b-rr (default: the planner's pipeline with replication) | auto (the best of 1f1b-rr, 2bw, "
+                  "1f1b-flush, interleaved-1f1b and zb-h1 with the microbatch count, under --memory)");
   cmd->add_option("--memory", args->memory, "memory per worker (4000000000, 16GB, 16GiB)");
   cmd->add_flag("--fewer-workers", args->fewer, "allow plans that leave workers idle");
   cmd->add_option("--activation-compression-ratio", args->compression, "PipeDream's activation compression ratio");

@@ -26,6 +26,7 @@
 #include "runtime/reference.h"
 #include "runtime/run_report.h"
 #include "runtime/schedule/check.h"
+#include "runtime/schedule/schedule_file.h"
 #include "runtime/trainer.h"
 
 namespace pd::cli {
@@ -36,8 +37,8 @@ struct RunArgs {
   std::string plan, plan_out = "plan-auto.json", model, spec_file, model_options, data = "fashion-mnist", data_dir;
   int workers = 0;
   int64_t epochs = 0, minibatches = 0, batch = 64;
-  std::string schedule, weights = "stash";
-  int microbatches = 0;
+  std::string schedule, weights = "stash", schedule_file;
+  int microbatches = 0, virtual_stages = 1;
   OptimizerConfig optimizer;
   LrSchedule lr;
   std::string lr_schedule = "constant";
@@ -95,24 +96,54 @@ std::vector<std::string> with_plan_file(const std::vector<std::string>& args, co
 RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   RunSpec s;
   s.plan = plan;
-  s.schedule.kind = parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule);
-  s.schedule.policy = parse_weight_policy(a.weights);
+  ScheduleFile file;
+  if (!a.schedule_file.empty()) {
+    // Checked now, in every process: a rejected file exits 2 naming its
+    // first bad action before any worker starts.
+    file = read_schedule_file(a.schedule_file);
+    checked_schedule(plan, file, a.schedule_file);
+    if (!a.checkpoint_dir.empty() || !a.resume.empty())
+      throw UserError("--schedule-file runs its lists as one segment: it does not checkpoint or resume");
+    if (!a.schedule.empty() || a.microbatches != 0 || a.virtual_stages != 1 || a.weights != "stash")
+      throw UserError("--schedule-file sets the schedule, weights, microbatches and virtual stages: drop "
+                      "--schedule, --weights, --microbatches and --virtual-stages");
+  }
+  s.schedule.kind = a.schedule_file.empty() ? parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule)
+                                            : file.options.kind;
+  s.schedule.policy = a.schedule_file.empty() ? parse_weight_policy(a.weights) : file.options.policy;
   const bool flush = is_flush(s.schedule.kind);
   if (flush && s.schedule.policy != WeightPolicy::Stash)
     throw UserError(cat("--weights ", a.weights, " applies to 1f1b-rr only; ", to_string(s.schedule.kind),
                         " always uses one weight version per batch"));
   if (!flush && a.microbatches > 1)
-    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush), not 1f1b-rr");
+    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b), "
+                    "not 1f1b-rr");
   if (a.microbatches < 0) throw UserError(cat("--microbatches must be >= 1, got ", a.microbatches));
-  s.schedule.microbatches = flush ? (a.microbatches > 0 ? a.microbatches : plan.workers()) : 1;
+  s.schedule.virtual_stages = a.schedule_file.empty() ? a.virtual_stages : file.options.virtual_stages;
+  const int workers = plan.workers() / std::max(1, s.schedule.virtual_stages);
+  s.schedule.microbatches = flush ? (a.microbatches > 0 ? a.microbatches : workers) : 1;
+  if (s.schedule.kind == ScheduleKind::TwoBW && (!a.checkpoint_dir.empty() || !a.resume.empty()))
+    // The pipeline drains at a checkpoint and would restart the version delay.
+    throw UserError("2bw runs do not checkpoint or resume yet");
+  if (s.schedule.kind == ScheduleKind::Interleaved1F1B) {
+    // A rank runs several stages: what is per rank today (checkpoint files,
+    // the pipeline's test-set evaluation) does not handle that yet.
+    if (a.evaluate) throw UserError("interleaved-1f1b runs do not evaluate through the pipeline yet: pass --no-eval");
+    if (!a.checkpoint_dir.empty() || !a.resume.empty())
+      throw UserError("interleaved-1f1b runs do not checkpoint or resume yet");
+  }
   if (a.batch <= 0) throw UserError(cat("--batch must be positive, got ", a.batch));
   s.batch = a.batch;
-  if ((a.epochs > 0) == (a.minibatches > 0))
+  if (!a.schedule_file.empty()) {
+    s.schedule = file.options;  // schedule, weights, microbatches, steps
+    s.schedule_lists = std::make_shared<const std::vector<std::vector<Action>>>(std::move(file.lists));
+  } else if ((a.epochs > 0) == (a.minibatches > 0)) {
     throw UserError("give exactly one of --epochs N and --minibatches K (both positive)");
+  }
   const int64_t per_epoch = s.steps_per_epoch(train_size);
   if (per_epoch == 0)
     throw UserError(cat("a step takes ", s.samples_per_step(), " samples, more than the training set's ", train_size));
-  s.schedule.minibatches = a.epochs > 0 ? a.epochs * per_epoch : a.minibatches;
+  if (!s.schedule_lists) s.schedule.minibatches = a.epochs > 0 ? a.epochs * per_epoch : a.minibatches;
   s.seed = a.seed;
   s.optimizer = a.optimizer;
   s.lr = a.lr;
@@ -158,8 +189,9 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   // The schedule refuses what it cannot run; its invariants are checked on
   // a short run of the same shape (the lists are periodic).
   const Schedule full(plan, s.schedule);
+  if (s.schedule_lists) return s;  // checked_schedule checked the file's lists
   ScheduleOptions shortened = s.schedule;
-  shortened.minibatches = std::min<int64_t>(s.steps(), flush ? 3 : 4 * plan.workers() + 8);
+  shortened.minibatches = std::min<int64_t>(s.steps(), flush ? 3 : 4 * full.workers() + 8);
   const Schedule check(plan, shortened);
   require_valid_schedule(check, build_schedule(plan, shortened));
   return s;
@@ -281,12 +313,13 @@ void run_command(const RunArgs& a) {
     plan = read_plan(a.plan);
   }
   check_plan_fits_model(plan, model, plan_path);
-  const int R = plan.workers();
-  const bool under_mpi = launched_under_mpi();
-  if (under_mpi && !a.reference) require_world_size(R, launcher_world_size());
   DataSplits data = open_dataset(a.data, a.data_dir, model);
   RunArgs args = a;
   RunSpec spec = make_spec(args, plan, data.train->size());
+  // Processes: one per worker (interleaved-1f1b: a worker runs v stages).
+  const int R = Schedule(spec.plan, spec.schedule).workers();
+  const bool under_mpi = launched_under_mpi();
+  if (under_mpi && !a.reference) require_world_size(R, launcher_world_size());
 
   if (a.reference) {
     print_plan(plan, model);
@@ -338,9 +371,20 @@ void add_run_command(CLI::App& app) {
   auto* mb = cmd->add_option("--minibatches", a->minibatches, "Optimizer steps (flush schedules: batches)");
   ep->excludes(mb);
   cmd->add_option("--batch", a->batch, "Minibatch size (flush schedules: microbatch size)")->capture_default_str();
-  cmd->add_option("--schedule", a->schedule, "1f1b-rr | 1f1b-flush | gpipe (default: the plan's)");
+  cmd->add_option("--schedule", a->schedule,
+                  "1f1b-rr | 1f1b-flush | gpipe | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
+  cmd->add_option("--virtual-stages", a->virtual_stages,
+                  "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)")
+      ->check(CLI::Range(1, 255));
   cmd->add_option("--weights", a->weights, "1f1b-rr weight policy: stash | vertical | none")->capture_default_str();
   cmd->add_option("--microbatches", a->microbatches, "Flush schedules: microbatches per optimizer step (default: workers)");
+  cmd->add_option("--schedule-file", a->schedule_file,
+                  "run this schedule (JSON or CSV from `pipedream schedule --format`, possibly edited) once the "
+                  "checker accepts it (a rejected one exits 2 naming its first bad action); it sets the schedule, "
+                  "weights, microbatches and steps")
+      ->check(CLI::ExistingFile)
+      ->excludes(ep)
+      ->excludes(mb);
   cmd->add_option("--optimizer", a->optimizer.kind, "sgd | adam | adamw")->capture_default_str();
   cmd->add_option("--lr", a->optimizer.lr, "Learning rate (default: sgd 0.01, adam/adamw 0.001)");
   cmd->add_option("--momentum", a->optimizer.momentum, "SGD momentum (default 0.9)");

@@ -21,7 +21,7 @@ struct ScheduleArgs {
   std::string plan, schedule, weights = "stash", format, output;
   int worker = -1;
   int64_t minibatches = 0, limit = 0;
-  int microbatches = 0;
+  int microbatches = 0, virtual_stages = 1;
   bool check = false;
 };
 
@@ -39,6 +39,7 @@ void run_schedule(const ScheduleArgs& a) {
   ScheduleOptions o;
   o.kind = parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule);
   o.policy = parse_weight_policy(a.weights);
+  o.virtual_stages = a.virtual_stages;
   int workers = 0;
   for (const auto& s : plan.stages) workers += s.replicas;
   // Enough minibatches to show warm-up, steady state and drain.
@@ -46,7 +47,7 @@ void run_schedule(const ScheduleArgs& a) {
   if (is_flush(o.kind))
     o.microbatches = a.microbatches == 0 ? 4 : a.microbatches;
   else if (a.microbatches > 1)
-    throw UserError("--microbatches applies to --schedule gpipe or 1f1b-flush only");
+    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b) and 2bw only");
   Schedule schedule(plan, o);
   if (!a.format.empty()) {
     write_all_workers(schedule, a);
@@ -80,12 +81,16 @@ void add_schedule_command(CLI::App& app) {
                      ->check(CLI::IsMember({"json", "csv"}))
                      ->excludes(worker);
   cmd->add_option("-o,--output", args->output, "with --format: write to this file instead of stdout")->needs(format);
-  cmd->add_option("--schedule", args->schedule, "1f1b-rr | gpipe | 1f1b-flush (default: the plan's)");
+  cmd->add_option("--schedule", args->schedule,
+                  "1f1b-rr | gpipe | 1f1b-flush | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
+  cmd->add_option("--virtual-stages", args->virtual_stages,
+                  "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)")
+      ->check(CLI::Range(1, 255));
   cmd->add_option("--weights", args->weights, "1f1b-rr weight policy: stash (default) | vertical | none");
   cmd->add_option("--minibatches", args->minibatches,
                   "minibatches (batches for flush schedules); default 2 x workers + 2 (flush: 2)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--microbatches", args->microbatches, "microbatches per batch for gpipe/1f1b-flush (default 4)")
+  cmd->add_option("--microbatches", args->microbatches, "microbatches per batch for the flush schedules (default 4)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--limit", args->limit, "print at most this many actions")
       ->check(CLI::PositiveNumber)

@@ -25,20 +25,21 @@ namespace {
 struct SimulateArgs {
   std::string plan, profile, schedule, weights = "stash", trace, schedule_file, svg;
   int64_t minibatches = 0, svg_minibatches = 0;  // minibatches 0: replay_minibatches(plan)
-  int microbatches = 0, batch_size = 0;
+  int microbatches = 0, batch_size = 0, virtual_stages = 1;
+  double weight_gradient_share = 0.5;
   bool json = false, realistic_latency = false;
 };
 
-ScheduleOptions schedule_options(const Plan& plan, const std::string& schedule, const std::string& weights,
-                                 int64_t minibatches, int microbatches) {
+ScheduleOptions schedule_options(const Plan& plan, const SimulateArgs& a, int64_t minibatches) {
   ScheduleOptions o;
-  o.kind = parse_schedule_kind(schedule.empty() ? plan.schedule : schedule);
-  o.policy = parse_weight_policy(weights);
+  o.kind = parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule);
+  o.policy = parse_weight_policy(a.weights);
   o.minibatches = minibatches;
+  o.virtual_stages = a.virtual_stages;
   if (is_flush(o.kind))
-    o.microbatches = microbatches == 0 ? 4 : microbatches;
-  else if (microbatches > 1)
-    throw UserError("--microbatches applies to --schedule gpipe or 1f1b-flush only");
+    o.microbatches = a.microbatches == 0 ? 4 : a.microbatches;
+  else if (a.microbatches > 1)
+    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b) and 2bw only");
   return o;
 }
 
@@ -76,9 +77,11 @@ void write_svg(const SimulateArgs& a, const Plan& plan, const ScheduleOptions& o
                const std::vector<TraceEvent>& events) {
   TimelineSvgOptions svg;
   svg.flush = is_flush(o.kind);
+  svg.virtual_stages = o.virtual_stages;
   svg.minibatches = a.svg_minibatches > 0 ? a.svg_minibatches : (svg.flush ? 2 : 2 * workers_of(plan) + 2);
   svg.minibatches = std::min(svg.minibatches, o.minibatches);
   svg.title = cat(to_string(o.kind), o.kind == ScheduleKind::OneFOneBRoundRobin ? " (" + to_string(o.policy) + ")" : "",
+                  o.virtual_stages > 1 ? cat(" (", o.virtual_stages, " virtual stages per worker)") : std::string(),
                   ", plan ", plan.config.empty() ? std::string("?") : plan.config, ", first ", svg.minibatches,
                   svg.flush ? cat(" batches of ", o.microbatches, " microbatches") : std::string(" minibatches"),
                   a.schedule_file.empty() ? "" : ", from " + a.schedule_file);
@@ -93,8 +96,7 @@ void run_simulate(const SimulateArgs& a) {
   SimulationOptions opt;
   ScheduleFile file;
   if (a.schedule_file.empty()) {
-    opt.schedule = schedule_options(plan, a.schedule, a.weights,
-                                    a.minibatches > 0 ? a.minibatches : replay_minibatches(plan), a.microbatches);
+    opt.schedule = schedule_options(plan, a, a.minibatches > 0 ? a.minibatches : replay_minibatches(plan));
   } else {
     // The file's own options describe its lists; the checker must accept
     // them before the replay, which assumes they cannot deadlock.
@@ -104,6 +106,7 @@ void run_simulate(const SimulateArgs& a) {
     opt.actions = &file.lists;
   }
   opt.realistic_latency = a.realistic_latency;
+  opt.weight_gradient_share = a.weight_gradient_share;
   if (!a.profile.empty()) {
     const Profile profile = read_profile(a.profile);
     check_profile_matches_plan(plan, profile);
@@ -114,7 +117,7 @@ void run_simulate(const SimulateArgs& a) {
   SimulationReport rep = simulate(plan, opt, &events);
   if (!a.trace.empty()) {
     std::ostringstream out;
-    write_chrome_trace(out, plan, events, is_flush(opt.schedule.kind));
+    write_chrome_trace(out, plan, events, is_flush(opt.schedule.kind), opt.schedule.virtual_stages);
     write_file_atomically(a.trace, out.str());
   }
   if (!a.svg.empty()) write_svg(a, plan, opt.schedule, events);
@@ -148,10 +151,19 @@ void add_simulate_command(CLI::App& app) {
   auto* minibatches = cmd->add_option("--minibatches", args->minibatches,
                                       "minibatches to replay (batches for gpipe/1f1b-flush); default 1000, or 8 per replica of the widest stage")
                           ->check(CLI::PositiveNumber);
-  auto* schedule = cmd->add_option("--schedule", args->schedule, "1f1b-rr | gpipe | 1f1b-flush (default: the plan's)");
+  auto* schedule = cmd->add_option("--schedule", args->schedule,
+                                   "1f1b-rr | gpipe | 1f1b-flush | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
+  auto* virtual_stages =
+      cmd->add_option("--virtual-stages", args->virtual_stages,
+                      "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)")
+          ->check(CLI::Range(1, 255));
+  cmd->add_option("--weight-grad-share", args->weight_gradient_share,
+                  "zb-h1: the fraction of a stage's backward time its W (weight gradient) takes; B the rest "
+                  "(default 0.5: dX and dW are products of the same size)")
+      ->check(CLI::Range(0.0, 0.99));
   auto* weights = cmd->add_option("--weights", args->weights, "1f1b-rr weight policy: stash (default) | vertical | none");
   auto* microbatches = cmd->add_option("--microbatches", args->microbatches,
-                                       "microbatches per batch for gpipe/1f1b-flush (default 4)")
+                                       "microbatches per batch for the flush schedules (default 4)")
                            ->check(CLI::PositiveNumber);
   cmd->add_option("--schedule-file", args->schedule_file,
                   "replay this schedule (JSON or CSV from `pipedream schedule --format`, possibly edited) after "
@@ -160,6 +172,7 @@ void add_simulate_command(CLI::App& app) {
       ->excludes(minibatches)
       ->excludes(schedule)
       ->excludes(weights)
+      ->excludes(virtual_stages)
       ->excludes(microbatches);
   cmd->add_option("--svg", args->svg,
                   "draw the pipeline timeline (one row per worker, F/B/all-reduce/idle) as an SVG picture");

@@ -28,10 +28,11 @@ double steady_seconds() {
 }  // namespace
 
 StageExecutor::StageExecutor(const Schedule& schedule, int rank, StageState& state, const StageTraining& training,
-                             Transport& transport, ExecutorObserver* observer)
+                             Transport& transport, ExecutorObserver* observer, int chunk)
     : schedule_(schedule),
       rank_(rank),
-      stage_(schedule.stage_of(rank)),
+      chunk_(chunk),
+      stage_(schedule.stage_of(rank, chunk)),
       replica_(schedule.replica_of(rank)),
       replicas_(schedule.replicas(schedule.stage_of(rank))),
       first_stage_(stage_ == 0),
@@ -61,6 +62,40 @@ StageExecutor::StageExecutor(const Schedule& schedule, int rank, StageState& sta
   }
 }
 
+bool StageExecutor::mine(const Action& a) const {
+  return schedule_.chunks() == 1 || a.chunk == chunk_ || a.kind == ActionKind::OptimizerStep ||
+         a.kind == ActionKind::AllReduce;
+}
+
+bool run_chunks(const Schedule& schedule, int rank, const std::vector<StageExecutor*>& chunks,
+                bool (*should_stop)()) {
+  PD_CHECK(static_cast<int>(chunks.size()) == schedule.chunks(), "rank ", rank, " has ", chunks.size(),
+           " executors for ", schedule.chunks(), " chunks");
+  // Each executor's next action is the rank's next one of its chunk, so
+  // stepping them in the rank's order executes exactly the rank's list.
+  auto advance = [&](StageExecutor& ex) {
+    for (;;) {
+      switch (ex.step()) {
+        case StageExecutor::Progress::Executed: return;
+        case StageExecutor::Progress::Blocked: ex.wait_until_ready(); break;
+        case StageExecutor::Progress::Done: PD_CHECK(false, "rank ", rank, ": a chunk ran out of actions early");
+      }
+    }
+  };
+  ActionCursor all = schedule.cursor(rank);
+  Action a;
+  while (all.next(a)) {
+    if (should_stop && should_stop()) return false;
+    if (a.kind == ActionKind::OptimizerStep || a.kind == ActionKind::AllReduce) {
+      for (StageExecutor* ex : chunks) advance(*ex);
+    } else {
+      advance(*chunks.at(static_cast<size_t>(a.chunk)));
+    }
+  }
+  for (StageExecutor* ex : chunks) PD_CHECK(ex->step() == StageExecutor::Progress::Done, "rank ", rank, ": a chunk has actions left");
+  return true;
+}
+
 double StageExecutor::now() const { return steady_seconds() - clock_zero_; }
 
 void StageExecutor::record(const char* name, int64_t item, double start) {
@@ -77,6 +112,7 @@ void StageExecutor::fill_window() {
       cursor_done_ = true;
       break;
     }
+    if (!mine(a)) continue;
     if (a.is_recv())
       recvs_[{a.kind == ActionKind::RecvGradient, item_key(a)}] = transport_.irecv_any(a.peer, wire_tag(a.tag));
     window_.push_back(a);
@@ -157,6 +193,7 @@ void StageExecutor::execute(const Action& a) {
     }
     case ActionKind::Forward: forward(a); break;
     case ActionKind::Backward: backward(a); break;
+    case ActionKind::BackwardWeight: backward_weight(a); break;
     case ActionKind::SendActivation: {
       Pending& p = pending_.at(key);
       sends_.push_back(transport_.isend(p.output, a.peer, wire_tag(a.tag), p.meta));
@@ -167,7 +204,8 @@ void StageExecutor::execute(const Action& a) {
       auto it = pending_.find(key);
       PD_CHECK(it != pending_.end() && it->second.grad_out.defined(), "no gradient to send for item ", key);
       sends_.push_back(transport_.isend(it->second.grad_out, a.peer, wire_tag(a.tag), a.minibatch));
-      pending_.erase(it);
+      it->second.grad_out = Tensor{};
+      if (!it->second.awaiting_w) pending_.erase(it);
       break;
     }
     case ActionKind::AllReduce: all_reduce(a); break;
@@ -267,17 +305,44 @@ void StageExecutor::backward(const Action& a) {
     }
     p.ctx.clear();
     dx = g;
+  } else if (splits_backward(schedule_.options().kind)) {
+    // zb-h1: the input gradient now, the weight gradient at W (ctx keeps
+    // what it needs; layers that do not split add theirs here).
+    dx = backward_input_layers(m, w, grads_, state_.first_layer, state_.last_layer, p.grad_in, info, p.ctx,
+                               !first_stage_);
+    p.awaiting_w = true;
   } else {
     dx = backward_layers(m, w, grads_, state_.first_layer, state_.last_layer, p.grad_in, info, p.ctx, !first_stage_);
   }
   p.grad_in = Tensor{};
+  if (p.pinned && !p.awaiting_w) {
+    versions_.unpin(p.version);
+    versions_.release(oldest_needed());
+  }
+  if (first_stage_ && !p.awaiting_w) pending_.erase(key);
+  else if (!first_stage_) p.grad_out = std::move(dx);
+  record("B", key, t0);
+}
+
+void StageExecutor::backward_weight(const Action& a) {
+  const double t0 = now();
+  const int64_t key = item_key(a);
+  auto it = pending_.find(key);
+  PD_CHECK(it != pending_.end() && it->second.awaiting_w, "W of item ", key, " without its B");
+  Pending& p = it->second;
+  PD_CHECK(a.weight_version == p.version, "W of item ", key, " on version ", a.weight_version, " but its forward used ",
+           p.version);
+  const uint64_t id = static_cast<uint64_t>(global_step(a) * schedule_.items_per_batch() + a.microbatch);
+  StepInfo info{.training = true, .seed = training_.seed, .layer_index = 0, .minibatch_id = id};
+  backward_weights_layers(*training_.model, versions_.get(a.weight_version), grads_, state_.first_layer,
+                          state_.last_layer, info, p.ctx);
+  p.awaiting_w = false;
   if (p.pinned) {
     versions_.unpin(p.version);
     versions_.release(oldest_needed());
   }
-  if (first_stage_) pending_.erase(key);
-  else p.grad_out = std::move(dx);
-  record("B", key, t0);
+  if (!p.grad_out.defined()) pending_.erase(it);  // its gradient is sent (or the first stage sends none)
+  record("W", key, t0);
 }
 
 void StageExecutor::all_reduce(const Action& a) {
@@ -288,6 +353,11 @@ void StageExecutor::all_reduce(const Action& a) {
 
 int64_t StageExecutor::oldest_needed() const {
   const ScheduleOptions& o = schedule_.options();
+  if (o.kind == ScheduleKind::TwoBW) {
+    // The version the next forward uses: its batch's predecessor's.
+    const int64_t per_batch = (o.microbatches - replica_ + replicas_ - 1) / replicas_;
+    return two_bw_version(forwards_done_ / per_batch);
+  }
   if (!is_flush(o.kind) && o.policy == WeightPolicy::Vertical) {
     const int64_t next = replica_ + forwards_done_ * replicas_;
     if (next < o.minibatches) return schedule_.vertical_version(stage_, next);

@@ -76,7 +76,7 @@ class ExecutorObserver {
 
 // One timed interval of the run, for the Chrome trace and busy fractions.
 struct ActionSpan {
-  const char* name;   // "F", "B", "step", "allreduce", "wait", "eval"
+  const char* name;   // "F", "B", "W", "step", "allreduce", "wait", "eval"
   int64_t item = -1;  // minibatch (flush: batch * M + microbatch), -1 if none
   double start_s = 0, end_s = 0;  // seconds on the run clock
 };
@@ -93,8 +93,11 @@ class StageExecutor {
  public:
   enum class Progress { Executed, Blocked, Done };
 
+  // `chunk`: interleaved-1f1b, which of the rank's stages this executor
+  // runs (stage rank + chunk * workers); it follows the actions of that
+  // chunk and every optimizer step. run_chunks() drives a rank's executors.
   StageExecutor(const Schedule& schedule, int rank, StageState& state, const StageTraining& training,
-                Transport& transport, ExecutorObserver* observer = nullptr);
+                Transport& transport, ExecutorObserver* observer = nullptr, int chunk = 0);
 
   void set_evaluation(const StageEvaluation& e) { eval_ = e; }
   // Records TraceEvents (times relative to `clock_zero`, a steady_clock time in s).
@@ -125,6 +128,7 @@ class StageExecutor {
     int64_t version = -1;
     bool pinned = false;
     int64_t meta = 0;    // version tag carried with the activation
+    bool awaiting_w = false;  // zb-h1: B ran, ctx is kept for W
   };
 
   void fill_window();
@@ -132,6 +136,7 @@ class StageExecutor {
   void execute(const Action& a);
   void forward(const Action& a);
   void backward(const Action& a);
+  void backward_weight(const Action& a);
   void all_reduce(const Action& a);
   void optimizer_step(const Action& a);
   bool round_completes_after(size_t window_index) const;
@@ -147,8 +152,9 @@ class StageExecutor {
   double now() const;
   void record(const char* name, int64_t item, double start);
 
+  bool mine(const Action& a) const;
   const Schedule& schedule_;
-  const int rank_, stage_, replica_, replicas_;
+  const int rank_, chunk_, stage_, replica_, replicas_;
   const bool first_stage_, last_stage_;
   StageState& state_;
   StageTraining training_;
@@ -176,6 +182,12 @@ class StageExecutor {
   std::vector<std::pair<int64_t, int64_t>> forward_versions_;
   ExecutorStats stats_;
 };
+
+// interleaved-1f1b: runs one rank's executors (one per chunk, in chunk
+// order) through the rank's whole action list, each action by the executor
+// of its chunk and every optimizer step by all; `should_stop` as in run().
+bool run_chunks(const Schedule& schedule, int rank, const std::vector<StageExecutor*>& chunks,
+                bool (*should_stop)() = nullptr);
 
 // Tags above the schedule's: evaluation chunks and end-of-run gathers.
 inline int eval_tag(const Transport& t) { return t.max_tag(); }

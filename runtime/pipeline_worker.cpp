@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 
 #include "core/cpu/gemm.h"
@@ -61,12 +62,30 @@ struct WorkerRole {
   bool reporter = false;  // the last stage's first replica: gathers and prints the results
 };
 
-WorkerRole role_of(const Plan& plan, int rank) {
+// The rank holding the last stage: it gathers and prints the results.
+int reporter_rank(const RunSpec& spec) {
+  const int v = spec.schedule.virtual_stages;
+  if (v > 1) return (static_cast<int>(spec.plan.stages.size()) - 1) % (spec.plan.workers() / v);
+  return spec.plan.stages.back().ranks.front();
+}
+
+// The plan stages a rank runs: its stage, or interleaved-1f1b's chunks
+// (stage rank + c * workers).
+std::vector<const PlanStage*> stages_of(const RunSpec& spec, int rank) {
+  const int v = spec.schedule.virtual_stages;
+  if (v == 1) return {&spec.plan.stages[static_cast<size_t>(spec.plan.stage_of_rank(rank))]};
+  const int workers = spec.plan.workers() / v;
+  std::vector<const PlanStage*> out;
+  for (int c = 0; c < v; ++c) out.push_back(&spec.plan.stages[static_cast<size_t>(rank + c * workers)]);
+  return out;
+}
+
+WorkerRole role_of(const RunSpec& spec, int rank) {
   WorkerRole r;
   r.rank = rank;
-  r.stage = &plan.stages[static_cast<size_t>(plan.stage_of_rank(rank))];
-  r.leader = r.stage->ranks.front() == rank;
-  r.reporter = plan.stages.back().ranks.front() == rank;
+  r.stage = stages_of(spec, rank).front();
+  r.leader = spec.schedule.virtual_stages > 1 || r.stage->ranks.front() == rank;
+  r.reporter = reporter_rank(spec) == rank;
   return r;
 }
 
@@ -175,8 +194,8 @@ struct TrainingOutcome {
 };
 
 TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const DataSplits& data,
-                               const WorkerRole& role, StageState& state, StageTraining& training, int64_t start_step,
-                               RunReporter& report, ProgressBar& bar, Transport& t) {
+                               const WorkerRole& role, std::vector<StageState>& states, StageTraining& training,
+                               int64_t start_step, RunReporter& report, ProgressBar& bar, Transport& t) {
   ExecutorObserver* observer = role.reporter ? &report : nullptr;
   const std::vector<int64_t> eval_points = evaluation_points(spec, data.train->size());
   const int64_t common = replica_count_lcm(spec);
@@ -186,8 +205,33 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
   for (const Segment& seg : run_segments(spec, start_step)) {
     ScheduleOptions o = spec.schedule;
     o.minibatches = seg.end - seg.first;
-    const Schedule schedule(spec.plan, o);
+    Schedule schedule(spec.plan, o);
+    if (spec.schedule_lists) schedule.use_lists(spec.schedule_lists.get());  // one segment: the whole run
     training.first_item = seg.first;
+    if (states.size() > 1) {
+      // interleaved-1f1b: one executor per chunk, driven in the rank's order.
+      std::vector<std::unique_ptr<StageExecutor>> chunks;
+      std::vector<StageExecutor*> drive;
+      const bool last_rank = role.reporter;
+      for (size_t c = 0; c < states.size(); ++c) {
+        const bool last_stage = last_rank && c + 1 == states.size();
+        chunks.push_back(std::make_unique<StageExecutor>(schedule, role.rank, states[c], training, t,
+                                                         last_stage ? observer : nullptr, static_cast<int>(c)));
+        if (!spec.trace.empty()) chunks.back()->enable_trace(zero);
+        drive.push_back(chunks.back().get());
+      }
+      report.set_segment_start(seg.first);
+      if (!run_chunks(schedule, role.rank, drive, &Transport::stop_requested)) {
+        bar.finish();
+        abort_interrupted(spec, seg, t);
+      }
+      for (StageExecutor* ex : drive) {
+        add_stats(out.total, ex->stats());
+        out.events.insert(out.events.end(), ex->trace().begin(), ex->trace().end());
+      }
+      continue;  // interleaved runs do not checkpoint (refused by `run`)
+    }
+    StageState& state = states.front();
     StageExecutor ex(schedule, role.rank, state, training, t, observer);
     const StageEvaluation ev = evaluation_in(seg, eval_points, common, spec, data);
     if (ev.test && !ev.at_versions.empty()) ex.set_evaluation(ev);
@@ -208,10 +252,12 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
 
 // Not the reporter: stats, trace and weights go to the reporter.
 void send_results(const RunSpec& spec, const WorkerRole& role, const nlohmann::json& mine,
-                  const std::vector<ActionSpan>& events, const StageState& state, Transport& t, int reporter) {
+                  const std::vector<ActionSpan>& events, const std::vector<StageState>& states, Transport& t,
+                  int reporter) {
   send_text(t, reporter, mine.dump());
   if (!spec.trace.empty()) send_text(t, reporter, trace_events_json(events).dump());
-  if (!spec.save.empty() && role.leader) send_named_tensors(t, reporter, state.weights.named_tensors());
+  if (!spec.save.empty() && role.leader)
+    for (const StageState& state : states) send_named_tensors(t, reporter, state.weights.named_tensors());
 }
 
 // The reporter: every rank's stats line (and trace), in rank order.
@@ -237,12 +283,15 @@ GatheredResults gather_results(const RunSpec& spec, const WorkerRole& role, cons
 }
 
 // The reporter: every stage's weights, from their leaders, in one file.
-void save_merged_weights(const RunSpec& spec, const Model& model, const WorkerRole& role, const StageState& state,
-                         Transport& t) {
+void save_merged_weights(const RunSpec& spec, const Model& model, const WorkerRole& role,
+                         const std::vector<StageState>& states, Transport& t) {
   NamedTensors all;
+  const int v = spec.schedule.virtual_stages, workers = spec.plan.workers() / v;
   for (const PlanStage& s : spec.plan.stages) {
-    NamedTensors part = s.ranks.front() == role.rank ? state.weights.named_tensors()
-                                                     : recv_named_tensors(t, s.ranks.front());
+    // Stages in order: a rank's chunks arrive in the order it sends them.
+    const int holder = v > 1 ? s.index % workers : s.ranks.front();
+    NamedTensors part = holder == role.rank ? states[static_cast<size_t>(v > 1 ? s.index / workers : 0)].weights.named_tensors()
+                                            : recv_named_tensors(t, holder);
     all.insert(all.end(), part.begin(), part.end());
   }
   save_safetensors(spec.save, all,
@@ -251,7 +300,7 @@ void save_merged_weights(const RunSpec& spec, const Model& model, const WorkerRo
 
 void write_trace(const RunSpec& spec, const GatheredResults& g, Transport& t) {
   std::vector<int> stage_of(g.per_rank.size());
-  for (int r = 0; r < t.world_size(); ++r) stage_of[r] = spec.plan.stage_of_rank(r);
+  for (int r = 0; r < t.world_size(); ++r) stage_of[r] = stages_of(spec, r).front()->index;
   write_chrome_trace(spec.trace, g.traces, stage_of);
 }
 
@@ -319,17 +368,19 @@ void print_output_files(const RunSpec& spec) {
 }  // namespace
 
 WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const DataSplits& data, Transport& t) {
-  const WorkerRole role = role_of(spec.plan, t.rank());
-  const int reporter = spec.plan.stages.back().ranks.front();
+  const WorkerRole role = role_of(spec, t.rank());
+  const int reporter = reporter_rank(spec);
   // What the plan's memory counts excludes the data set, loaded already.
   const double resident_before = double(allocator_for(spec.device).current_bytes());
   cpu::set_compute_threads(spec.threads);
   t.set_timeout(spec.timeout_s);
 
   auto optimizer = make_optimizer(spec.optimizer);
-  StageState state = make_stage_state(model, role.stage->index, role.stage->first_layer, role.stage->last_layer,
-                                      spec.seed, *optimizer, spec.device);
-  const int64_t start_step = resume_if_asked(spec, model, role, state);
+  std::vector<StageState> states;
+  for (const PlanStage* st : stages_of(spec, role.rank))
+    states.push_back(make_stage_state(model, st->index, st->first_layer, st->last_layer, spec.seed, *optimizer,
+                                      spec.device));
+  const int64_t start_step = resume_if_asked(spec, model, role, states.front());
 
   MetricsWriter metrics(role.reporter ? spec.metrics : "");
   ProgressBar bar(spec.steps(), role.reporter && spec.progress_bar);
@@ -337,12 +388,12 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
                      spec.schedule.microbatches, spec.samples_per_step(), spec.log_every);
   StageTraining training = training_of(spec, model, data, *optimizer);
   const TrainingOutcome trained =
-      train_segments(spec, model, data, role, state, training, start_step, report, bar, t);
+      train_segments(spec, model, data, role, states, training, start_step, report, bar, t);
 
   const nlohmann::json mine = rank_stats(spec, role, trained.total, trained.wall_s, resident_before);
   WorkerSummary out;
   if (!role.reporter) {
-    send_results(spec, role, mine, trained.events, state, t, reporter);
+    send_results(spec, role, mine, trained.events, states, t, reporter);
     return out;
   }
   out.reporter = true;
@@ -352,7 +403,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   out.samples_per_s = out.seconds > 0 ? double(steps * spec.samples_per_step()) / out.seconds : 0;
   const GatheredResults gathered = gather_results(spec, role, mine, trained.events, t);
   for (const auto& line : gathered.per_rank) metrics.write(line);
-  if (!spec.save.empty()) save_merged_weights(spec, model, role, state, t);
+  if (!spec.save.empty()) save_merged_weights(spec, model, role, states, t);
   if (!spec.trace.empty()) write_trace(spec, gathered, t);
   const nlohmann::json summary = print_summary(spec, report, out, steps, t.world_size());
   print_rank_lines(spec.plan, gathered.per_rank, report.evals().empty() ? 0 : spec.eval_batch);

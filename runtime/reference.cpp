@@ -7,9 +7,11 @@ namespace pd {
 
 ReferencePipeline::ReferencePipeline(const RunSpec& spec, const Model& model, const Dataset& train)
     : spec_(spec), model_(model), train_(train), optimizer_(make_optimizer(spec.optimizer)) {
+  // One state per rank; interleaved-1f1b: per stage (a rank runs several).
+  const bool by_stage = spec.schedule.virtual_stages > 1;
   const int R = spec.plan.workers();
   for (int r = 0; r < R; ++r) {
-    const PlanStage& s = spec.plan.stages[static_cast<size_t>(spec.plan.stage_of_rank(r))];
+    const PlanStage& s = spec.plan.stages[static_cast<size_t>(by_stage ? r : spec.plan.stage_of_rank(r))];
     states_.push_back(
         make_stage_state(model, s.index, s.first_layer, s.last_layer, spec.seed, *optimizer_, spec.device));
   }
@@ -20,8 +22,13 @@ ReferencePipeline::ReferencePipeline(const RunSpec& spec, const Model& model, co
 void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observer) {
   ScheduleOptions o = spec_.schedule;
   o.minibatches = seg.end - seg.first;
-  const Schedule schedule(spec_.plan, o);
+  Schedule schedule(spec_.plan, o);
+  if (spec_.schedule_lists) schedule.use_lists(spec_.schedule_lists.get());  // one segment: the whole run
   const int R = schedule.workers();
+  // Executors: one per rank, or per stage for interleaved-1f1b (stage k is
+  // chunk k div R of rank k mod R; chunks are independent stages, so any
+  // order that respects their messages gives the same bits).
+  const int E = R * schedule.chunks();
   auto hub = std::make_shared<LocalHub>(R);
   std::vector<std::unique_ptr<LocalTransport>> transports;
   // On a GPU, messages and all-reduces are staged through the host exactly
@@ -36,6 +43,7 @@ void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observ
   t.optimizer = optimizer_.get();
   t.lr = spec_.lr;
   t.first_item = seg.first;
+  std::vector<Transport*> rank_transport;
   for (int r = 0; r < R; ++r) {
     transports.push_back(std::make_unique<LocalTransport>(hub, r));
     Transport* tr = transports.back().get();
@@ -43,13 +51,18 @@ void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observ
       staged.push_back(std::make_unique<StagedTransport>(*tr));
       tr = staged.back().get();
     }
-    workers.push_back(std::make_unique<StageExecutor>(schedule, r, states_[static_cast<size_t>(r)], t, *tr, observer));
+    rank_transport.push_back(tr);
+  }
+  for (int e = 0; e < E; ++e) {
+    const int r = e % R, chunk = e / R;
+    workers.push_back(std::make_unique<StageExecutor>(schedule, r, states_[static_cast<size_t>(e)], t,
+                                                      *rank_transport[static_cast<size_t>(r)], observer, chunk));
     workers.back()->record_forward_versions(record_versions_);
   }
-  std::vector<bool> done(static_cast<size_t>(R), false);
-  for (int finished = 0; finished < R;) {
+  std::vector<bool> done(static_cast<size_t>(E), false);
+  for (int finished = 0; finished < E;) {
     bool progressed = false;
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < E; ++r) {
       if (done[static_cast<size_t>(r)]) continue;
       for (;;) {
         const auto p = workers[static_cast<size_t>(r)]->step();
@@ -67,16 +80,17 @@ void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observ
     }
     PD_CHECK(progressed, "reference execution is stuck: every unfinished worker waits (schedule deadlock)");
   }
-  for (int r = 0; r < R; ++r) {
-    stats_[static_cast<size_t>(r)] = workers[static_cast<size_t>(r)]->stats();
-    versions_[static_cast<size_t>(r)] = workers[static_cast<size_t>(r)]->forward_versions();
+  for (int e = 0; e < E; ++e) {
+    stats_[static_cast<size_t>(e)] = workers[static_cast<size_t>(e)]->stats();
+    versions_[static_cast<size_t>(e)] = workers[static_cast<size_t>(e)]->forward_versions();
   }
 }
 
 NamedTensors ReferencePipeline::merged_weights() const {
   NamedTensors out;
   for (const PlanStage& s : spec_.plan.stages) {
-    NamedTensors part = states_[static_cast<size_t>(s.ranks.front())].weights.named_tensors();
+    const int holder = spec_.schedule.virtual_stages > 1 ? s.index : s.ranks.front();
+    NamedTensors part = states_[static_cast<size_t>(holder)].weights.named_tensors();
     out.insert(out.end(), part.begin(), part.end());
   }
   return out;

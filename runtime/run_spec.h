@@ -3,7 +3,9 @@
 // the arithmetic of its step numbering (shared by the MPI workers and the
 // single-process reference).
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/optimizer.h"
 #include "models/dataset.h"
@@ -16,6 +18,9 @@ namespace pd {
 struct RunSpec {
   Plan plan;
   ScheduleOptions schedule;  // minibatches: total steps (flush: batches)
+  // `run --schedule-file`: every rank's list, checked, run as one segment
+  // instead of the generated lists (the file sets `schedule`).
+  std::shared_ptr<const std::vector<std::vector<Action>>> schedule_lists;
   int64_t batch = 64;        // minibatch (flush: microbatch) size
   uint64_t seed = 0;
   OptimizerConfig optimizer;

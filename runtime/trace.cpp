@@ -26,7 +26,7 @@ void write_chrome_trace(const std::string& path, const std::vector<nlohmann::jso
       const std::string name = e[0].get<std::string>();
       const int64_t item = e[1].get<int64_t>();
       const double start = e[2].get<double>(), end = e[3].get<double>();
-      nlohmann::json ev = {{"name", item >= 0 && (name == "F" || name == "B") ? cat(name, item) : name},
+      nlohmann::json ev = {{"name", item >= 0 && (name == "F" || name == "B" || name == "W") ? cat(name, item) : name},
                            {"cat", name}, {"ph", "X"}, {"pid", pid}, {"tid", 0},
                            {"ts", start * 1e6}, {"dur", (end - start) * 1e6}};
       if (item >= 0) ev["args"] = {{"item", item}};

@@ -27,8 +27,19 @@ std::string where(int rank, size_t index, const Action& a, bool flush) {
 
 bool is_gradient(ActionKind k) { return k == ActionKind::SendGradient || k == ActionKind::RecvGradient; }
 
-// (sender, receiver, direction) -> tags in list order, sends and receives.
-using ChannelKey = std::tuple<int, int, bool>;
+// The stage an action of rank r runs on (its chunk's, for interleaved-1f1b).
+int stage_of_action(const Schedule& sch, int r, const Action& a) { return sch.stage_of(r, a.chunk); }
+
+// The downstream stage of the boundary a message crosses: interleaved
+// workers exchange messages of several boundaries, each its own channel.
+int boundary_of(const Schedule& sch, int r, const Action& a) {
+  const int s = stage_of_action(sch, r, a);
+  const bool below = a.kind == ActionKind::SendActivation || a.kind == ActionKind::RecvGradient;
+  return below ? s + 1 : s;
+}
+
+// (sender, receiver, direction, boundary) -> tags in list order, sends and receives.
+using ChannelKey = std::tuple<int, int, bool, int>;
 struct ChannelTags {
   std::vector<int64_t> sent, received;
 };
@@ -37,10 +48,14 @@ void check_messages(const Schedule& sch, const std::vector<std::vector<Action>>&
   const bool flush = is_flush(sch.options().kind);
   std::map<ChannelKey, ChannelTags> channels;
   for (int r = 0; r < static_cast<int>(lists.size()); ++r) {
-    const int s = sch.stage_of(r);
     for (size_t i = 0; i < lists[r].size(); ++i) {
       const Action& a = lists[r][i];
+      if (a.chunk < 0 || a.chunk >= sch.chunks()) {
+        rep.add(where(r, i, a, flush) + cat("chunk ", a.chunk, " is outside 0..", sch.chunks() - 1));
+        continue;
+      }
       if (!a.is_send() && !a.is_recv()) continue;
+      const int s = stage_of_action(sch, r, a);
       if (a.peer == r) {
         rep.add(where(r, i, a, flush) + "waits on itself");
         continue;
@@ -51,18 +66,19 @@ void check_messages(const Schedule& sch, const std::vector<std::vector<Action>>&
       }
       const bool downstream = a.kind == ActionKind::SendActivation || a.kind == ActionKind::RecvGradient;
       const int want = downstream ? s + 1 : s - 1;
-      if (sch.stage_of(a.peer) != want)
-        rep.add(where(r, i, a, flush) + cat("peer rank ", a.peer, " is in stage ", sch.stage_of(a.peer),
-                                            ", expected stage ", want));
+      if (want < 0 || want >= sch.stages() || !sch.runs(a.peer, want))
+        rep.add(where(r, i, a, flush) + cat("peer rank ", a.peer, " does not run stage ", want,
+                                            " (the neighbour of stage ", s, " it needs)"));
       const bool grad = is_gradient(a.kind);
+      const int boundary = boundary_of(sch, r, a);
       if (a.is_send())
-        channels[{r, a.peer, grad}].sent.push_back(a.tag);
+        channels[{r, a.peer, grad, boundary}].sent.push_back(a.tag);
       else
-        channels[{a.peer, r, grad}].received.push_back(a.tag);
+        channels[{a.peer, r, grad, boundary}].received.push_back(a.tag);
     }
   }
   for (const auto& [key, tags] : channels) {
-    const auto& [src, dst, grad] = key;
+    const auto& [src, dst, grad, boundary] = key;
     const char* what = grad ? "gradient" : "activation";
     size_t n = std::min(tags.sent.size(), tags.received.size());
     for (size_t k = 0; k < n; ++k) {
@@ -84,18 +100,23 @@ void check_worker(const Schedule& sch, int r, const std::vector<Action>& list,
                   const std::unordered_map<int64_t, int64_t>& input_versions, Reporter& rep) {
   const auto& opt = sch.options();
   const bool flush = is_flush(opt.kind);
-  const int s = sch.stage_of(r);
+  const bool split = splits_backward(opt.kind);
   const int last = sch.stages() - 1;
-  const int64_t limit = sch.in_flight_limit(r);
-  auto key = [&](const Action& a) { return a.minibatch * opt.microbatches + a.microbatch; };
+  const int64_t limit = sch.in_flight_limit(r), held_limit = sch.held_limit(r);
+  auto key = [&](const Action& a) {
+    return (a.minibatch * opt.microbatches + a.microbatch) * sch.chunks() + a.chunk;
+  };
   std::unordered_map<int64_t, int> activations, gradients;  // received, not yet used
   std::unordered_map<int64_t, int64_t> in_flight;           // item -> F's version
+  std::unordered_map<int64_t, int64_t> awaiting_w;          // split: B done, W not yet: item -> version
   std::unordered_set<int64_t> forwarded, backwarded;          // items whose tensors exist to be sent
   std::vector<int64_t> created{0};                          // versions this worker had
   int64_t version = 0, rounds = 0;
   for (size_t i = 0; i < list.size() && !rep.full(); ++i) {
     const Action& a = list[i];
     auto bad = [&](const std::string& m) { rep.add(where(r, i, a, flush) + m); };
+    if (a.chunk < 0 || a.chunk >= sch.chunks()) continue;  // reported by check_messages
+    const int s = stage_of_action(sch, r, a);
     switch (a.kind) {
       case ActionKind::RecvActivation: ++activations[key(a)]; break;
       case ActionKind::RecvGradient: ++gradients[key(a)]; break;
@@ -112,7 +133,15 @@ void check_worker(const Schedule& sch, int r, const std::vector<Action>& list,
         in_flight[key(a)] = a.weight_version;
         if (static_cast<int64_t>(in_flight.size()) > limit)
           bad(cat(in_flight.size(), " minibatches in flight, more than the limit ", limit));
-        if (flush || opt.policy != WeightPolicy::Vertical) {
+        if (split && static_cast<int64_t>(in_flight.size() + awaiting_w.size()) > held_limit)
+          bad(cat(in_flight.size() + awaiting_w.size(), " microbatches between F and W, more than the limit ",
+                  held_limit));
+        if (opt.kind == ScheduleKind::TwoBW) {
+          if (a.weight_version != two_bw_version(a.minibatch))
+            bad(cat("2bw runs batch ", a.minibatch, " on version ", two_bw_version(a.minibatch), ", not ",
+                    a.weight_version));
+          if (a.weight_version > version) bad(cat("uses version ", a.weight_version, " not created yet"));
+        } else if (flush || opt.policy != WeightPolicy::Vertical) {
           if (a.weight_version != version) bad(cat("uses version ", a.weight_version, ", newest is ", version));
           if (flush && a.weight_version != a.minibatch) bad("a flush batch must use the version equal to its index");
         } else {
@@ -142,11 +171,39 @@ void check_worker(const Schedule& sch, int r, const std::vector<Action>& list,
         if (a.weight_version != want)
           bad(cat("uses version ", a.weight_version, ", the policy requires ", want));
         if (a.weight_version > version) bad(cat("uses version ", a.weight_version, " not created yet"));
+        if (split) awaiting_w[key(a)] = f->second;
         in_flight.erase(f);
+        break;
+      }
+      case ActionKind::BackwardWeight: {
+        if (!split) {
+          bad(cat(to_string(opt.kind), " does not split the backward: W has no place in it"));
+          break;
+        }
+        auto w = awaiting_w.find(key(a));
+        if (w == awaiting_w.end()) {
+          bad("has no B before it (or runs twice)");
+          break;
+        }
+        if (a.weight_version != w->second) bad(cat("uses version ", a.weight_version, ", its B used ", w->second));
+        awaiting_w.erase(w);
         break;
       }
       case ActionKind::OptimizerStep: {
         if (a.round != rounds) bad(cat("round ", a.round, " follows ", rounds - 1));
+        // A flush step absorbs the whole batch: every gradient must be in
+        // (2bw: of this batch; the next one's may be in flight).
+        if (flush) {
+          const int64_t per_batch = int64_t{opt.microbatches} * sch.chunks();
+          auto of_batch = [&](const auto& items) {
+            int64_t n = 0;
+            for (const auto& [item, v] : items) n += item / per_batch <= a.round ? 1 : 0;
+            return n;
+          };
+          const int64_t b = of_batch(in_flight), w = of_batch(awaiting_w);
+          if (b > 0 || w > 0)
+            bad(cat("steps with ", b, " backwards and ", w, " weight gradients of the batch still to run"));
+        }
         int64_t want = version + (flush ? 1 : a.gradient_count);
         if (a.version_created != want) bad(cat("creates version ", a.version_created, ", expected ", want));
         version = a.version_created;
@@ -159,30 +216,36 @@ void check_worker(const Schedule& sch, int r, const std::vector<Action>& list,
   }
   if (!in_flight.empty() && !rep.full())
     rep.add(cat("rank ", r, ": ", in_flight.size(), " minibatches run forward but never backward"));
-  if (rounds != sch.rounds(s) && !rep.full())
-    rep.add(cat("rank ", r, ": ", rounds, " optimizer steps, expected ", sch.rounds(s)));
+  if (!awaiting_w.empty() && !rep.full())
+    rep.add(cat("rank ", r, ": ", awaiting_w.size(), " microbatches run B but never W"));
+  if (rounds != sch.rounds(sch.stage_of(r)) && !rep.full())
+    rep.add(cat("rank ", r, ": ", rounds, " optimizer steps, expected ", sch.rounds(sch.stage_of(r))));
 }
 
 // Every stage runs every item forward and backward exactly once.
 void check_coverage(const Schedule& sch, const std::vector<std::vector<Action>>& lists, Reporter& rep) {
   const auto& opt = sch.options();
   const int64_t items = opt.minibatches * opt.microbatches;
+  const int want_w = splits_backward(opt.kind) ? 1 : 0;
   for (int s = 0; s < sch.stages() && !rep.full(); ++s) {
-    std::vector<uint8_t> f(items, 0), b(items, 0);
+    std::vector<uint8_t> f(items, 0), b(items, 0), w(items, 0);
     for (int r : sch.ranks(s))
       for (const Action& a : lists[r]) {
-        if (!a.is_compute()) continue;
+        if (!a.is_compute() || stage_of_action(sch, r, a) != s) continue;
         int64_t k = a.minibatch * opt.microbatches + a.microbatch;
-        if (k < 0 || k >= items) {
+        if (k < 0 || k >= items || a.microbatch < 0 || a.microbatch >= opt.microbatches) {
           rep.add(cat("rank ", r, ": ", format_action(a, is_flush(opt.kind)), " is outside the run"));
           continue;
         }
-        ++(a.kind == ActionKind::Forward ? f : b)[k];
+        ++(a.kind == ActionKind::Forward ? f : a.kind == ActionKind::Backward ? b : w)[k];
       }
     for (int64_t k = 0; k < items && !rep.full(); ++k)
-      if (f[k] != 1 || b[k] != 1)
-        rep.add(cat("stage ", s, ": item ", k, " runs forward ", int(f[k]), " and backward ", int(b[k]),
-                    " times, expected once each"));
+      if (f[k] != 1 || b[k] != 1 || w[k] != want_w)
+        rep.add(want_w ? cat("stage ", s, ": item ", k, " runs forward ", int(f[k]), ", backward (B) ", int(b[k]),
+                             " and weight gradient (W) ", int(w[k]), " times, expected once each")
+                       : cat("stage ", s, ": item ", k, " runs forward ", int(f[k]), " and backward ", int(b[k]),
+                             " times, expected once each", w[k] ? cat(" (and W ", int(w[k]),
+                             " times: this schedule does not split the backward)") : std::string()));
   }
 }
 
@@ -210,7 +273,7 @@ void check_deadlock(const Schedule& sch, const std::vector<std::vector<Action>>&
     while (pos[r] < list.size()) {
       const Action& a = list[pos[r]];
       if (a.is_send()) {
-        ChannelKey k{r, a.peer, is_gradient(a.kind)};
+        ChannelKey k{r, a.peer, is_gradient(a.kind), boundary_of(sch, r, a)};
         ++posted[k];
         auto w = waiting.find(k);
         if (w != waiting.end()) {
@@ -218,7 +281,7 @@ void check_deadlock(const Schedule& sch, const std::vector<std::vector<Action>>&
           waiting.erase(w);
         }
       } else if (a.is_recv()) {
-        ChannelKey k{a.peer, r, is_gradient(a.kind)};
+        ChannelKey k{a.peer, r, is_gradient(a.kind), boundary_of(sch, r, a)};
         if (posted[k] <= taken[k]) {
           waiting[k] = r;
           break;
@@ -275,7 +338,7 @@ std::vector<std::string> check_schedule(const Schedule& sch, const std::vector<s
   std::unordered_map<int64_t, int64_t> input_versions;  // vertical: v(m) from stage 0's forwards
   for (int r : sch.ranks(0))
     for (const Action& a : lists[r])
-      if (a.kind == ActionKind::Forward) input_versions[a.minibatch] = a.weight_version;
+      if (a.kind == ActionKind::Forward && a.chunk == 0) input_versions[a.minibatch] = a.weight_version;
   for (int r = 0; r < sch.workers(); ++r) check_worker(sch, r, lists[r], input_versions, rep);
   if (rep.messages.empty()) check_deadlock(sch, lists, rep);  // needs consistent messages
   return rep.messages;

@@ -9,13 +9,15 @@ namespace pd {
 namespace {
 
 std::string item(const Action& a, bool flush) {
-  return flush ? cat("b=", a.minibatch, " mb=", a.microbatch) : cat("m=", a.minibatch);
+  std::string chunk = a.chunk > 0 ? cat(" chunk=", a.chunk) : std::string();
+  return (flush ? cat("b=", a.minibatch, " mb=", a.microbatch) : cat("m=", a.minibatch)) + chunk;
 }
 
 std::string format(const Action& a, bool flush) {
   switch (a.kind) {
     case ActionKind::Forward: return cat("F(", item(a, flush), ", v=", a.weight_version, ")");
     case ActionKind::Backward: return cat("B(", item(a, flush), ", v=", a.weight_version, ")");
+    case ActionKind::BackwardWeight: return cat("W(", item(a, flush), ", v=", a.weight_version, ")");
     case ActionKind::SendActivation:
       return cat("send-act(", item(a, flush), ") -> rank ", a.peer, " [tag ", a.tag, "]");
     case ActionKind::RecvActivation:
@@ -46,6 +48,10 @@ std::string format_worker_schedule(const Schedule& schedule, int rank, int64_t l
   os << "# worker " << rank << ": stage " << s << " of " << schedule.stages() << ", replica "
      << schedule.replica_of(rank) << " of " << schedule.replicas(s) << "\n"
      << "# schedule " << to_string(opt.kind);
+  if (schedule.chunks() > 1) {
+    os << ", " << schedule.chunks() << " virtual stages per worker: stages";
+    for (int c = 0; c < schedule.chunks(); ++c) os << " " << schedule.stage_of(rank, c);
+  }
   if (flush)
     os << ", " << opt.minibatches << " batches of " << opt.microbatches << " microbatches";
   else

@@ -10,7 +10,10 @@ ScheduleKind parse_schedule_kind(const std::string& s) {
   if (s == "1f1b-rr") return ScheduleKind::OneFOneBRoundRobin;
   if (s == "gpipe") return ScheduleKind::GPipe;
   if (s == "1f1b-flush") return ScheduleKind::OneFOneBFlush;
-  throw UserError(cat("unknown schedule '", s, "': use 1f1b-rr, gpipe or 1f1b-flush"));
+  if (s == "zb-h1") return ScheduleKind::ZeroBubbleH1;
+  if (s == "interleaved-1f1b") return ScheduleKind::Interleaved1F1B;
+  if (s == "2bw") return ScheduleKind::TwoBW;
+  throw UserError(cat("unknown schedule '", s, "': use 1f1b-rr, gpipe, 1f1b-flush, zb-h1, interleaved-1f1b or 2bw"));
 }
 
 std::string to_string(ScheduleKind k) {
@@ -18,6 +21,9 @@ std::string to_string(ScheduleKind k) {
     case ScheduleKind::OneFOneBRoundRobin: return "1f1b-rr";
     case ScheduleKind::GPipe: return "gpipe";
     case ScheduleKind::OneFOneBFlush: return "1f1b-flush";
+    case ScheduleKind::ZeroBubbleH1: return "zb-h1";
+    case ScheduleKind::Interleaved1F1B: return "interleaved-1f1b";
+    case ScheduleKind::TwoBW: return "2bw";
   }
   return "?";
 }
@@ -39,6 +45,7 @@ std::string to_string(WeightPolicy p) {
 }
 
 bool is_flush(ScheduleKind k) { return k != ScheduleKind::OneFOneBRoundRobin; }
+bool splits_backward(ScheduleKind k) { return k == ScheduleKind::ZeroBubbleH1; }
 
 const char* to_string(ActionKind k) {
   switch (k) {
@@ -50,6 +57,7 @@ const char* to_string(ActionKind k) {
     case ActionKind::RecvGradient: return "recv-gradient";
     case ActionKind::AllReduce: return "allreduce";
     case ActionKind::OptimizerStep: return "optimizer-step";
+    case ActionKind::BackwardWeight: return "backward-weight";
   }
   return "?";
 }
@@ -67,6 +75,22 @@ Schedule::Schedule(const Plan& plan, const ScheduleOptions& options) : options_(
   if (is_flush(options.kind) && options.policy != WeightPolicy::Stash)
     throw UserError(cat("weight policy '", to_string(options.policy), "' applies to 1f1b-rr only; ",
                         to_string(options.kind), " uses one version per batch"));
+  const bool interleaved = options.kind == ScheduleKind::Interleaved1F1B;
+  if (options.virtual_stages < 1 || options.virtual_stages > 255)
+    throw UserError(cat("the number of virtual stages must be 1..255 (got ", options.virtual_stages, ")"));
+  if (!interleaved && options.virtual_stages != 1)
+    throw UserError(cat("virtual stages apply to interleaved-1f1b only (", to_string(options.kind),
+                        " runs one stage per worker)"));
+  if (options.kind == ScheduleKind::ZeroBubbleH1 || interleaved)
+    for (const PlanStage& st : plan.stages)
+      if (st.ranks.size() != 1)
+        throw UserError(cat(to_string(options.kind), " runs unreplicated plans only, but stage ", st.index, " has ",
+                            st.ranks.size(), " replicas; use 1f1b-flush or 1f1b-rr for replicated stages"));
+  if (interleaved) {
+    map_interleaved(plan);
+    build_interleaved_order();
+    return;
+  }
 
   int total = 0;
   for (size_t s = 0; s < plan.stages.size(); ++s) {
@@ -98,6 +122,81 @@ Schedule::Schedule(const Plan& plan, const ScheduleOptions& options) : options_(
     warmup_.push_back((total - 1 - before) / r);
     before += r;
   }
+  if (options.kind == ScheduleKind::ZeroBubbleH1) build_zero_bubble_order();
+  if (options.kind == ScheduleKind::TwoBW) {
+    if (options.microbatches < stages())
+      throw UserError(cat("2bw keeps two weight versions only with at least as many microbatches per batch as "
+                          "stages: --microbatches ", options.microbatches, " < ", stages(), " stages"));
+    for (int s = 0; s < stages(); ++s)
+      if (replicas(s) > options.microbatches)
+        throw UserError(cat("2bw: stage ", s, " has ", replicas(s), " replicas but a batch only ",
+                            options.microbatches, " microbatches (every replica needs one)"));
+  }
+}
+
+void Schedule::map_interleaved(const Plan& plan) {
+  const int stages = static_cast<int>(plan.stages.size()), v = options_.virtual_stages;
+  if (stages % v != 0 || stages / v < 2)
+    throw UserError(cat("interleaved-1f1b with ", v, " virtual stages needs a plan of workers x ", v,
+                        " stages (at least 2 workers); this plan has ", stages,
+                        " stages (plan one with `--workers ", 2 * v, "` or more, or change --virtual-stages)"));
+  const int workers = stages / v;
+  if (options_.microbatches % workers != 0)
+    throw UserError(cat("interleaved-1f1b runs microbatches in groups of one per worker: --microbatches (",
+                        options_.microbatches, ") must be a multiple of the ", workers, " workers"));
+  for (int w = 0; w < workers; ++w) {
+    stage_of_rank_.push_back(w);
+    replica_of_rank_.push_back(0);
+  }
+  const int64_t total = int64_t{v} * options_.microbatches;
+  for (int k = 0; k < stages; ++k) {
+    const int w = k % workers;
+    ranks_.push_back({w});
+    // Megatron's warm-up; v = 1 is plain 1F1B's.
+    int64_t warm = v == 1 ? workers - 1 - w : 2 * (workers - 1 - w) + (v - 1) * workers;
+    if (options_.microbatches == workers && v > 1) warm = total;
+    warmup_.push_back(static_cast<int>(std::min(total, warm)));
+  }
+}
+
+void Schedule::build_interleaved_order() {
+  const int S = workers(), v = chunks(), M = options_.microbatches;
+  const int total = v * M;
+  auto microbatch = [&](int k) { return (k / (S * v)) * S + k % S; };
+  auto forward_chunk = [&](int k) { return (k / S) % v; };
+  auto backward_chunk = [&](int k) { return v - 1 - (k / S) % v; };
+  order_.assign(static_cast<size_t>(S), {});
+  for (int w = 0; w < S; ++w) {
+    auto& o = order_[static_cast<size_t>(w)];
+    const int warm = warmup_[static_cast<size_t>(w)];
+    for (int k = 0; k < warm; ++k) o.push_back({ActionKind::Forward, microbatch(k), forward_chunk(k)});
+    for (int i = 0; i < total - warm; ++i) {
+      o.push_back({ActionKind::Forward, microbatch(warm + i), forward_chunk(warm + i)});
+      o.push_back({ActionKind::Backward, microbatch(i), backward_chunk(i)});
+    }
+    for (int i = std::max(0, total - warm); i < total; ++i)
+      o.push_back({ActionKind::Backward, microbatch(i), backward_chunk(i)});
+  }
+}
+
+void Schedule::build_zero_bubble_order() {
+  const int S = stages(), M = options_.microbatches;
+  order_.assign(static_cast<size_t>(workers()), {});
+  for (int s = 0; s < S; ++s) {
+    auto& o = order_[static_cast<size_t>(ranks_[s][0])];
+    for (int k = 0; k < std::min(S - s, M); ++k) o.push_back({ActionKind::Forward, k, 0});
+    for (int j = 0; j < M; ++j) {
+      o.push_back({ActionKind::Backward, j, 0});
+      if (j >= s) o.push_back({ActionKind::BackwardWeight, j - s, 0});  // W delayed by s microbatches
+      if (j + S - s < M) o.push_back({ActionKind::Forward, j + S - s, 0});
+    }
+    for (int k = std::max(0, M - s); k < M; ++k) o.push_back({ActionKind::BackwardWeight, k, 0});
+  }
+}
+
+int64_t Schedule::held_limit(int rank) const {
+  if (splits_backward(options_.kind)) return stages();
+  return in_flight_limit(rank);
 }
 
 int Schedule::update_lag(int stage) const {
@@ -115,6 +214,8 @@ int64_t Schedule::in_flight_limit(int rank) const {
     int64_t r = replicas(s), k = replica_of(rank), n = options_.microbatches;
     return std::max<int64_t>(1, (n - k + r - 1) / r);
   }
+  if (options_.kind == ScheduleKind::Interleaved1F1B)
+    return std::min<int64_t>(int64_t{chunks()} * options_.microbatches, warmup_[s] + 1);
   return warmup_[s] + 1;
 }
 
@@ -155,6 +256,7 @@ std::vector<std::vector<Action>> build_schedule(const Plan& plan, const Schedule
 Action PackedAction::unpack() const {
   Action a;
   a.kind = kind;
+  a.chunk = chunk;
   if (is_compute()) {
     a.weight_version = key;
     a.minibatch = item;
@@ -173,9 +275,31 @@ Action PackedAction::unpack() const {
   return a;
 }
 
+PackedAction pack_action(const Action& a) {
+  PackedAction p;
+  p.kind = a.kind;
+  p.chunk = static_cast<uint8_t>(a.chunk);
+  if (a.is_compute()) {
+    p.key = a.weight_version;
+    p.item = a.minibatch;
+    p.sub = a.microbatch;
+  } else if (a.is_send() || a.is_recv()) {
+    p.key = a.tag;
+    p.item = a.minibatch;
+    p.sub = a.microbatch;
+    p.peer = a.peer;
+  } else {
+    p.key = a.round;
+    p.item = a.version_created;
+    p.sub = a.gradient_count;
+    p.peer = a.local_gradients;
+  }
+  return p;
+}
+
 // ---- ActionSource ----------------------------------------------------------
 
-ActionSource::ActionSource(const Schedule* schedule, int rank) : s_(schedule) {
+ActionSource::ActionSource(const Schedule* schedule, int rank) : s_(schedule), rank_(rank) {
   PD_CHECK(rank >= 0 && rank < schedule->workers(), "rank ", rank);
   stage_ = s_->stage_of(rank);
   replica_ = s_->replica_of(rank);
@@ -198,6 +322,14 @@ ActionSource::ActionSource(const Schedule* schedule, int rank) : s_(schedule) {
 int64_t ActionSource::global_index(int64_t local) const { return replica_ + local * replicas_; }
 
 int ActionSource::next_group(PackedAction* out) {
+  if (const auto* given = s_->given_lists()) {  // a schedule file's list
+    const std::vector<Action>& list = given->at(static_cast<size_t>(rank_));
+    int n = 0;
+    while (n < kMaxGroup && position_ < list.size()) out[n++] = pack_action(list[position_++]);
+    return n;
+  }
+  if (s_->ordered()) return next_ordered_group(out);
+  if (s_->options().kind == ScheduleKind::TwoBW) return next_two_bw_group(out);
   // Every expansion writes at least one action, so this returns on the
   // first pass unless the worker has just finished.
   for (;;) {
@@ -220,6 +352,108 @@ int ActionSource::next_group(PackedAction* out) {
     }
     if (end != out) return static_cast<int>(end - out);
   }
+}
+
+// 2bw: 1F1B over the worker's items of every batch in order (local_count_
+// per batch); the batch's step right after its last backward here.
+int ActionSource::next_two_bw_group(PackedAction* out) {
+  const int64_t total = local_count_ * minibatches_;
+  PackedAction* end = out;
+  if (forwards_ < total && forwards_ - backwards_ < limit_) {
+    end = expand_two_bw(out, true, forwards_++);
+  } else if (backwards_ < total) {
+    end = expand_two_bw(out, false, backwards_++);
+    if (backwards_ % local_count_ == 0) end = expand_update(end, static_cast<int>(local_count_));
+  } else {
+    done_ = true;
+  }
+  return static_cast<int>(end - out);
+}
+
+PackedAction* ActionSource::expand_two_bw(PackedAction* out, bool forward, int64_t local) {
+  const int64_t batch = local / local_count_;
+  const int microbatch = static_cast<int>(replica_ + (local % local_count_) * replicas_);
+  auto action = [&](ActionKind k) {
+    PackedAction a;
+    a.kind = k;
+    a.item = batch;
+    a.sub = microbatch;
+    return a;
+  };
+  auto message = [&](ActionKind k, bool upstream, bool gradient) {
+    PackedAction a = action(k);
+    const int fixed = upstream ? prev_rank_ : next_rank_;
+    a.peer = fixed >= 0 ? fixed : s_->rank_for(upstream ? stage_ - 1 : stage_ + 1, microbatch);
+    a.key = s_->tag(batch, microbatch, gradient);
+    return a;
+  };
+  PackedAction compute = action(forward ? ActionKind::Forward : ActionKind::Backward);
+  compute.key = two_bw_version(batch);
+  if (forward) {
+    if (!first_) *out++ = message(ActionKind::RecvActivation, true, false);
+    *out++ = compute;
+    if (!last_) *out++ = message(ActionKind::SendActivation, false, false);
+  } else {
+    if (!last_) *out++ = message(ActionKind::RecvGradient, false, true);
+    *out++ = compute;
+    if (!first_) *out++ = message(ActionKind::SendGradient, true, true);
+  }
+  return out;
+}
+
+// zb-h1, interleaved-1f1b: the worker's batch order, then the batch's step.
+int ActionSource::next_ordered_group(PackedAction* out) {
+  if (done_ || batch_ >= minibatches_) {
+    done_ = true;
+    return 0;
+  }
+  const auto& order = s_->batch_order(rank_);
+  PackedAction* end = out;
+  if (position_ < order.size()) {
+    const Schedule::OrderEntry& e = order[position_++];
+    end = expand_ordered(out, e.kind, e.microbatch, e.chunk);
+  } else {
+    position_ = 0;
+    end = expand_update(out, s_->items_per_batch());
+    ++batch_;
+  }
+  return static_cast<int>(end - out);
+}
+
+PackedAction* ActionSource::expand_ordered(PackedAction* out, ActionKind kind, int microbatch, int chunk) {
+  const int S = s_->workers();
+  const int stage = s_->stage_of(rank_, chunk);
+  const bool first = stage == 0, last = stage == s_->stages() - 1;
+  auto action = [&](ActionKind k) {
+    PackedAction a;
+    a.kind = k;
+    a.item = batch_;
+    a.sub = microbatch;
+    a.chunk = static_cast<uint8_t>(chunk);
+    return a;
+  };
+  // A message across the boundary above (upstream) or below this stage.
+  auto message = [&](ActionKind k, bool upstream, bool gradient) {
+    PackedAction a = action(k);
+    const int downstream = upstream ? stage : stage + 1;
+    a.peer = s_->ranks(upstream ? stage - 1 : stage + 1)[0];
+    a.key = s_->tag(batch_, microbatch, gradient, s_->chunks() > 1 ? downstream / S : 0);
+    return a;
+  };
+  PackedAction compute = action(kind);
+  compute.key = version_;
+  if (kind == ActionKind::Forward) {
+    if (!first) *out++ = message(ActionKind::RecvActivation, true, false);
+    *out++ = compute;
+    if (!last) *out++ = message(ActionKind::SendActivation, false, false);
+  } else if (kind == ActionKind::Backward) {
+    if (!last) *out++ = message(ActionKind::RecvGradient, false, true);
+    *out++ = compute;
+    if (!first) *out++ = message(ActionKind::SendGradient, true, true);
+  } else {
+    *out++ = compute;
+  }
+  return out;
 }
 
 // The expansions build actions as values and store each once: writing
@@ -261,6 +495,8 @@ PackedAction* ActionSource::expand_forward(PackedAction* out) {
 }
 
 int64_t ActionSource::forward_version(int64_t local) const {
+  if (s_->options().kind == ScheduleKind::TwoBW)
+    return local < local_count_ * minibatches_ ? two_bw_version(local / local_count_) : -1;
   if (vertical_) return s_->vertical_version(stage_, global_index(local));
   // F(j) runs as soon as at most limit-1 minibatches are in flight, i.e.
   // after max(0, j - (limit-1)) full update rounds (one more for a stage

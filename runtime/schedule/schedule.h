@@ -41,11 +41,42 @@
 //    part with a zero gradient, after its last backward). So after round j
 //    every replica holds version min(M, (j+1)*r): versions of a replicated
 //    stage are multiples of r, identical on all replicas.
-//  - gpipe / 1f1b-flush: `minibatch` in an action is the batch index b and
+//  - gpipe / 1f1b-flush / zb-h1 / interleaved-1f1b: `minibatch` in an action is the batch index b and
 //    `microbatch` the microbatch index i within it; each batch ends with one
 //    (AllReduce +) OptimizerStep absorbing the whole batch, so version counts
 //    batches: every F and B of batch b uses version b and the step of batch
 //    b creates version b + 1 (gradient_count = M microbatches).
+// Zero bubble (zb-h1, Qi et al. ICLR 2024): the backward is split into B
+// (input gradient, sent upstream at once) and W (weight gradient, local).
+// Stage s runs min(S - s, M) warm-up forwards, then for j = 0..M-1:
+// B(j), W(j - s) when j >= s, F(j + S - s) when there is one; then the W's
+// left. Between F and B stage s holds at most S - s microbatches (1F1B's
+// bound), between F and W at most S (stage 0's 1F1B bound: the pipeline's
+// peak). Delaying stage s's W's by s microbatches lets the B's run down the
+// pipeline back to back and fills the drain with W's: on uniform stages
+// with F = B = W the bubble is (S-1)/(3M+S-1), a third of 1F1B's time.
+// Unreplicated plans only.
+//
+// Interleaved 1F1B (Narayanan et al. SC21, Megatron-LM): the plan has S*v
+// unreplicated stages, run by S workers; stage k runs on worker k mod S as
+// its chunk k div S (Action.chunk), so a microbatch crosses every worker v
+// times. Worker w's order is Megatron's: forward number k (0..vM-1) is
+// microbatch (k div Sv)*S + k mod S of chunk (k div S) mod v, backward
+// number k the same microbatch of chunk v-1-(k div S) mod v; min(vM,
+// 2(S-1-w) + (v-1)S) warm-up forwards (all of them when M = S), then one
+// forward and one backward alternately, then the backwards left. M must be
+// a multiple of S. One optimizer step per batch updates all of a worker's
+// chunks. Bubble (S-1)/(vM+S-1) on uniform stages.
+//
+// PipeDream-2BW (Narayanan et al. ICML 2021): asynchronous, named like the
+// flush schedules (batch b, microbatch i on replica i mod r, one step per
+// batch absorbing its M microbatches, gradient_count M) but never drained:
+// a worker runs 1F1B over its items of all batches in order (1f1b-rr's
+// in-flight limit). Every F and B of batch b uses version max(0, b - 1), so
+// w_{b+1} = w_b - lr g(w_{b-1}; batch b): delayed SGD with delay 1, and a
+// stage holds two versions (the newest and the one batch b still uses).
+// Needs M >= S microbatches (then version b - 1 exists when batch b starts).
+//
 // Weight policies (1f1b-rr only; the flush schedules are always `stash`):
 //  - stash:    F(m) uses the newest version; B(m) uses the same one.
 //  - vertical: v(m) = the version stage 0 had when F(m) started; every stage
@@ -60,8 +91,10 @@
 // replica group (AllReduce sums). The runtime divides the summed gradient by
 // it, so a replicated round and a flush batch are plain averages.
 //
-// Tags: tag = 2 * (minibatch * microbatches + microbatch) + (gradient ? 1 : 0)
-// (microbatches = 1 and microbatch = 0 for 1f1b-rr). A tag is unique per
+// Tags: tag = 2 * ((minibatch * microbatches + microbatch) * v + c) + (gradient ? 1 : 0)
+// (microbatches = 1 and microbatch = 0 for 1f1b-rr; v = 1 and c = 0 except
+// for interleaved-1f1b, where c is the chunk of the boundary's downstream
+// stage: two workers exchange the messages of up to v boundaries). A tag is unique per
 // (sender, receiver, direction); between any two ranks messages are sent in
 // the order they are received, so a transport whose tags are bounded (MPI
 // guarantees only 32767) may reduce them modulo its bound.
@@ -73,33 +106,41 @@
 
 namespace pd {
 
-enum class ScheduleKind { OneFOneBRoundRobin, GPipe, OneFOneBFlush };
+enum class ScheduleKind { OneFOneBRoundRobin, GPipe, OneFOneBFlush, ZeroBubbleH1, Interleaved1F1B, TwoBW };
 enum class WeightPolicy { Stash, Vertical, None };
 
-// "1f1b-rr" | "gpipe" | "1f1b-flush"; throws UserError otherwise.
+// "1f1b-rr" | "gpipe" | "1f1b-flush" | "zb-h1" | "interleaved-1f1b" | "2bw"; throws UserError otherwise.
 ScheduleKind parse_schedule_kind(const std::string& s);
 std::string to_string(ScheduleKind k);
 // "stash" | "vertical" | "none"; throws UserError otherwise.
 WeightPolicy parse_weight_policy(const std::string& s);
 std::string to_string(WeightPolicy p);
+// Items are (batch, microbatch) and a step absorbs a batch: the flush
+// schedules and 2bw (which does not drain).
 bool is_flush(ScheduleKind k);
+// 2bw: F and B of batch b use version max(0, b - 1).
+inline int64_t two_bw_version(int64_t batch) { return batch > 0 ? batch - 1 : 0; }
+// zb-h1: backwards are B (input gradient) + W (weight gradient) actions.
+bool splits_backward(ScheduleKind k);
 
 struct ScheduleOptions {
   ScheduleKind kind = ScheduleKind::OneFOneBRoundRobin;
   WeightPolicy policy = WeightPolicy::Stash;
   int microbatches = 1;      // per batch, flush schedules only (1f1b-rr: 1)
   int64_t minibatches = 0;   // 1f1b-rr: minibatches; flush: batches (updates)
+  int virtual_stages = 1;    // interleaved-1f1b: chunks per worker (the plan has workers x this stages)
 };
 
 enum class ActionKind : uint8_t {
   Forward,         // F: minibatch, microbatch, weight_version
-  Backward,        // B: minibatch, microbatch, weight_version
+  Backward,        // B: minibatch, microbatch, weight_version (zb-h1: input gradient only)
   SendActivation,  // to peer (next stage), tag
   RecvActivation,  // from peer (previous stage), tag; precedes its Forward
   SendGradient,    // to peer (previous stage), tag
   RecvGradient,    // from peer (next stage), tag; precedes its Backward
   AllReduce,       // start summing gradients over the stage's replicas (plan ranks), round
   OptimizerStep,   // wait for the round's AllReduce (if any), apply summed / gradient_count
+  BackwardWeight,  // W (zb-h1): the weight gradient of a B run before; minibatch, microbatch, weight_version
 };
 const char* to_string(ActionKind k);
 
@@ -114,15 +155,18 @@ struct Action {
   int64_t version_created = -1; // OptimizerStep: the version it creates
   int gradient_count = 0;       // AllReduce/OptimizerStep: gradients summed in the round
   int local_gradients = 0;      // AllReduce/OptimizerStep: of them, this worker's (0 or more)
+  int chunk = 0;                // interleaved-1f1b: the worker's chunk (stage rank + chunk * workers); else 0
 
-  bool is_compute() const { return kind == ActionKind::Forward || kind == ActionKind::Backward; }
+  bool is_compute() const {
+    return kind == ActionKind::Forward || kind == ActionKind::Backward || kind == ActionKind::BackwardWeight;
+  }
   bool is_send() const { return kind == ActionKind::SendActivation || kind == ActionKind::SendGradient; }
   bool is_recv() const { return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGradient; }
 };
 
 // An Action in 32 bytes instead of 64: only the fields its kind uses.
 //   kind                     key             item             sub             peer
-//   F, B                     weight_version  minibatch        microbatch      -
+//   F, B, W                  weight_version  minibatch        microbatch      -
 //   Send*, Recv*             tag             minibatch        microbatch      peer
 //   AllReduce                round           -                gradient_count  local_gradients
 //   OptimizerStep            round           version_created  gradient_count  local_gradients
@@ -134,12 +178,18 @@ struct PackedAction {
   int32_t sub = 0;
   int32_t peer = -1;
   ActionKind kind = ActionKind::Forward;
+  uint8_t chunk = 0;  // Action::chunk (at most 255 virtual stages per worker)
 
-  bool is_compute() const { return kind == ActionKind::Forward || kind == ActionKind::Backward; }
+  bool is_compute() const {
+    return kind == ActionKind::Forward || kind == ActionKind::Backward || kind == ActionKind::BackwardWeight;
+  }
   bool is_send() const { return kind == ActionKind::SendActivation || kind == ActionKind::SendGradient; }
   bool is_recv() const { return kind == ActionKind::RecvActivation || kind == ActionKind::RecvGradient; }
   Action unpack() const;
 };
+
+// Inverse of PackedAction::unpack.
+PackedAction pack_action(const Action& a);
 
 class Schedule;
 
@@ -156,13 +206,17 @@ class ActionSource {
   ActionSource(const Schedule* schedule, int rank);
   // Writes the next group to out[0, n) and returns n; 0 when the worker is done.
   int next_group(PackedAction* out);
-  // 1f1b-rr with stash or vertical: the version the worker's forward of its
+  // 1f1b-rr with stash or vertical, 2bw: the version the worker's forward of its
   // `local`-th item (0, 1, ...: its minibatches in order) uses - without
   // expanding the actions (the simulator counts versions held with it).
   int64_t forward_version(int64_t local) const;
 
  private:
   PackedAction* expand_forward(PackedAction* out);
+  int next_ordered_group(PackedAction* out);  // zb-h1, interleaved-1f1b
+  int next_two_bw_group(PackedAction* out);
+  PackedAction* expand_two_bw(PackedAction* out, bool forward, int64_t local);
+  PackedAction* expand_ordered(PackedAction* out, ActionKind kind, int microbatch, int chunk);
   PackedAction* expand_backward(PackedAction* out);
   PackedAction item_action(ActionKind kind, int64_t index) const;
   PackedAction message_action(ActionKind kind, int64_t index, bool upstream, bool gradient) const;
@@ -185,6 +239,8 @@ class ActionSource {
   int64_t version_ = 0;      // newest version on this worker
   int64_t rounds_ = 0;       // update rounds of this stage
   int64_t minibatches_ = 0;  // options().minibatches (batches for flush)
+  int rank_ = 0;
+  size_t position_ = 0;      // zb-h1, interleaved-1f1b: next entry of the worker's batch order
 };
 
 // Yields one worker's actions in order; O(1) memory.
@@ -237,9 +293,36 @@ class Schedule {
     const auto& r = ranks_[stage];
     return r.size() == 1 ? r[0] : r[static_cast<size_t>(index % static_cast<int64_t>(r.size()))];
   }
-  int64_t tag(int64_t minibatch, int microbatch, bool gradient) const {
-    return 2 * (minibatch * options_.microbatches + microbatch) + (gradient ? 1 : 0);
+  // `chunk`: interleaved-1f1b, the chunk of the boundary's downstream stage.
+  int64_t tag(int64_t minibatch, int microbatch, bool gradient, int chunk = 0) const {
+    return 2 * ((minibatch * options_.microbatches + microbatch) * options_.virtual_stages + chunk) +
+           (gradient ? 1 : 0);
   }
+  // interleaved-1f1b: chunks (virtual stages) per worker; 1 otherwise.
+  int chunks() const { return options_.virtual_stages; }
+  // The stage a worker's chunk runs (chunk 0: stage_of(rank)).
+  int stage_of(int rank, int chunk) const { return stage_of(rank) + chunk * workers(); }
+  // Whether `rank` runs `stage` (as one of its chunks).
+  bool runs(int rank, int stage) const {
+    return chunks() > 1 ? stage % workers() == rank : stage_of(rank) == stage;
+  }
+  // zb-h1: most microbatches between F and W on this rank (the B-to-W
+  // stretch holds the tensors W needs); other schedules: in_flight_limit.
+  int64_t held_limit(int rank) const;
+  // zb-h1, interleaved-1f1b: one entry per F, B or W of a batch, in the
+  // worker's order (the same every batch).
+  struct OrderEntry {
+    ActionKind kind;
+    int microbatch;
+    int chunk;
+  };
+  const std::vector<OrderEntry>& batch_order(int rank) const { return order_.at(static_cast<size_t>(rank)); }
+  bool ordered() const { return !order_.empty(); }
+  // Lists to yield instead of generating them (`run --schedule-file`): one
+  // per rank, checked by the caller (checked_schedule) against this
+  // schedule's shape; they must outlive it.
+  void use_lists(const std::vector<std::vector<Action>>* lists) { given_ = lists; }
+  const std::vector<std::vector<Action>>* given_lists() const { return given_; }
 
   ActionCursor cursor(int rank) const { return ActionCursor(this, rank); }
   std::vector<Action> actions(int rank) const;
@@ -248,6 +331,11 @@ class Schedule {
   ScheduleOptions options_;
   std::vector<std::vector<int>> ranks_;  // per stage
   std::vector<int> stage_of_rank_, replica_of_rank_, warmup_;
+  std::vector<std::vector<OrderEntry>> order_;  // per rank: zb-h1, interleaved-1f1b
+  const std::vector<std::vector<Action>>* given_ = nullptr;
+  void build_zero_bubble_order();
+  void build_interleaved_order();
+  void map_interleaved(const Plan& plan);
 };
 
 // Every worker's whole list (tests, small plans): memory minibatches x workers.

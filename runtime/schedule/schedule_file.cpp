@@ -19,15 +19,16 @@ constexpr const char* kFormat = "pipedream-schedule/1";
 
 // The numeric fields of an action, in column order.
 enum Field { kMinibatch, kMicrobatch, kWeightVersion, kPeer, kTag, kRound, kVersionCreated, kGradientCount,
-             kLocalGradients, kFieldCount };
+             kLocalGradients, kChunk, kFieldCount };
 constexpr std::array<const char*, kFieldCount> kFieldNames = {
     "minibatch", "microbatch", "weight_version", "peer", "tag", "round", "version_created", "gradient_count",
-    "local_gradients"};
+    "local_gradients", "chunk"};
 using Fields = std::array<std::optional<int64_t>, kFieldCount>;
 
-constexpr std::array<ActionKind, 8> kKinds = {
+constexpr std::array<ActionKind, 9> kKinds = {
     ActionKind::Forward,      ActionKind::Backward,     ActionKind::SendActivation, ActionKind::RecvActivation,
-    ActionKind::SendGradient, ActionKind::RecvGradient, ActionKind::AllReduce,      ActionKind::OptimizerStep};
+    ActionKind::SendGradient, ActionKind::RecvGradient, ActionKind::AllReduce,      ActionKind::OptimizerStep,
+    ActionKind::BackwardWeight};
 
 // The fields a kind uses; the others are left empty when written and
 // ignored when read. A tag may be left out (it follows from the item), and
@@ -35,7 +36,8 @@ constexpr std::array<ActionKind, 8> kKinds = {
 std::vector<Field> fields_of(ActionKind k) {
   switch (k) {
     case ActionKind::Forward:
-    case ActionKind::Backward: return {kMinibatch, kMicrobatch, kWeightVersion};
+    case ActionKind::Backward:
+    case ActionKind::BackwardWeight: return {kMinibatch, kMicrobatch, kWeightVersion};
     case ActionKind::AllReduce: return {kRound, kGradientCount, kLocalGradients};
     case ActionKind::OptimizerStep: return {kRound, kVersionCreated, kGradientCount, kLocalGradients};
     default: return {kMinibatch, kMicrobatch, kPeer, kTag};
@@ -45,24 +47,31 @@ std::vector<Field> fields_of(ActionKind k) {
 Fields fields_from(const Action& a) {
   const std::array<int64_t, kFieldCount> all = {a.minibatch, a.microbatch,      a.weight_version,
                                                 a.peer,      a.tag,             a.round,
-                                                a.version_created, a.gradient_count, a.local_gradients};
+                                                a.version_created, a.gradient_count, a.local_gradients, a.chunk};
   Fields f;
   for (Field i : fields_of(a.kind)) f[i] = all[i];
+  if (a.chunk != 0) f[kChunk] = a.chunk;  // interleaved-1f1b; empty means 0
   return f;
 }
 
 ActionKind parse_kind(const std::string& name, const std::string& where) {
   for (ActionKind k : kKinds)
     if (name == short_name(k)) return k;
-  throw UserError(cat(where, "unknown action '", name, "': use F, B, SEND_F, RECV_F, SEND_B, RECV_B, ALLREDUCE or STEP"));
+  throw UserError(cat(where, "unknown action '", name,
+                      "': use F, B, W, SEND_F, RECV_F, SEND_B, RECV_B, ALLREDUCE or STEP"));
 }
 
-int64_t tag_of(const Action& a, int microbatches) {
+// schedule.h's tag. Interleaved: the chunk of the downstream stage of the
+// boundary the message crosses (rank + chunk * workers is the action's stage).
+int64_t tag_of(const Action& a, const ScheduleOptions& o, int workers, int rank) {
   const bool gradient = a.kind == ActionKind::SendGradient || a.kind == ActionKind::RecvGradient;
-  return 2 * (a.minibatch * microbatches + a.microbatch) + (gradient ? 1 : 0);
+  const bool below = a.kind == ActionKind::SendActivation || a.kind == ActionKind::RecvGradient;
+  const int downstream = rank + a.chunk * workers + (below ? 1 : 0);
+  const int64_t chunk = o.virtual_stages > 1 ? downstream / workers : 0;
+  return 2 * ((a.minibatch * o.microbatches + a.microbatch) * o.virtual_stages + chunk) + (gradient ? 1 : 0);
 }
 
-Action action_from(ActionKind kind, const Fields& f, int microbatches, const std::string& where) {
+Action action_from(ActionKind kind, const Fields& f, const ScheduleFile& file, int rank, const std::string& where) {
   for (Field i : fields_of(kind))
     if (!f[i] && i != kTag && i != kMicrobatch)
       throw UserError(cat(where, short_name(kind), " needs the field '", kFieldNames[i], "'"));
@@ -77,10 +86,14 @@ Action action_from(ActionKind kind, const Fields& f, int microbatches, const std
   a.version_created = get(kVersionCreated);
   a.gradient_count = static_cast<int>(f[kGradientCount].value_or(0));
   a.local_gradients = static_cast<int>(f[kLocalGradients].value_or(0));
+  a.chunk = static_cast<int>(f[kChunk].value_or(0));
+  if (a.chunk < 0 || a.chunk >= file.options.virtual_stages)
+    throw UserError(cat(where, "chunk ", a.chunk, " is outside 0..", file.options.virtual_stages - 1,
+                        " (virtual_stages=", file.options.virtual_stages, ")"));
   if (a.is_send() || a.is_recv()) {
     // The runtime and the simulator match messages by tag: one that does
     // not follow from the item would pair the wrong messages.
-    const int64_t want = tag_of(a, microbatches);
+    const int64_t want = tag_of(a, file.options, static_cast<int>(file.lists.size()), rank);
     if (f[kTag] && *f[kTag] != want)
       throw UserError(cat(where, "tag ", *f[kTag], " does not belong to minibatch ", a.minibatch, " microbatch ",
                           a.microbatch, " (expected ", want, "; or leave the tag empty)"));
@@ -95,6 +108,13 @@ void add_action(ScheduleFile& file, int rank, int stage, const Action& a, const 
   if (rank < 0 || rank >= workers)
     throw UserError(cat(where, "rank ", rank, " is outside 0..", workers - 1, " (the file declares ", workers,
                         " workers)"));
+  if (file.options.virtual_stages > 1) {
+    // interleaved-1f1b: the stage column is the action's (virtual) stage.
+    if (stage != rank + a.chunk * workers)
+      throw UserError(cat(where, "rank ", rank, " chunk ", a.chunk, " runs stage ", rank + a.chunk * workers,
+                          ", not ", stage, " (stage k runs on rank k mod ", workers, " as chunk k div ", workers, ")"));
+    stage = rank;
+  }
   int& known = file.stage_of_rank[static_cast<size_t>(rank)];
   if (known >= 0 && known != stage)
     throw UserError(cat(where, "rank ", rank, " is given stage ", stage, " here and stage ", known, " before"));
@@ -103,11 +123,12 @@ void add_action(ScheduleFile& file, int rank, int stage, const Action& a, const 
 }
 
 void start_file(ScheduleFile& file, const std::string& schedule, const std::string& weights, int64_t microbatches,
-                int64_t minibatches, int64_t workers, const std::string& where) {
+                int64_t minibatches, int64_t workers, int64_t virtual_stages, const std::string& where) {
   file.options.kind = parse_schedule_kind(schedule);
   file.options.policy = parse_weight_policy(weights);
-  if (microbatches < 1 || minibatches < 1 || workers < 1)
-    throw UserError(cat(where, "microbatches, minibatches and workers must be positive"));
+  if (microbatches < 1 || minibatches < 1 || workers < 1 || virtual_stages < 1 || virtual_stages > 255)
+    throw UserError(cat(where, "microbatches, minibatches, workers and virtual_stages (at most 255) must be positive"));
+  file.options.virtual_stages = static_cast<int>(virtual_stages);
   file.options.microbatches = static_cast<int>(microbatches);
   file.options.minibatches = minibatches;
   file.lists.assign(static_cast<size_t>(workers), {});
@@ -125,7 +146,8 @@ ScheduleFile parse_json(const std::string& text, const std::string& source) {
       throw UserError(cat(source, ": field 'format' must be '", kFormat, "'"));
     const auto& workers = j.at("workers");
     start_file(file, j.at("schedule").get<std::string>(), j.value("weights", "stash"), j.value("microbatches", 1),
-               j.at("minibatches").get<int64_t>(), static_cast<int64_t>(workers.size()), source + ": ");
+               j.at("minibatches").get<int64_t>(), static_cast<int64_t>(workers.size()), j.value("virtual_stages", 1),
+               source + ": ");
     for (const auto& w : workers) {
       const int rank = w.at("rank").get<int>();
       const int stage = w.at("stage").get<int>();
@@ -137,7 +159,10 @@ ScheduleFile parse_json(const std::string& text, const std::string& source) {
           if (act.contains(kFieldNames[i]) && !act[kFieldNames[i]].is_null())
             f[i] = act[kFieldNames[i]].get<int64_t>();
         const ActionKind kind = parse_kind(act.at("action").get<std::string>(), where);
-        add_action(file, rank, stage, action_from(kind, f, file.options.microbatches, where), where);
+        const Action a = action_from(kind, f, file, rank, where);
+        // The worker's stage; an interleaved action's is its chunk's.
+        add_action(file, rank, file.options.virtual_stages > 1 ? rank + a.chunk * static_cast<int>(workers.size()) : stage,
+                   a, where);
       }
     }
   } catch (const nlohmann::json::exception& e) {
@@ -185,7 +210,7 @@ void parse_csv_header(ScheduleFile& file, const std::string& line, const std::st
     throw UserError(cat(where, "the first line must be '# ", kFormat,
                         " schedule=... minibatches=... workers=...' (a schedule CSV from `pipedream schedule`)"));
   std::string schedule, weights = "stash";
-  int64_t microbatches = 1, minibatches = -1, workers = -1;
+  int64_t microbatches = 1, minibatches = -1, workers = -1, virtual_stages = 1;
   while (in >> token) {
     const size_t eq = token.find('=');
     const std::string key = token.substr(0, eq), value = eq == std::string::npos ? "" : token.substr(eq + 1);
@@ -194,11 +219,12 @@ void parse_csv_header(ScheduleFile& file, const std::string& line, const std::st
     else if (key == "microbatches") microbatches = parse_int(value, key, where);
     else if (key == "minibatches") minibatches = parse_int(value, key, where);
     else if (key == "workers") workers = parse_int(value, key, where);
+    else if (key == "virtual_stages") virtual_stages = parse_int(value, key, where);
     else throw UserError(cat(where, "unknown header field '", key, "'"));
   }
   if (schedule.empty() || minibatches < 0 || workers < 0)
     throw UserError(cat(where, "the header needs schedule=, minibatches= and workers="));
-  start_file(file, schedule, weights, microbatches, minibatches, workers, where);
+  start_file(file, schedule, weights, microbatches, minibatches, workers, virtual_stages, where);
 }
 
 ScheduleFile parse_csv(const std::string& text, const std::string& source) {
@@ -251,7 +277,7 @@ ScheduleFile parse_csv(const std::string& text, const std::string& source) {
       throw UserError(cat(where, "rank, stage and action must be given"));
     const ActionKind kind = parse_kind(kind_name, where);
     add_action(file, static_cast<int>(rank), static_cast<int>(stage),
-               action_from(kind, f, file.options.microbatches, where), where);
+               action_from(kind, f, file, static_cast<int>(rank), where), where);
   }
   if (!header) throw UserError(cat(source, ": empty schedule file"));
   return file;
@@ -260,7 +286,8 @@ ScheduleFile parse_csv(const std::string& text, const std::string& source) {
 std::string header_fields(const ScheduleFile& file) {
   return cat("schedule=", to_string(file.options.kind), " weights=", to_string(file.options.policy),
              " microbatches=", file.options.microbatches, " minibatches=", file.options.minibatches,
-             " workers=", file.lists.size());
+             " workers=", file.lists.size(),
+             file.options.virtual_stages > 1 ? cat(" virtual_stages=", file.options.virtual_stages) : std::string());
 }
 
 }  // namespace
@@ -275,30 +302,12 @@ const char* short_name(ActionKind k) {
     case ActionKind::RecvGradient: return "RECV_B";
     case ActionKind::AllReduce: return "ALLREDUCE";
     case ActionKind::OptimizerStep: return "STEP";
+    case ActionKind::BackwardWeight: return "W";
   }
   return "?";
 }
 
-PackedAction pack(const Action& a) {
-  PackedAction p;
-  p.kind = a.kind;
-  if (a.is_compute()) {
-    p.key = a.weight_version;
-    p.item = a.minibatch;
-    p.sub = a.microbatch;
-  } else if (a.is_send() || a.is_recv()) {
-    p.key = a.tag;
-    p.item = a.minibatch;
-    p.sub = a.microbatch;
-    p.peer = a.peer;
-  } else {
-    p.key = a.round;
-    p.item = a.version_created;
-    p.sub = a.gradient_count;
-    p.peer = a.local_gradients;
-  }
-  return p;
-}
+PackedAction pack(const Action& a) { return pack_action(a); }
 
 ScheduleFile export_schedule(const Schedule& schedule) {
   ScheduleFile file;
@@ -329,10 +338,12 @@ void write_schedule_json(std::ostream& os, const ScheduleFile& file) {
                       {"microbatches", file.options.microbatches},
                       {"minibatches", file.options.minibatches},
                       {"workers", std::move(workers)}};
+  const std::string virtual_stages =
+      file.options.virtual_stages > 1 ? cat(", \"virtual_stages\": ", file.options.virtual_stages) : std::string();
   // One action per line: readable and editable, still valid JSON.
   os << "{\"format\": " << j["format"] << ", \"schedule\": " << j["schedule"] << ", \"weights\": " << j["weights"]
      << ", \"microbatches\": " << j["microbatches"] << ", \"minibatches\": " << j["minibatches"]
-     << ",\n \"workers\": [";
+     << virtual_stages << ",\n \"workers\": [";
   for (size_t r = 0; r < j["workers"].size(); ++r) {
     const auto& w = j["workers"][r];
     os << (r ? ",\n  " : "\n  ") << "{\"rank\": " << w["rank"] << ", \"stage\": " << w["stage"] << ", \"actions\": [";
@@ -349,7 +360,8 @@ void write_schedule_csv(std::ostream& os, const ScheduleFile& file) {
   os << "\n";
   for (size_t r = 0; r < file.lists.size(); ++r)
     for (const Action& a : file.lists[r]) {
-      os << r << "," << file.stage_of_rank[r] << "," << short_name(a.kind);
+      os << r << "," << file.stage_of_rank[r] + a.chunk * static_cast<int>(file.lists.size()) << ","
+         << short_name(a.kind);
       for (const auto& v : fields_from(a)) {
         os << ",";
         if (v) os << *v;

@@ -48,6 +48,7 @@ nlohmann::json report_to_json(const SimulationReport& rep) {
                        {"busy_fraction", w.busy_fraction},
                        {"bubble_fraction", w.bubble_fraction},
                        {"peak_in_flight", w.peak_in_flight},
+                       {"peak_held", w.peak_held},
                        {"peak_activation_bytes", w.peak_activation_bytes},
                        {"peak_weight_versions", w.peak_weight_versions}});
   return {{"schedule", rep.schedule},
@@ -77,23 +78,43 @@ std::string format_report(const SimulationReport& rep) {
      << " (steady state): " << rep.time_per_minibatch_s << " s, throughput ";
   if (rep.throughput_samples_per_s > 0) os << rep.throughput_samples_per_s << " samples/s\n";
   else os << "unknown\n";
+  // zb-h1 holds a microbatch's tensors from F to W, past its B: a column
+  // for that peak when it differs from the F-to-B one.
+  bool held = false;
+  for (const auto& w : rep.workers) held = held || w.peak_held != w.peak_in_flight;
   os << std::right << std::setw(6) << "rank" << std::setw(7) << "stage" << std::setw(8) << "busy" << std::setw(8)
-     << "bubble" << std::setw(11) << "in-flight" << std::setw(13) << "stashed" << std::setw(10) << "versions"
-     << "\n";
-  for (const auto& w : rep.workers)
+     << "bubble" << std::setw(11) << "in-flight";
+  if (held) os << std::setw(11) << "F-to-W";
+  os << std::setw(13) << "stashed" << std::setw(10) << "versions" << "\n";
+  for (const auto& w : rep.workers) {
     os << std::setw(6) << w.rank << std::setw(7) << w.stage << std::setw(8) << percent(w.busy_fraction)
-       << std::setw(8) << percent(w.bubble_fraction) << std::setw(11) << w.peak_in_flight << std::setw(13)
-       << bytes_text(static_cast<double>(w.peak_activation_bytes)) << std::setw(10) << w.peak_weight_versions << "\n";
+       << std::setw(8) << percent(w.bubble_fraction) << std::setw(11) << w.peak_in_flight;
+    if (held) os << std::setw(11) << w.peak_held;
+    os << std::setw(13) << bytes_text(static_cast<double>(w.peak_activation_bytes)) << std::setw(10)
+       << w.peak_weight_versions << "\n";
+  }
   return os.str();
 }
 
-void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<TraceEvent>& events, bool flush) {
+void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<TraceEvent>& events, bool flush,
+                        int virtual_stages) {
   // Microseconds, as the trace-event format expects. One process; a thread
   // per rank (tid = rank) and one per stage for all-reduces (tid = R + s).
   int R = 0;
   for (const auto& s : plan.stages) R += s.replicas;
   nlohmann::json out = nlohmann::json::array();
+  if (virtual_stages > 1) {
+    // interleaved-1f1b: stage k runs on worker k mod W, unreplicated.
+    R /= virtual_stages;
+    for (int r = 0; r < R; ++r) {
+      std::string stages;
+      for (int c = 0; c < virtual_stages; ++c) stages += cat(c ? "," : "", r + c * R);
+      out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", r},
+                     {"args", {{"name", cat("rank ", r, " (stages ", stages, ")")}}}});
+    }
+  }
   for (const auto& s : plan.stages) {
+    if (virtual_stages > 1) break;
     for (int r : s.ranks)
       out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", r},
                      {"args", {{"name", cat("rank ", r, " (stage ", s.index, ")")}}}});
@@ -103,14 +124,17 @@ void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<Tr
   }
   std::vector<int> stage_of(R, 0);
   for (const auto& s : plan.stages)
-    for (int r : s.ranks) stage_of[r] = s.index;
+    for (int r : s.ranks)
+      if (r < R) stage_of[r] = s.index;
   for (const auto& e : events) {
     std::string name, colour;
     int tid = e.rank;
-    std::string item = flush ? cat(e.minibatch, ".", e.microbatch) : cat(e.minibatch);
+    std::string item = (flush ? cat(e.minibatch, ".", e.microbatch) : cat(e.minibatch)) +
+                       (virtual_stages > 1 ? cat(" c", e.chunk) : std::string());
     switch (e.kind) {
       case ActionKind::Forward: name = "F" + item; colour = "thread_state_running"; break;   // green
       case ActionKind::Backward: name = "B" + item; colour = "thread_state_iowait"; break;   // orange
+      case ActionKind::BackwardWeight: name = "W" + item; colour = "rail_animation"; break;   // purple
       case ActionKind::AllReduce:
         name = cat("allreduce ", e.minibatch);
         colour = "grey";
@@ -120,7 +144,7 @@ void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<Tr
     }
     out.push_back({{"ph", "X"}, {"name", name}, {"cat", to_string(e.kind)}, {"pid", 0}, {"tid", tid},
                    {"ts", e.start_s * 1e6}, {"dur", (e.end_s - e.start_s) * 1e6}, {"cname", colour},
-                   {"args", {{"minibatch", e.minibatch}, {"microbatch", e.microbatch}}}});
+                   {"args", {{"minibatch", e.minibatch}, {"microbatch", e.microbatch}, {"chunk", e.chunk}}}});
   }
   os << nlohmann::json{{"traceEvents", out}, {"displayTimeUnit", "ms"}}.dump() << "\n";
 }

@@ -55,13 +55,16 @@ struct alignas(64) WorkerState {
   bool replicated = false;      // its stage has replicas: steps wait for all-reduces
   int8_t forward_line = -1, backward_line = -1;  // the event queue's delay lines for its compute ends
   int stage = 0;
-  double forward_s = 0, backward_s = 0;  // its stage's compute times
+  double forward_s = 0, backward_s = 0, weight_s = 0;  // its stage's compute times (chunk 0)
+  int8_t weight_line = -1;
   double compute_start = 0, compute_end = 0;
   double busy = 0;
   double round_start = 0;   // start of the compute an all-reduce may overlap
   Mailbox mailbox;
   PackedAction pending[ActionSource::kMaxGroup];
   int64_t in_flight = 0, peak_in_flight = 0;
+  int64_t held = 0, peak_held = 0;         // F until the last backward pass (W for zb-h1)
+  uint64_t held_bytes = 0, peak_held_bytes = 0;
   // Weight versions the in-flight minibatches use: their forwards' versions
   // never decrease, so counting distinct ones needs only the newest and,
   // when the oldest leaves, the version of the next one (from the source) -
@@ -88,10 +91,10 @@ struct ReplicaGroup {
 };
 
 struct StageCost {
-  double forward_s, backward_s;
+  double forward_s, backward_s, weight_s;  // weight_s: zb-h1's W (backward_s is then B alone)
   double message_bytes;
   uint64_t stashed_bytes;
-  int forward_line = -1, backward_line = -1;  // the event queue's delay lines for compute ends; -1: none
+  int forward_line = -1, backward_line = -1, weight_line = -1;  // the event queue's delay lines; -1: none
 };
 
 // More distinct compute times than this (a plan whose every stage differs)
@@ -114,13 +117,21 @@ class Simulation {
       throw UserError(cat("stashed bytes are given for ", opt.stashed_bytes.size(), " stages, the plan has ",
                           plan.stages.size()));
     flush_ = is_flush(opt.schedule.kind);
-    holds_versions_ = !flush_ && opt.schedule.policy != WeightPolicy::None;
+    split_ = splits_backward(opt.schedule.kind);
+    chunks_ = schedule_.chunks();
+    holds_versions_ = (!flush_ && opt.schedule.policy != WeightPolicy::None) ||
+                      opt.schedule.kind == ScheduleKind::TwoBW;
+    if (!(opt.weight_gradient_share >= 0 && opt.weight_gradient_share < 1))
+      throw UserError(cat("the weight-gradient share of the backward must be in [0, 1) (got ",
+                          opt.weight_gradient_share, ")"));
     const double items = opt.schedule.microbatches;
+    const double w_share = split_ ? opt.weight_gradient_share : 0.0;
     for (size_t s = 0; s < plan.stages.size(); ++s) {
       const PlanStage& st = plan.stages[s];
       uint64_t stash = opt.stashed_bytes.empty() ? st.output_bytes : opt.stashed_bytes[s];
-      costs_.push_back({st.forward_s / items, st.backward_s / items, double(st.output_bytes) / items,
-                        static_cast<uint64_t>(std::llround(double(stash) / items))});
+      const double backward = st.backward_s / items;
+      costs_.push_back({st.forward_s / items, backward * (1 - w_share), backward * w_share,
+                        double(st.output_bytes) / items, static_cast<uint64_t>(std::llround(double(stash) / items))});
       ReplicaGroup g;
       g.size = st.replicas;
       if (st.replicas > 1) {
@@ -144,8 +155,10 @@ class Simulation {
       const StageCost& c = costs_[w.stage];
       w.forward_s = c.forward_s;
       w.backward_s = c.backward_s;
+      w.weight_s = c.weight_s;
       w.forward_line = static_cast<int8_t>(c.forward_line);
       w.backward_line = static_cast<int8_t>(c.backward_line);
+      w.weight_line = static_cast<int8_t>(c.weight_line);
       w.replicated = groups_[w.stage].size > 1;
     }
     choose_marks();
@@ -172,7 +185,7 @@ class Simulation {
   size_t assign_delay_lines() {
     std::vector<double> times;
     for (const StageCost& c : costs_)
-      for (double t : {c.forward_s, c.backward_s})
+      for (double t : {c.forward_s, c.backward_s, c.weight_s})
         if (std::find(times.begin(), times.end(), t) == times.end()) {
           times.push_back(t);
           if (times.size() > kMaxDelayLines) return 0;
@@ -181,6 +194,7 @@ class Simulation {
     for (StageCost& c : costs_) {
       c.forward_line = line(c.forward_s);
       c.backward_line = line(c.backward_s);
+      c.weight_line = line(c.weight_s);
     }
     return times.size();
   }
@@ -278,24 +292,45 @@ class Simulation {
     return local < static_cast<int64_t>(versions.size()) ? versions[static_cast<size_t>(local)] : -1;
   }
 
+  // The duration and delay line of a computation: the worker's own stage's
+  // (cached), or for an interleaved worker's other chunks that chunk's stage.
+  std::pair<double, int> compute_cost(const WorkerState& w, const PackedAction& a) const {
+    if (a.chunk == 0) {
+      if (a.kind == ActionKind::Forward) return {w.forward_s, w.forward_line};
+      if (a.kind == ActionKind::Backward) return {w.backward_s, w.backward_line};
+      return {w.weight_s, w.weight_line};
+    }
+    const StageCost& c = costs_[static_cast<size_t>(w.stage + a.chunk * schedule_.workers())];
+    if (a.kind == ActionKind::Forward) return {c.forward_s, c.forward_line};
+    if (a.kind == ActionKind::Backward) return {c.backward_s, c.backward_line};
+    return {c.weight_s, c.weight_line};
+  }
+
+  uint64_t stashed_bytes(const WorkerState& w, const PackedAction& a) const {
+    return costs_[static_cast<size_t>(w.stage + a.chunk * schedule_.workers())].stashed_bytes;
+  }
+
   void start_compute(int r) {
     WorkerState& w = workers_[r];
     const PackedAction& a = w.action();
     const bool fwd = a.kind == ActionKind::Forward;
+    const auto [duration, line] = compute_cost(w, a);
     w.computing = true;
     w.compute_start = now_;
-    w.compute_end = now_ + (fwd ? w.forward_s : w.backward_s);
-    if (fwd == !flush_) w.round_start = now_;
+    w.compute_end = now_ + duration;
+    if (fwd == !flush_ && a.kind != ActionKind::BackwardWeight) w.round_start = now_;
     if (fwd) {
       const bool another_version = w.in_flight == 0 || a.key != w.newest_held;
       w.peak_in_flight = std::max(w.peak_in_flight, ++w.in_flight);
+      w.peak_held = std::max(w.peak_held, ++w.held);
+      w.held_bytes += stashed_bytes(w, a);
+      w.peak_held_bytes = std::max(w.peak_held_bytes, w.held_bytes);
       if (holds_versions_) {
         if (another_version) ++w.distinct_held;
         w.newest_held = a.key;
         count_versions(w);
       }
     }
-    const int line = fwd ? w.forward_line : w.backward_line;
     if (line >= 0) events_.push_delayed({w.compute_end, r}, static_cast<size_t>(line));
     else events_.push({w.compute_end, r});
   }
@@ -305,7 +340,11 @@ class Simulation {
     const PackedAction& a = w.action();
     w.computing = false;
     w.busy += w.compute_end - w.compute_start;
-    if (trace_) trace_->push_back({a.kind, r, a.sub, a.item, w.compute_start, w.compute_end});
+    if (trace_) trace_->push_back({a.kind, r, a.sub, a.item, w.compute_start, w.compute_end, a.chunk});
+    if (a.kind == ActionKind::Backward ? !split_ : a.kind == ActionKind::BackwardWeight) {
+      --w.held;  // its last backward pass: the forward's tensors are freed
+      w.held_bytes -= stashed_bytes(w, a);
+    }
     if (a.kind == ActionKind::Backward) {
       --w.in_flight;
       if (holds_versions_) {
@@ -324,7 +363,12 @@ class Simulation {
   // receiver's (the previous stage's). Most peers repeat (always, between
   // unreplicated stages), so each worker remembers the last one per
   // direction instead of asking the topology for every message.
-  double transfer_seconds(WorkerState& w, bool downstream, int peer) {
+  double transfer_seconds(WorkerState& w, bool downstream, int peer, int chunk) {
+    if (chunks_ > 1) {  // interleaved: the boundary depends on the chunk
+      const int stage = w.stage + chunk * schedule_.workers();
+      const double bytes = costs_[static_cast<size_t>(downstream ? stage : stage - 1)].message_bytes;
+      return bytes / (plan_.topology.bandwidth_between(static_cast<int>(&w - workers_.data()), peer) * 1e9);
+    }
     PeerTransfer& c = w.peer_transfer[downstream ? 1 : 0];
     if (c.peer != peer) {
       double bytes = costs_[downstream ? w.stage : w.stage - 1].message_bytes;
@@ -343,7 +387,7 @@ class Simulation {
   void send(int r, const PackedAction& a) {
     const bool activation = a.kind == ActionKind::SendActivation;
     const int downstream = activation ? a.peer : r;
-    const double duration = transfer_seconds(workers_[r], activation, a.peer);
+    const double duration = transfer_seconds(workers_[r], activation, a.peer, a.chunk);
     const double start = std::max(now_, link_free_[downstream]);
     const double end = start + duration;
     link_free_[downstream] = end;
@@ -437,7 +481,8 @@ class Simulation {
       wr.busy_fraction = std::clamp(busy, 0.0, 1.0);  // rounding can leave 1 + 1e-16
       wr.bubble_fraction = 1.0 - wr.busy_fraction;
       wr.peak_in_flight = w.peak_in_flight;
-      wr.peak_activation_bytes = static_cast<uint64_t>(w.peak_in_flight) * costs_[w.stage].stashed_bytes;
+      wr.peak_held = w.peak_held;
+      wr.peak_activation_bytes = w.peak_held_bytes;
       wr.peak_weight_versions = w.peak_versions;
       rep.workers.push_back(wr);
     }
@@ -449,6 +494,8 @@ class Simulation {
   Schedule schedule_;
   std::vector<TraceEvent>* trace_;
   bool flush_ = false;
+  bool split_ = false;  // zb-h1: B and W
+  int chunks_ = 1;      // interleaved-1f1b: stages per worker
   bool holds_versions_ = false;  // 1f1b-rr with stash or vertical: count live weight versions
   std::vector<StageCost> costs_;
   std::vector<ReplicaGroup> groups_;

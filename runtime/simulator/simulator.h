@@ -4,7 +4,13 @@
 // Cost model, chosen to be the planner's paper model (docs/design.md §5) so that
 // the two agree in steady state:
 //  - F and B take the stage's forward_s / backward_s per minibatch (flush
-//    schedules: divided by the microbatches per batch).
+//    schedules: divided by the microbatches per batch). zb-h1 splits the
+//    backward: B (input gradient) takes (1 - weight_gradient_share) of
+//    backward_s and W the rest; the default share 1/2 is what a layer of
+//    matrix products costs (dX = dY W^T and dW = X^T dY are the same size
+//    of product), so a profile with backward = 2 x forward gives
+//    F:B:W = 1:1:1. interleaved-1f1b: each chunk is a plan stage with its
+//    own costs.
 //  - Sends do not block the sender (communication has its own thread). A
 //    message occupies the link of the boundary's downstream rank for
 //    bytes / bandwidth_between(sender, receiver); activations and gradients
@@ -64,6 +70,9 @@ struct SimulationOptions {
   // policy, microbatches, minibatches). The caller checks them first
   // (checked_schedule): the replay assumes they cannot deadlock.
   const std::vector<std::vector<Action>>* actions = nullptr;
+  // zb-h1: the fraction of a stage's backward time its W (weight gradient)
+  // pass takes; B takes the rest.
+  double weight_gradient_share = 0.5;
 };
 
 // Stashed activation bytes per minibatch of each stage: the profile's
@@ -74,8 +83,11 @@ std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile
 struct WorkerReport {
   int rank = 0, stage = 0;
   double busy_fraction = 0, bubble_fraction = 0;  // steady-state window
-  uint64_t peak_activation_bytes = 0;             // peak in-flight x stashed bytes
-  int64_t peak_in_flight = 0;
+  uint64_t peak_activation_bytes = 0;             // peak of the held items' stashed bytes
+  int64_t peak_in_flight = 0;                     // items between F and B (interleaved: chunk items)
+  // Items whose forward's tensors are held: from F to their last backward
+  // pass (W for zb-h1, which needs them; B otherwise = peak_in_flight).
+  int64_t peak_held = 0;
   int64_t peak_weight_versions = 0;               // versions held at once
 };
 
@@ -95,6 +107,7 @@ struct TraceEvent {
   int microbatch;
   int64_t minibatch;
   double start_s, end_s;
+  int chunk = 0;  // interleaved-1f1b: the worker's chunk
 };
 
 // Throws UserError when the topology does not cover the plan's ranks.
@@ -105,9 +118,9 @@ SimulationReport simulate(const Plan& plan, const SimulationOptions& options,
 nlohmann::json report_to_json(const SimulationReport& report);
 std::string format_report(const SimulationReport& report);
 // Chrome trace-event JSON (Perfetto, chrome://tracing): one track per rank
-// named "rank r (stage s)", F and B coloured differently, all-reduces on a
-// track per stage.
+// named "rank r (stage s)", F, B and W coloured differently, all-reduces on a
+// track per stage. `virtual_stages` > 1: interleaved-1f1b's worker rows.
 void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<TraceEvent>& events,
-                        bool flush);
+                        bool flush, int virtual_stages = 1);
 
 }  // namespace pd

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <ostream>
 #include <sstream>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -22,6 +23,10 @@ constexpr double kAllReduceShare = 0.3;  // of the row height, at its bottom
 
 const char* kForwardColour = "#4e79a7";
 const char* kBackwardColour = "#59a14f";
+const char* kWeightColour = "#b07aa1";
+// interleaved-1f1b's second and later chunks.
+const char* kForwardChunkColour = "#2a4a6e";
+const char* kBackwardChunkColour = "#356330";
 const char* kAllReduceColour = "#f28e2b";
 const char* kIdleColour = "#e8e8e8";
 
@@ -85,12 +90,19 @@ Layout make_layout(const std::vector<TraceEvent>& events, double end, int worker
   return l;
 }
 
-void draw_rows(std::ostream& os, const Plan& plan, const Layout& l, double end) {
+void draw_rows(std::ostream& os, const Plan& plan, const Layout& l, double end, int virtual_stages) {
   for (const PlanStage& st : plan.stages)
     for (int rank : st.ranks) {
+      std::string stages = cat("stage ", st.index);
+      if (virtual_stages > 1) {  // interleaved: one row per worker, naming its stages
+        if (st.index >= l.workers) continue;
+        rank = st.index;
+        stages = "stages";
+        for (int c = 0; c < virtual_stages; ++c) stages += cat(c ? "," : " ", st.index + c * l.workers);
+      }
       const double y = l.row_y(rank);
       os << "<text class=\"worker\" x=\"" << kLeft - 8 << "\" y=\"" << num(y + kRowHeight / 2 + 4)
-         << "\" text-anchor=\"end\">worker " << rank << " \xC2\xB7 stage " << st.index << "</text>\n";
+         << "\" text-anchor=\"end\">worker " << rank << " \xC2\xB7 " << stages << "</text>\n";
       os << "<rect class=\"row\" x=\"" << kLeft << "\" y=\"" << num(y) << "\" width=\"" << num(end * l.scale)
          << "\" height=\"" << kRowHeight << "\" fill=\"" << kIdleColour << "\"/>\n";
     }
@@ -126,14 +138,17 @@ void draw_events(std::ostream& os, const Plan& plan, const std::vector<TraceEven
       }
       continue;
     }
-    const bool forward = e.kind == ActionKind::Forward;
+    const bool forward = e.kind == ActionKind::Forward, weight = e.kind == ActionKind::BackwardWeight;
     const std::string item =
-        flush ? cat("batch ", e.minibatch, " microbatch ", e.microbatch) : cat("minibatch ", e.minibatch);
-    draw_box(os, l, forward ? "F" : "B", forward ? kForwardColour : kBackwardColour, e.start_s, stop,
-             l.row_y(e.rank), kRowHeight * (1 - kAllReduceShare / 2),
-             std::to_string(flush ? int64_t{e.microbatch} : e.minibatch),
-             cat(forward ? "forward " : "backward ", item, " on worker ", e.rank, ": ", num(e.start_s), "-",
-                 num(e.end_s), " s"));
+        (flush ? cat("batch ", e.minibatch, " microbatch ", e.microbatch) : cat("minibatch ", e.minibatch)) +
+        (e.chunk > 0 ? cat(" chunk ", e.chunk) : std::string());
+    const char* colour = weight    ? kWeightColour
+                         : forward ? (e.chunk > 0 ? kForwardChunkColour : kForwardColour)
+                                   : (e.chunk > 0 ? kBackwardChunkColour : kBackwardColour);
+    draw_box(os, l, forward ? "F" : weight ? "W" : "B", colour, e.start_s, stop, l.row_y(e.rank),
+             kRowHeight * (1 - kAllReduceShare / 2), std::to_string(flush ? int64_t{e.microbatch} : e.minibatch),
+             cat(forward ? "forward " : weight ? "weight gradient " : "backward ", item, " on worker ", e.rank,
+                 ": ", num(e.start_s), "-", num(e.end_s), " s"));
   }
 }
 
@@ -152,18 +167,27 @@ void draw_axis(std::ostream& os, const Layout& l, double end) {
      << (ms ? "ms" : "s") << ")</text></g>\n";
 }
 
-void draw_legend(std::ostream& os, const Layout& l) {
+void draw_legend(std::ostream& os, const Layout& l, bool weights, bool chunks) {
   const double y = l.rows_bottom() + kAxis + 6;
-  const std::pair<const char*, const char*> entries[] = {
-      {"forward", kForwardColour}, {"backward", kBackwardColour}, {"all-reduce", kAllReduceColour},
-      {"idle", kIdleColour}};
+  std::vector<std::pair<const char*, const char*>> entries = {{"forward", kForwardColour},
+                                                              {"backward", kBackwardColour}};
+  if (weights) {
+    entries.back().first = "backward (B)";
+    entries.push_back({"weight grad (W)", kWeightColour});
+  }
+  if (chunks) {
+    entries.push_back({"forward, chunk 1+", kForwardChunkColour});
+    entries.push_back({"backward, chunk 1+", kBackwardChunkColour});
+  }
+  entries.push_back({"all-reduce", kAllReduceColour});
+  entries.push_back({"idle", kIdleColour});
   double x = kLeft;
   os << "<g class=\"legend\">";
   for (const auto& [name, colour] : entries) {
     os << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"14\" height=\"14\" fill=\"" << colour
        << "\" stroke=\"#999999\" stroke-width=\"0.5\"/><text x=\"" << num(x + 20) << "\" y=\"" << num(y + 11)
        << "\">" << name << "</text>";
-    x += 110;
+    x += 30 + 7 * std::string_view(name).size();
   }
   os << "</g>\n";
 }
@@ -174,6 +198,8 @@ void write_timeline_svg(std::ostream& os, const Plan& plan, const std::vector<Tr
                         const TimelineSvgOptions& options) {
   int workers = 0;
   for (const PlanStage& st : plan.stages) workers += static_cast<int>(st.ranks.size());
+  const int v = std::max(1, options.virtual_stages);
+  workers /= v;
   const double end = window_end(events, options.minibatches);
   if (workers == 0 || !(end > 0)) throw UserError("nothing to draw: the trace has no computation");
   const Layout l = make_layout(events, end, workers, !options.title.empty());
@@ -184,10 +210,15 @@ void write_timeline_svg(std::ostream& os, const Plan& plan, const std::vector<Tr
   if (!options.title.empty())
     os << "<text x=\"" << kLeft << "\" y=\"18\" font-size=\"13\" font-weight=\"bold\">" << escape(options.title)
        << "</text>\n";
-  draw_rows(os, plan, l, end);
+  bool weights = false, chunks = false;
+  for (const TraceEvent& e : events) {
+    weights = weights || e.kind == ActionKind::BackwardWeight;
+    chunks = chunks || e.chunk > 0;
+  }
+  draw_rows(os, plan, l, end, v);
   draw_events(os, plan, events, l, end, options.flush);
   draw_axis(os, l, end);
-  draw_legend(os, l);
+  draw_legend(os, l, weights, chunks);
   os << "</svg>\n";
 }
 

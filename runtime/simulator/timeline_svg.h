@@ -21,11 +21,14 @@ struct TimelineSvgOptions {
   int64_t minibatches = 0;
   bool flush = false;  // label boxes with the microbatch index within its batch
   std::string title;   // drawn above the rows when not empty
+  // interleaved-1f1b: the plan's stage k runs on worker k mod (stages / v);
+  // boxes of chunk c > 0 are drawn in a darker shade.
+  int virtual_stages = 1;
 };
 
 // Elements carry classes a test (or a stylesheet) can find: each worker's
-// background is a rect of class "row", each box a group of class "F", "B"
-// or "allreduce" holding its rect and, where it fits, a text of class
+// background is a rect of class "row", each box a group of class "F", "B",
+// "W" (zb-h1's weight gradient) or "allreduce" holding its rect and, where it fits, a text of class
 // "label" with the minibatch (flush: microbatch) number.
 void write_timeline_svg(std::ostream& os, const Plan& plan, const std::vector<TraceEvent>& events,
                         const TimelineSvgOptions& options);

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Measured against simulated (issue 16, "Must show 3"): cnn and gpt-mini on
+# 4 CPU workers (mpirun through `pipedream run`, one compute thread each)
+# with 1f1b-flush, interleaved-1f1b (v = 2) and zb-h1 at the same batch and
+# microbatch count, runs ABCCBA-alternated; next to `pipedream simulate`'s
+# prediction on the profiled plans.
+#   bench/schedules_measured.sh [--out DIR] [--steps N] [--models "cnn gpt-mini"]
+# Profiles each model once at the whole batch (M x microbatch; the simulator
+# divides a stage's time by M), plans it straight on 4 workers (1f1b-flush,
+# zb-h1) and on 8 (interleaved: stage k on worker k mod 4), then runs.
+# Prints JSON lines (one per run, then one per model and schedule with the
+# medians) and a Markdown table; DIR (default runs/schedules-measured) keeps
+# profiles, plans, metrics. Environment: BUILD_DIR (default build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=runs/schedules-measured
+steps=12
+models="cnn gpt-mini"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out=${2:?}; shift 2 ;;
+    --steps) steps=${2:?}; shift 2 ;;
+    --models) models=${2:?}; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "schedules_measured.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+pipedream=${BUILD_DIR:-build}/bin/pipedream
+[ -x "$pipedream" ] || { echo "schedules_measured.sh: $pipedream not found: build first" >&2; exit 2; }
+mkdir -p "$out"
+M=8
+
+model_args() {  # name -> model and options
+  case "$1" in
+    cnn) echo "--model cnn" ;;
+    gpt-mini) echo "--model gpt-mini --model-options depth=6" ;;
+  esac
+}
+micro() { case "$1" in cnn) echo 16 ;; gpt-mini) echo 2 ;; esac; }
+
+schedule_args() {  # schedule -> plan suffix and flags
+  case "$1" in
+    1f1b-flush) echo "4 --schedule 1f1b-flush" ;;
+    zb-h1) echo "4 --schedule zb-h1" ;;
+    interleaved-1f1b) echo "8 --schedule interleaved-1f1b --virtual-stages 2" ;;
+  esac
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+cores=$(nproc)
+table="| model | schedule | measured samples/s (runs) | simulated samples/s | measured / simulated | cores bound (${cores} cores) | measured / cores bound |\n|---|---|---|---|---|---|---|\n"
+for model in $models; do
+  b=$(micro "$model")
+  batch=$((M * b))
+  # shellcheck disable=SC2046
+  "$pipedream" profile $(model_args "$model") --batch "$batch" --threads 1 --warmup 1 --iters 5 --min-time 3 \
+    -o "$out/$model.profile.json" > /dev/null
+  for w in 4 8; do
+    "$pipedream" plan --profile "$out/$model.profile.json" --workers "$w" --straight --bandwidth 10 \
+      -o "$out/$model.plan$w.json" > /dev/null
+  done
+  for schedule in 1f1b-flush interleaved-1f1b zb-h1 zb-h1 interleaved-1f1b 1f1b-flush; do
+    read -r w flags <<< "$(schedule_args "$schedule")"
+    metrics="$out/$model.$schedule.$RANDOM.jsonl"
+    # shellcheck disable=SC2046,SC2086
+    "$pipedream" run --plan "$out/$model.plan$w.json" $(model_args "$model") --data synthetic $flags --microbatches "$M" \
+      --batch "$b" --minibatches "$steps" --no-eval --threads-per-worker 1 --timeout 300 --metrics "$metrics" \
+      > /dev/null 2> "$metrics.log"
+    sps=$(jq -r 'select(.event == "summary") | .samples_per_s' "$metrics")
+    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"samples_per_s\": $sps}"
+    echo "$sps" >> "$out/$model.$schedule.sps"
+  done
+  for schedule in 1f1b-flush interleaved-1f1b zb-h1; do
+    read -r w flags <<< "$(schedule_args "$schedule")"
+    # shellcheck disable=SC2086
+    sim=$("$pipedream" simulate --plan "$out/$model.plan$w.json" --profile "$out/$model.profile.json" $flags \
+      --microbatches "$M" --minibatches 16 --json | jq -r '.throughput_samples_per_s')
+    # Today's layers do not split their backward (W is empty, B does it
+    # all): the simulation of what the runtime executes gives W no time.
+    if [ "$schedule" = zb-h1 ]; then
+      # shellcheck disable=SC2086
+      fused=$("$pipedream" simulate --plan "$out/$model.plan$w.json" --profile "$out/$model.profile.json" $flags \
+        --microbatches "$M" --minibatches 16 --weight-grad-share 0 --json | jq -r '.throughput_samples_per_s')
+      echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"zb-h1\", \"simulated_fused_backward_samples_per_s\": $fused}"
+    fi
+    # With more workers than cores, the cores bound a batch: its whole
+    # compute (every stage's F + B) spread over them.
+    bound=$(jq -r --argjson c "$cores" --argjson n "$batch" '($n * $c) / ([.stages[] | .forward_s + .backward_s] | add)' \
+      "$out/$model.plan$w.json")
+    runs=$(paste -sd' ' "$out/$model.$schedule.sps")
+    med=$(median < "$out/$model.$schedule.sps")
+    rm "$out/$model.$schedule.sps"
+    ratio=$(awk -v m="$med" -v s="$sim" 'BEGIN { printf "%.2f", m / s }')
+    bound_ratio=$(awk -v m="$med" -v s="$bound" 'BEGIN { printf "%.2f", m / s }')
+    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"median_samples_per_s\": $med, \"simulated_samples_per_s\": $sim, \"ratio\": $ratio, \"cores_bound_samples_per_s\": $bound}"
+    runs=$(for x in $runs; do printf '%.0f ' "$x"; done)
+    table+="| $model | $schedule | $(printf '%.0f' "$med") (${runs% }) | $(printf '%.0f' "$sim") | $ratio | $(printf '%.0f' "$bound") | $bound_ratio |\n"
+  done
+done
+printf "%b" "$table"

@@ -1,0 +1,47 @@
+#pragma once
+// `plan --schedule auto` (issue 16): the best plan of each schedule family -
+// 1f1b-rr (the planner's, replication included), 2bw, 1f1b-flush,
+// interleaved-1f1b (v = 2) and zb-h1 - with the microbatch count, under the
+// memory limit, each predicted by replaying it; the fastest that fits wins.
+//
+// The synchronous families and 2bw run straight pipelines here (zb-h1 and
+// interleaved run unreplicated plans only): the planner's straight optimum
+// on the workers (interleaved: on twice as many stages, stage k on worker
+// k mod W, flat topologies only), with M = W, 2W or 4W microbatches of the
+// profile's minibatch (the microbatch is minibatch / M samples). A worker's
+// memory under them: the weights (2bw: two versions), the gradient and the
+// optimizer state of its stages, plus the simulator's peak of microbatches
+// held (F to the last backward pass) times a stage's stashed activations and
+// message buffers per microbatch, plus its layers' working memory per
+// microbatch - planner/stage_memory.h's terms, with 1F1B-RR's weight
+// stashing gone.
+#include <string>
+#include <vector>
+
+#include "planner/planner.h"
+#include "profiler/profile.h"
+#include "runtime/schedule/schedule.h"
+
+namespace pd {
+
+struct ScheduleCandidate {
+  std::string family;           // to_string(ScheduleKind)
+  Plan plan;                    // interleaved: workers x 2 stages
+  ScheduleOptions schedule;     // microbatches, virtual stages; minibatches: replayed
+  double samples_per_s = 0;     // simulated steady state
+  double peak_memory_bytes = 0; // the fullest worker
+  bool fits = false;
+  std::string note;             // why it does not fit, or is not considered
+};
+
+struct ScheduleSearch {
+  std::vector<ScheduleCandidate> families;  // the best of each, in the order above
+  int chosen = -1;                          // index into families; -1: nothing fits
+};
+
+// The replay length of the flush families' candidates (batches).
+constexpr int64_t kScheduleSearchBatches = 16;
+
+ScheduleSearch search_schedules(const Profile& profile, const Topology& topology, const PlannerOptions& options);
+
+}  // namespace pd

@@ -1,0 +1,74 @@
+// `plan --schedule auto` (issue 16): every family's best is replayed, the
+// fastest that fits is chosen, and a memory limit that rules out 1F1B-RR's
+// stashing picks another family whose prediction `simulate` reproduces.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "planner/topology.h"
+#include "runtime/simulator/schedule_search.h"
+#include "runtime/simulator/simulator.h"
+
+namespace pd {
+namespace {
+
+// 8 equal layers with large stashed activations: stashing them for 4
+// minibatches (1F1B-RR's stage 0) costs far more than a flush schedule's
+// microbatches of a quarter of the size.
+Profile activation_heavy_chain() {
+  Profile p;
+  p.model = "chain";
+  p.batch_size = 64;
+  for (int i = 0; i < 8; ++i) {
+    ProfileNode n;
+    n.id = i;
+    n.name = "layer" + std::to_string(i);
+    n.op = "linear";
+    n.forward_ms = 10;
+    n.backward_ms = 20;
+    n.output_bytes = 1'000'000;
+    n.activation_bytes = 50'000'000;
+    n.parameter_bytes = 4'000'000;
+    n.optimizer_state_bytes = 4'000'000;
+    p.nodes.push_back(n);
+    if (i > 0) p.edges.push_back({i - 1, i});
+  }
+  return p;
+}
+
+TEST(ScheduleSearch, ComparesEveryFamilyAndChoosesTheFastestThatFits) {
+  const Profile p = activation_heavy_chain();
+  const ScheduleSearch s = search_schedules(p, flat_topology(4, 10), PlannerOptions{});
+  ASSERT_EQ(s.families.size(), 5u);
+  const std::vector<std::string> names = {"1f1b-rr", "2bw", "1f1b-flush", "interleaved-1f1b", "zb-h1"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(s.families[i].family, names[i]);
+    EXPECT_TRUE(s.families[i].fits) << names[i] << ": " << s.families[i].note;
+    EXPECT_GT(s.families[i].samples_per_s, 0) << names[i];
+  }
+  ASSERT_GE(s.chosen, 0);
+  for (const auto& c : s.families) EXPECT_LE(c.samples_per_s, s.families[static_cast<size_t>(s.chosen)].samples_per_s);
+}
+
+TEST(ScheduleSearch, AMemoryLimitThatRulesOutStashingPicksAnotherFamilyAndSimulateAgrees) {
+  const Profile p = activation_heavy_chain();
+  PlannerOptions unlimited;
+  const ScheduleSearch free = search_schedules(p, flat_topology(4, 10), unlimited);
+  double flush_peak = 0;
+  for (size_t i = 1; i < free.families.size(); ++i) flush_peak = std::max(flush_peak, free.families[i].peak_memory_bytes);
+  ASSERT_LT(flush_peak, free.families[0].peak_memory_bytes);  // stashing is the hungriest
+
+  PlannerOptions limited;
+  limited.memory_bytes = static_cast<uint64_t>(flush_peak * 1.01);
+  const ScheduleSearch s = search_schedules(p, flat_topology(4, 10), limited);
+  EXPECT_FALSE(s.families[0].fits) << s.families[0].note;
+  ASSERT_GT(s.chosen, 0);
+  const ScheduleCandidate& c = s.families[static_cast<size_t>(s.chosen)];
+  EXPECT_LE(c.peak_memory_bytes, double(limited.memory_bytes));
+  SimulationOptions so;
+  so.schedule = c.schedule;
+  so.stashed_bytes = stashed_bytes_from_profile(c.plan, p);
+  EXPECT_NEAR(simulate(c.plan, so).throughput_samples_per_s / c.samples_per_s, 1.0, 1e-9) << c.family;
+}
+
+}  // namespace
+}  // namespace pd
