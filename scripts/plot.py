@@ -277,7 +277,7 @@ def plot_bands(args, plt):
     panels = fig_spec["panels"]
     cols = max(1, min(int(fig_spec.get("columns", 3)), len(panels)))
     rows = (len(panels) + cols - 1) // cols
-    fig, grid = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
+    fig, grid = plt.subplots(rows, cols, figsize=(max(7.0, 4.2 * cols), 3.3 * rows + 0.8), squeeze=False, sharey=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     labels = []
     for p in panels:  # one colour per label across panels
@@ -311,11 +311,12 @@ def plot_bands(args, plt):
                     names.append(n)
                     seen.add(n)
     if handles:
-        fig.legend(handles, names, loc="lower center", ncol=min(len(names), 5), fontsize="small")
+        fig.legend(handles, names, loc="lower center", ncol=min(len(names), 3), fontsize="small")
     title = args.title or fig_spec.get("title")
     if title:
-        fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.06 if handles else 0, 1, 1))
+        fig.suptitle(title, fontsize="medium")
+    legend_rows = (len(handles) + 2) // 3
+    fig.tight_layout(rect=(0, (0.25 + 0.22 * legend_rows) / fig.get_figheight() if handles else 0, 1, 1))
     return fig
 
 
