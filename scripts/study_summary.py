@@ -12,6 +12,8 @@ seed<N>/metrics.jsonl (`pipedream train`, one evaluation per epoch) and the
                     accuracy per seed, mean, min, max, std, divergences,
                     and the mean accuracy after every epoch
   DIR/summary.md    the same as a Markdown table
+  DIR/summary-wide.md  one row per (optimizer, lr, shape), one column per
+                    policy (the table of docs/results.md)
   DIR/curves/       per run, its test accuracy after every epoch as eval
                     lines (x: epochs, and "seconds": simulated wall time),
                     and fig-*.json, the figures for `plot.py bands`
@@ -180,9 +182,33 @@ def main(argv):
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 
+    shapes = sorted({s for s, _, _, _ in cells if s != "single"}, key=lambda s: (-s.count("-"), s))
+    # The wide table: one column per policy, one worker beside every shape.
+    idx = {(r["optimizer"], r["lr"], r["shape"], r["policy"]): r for r in rows}
+    def cell(r):
+        if r is None or r["mean"] is None:
+            return "-"
+        text = f"{pct(r['mean'])} [{pct(r['min'])}-{pct(r['max'])}]"
+        return text + (f" **{r['diverged']}/{r['seeds_complete']} div.**" if r["diverged"] else "")
+    wide = ["| optimizer | lr | shape | 1 worker (`train`) | `stash` | `vertical` | `none` | `1f1b-flush` |",
+            "|---|---|---|---|---|---|---|---|"]
+    for opt, lr in sorted({(r["optimizer"], r["lr"]) for r in rows}, key=lambda k: (k[0] != "sgd", k[1])):
+        for shape in shapes:
+            row_cells = [cell(idx.get((opt, lr, shape, p))) for p in ("stash", "vertical", "none", "flush")]
+            wide.append(f"| {opt} | {lr:g} | {shape} | {cell(idx.get((opt, lr, '1 worker', 'train')))} | "
+                        + " | ".join(row_cells) + " |")
+    totals = {}
+    for r in rows:
+        t = totals.setdefault(r["policy"], [0, 0])
+        t[0] += r["diverged"]
+        t[1] += r["seeds_complete"]
+    wide += ["", "Diverged runs, all cells: " + ", ".join(
+        f"`{p}` {totals[p][0]}/{totals[p][1]}" for p in POLICIES if p in totals) + "."]
+    with open(os.path.join(out, "summary-wide.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(wide) + "\n")
+
     # Figures: per optimizer and x axis, one panel per (lr, shape), one band
     # per policy (mean and min-max over seeds); 1 worker in every panel.
-    shapes = sorted({s for s, _, _, _ in cells if s != "single"}, key=lambda s: (-s.count("-"), s))
     for opt in sorted({o for _, o, _, _ in cells}):
         lrs = sorted({lr for _, o, lr, _ in cells if o == opt}, key=float)
         for axis in ("epoch", "time"):
