@@ -207,6 +207,26 @@ def main(argv):
     with open(os.path.join(out, "summary-wide.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(wide) + "\n")
 
+    # Time to accuracy, the paper's metric, on the simulated clock.
+    targets = (0.75, 0.80)
+    tta = ["| optimizer | lr | shape | " + " | ".join(
+               f"{p} to {int(100 * t)}%" for t in targets for p in ("train", "stash", "none", "flush")) + " |",
+           "|---|---|---|" + "---|" * (4 * len(targets))]
+    def reach(r, target):
+        if r is None or not r["simulated_seconds_per_epoch"]:
+            return "-"
+        for k, a in enumerate(r["mean_accuracy_by_epoch"], 1):
+            if a is not None and a >= target:
+                return f"{k * r['simulated_seconds_per_epoch']:.2f} s"
+        return "-"
+    for opt, lr in sorted({(r["optimizer"], r["lr"]) for r in rows}, key=lambda k: (k[0] != "sgd", k[1])):
+        for shape in shapes:
+            c = [reach(idx.get((opt, lr, "1 worker" if p == "train" else shape, p)), t)
+                 for t in targets for p in ("train", "stash", "none", "flush")]
+            tta.append(f"| {opt} | {lr:g} | {shape} | " + " | ".join(c) + " |")
+    with open(os.path.join(out, "time-to-accuracy.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(tta) + "\n")
+
     # Figures: per optimizer and x axis, one panel per (lr, shape), one band
     # per policy (mean and min-max over seeds); 1 worker in every panel.
     for opt in sorted({o for _, o, _, _ in cells}):
