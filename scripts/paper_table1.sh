@@ -4,7 +4,7 @@
 # simulate (--realistic-latency) the planner's plan, plain data parallelism
 # (BSP: one stage on every worker) and one worker, and print the paper's
 # figures beside ours.
-#   scripts/paper_table1.sh [--out DIR] [--minibatches N]
+#   scripts/paper_table1.sh [--out DIR] [--minibatches N] [--compute-scale F]
 # Outputs in DIR (default runs/paper-table1): table1.md (the printed table),
 # table1.json (one object per row), and per row <profile>-<cluster><workers>/ (vgg16-a8/)
 # with the plans and `simulate --json` reports; throughput.png when
@@ -15,17 +15,23 @@
 # target accuracy on real GPUs; this compares simulated time per minibatch on
 # the profiles in $PROFILES_DIR (default tests/data/pipedream-profiles),
 # measured on other GPUs - so configurations and speed-ups may differ.
+# --compute-scale F multiplies every layer's forward and backward time of the
+# profiles by F (0.33: GPUs 3x faster than the profiles' at the same
+# network), to see how the comparison depends on the ratio of communication
+# to compute; the scaled profiles are written to DIR/profiles/.
 # Environment: BUILD_DIR (default build), PROFILES_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out=runs/paper-table1
 minibatches=1000
+compute_scale=
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=${2:?--out needs a folder}; shift 2 ;;
     --minibatches) minibatches=${2:?--minibatches needs a number}; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --compute-scale) compute_scale=${2:?--compute-scale needs a factor}; shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "paper_table1.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -37,6 +43,23 @@ profiles=${PROFILES_DIR:-tests/data/pipedream-profiles}
 command -v jq >/dev/null || { echo "paper_table1.sh: needs jq (apt-get install jq)" >&2; exit 2; }
 [ -d "$profiles" ] || { echo "paper_table1.sh: no profiles folder $profiles: set PROFILES_DIR to the folder holding vgg16/graph.txt" >&2; exit 2; }
 mkdir -p "$out"
+if [ -n "$compute_scale" ]; then
+  [[ "$compute_scale" =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "paper_table1.sh: --compute-scale must be a positive number, got '$compute_scale'" >&2; exit 2; }
+  for f in "$profiles"/*/graph.txt; do
+    name=$(basename "$(dirname "$f")")
+    mkdir -p "$out/profiles/$name"
+    python3 - "$f" "$compute_scale" >"$out/profiles/$name/graph.txt" <<'EOF'
+import re, sys
+scale = float(sys.argv[2])
+def scaled(m):
+    return f"{m.group(1)}={float(m.group(2)) * scale!r}"
+for line in open(sys.argv[1], encoding="utf-8"):
+    sys.stdout.write(re.sub(r"(forward_compute_time|backward_compute_time)=([0-9.eE+-]+)", scaled, line))
+EOF
+  done
+  profiles="$out/profiles"
+  echo "paper_table1.sh: compute times scaled by $compute_scale (profiles in $profiles)" >&2
+fi
 
 # The paper's Table 1: model, profile folder, cluster, workers, BSP speed-up
 # over 1 worker, PipeDream config, PipeDream speed-up over 1 worker, over

@@ -13,6 +13,17 @@
       output. The label is LABEL= when given, else the file's name without
       its extension (so name the files after their configs: 7-1.json).
 
+  plot.py bands FIGURE.json -o bands.png
+      Mean and spread (min-max band) over seeds of test accuracy (or any eval
+      field), in one panel per group of series. FIGURE.json:
+        {"title": "...", "x": "epoch" | "time", "y": "test_accuracy",
+         "columns": 3, "panels": [{"title": "...", "series": [
+             {"label": "stash", "files": ["seed0.jsonl", "seed1.jsonl"]}]}]}
+      Each file is a metrics.jsonl; its "eval" lines give the points: x is
+      epochs done (the line's epoch + 1) or its "seconds". A seed whose value
+      is missing at some x is left out of the band there.
+      (scripts/study_staleness.sh writes such figures.)
+
 Uses matplotlib from Debian: run with /usr/bin/python3 after
 `apt-get install python3-matplotlib`. Exit status 2 means the input was
 wrong (the message says what to fix), 3 that matplotlib is missing.
@@ -216,6 +227,99 @@ def plot_throughput(args, plt):
     return fig
 
 
+def read_figure(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            fig = json.load(f)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not JSON ({e.msg})") from None
+    panels = fig.get("panels") if isinstance(fig, dict) else None
+    if not isinstance(panels, list) or not panels:
+        raise InputError(f"{path}: no \"panels\" list (see `plot.py --help`)")
+    if fig.get("x", "epoch") not in ("epoch", "time"):
+        raise InputError(f"{path}: \"x\" must be epoch or time, got {fig.get('x')!r}")
+    for i, panel in enumerate(panels):
+        series = panel.get("series") if isinstance(panel, dict) else None
+        if not isinstance(series, list) or not series:
+            raise InputError(f"{path}: panel {i} has no \"series\" list")
+        for s in series:
+            if not isinstance(s, dict) or not isinstance(s.get("files"), list) or not s["files"]:
+                raise InputError(f"{path}: panel {i}: every series needs a \"label\" and a non-empty \"files\" list")
+            for f in s["files"]:
+                if not os.path.isfile(f):
+                    raise InputError(f"{f}: no such file (named in {path})")
+    return fig
+
+
+def band_points(files, axis, key):
+    """x -> values over files, from each file's eval lines."""
+    by_x = {}
+    for path in files:
+        _, evals = read_metrics(path)
+        for e in evals:
+            y = value(e, key)
+            if axis == "epoch":
+                x = e.get("epoch", 0) + 1
+            else:
+                x = value(e, "seconds")
+            if x is None or y is None:
+                continue
+            by_x.setdefault(x, []).append(y)
+    xs = sorted(by_x)
+    return xs, [by_x[x] for x in xs]
+
+
+def plot_bands(args, plt):
+    if len(args.inputs) != 1:
+        raise InputError("bands takes one FIGURE.json (see `plot.py --help`)")
+    fig_spec = read_figure(args.inputs[0])
+    axis, key = fig_spec.get("x", "epoch"), fig_spec.get("y", "test_accuracy")
+    panels = fig_spec["panels"]
+    cols = max(1, min(int(fig_spec.get("columns", 3)), len(panels)))
+    rows = (len(panels) + cols - 1) // cols
+    fig, grid = plt.subplots(rows, cols, figsize=(max(7.0, 4.2 * cols), 3.3 * rows + 0.8), squeeze=False, sharey=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    labels = []
+    for p in panels:  # one colour per label across panels
+        for s in p["series"]:
+            if s.get("label") not in labels:
+                labels.append(s.get("label"))
+    for i, panel in enumerate(panels):
+        ax = grid[i // cols][i % cols]
+        for s in panel["series"]:
+            xs, ys = band_points(s["files"], axis, key)
+            if not xs:
+                continue
+            color = colors[labels.index(s.get("label")) % len(colors)]
+            mean = [sum(v) / len(v) for v in ys]
+            ax.plot(xs, mean, color=color, marker="o", markersize=3, linewidth=1.3,
+                    label=f"{s.get('label')} (n={len(s['files'])})")
+            ax.fill_between(xs, [min(v) for v in ys], [max(v) for v in ys], color=color, alpha=0.18, linewidth=0)
+        ax.set_title(panel.get("title", ""), fontsize="medium")
+        ax.set_xlabel("epoch" if axis == "epoch" else "simulated wall time (s)")
+        ax.set_ylabel(key.replace("_", " "))
+        ax.grid(alpha=0.3)
+    for j in range(len(panels), rows * cols):
+        grid[j // cols][j % cols].axis("off")
+    handles, names = grid[0][0].get_legend_handles_labels()
+    seen = set(names)
+    for row in grid:  # a series absent from the first panel still gets a legend entry
+        for ax in row:
+            for h, n in zip(*ax.get_legend_handles_labels()):
+                if n not in seen:
+                    handles.append(h)
+                    names.append(n)
+                    seen.add(n)
+    if handles:
+        fig.legend(handles, names, loc="lower center", ncol=min(len(names), 3), fontsize="small")
+    title = args.title or fig_spec.get("title")
+    if title:
+        fig.suptitle(title, fontsize="medium")
+    legend_rows = (len(handles) + 2) // 3
+    fig.tight_layout(rect=(0, (0.25 + 0.22 * legend_rows) / fig.get_figheight() if handles else 0, 1, 1))
+    return fig
+
+
 def x_axes(text):
     axes = [a.strip() for a in text.split(",") if a.strip()]
     bad = [a for a in axes if a not in AXIS_TITLES]
@@ -228,7 +332,7 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="plot.py", description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="{curves,throughput}")
+    sub = parser.add_subparsers(dest="command", metavar="{curves,throughput,bands}")
     sub.required = True
     curves = sub.add_parser("curves", help="loss and accuracy of metrics.jsonl files")
     curves.add_argument("inputs", nargs="+", metavar="[LABEL=]METRICS.jsonl")
@@ -236,7 +340,10 @@ def parse_args(argv):
                         help="x axes, one column each, comma-separated from step,time,epoch (default: step,time)")
     throughput = sub.add_parser("throughput", help="throughput of `simulate --json` outputs")
     throughput.add_argument("inputs", nargs="+", metavar="[LABEL=]SIMULATION.json")
-    for p in (curves, throughput):
+    bands = sub.add_parser("bands", help="mean and min-max over seeds, panels described by a FIGURE.json")
+    bands.add_argument("inputs", nargs=1, metavar="FIGURE.json")
+    bands.add_argument("--dpi", type=int, default=110, help="resolution of the PNG (default 110)")
+    for p in (curves, throughput, bands):
         p.add_argument("-o", "--output", required=True, help="PNG file to write")
         p.add_argument("--title", help="figure title")
     return parser.parse_args(argv)
@@ -256,7 +363,8 @@ def main(argv):
               "and run this script with /usr/bin/python3", file=sys.stderr)
         return EXIT_NO_MATPLOTLIB
     try:
-        fig = plot_curves(args, plt) if args.command == "curves" else plot_throughput(args, plt)
+        plotters = {"curves": plot_curves, "throughput": plot_throughput, "bands": plot_bands}
+        fig = plotters[args.command](args, plt)
     except InputError as e:
         print(f"plot.py: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -264,7 +372,7 @@ def main(argv):
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
     try:
-        fig.savefig(args.output, dpi=110)
+        fig.savefig(args.output, dpi=getattr(args, "dpi", 110))
     except OSError as e:
         print(f"plot.py: cannot write {args.output}: {e.strerror}", file=sys.stderr)
         return EXIT_USAGE

@@ -3,7 +3,9 @@
 # `pipedream train` writes and from a hand-written one in `run`'s format
 # (evals that carry a step, minibatch accuracy, a diverged null loss), and a
 # throughput chart from `simulate --json`-shaped files; each must be a
-# non-empty PNG. Bad input must exit 2 and name the file.
+# non-empty PNG, and bands (mean and min-max over seeds) from a figure
+# description as scripts/study_staleness.sh writes it. Bad input must exit
+# 2 and name the file.
 #   tests/scripts/plot_test.sh SOURCE_DIR PIPEDREAM_BINARY
 # Exits 77 (ctest SKIP_RETURN_CODE) when matplotlib is absent.
 set -euo pipefail
@@ -44,6 +46,34 @@ echo '{"schedule":"1f1b-rr","minibatches":100,"time_per_minibatch_s":0.1,"throug
 echo '{"schedule":"1f1b-rr","minibatches":100,"time_per_minibatch_s":0.4,"throughput_samples_per_s":160,"workers":[]}' >"$work/dp.json"
 "${plot[@]}" throughput "$work/7-1.json" BSP="$work/dp.json" -o "$work/throughput.png"
 expect_png "$work/throughput.png"
+
+# bands: mean and min-max over seeds from a figure description; seed files
+# in the study's format (eval lines only, one missing a value).
+for seed in 0 1; do
+  cat >"$work/seed$seed.jsonl" <<JSON
+{"event":"eval","epoch":0,"test_accuracy":0.$((5 + seed)),"test_loss":1.0,"seconds":0.2}
+{"event":"eval","epoch":1,"test_accuracy":0.$((7 + seed)),"test_loss":0.8,"seconds":0.4}
+{"event":"eval","epoch":2,"test_accuracy":null,"test_loss":null,"seconds":0.6}
+JSON
+done
+cat >"$work/figure.json" <<JSON
+{"title": "bands", "x": "epoch", "columns": 2, "panels": [
+  {"title": "a", "series": [{"label": "stash", "files": ["$work/seed0.jsonl", "$work/seed1.jsonl"]}]},
+  {"title": "b", "series": [{"label": "none", "files": ["$work/seed1.jsonl"]}]},
+  {"title": "c", "series": [{"label": "stash", "files": ["$work/seed0.jsonl"]}]}]}
+JSON
+"${plot[@]}" bands "$work/figure.json" -o "$work/bands.png"
+expect_png "$work/bands.png"
+sed 's/"epoch"/"time"/' "$work/figure.json" >"$work/figure-time.json"
+"${plot[@]}" bands "$work/figure-time.json" -o "$work/bands-time.png"
+expect_png "$work/bands-time.png"
+echo '{"panels": [{"title": "a", "series": [{"label": "x", "files": ["/nonexistent.jsonl"]}]}]}' >"$work/bad-figure.json"
+set +e
+message=$("${plot[@]}" bands "$work/bad-figure.json" -o "$work/bad-figure.png" 2>&1)
+status=$?
+set -e
+[ "$status" -eq 2 ] || fail "bands with a missing file exited $status, expected 2: $message"
+[[ "$message" == */nonexistent.jsonl* ]] || fail "the error does not name the missing file: $message"
 
 echo 'not json' >"$work/broken.jsonl"
 set +e
