@@ -68,6 +68,22 @@ class Reader {
     pos_ += static_cast<size_t>(n);
     return r;
   }
+  // Whether the length-delimited field at the cursor runs past the end
+  // (the cursor is left where it was).
+  bool truncated_field() {
+    const size_t keep = pos_;
+    const uint64_t n = varint();
+    const bool cut = n > size_ - pos_;
+    pos_ = keep;
+    return cut;
+  }
+  // The rest of the buffer after a length prefix, as a sub-reader.
+  Reader rest(const char* what) {
+    varint();
+    Reader r(reinterpret_cast<const char*>(p_ + pos_), size_ - pos_, base_ + pos_, source_, what);
+    pos_ = size_;
+    return r;
+  }
   std::string bytes() {
     uint64_t n = varint();
     need(n);
@@ -181,8 +197,7 @@ void decode_raw(TensorValue& t, const std::string& raw, Reader& r) {
   }
 }
 
-TensorValue parse_tensor(Reader r) {
-  TensorValue t;
+void parse_tensor(Reader r, TensorValue& t) {
   std::string raw;
   bool has_raw = false, external = false;
   std::vector<float> doubles;
@@ -216,6 +231,11 @@ TensorValue parse_tensor(Reader r) {
   }
   const int64_t have = t.is_float() ? static_cast<int64_t>(t.floats.size()) : static_cast<int64_t>(t.ints.size());
   if (have != t.numel()) r.fail(cat("tensor '", t.name, "' has ", have, " values for dims of ", t.numel(), " elements"));
+}
+
+TensorValue parse_tensor(Reader r) {
+  TensorValue t;
+  parse_tensor(r, t);
   return t;
 }
 
@@ -238,8 +258,7 @@ Attribute parse_attribute(Reader r) {
   return a;
 }
 
-Node parse_node(Reader r) {
-  Node n;
+void parse_node(Reader r, Node& n) {
   while (!r.done()) {
     int w;
     switch (r.key(w)) {
@@ -252,7 +271,6 @@ Node parse_node(Reader r) {
       default: r.skip(w);
     }
   }
-  return n;
 }
 
 void parse_shape(Reader r, ValueInfo& v) {
@@ -313,9 +331,37 @@ Graph parse_graph(Reader r) {
   while (!r.done()) {
     int w;
     switch (r.key(w)) {
-      case 1: r.expect(w, 2); g.nodes.push_back(parse_node(r.sub("NodeProto"))); break;
+      case 1: {
+        r.expect(w, 2);
+        Node n;
+        const bool cut = r.truncated_field();
+        try {
+          // A node the file ends inside is decoded as far as it goes.
+          parse_node(cut ? r.rest("NodeProto (truncated)") : r.sub("NodeProto"), n);
+          if (cut) r.fail("the file ends inside this node");
+        } catch (const UserError& e) {
+          // Name the node as far as it was read: "node 12 'Conv_3' (Conv)".
+          const std::string known = !n.op_type.empty() ? " " + n.label()
+                                    : !n.outputs.empty() ? cat(" (output '", n.outputs[0], "'; its op not read yet)") : "";
+          throw UserError(cat(e.what(), "; in graph node ", g.nodes.size(), known));
+        }
+        g.nodes.push_back(std::move(n));
+        break;
+      }
       case 2: r.expect(w, 2); g.name = r.bytes(); break;
-      case 5: r.expect(w, 2); g.initializers.push_back(parse_tensor(r.sub("TensorProto"))); break;
+      case 5: {
+        r.expect(w, 2);
+        TensorValue t;
+        const bool cut = r.truncated_field();
+        try {
+          parse_tensor(cut ? r.rest("TensorProto (truncated)") : r.sub("TensorProto"), t);
+          if (cut) r.fail("the file ends inside this initializer");
+        } catch (const UserError& e) {
+          throw UserError(cat(e.what(), "; in initializer ", g.initializers.size(), t.name.empty() ? "" : cat(" '", t.name, "'")));
+        }
+        g.initializers.push_back(std::move(t));
+        break;
+      }
       case 11: r.expect(w, 2); g.inputs.push_back(parse_value_info(r.sub("ValueInfoProto"))); break;
       case 12: r.expect(w, 2); g.outputs.push_back(parse_value_info(r.sub("ValueInfoProto"))); break;
       default: r.skip(w);
@@ -377,7 +423,17 @@ ModelProto parse_model(const std::string& bytes, const std::string& source) {
     switch (r.key(w)) {
       case 1: r.expect(w, 0); m.ir_version = r.int64(); break;
       case 2: r.expect(w, 2); m.producer = r.bytes(); break;
-      case 7: r.expect(w, 2); m.graph = parse_graph(r.sub("GraphProto")); has_graph = true; break;
+      case 7:
+        r.expect(w, 2);
+        if (r.truncated_field()) {
+          // Decode what is there: the error then names the node or
+          // initializer inside which the file ends.
+          parse_graph(r.rest("GraphProto (truncated)"));
+          throw UserError(cat(source, ": the file is truncated: it ends inside the graph, after its last complete node"));
+        }
+        m.graph = parse_graph(r.sub("GraphProto"));
+        has_graph = true;
+        break;
       case 8: {
         r.expect(w, 2);
         Reader o = r.sub("OperatorSetIdProto");
