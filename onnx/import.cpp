@@ -37,7 +37,15 @@ class Importer {
     check_opset();
     read_initializers();
     read_input();
-    for (const Node& n : g_.nodes) visit(n);
+    for (const Node& n : g_.nodes) {
+      try {
+        visit(n);
+      } catch (const std::logic_error& e) {
+        // Inputs no exporter writes (shapes that contradict each other) trip a
+        // kernel's internal check: still the file's fault, so exit 2.
+        throw UserError(cat(name_, ": ", n.label(), ": its inputs do not fit together: ", e.what()));
+      }
+    }
     read_output();
     return assemble(cut_points());
   }
@@ -93,6 +101,13 @@ class Importer {
         throw UserError(cat(name_, ": input '", input->name, "' has a dynamic dimension ", d,
                             input->dim_names[d].empty() ? "" : cat(" ('", input->dim_names[d], "')"), ", read by ", user,
                             "; export with fixed sizes (no dynamic_axes)"));
+    int64_t elements = 1;
+    for (int64_t d : input->dims) {
+      if (d > (int64_t(1) << 28) / elements)
+        throw UserError(cat(name_, ": input '", input->name, "' of shape ", shape_str(input->dims),
+                            " is implausibly large (export with a small batch)"));
+      elements *= d;
+    }
     Value v;
     v.kind = Value::Input;
     v.batched = true;
