@@ -25,5 +25,12 @@ OpPtr make_where_op(const Node& n, const OpInputs& in);
 OpPtr make_slice_op(const Node& n, const OpInputs& in);
 OpPtr make_split_op(const Node& n, const OpInputs& in);
 OpPtr make_concat_op(const Node& n, const OpInputs& in);
+// Conv with group > 1 (square kernel, equal strides and pads, as for the core conv2d).
+OpPtr make_grouped_conv_op(const Node& n, const OpInputs& in, int kernel, int stride, int padding);
+// MaxPool / AveragePool beyond the core pools: ceil_mode, rectangular
+// kernels, per-side pads, count_include_pad=0.
+OpPtr make_pool_op(const Node& n, const OpInputs& in);
+// Pad (constant mode; never the batch dimension).
+OpPtr make_pad_op(const Node& n, const OpInputs& in);
 
 }  // namespace pd::onnx

@@ -194,9 +194,28 @@ TEST(OnnxOpGradcheck, SliceSplitConcat) {
   check(node("Concat", 2, {int_attr("axis", 1)}), {{rnd({2, 3, 4}, 31)}, {rnd({2, 2, 4}, 32), false, false, true}});
 }
 
+TEST(OnnxOpGradcheck, PoolsBeyondTheCoreAndPad) {
+  // Max pooling on well-separated values: a finite-difference step must not change the maximum.
+  Tensor distinct = Tensor::empty({2, 2, 6, 6});
+  for (int64_t i = 0; i < distinct.numel(); ++i) distinct.f32()[i] = 0.1f * static_cast<float>((i * 37) % 144) - 7.0f;
+  check(node("MaxPool", 1, {ints_attr("kernel_shape", {3, 3}), ints_attr("strides", {2, 2}), int_attr("ceil_mode", 1)}),
+        {{distinct}});
+  check(node("AveragePool", 1, {ints_attr("kernel_shape", {3, 2}), ints_attr("strides", {2, 1}), ints_attr("pads", {1, 0, 1, 1}),
+                                int_attr("ceil_mode", 1), int_attr("count_include_pad", 0)}),
+        {{rnd({2, 2, 5, 6}, 51)}});
+  check(node("AveragePool", 1, {ints_attr("kernel_shape", {3, 3}), ints_attr("pads", {1, 1, 1, 1}), int_attr("count_include_pad", 1),
+                                int_attr("ceil_mode", 1), ints_attr("strides", {2, 2})}),
+        {{rnd({2, 2, 6, 6}, 52)}});
+  check(node("Pad", 2), {{rnd({2, 2, 3, 3}, 53)}, {ints({0, 0, 1, 2, 0, 0, 2, 1}), true}});
+}
+
 TEST(OnnxOpGradcheck, CoreLayerAdapters) {
   check(node("Conv", 3, {ints_attr("kernel_shape", {3, 3}), ints_attr("pads", {1, 1, 1, 1}), ints_attr("strides", {2, 2})}),
         {{rnd({2, 3, 6, 6}, 33)}, {rnd({4, 3, 3, 3}, 34, 0.3f)}, {rnd({4}, 35)}});
+  check(node("Conv", 3, {ints_attr("kernel_shape", {3, 3}), ints_attr("pads", {1, 1, 1, 1}), int_attr("group", 2)}),
+        {{rnd({2, 4, 5, 5}, 45)}, {rnd({6, 2, 3, 3}, 46, 0.3f)}, {rnd({6}, 47)}});
+  check(node("Conv", 2, {ints_attr("kernel_shape", {3, 3}), ints_attr("strides", {2, 2}), int_attr("group", 4)}),
+        {{rnd({2, 4, 7, 7}, 48)}, {rnd({4, 1, 3, 3}, 49, 0.3f)}});
   check(node("Gemm", 3, {int_attr("transB", 1)}), {{rnd({3, 5}, 36)}, {rnd({4, 5}, 37)}, {rnd({4}, 38)}});
   check(node("LayerNormalization", 3, {int_attr("axis", -1), float_attr("epsilon", 1e-5f)}),
         {{rnd({2, 3, 6}, 39)}, {positive({6}, 40)}, {rnd({6}, 41)}});

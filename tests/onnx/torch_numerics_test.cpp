@@ -4,6 +4,10 @@
 // steps within 1e-3 relative. tests/onnx/torch_reference.py exports the
 // model and records PyTorch's figures; Dropout is exported with p = 0 (the
 // two RNGs cannot draw the same masks), BatchNorm runs in training mode.
+// Where PyTorch's own float32 result is further than 1e-3 from its float64
+// one (MobileNet's and DenseNet's BatchNorms over 2x2 maps of 4 samples
+// amplify rounding; gradients that are zero in exact arithmetic), the
+// bound is 3x that error instead: no float32 implementation can do better.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,7 +42,7 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   const Case& c = GetParam();
   std::string tag = c.model.substr(c.model.find_last_of("/:") == std::string::npos ? 0 : c.model.find_last_of("/:") + 1);
   const std::string dir = testing::scratch_dir("numerics_" + tag);
-  const std::string model = c.model.find(':') == std::string::npos ? c.model : cat(PD_SOURCE_DIR, "/", c.model);
+  const std::string model = c.model.find(':') == std::string::npos || c.model[0] == '/' ? c.model : cat(PD_SOURCE_DIR, "/", c.model);
   ASSERT_TRUE(testing::run_python(cat("tests/onnx/torch_reference.py ", model, " ", dir, " ", c.args, " --lr ", c.lr),
                                   dir + "/log.txt"))
       << "torch_reference.py failed, see " << dir << "/log.txt";
@@ -68,7 +72,8 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
 
   // Parameter names are "{layer}.{ONNX initializer name}"; PyTorch's are the initializer names.
   int compared = 0;
-  double worst_grad = 0;
+  double worst_grad = 0;  // over the parameters held to 1e-3
+  int loosened = 0;       // parameters PyTorch itself computes less exactly in float32
   for (size_t k = 0; k < w.param_names().size(); ++k) {
     const std::string& full = w.param_names()[k];
     const std::string name = full.substr(full.find('.') + 1);
@@ -85,8 +90,12 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
       scale = std::max(scale, double(std::fabs(want.f32()[i])));
       diff = std::max(diff, double(std::fabs(g.f32()[i] - want.f32()[i])));
     }
-    EXPECT_LE(diff, 1e-3 * scale + 1e-9) << name << ": max |ours - torch| " << diff << ", max |torch| " << scale;
-    worst_grad = std::max(worst_grad, diff / std::max(scale, 1e-30));
+    const double tol = ref.at("tolerance/" + name).f32()[0];
+    EXPECT_LE(diff, tol * scale + 1e-12) << name << ": max |ours - torch| " << diff << ", max |torch| " << scale
+                                         << ", tolerance " << tol;
+    const double err = diff / std::max(scale, 1e-30);
+    if (tol <= 1.001e-3) worst_grad = std::max(worst_grad, err);
+    else ++loosened;
     ++compared;
   }
   int torch_params = 0;
@@ -105,16 +114,23 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
     loss = step(k);
   }
   const float want = losses.f32()[steps];
-  std::printf("%s: loss %.7f (torch %.7f), worst gradient error %.2e of max-abs over %d parameters, loss after %d SGD steps %.7f (torch %.7f)\n",
-              m.name.c_str(), loss0, losses.f32()[0], worst_grad, compared, steps, loss, want);
-  EXPECT_NEAR(loss, want, 1e-3 * std::fabs(want)) << "loss after " << steps << " SGD steps (initial " << loss0 << ")";
+  std::printf("%s: loss %.7f (torch %.7f), worst gradient error %.2e of max-abs over %d parameters held to 1e-3 "
+              "(%d more within 3x PyTorch's own float32 error), loss after %d SGD steps %.7f (torch %.7f, tolerance %.1e)\n",
+              m.name.c_str(), loss0, losses.f32()[0], worst_grad, compared - loosened, loosened, steps, loss, want,
+              ref.at("loss_tolerance").f32()[0]);
+  const double loss_tol = ref.at("loss_tolerance").f32()[0];
+  EXPECT_NEAR(loss, want, loss_tol * std::fabs(want)) << "loss after " << steps << " SGD steps (initial " << loss0 << ")";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TorchNumerics,
                          ::testing::Values(Case{"resnet18", "--input 3,64,64 --classes 10", 0.001f},
-                                           Case{"scripts/torch_models/gpt_decoder.py:GPTDecoder", "--tokens 16", 0.05f}),
+                                           Case{"scripts/torch_models/gpt_decoder.py:GPTDecoder", "--tokens 16", 0.05f},
+                                           Case{"squeezenet1_0", "--input 3,64,64 --classes 10", 0.001f},
+                                           Case{"mobilenet_v2", "--input 3,64,64 --classes 10", 0.0001f},
+                                           Case{"densenet121", "--input 3,64,64 --classes 10", 0.001f}),
                          [](const auto& info) {
-                           return info.param.model == "resnet18" ? std::string("resnet18") : std::string("gpt_decoder");
+                           const std::string& m = info.param.model;
+                           return m.find(':') == std::string::npos ? m : m.substr(m.find(':') + 1);
                          });
 
 }  // namespace
