@@ -78,11 +78,30 @@ void require_rank(const Node& n, const Tensor& x, int rank) {
   if (x.ndim() != rank) unsupported(n, cat("expects a rank-", rank, " input, got ", shape_str(x.shape())));
 }
 
+// Whether a core layer (square window, equal strides, the same padding on
+// every side, no dilation, floor mode) computes exactly this Conv or pool.
+bool core_window_fits(const Node& n) {
+  const std::vector<int64_t> k = n.ints_attr("kernel_shape"), s = n.ints_attr("strides"), p = n.ints_attr("pads"),
+                             d = n.ints_attr("dilations");
+  const Attribute* pad_mode = n.attribute("auto_pad");
+  if (pad_mode && pad_mode->s != "NOTSET") return false;
+  if (n.int_attr("ceil_mode", 0) != 0) return false;
+  if (k.size() != 2 || k[0] != k[1]) return false;
+  if (!s.empty() && (s.size() != 2 || s[0] != s[1])) return false;
+  if (!p.empty() && (p.size() != 4 || p[0] != p[1] || p[0] != p[2] || p[0] != p[3])) return false;
+  for (int64_t v : d)
+    if (v != 1) return false;
+  if (n.op_type == "AveragePool" && !p.empty() && p[0] > 0 && n.int_attr("count_include_pad", 0) == 0) return false;
+  return true;
+}
+
 OpPtr conv(const Node& n, const OpInputs& in) {
   const Tensor& x = in.at(0);
   const Tensor& w = in.at(1);
   require_rank(n, x, 4);
   if (in.constant[1]) unsupported(n, "the weight must be an initializer (a trainable parameter)");
+  // The core conv2d takes square kernels with equal strides and pads; others go to the general op.
+  if (!core_window_fits(n)) return make_general_conv_op(n, in);
   const Window win = square_window(n);
   if (w.ndim() != 4 || w.dim(2) != win.kernel || w.dim(3) != win.kernel) unsupported(n, "weight shape does not match the kernel");
   if (n.int_attr("group", 1) != 1) return make_grouped_conv_op(n, in, win.kernel, win.stride, win.padding);
@@ -105,35 +124,18 @@ OpPtr batchnorm(const Node& n, const OpInputs& in) {
   return wrap(n, make_batchnorm2d(x.dim(1), n.float_attr("epsilon", 1e-5f), momentum), {1, 2}, {3, 4});
 }
 
-// Whether the core pools (square windows, symmetric padding, floor mode)
-// compute exactly this node.
-bool core_pool_fits(const Node& n) {
-  const std::vector<int64_t> k = n.ints_attr("kernel_shape"), s = n.ints_attr("strides"), p = n.ints_attr("pads"),
-                             d = n.ints_attr("dilations");
-  const Attribute* pad_mode = n.attribute("auto_pad");
-  if (pad_mode && pad_mode->s != "NOTSET") return false;
-  if (n.int_attr("ceil_mode", 0) != 0) return false;
-  if (k.size() != 2 || k[0] != k[1]) return false;
-  if (!s.empty() && (s.size() != 2 || s[0] != s[1])) return false;
-  if (!p.empty() && (p.size() != 4 || p[0] != p[1] || p[0] != p[2] || p[0] != p[3])) return false;
-  for (int64_t v : d)
-    if (v != 1) return false;
-  if (n.op_type == "AveragePool" && !p.empty() && p[0] > 0 && n.int_attr("count_include_pad", 0) == 0) return false;
-  return true;
-}
-
 OpPtr maxpool(const Node& n, const OpInputs& in) {
   require_rank(n, in.at(0), 4);
   if (n.int_attr("storage_order", 0) != 0) unsupported(n, "storage_order 1 is not supported");
   if (n.outputs.size() > 1 && !n.outputs[1].empty()) unsupported(n, "the Indices output is not supported");
-  if (!core_pool_fits(n)) return make_pool_op(n, in);
+  if (!core_window_fits(n)) return make_pool_op(n, in);
   const Window w = square_window(n);
   return wrap(n, make_maxpool2d(w.kernel, w.stride, w.padding));
 }
 
 OpPtr avgpool(const Node& n, const OpInputs& in) {
   require_rank(n, in.at(0), 4);
-  if (!core_pool_fits(n)) return make_pool_op(n, in);
+  if (!core_window_fits(n)) return make_pool_op(n, in);
   const Window w = square_window(n);
   return wrap(n, make_avgpool2d(w.kernel, w.stride, w.padding));
 }

@@ -216,6 +216,10 @@ TEST(OnnxOpGradcheck, CoreLayerAdapters) {
         {{rnd({2, 4, 5, 5}, 45)}, {rnd({6, 2, 3, 3}, 46, 0.3f)}, {rnd({6}, 47)}});
   check(node("Conv", 2, {ints_attr("kernel_shape", {3, 3}), ints_attr("strides", {2, 2}), int_attr("group", 4)}),
         {{rnd({2, 4, 7, 7}, 48)}, {rnd({4, 1, 3, 3}, 49, 0.3f)}});
+  check(node("Conv", 3, {ints_attr("kernel_shape", {1, 3}), ints_attr("pads", {0, 1, 0, 1})}),
+        {{rnd({2, 3, 4, 5}, 54)}, {rnd({2, 3, 1, 3}, 55, 0.3f)}, {rnd({2}, 56)}});
+  check(node("Conv", 2, {ints_attr("kernel_shape", {3, 2}), ints_attr("strides", {2, 1}), ints_attr("pads", {1, 0, 0, 1})}),
+        {{rnd({2, 2, 5, 4}, 57)}, {rnd({3, 2, 3, 2}, 58, 0.3f)}});
   check(node("Gemm", 3, {int_attr("transB", 1)}), {{rnd({3, 5}, 36)}, {rnd({4, 5}, 37)}, {rnd({4}, 38)}});
   check(node("LayerNormalization", 3, {int_attr("axis", -1), float_attr("epsilon", 1e-5f)}),
         {{rnd({2, 3, 6}, 39)}, {positive({6}, 40)}, {rnd({6}, 41)}});
