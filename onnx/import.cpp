@@ -286,7 +286,7 @@ class Importer {
     return cuts;
   }
 
-  Model assemble(const std::vector<int> cuts) {
+  Model assemble(const std::vector<int>& cuts) {
     Model m;
     m.name = name_;
     m.input_shape = input_shape_;

@@ -120,11 +120,11 @@ class SplitOp : public Op {
   std::vector<int64_t> sizes_;
 };
 
-int axis_from_end(const Node& n, const OpInputs& in, const Tensor& x, bool batched) {
+// The axis counted from the end: the same at any batch size.
+int axis_from_end(const Node& n, const Tensor& x, bool batched) {
   const int axis = normalize_axis(n, n.int_attr("axis", 0), x.ndim());
   if (batched && axis == 0) unsupported(n, "along the batch dimension is not supported");
   return axis - x.ndim();
-  (void)in;
 }
 
 }  // namespace
@@ -140,13 +140,13 @@ OpPtr make_concat_op(const Node& n, const OpInputs& in) {
   }
   for (size_t k = 0; k < in.example.size(); ++k)
     if (batched && !in.batched[k]) unsupported(n, "concatenating a constant with a run-time tensor is not supported");
-  return std::make_unique<ConcatOp>(axis_from_end(n, in, x, batched));
+  return std::make_unique<ConcatOp>(axis_from_end(n, x, batched));
 }
 
 OpPtr make_split_op(const Node& n, const OpInputs& in) {
   const Tensor& x = in.at(0);
   if (x.dtype() != DType::F32) unsupported(n, "expects a float input");
-  const int axis = axis_from_end(n, in, x, in.batched[0]);
+  const int axis = axis_from_end(n, x, in.batched[0]);
   std::vector<int64_t> sizes = in.example.size() > 1 && in.example[1].defined() ? const_ints(n, in, 1) : n.ints_attr("split");
   const int64_t len = x.dim(axis);
   if (sizes.empty()) {

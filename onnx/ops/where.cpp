@@ -65,8 +65,7 @@ class WhereOp : public Op {
 }  // namespace
 
 OpPtr make_where_op(const Node& n, const OpInputs& in) {
-  const Shape out = broadcast_shapes(n, broadcast_shapes(n, in.at(0).shape(), in.at(1).shape()), in.at(2).shape());
-  (void)out;
+  broadcast_shapes(n, broadcast_shapes(n, in.at(0).shape(), in.at(1).shape()), in.at(2).shape());
   if (in.at(1).dtype() != DType::F32 || in.at(2).dtype() != DType::F32) unsupported(n, "X and Y must be float");
   return std::make_unique<WhereOp>();
 }
