@@ -50,5 +50,30 @@ TEST(OnnxPipeline, PipelinedRunOfAnImportedModelEqualsTheReferenceBitwise) {
   }
 }
 
+TEST(OnnxPipeline, OneFOneBFlushOfAnImportedModelEqualsTrainingOnTheWholeBatch) {
+  const std::string dir = pd::testing::scratch_dir("pipeline_flush");
+  std::ofstream(dir + "/small.onnx", std::ios::binary) << testing::encode(testing::small_model());
+  const std::string model = "--model " + dir + "/small.onnx --data synthetic --seed 3 --no-eval --minibatches 6";
+  ASSERT_EQ(run("train " + model + " --batch 16 --threads 1 --save " + dir + "/train.safetensors", dir + "/train.log"), 0)
+      << text(dir + "/train.log");
+  // Two stages, layer 0 and layers 1-2; microbatches of 4, four per step = train's 16.
+  std::ofstream(dir + "/plan.json") << R"({"format": "pipedream-plan/1", "config": "1-1", "schedule": "1f1b-flush",
+    "profile": {"path": "p.json", "model": "small", "batch_size": 4},
+    "stages": [{"index": 0, "layers": [0, 0], "replicas": 1, "ranks": [0]},
+               {"index": 1, "layers": [1, 2], "replicas": 1, "ranks": [1]}]})";
+  ASSERT_EQ(run("run --plan " + dir + "/plan.json " + model + " --schedule 1f1b-flush --microbatches 4 --batch 4 --save " +
+                    dir + "/flush.safetensors",
+                dir + "/flush.log"),
+            0)
+      << text(dir + "/flush.log");
+  const NamedTensors a = load_safetensors(dir + "/train.safetensors"), b = load_safetensors(dir + "/flush.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t k = 0; k < a.size(); ++k) {
+    ASSERT_EQ(a[k].first, b[k].first);
+    for (int64_t i = 0; i < a[k].second.numel(); ++i)
+      ASSERT_NEAR(a[k].second.f32()[i], b[k].second.f32()[i], 1e-6) << a[k].first << "[" << i << "]";
+  }
+}
+
 }  // namespace
 }  // namespace pd::onnx
