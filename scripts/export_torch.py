@@ -71,8 +71,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=0, help="token input of this length (language models)")
     ap.add_argument("--classes", type=int, default=0, help="num_classes for a torchvision model")
     ap.add_argument("--kwargs", default="{}", help="JSON keyword arguments for the model's constructor")
-    ap.add_argument("--opset", type=int, default=17, choices=range(14, 18),
-                    help="ONNX opset (14-17: BatchNormalization's training mode needs 14)")
+    ap.add_argument("--opset", type=int, default=17, choices=range(13, 18),
+                    help="ONNX opset 13-17 (BatchNormalization in training mode needs 14; 17 keeps LayerNormalization one op)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the initial weights")
     ap.add_argument("--dropout", type=float, default=None,
                     help="set every Dropout's p (0 for exact comparisons)")

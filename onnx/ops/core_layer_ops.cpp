@@ -118,7 +118,9 @@ OpPtr batchnorm(const Node& n, const OpInputs& in) {
   for (size_t k = 1; k < 5; ++k) in.at(k);
   if (in.constant[1] || in.constant[2]) unsupported(n, "scale and bias must be initializers");
   if (in.constant[3] || in.constant[4]) unsupported(n, "the running mean and variance must be initializers");
-  if (n.outputs.size() > 3) unsupported(n, "the saved-mean/saved-variance outputs (opset < 14) are not supported: export with opset 14-17");
+  // Outputs beyond Y (running statistics, opset 13's saved mean/variance)
+  // are not computed: the running statistics are updated in place, and a
+  // node that reads any of them is refused by the importer.
   // ONNX's momentum weighs the running value (0.9), PyTorch's and ours the batch's (0.1).
   const float momentum = 1.0f - n.float_attr("momentum", 0.9f);
   return wrap(n, make_batchnorm2d(x.dim(1), n.float_attr("epsilon", 1e-5f), momentum), {1, 2}, {3, 4});

@@ -32,6 +32,8 @@ OpPtr make_general_conv_op(const Node& n, const OpInputs& in);
 // MaxPool / AveragePool beyond the core pools: ceil_mode, rectangular
 // kernels, per-side pads, count_include_pad=0.
 OpPtr make_pool_op(const Node& n, const OpInputs& in);
+// ReduceMean, ReduceSum over constant axes (opset 13's LayerNorm decomposition).
+OpPtr make_reduce_op(const Node& n, const OpInputs& in);
 // Pad (constant mode; never the batch dimension).
 OpPtr make_pad_op(const Node& n, const OpInputs& in);
 

@@ -187,6 +187,12 @@ TEST(OnnxOpGradcheck, WhereWithConstantCondition) {
   check(node("Where", 3), {{cond, true}, {Tensor::from_floats({-1e4f}, {}), true}, {rnd({2, 2, 3}, 28)}}, 2);
 }
 
+TEST(OnnxOpGradcheck, ReduceMeanAndSum) {
+  check(node("ReduceMean", 1, {ints_attr("axes", {-1})}), {{rnd({2, 3, 5}, 59)}});
+  check(node("ReduceMean", 1, {ints_attr("axes", {1, 2}), int_attr("keepdims", 0)}), {{rnd({2, 3, 4}, 60)}});
+  check(node("ReduceSum", 2), {{rnd({2, 3, 4}, 61)}, {ints({1}), true}});
+}
+
 TEST(OnnxOpGradcheck, SliceSplitConcat) {
   check(node("Slice", 5), {{rnd({2, 6, 5}, 29)}, {ints({1, -4}), true}, {ints({5, 100}), true}, {ints({1, 2}), true}, {ints({2, 1}), true}});
   for (size_t out = 0; out < 3; ++out)

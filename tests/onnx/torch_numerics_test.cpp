@@ -41,6 +41,7 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   PD_SKIP_WITHOUT_TORCH();
   const Case& c = GetParam();
   std::string tag = c.model.substr(c.model.find_last_of("/:") == std::string::npos ? 0 : c.model.find_last_of("/:") + 1);
+  if (c.args.find("--opset 13") != std::string::npos) tag += "_opset13";
   const std::string dir = testing::scratch_dir("numerics_" + tag);
   const std::string model = c.model.find(':') == std::string::npos || c.model[0] == '/' ? c.model : cat(PD_SOURCE_DIR, "/", c.model);
   ASSERT_TRUE(testing::run_python(cat("tests/onnx/torch_reference.py ", model, " ", dir, " ", c.args, " --lr ", c.lr),
@@ -125,12 +126,15 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Models, TorchNumerics,
                          ::testing::Values(Case{"resnet18", "--input 3,64,64 --classes 10", 0.001f},
                                            Case{"scripts/torch_models/gpt_decoder.py:GPTDecoder", "--tokens 16", 0.05f},
+                                           // Opset 13: LayerNorm decomposed (ReduceMean, Sub, Pow, Sqrt, Div).
+                                           Case{"scripts/torch_models/gpt_decoder.py:GPTDecoder", "--tokens 16 --opset 13", 0.05f},
                                            Case{"squeezenet1_0", "--input 3,64,64 --classes 10", 0.001f},
                                            Case{"mobilenet_v2", "--input 3,64,64 --classes 10", 0.0001f},
                                            Case{"densenet121", "--input 3,64,64 --classes 10", 0.001f}),
                          [](const auto& info) {
                            const std::string& m = info.param.model;
-                           return m.find(':') == std::string::npos ? m : m.substr(m.find(':') + 1);
+                           const std::string name = m.find(':') == std::string::npos ? m : m.substr(m.find(':') + 1);
+                           return info.param.args.find("--opset 13") == std::string::npos ? name : name + "_opset13";
                          });
 
 }  // namespace
