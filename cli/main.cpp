@@ -5,9 +5,11 @@
 #include "cli/commands.h"
 #include "cli/option_checks.h"
 #include "cli/run_app.h"
+#include "onnx/import.h"
 
 int main(int argc, char** argv) {
   pd::cli::prepare_process(argc, argv, {"train", "profile", "run"});
+  pd::onnx::register_onnx_model_loader();  // --model file.onnx
   CLI::App app{"PipeDream in C++: pipeline-parallel training"};
   app.require_subcommand(1);
   // Lazy: the text loads the CUDA plugin, which other commands must not pay for.

@@ -64,4 +64,10 @@ ZooOptions parse_zoo_options(const std::string& text);
 Model resolve_model(const std::string& model, const std::string& spec_file = "",
                     const std::string& options = "");
 
+// Importers of other model formats plug in here (models cannot depend on
+// them): a --model ending in `extension` (".onnx") is loaded by `loader`.
+// The pipedream binary registers the ONNX importer (onnx/) at start-up.
+using ModelFileLoader = Model (*)(const std::string& path);
+void register_model_file_loader(const std::string& extension, ModelFileLoader loader);
+
 }  // namespace pd

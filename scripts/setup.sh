@@ -9,7 +9,10 @@ PACKAGES=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libgtest-dev lib
           libopenmpi-dev openmpi-bin dataset-fashion-mnist zlib1g-dev
           # Not the product's: scripts/plot.py (and its test, which would
           # otherwise always skip) and scripts/paper_table1.sh.
-          python3-matplotlib jq)
+          python3-matplotlib jq
+          # Not the product's: the ONNX cross-check tests (tests/onnx) and
+          # scripts/export_torch.py, which export PyTorch models.
+          python3-torch python3-torchvision)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

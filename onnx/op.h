@@ -1,0 +1,53 @@
+#pragma once
+// An imported ONNX node as a function of many tensors: the runtime form of
+// one node inside an OnnxSegment (see graph_layer.h). Like core layers, ops
+// hold only hyper-parameters; the tensors they read (activations,
+// parameters, buffers, import-time constants) come in through `inputs`, in
+// the node's input order. Backward returns one gradient per input, an
+// undefined Tensor where none is needed; the segment adds them up.
+// CPU only for now.
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/layer.h"
+#include "onnx/onnx_proto.h"
+
+namespace pd::onnx {
+
+class Op {
+ public:
+  virtual ~Op() = default;
+  virtual std::string type() const = 0;  // the ONNX op_type
+  // inputs: undefined Tensors for omitted optional inputs. A BatchNormalization
+  // gets its running statistics as inputs 3 and 4 and updates them in place.
+  virtual std::vector<Tensor> forward(std::span<const Tensor> inputs, const StepInfo& step,
+                                      LayerContext& ctx) const = 0;
+  // dys: one per output, undefined where no gradient reaches that output.
+  // need[k]: whether input k needs its gradient. Consumes ctx.
+  virtual std::vector<Tensor> backward(std::span<const Tensor> dys, const std::vector<bool>& need,
+                                       const StepInfo& step, LayerContext& ctx) const = 0;
+};
+using OpPtr = std::unique_ptr<Op>;
+
+// What the importer knows of a node's inputs when it builds the op: per
+// input, an example tensor (the traced value at the export batch size, or
+// the constant itself) and whether it is an import-time constant.
+struct OpInputs {
+  std::vector<Tensor> example;        // undefined for an omitted input
+  std::vector<bool> constant;         // value known at import (initializer that is no parameter, folded)
+  std::vector<bool> batched;          // dim 0 is the batch (derived from the model input)
+  int64_t batch = 0;                  // the export batch size
+  const Tensor& at(size_t k) const;   // example k; a UserError naming the node when absent
+};
+
+// Builds the op for a node (UserError naming the node and op when the node
+// uses an attribute value or input form the importer does not support).
+OpPtr make_op(const Node& node, const OpInputs& in);
+// Whether make_op knows the op type.
+bool is_supported_op(const std::string& op_type);
+std::vector<std::string> supported_ops();
+
+}  // namespace pd::onnx

@@ -1,0 +1,89 @@
+#include "onnx/ops/op_util.h"
+
+#include <algorithm>
+
+namespace pd::onnx {
+
+void unsupported(const Node& n, const std::string& why) {
+  throw UserError(cat(n.label(), ": ", why));
+}
+
+const Tensor& OpInputs::at(size_t k) const {
+  PD_CHECK(k < example.size() && example[k].defined(), "input ", k, " missing");
+  return example[k];
+}
+
+std::vector<int64_t> const_ints(const Node& n, const OpInputs& in, size_t k) {
+  if (k >= in.example.size() || !in.example[k].defined()) unsupported(n, cat("input ", k, " is required"));
+  if (!in.constant[k])
+    unsupported(n, cat("input ", k, " ('", n.inputs[k], "') must be a constant known at import (fixed shapes; export with fixed input sizes)"));
+  const Tensor& t = in.example[k];
+  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    v[static_cast<size_t>(i)] = t.dtype() == DType::I64 ? t.data<int64_t>()[i] : static_cast<int64_t>(t.f32()[i]);
+  return v;
+}
+
+float const_scalar(const Node& n, const OpInputs& in, size_t k) {
+  if (!in.constant[k]) unsupported(n, cat("input ", k, " must be a constant"));
+  const Tensor& t = in.example[k];
+  if (t.numel() != 1) unsupported(n, cat("input ", k, " must be a scalar, has shape ", shape_str(t.shape())));
+  return t.dtype() == DType::I64 ? static_cast<float>(t.data<int64_t>()[0]) : t.f32()[0];
+}
+
+int normalize_axis(const Node& n, int64_t axis, int rank) {
+  if (axis < -rank || axis >= rank) unsupported(n, cat("axis ", axis, " out of range for rank ", rank));
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+static bool broadcast_into(const Shape& a, const Shape& b, Shape& out) {
+  const size_t r = std::max(a.size(), b.size());
+  out.assign(r, 1);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1) return false;
+    out[i] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+Shape broadcast_shapes(const Node& n, const Shape& a, const Shape& b) {
+  Shape out;
+  if (!broadcast_into(a, b, out)) unsupported(n, cat("shapes ", shape_str(a), " and ", shape_str(b), " do not broadcast"));
+  return out;
+}
+
+Shape broadcast_shapes_rt(const Shape& a, const Shape& b) {
+  Shape out;
+  PD_CHECK(broadcast_into(a, b, out), "shapes ", shape_str(a), " and ", shape_str(b), " do not broadcast");
+  return out;
+}
+
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> s(out.size(), 0);
+  int64_t stride = 1;
+  for (size_t k = 0; k < in.size(); ++k) {
+    const size_t i = in.size() - 1 - k, o = out.size() - 1 - k;
+    s[o] = in[i] == 1 ? 0 : stride;
+    stride *= in[i];
+  }
+  return s;
+}
+
+Tensor reduce_to(const Tensor& g, const Shape& in) {
+  if (g.shape() == in) return g;
+  Tensor r = Tensor::zeros(in);
+  const std::vector<int64_t> s = broadcast_strides(in, g.shape());
+  const float* gp = g.f32();
+  float* rp = r.f32();
+  for_each_broadcast(g.shape(), s, s, [&](int64_t i, int64_t o, int64_t) { rp[o] += gp[i]; });
+  return r;
+}
+
+void require_cpu_f32(const Tensor& t, const char* op) {
+  if (!t.device().is_cpu()) throw UserError(cat("ONNX op ", op, " runs on the CPU only for now"));
+  PD_CHECK(t.dtype() == DType::F32, op, ": expects a float tensor, got ", dtype_name(t.dtype()));
+}
+
+}  // namespace pd::onnx

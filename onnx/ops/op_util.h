@@ -1,0 +1,62 @@
+#pragma once
+// Helpers shared by the ONNX ops: messages, constants read at import,
+// numpy broadcasting.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "onnx/op.h"
+#include "onnx/onnx_proto.h"
+
+namespace pd::onnx {
+
+// "node 'Conv_3' (Conv): <why>" as a UserError.
+[[noreturn]] void unsupported(const Node& n, const std::string& why);
+
+// A constant input's values as integers (I64 or F32 tensors); UserError
+// naming the node when input k is missing or not a constant.
+std::vector<int64_t> const_ints(const Node& n, const OpInputs& in, size_t k);
+float const_scalar(const Node& n, const OpInputs& in, size_t k);
+// Normalises a possibly negative axis against a rank (UserError when out of range).
+int normalize_axis(const Node& n, int64_t axis, int rank);
+
+// numpy broadcasting of two shapes (UserError naming the node when they do not broadcast).
+Shape broadcast_shapes(const Node& n, const Shape& a, const Shape& b);
+Shape broadcast_shapes_rt(const Shape& a, const Shape& b);  // at run time: logic_error
+// Strides (in elements) of `in` viewed with the rank of `out`, 0 on broadcast dims.
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
+
+// Calls f(out_index, in_offset...) for every element of `out`, with the
+// offsets of the broadcast inputs advanced incrementally (an odometer).
+template <class F>
+void for_each_broadcast(const Shape& out, const std::vector<int64_t>& sa, const std::vector<int64_t>& sb, F&& f) {
+  const int rank = static_cast<int>(out.size());
+  const int64_t n = shape_numel(out);
+  if (n == 0) return;
+  std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+  int64_t oa = 0, ob = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    f(i, oa, ob);
+    for (int d = rank - 1; d >= 0; --d) {
+      const size_t u = static_cast<size_t>(d);
+      if (++idx[u] < out[u]) {
+        oa += sa[u];
+        ob += sb[u];
+        break;
+      }
+      oa -= sa[u] * (out[u] - 1);
+      ob -= sb[u] * (out[u] - 1);
+      idx[u] = 0;
+    }
+  }
+}
+
+// Sums g (shaped `out`) down to `in` (a shape that broadcasts to out).
+Tensor reduce_to(const Tensor& g, const Shape& in);
+
+// A float tensor on the host, a logic_error otherwise (CPU-only ops).
+void require_cpu_f32(const Tensor& t, const char* op);
+
+}  // namespace pd::onnx

@@ -1,0 +1,40 @@
+#pragma once
+// Factories of the ONNX ops, one file per op (or per family of ops sharing
+// one kernel: the broadcasting binary arithmetic, the unary elementwise
+// functions, the view ops, the core-layer adapters). Each checks the
+// node's attributes and constant inputs and throws a UserError naming the
+// node for anything it does not support.
+#include "onnx/op.h"
+
+namespace pd::onnx {
+
+// Conv, BatchNormalization, Relu, MaxPool, AveragePool, GlobalAveragePool,
+// Gemm, LayerNormalization, Dropout: adapters over the core layers.
+OpPtr make_core_layer_op(const Node& n, const OpInputs& in);
+// Add, Sub, Mul, Div with numpy broadcasting.
+OpPtr make_binary_op(const Node& n, const OpInputs& in);
+// Erf, Tanh, Sqrt, Sigmoid, Neg, Pow (constant exponent), Clip, Identity, Cast (float to float).
+OpPtr make_unary_op(const Node& n, const OpInputs& in);
+OpPtr make_matmul_op(const Node& n, const OpInputs& in);
+OpPtr make_transpose_op(const Node& n, const OpInputs& in);
+// Reshape, Flatten, Squeeze, Unsqueeze: a new per-sample shape, same data.
+OpPtr make_view_op(const Node& n, const OpInputs& in);
+OpPtr make_softmax_op(const Node& n, const OpInputs& in);
+OpPtr make_gather_op(const Node& n, const OpInputs& in);
+OpPtr make_where_op(const Node& n, const OpInputs& in);
+OpPtr make_slice_op(const Node& n, const OpInputs& in);
+OpPtr make_split_op(const Node& n, const OpInputs& in);
+OpPtr make_concat_op(const Node& n, const OpInputs& in);
+// Conv with group > 1 (square kernel, equal strides and pads, as for the core conv2d).
+OpPtr make_grouped_conv_op(const Node& n, const OpInputs& in, int kernel, int stride, int padding);
+// Conv with a rectangular kernel, per-axis strides or per-side pads (group 1).
+OpPtr make_general_conv_op(const Node& n, const OpInputs& in);
+// MaxPool / AveragePool beyond the core pools: ceil_mode, rectangular
+// kernels, per-side pads, count_include_pad=0.
+OpPtr make_pool_op(const Node& n, const OpInputs& in);
+// ReduceMean, ReduceSum over constant axes (opset 13's LayerNorm decomposition).
+OpPtr make_reduce_op(const Node& n, const OpInputs& in);
+// Pad (constant mode; never the batch dimension).
+OpPtr make_pad_op(const Node& n, const OpInputs& in);
+
+}  // namespace pd::onnx

@@ -1,0 +1,88 @@
+// ReduceMean and ReduceSum over constant axes (never the batch): LayerNorm
+// as opset 13 exports it (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div).
+// Backward broadcasts dy back over the reduced axes.
+#include <algorithm>
+
+#include "onnx/ops/op_util.h"
+#include "onnx/ops/ops.h"
+
+namespace pd::onnx {
+
+namespace {
+
+class ReduceOp : public Op {
+ public:
+  ReduceOp(std::string type, std::vector<int> axes_from_end, bool keepdims)
+      : type_(std::move(type)), axes_(std::move(axes_from_end)), keepdims_(keepdims) {}
+  std::string type() const override { return type_; }
+
+  std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo&, LayerContext& ctx) const override {
+    const Tensor& x = in[0];
+    require_cpu_f32(x, type_.c_str());
+    const Shape kept = kept_shape(x.shape());
+    Tensor r = reduce_to(x, kept);  // sums
+    if (r.same_storage(x)) r = r.clone();
+    const float scale = type_ == "ReduceMean" ? static_cast<float>(kept_count(x.shape(), kept)) : 1.0f;
+    Tensor y = Tensor::empty(kept);
+    for (int64_t i = 0; i < y.numel(); ++i) y.f32()[i] = r.f32()[i] / scale;
+    std::vector<int32_t> d(x.shape().begin(), x.shape().end());
+    ctx.saved = {Tensor::from_ints(d, {static_cast<int64_t>(d.size())})};
+    return {keepdims_ ? y : y.reshape(dropped_shape(x.shape()))};
+  }
+
+  std::vector<Tensor> backward(std::span<const Tensor> dys, const std::vector<bool>& need, const StepInfo&,
+                               LayerContext& ctx) const override {
+    std::vector<Tensor> g(need.size());
+    if (need[0]) {
+      const Tensor& d = ctx.saved[0];
+      const Shape in(d.data<int32_t>(), d.data<int32_t>() + d.numel());
+      const Shape kept = kept_shape(in);
+      const Tensor dy = dys[0].reshape(kept);
+      const float scale = type_ == "ReduceMean" ? static_cast<float>(kept_count(in, kept)) : 1.0f;
+      Tensor dx = Tensor::empty(in);
+      const auto s = broadcast_strides(kept, in);
+      for_each_broadcast(in, s, s, [&](int64_t i, int64_t o, int64_t) { dx.f32()[i] = dy.f32()[o] / scale; });
+      g[0] = dx;
+    }
+    ctx.clear();
+    return g;
+  }
+
+ private:
+  Shape kept_shape(const Shape& s) const {
+    Shape k = s;
+    const int r = static_cast<int>(s.size());
+    for (int a : axes_) k[size_t(a + r)] = 1;
+    return k;
+  }
+  Shape dropped_shape(const Shape& s) const {
+    Shape out;
+    const int r = static_cast<int>(s.size());
+    for (int d = 0; d < r; ++d)
+      if (std::find(axes_.begin(), axes_.end(), d - r) == axes_.end()) out.push_back(s[size_t(d)]);
+    return out;
+  }
+  static int64_t kept_count(const Shape& in, const Shape& kept) { return shape_numel(in) / std::max<int64_t>(1, shape_numel(kept)); }
+  std::string type_;
+  std::vector<int> axes_;  // negative: counted from the end
+  bool keepdims_;
+};
+
+}  // namespace
+
+OpPtr make_reduce_op(const Node& n, const OpInputs& in) {
+  const Tensor& x = in.at(0);
+  if (x.dtype() != DType::F32) unsupported(n, "expects a float input");
+  std::vector<int64_t> axes = in.example.size() > 1 && in.example[1].defined() ? const_ints(n, in, 1) : n.ints_attr("axes");
+  if (axes.empty()) unsupported(n, "reducing over every axis (the batch too) is not supported");
+  if (n.int_attr("noop_with_empty_axes", 0) != 0) unsupported(n, "noop_with_empty_axes is not supported");
+  std::vector<int> from_end;
+  for (int64_t a : axes) {
+    const int axis = normalize_axis(n, a, x.ndim());
+    if (axis == 0 && in.batched[0]) unsupported(n, "reducing over the batch dimension is not supported");
+    from_end.push_back(axis - x.ndim());
+  }
+  return std::make_unique<ReduceOp>(n.op_type, from_end, n.int_attr("keepdims", 1) != 0);
+}
+
+}  // namespace pd::onnx

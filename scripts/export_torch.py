@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""Exports a PyTorch model to ONNX with the settings `pipedream` needs to
+train it: the weights stay initializers (no constant folding), the graph is
+traced in training mode (BatchNormalization with batch statistics, Dropout
+active) and every size is fixed (batch and input; no dynamic axes).
+
+  scripts/export_torch.py resnet18 -o resnet18.onnx --input 3,32,32 --classes 10
+  scripts/export_torch.py scripts/torch_models/gpt_decoder.py:GPTDecoder -o gpt.onnx --tokens 32
+
+The model is a torchvision name (resnet18, vgg11, densenet121, ...) or a
+module given as file.py:Class (constructed without arguments, or with
+--kwargs JSON). `pipedream` applies the softmax cross-entropy loss itself:
+the model must output logits, [batch, classes] or [batch, T, vocab].
+"""
+import argparse
+import importlib.util
+import json
+import sys
+
+
+def load_module(spec, kwargs):
+    import torch  # noqa: F401
+    if ":" in spec:
+        path, cls = spec.rsplit(":", 1)
+        s = importlib.util.spec_from_file_location("user_model", path)
+        if s is None:
+            sys.exit(f"export_torch.py: cannot load {path}")
+        mod = importlib.util.module_from_spec(s)
+        s.loader.exec_module(mod)
+        if not hasattr(mod, cls):
+            sys.exit(f"export_torch.py: {path} has no class {cls}")
+        return getattr(mod, cls)(**kwargs)
+    import torchvision
+    if not hasattr(torchvision.models, spec):
+        sys.exit(f"export_torch.py: torchvision has no model '{spec}' (or give file.py:Class)")
+    if spec.startswith("inception"):
+        kwargs.setdefault("aux_logits", False)
+        kwargs.setdefault("init_weights", True)
+    return getattr(torchvision.models, spec)(**kwargs)
+
+
+def example_input(args, model):
+    import torch
+    g = torch.Generator().manual_seed(args.seed)
+    if args.tokens:
+        vocab = getattr(model, "vocab", 256)
+        return torch.randint(0, vocab, (args.batch, args.tokens), generator=g)
+    shape = [int(v) for v in args.input.split(",")]
+    return torch.randn([args.batch] + shape, generator=g)
+
+
+def export(model, x, path, opset):
+    import warnings
+    import torch
+    model.train()
+    # The trace's notes on removed in-place BatchNorm counters and Python
+    # constants are expected with fixed sizes; keep the output readable.
+    warnings.filterwarnings("ignore", category=UserWarning)
+    warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+    torch.onnx.export(model, (x,), path, opset_version=opset, do_constant_folding=False,
+                      training=torch.onnx.TrainingMode.TRAINING, input_names=["input"],
+                      output_names=["logits"], export_params=True, keep_initializers_as_inputs=False)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", help="torchvision model name, or file.py:Class")
+    ap.add_argument("-o", "--output", required=True, help="the .onnx file to write")
+    ap.add_argument("--batch", type=int, default=4, help="batch size traced into the graph (pipedream runs any batch)")
+    ap.add_argument("--input", default="3,32,32", help="per-sample input shape, e.g. 3,64,64")
+    ap.add_argument("--tokens", type=int, default=0, help="token input of this length (language models)")
+    ap.add_argument("--classes", type=int, default=0, help="num_classes for a torchvision model")
+    ap.add_argument("--kwargs", default="{}", help="JSON keyword arguments for the model's constructor")
+    ap.add_argument("--opset", type=int, default=17, choices=range(13, 18),
+                    help="ONNX opset 13-17 (BatchNormalization in training mode needs 14; 17 keeps LayerNormalization one op)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the initial weights")
+    ap.add_argument("--dropout", type=float, default=None,
+                    help="set every Dropout's p (0 for exact comparisons)")
+    args = ap.parse_args()
+
+    import torch
+    torch.manual_seed(args.seed)
+    kwargs = json.loads(args.kwargs)
+    if args.classes:
+        kwargs["num_classes"] = args.classes
+    model = load_module(args.model, kwargs)
+    if args.dropout is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = args.dropout
+    x = example_input(args, model)
+    export(model, x, args.output, args.opset)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"export_torch.py: wrote {args.output} ({n} parameters, input {list(x.shape)}, opset {args.opset})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+// What the importer makes of a graph: initializers as the initial weights
+// under their ONNX names, shape arithmetic folded at import yet the model
+// running at any batch size, and cuts only where one activation is live.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "models/layer_range.h"
+#include "models/parameters.h"
+#include "onnx/import.h"
+#include "tests/onnx/onnx_writer.h"
+
+namespace pd::onnx {
+namespace {
+
+using testing::encode;
+using testing::small_model;
+
+Node make_node(std::string name, std::string op, std::vector<std::string> in, std::vector<std::string> out) {
+  Node n;
+  n.name = std::move(name);
+  n.op_type = std::move(op);
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  return n;
+}
+
+Attribute int_attribute(const std::string& name, int64_t v) {
+  Attribute a;
+  a.name = name;
+  a.type = 2;
+  a.i = v;
+  return a;
+}
+
+// small_model with its Flatten replaced by what torch.flatten traces to
+// with x.shape[0]: Shape -> Gather(0) -> Unsqueeze -> Concat([N, -1]) -> Reshape.
+ModelProto traced_reshape_model() {
+  ModelProto m = small_model();
+  Graph& g = m.graph;
+  TensorValue zero, axes, minus_one;
+  zero.name = "zero";
+  zero.data_type = kInt64;
+  zero.ints = {0};
+  axes = zero;
+  axes.name = "axes";
+  axes.dims = {1};
+  minus_one.name = "minus_one";
+  minus_one.data_type = kInt64;
+  minus_one.dims = {1};
+  minus_one.ints = {-1};
+  g.initializers.insert(g.initializers.end(), {zero, axes, minus_one});
+  Node gather = make_node("gather", "Gather", {"shape", "zero"}, {"n"});
+  gather.attributes = {int_attribute("axis", 0)};
+  Node concat = make_node("concat", "Concat", {"n1", "minus_one"}, {"target"});
+  concat.attributes = {int_attribute("axis", 0)};
+  std::vector<Node> nodes = {g.nodes[0], g.nodes[1], g.nodes[2],
+                             make_node("shape", "Shape", {"s"}, {"shape"}), gather,
+                             make_node("unsqueeze", "Unsqueeze", {"n", "axes"}, {"n1"}), concat,
+                             make_node("reshape", "Reshape", {"s", "target"}, {"f"}), g.nodes[4]};
+  g.nodes = nodes;
+  return m;
+}
+
+Tensor run_forward(const Model& m, const ParameterStore& w, const Tensor& x) {
+  RangeContext ctx;
+  StepInfo s;
+  s.training = true;
+  return forward_layers(m, w, 0, m.size() - 1, x, s, ctx);
+}
+
+TEST(OnnxImport, InitializersAreTheInitialWeightsUnderTheirOnnxNames) {
+  const ModelProto proto = small_model();
+  const Model m = import_model(parse_model(encode(proto), "small.onnx"), "small");
+  const ParameterStore w = ParameterStore::create(m, 123);  // the seed does not matter
+  ASSERT_EQ(w.param_names().size(), 4u);
+  EXPECT_EQ(w.param_names()[0], "0.conv.weight");
+  EXPECT_EQ(w.param_names()[3], "2.fc.bias");
+  const TensorValue& fc = proto.graph.initializers[2];
+  for (size_t i = 0; i < fc.floats.size(); ++i) ASSERT_EQ(w.all_params()[2].f32()[i], fc.floats[i]);
+}
+
+TEST(OnnxImport, TracedShapeArithmeticIsFoldedAndTheModelRunsAtAnyBatch) {
+  const Model folded = import_model(parse_model(encode(traced_reshape_model()), "traced.onnx"), "traced");
+  const Model plain = import_model(parse_model(encode(small_model()), "small.onnx"), "small");
+  // Shape/Gather/Unsqueeze/Concat vanish at import; the Reshape remains.
+  EXPECT_EQ(folded.size(), plain.size());
+  EXPECT_EQ(folded.layer(1).describe(), "onnx(Reshape)");
+  const ParameterStore wf = ParameterStore::create(folded, 0), wp = ParameterStore::create(plain, 0);
+  for (int64_t batch : {4, 7, 1}) {  // exported at 4
+    Tensor x = Tensor::empty({batch, 2, 6, 6});
+    for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = static_cast<float>((i * 31) % 17) / 17.0f - 0.5f;
+    const Tensor a = run_forward(folded, wf, x), b = run_forward(plain, wp, x);
+    ASSERT_EQ(a.shape(), (Shape{batch, 5}));
+    for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.f32()[i], b.f32()[i]) << "batch " << batch;
+  }
+}
+
+TEST(OnnxImport, CutsOnlyWhereOneActivationIsLive) {
+  // x feeds both the conv and the residual Add: no cut before the Add.
+  const Model m = import_model(parse_model(encode(small_model()), "small.onnx"), "small");
+  ASSERT_EQ(m.size(), 3);
+  EXPECT_EQ(m.layer(0).describe(), "onnx(Conv,Relu,Add)");
+  EXPECT_EQ(m.layers[0].output_shape, (Shape{2, 6, 6}));
+  EXPECT_EQ(m.layer(2).describe(), "onnx(Gemm)");
+  // A model exported for 6x6 images refuses other sizes with a message.
+  EXPECT_THROW(m.layer(0).output_shape({2, 8, 8}), UserError);
+}
+
+}  // namespace
+}  // namespace pd::onnx

@@ -1,0 +1,237 @@
+// Every ONNX op's backward against finite differences, through the core
+// layers' gradient checker (tests/core/gradcheck.h): an OpAsLayer adapter
+// makes one input the layer's input and the other float inputs its
+// parameters, so every input gradient is checked.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "onnx/op.h"
+#include "tests/core/gradcheck.h"
+
+namespace pd::onnx {
+namespace {
+
+using pd::testing::gradcheck;
+using pd::testing::GradCheckOptions;
+using pd::testing::random_tensor;
+
+Attribute int_attr(const std::string& name, int64_t v) {
+  Attribute a;
+  a.name = name;
+  a.type = 2;
+  a.i = v;
+  return a;
+}
+Attribute ints_attr(const std::string& name, std::vector<int64_t> v) {
+  Attribute a;
+  a.name = name;
+  a.type = 7;
+  a.ints = std::move(v);
+  return a;
+}
+Attribute float_attr(const std::string& name, float v) {
+  Attribute a;
+  a.name = name;
+  a.type = 1;
+  a.f = v;
+  return a;
+}
+
+Tensor ints(std::vector<int64_t> v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::I64);
+  std::copy(v.begin(), v.end(), t.data<int64_t>());
+  return t;
+}
+
+// One input of the op under test: a run-time tensor (the layer input or a
+// parameter) or a constant.
+struct In {
+  Tensor value;
+  bool constant = false;
+  bool buffer = false;   // BatchNormalization's running statistics: passed as they are, no gradient
+  bool batched = false;  // a parameter that carries the batch dimension too (Concat's second input)
+};
+
+class OpAsLayer : public Layer {
+ public:
+  OpAsLayer(const Node& node, std::vector<In> in, size_t x_index, size_t output = 0, size_t outputs = 1)
+      : in_(std::move(in)), x_(x_index), output_(output), outputs_(outputs) {
+    OpInputs info;
+    info.batch = in_[x_].value.dim(0);
+    for (size_t k = 0; k < in_.size(); ++k) {
+      info.example.push_back(in_[k].value);
+      info.constant.push_back(in_[k].constant);
+      info.batched.push_back(k == x_ || in_[k].batched);
+      if (k != x_ && !in_[k].constant && !in_[k].buffer && in_[k].value.defined()) params_.push_back(k);
+    }
+    op_ = make_op(node, info);
+  }
+  std::string type() const override { return op_->type(); }
+  std::vector<ParamSpec> param_specs() const override {
+    std::vector<ParamSpec> s;
+    for (size_t k : params_) s.push_back({cat("input", k), in_[k].value.shape()});
+    return s;
+  }
+  void init(std::span<Tensor> params, std::span<Tensor>, const CounterRng&) const override {
+    for (size_t k = 0; k < params_.size(); ++k) params[k].copy_from(in_[params_[k]].value);
+  }
+  Shape output_shape(const Shape& s) const override { return s; }
+  Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const override {
+    std::vector<Tensor> in = inputs(a.params);
+    in[x_] = x;
+    ctx.children.resize(1);
+    return op_->forward(in, a.step, ctx.children[0])[output_];
+  }
+  Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
+    std::vector<Tensor> dys(outputs_);
+    dys[output_] = dy;
+    std::vector<bool> need(in_.size(), false);
+    need[x_] = a.need_input_grad;
+    for (size_t k : params_) need[k] = true;
+    std::vector<Tensor> g = op_->backward(dys, need, a.step, ctx.children[0]);
+    for (size_t k = 0; k < params_.size(); ++k) {
+      const Tensor& gk = g[params_[k]];
+      for (int64_t i = 0; i < gk.numel(); ++i) a.grads[k].f32()[i] += gk.f32()[i];
+    }
+    return a.need_input_grad ? g[x_] : Tensor();
+  }
+
+ private:
+  std::vector<Tensor> inputs(std::span<const Tensor> params) const {
+    std::vector<Tensor> in;
+    for (const In& i : in_) in.push_back(i.value);
+    for (size_t k = 0; k < params_.size(); ++k) in[params_[k]] = params[k];
+    return in;
+  }
+  std::vector<In> in_;
+  size_t x_, output_, outputs_;
+  std::vector<size_t> params_;
+  OpPtr op_;
+};
+
+Node node(const std::string& op, size_t inputs, std::vector<Attribute> attrs = {}, size_t outputs = 1) {
+  Node n;
+  n.op_type = op;
+  n.name = "test_" + op;
+  for (size_t k = 0; k < inputs; ++k) n.inputs.push_back(cat("in", k));
+  for (size_t k = 0; k < outputs; ++k) n.outputs.push_back(cat("out", k));
+  n.attributes = std::move(attrs);
+  return n;
+}
+
+void check(const Node& n, std::vector<In> in, size_t x = 0, GradCheckOptions o = {}, size_t output = 0) {
+  const Tensor xv = in[x].value;
+  OpAsLayer layer(n, std::move(in), x, output, n.outputs.size());
+  gradcheck(layer, xv, o);
+}
+
+Tensor rnd(const Shape& s, uint32_t key, float scale = 1.0f) { return random_tensor(s, key, scale); }
+Tensor positive(const Shape& s, uint32_t key) {
+  Tensor t = rnd(s, key, 0.5f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] += 1.5f;
+  return t;
+}
+
+TEST(OnnxOpGradcheck, AddSubMulDivWithBroadcasting) {
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    SCOPED_TRACE(op);
+    const bool div = std::string(op) == "Div";
+    check(node(op, 2), {{rnd({2, 3, 4}, 1)}, {div ? positive({4}, 2) : rnd({4}, 2)}});
+    check(node(op, 2), {{rnd({2, 1, 4}, 3)}, {div ? positive({3, 1}, 4) : rnd({3, 1}, 4)}});
+    check(node(op, 2), {{rnd({2, 3}, 5)}, {div ? positive({2, 3}, 6) : rnd({2, 3}, 6)}});
+  }
+}
+
+TEST(OnnxOpGradcheck, UnaryFunctions) {
+  for (const char* op : {"Erf", "Tanh", "Sigmoid", "Neg", "Identity"}) {
+    SCOPED_TRACE(op);
+    check(node(op, 1), {{rnd({3, 5}, 7)}});
+  }
+  check(node("Sqrt", 1), {{positive({3, 5}, 8)}});
+  check(node("Pow", 2), {{rnd({3, 5}, 9)}, {Tensor::from_floats({2.0f}, {}), true}});
+  check(node("Pow", 2), {{positive({3, 5}, 9)}, {Tensor::from_floats({3.0f}, {}), true}});
+  check(node("Clip", 3), {{rnd({4, 6}, 10, 3.0f)}, {Tensor::from_floats({-1.0f}, {}), true}, {Tensor::from_floats({1.0f}, {}), true}});
+}
+
+TEST(OnnxOpGradcheck, MatMulBatchedBroadcastAndWeight) {
+  check(node("MatMul", 2), {{rnd({2, 3, 4, 5}, 11)}, {rnd({2, 3, 5, 2}, 12)}});
+  check(node("MatMul", 2), {{rnd({2, 3, 4, 5}, 13)}, {rnd({1, 3, 5, 2}, 14)}});
+  check(node("MatMul", 2), {{rnd({2, 3, 4}, 15)}, {rnd({4, 6}, 16)}});
+}
+
+TEST(OnnxOpGradcheck, TransposeReshapeFlattenSqueezeUnsqueeze) {
+  check(node("Transpose", 1, {ints_attr("perm", {0, 2, 1, 3})}), {{rnd({2, 3, 4, 5}, 17)}});
+  check(node("Reshape", 2), {{rnd({2, 3, 4}, 18)}, {ints({2, -1, 2}), true}});
+  check(node("Flatten", 1, {int_attr("axis", 1)}), {{rnd({2, 3, 4}, 19)}});
+  check(node("Unsqueeze", 2), {{rnd({2, 3}, 20)}, {ints({1}), true}});
+  check(node("Squeeze", 2), {{rnd({2, 1, 3}, 21)}, {ints({1}), true}});
+}
+
+TEST(OnnxOpGradcheck, SoftmaxOverAnyAxis) {
+  check(node("Softmax", 1, {int_attr("axis", -1)}), {{rnd({2, 3, 5}, 22, 2.0f)}});
+  check(node("Softmax", 1, {int_attr("axis", 1)}), {{rnd({2, 3, 5}, 23, 2.0f)}});
+}
+
+TEST(OnnxOpGradcheck, GatherEmbeddingAndConstantIndices) {
+  Tensor tokens = Tensor::from_ints({0, 3, 3, 1, 4, 2}, {2, 3});  // run-time token ids (I32)
+  GradCheckOptions no_input;
+  no_input.check_input = false;
+  check(node("Gather", 2), {{rnd({5, 4}, 24)}, {tokens}}, 1, no_input);
+  check(node("Gather", 2, {int_attr("axis", 1)}), {{rnd({2, 4, 3}, 25)}, {ints({3, 0, 3}), true}});
+}
+
+TEST(OnnxOpGradcheck, WhereWithConstantCondition) {
+  Tensor cond = ints({1, 0, 1, 1, 0, 0});
+  cond = cond.reshape({2, 3});
+  check(node("Where", 3), {{cond, true}, {rnd({2, 2, 3}, 26)}, {rnd({3}, 27)}}, 1);
+  check(node("Where", 3), {{cond, true}, {Tensor::from_floats({-1e4f}, {}), true}, {rnd({2, 2, 3}, 28)}}, 2);
+}
+
+TEST(OnnxOpGradcheck, ReduceMeanAndSum) {
+  check(node("ReduceMean", 1, {ints_attr("axes", {-1})}), {{rnd({2, 3, 5}, 59)}});
+  check(node("ReduceMean", 1, {ints_attr("axes", {1, 2}), int_attr("keepdims", 0)}), {{rnd({2, 3, 4}, 60)}});
+  check(node("ReduceSum", 2), {{rnd({2, 3, 4}, 61)}, {ints({1}), true}});
+}
+
+TEST(OnnxOpGradcheck, SliceSplitConcat) {
+  check(node("Slice", 5), {{rnd({2, 6, 5}, 29)}, {ints({1, -4}), true}, {ints({5, 100}), true}, {ints({1, 2}), true}, {ints({2, 1}), true}});
+  for (size_t out = 0; out < 3; ++out)
+    check(node("Split", 2, {int_attr("axis", 2)}, 3), {{rnd({2, 3, 7}, 30)}, {ints({2, 4, 1}), true}}, 0, {}, out);
+  check(node("Concat", 2, {int_attr("axis", 1)}), {{rnd({2, 3, 4}, 31)}, {rnd({2, 2, 4}, 32), false, false, true}});
+}
+
+TEST(OnnxOpGradcheck, PoolsBeyondTheCoreAndPad) {
+  // Max pooling on well-separated values: a finite-difference step must not change the maximum.
+  Tensor distinct = Tensor::empty({2, 2, 6, 6});
+  for (int64_t i = 0; i < distinct.numel(); ++i) distinct.f32()[i] = 0.1f * static_cast<float>((i * 37) % 144) - 7.0f;
+  check(node("MaxPool", 1, {ints_attr("kernel_shape", {3, 3}), ints_attr("strides", {2, 2}), int_attr("ceil_mode", 1)}),
+        {{distinct}});
+  check(node("AveragePool", 1, {ints_attr("kernel_shape", {3, 2}), ints_attr("strides", {2, 1}), ints_attr("pads", {1, 0, 1, 1}),
+                                int_attr("ceil_mode", 1), int_attr("count_include_pad", 0)}),
+        {{rnd({2, 2, 5, 6}, 51)}});
+  check(node("AveragePool", 1, {ints_attr("kernel_shape", {3, 3}), ints_attr("pads", {1, 1, 1, 1}), int_attr("count_include_pad", 1),
+                                int_attr("ceil_mode", 1), ints_attr("strides", {2, 2})}),
+        {{rnd({2, 2, 6, 6}, 52)}});
+  check(node("Pad", 2), {{rnd({2, 2, 3, 3}, 53)}, {ints({0, 0, 1, 2, 0, 0, 2, 1}), true}});
+}
+
+TEST(OnnxOpGradcheck, CoreLayerAdapters) {
+  check(node("Conv", 3, {ints_attr("kernel_shape", {3, 3}), ints_attr("pads", {1, 1, 1, 1}), ints_attr("strides", {2, 2})}),
+        {{rnd({2, 3, 6, 6}, 33)}, {rnd({4, 3, 3, 3}, 34, 0.3f)}, {rnd({4}, 35)}});
+  check(node("Conv", 3, {ints_attr("kernel_shape", {3, 3}), ints_attr("pads", {1, 1, 1, 1}), int_attr("group", 2)}),
+        {{rnd({2, 4, 5, 5}, 45)}, {rnd({6, 2, 3, 3}, 46, 0.3f)}, {rnd({6}, 47)}});
+  check(node("Conv", 2, {ints_attr("kernel_shape", {3, 3}), ints_attr("strides", {2, 2}), int_attr("group", 4)}),
+        {{rnd({2, 4, 7, 7}, 48)}, {rnd({4, 1, 3, 3}, 49, 0.3f)}});
+  check(node("Conv", 3, {ints_attr("kernel_shape", {1, 3}), ints_attr("pads", {0, 1, 0, 1})}),
+        {{rnd({2, 3, 4, 5}, 54)}, {rnd({2, 3, 1, 3}, 55, 0.3f)}, {rnd({2}, 56)}});
+  check(node("Conv", 2, {ints_attr("kernel_shape", {3, 2}), ints_attr("strides", {2, 1}), ints_attr("pads", {1, 0, 0, 1})}),
+        {{rnd({2, 2, 5, 4}, 57)}, {rnd({3, 2, 3, 2}, 58, 0.3f)}});
+  check(node("Gemm", 3, {int_attr("transB", 1)}), {{rnd({3, 5}, 36)}, {rnd({4, 5}, 37)}, {rnd({4}, 38)}});
+  check(node("LayerNormalization", 3, {int_attr("axis", -1), float_attr("epsilon", 1e-5f)}),
+        {{rnd({2, 3, 6}, 39)}, {positive({6}, 40)}, {rnd({6}, 41)}});
+  check(node("BatchNormalization", 5, {float_attr("epsilon", 1e-5f), float_attr("momentum", 0.9f), int_attr("training_mode", 1)}, 3),
+        {{rnd({3, 2, 3, 3}, 42)}, {positive({2}, 43)}, {rnd({2}, 44)}, {Tensor::zeros({2}), false, true}, {Tensor::full({2}, 1.0f), false, true}});
+}
+
+}  // namespace
+}  // namespace pd::onnx
