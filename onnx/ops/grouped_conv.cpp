@@ -28,14 +28,14 @@ class GroupedConvOp : public Op {
   GroupedConvOp(int64_t groups, int kernel, int stride, int padding) : groups_(groups), k_(kernel), s_(stride), p_(padding) {}
   std::string type() const override { return "Conv"; }
 
-  cpu::ConvShape group_shape(const Tensor& x, const Tensor& w) const {
-    cpu::ConvShape s;
+  Conv2dGeometry group_shape(const Tensor& x, const Tensor& w) const {
+    Conv2dGeometry s;
     s.batch = x.dim(0);
     s.in_channels = x.dim(1) / groups_;
-    s.height = x.dim(2);
-    s.width = x.dim(3);
+    s.in_h = x.dim(2);
+    s.in_w = x.dim(3);
     s.out_channels = w.dim(0) / groups_;
-    s.kernel = k_;
+    s.kernel_h = s.kernel_w = k_;
     s.stride = s_;
     s.padding = p_;
     return s;
@@ -45,12 +45,12 @@ class GroupedConvOp : public Op {
     const Tensor &x = in[0], &w = in[1];
     require_cpu_f32(x, "Conv");
     const bool bias = in.size() > 2 && in[2].defined();
-    const cpu::ConvShape s = group_shape(x, w);
-    const int64_t N = s.batch, C = x.dim(1), O = w.dim(0), P = s.out_height() * s.out_width();
-    Tensor y = Tensor::empty({N, O, s.out_height(), s.out_width()});
-    Tensor xg = Tensor::empty({N, s.in_channels, s.height, s.width}), yg = Tensor::empty({N, s.out_channels, s.out_height(), s.out_width()});
+    const Conv2dGeometry s = group_shape(x, w);
+    const int64_t N = s.batch, C = x.dim(1), O = w.dim(0), P = s.out_h() * s.out_w();
+    Tensor y = Tensor::empty({N, O, s.out_h(), s.out_w()});
+    Tensor xg = Tensor::empty({N, s.in_channels, s.in_h, s.in_w}), yg = Tensor::empty({N, s.out_channels, s.out_h(), s.out_w()});
     for (int64_t g = 0; g < groups_; ++g) {
-      copy_channels(x.f32(), N, C, s.height * s.width, g * s.in_channels, s.in_channels, xg.f32());
+      copy_channels(x.f32(), N, C, s.in_h * s.in_w, g * s.in_channels, s.in_channels, xg.f32());
       cpu::conv2d_forward(s, xg.f32(), w.f32() + g * s.out_channels * s.patch(), bias ? in[2].f32() + g * s.out_channels : nullptr,
                           yg.f32());
       put_channels(yg.f32(), N, O, P, g * s.out_channels, s.out_channels, y.f32());
@@ -64,20 +64,20 @@ class GroupedConvOp : public Op {
                                LayerContext& ctx) const override {
     const Tensor &x = ctx.saved[0], &w = ctx.saved[1], &dy = dys[0];
     const bool bias = ctx.saved.size() > 2;
-    const cpu::ConvShape s = group_shape(x, w);
-    const int64_t N = s.batch, C = x.dim(1), O = w.dim(0), P = s.out_height() * s.out_width();
+    const Conv2dGeometry s = group_shape(x, w);
+    const int64_t N = s.batch, C = x.dim(1), O = w.dim(0), P = s.out_h() * s.out_w();
     std::vector<Tensor> g(need.size());
     Tensor dx = need[0] ? Tensor::empty(x.shape()) : Tensor();
     Tensor dw = Tensor::zeros(w.shape()), db = bias ? Tensor::zeros({O}) : Tensor();
-    Tensor xg = Tensor::empty({N, s.in_channels, s.height, s.width}), dyg = Tensor::empty({N, s.out_channels, s.out_height(), s.out_width()});
+    Tensor xg = Tensor::empty({N, s.in_channels, s.in_h, s.in_w}), dyg = Tensor::empty({N, s.out_channels, s.out_h(), s.out_w()});
     Tensor dxg = need[0] ? Tensor::empty(xg.shape()) : Tensor();
     for (int64_t k = 0; k < groups_; ++k) {
-      copy_channels(x.f32(), N, C, s.height * s.width, k * s.in_channels, s.in_channels, xg.f32());
+      copy_channels(x.f32(), N, C, s.in_h * s.in_w, k * s.in_channels, s.in_channels, xg.f32());
       copy_channels(dy.f32(), N, O, P, k * s.out_channels, s.out_channels, dyg.f32());
       cpu::conv2d_backward(s, xg.f32(), w.f32() + k * s.out_channels * s.patch(), dyg.f32(),
                            need[0] ? dxg.f32() : nullptr, dw.f32() + k * s.out_channels * s.patch(),
                            bias ? db.f32() + k * s.out_channels : nullptr);
-      if (need[0]) put_channels(dxg.f32(), N, C, s.height * s.width, k * s.in_channels, s.in_channels, dx.f32());
+      if (need[0]) put_channels(dxg.f32(), N, C, s.in_h * s.in_w, k * s.in_channels, s.in_channels, dx.f32());
     }
     g[0] = dx;
     if (need.size() > 1 && need[1]) g[1] = dw;
