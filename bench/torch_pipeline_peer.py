@@ -35,37 +35,8 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        hd = d // self.heads
-        q, k, v = self.qkv(x).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.heads, hd).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
-        return self.proj((att @ v).transpose(1, 2).contiguous().view(b, t, d))
-
-
-class TransformerBlock(nn.Module):
-    """Pre-LN GPT block, as pipedream's transformer_block."""
-
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = CausalSelfAttention(dim, heads)
-        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_peer import Block as TransformerBlock  # pre-LN GPT block, as pipedream's transformer_block  # noqa: E402
 
 
 class Embedding(nn.Module):

@@ -94,10 +94,9 @@ class BinaryOp : public Op {
 
  private:
   static Tensor shape_of(const Tensor& t) {
-    std::vector<int32_t> d(t.shape().begin(), t.shape().end());
-    return Tensor::from_ints(d, {static_cast<int64_t>(d.size())});
+    return shape_tensor(t.shape());
   }
-  static Shape shape_from(const Tensor& t) { return Shape(t.data<int32_t>(), t.data<int32_t>() + t.numel()); }
+  static Shape shape_from(const Tensor& t) { return shape_from_tensor(t); }
   std::string type_;
   Arith f_;
 };

@@ -34,8 +34,7 @@ class GatherOp : public Op {
         const int64_t k = resolve(index_at(idx, j), len);
         std::copy(dp + (o * len + k) * inner, dp + (o * len + k + 1) * inner, yp + (o * m + j) * inner);
       }
-    std::vector<int32_t> d(data.shape().begin(), data.shape().end());
-    ctx.saved = {idx, Tensor::from_ints(d, {static_cast<int64_t>(d.size())})};
+    ctx.saved = {idx, shape_tensor(data.shape())};
     return {y};
   }
 

@@ -12,8 +12,7 @@ namespace pd::onnx {
 
 namespace {
 
-struct ConvGeometry {
-  int64_t kh = 1, kw = 1, sh = 1, sw = 1, top = 0, left = 0, bottom = 0, right = 0;
+struct ConvGeometry : Window2d {
   int64_t oh(int64_t H) const { return (H + top + bottom - kh) / sh + 1; }
   int64_t ow(int64_t W) const { return (W + left + right - kw) / sw + 1; }
 };
@@ -111,8 +110,7 @@ class GeneralConvOp : public Op {
 
 OpPtr make_general_conv_op(const Node& n, const OpInputs& in) {
   const Tensor &x = in.at(0), &w = in.at(1);
-  const std::vector<int64_t> k = n.ints_attr("kernel_shape"), s = n.ints_attr("strides"), p = n.ints_attr("pads"),
-                             d = n.ints_attr("dilations");
+  const std::vector<int64_t> k = n.ints_attr("kernel_shape"), d = n.ints_attr("dilations");
   for (int64_t v : d)
     if (v != 1) unsupported(n, "dilation is not supported");
   if (n.int_attr("group", 1) != 1) unsupported(n, "grouped convolution needs a square kernel and equal strides and pads");
@@ -121,20 +119,7 @@ OpPtr make_general_conv_op(const Node& n, const OpInputs& in) {
   g.kw = k.size() == 2 ? k[1] : w.dim(3);
   if (w.ndim() != 4 || w.dim(1) != x.dim(1) || w.dim(2) != g.kh || w.dim(3) != g.kw)
     unsupported(n, "weight shape does not match the input and kernel");
-  if (!s.empty()) {
-    if (s.size() != 2 || s[0] < 1 || s[1] < 1) unsupported(n, "strides must have two positive values");
-    g.sh = s[0];
-    g.sw = s[1];
-  }
-  if (!p.empty()) {
-    if (p.size() != 4) unsupported(n, "pads must have four values");
-    for (int64_t v : p)
-      if (v < 0) unsupported(n, "negative pads are not supported");
-    g.top = p[0];
-    g.left = p[1];
-    g.bottom = p[2];
-    g.right = p[3];
-  }
+  read_strides_and_pads(n, /*pads_below_kernel=*/false, g);
   if (g.oh(x.dim(2)) < 1 || g.ow(x.dim(3)) < 1) unsupported(n, cat("the kernel does not fit the input ", shape_str(x.shape())));
   return std::make_unique<GeneralConvOp>(g);
 }

@@ -86,4 +86,30 @@ void require_cpu_f32(const Tensor& t, const char* op) {
   PD_CHECK(t.dtype() == DType::F32, op, ": expects a float tensor, got ", dtype_name(t.dtype()));
 }
 
+Tensor shape_tensor(const Shape& s) {
+  std::vector<int32_t> d(s.begin(), s.end());
+  return Tensor::from_ints(d, {static_cast<int64_t>(d.size())});
+}
+
+Shape shape_from_tensor(const Tensor& t) { return Shape(t.data<int32_t>(), t.data<int32_t>() + t.numel()); }
+
+void read_strides_and_pads(const Node& n, bool pads_below_kernel, Window2d& w) {
+  const std::vector<int64_t> s = n.ints_attr("strides"), p = n.ints_attr("pads");
+  if (!s.empty()) {
+    if (s.size() != 2 || s[0] < 1 || s[1] < 1) unsupported(n, "strides must have two positive values");
+    w.sh = s[0];
+    w.sw = s[1];
+  }
+  if (p.empty()) return;
+  if (p.size() != 4) unsupported(n, "pads must have four values");
+  for (int64_t v : p) {
+    if (v < 0) unsupported(n, "negative pads are not supported");
+    if (pads_below_kernel && v >= std::max(w.kh, w.kw)) unsupported(n, "pads must be below the kernel size");
+  }
+  w.top = p[0];
+  w.left = p[1];
+  w.bottom = p[2];
+  w.right = p[3];
+}
+
 }  // namespace pd::onnx

@@ -56,6 +56,19 @@ void for_each_broadcast(const Shape& out, const std::vector<int64_t>& sa, const 
 // Sums g (shaped `out`) down to `in` (a shape that broadcasts to out).
 Tensor reduce_to(const Tensor& g, const Shape& in);
 
+// A 2-D window (Conv, pools): kernel, strides and per-side pads.
+struct Window2d {
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, top = 0, left = 0, bottom = 0, right = 0;
+};
+// Reads the node's `strides` and `pads` into w (kernel already set): two
+// positive strides, four non-negative pads, each below the kernel when
+// pads_below_kernel (pools); UserError naming the node otherwise.
+void read_strides_and_pads(const Node& n, bool pads_below_kernel, Window2d& w);
+
+// A shape kept in a LayerContext for backward (a small i32 tensor), and back.
+Tensor shape_tensor(const Shape& s);
+Shape shape_from_tensor(const Tensor& t);
+
 // A float tensor on the host, a logic_error otherwise (CPU-only ops).
 void require_cpu_f32(const Tensor& t, const char* op);
 

@@ -24,8 +24,7 @@ class PadOp : public Op {
     const float* xp = x.f32();
     float* yp = y.f32() + offset(out);
     for_each_broadcast(x.shape(), dst, dst, [&](int64_t i, int64_t o, int64_t) { yp[o] = xp[i]; });
-    std::vector<int32_t> d(x.shape().begin(), x.shape().end());
-    ctx.saved = {Tensor::from_ints(d, {static_cast<int64_t>(d.size())})};
+    ctx.saved = {shape_tensor(x.shape())};
     return {y};
   }
 
@@ -33,8 +32,7 @@ class PadOp : public Op {
                                LayerContext& ctx) const override {
     std::vector<Tensor> g(need.size());
     if (need[0]) {
-      const Tensor& d = ctx.saved[0];
-      const Shape in(d.data<int32_t>(), d.data<int32_t>() + d.numel());
+      const Shape in = shape_from_tensor(ctx.saved[0]);
       const Tensor& dy = dys[0];
       Tensor dx = Tensor::empty(in);
       const auto src = inner_strides(dy.shape());

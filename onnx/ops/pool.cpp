@@ -11,8 +11,7 @@ namespace pd::onnx {
 
 namespace {
 
-struct Geometry {
-  int64_t kh = 1, kw = 1, sh = 1, sw = 1, top = 0, left = 0, bottom = 0, right = 0;
+struct Geometry : Window2d {
   bool ceil = false, include_pad = false;
 
   int64_t out(int64_t size, int64_t k, int64_t s, int64_t before, int64_t after) const {
@@ -122,8 +121,7 @@ class PoolOp : public Op {
 OpPtr make_pool_op(const Node& n, const OpInputs& in) {
   const Tensor& x = in.at(0);
   if (x.ndim() != 4) unsupported(n, "only 2-d pooling (NCHW) is supported");
-  const std::vector<int64_t> k = n.ints_attr("kernel_shape"), s = n.ints_attr("strides"), p = n.ints_attr("pads"),
-                             d = n.ints_attr("dilations");
+  const std::vector<int64_t> k = n.ints_attr("kernel_shape"), d = n.ints_attr("dilations");
   const Attribute* pad_mode = n.attribute("auto_pad");
   if (pad_mode && pad_mode->s != "NOTSET") unsupported(n, "auto_pad " + pad_mode->s + " is not supported (use explicit pads)");
   for (int64_t v : d)
@@ -132,20 +130,7 @@ OpPtr make_pool_op(const Node& n, const OpInputs& in) {
   Geometry g;
   g.kh = k[0];
   g.kw = k[1];
-  if (!s.empty()) {
-    if (s.size() != 2 || s[0] < 1 || s[1] < 1) unsupported(n, "strides must have two positive values");
-    g.sh = s[0];
-    g.sw = s[1];
-  }
-  if (!p.empty()) {
-    if (p.size() != 4) unsupported(n, "pads must have four values");
-    for (int64_t v : p)
-      if (v < 0 || v >= std::max(g.kh, g.kw)) unsupported(n, "pads must be non-negative and below the kernel size");
-    g.top = p[0];
-    g.left = p[1];
-    g.bottom = p[2];
-    g.right = p[3];
-  }
+  read_strides_and_pads(n, /*pads_below_kernel=*/true, g);
   g.ceil = n.int_attr("ceil_mode", 0) != 0;
   g.include_pad = n.int_attr("count_include_pad", 0) != 0;
   if (g.oh(x.dim(2)) < 1 || g.ow(x.dim(3)) < 1) unsupported(n, cat("the window does not fit the input ", shape_str(x.shape())));

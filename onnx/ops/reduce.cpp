@@ -25,8 +25,7 @@ class ReduceOp : public Op {
     const float scale = type_ == "ReduceMean" ? static_cast<float>(kept_count(x.shape(), kept)) : 1.0f;
     Tensor y = Tensor::empty(kept);
     for (int64_t i = 0; i < y.numel(); ++i) y.f32()[i] = r.f32()[i] / scale;
-    std::vector<int32_t> d(x.shape().begin(), x.shape().end());
-    ctx.saved = {Tensor::from_ints(d, {static_cast<int64_t>(d.size())})};
+    ctx.saved = {shape_tensor(x.shape())};
     return {keepdims_ ? y : y.reshape(dropped_shape(x.shape()))};
   }
 
@@ -34,8 +33,7 @@ class ReduceOp : public Op {
                                LayerContext& ctx) const override {
     std::vector<Tensor> g(need.size());
     if (need[0]) {
-      const Tensor& d = ctx.saved[0];
-      const Shape in(d.data<int32_t>(), d.data<int32_t>() + d.numel());
+      const Shape in = shape_from_tensor(ctx.saved[0]);
       const Shape kept = kept_shape(in);
       const Tensor dy = dys[0].reshape(kept);
       const float scale = type_ == "ReduceMean" ? static_cast<float>(kept_count(in, kept)) : 1.0f;

@@ -31,8 +31,7 @@ class SliceOp : public Op {
     const float* xp = x.f32() + base;
     float* yp = y.f32();
     for_each_broadcast(out, src, src, [&](int64_t i, int64_t o, int64_t) { yp[i] = xp[o]; });
-    std::vector<int32_t> d(x.shape().begin(), x.shape().end());
-    ctx.saved = {Tensor::from_ints(d, {static_cast<int64_t>(d.size())})};
+    ctx.saved = {shape_tensor(x.shape())};
     return {y};
   }
 
@@ -40,8 +39,7 @@ class SliceOp : public Op {
                                LayerContext& ctx) const override {
     std::vector<Tensor> g(need.size());
     if (need[0]) {
-      const Tensor& d = ctx.saved[0];
-      Shape in(d.data<int32_t>(), d.data<int32_t>() + d.numel()), out;
+      Shape in = shape_from_tensor(ctx.saved[0]), out;
       int64_t base;
       std::vector<int64_t> src;
       plan(in, out, base, src);

@@ -18,14 +18,12 @@ class ViewOp : public Op {
     const Tensor& x = in[0];
     Shape out = shape_;
     if (batched_) out.insert(out.begin(), x.dim(0));
-    std::vector<int32_t> d(x.shape().begin(), x.shape().end());
-    ctx.saved = {Tensor::from_ints(d, {static_cast<int64_t>(d.size())})};
+    ctx.saved = {shape_tensor(x.shape())};
     return {x.reshape(out)};
   }
   std::vector<Tensor> backward(std::span<const Tensor> dys, const std::vector<bool>& need, const StepInfo&,
                                LayerContext& ctx) const override {
-    const Tensor& d = ctx.saved[0];
-    Shape in(d.data<int32_t>(), d.data<int32_t>() + d.numel());
+    Shape in = shape_from_tensor(ctx.saved[0]);
     ctx.clear();
     return {need[0] ? dys[0].reshape(in) : Tensor()};
   }

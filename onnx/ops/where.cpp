@@ -39,7 +39,7 @@ class WhereOp : public Op {
       const Tensor& d = ctx.saved[size_t(side)];
       Tensor full = Tensor::empty(dy.shape());
       for (int64_t i = 0; i < dy.numel(); ++i) full.f32()[i] = (mp[i] != 0) == (side == 1) ? dy.f32()[i] : 0.0f;
-      g[size_t(side)] = reduce_to(full, Shape(d.data<int32_t>(), d.data<int32_t>() + d.numel()));
+      g[size_t(side)] = reduce_to(full, shape_from_tensor(d));
     }
     ctx.clear();
     return g;
