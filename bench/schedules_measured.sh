@@ -77,14 +77,6 @@ for model in $models; do
     # shellcheck disable=SC2086
     sim=$("$pipedream" simulate --plan "$out/$model.plan$w.json" --profile "$out/$model.profile.json" $flags \
       --microbatches "$M" --minibatches 16 --json | jq -r '.throughput_samples_per_s')
-    # Today's layers do not split their backward (W is empty, B does it
-    # all): the simulation of what the runtime executes gives W no time.
-    if [ "$schedule" = zb-h1 ]; then
-      # shellcheck disable=SC2086
-      fused=$("$pipedream" simulate --plan "$out/$model.plan$w.json" --profile "$out/$model.profile.json" $flags \
-        --microbatches "$M" --minibatches 16 --weight-grad-share 0 --json | jq -r '.throughput_samples_per_s')
-      echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"zb-h1\", \"simulated_fused_backward_samples_per_s\": $fused}"
-    fi
     # With more workers than cores, the cores bound a batch: its whole
     # compute (every stage's F + B) spread over them.
     bound=$(jq -r --argjson c "$cores" --argjson n "$batch" '($n * $c) / ([.stages[] | .forward_s + .backward_s] | add)' \

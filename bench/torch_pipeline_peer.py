@@ -88,12 +88,19 @@ def build_layers(spec):
     return layers
 
 
-def stage_ranks(plan):
+def stage_ranks(plan, virtual_stages=1):
+    """(first layer, last layer, rank) per stage: the plan's rank, or with
+    v virtual stages per worker stage k on worker k mod (stages / v), as
+    our interleaved-1f1b places them."""
     stages = sorted(plan["stages"], key=lambda s: s["index"])
     for s in stages:
         if len(s["ranks"]) != 1:
             raise SystemExit("torch_pipeline_peer: replicated stages have no PyTorch pipelining peer")
-    return [(s["layers"][0], s["layers"][1], s["ranks"][0]) for s in stages]
+    if len(stages) % virtual_stages:
+        raise SystemExit(f"torch_pipeline_peer: {len(stages)} stages do not split into {virtual_stages} per worker")
+    workers = len(stages) // virtual_stages
+    return [(s["layers"][0], s["layers"][1], s["ranks"][0] if virtual_stages == 1 else k % workers)
+            for k, s in enumerate(stages)]
 
 
 class _AllWorks:
@@ -133,7 +140,7 @@ def torch_worker(rank, world, args, spec, plan, port, out_path):
     classes = spec["classes"]
     sample = spec["input"]["shape"]
     mb = args.batch
-    stages = stage_ranks(plan)
+    stages = stage_ranks(plan, args.virtual_stages)
     mine = [(k, a, b) for k, (a, b, r) in enumerate(stages) if r == rank]
     params = sum(p.numel() for m in layers for p in m.parameters())
 
@@ -183,7 +190,7 @@ def torch_worker(rank, world, args, spec, plan, port, out_path):
 
 
 def run_torch(args, spec, plan, port):
-    world = len({r for _, _, r in stage_ranks(plan)})
+    world = len({r for _, _, r in stage_ranks(plan, args.virtual_stages)})
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         mp.spawn(torch_worker, args=(world, args, spec, plan, port, out.name), nprocs=world, join=True)
         r = json.load(open(out.name))
@@ -212,6 +219,8 @@ def main():
     p.add_argument("--microbatches", type=int, default=8)
     p.add_argument("--ours", default="1f1b-flush", help="our --schedule")
     p.add_argument("--ours-args", default="", help="more arguments for our run, e.g. '--virtual-stages 2'")
+    p.add_argument("--virtual-stages", type=int, default=1,
+                   help="stages per worker for PyTorch's interleaved schedules (stage k on worker k mod S)")
     p.add_argument("--torch", default="1f1b", choices=["gpipe", "1f1b", "interleaved-1f1b", "zb"])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
