@@ -164,7 +164,9 @@ def torch_worker(rank, world, args, spec, plan, port, out_path):
     if single and len(pstages) != 1:
         raise SystemExit(f"torch_pipeline_peer: {args.torch} needs one stage per worker")
     sched = cls(pstages[0] if single else pstages, n_microbatches=args.microbatches, loss_fn=loss_fn)
-    opt = torch.optim.SGD([p for s in pstages for p in s.submod.parameters()], lr=0.01, momentum=0.9)
+    mine_params = [p for s in pstages for p in s.submod.parameters()]
+    # A worker may hold only stages without parameters (ReLUs of an interleaved cnn).
+    opt = torch.optim.SGD(mine_params, lr=0.01, momentum=0.9) if mine_params else None
     batch = mb * args.microbatches
     x = torch.randint(0, classes, [batch] + sample) if lm else torch.randn([batch] + sample)
     y = torch.randint(0, classes, [batch] + (sample if lm else []))
@@ -173,13 +175,15 @@ def torch_worker(rank, world, args, spec, plan, port, out_path):
     for step in range(args.warmup + args.steps):
         dist.barrier()
         t0 = time.perf_counter()
-        opt.zero_grad()
+        if opt:
+            opt.zero_grad()
         kw = {"target": y} if last else {}
         if first:
             sched.step(x, **kw)
         else:
             sched.step(**kw)
-        opt.step()
+        if opt:
+            opt.step()
         dist.barrier()
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
