@@ -45,7 +45,8 @@ struct RunArgs {
   uint64_t seed = 0;
   int threads = 1;
   double timeout = 60;
-  std::string metrics, save, trace, checkpoint_dir, resume;
+  std::string metrics, save, trace, svg, checkpoint_dir, resume;
+  int64_t svg_minibatches = 0;
   int64_t checkpoint_every = 0, log_every = 10, eval_every = 0, eval_batch = 500;
   bool evaluate = true, reference = false, progress = false, straight = false;
   std::string device = "cpu", transport = "staged";
@@ -169,6 +170,8 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   s.metrics = a.metrics;
   s.save = a.save;
   s.trace = a.trace;
+  s.svg = a.svg;
+  s.svg_minibatches = a.svg_minibatches;
   s.checkpoint_dir = a.checkpoint_dir;
   s.checkpoint_every = a.checkpoint_every;
   if (s.checkpoint_every < 0) throw UserError("--checkpoint-every must be >= 0");
@@ -278,7 +281,7 @@ void run_mpi_worker(RunSpec& spec, const RunArgs& a, const Model& model, const D
 void run_command(const RunArgs& a) {
   // Refused before any work: an output path that is a folder.
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--metrics", a.metrics},
-                                   {"--save", a.save}, {"--trace", a.trace}, {"--plan-out", a.plan_out}})
+                                   {"--save", a.save}, {"--trace", a.trace}, {"--svg", a.svg}, {"--plan-out", a.plan_out}})
     check_output_file(flag, path);
   make_optimizer(a.optimizer);  // validates before anything is read
   require_compute_device(a.device);  // no CUDA build / no GPU: refused before any work
@@ -405,6 +408,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();
   cmd->add_option("--save", a->save, "Write the final weights of all stages to one safetensors file");
   cmd->add_option("--trace", a->trace, "Write a Chrome trace of the run (all ranks)");
+  cmd->add_option("--svg", a->svg, "Draw the measured pipeline timeline as an SVG (as simulate --svg draws the simulated one)");
+  cmd->add_option("--svg-minibatches", a->svg_minibatches, "Minibatches (flush schedules: batches) the --svg timeline spans")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "Write checkpoints here");
   cmd->add_option("--checkpoint-every", a->checkpoint_every, "Steps between checkpoints (the pipeline drains there)");
   cmd->add_option("--resume", a->resume, "Continue from a checkpoint (a --checkpoint-dir or one step-N in it)");

@@ -80,7 +80,7 @@ void check_numeric_options(CLI::App& command) {
 
 void reject_options_reference_ignores(CLI::App& run) {
   CLI::Option* reference = run.get_option("--reference");
-  for (const char* flag : {"--checkpoint-dir", "--trace", "--resume"}) reference->excludes(run.get_option(flag));
+  for (const char* flag : {"--checkpoint-dir", "--trace", "--svg", "--resume"}) reference->excludes(run.get_option(flag));
 }
 
 void check_output_file(const std::string& flag, const std::string& path) {

@@ -217,7 +217,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
         const bool last_stage = last_rank && c + 1 == states.size();
         chunks.push_back(std::make_unique<StageExecutor>(schedule, role.rank, states[c], training, t,
                                                          last_stage ? observer : nullptr, static_cast<int>(c)));
-        if (!spec.trace.empty()) chunks.back()->enable_trace(zero);
+        if (spec.tracing()) chunks.back()->enable_trace(zero);
         drive.push_back(chunks.back().get());
       }
       report.set_segment_start(seg.first);
@@ -235,7 +235,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
     StageExecutor ex(schedule, role.rank, state, training, t, observer);
     const StageEvaluation ev = evaluation_in(seg, eval_points, common, spec, data);
     if (ev.test && !ev.at_versions.empty()) ex.set_evaluation(ev);
-    if (!spec.trace.empty()) ex.enable_trace(zero);
+    if (spec.tracing()) ex.enable_trace(zero);
     report.set_segment_start(seg.first);
     if (!ex.run(&Transport::stop_requested)) {
       bar.finish();
@@ -255,7 +255,7 @@ void send_results(const RunSpec& spec, const WorkerRole& role, const nlohmann::j
                   const std::vector<ActionSpan>& events, const std::vector<StageState>& states, Transport& t,
                   int reporter) {
   send_text(t, reporter, mine.dump());
-  if (!spec.trace.empty()) send_text(t, reporter, trace_events_json(events).dump());
+  if (spec.tracing()) send_text(t, reporter, trace_events_json(events).dump());
   if (!spec.save.empty() && role.leader)
     for (const StageState& state : states) send_named_tensors(t, reporter, state.weights.named_tensors());
 }
@@ -273,11 +273,11 @@ GatheredResults gather_results(const RunSpec& spec, const WorkerRole& role, cons
   for (int r = 0; r < t.world_size(); ++r) {
     if (r == role.rank) {
       g.per_rank[r] = mine;
-      if (!spec.trace.empty()) g.traces[r] = trace_events_json(events);
+      if (spec.tracing()) g.traces[r] = trace_events_json(events);
       continue;
     }
     g.per_rank[r] = nlohmann::json::parse(recv_text(t, r));
-    if (!spec.trace.empty()) g.traces[r] = nlohmann::json::parse(recv_text(t, r));
+    if (spec.tracing()) g.traces[r] = nlohmann::json::parse(recv_text(t, r));
   }
   return g;
 }
@@ -363,6 +363,7 @@ void print_output_files(const RunSpec& spec) {
   if (!spec.save.empty()) std::printf("saved weights to %s\n", spec.save.c_str());
   if (!spec.metrics.empty()) std::printf("metrics: %s\n", spec.metrics.c_str());
   if (!spec.trace.empty()) std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", spec.trace.c_str());
+  if (!spec.svg.empty()) std::printf("timeline: %s\n", spec.svg.c_str());
 }
 
 }  // namespace
@@ -405,6 +406,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   for (const auto& line : gathered.per_rank) metrics.write(line);
   if (!spec.save.empty()) save_merged_weights(spec, model, role, states, t);
   if (!spec.trace.empty()) write_trace(spec, gathered, t);
+  if (!spec.svg.empty()) write_run_timeline_svg(spec.svg, spec.plan, spec.schedule, gathered.traces, spec.svg_minibatches);
   const nlohmann::json summary = print_summary(spec, report, out, steps, t.world_size());
   print_rank_lines(spec.plan, gathered.per_rank, report.evals().empty() ? 0 : spec.eval_batch);
   metrics.write(summary);

@@ -39,11 +39,15 @@ struct RunSpec {
   int64_t eval_batch = 500;
   // Outputs.
   std::string metrics, save, trace, checkpoint_dir, resume;
+  std::string svg;              // the measured timeline, drawn as `simulate --svg` draws it
+  int64_t svg_minibatches = 0;  // minibatches (flush: batches) it spans; 0: a few
   int64_t checkpoint_every = 0;  // steps; 0: no periodic checkpoints
   int64_t log_every = 10;
   bool progress_bar = false;
 
   int64_t steps() const { return schedule.minibatches; }
+  // Every rank records its actions' spans (for --trace or --svg).
+  bool tracing() const { return !trace.empty() || !svg.empty(); }
   // Samples one step (one optimizer update of the first stage) takes.
   int64_t samples_per_step() const { return batch * schedule.microbatches; }
   int64_t steps_per_epoch(int64_t train_size) const { return train_size / samples_per_step(); }

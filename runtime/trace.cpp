@@ -1,10 +1,15 @@
 #include "runtime/trace.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include <sstream>
+
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "runtime/simulator/timeline_svg.h"
 
 namespace pd {
 
@@ -41,6 +46,53 @@ void write_chrome_trace(const std::string& path, const std::vector<nlohmann::jso
     if (!f) throw RuntimeFailure(cat("writing ", tmp, " failed"));
   }
   std::filesystem::rename(tmp, path);
+}
+
+namespace {
+// A measured span as the simulator's trace event; false for spans the
+// picture does not draw (optimizer steps, waits, evaluation).
+bool to_trace_event(const nlohmann::json& e, int rank, int64_t items_per_batch, TraceEvent& out) {
+  const std::string name = e[0].get<std::string>();
+  const int64_t item = e[1].get<int64_t>();
+  if (name == "F") out.kind = ActionKind::Forward;
+  else if (name == "B") out.kind = ActionKind::Backward;
+  else if (name == "W") out.kind = ActionKind::BackwardWeight;
+  else if (name == "allreduce") out.kind = ActionKind::AllReduce;
+  else return false;
+  out.rank = rank;
+  // F/B/W items are minibatch * items_per_batch + microbatch; an
+  // all-reduce's is its round.
+  const bool compute = out.kind != ActionKind::AllReduce;
+  out.minibatch = compute ? item / items_per_batch : item;
+  out.microbatch = compute ? static_cast<int>(item % items_per_batch) : 0;
+  out.start_s = e[2].get<double>();
+  out.end_s = e[3].get<double>();
+  return true;
+}
+}  // namespace
+
+void write_run_timeline_svg(const std::string& path, const Plan& plan, const ScheduleOptions& schedule,
+                            const std::vector<nlohmann::json>& ranks_events, int64_t minibatches) {
+  const int64_t items_per_batch = std::max(1, schedule.microbatches);
+  std::vector<TraceEvent> events;
+  for (size_t r = 0; r < ranks_events.size(); ++r)
+    for (const auto& e : ranks_events[r]) {
+      TraceEvent ev{};
+      if (to_trace_event(e, static_cast<int>(r), items_per_batch, ev)) events.push_back(ev);
+    }
+  std::sort(events.begin(), events.end(), [](const TraceEvent& a, const TraceEvent& b) { return a.start_s < b.start_s; });
+  TimelineSvgOptions svg;
+  svg.flush = is_flush(schedule.kind);
+  svg.virtual_stages = schedule.virtual_stages;
+  const int64_t workers = static_cast<int64_t>(ranks_events.size());
+  svg.minibatches = std::min(minibatches > 0 ? minibatches : (svg.flush ? 2 : 2 * workers + 2), schedule.minibatches);
+  svg.title = cat("measured: ", to_string(schedule.kind),
+                  schedule.kind == ScheduleKind::OneFOneBRoundRobin ? " (" + to_string(schedule.policy) + ")" : "",
+                  ", plan ", plan.config.empty() ? std::string("?") : plan.config, ", first ", svg.minibatches,
+                  svg.flush ? cat(" batches of ", schedule.microbatches, " microbatches") : std::string(" minibatches"));
+  std::ostringstream out;
+  write_timeline_svg(out, plan, events, svg);
+  write_file_atomically(path, out.str());
 }
 
 }  // namespace pd

@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/plan.h"
 #include "runtime/executor.h"
+#include "runtime/schedule/schedule.h"
 
 namespace pd {
 
@@ -16,5 +18,11 @@ nlohmann::json trace_events_json(const std::vector<ActionSpan>& events);
 // Writes the trace; ranks_events[r] is trace_events_json of rank r.
 void write_chrome_trace(const std::string& path, const std::vector<nlohmann::json>& ranks_events,
                         const std::vector<int>& stage_of_rank);
+
+// The measured timeline drawn as `simulate --svg` draws the simulated one
+// (runtime/simulator/timeline_svg.h): the first `minibatches` minibatches
+// (flush schedules: batches; 0: a default of a few) of ranks_events.
+void write_run_timeline_svg(const std::string& path, const Plan& plan, const ScheduleOptions& schedule,
+                            const std::vector<nlohmann::json>& ranks_events, int64_t minibatches);
 
 }  // namespace pd

@@ -144,6 +144,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"RunReferenceWithCheckpointDir", kRun + " --minibatches 1 --reference --checkpoint-dir {dir}/folder",
              "--checkpoint-dir"},
         Case{"RunReferenceWithTrace", kRun + " --minibatches 1 --reference --trace {dir}/folder/t.json", "--trace"},
+        Case{"RunReferenceWithSvg", kRun + " --minibatches 1 --reference --svg {dir}/folder/t.svg", "--svg"},
+        Case{"RunSvgIsAFolder", kRun + " --minibatches 1 --svg {dir}/folder", "--svg"},
         Case{"SimulateAnotherModelsProfile",
              "simulate --plan {dir}/plan_a.json --profile {dir}/profile_b.json", "field 'model'"},
         Case{"ProfileOutputIsAFolder", kProfile + " --model cnn -o {dir}/folder", "-o"},

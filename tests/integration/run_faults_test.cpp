@@ -179,5 +179,29 @@ TEST(RunOutputs, MetricsEvaluationAndTraceCoverEveryRank) {
   EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
 }
 
+// run --svg draws the measured timeline: a row per worker and, for zb-h1,
+// forward, input-gradient and weight-gradient boxes of the batch's 8
+// microbatches on every worker.
+TEST(RunOutputs, SvgDrawsTheMeasuredTimeline) {
+  const std::string dir = scratch_dir("svg");
+  JobResult r = run_shell(mpirun(4) + pipedream_binary() + " run --plan " + plan_file(dir) + kModel +
+                          " --data synthetic --batch 4 --schedule zb-h1 --microbatches 8 --minibatches 2 --no-eval"
+                          " --svg " + dir + "/timeline.svg");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream f(dir + "/timeline.svg");
+  const std::string svg((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = svg.find(needle); at != std::string::npos; at = svg.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("class=\"row\""), 4u) << svg.substr(0, 400);
+  // Two batches of 8 microbatches on 4 workers: 64 of each kind.
+  EXPECT_EQ(count("class=\"F\""), 64u);
+  EXPECT_EQ(count("class=\"B\""), 64u);
+  EXPECT_EQ(count("class=\"W\""), 64u);
+  EXPECT_NE(svg.find("measured: zb-h1"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace pd::testing
