@@ -94,9 +94,9 @@ std::vector<std::string> with_plan_file(const std::vector<std::string>& args, co
   return out;
 }
 
-RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
-  RunSpec s;
-  s.plan = plan;
+// The schedule: from the flags, or from a checked --schedule-file (which
+// sets kind, weights, microbatches, virtual stages and steps itself).
+void set_schedule(const RunArgs& a, const Plan& plan, RunSpec& s) {
   ScheduleFile file;
   if (!a.schedule_file.empty()) {
     // Checked now, in every process: a rejected file exits 2 naming its
@@ -133,14 +133,59 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
     if (!a.checkpoint_dir.empty() || !a.resume.empty())
       throw UserError("interleaved-1f1b runs do not checkpoint or resume yet");
   }
-  if (a.batch <= 0) throw UserError(cat("--batch must be positive, got ", a.batch));
-  s.batch = a.batch;
   if (!a.schedule_file.empty()) {
     s.schedule = file.options;  // schedule, weights, microbatches, steps
     s.schedule_lists = std::make_shared<const std::vector<std::vector<Action>>>(std::move(file.lists));
-  } else if ((a.epochs > 0) == (a.minibatches > 0)) {
-    throw UserError("give exactly one of --epochs N and --minibatches K (both positive)");
   }
+}
+
+// Outputs, evaluation and checkpoints (a resumed run keeps the original's
+// checkpoint boundaries).
+void set_outputs(const RunArgs& a, RunSpec& s) {
+  s.evaluate = a.evaluate;
+  s.eval_every = a.eval_every;
+  s.eval_batch = a.eval_batch;
+  s.metrics = a.metrics;
+  s.save = a.save;
+  s.trace = a.trace;
+  s.svg = a.svg;
+  s.svg_minibatches = a.svg_minibatches;
+  s.checkpoint_dir = a.checkpoint_dir;
+  s.checkpoint_every = a.checkpoint_every;
+  if (s.checkpoint_every < 0) throw UserError("--checkpoint-every must be >= 0");
+  s.resume = a.resume;
+  if (!s.resume.empty()) {
+    // The pipeline drains at every checkpoint; a resumed run keeps the same
+    // boundaries so that it repeats the original run bit for bit.
+    const ResumePoint p = find_checkpoint(s.resume);
+    const int64_t saved_every = p.run.value("checkpoint_every", int64_t{0});
+    if (s.checkpoint_every == 0) s.checkpoint_every = saved_every;
+  } else if (s.checkpoint_dir.empty() && a.checkpoint_every > 0) {
+    throw UserError("--checkpoint-every needs --checkpoint-dir");
+  }
+  if (!s.checkpoint_dir.empty() && s.checkpoint_every == 0) s.checkpoint_every = s.steps();
+}
+
+// The schedule refuses what it cannot run; its invariants are checked on
+// a short run of the same shape (the lists are periodic). A file's lists
+// were checked whole by checked_schedule.
+void require_runnable_schedule(const Plan& plan, const RunSpec& s) {
+  const Schedule full(plan, s.schedule);
+  if (s.schedule_lists) return;
+  ScheduleOptions shortened = s.schedule;
+  shortened.minibatches = std::min<int64_t>(s.steps(), is_flush(s.schedule.kind) ? 3 : 4 * full.workers() + 8);
+  const Schedule check(plan, shortened);
+  require_valid_schedule(check, build_schedule(plan, shortened));
+}
+
+RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
+  RunSpec s;
+  s.plan = plan;
+  set_schedule(a, plan, s);
+  if (a.batch <= 0) throw UserError(cat("--batch must be positive, got ", a.batch));
+  s.batch = a.batch;
+  if (a.schedule_file.empty() && (a.epochs > 0) == (a.minibatches > 0))
+    throw UserError("give exactly one of --epochs N and --minibatches K (both positive)");
   const int64_t per_epoch = s.steps_per_epoch(train_size);
   if (per_epoch == 0)
     throw UserError(cat("a step takes ", s.samples_per_step(), " samples, more than the training set's ", train_size));
@@ -164,39 +209,11 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   s.transport = a.transport;
   if (!(a.timeout > 0)) throw UserError(cat("--timeout must be positive, got ", a.timeout));
   s.timeout_s = a.timeout;
-  s.evaluate = a.evaluate;
-  s.eval_every = a.eval_every;
-  s.eval_batch = a.eval_batch;
-  s.metrics = a.metrics;
-  s.save = a.save;
-  s.trace = a.trace;
-  s.svg = a.svg;
-  s.svg_minibatches = a.svg_minibatches;
-  s.checkpoint_dir = a.checkpoint_dir;
-  s.checkpoint_every = a.checkpoint_every;
-  if (s.checkpoint_every < 0) throw UserError("--checkpoint-every must be >= 0");
-  s.resume = a.resume;
-  if (!s.resume.empty()) {
-    // The pipeline drains at every checkpoint; a resumed run keeps the same
-    // boundaries so that it repeats the original run bit for bit.
-    const ResumePoint p = find_checkpoint(s.resume);
-    const int64_t saved_every = p.run.value("checkpoint_every", int64_t{0});
-    if (s.checkpoint_every == 0) s.checkpoint_every = saved_every;
-  } else if (s.checkpoint_dir.empty() && a.checkpoint_every > 0) {
-    throw UserError("--checkpoint-every needs --checkpoint-dir");
-  }
-  if (!s.checkpoint_dir.empty() && s.checkpoint_every == 0) s.checkpoint_every = s.steps();
+  set_outputs(a, s);
   if (a.log_every < 1) throw UserError(cat("--log-every must be >= 1, got ", a.log_every));
   s.log_every = a.log_every;
   s.progress_bar = a.progress;
-  // The schedule refuses what it cannot run; its invariants are checked on
-  // a short run of the same shape (the lists are periodic).
-  const Schedule full(plan, s.schedule);
-  if (s.schedule_lists) return s;  // checked_schedule checked the file's lists
-  ScheduleOptions shortened = s.schedule;
-  shortened.minibatches = std::min<int64_t>(s.steps(), flush ? 3 : 4 * full.workers() + 8);
-  const Schedule check(plan, shortened);
-  require_valid_schedule(check, build_schedule(plan, shortened));
+  require_runnable_schedule(plan, s);
   return s;
 }
 
