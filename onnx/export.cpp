@@ -199,7 +199,8 @@ std::map<std::string, Replacement> match_weights(const ModelProto& proto, const 
   check_no_extra(weights, expected, source, weights_source);
   std::map<std::string, const Tensor*> by_name;
   for (const auto& [name, t] : weights)
-    if (!by_name.emplace(name, &t).second) throw UserError(cat(weights_source, ": tensor '", name, "' appears twice"));
+    if (!is_optimizer_slot(name) && !by_name.emplace(name, &t).second)
+      throw UserError(cat(weights_source, ": tensor '", name, "' appears twice"));
   std::map<std::string, const TensorValue*> inits;
   for (const TensorValue& t : proto.graph.initializers) inits[t.name] = &t;
   std::map<std::string, Replacement> out;

@@ -142,6 +142,28 @@ TEST(OnnxExport, InitialWeightsGiveTheSameFile) {
   EXPECT_EQ(export_weights(bytes, in, initial_weights(in), "initial"), bytes);
 }
 
+TEST(OnnxExport, CheckpointStageFilesTogether) {
+  // A checkpoint holds one file per stage, each with its optimizer slots
+  // under the same names ("optimizer.slot.0"); export takes them together
+  // and skips the slots. (Stage files split as `run --checkpoint-dir` does.)
+  const std::string bytes = encode(bn_model());
+  const std::string in = scratch_file("stages.onnx", bytes);
+  NamedTensors w = initial_weights(in);
+  for (auto& [name, t] : w) t = Tensor::full(t.shape(), 0.75f);
+  NamedTensors first, rest;
+  for (const auto& [name, t] : w) (name.rfind("0.", 0) == 0 ? first : rest).emplace_back(name, t);
+  ASSERT_FALSE(first.empty());
+  ASSERT_FALSE(rest.empty());
+  const std::vector<std::string> stages = {scratch_file("stage-0.safetensors"), scratch_file("stage-1.safetensors")};
+  first.emplace_back("optimizer.slot.0", Tensor::zeros({2}));
+  rest.emplace_back("optimizer.slot.0", Tensor::zeros({5}));
+  save_safetensors(stages[0], first);
+  save_safetensors(stages[1], rest);
+  const std::string out = scratch_file("stages_out.onnx");
+  export_model_file(in, stages, out);
+  expect_bitwise_equal(initial_weights(out), w);
+}
+
 TEST(OnnxExport, OtherInitializersAndNodesAreKept) {
   ModelProto m = bn_model();
   m.graph.initializers.push_back(testing::float_tensor("unused", {3}));  // read by no node: not a parameter
