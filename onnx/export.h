@@ -2,9 +2,8 @@
 // ONNX export: trained weights written back into the model file they were
 // imported from. The output is the input file with the data of each
 // parameter and buffer initializer replaced; every other byte - nodes,
-// attributes, other initializers, metadata - is copied as it was, so any
-// ONNX runtime (or PyTorch via onnx2torch and friends) loads it as it
-// loaded the original.
+// attributes, other initializers, metadata - is copied as it was, so
+// whatever loaded the original loads the export.
 #include <string>
 #include <vector>
 
