@@ -71,7 +71,8 @@ std::string read_file(const std::string& path) {
 // Exit status and output of `pipedream ARGS`.
 int pipedream(const std::string& args, std::string& out) {
   const std::string log = scratch_file("pipedream.log");
-  const int status = std::system((std::string(PD_BINARY_DIR) + "/bin/pipedream " + args + " >" + log + " 2>&1").c_str());
+  const std::string cmd = std::string(PD_BINARY_DIR) + "/bin/pipedream " + args + " >" + log + " 2>&1";
+  const int status = std::system(cmd.c_str());
   out = read_file(log);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
@@ -99,9 +100,7 @@ void expect_bitwise_equal(const NamedTensors& got, const NamedTensors& want) {
 // The stored name of initializer `onnx_name` ("2.fc.weight" for "fc.weight").
 std::string stored(const NamedTensors& ts, const std::string& onnx_name) {
   for (const auto& [name, t] : ts)
-    if (name.size() > onnx_name.size() && name.compare(name.size() - onnx_name.size(), onnx_name.size(), onnx_name) == 0 &&
-        name[name.size() - onnx_name.size() - 1] == '.')
-      return name;
+    if (name.size() > onnx_name.size() && name.substr(name.find('.') + 1) == onnx_name) return name;
   ADD_FAILURE() << "no stored tensor for initializer " << onnx_name;
   return "";
 }
@@ -177,7 +176,8 @@ TEST(OnnxExport, OtherInitializersAndNodesAreKept) {
     const TensorValue &got = out.graph.initializers[i], &was = m.graph.initializers[i];
     EXPECT_EQ(got.name, was.name);
     EXPECT_EQ(got.dims, was.dims);
-    EXPECT_EQ(got.floats, was.name == "unused" ? was.floats : std::vector<float>(size_t(was.numel()), 0.25f)) << was.name;
+    const std::vector<float> quarter(static_cast<size_t>(was.numel()), 0.25f);
+    EXPECT_EQ(got.floats, was.name == "unused" ? was.floats : quarter) << was.name;
   }
   ModelProto rest_out = out, rest_in = m;  // everything but the initializers
   rest_out.graph.initializers.clear();
@@ -231,7 +231,10 @@ TEST(OnnxExport, CommandExitsTwoNamingTheTensor) {
 // Any ONNX loader reads the exported file: the `onnx` package checks it and
 // its initializers equal the safetensors values.
 TEST(OnnxExport, OnnxPackageLoadsTheExport) {
-  if (std::system(("cd / && " + std::string(pd::testing::kPython) + " -c 'import onnx.numpy_helper' >/dev/null 2>&1").c_str()) != 0)
+  // From / so that the repository's own onnx/ folder is not taken for the package.
+  const std::string probe =
+      "cd / && " + std::string(pd::testing::kPython) + " -c 'import onnx.numpy_helper' >/dev/null 2>&1";
+  if (std::system(probe.c_str()) != 0)
     GTEST_SKIP() << "the python `onnx` package is not installed (python3 -c 'import onnx' fails)";
   const std::string in = scratch_file("py.onnx", encode(bn_model()));
   NamedTensors w = initial_weights(in);
