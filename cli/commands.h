@@ -18,6 +18,7 @@ void add_simulate_command(CLI::App& app);
 void add_schedule_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_bench_comm_command(CLI::App& app);
+void add_export_command(CLI::App& app);
 
 // train's and run's optimizer defaults, which depend on the optimizer: SGD
 // lr 0.01 momentum 0.9, Adam/AdamW lr 0.001 no momentum (they use beta1).

@@ -1,4 +1,4 @@
-// The `pipedream` binary: profile, plan, simulate, schedule, train, run.
+// The `pipedream` binary: profile, plan, simulate, schedule, train, run, export.
 #include <functional>
 #include <string>
 
@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   pd::cli::add_schedule_command(app);
   pd::cli::add_run_command(app);
   pd::cli::add_bench_comm_command(app);
+  pd::cli::add_export_command(app);
   // Here rather than in each command: one table of rules per flag, shared
   // by every command that computes.
   for (const char* name : {"train", "profile", "run"}) pd::cli::check_numeric_options(*app.get_subcommand(name));

@@ -22,11 +22,11 @@ ParameterStore ParameterStore::create(const Model& m, int first, int last, uint6
     const auto ps = l.param_specs(), bs = l.buffer_specs();
     for (size_t k = 0; k < p.size(); ++k) {
       s.params_.push_back(d.is_cpu() ? p[k] : p[k].to(d));
-      s.param_names_.push_back(cat(i, ".", ps[k].name));
+      s.param_names_.push_back(stored_tensor_name(i, ps[k].name));
     }
     for (size_t k = 0; k < b.size(); ++k) {
       s.buffers_.push_back(d.is_cpu() ? b[k] : b[k].to(d));
-      s.buffer_names_.push_back(cat(i, ".", bs[k].name));
+      s.buffer_names_.push_back(stored_tensor_name(i, bs[k].name));
     }
   }
   s.param_begin_.push_back(s.params_.size());

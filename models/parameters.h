@@ -10,10 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/safetensors.h"
 #include "models/model.h"
 
 namespace pd {
+
+// The name a layer's parameter or buffer is stored under ("4.conv1.weight").
+inline std::string stored_tensor_name(int layer, const std::string& name) { return cat(layer, ".", name); }
 
 class ParameterStore {
  public:

@@ -1,0 +1,249 @@
+#include "onnx/export.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <string_view>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "models/parameters.h"
+#include "onnx/import.h"
+#include "onnx/onnx_proto.h"
+
+namespace pd::onnx {
+
+namespace {
+
+// Field numbers of the ONNX messages on the path to an initializer's data.
+constexpr uint32_t kModelGraph = 7;        // ModelProto.graph
+constexpr uint32_t kGraphInitializer = 5;  // GraphProto.initializer
+constexpr uint32_t kTensorFloatData = 4, kTensorName = 8, kTensorRawData = 9, kTensorDoubleData = 10;
+// Protobuf wire types.
+constexpr int kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
+
+// One field of a serialized message: bytes [begin, end) of the message hold
+// its key and value; `payload` is the content of a length-delimited one.
+struct Field {
+  uint32_t number = 0;
+  int wire = 0;
+  size_t begin = 0, end = 0;
+  std::string_view payload;
+};
+
+// Walks the fields of one message. parse_model has decoded the file before,
+// yet every length is checked again so that this walk can never read past
+// the buffer whatever it is given.
+class FieldScanner {
+ public:
+  explicit FieldScanner(std::string_view msg) : msg_(msg) {}
+
+  bool next(Field& f) {
+    if (pos_ >= msg_.size()) return false;
+    f.begin = pos_;
+    const uint64_t key = varint();
+    f.number = static_cast<uint32_t>(key >> 3);
+    f.wire = static_cast<int>(key & 7);
+    f.payload = {};
+    switch (f.wire) {
+      case kVarint: varint(); break;
+      case kFixed64: advance(8); break;
+      case kFixed32: advance(4); break;
+      case kLengthDelimited: {
+        const uint64_t n = varint();
+        const size_t at = pos_;
+        advance(n);
+        f.payload = msg_.substr(at, static_cast<size_t>(n));
+        break;
+      }
+      default: throw UserError(cat("unsupported protobuf wire type ", f.wire, " at byte ", f.begin));
+    }
+    f.end = pos_;
+    return true;
+  }
+
+ private:
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos_ >= msg_.size()) throw UserError(cat("truncated protobuf varint at byte ", pos_));
+      const auto b = static_cast<uint8_t>(msg_[pos_++]);
+      v |= uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    throw UserError(cat("protobuf varint longer than 10 bytes at byte ", pos_));
+  }
+  void advance(uint64_t n) {
+    if (n > msg_.size() - pos_) throw UserError(cat("protobuf field runs past its message at byte ", pos_));
+    pos_ += static_cast<size_t>(n);
+  }
+
+  std::string_view msg_;
+  size_t pos_ = 0;
+};
+
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+void put_bytes_field(std::string& out, uint32_t number, std::string_view payload) {
+  put_varint(out, uint64_t(number) << 3 | kLengthDelimited);
+  put_varint(out, payload.size());
+  out.append(payload);
+}
+
+// `msg` with the payload of every length-delimited field `number` replaced
+// by rewrite(payload) (its length prefix recomputed); all other fields are
+// copied byte for byte.
+std::string rewrite_fields(std::string_view msg, uint32_t number,
+                           const std::function<std::string(std::string_view)>& rewrite) {
+  std::string out;
+  out.reserve(msg.size());
+  FieldScanner s(msg);
+  Field f;
+  while (s.next(f)) {
+    if (f.number == number && f.wire == kLengthDelimited)
+      put_bytes_field(out, number, rewrite(f.payload));
+    else
+      out.append(msg.substr(f.begin, f.end - f.begin));
+  }
+  return out;
+}
+
+// The new value of one initializer, and the ONNX type to store it as.
+struct Replacement {
+  const Tensor* value = nullptr;
+  int32_t data_type = kFloat;
+};
+
+std::string raw_data(const Replacement& r) {
+  const float* v = r.value->f32();
+  const size_t n = static_cast<size_t>(r.value->numel());
+  if (r.data_type == kFloat) return std::string(reinterpret_cast<const char*>(v), n * sizeof(float));
+  std::string out(n * sizeof(double), '\0');  // kDouble: the importer read it as float
+  for (size_t i = 0; i < n; ++i) {
+    const double d = v[i];
+    std::memcpy(out.data() + i * sizeof(double), &d, sizeof(double));
+  }
+  return out;
+}
+
+// A TensorProto with its data replaced when its name is in `values`: the
+// old data fields (float_data, double_data, raw_data) dropped, the new
+// values appended as raw_data; name, dims, type and the rest kept.
+std::string rewrite_tensor(std::string_view tensor, const std::map<std::string, Replacement>& values) {
+  FieldScanner s(tensor);
+  Field f;
+  std::string name;
+  while (s.next(f))
+    if (f.number == kTensorName && f.wire == kLengthDelimited) name = std::string(f.payload);
+  auto it = values.find(name);
+  if (it == values.end()) return std::string(tensor);
+  std::string out;
+  FieldScanner again(tensor);
+  while (again.next(f)) {
+    const bool data = f.number == kTensorFloatData || f.number == kTensorRawData || f.number == kTensorDoubleData;
+    if (!data) out.append(tensor.substr(f.begin, f.end - f.begin));
+  }
+  put_bytes_field(out, kTensorRawData, raw_data(it->second));
+  return out;
+}
+
+// Each parameter and buffer of the imported model: its stored name
+// ("4.conv1.weight") -> its initializer's name ("conv1.weight").
+std::map<std::string, std::string> stored_names(const Model& m) {
+  std::map<std::string, std::string> out;
+  for (int i = 0; i < m.size(); ++i) {
+    const Layer& l = m.layer(i);
+    for (const ParamSpec& p : l.param_specs()) out[stored_tensor_name(i, p.name)] = p.name;
+    for (const ParamSpec& b : l.buffer_specs()) out[stored_tensor_name(i, b.name)] = b.name;
+  }
+  return out;
+}
+
+bool is_optimizer_slot(const std::string& name) { return name.rfind("optimizer.slot.", 0) == 0; }
+
+void check_no_extra(const NamedTensors& weights, const std::map<std::string, std::string>& expected,
+                    const std::string& source, const std::string& weights_source) {
+  for (const auto& [name, t] : weights)
+    if (!expected.count(name) && !is_optimizer_slot(name))
+      throw UserError(cat(weights_source, ": tensor '", name, "' is not a parameter or buffer of ", source,
+                          " (weights of another model?)"));
+}
+
+Replacement checked_replacement(const std::string& stored, const Tensor& t, const TensorValue& init,
+                                const std::string& weights_source) {
+  if (t.dtype() != DType::F32 || t.shape() != init.dims)
+    throw UserError(cat(weights_source, ": tensor '", stored, "' is ", shape_str(t.shape()), " ",
+                        dtype_name(t.dtype()), ", initializer '", init.name, "' is ", shape_str(init.dims), " ",
+                        onnx_type_name(init.data_type)));
+  if (init.data_type != kFloat && init.data_type != kDouble)
+    throw UserError(cat("initializer '", init.name, "' is ", onnx_type_name(init.data_type),
+                        "; export writes float and double initializers only"));
+  return {&t, init.data_type};
+}
+
+// Initializer name -> its new value, after checking that `weights` holds
+// exactly the model's tensors with the initializers' shapes.
+std::map<std::string, Replacement> match_weights(const ModelProto& proto, const Model& model,
+                                                 const NamedTensors& weights, const std::string& source,
+                                                 const std::string& weights_source) {
+  const std::map<std::string, std::string> expected = stored_names(model);
+  check_no_extra(weights, expected, source, weights_source);
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : weights)
+    if (!is_optimizer_slot(name) && !by_name.emplace(name, &t).second)
+      throw UserError(cat(weights_source, ": tensor '", name, "' appears twice"));
+  std::map<std::string, const TensorValue*> inits;
+  for (const TensorValue& t : proto.graph.initializers) inits[t.name] = &t;
+  std::map<std::string, Replacement> out;
+  for (const auto& [stored, onnx_name] : expected) {
+    auto w = by_name.find(stored);
+    if (w == by_name.end())
+      throw UserError(cat(weights_source, " has no tensor '", stored, "' (initializer '", onnx_name, "' of ", source,
+                          ")"));
+    auto init = inits.find(onnx_name);
+    PD_CHECK(init != inits.end(), "imported tensor '", onnx_name, "' is no initializer of ", source);
+    out[onnx_name] = checked_replacement(stored, *w->second, *init->second, weights_source);
+  }
+  return out;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(cat("cannot read ", path));
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+std::string export_weights(const std::string& onnx_bytes, const std::string& source, const NamedTensors& weights,
+                           const std::string& weights_source) {
+  const ModelProto proto = parse_model(onnx_bytes, source);
+  const Model model = import_model(proto, std::filesystem::path(source).stem().string());
+  const std::map<std::string, Replacement> values = match_weights(proto, model, weights, source, weights_source);
+  return rewrite_fields(onnx_bytes, kModelGraph, [&](std::string_view graph) {
+    return rewrite_fields(graph, kGraphInitializer, [&](std::string_view t) { return rewrite_tensor(t, values); });
+  });
+}
+
+void export_model_file(const std::string& onnx_path, const std::vector<std::string>& weight_paths,
+                       const std::string& out_path) {
+  NamedTensors weights;
+  std::string weights_source;
+  for (const std::string& p : weight_paths) {
+    NamedTensors w = load_safetensors(p);
+    weights.insert(weights.end(), w.begin(), w.end());
+    weights_source += (weights_source.empty() ? "" : " + ") + p;
+  }
+  write_file_atomically(out_path, export_weights(read_bytes(onnx_path), onnx_path, weights, weights_source));
+}
+
+}  // namespace pd::onnx
