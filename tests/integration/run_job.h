@@ -1,6 +1,7 @@
 #pragma once
 // Running `pipedream` (under mpirun or alone) from the integration tests.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <chrono>
@@ -48,8 +49,12 @@ inline std::string mpirun(int ranks) {
 }
 
 // A fresh folder for one test's files.
+// Per process as well as per name: ctest runs the tests of one fixture as
+// separate processes in parallel, and a shared folder would be wiped by one
+// test's setup while another runs in it.
 inline std::string scratch_dir(const std::string& name) {
-  const auto d = std::filesystem::temp_directory_path() / ("pipedream_run_test_" + name);
+  const auto d = std::filesystem::temp_directory_path() /
+                 ("pipedream_run_test_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d.string();
