@@ -11,8 +11,9 @@ PACKAGES=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libgtest-dev lib
           # otherwise always skip) and scripts/paper_table1.sh.
           python3-matplotlib jq
           # Not the product's: the ONNX cross-check tests (tests/onnx) and
-          # scripts/export_torch.py, which export PyTorch models.
-          python3-torch python3-torchvision)
+          # scripts/export_torch.py, which export PyTorch models; the onnx
+          # package checks what `pipedream export` writes.
+          python3-torch python3-torchvision python3-onnx)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
