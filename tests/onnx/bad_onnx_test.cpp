@@ -64,11 +64,7 @@ TEST(BadOnnx, UnsupportedOpNamesTheNodeAndTheOp) {
 
 TEST(BadOnnx, UnsupportedAttributeNamesTheNodeAndTheOp) {
   ModelProto m = small_model();
-  Attribute group;
-  group.name = "group";
-  group.type = 2;
-  group.i = 2;
-  m.graph.nodes[0].attributes.push_back(group);
+  m.graph.nodes[0].attributes.push_back(testing::int_attribute("group", 2));
   const std::string e = import_error(encode(m));
   EXPECT_NE(e.find("node 'conv' (Conv)"), std::string::npos) << e;
 }

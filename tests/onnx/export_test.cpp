@@ -22,15 +22,8 @@ namespace pd::onnx {
 namespace {
 
 using testing::encode;
+using testing::float_attribute;
 using testing::small_model;
-
-Attribute float_attribute(const std::string& name, float v) {
-  Attribute a;
-  a.name = name;
-  a.type = 1;
-  a.f = v;
-  return a;
-}
 
 // small_model with a training-mode BatchNormalization after the conv, so
 // that running statistics (buffers) are exported too.

@@ -13,24 +13,9 @@ namespace pd::onnx {
 namespace {
 
 using testing::encode;
+using testing::int_attribute;
+using testing::make_node;
 using testing::small_model;
-
-Node make_node(std::string name, std::string op, std::vector<std::string> in, std::vector<std::string> out) {
-  Node n;
-  n.name = std::move(name);
-  n.op_type = std::move(op);
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  return n;
-}
-
-Attribute int_attribute(const std::string& name, int64_t v) {
-  Attribute a;
-  a.name = name;
-  a.type = 2;
-  a.i = v;
-  return a;
-}
 
 // small_model with its Flatten replaced by what torch.flatten traces to
 // with x.shape[0]: Shape -> Gather(0) -> Unsqueeze -> Concat([N, -1]) -> Reshape.

@@ -130,12 +130,38 @@ inline TensorValue float_tensor(const std::string& name, std::vector<int64_t> di
   return t;
 }
 
+// Attributes by ONNX type number: 1 float, 2 int, 7 ints.
+inline Attribute float_attribute(const std::string& name, float v) {
+  Attribute a;
+  a.name = name;
+  a.type = 1;
+  a.f = v;
+  return a;
+}
+
+inline Attribute int_attribute(const std::string& name, int64_t v) {
+  Attribute a;
+  a.name = name;
+  a.type = 2;
+  a.i = v;
+  return a;
+}
+
 inline Attribute ints_attribute(const std::string& name, std::vector<int64_t> v) {
   Attribute a;
   a.name = name;
   a.type = 7;
   a.ints = std::move(v);
   return a;
+}
+
+inline Node make_node(std::string name, std::string op, std::vector<std::string> in, std::vector<std::string> out) {
+  Node n;
+  n.name = std::move(name);
+  n.op_type = std::move(op);
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  return n;
 }
 
 // x [4, 2, 6, 6] -> Conv(3x3, pad 1) -> Relu -> Add(residual x') ... ->
@@ -160,24 +186,12 @@ inline ModelProto small_model() {
   g.outputs.push_back(out);
   g.initializers = {float_tensor("conv.weight", {2, 2, 3, 3}), float_tensor("conv.bias", {2}),
                     float_tensor("fc.weight", {5, 72}), float_tensor("fc.bias", {5})};
-  auto node = [](std::string name, std::string op, std::vector<std::string> ins, std::vector<std::string> outs) {
-    Node n;
-    n.name = std::move(name);
-    n.op_type = std::move(op);
-    n.inputs = std::move(ins);
-    n.outputs = std::move(outs);
-    return n;
-  };
-  Node conv = node("conv", "Conv", {"x", "conv.weight", "conv.bias"}, {"c"});
+  Node conv = make_node("conv", "Conv", {"x", "conv.weight", "conv.bias"}, {"c"});
   conv.attributes = {ints_attribute("kernel_shape", {3, 3}), ints_attribute("pads", {1, 1, 1, 1})};
-  Node gemm = node("fc", "Gemm", {"f", "fc.weight", "fc.bias"}, {"logits"});
-  Attribute trans;
-  trans.name = "transB";
-  trans.type = 2;
-  trans.i = 1;
-  gemm.attributes = {trans};
-  g.nodes = {conv, node("relu", "Relu", {"c"}, {"r"}), node("residual", "Add", {"r", "x"}, {"s"}),
-             node("flatten", "Flatten", {"s"}, {"f"}), gemm};
+  Node gemm = make_node("fc", "Gemm", {"f", "fc.weight", "fc.bias"}, {"logits"});
+  gemm.attributes = {int_attribute("transB", 1)};
+  g.nodes = {conv, make_node("relu", "Relu", {"c"}, {"r"}), make_node("residual", "Add", {"r", "x"}, {"s"}),
+             make_node("flatten", "Flatten", {"s"}, {"f"}), gemm};
   return m;
 }
 

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "onnx/op.h"
 #include "tests/core/gradcheck.h"
+#include "tests/onnx/onnx_writer.h"
 
 namespace pd::onnx {
 namespace {
@@ -14,28 +15,9 @@ namespace {
 using pd::testing::gradcheck;
 using pd::testing::GradCheckOptions;
 using pd::testing::random_tensor;
-
-Attribute int_attr(const std::string& name, int64_t v) {
-  Attribute a;
-  a.name = name;
-  a.type = 2;
-  a.i = v;
-  return a;
-}
-Attribute ints_attr(const std::string& name, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = name;
-  a.type = 7;
-  a.ints = std::move(v);
-  return a;
-}
-Attribute float_attr(const std::string& name, float v) {
-  Attribute a;
-  a.name = name;
-  a.type = 1;
-  a.f = v;
-  return a;
-}
+using testing::float_attribute;
+using testing::int_attribute;
+using testing::ints_attribute;
 
 Tensor ints(std::vector<int64_t> v) {
   Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::I64);
@@ -160,16 +142,16 @@ TEST(OnnxOpGradcheck, MatMulBatchedBroadcastAndWeight) {
 }
 
 TEST(OnnxOpGradcheck, TransposeReshapeFlattenSqueezeUnsqueeze) {
-  check(node("Transpose", 1, {ints_attr("perm", {0, 2, 1, 3})}), {{rnd({2, 3, 4, 5}, 17)}});
+  check(node("Transpose", 1, {ints_attribute("perm", {0, 2, 1, 3})}), {{rnd({2, 3, 4, 5}, 17)}});
   check(node("Reshape", 2), {{rnd({2, 3, 4}, 18)}, {ints({2, -1, 2}), true}});
-  check(node("Flatten", 1, {int_attr("axis", 1)}), {{rnd({2, 3, 4}, 19)}});
+  check(node("Flatten", 1, {int_attribute("axis", 1)}), {{rnd({2, 3, 4}, 19)}});
   check(node("Unsqueeze", 2), {{rnd({2, 3}, 20)}, {ints({1}), true}});
   check(node("Squeeze", 2), {{rnd({2, 1, 3}, 21)}, {ints({1}), true}});
 }
 
 TEST(OnnxOpGradcheck, SoftmaxOverAnyAxis) {
-  check(node("Softmax", 1, {int_attr("axis", -1)}), {{rnd({2, 3, 5}, 22, 2.0f)}});
-  check(node("Softmax", 1, {int_attr("axis", 1)}), {{rnd({2, 3, 5}, 23, 2.0f)}});
+  check(node("Softmax", 1, {int_attribute("axis", -1)}), {{rnd({2, 3, 5}, 22, 2.0f)}});
+  check(node("Softmax", 1, {int_attribute("axis", 1)}), {{rnd({2, 3, 5}, 23, 2.0f)}});
 }
 
 TEST(OnnxOpGradcheck, GatherEmbeddingAndConstantIndices) {
@@ -177,7 +159,7 @@ TEST(OnnxOpGradcheck, GatherEmbeddingAndConstantIndices) {
   GradCheckOptions no_input;
   no_input.check_input = false;
   check(node("Gather", 2), {{rnd({5, 4}, 24)}, {tokens}}, 1, no_input);
-  check(node("Gather", 2, {int_attr("axis", 1)}), {{rnd({2, 4, 3}, 25)}, {ints({3, 0, 3}), true}});
+  check(node("Gather", 2, {int_attribute("axis", 1)}), {{rnd({2, 4, 3}, 25)}, {ints({3, 0, 3}), true}});
 }
 
 TEST(OnnxOpGradcheck, WhereWithConstantCondition) {
@@ -188,48 +170,48 @@ TEST(OnnxOpGradcheck, WhereWithConstantCondition) {
 }
 
 TEST(OnnxOpGradcheck, ReduceMeanAndSum) {
-  check(node("ReduceMean", 1, {ints_attr("axes", {-1})}), {{rnd({2, 3, 5}, 59)}});
-  check(node("ReduceMean", 1, {ints_attr("axes", {1, 2}), int_attr("keepdims", 0)}), {{rnd({2, 3, 4}, 60)}});
+  check(node("ReduceMean", 1, {ints_attribute("axes", {-1})}), {{rnd({2, 3, 5}, 59)}});
+  check(node("ReduceMean", 1, {ints_attribute("axes", {1, 2}), int_attribute("keepdims", 0)}), {{rnd({2, 3, 4}, 60)}});
   check(node("ReduceSum", 2), {{rnd({2, 3, 4}, 61)}, {ints({1}), true}});
 }
 
 TEST(OnnxOpGradcheck, SliceSplitConcat) {
   check(node("Slice", 5), {{rnd({2, 6, 5}, 29)}, {ints({1, -4}), true}, {ints({5, 100}), true}, {ints({1, 2}), true}, {ints({2, 1}), true}});
   for (size_t out = 0; out < 3; ++out)
-    check(node("Split", 2, {int_attr("axis", 2)}, 3), {{rnd({2, 3, 7}, 30)}, {ints({2, 4, 1}), true}}, 0, {}, out);
-  check(node("Concat", 2, {int_attr("axis", 1)}), {{rnd({2, 3, 4}, 31)}, {rnd({2, 2, 4}, 32), false, false, true}});
+    check(node("Split", 2, {int_attribute("axis", 2)}, 3), {{rnd({2, 3, 7}, 30)}, {ints({2, 4, 1}), true}}, 0, {}, out);
+  check(node("Concat", 2, {int_attribute("axis", 1)}), {{rnd({2, 3, 4}, 31)}, {rnd({2, 2, 4}, 32), false, false, true}});
 }
 
 TEST(OnnxOpGradcheck, PoolsBeyondTheCoreAndPad) {
   // Max pooling on well-separated values: a finite-difference step must not change the maximum.
   Tensor distinct = Tensor::empty({2, 2, 6, 6});
   for (int64_t i = 0; i < distinct.numel(); ++i) distinct.f32()[i] = 0.1f * static_cast<float>((i * 37) % 144) - 7.0f;
-  check(node("MaxPool", 1, {ints_attr("kernel_shape", {3, 3}), ints_attr("strides", {2, 2}), int_attr("ceil_mode", 1)}),
+  check(node("MaxPool", 1, {ints_attribute("kernel_shape", {3, 3}), ints_attribute("strides", {2, 2}), int_attribute("ceil_mode", 1)}),
         {{distinct}});
-  check(node("AveragePool", 1, {ints_attr("kernel_shape", {3, 2}), ints_attr("strides", {2, 1}), ints_attr("pads", {1, 0, 1, 1}),
-                                int_attr("ceil_mode", 1), int_attr("count_include_pad", 0)}),
+  check(node("AveragePool", 1, {ints_attribute("kernel_shape", {3, 2}), ints_attribute("strides", {2, 1}), ints_attribute("pads", {1, 0, 1, 1}),
+                                int_attribute("ceil_mode", 1), int_attribute("count_include_pad", 0)}),
         {{rnd({2, 2, 5, 6}, 51)}});
-  check(node("AveragePool", 1, {ints_attr("kernel_shape", {3, 3}), ints_attr("pads", {1, 1, 1, 1}), int_attr("count_include_pad", 1),
-                                int_attr("ceil_mode", 1), ints_attr("strides", {2, 2})}),
+  check(node("AveragePool", 1, {ints_attribute("kernel_shape", {3, 3}), ints_attribute("pads", {1, 1, 1, 1}), int_attribute("count_include_pad", 1),
+                                int_attribute("ceil_mode", 1), ints_attribute("strides", {2, 2})}),
         {{rnd({2, 2, 6, 6}, 52)}});
   check(node("Pad", 2), {{rnd({2, 2, 3, 3}, 53)}, {ints({0, 0, 1, 2, 0, 0, 2, 1}), true}});
 }
 
 TEST(OnnxOpGradcheck, CoreLayerAdapters) {
-  check(node("Conv", 3, {ints_attr("kernel_shape", {3, 3}), ints_attr("pads", {1, 1, 1, 1}), ints_attr("strides", {2, 2})}),
+  check(node("Conv", 3, {ints_attribute("kernel_shape", {3, 3}), ints_attribute("pads", {1, 1, 1, 1}), ints_attribute("strides", {2, 2})}),
         {{rnd({2, 3, 6, 6}, 33)}, {rnd({4, 3, 3, 3}, 34, 0.3f)}, {rnd({4}, 35)}});
-  check(node("Conv", 3, {ints_attr("kernel_shape", {3, 3}), ints_attr("pads", {1, 1, 1, 1}), int_attr("group", 2)}),
+  check(node("Conv", 3, {ints_attribute("kernel_shape", {3, 3}), ints_attribute("pads", {1, 1, 1, 1}), int_attribute("group", 2)}),
         {{rnd({2, 4, 5, 5}, 45)}, {rnd({6, 2, 3, 3}, 46, 0.3f)}, {rnd({6}, 47)}});
-  check(node("Conv", 2, {ints_attr("kernel_shape", {3, 3}), ints_attr("strides", {2, 2}), int_attr("group", 4)}),
+  check(node("Conv", 2, {ints_attribute("kernel_shape", {3, 3}), ints_attribute("strides", {2, 2}), int_attribute("group", 4)}),
         {{rnd({2, 4, 7, 7}, 48)}, {rnd({4, 1, 3, 3}, 49, 0.3f)}});
-  check(node("Conv", 3, {ints_attr("kernel_shape", {1, 3}), ints_attr("pads", {0, 1, 0, 1})}),
+  check(node("Conv", 3, {ints_attribute("kernel_shape", {1, 3}), ints_attribute("pads", {0, 1, 0, 1})}),
         {{rnd({2, 3, 4, 5}, 54)}, {rnd({2, 3, 1, 3}, 55, 0.3f)}, {rnd({2}, 56)}});
-  check(node("Conv", 2, {ints_attr("kernel_shape", {3, 2}), ints_attr("strides", {2, 1}), ints_attr("pads", {1, 0, 0, 1})}),
+  check(node("Conv", 2, {ints_attribute("kernel_shape", {3, 2}), ints_attribute("strides", {2, 1}), ints_attribute("pads", {1, 0, 0, 1})}),
         {{rnd({2, 2, 5, 4}, 57)}, {rnd({3, 2, 3, 2}, 58, 0.3f)}});
-  check(node("Gemm", 3, {int_attr("transB", 1)}), {{rnd({3, 5}, 36)}, {rnd({4, 5}, 37)}, {rnd({4}, 38)}});
-  check(node("LayerNormalization", 3, {int_attr("axis", -1), float_attr("epsilon", 1e-5f)}),
+  check(node("Gemm", 3, {int_attribute("transB", 1)}), {{rnd({3, 5}, 36)}, {rnd({4, 5}, 37)}, {rnd({4}, 38)}});
+  check(node("LayerNormalization", 3, {int_attribute("axis", -1), float_attribute("epsilon", 1e-5f)}),
         {{rnd({2, 3, 6}, 39)}, {positive({6}, 40)}, {rnd({6}, 41)}});
-  check(node("BatchNormalization", 5, {float_attr("epsilon", 1e-5f), float_attr("momentum", 0.9f), int_attr("training_mode", 1)}, 3),
+  check(node("BatchNormalization", 5, {float_attribute("epsilon", 1e-5f), float_attribute("momentum", 0.9f), int_attribute("training_mode", 1)}, 3),
         {{rnd({3, 2, 3, 3}, 42)}, {positive({2}, 43)}, {rnd({2}, 44)}, {Tensor::zeros({2}), false, true}, {Tensor::full({2}, 1.0f), false, true}});
 }
 
