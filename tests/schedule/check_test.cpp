@@ -13,10 +13,7 @@ namespace {
 using testing::make_plan;
 
 ScheduleOptions rr(int64_t minibatches, WeightPolicy policy = WeightPolicy::Stash) {
-  ScheduleOptions o;
-  o.minibatches = minibatches;
-  o.policy = policy;
-  return o;
+  return testing::schedule_options(ScheduleKind::OneFOneBRoundRobin, minibatches, 1, policy);
 }
 
 bool mentions(const std::vector<std::string>& v, const std::string& what) {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "planner/plan.h"
+#include "runtime/schedule/schedule.h"
 #include "planner/topology.h"
 
 namespace pd::testing {
@@ -32,6 +33,19 @@ inline Plan make_plan(const std::vector<int>& replicas, double forward_s = 1.0, 
   }
   p.config = config_string(replicas);
   return p;
+}
+
+// A schedule's options in one call: kind, minibatches (flush schedules:
+// batches), microbatches per batch, weight policy, virtual stages.
+inline ScheduleOptions schedule_options(ScheduleKind kind, int64_t minibatches, int microbatches = 1,
+                                        WeightPolicy policy = WeightPolicy::Stash, int virtual_stages = 1) {
+  ScheduleOptions o;
+  o.kind = kind;
+  o.minibatches = minibatches;
+  o.microbatches = microbatches;
+  o.policy = policy;
+  o.virtual_stages = virtual_stages;
+  return o;
 }
 
 }  // namespace pd::testing

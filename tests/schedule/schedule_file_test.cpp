@@ -19,12 +19,7 @@ using testing::make_plan;
 
 ScheduleOptions options(ScheduleKind kind, int64_t minibatches, int microbatches = 1,
                         WeightPolicy policy = WeightPolicy::Stash) {
-  ScheduleOptions o;
-  o.kind = kind;
-  o.minibatches = minibatches;
-  o.microbatches = microbatches;
-  o.policy = policy;
-  return o;
+  return testing::schedule_options(kind, minibatches, microbatches, policy);
 }
 
 // The built-in schedules the files must carry, on a 4-stage and a

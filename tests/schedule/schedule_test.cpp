@@ -14,19 +14,11 @@ namespace {
 using testing::make_plan;
 
 ScheduleOptions rr(int64_t minibatches, WeightPolicy policy = WeightPolicy::Stash) {
-  ScheduleOptions o;
-  o.kind = ScheduleKind::OneFOneBRoundRobin;
-  o.policy = policy;
-  o.minibatches = minibatches;
-  return o;
+  return testing::schedule_options(ScheduleKind::OneFOneBRoundRobin, minibatches, 1, policy);
 }
 
 ScheduleOptions flush(ScheduleKind kind, int64_t batches, int microbatches) {
-  ScheduleOptions o;
-  o.kind = kind;
-  o.minibatches = batches;
-  o.microbatches = microbatches;
-  return o;
+  return testing::schedule_options(kind, batches, microbatches);
 }
 
 // "F0 F1 B0 ..." of one worker's compute actions.

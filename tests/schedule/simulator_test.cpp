@@ -17,10 +17,7 @@ using testing::make_plan;
 SimulationOptions sim_options(ScheduleKind kind, int64_t minibatches, int microbatches = 1,
                               WeightPolicy policy = WeightPolicy::Stash) {
   SimulationOptions o;
-  o.schedule.kind = kind;
-  o.schedule.minibatches = minibatches;
-  o.schedule.microbatches = microbatches;
-  o.schedule.policy = policy;
+  o.schedule = testing::schedule_options(kind, minibatches, microbatches, policy);
   return o;
 }
 

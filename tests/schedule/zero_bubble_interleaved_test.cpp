@@ -19,12 +19,7 @@ namespace {
 using testing::make_plan;
 
 ScheduleOptions flush_options(ScheduleKind kind, int microbatches, int64_t batches = 2, int virtual_stages = 1) {
-  ScheduleOptions o;
-  o.kind = kind;
-  o.microbatches = microbatches;
-  o.minibatches = batches;
-  o.virtual_stages = virtual_stages;
-  return o;
+  return testing::schedule_options(kind, batches, microbatches, WeightPolicy::Stash, virtual_stages);
 }
 
 // S unreplicated stages with F = 1 and B = 2 (zb-h1: B = W = 1); for
