@@ -226,6 +226,15 @@ std::vector<int64_t> StageExecutor::sample_indices(int64_t minibatch, int microb
   return order_.positions(g / per_epoch, (g % per_epoch) * mb + microbatch * b, b);
 }
 
+// The RNG key of an item's F, B and W (dropout masks): its global step,
+// and in the flush schedules its microbatch within the batch too.
+StepInfo StageExecutor::training_step(const Action& a) const {
+  const uint64_t id = static_cast<uint64_t>(is_flush(schedule_.options().kind)
+                                                ? global_step(a) * schedule_.items_per_batch() + a.microbatch
+                                                : global_step(a));
+  return StepInfo{.training = true, .seed = training_.seed, .layer_index = 0, .minibatch_id = id};
+}
+
 void StageExecutor::forward(const Action& a) {
   const double t0 = now();
   const int64_t key = item_key(a);
@@ -242,9 +251,7 @@ void StageExecutor::forward(const Action& a) {
   }
   const ParameterStore& w = versions_.get(a.weight_version);
   const bool flush = is_flush(schedule_.options().kind);
-  const uint64_t id = static_cast<uint64_t>(flush ? global_step(a) * schedule_.items_per_batch() + a.microbatch
-                                                  : global_step(a));
-  StepInfo info{.training = true, .seed = training_.seed, .layer_index = 0, .minibatch_id = id};
+  const StepInfo info = training_step(a);
   Tensor y = forward_layers(*training_.model, w, state_.first_layer, state_.last_layer, x, info, p.ctx);
   p.version = a.weight_version;
   if (flush || schedule_.options().policy != WeightPolicy::None) {
@@ -286,10 +293,7 @@ void StageExecutor::backward(const Action& a) {
     PD_CHECK(a.weight_version == p.version, "backward of item ", key, " on version ", a.weight_version,
              " but its forward used ", p.version);
   const ParameterStore& w = versions_.get(a.weight_version);
-  const bool flush = is_flush(schedule_.options().kind);
-  const uint64_t id = static_cast<uint64_t>(flush ? global_step(a) * schedule_.items_per_batch() + a.microbatch
-                                                  : global_step(a));
-  StepInfo info{.training = true, .seed = training_.seed, .layer_index = 0, .minibatch_id = id};
+  const StepInfo info = training_step(a);
   const Model& m = *training_.model;
   Tensor dx;
   if (buckets_ && buckets_->bucket_count() > 0 && round_completes_after(0)) {
@@ -332,8 +336,7 @@ void StageExecutor::backward_weight(const Action& a) {
   Pending& p = it->second;
   PD_CHECK(a.weight_version == p.version, "W of item ", key, " on version ", a.weight_version, " but its forward used ",
            p.version);
-  const uint64_t id = static_cast<uint64_t>(global_step(a) * schedule_.items_per_batch() + a.microbatch);
-  StepInfo info{.training = true, .seed = training_.seed, .layer_index = 0, .minibatch_id = id};
+  const StepInfo info = training_step(a);
   backward_weights_layers(*training_.model, versions_.get(a.weight_version), grads_, state_.first_layer,
                           state_.last_layer, info, p.ctx);
   p.awaiting_w = false;

@@ -144,6 +144,7 @@ class StageExecutor {
   std::vector<int64_t> sample_indices(int64_t batch_or_minibatch, int microbatch) const;
   int64_t item_key(const Action& a) const { return a.minibatch * schedule_.items_per_batch() + a.microbatch; }
   int64_t global_step(const Action& a) const { return training_.first_item + a.minibatch; }
+  StepInfo training_step(const Action& a) const;
   int wire_tag(int64_t tag) const { return static_cast<int>(tag % tag_modulus_); }
   int64_t oldest_needed() const;
   void maybe_evaluate();
