@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "core/safetensors.h"
+#include "runtime/graph_stages.h"
 #include "runtime/auto_plan.h"
 #include "runtime/checkpoint.h"
 #include "core/cuda_plugin.h"
@@ -217,15 +218,29 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   return s;
 }
 
+// A graph model staged by its plan: what each stage hands the next (the
+// units it runs, and the tensors crossing its cut, skips included).
+std::string graph_stage_text(const PlanStage& s, const Model& m) {
+  const nlohmann::json& layers = m.spec.at("layers");
+  const size_t l = static_cast<size_t>(s.first_layer);
+  if (!m.graph || l >= layers.size() || !layers[l].contains("boundary_tensors")) return "";
+  const int tensors = layers[l]["boundary_tensors"].get<int>();
+  if (s.index + 1 == static_cast<int>(layers.size())) return cat(", ", s.nodes.size(), " units");
+  return cat(", ", s.nodes.size(), " units, sends ", tensors, tensors == 1 ? " tensor" : " tensors");
+}
+
 void print_plan(const Plan& p, const Model& m) {
   std::fprintf(stderr, "plan %s: %zu stages on %d workers\n", p.config.c_str(), p.stages.size(), p.workers());
   for (const PlanStage& s : p.stages) {
     std::string ranks;
     for (int r : s.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-    std::fprintf(stderr, "  stage %d: layers %d..%d (%s .. %s) on rank%s %s\n", s.index, s.first_layer, s.last_layer,
-                 m.layers[static_cast<size_t>(s.first_layer)].name.c_str(),
-                 m.layers[static_cast<size_t>(s.last_layer)].name.c_str(), s.ranks.size() > 1 ? "s" : "",
-                 ranks.c_str());
+    const std::string& first = m.layers[static_cast<size_t>(s.first_layer)].name;
+    const std::string& last = m.layers[static_cast<size_t>(s.last_layer)].name;
+    const std::string layers = s.first_layer == s.last_layer ? cat("layer ", s.first_layer, " (", first)
+                                                             : cat("layers ", s.first_layer, "..", s.last_layer, " (",
+                                                                   first, " .. ", last);
+    std::fprintf(stderr, "  stage %d: %s%s) on rank%s %s\n", s.index, layers.c_str(), graph_stage_text(s, m).c_str(),
+                 s.ranks.size() > 1 ? "s" : "", ranks.c_str());
   }
 }
 
@@ -332,6 +347,7 @@ void run_command(const RunArgs& a) {
       throw UserError("--workers and --straight go with --plan auto (a plan file fixes the workers)");
     plan = read_plan(a.plan);
   }
+  if (plan_places_units(plan, model)) stage_graph_model(model, plan, plan_path);
   check_plan_fits_model(plan, model, plan_path);
   DataSplits data = open_dataset(a.data, a.data_dir, model);
   RunArgs args = a;

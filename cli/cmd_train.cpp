@@ -127,6 +127,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--gradient-delay", t.gradient_delay,
                   "Compute each step's gradient on the weights of d steps earlier (delayed SGD)")
       ->capture_default_str();
+  cmd->add_option("--microbatches", t.microbatches,
+                  "Run each minibatch as M microbatches of batch/M, gradients accumulated (what a flush pipeline with "
+                  "M microbatches computes; BatchNorm and dropout per microbatch)")
+      ->capture_default_str();
   cmd->add_option("--metrics", a->metrics, "Write JSON-lines metrics to this file");
   cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();
   cmd->add_option("--save", a->save, "Write the final weights (safetensors)");

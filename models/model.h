@@ -5,12 +5,14 @@
 // layer index. Models come from a JSON spec (configs/models/*.json) or from
 // the zoo, which expands a name and options into the same spec.
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/layer.h"
+#include "models/model_graph.h"
 
 namespace pd {
 
@@ -34,6 +36,9 @@ struct Model {
   Task task = Task::Classification;
   std::vector<ModelLayer> layers;
   nlohmann::json spec;        // the spec it was built from (zoo names expanded)
+  // Imported graphs: the DAG of units behind the layers (null for a chain
+  // of layers: zoo and JSON specs).
+  std::shared_ptr<const ModelGraph> graph;
 
   int size() const { return static_cast<int>(layers.size()); }
   const Layer& layer(int i) const { return *layers.at(static_cast<size_t>(i)).layer; }

@@ -1,11 +1,13 @@
 #include "onnx/export.h"
 
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
 #include <map>
+#include <set>
 #include <string_view>
 
 #include "core/atomic_file.h"
@@ -170,12 +172,40 @@ std::map<std::string, std::string> stored_names(const Model& m) {
 
 bool is_optimizer_slot(const std::string& name) { return name.rfind("optimizer.slot.", 0) == 0; }
 
-void check_no_extra(const NamedTensors& weights, const std::map<std::string, std::string>& expected,
-                    const std::string& source, const std::string& weights_source) {
-  for (const auto& [name, t] : weights)
-    if (!expected.count(name) && !is_optimizer_slot(name))
+// The initializer a stored tensor holds: "4.conv1.weight" -> "conv1.weight".
+// Its layer index is not compared: a run of a graph plan has one layer per
+// stage (runtime/graph_stages.h), so its files number layers by stage.
+std::string initializer_of(const std::string& stored) {
+  size_t k = 0;
+  while (k < stored.size() && std::isdigit(static_cast<unsigned char>(stored[k]))) ++k;
+  return k > 0 && k < stored.size() && stored[k] == '.' ? stored.substr(k + 1) : stored;
+}
+
+struct StoredTensor {
+  std::string name;  // as stored
+  const Tensor* tensor = nullptr;
+};
+
+// The weights by initializer name; a tensor that is no initializer of the
+// model, or one given twice, is a UserError.
+std::map<std::string, StoredTensor> weights_by_initializer(const NamedTensors& weights,
+                                                           const std::map<std::string, std::string>& expected,
+                                                           const std::string& source, const std::string& weights_source) {
+  std::set<std::string> initializers;
+  for (const auto& [stored, onnx_name] : expected) initializers.insert(onnx_name);
+  std::map<std::string, StoredTensor> out;
+  for (const auto& [name, t] : weights) {
+    if (is_optimizer_slot(name)) continue;
+    const std::string init = initializer_of(name);
+    if (!initializers.count(init))
       throw UserError(cat(weights_source, ": tensor '", name, "' is not a parameter or buffer of ", source,
                           " (weights of another model?)"));
+    auto [it, added] = out.emplace(init, StoredTensor{name, &t});
+    if (!added)
+      throw UserError(cat(weights_source, ": tensors '", it->second.name, "' and '", name, "' both hold initializer '",
+                          init, "'"));
+  }
+  return out;
 }
 
 Replacement checked_replacement(const std::string& stored, const Tensor& t, const TensorValue& init,
@@ -196,22 +226,18 @@ std::map<std::string, Replacement> match_weights(const ModelProto& proto, const 
                                                  const NamedTensors& weights, const std::string& source,
                                                  const std::string& weights_source) {
   const std::map<std::string, std::string> expected = stored_names(model);
-  check_no_extra(weights, expected, source, weights_source);
-  std::map<std::string, const Tensor*> by_name;
-  for (const auto& [name, t] : weights)
-    if (!is_optimizer_slot(name) && !by_name.emplace(name, &t).second)
-      throw UserError(cat(weights_source, ": tensor '", name, "' appears twice"));
+  const std::map<std::string, StoredTensor> given = weights_by_initializer(weights, expected, source, weights_source);
   std::map<std::string, const TensorValue*> inits;
   for (const TensorValue& t : proto.graph.initializers) inits[t.name] = &t;
   std::map<std::string, Replacement> out;
   for (const auto& [stored, onnx_name] : expected) {
-    auto w = by_name.find(stored);
-    if (w == by_name.end())
+    auto w = given.find(onnx_name);
+    if (w == given.end())
       throw UserError(cat(weights_source, " has no tensor '", stored, "' (initializer '", onnx_name, "' of ", source,
                           ")"));
     auto init = inits.find(onnx_name);
     PD_CHECK(init != inits.end(), "imported tensor '", onnx_name, "' is no initializer of ", source);
-    out[onnx_name] = checked_replacement(stored, *w->second, *init->second, weights_source);
+    out[onnx_name] = checked_replacement(w->second.name, *w->second.tensor, *init->second, weights_source);
   }
   return out;
 }

@@ -1,9 +1,16 @@
 #pragma once
 // OnnxSegment: a top-level layer that runs a piece of an imported ONNX
-// graph - the nodes between two single-tensor cuts - as a small DAG
-// interpreter. It takes one tensor and returns one tensor like every core
-// layer, so the chain runtime (train, profile, plan, run) needs no change;
-// inside, residual joins, attention and concatenations have any shape.
+// graph as a small DAG interpreter. It takes one tensor and returns one
+// tensor like every core layer, so the chain runtime (train, profile, plan,
+// run) needs no change; inside, residual joins, attention and
+// concatenations have any shape.
+//
+// Its boundaries may carry several tensors (a stage cut through a residual
+// block carries the block input and the branch): they travel packed per
+// sample, [batch, sum of the tensors' per-sample sizes], so microbatches
+// still split along the batch and the transport sends one message.
+// Tensors the segment does not read but a later one does pass through.
+// A boundary of one tensor is that tensor itself (no copy).
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,17 +32,24 @@ struct SegmentNode {
   OpPtr op;
   std::vector<InputRef> inputs;
   std::vector<int> outputs;         // slot per op output, -1 where nobody reads it
-  // Dropout masks are keyed per node: the step's layer index is mixed with this.
+  // The node's index in the graph: its dropout stream, whatever layer runs it.
   uint32_t key = 0;
+  int unit = 0;                     // ModelGraph unit, for UnitClock
+};
+
+// One tensor of a segment boundary: its slot and per-sample shape.
+struct BoundaryTensor {
+  int slot = 0;
+  Shape sample;
 };
 
 struct SegmentSpec {
   std::vector<SegmentNode> nodes;
-  int slots = 1;                    // slot 0: the segment's input
-  int output_slot = 0;
+  int slots = 0;
+  std::vector<BoundaryTensor> inputs, outputs;  // in packing order
   std::vector<ParamSpec> params, buffers;  // ONNX initializer names
   std::vector<std::shared_ptr<const Tensor>> param_init, buffer_init;  // initial values
-  Shape sample_in, sample_out;      // per sample (no batch dimension)
+  Shape sample_in, sample_out;      // per sample: the tensor's, or [packed size] for several
   DType input_dtype = DType::F32;
 };
 

@@ -1,7 +1,9 @@
 #include "onnx/import.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "core/error.h"
@@ -33,7 +35,75 @@ class Importer {
  public:
   Importer(const ModelProto& p, std::string name) : p_(p), g_(p.graph), name_(std::move(name)) {}
 
-  Model run() {
+  // The model with one layer per single-tensor cut, and its graph of units.
+  Model run(std::shared_ptr<const ModelProto> owner) {
+    trace();
+    std::vector<int> order(nodes_.size());
+    for (size_t j = 0; j < order.size(); ++j) order[j] = int(j);
+    const std::vector<int> ends = cut_points();
+    std::vector<int> layer_of_node(nodes_.size());
+    for (size_t j = 0, l = 0; j < nodes_.size(); ++j) {
+      layer_of_node[j] = int(l);
+      if (l < ends.size() && int(j) == ends[l]) ++l;
+    }
+    auto graph = std::make_shared<ModelGraph>(describe_units(layer_of_node));
+    Model m = assemble(order, ends);
+    if (owner) {
+      const std::string name = name_;
+      graph->restage = [owner, name](const std::vector<int>& stage_of_unit) {
+        return Importer(*owner, name).run_staged(stage_of_unit, owner);
+      };
+    }
+    m.graph = graph;
+    return m;
+  }
+
+  // One layer per stage: the units of each stage, in graph order.
+  Model run_staged(const std::vector<int>& stage_of_unit, std::shared_ptr<const ModelProto> owner) {
+    trace();
+    if (stage_of_unit.size() != size_t(units_))
+      throw UserError(cat(name_, ": the plan places ", stage_of_unit.size(), " units, the model has ", units_,
+                          " (plan made for another export?)"));
+    std::vector<int> stage_of_node(nodes_.size());
+    int stages = 0;
+    for (size_t j = 0; j < nodes_.size(); ++j) {
+      stage_of_node[j] = stage_of_unit[size_t(unit_of_node_[j])];
+      if (stage_of_node[j] < 0) throw UserError(cat(name_, ": unit ", unit_of_node_[j], " has no stage"));
+      stages = std::max(stages, stage_of_node[j] + 1);
+    }
+    for (size_t j = 0; j < nodes_.size(); ++j)
+      for (const std::string& name : nodes_[j].inputs) {
+        if (name.empty() || values_.at(name).kind != Value::Activation) continue;
+        const int from = values_.at(name).index;
+        if (stage_of_node[size_t(from)] > stage_of_node[j])
+          throw UserError(cat(name_, ": the plan runs ", nodes_[size_t(from)].node->label(), " in stage ",
+                              stage_of_node[size_t(from)], " after its reader ", nodes_[j].node->label(),
+                              " in stage ", stage_of_node[j], " (stages must follow the graph)"));
+      }
+    std::vector<int> order(nodes_.size());
+    for (size_t j = 0; j < order.size(); ++j) order[j] = int(j);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return stage_of_node[size_t(a)] < stage_of_node[size_t(b)]; });
+    std::vector<int> ends;
+    for (int st = 0; st < stages; ++st) {
+      int last = -1;
+      for (size_t k = 0; k < order.size(); ++k)
+        if (stage_of_node[size_t(order[k])] == st) last = int(k);
+      if (last < 0 || (!ends.empty() && last == ends.back()))
+        throw UserError(cat(name_, ": the plan's stage ", st, " has no units"));
+      ends.push_back(last);
+    }
+    auto graph = std::make_shared<ModelGraph>(describe_units(stage_of_node));
+    Model m = assemble(order, ends);
+    if (owner) {
+      const std::string name = name_;
+      graph->restage = [owner, name](const std::vector<int>& s) { return Importer(*owner, name).run_staged(s, owner); };
+    }
+    m.graph = graph;
+    return m;
+  }
+
+ private:
+  void trace() {
     check_opset();
     read_initializers();
     read_input();
@@ -47,10 +117,9 @@ class Importer {
       }
     }
     read_output();
-    return assemble(cut_points());
+    find_units();
   }
 
- private:
   void check_opset() {
     auto it = p_.opsets.find("");
     if (it == p_.opsets.end())
@@ -286,7 +355,133 @@ class Importer {
     return cuts;
   }
 
-  Model assemble(const std::vector<int>& cuts) {
+  // Units: ops that may go to different stages. A node joins the producer
+  // of any unbatched activation it reads (a transposed weight must stay
+  // with its reader) and every node sharing a parameter or buffer with it;
+  // a unit then spans the nodes between its first and last (contiguous in
+  // graph order, so the units form a DAG).
+  void find_units() {
+    const int n = static_cast<int>(nodes_.size());
+    std::vector<int> reach(static_cast<size_t>(n));  // the furthest node each must share a unit with
+    for (int j = 0; j < n; ++j) reach[size_t(j)] = j;
+    std::map<std::pair<int, int>, int> first_user;  // (kind, index) of a parameter/buffer -> first node
+    for (int j = 0; j < n; ++j)
+      for (const std::string& name : nodes_[size_t(j)].inputs) {
+        if (name.empty()) continue;
+        const Value& v = values_.at(name);
+        int from = -1;
+        if (v.kind == Value::Activation && !v.batched) from = v.index;
+        if (v.kind == Value::Param || v.kind == Value::Buffer)
+          from = first_user.emplace(std::make_pair(int(v.kind), v.index), j).first->second;
+        if (from >= 0) reach[size_t(from)] = std::max(reach[size_t(from)], j);
+      }
+    unit_of_node_.assign(size_t(n), 0);
+    units_ = 0;
+    for (int j = 0, end = -1; j < n; ++j) {
+      if (j > end) ++units_;
+      end = std::max(end, reach[size_t(j)]);
+      unit_of_node_[size_t(j)] = units_ - 1;
+    }
+  }
+
+  ModelGraph describe_units(const std::vector<int>& layer_of_node) const {
+    ModelGraph g;
+    g.units.resize(size_t(units_));
+    std::set<std::string> names;
+    std::set<std::pair<int, int>> edges;
+    std::set<std::pair<int, int>> counted;  // (kind, index) of parameters already counted
+    for (size_t j = 0; j < nodes_.size(); ++j) {
+      const int u = unit_of_node_[j];
+      ModelGraphUnit& unit = g.units[size_t(u)];
+      const RuntimeNode& r = nodes_[j];
+      if (unit.name.empty()) {
+        unit.layer = layer_of_node[j];
+        std::string name = r.node->name;
+        while (!name.empty() && name[0] == '/') name.erase(0, 1);
+        if (name.empty()) name = cat("node", j);
+        while (!names.insert(name).second) name += "_";
+        unit.name = name;
+        unit.op = r.node->op_type;
+      } else if (unit.op.find(r.node->op_type) == std::string::npos) {
+        unit.op += "+" + r.node->op_type;
+      }
+      for (const std::string& name : r.inputs) {
+        if (name.empty()) continue;
+        const Value& v = values_.at(name);
+        if (v.kind == Value::Param && counted.insert({int(v.kind), v.index}).second) unit.parameter_bytes += v.example.nbytes();
+        if (v.kind == Value::Activation && unit_of_node_[size_t(v.index)] != u)
+          edges.insert({unit_of_node_[size_t(v.index)], u});
+      }
+    }
+    // Bytes each unit sends: its tensors read by another unit, or the output.
+    std::set<std::string> sent;
+    for (size_t j = 0; j < nodes_.size(); ++j)
+      for (const std::string& name : nodes_[j].inputs) {
+        if (name.empty()) continue;
+        const Value& v = values_.at(name);
+        if (v.kind == Value::Activation && unit_of_node_[size_t(v.index)] != unit_of_node_[j]) sent.insert(name);
+      }
+    sent.insert(output_name_);
+    for (const std::string& name : sent) {
+      const Value& v = values_.at(name);
+      g.units[size_t(unit_of_node_[size_t(v.index)])].output_bytes_per_sample += v.example.nbytes() / size_t(batch_);
+    }
+    g.edges.assign(edges.begin(), edges.end());
+    return g;
+  }
+
+  // Tensors alive across a cut: made at or before position `before` of the
+  // order (the input: at -1) and read after it (the output: at the end),
+  // in a fixed order (by position made, then name) both sides agree on.
+  std::vector<std::string> boundary(const std::vector<int>& position, int before) const {
+    std::vector<std::pair<int, std::string>> live;
+    for (const auto& [name, last] : last_read_) {
+      const Value& v = values_.at(name);
+      const int born = v.kind == Value::Input ? -1 : position[size_t(v.index)];
+      if (born <= before && last > before) live.emplace_back(born, name);
+    }
+    std::sort(live.begin(), live.end());
+    std::vector<std::string> out;
+    for (auto& [born, name] : live) out.push_back(std::move(name));
+    return out;
+  }
+
+  // What a boundary may carry: batch-first tensors, and only float ones
+  // when several travel packed together.
+  void check_boundary(const std::vector<std::string>& names, int cut) const {
+    for (const std::string& name : names) {
+      const Value& v = values_.at(name);
+      if (!v.batched)
+        throw UserError(cat(name_, ": tensor '", name, "' crosses cut ", cut, " but has no batch dimension"));
+      if (names.size() > 1 && v.example.dtype() != DType::F32)
+        throw UserError(cat(name_, ": cut ", cut, " would carry the integer tensor '", name,
+                            "' with other tensors; cut where it is not live"));
+    }
+  }
+
+  static Shape sample_shape(const Tensor& t) { return Shape(t.shape().begin() + 1, t.shape().end()); }
+
+  // Boundary tensors as segment slots, the first ones numbered from 0.
+  std::vector<BoundaryTensor> boundary_slots(const std::vector<std::string>& names,
+                                             std::map<std::string, int>& slot, int& slots) const {
+    std::vector<BoundaryTensor> out;
+    for (const std::string& name : names) {
+      auto [it, added] = slot.emplace(name, slots);
+      if (added) ++slots;
+      out.push_back({it->second, sample_shape(values_.at(name).example)});
+    }
+    return out;
+  }
+
+  static Shape packed_shape(const std::vector<BoundaryTensor>& b) {
+    if (b.size() == 1) return b[0].sample;
+    int64_t n = 0;
+    for (const BoundaryTensor& t : b) n += shape_numel(t.sample);
+    return {n};
+  }
+
+  // One top-level layer per segment: the nodes order[ends[s-1]+1 .. ends[s]].
+  Model assemble(const std::vector<int>& order, const std::vector<int>& ends) {
     Model m;
     m.name = name_;
     m.input_shape = input_shape_;
@@ -295,79 +490,95 @@ class Importer {
     m.task = task_;
     m.spec = {{"name", name_}, {"format", "onnx"}, {"onnx_producer", p_.producer},
               {"opset", p_.opsets.at("")}, {"export_batch", batch_}, {"layers", nlohmann::json::array()}};
-    std::map<std::string, int> owner_param, owner_buffer;  // which segment holds each initializer
-    std::set<std::string> names;
-    int begin = 0;
-    std::string in_name = input_name_;
-    for (int cut : cuts) {
-      SegmentSpec s;
-      std::map<std::string, int> slot{{in_name, 0}};
-      std::map<int, int> param_at, buffer_at;  // model index -> segment index
-      std::string out_name;
-      for (int j = begin; j <= cut; ++j) {
-        RuntimeNode& r = nodes_[size_t(j)];
-        SegmentNode sn;
-        sn.label = r.node->label();
-        sn.key = static_cast<uint32_t>(j - begin);
-        for (const std::string& name : r.inputs) {
-          InputRef ref;
-          if (!name.empty()) {
-            const Value& v = values_.at(name);
-            switch (v.kind) {
-              case Value::Const: ref.kind = InputRef::Constant; ref.constant = v.example; break;
-              case Value::Param: ref.kind = InputRef::Param; ref.index = local(param_at, v.index, s.params, s.param_init, params_, v); break;
-              case Value::Buffer: ref.kind = InputRef::Buffer; ref.index = local(buffer_at, v.index, s.buffers, s.buffer_init, buffers_, v); break;
-              default: {
-                auto it = slot.find(name);
-                PD_CHECK(it != slot.end(), "activation '", name, "' crosses a single-tensor cut");
-                ref.kind = InputRef::Slot;
-                ref.index = it->second;
-              }
-            }
-          }
-          sn.inputs.push_back(ref);
-        }
-        for (const std::string& name : r.outputs) {
-          if (name.empty()) {
-            sn.outputs.push_back(-1);
-            continue;
-          }
-          sn.outputs.push_back(s.slots);
-          slot[name] = s.slots++;
-        }
-        sn.op = std::move(r.op);
-        s.nodes.push_back(std::move(sn));
+    std::vector<int> position(nodes_.size());
+    for (size_t k = 0; k < order.size(); ++k) position[size_t(order[k])] = int(k);
+    last_read_.clear();
+    for (size_t k = 0; k < order.size(); ++k)
+      for (const std::string& name : nodes_[size_t(order[k])].inputs) {
+        if (name.empty()) continue;
+        const Value::Kind kind = values_.at(name).kind;
+        if (kind == Value::Activation || kind == Value::Input)
+          last_read_[name] = std::max(last_read_.count(name) ? last_read_[name] : -1, int(k));
       }
-      // The one live activation after the cut (the model output after the last).
-      out_name = cut == cuts.back() ? output_name_ : live_after(cut);
-      s.output_slot = slot.at(out_name);
-      const Value& vin = values_.at(in_name);
-      const Value& vout = values_.at(out_name);
-      s.sample_in = Shape(vin.example.shape().begin() + 1, vin.example.shape().end());
-      s.sample_out = Shape(vout.example.shape().begin() + 1, vout.example.shape().end());
-      s.input_dtype = vin.example.dtype();
-      std::string lname = nodes_[size_t(begin)].node->name;
+    last_read_[output_name_] = int(order.size());
+    std::map<std::pair<int, int>, int> owner;  // (kind, index) of an initializer -> its segment
+    std::set<std::string> names;
+    std::vector<std::string> in_names = {input_name_};
+    int begin = 0;
+    for (size_t seg = 0; seg < ends.size(); ++seg) {
+      const int end = ends[seg];
+      const bool last = seg + 1 == ends.size();
+      const std::vector<std::string> out_names = last ? std::vector<std::string>{output_name_} : boundary(position, end);
+      if (!last) check_boundary(out_names, end);
+      SegmentSpec s;
+      std::map<std::string, int> slot;
+      s.inputs = boundary_slots(in_names, slot, s.slots);
+      std::map<int, int> param_at, buffer_at;  // model index -> segment index
+      for (int k = begin; k <= end; ++k) {
+        const int j = order[size_t(k)];
+        s.nodes.push_back(segment_node(j, slot, s, param_at, buffer_at));
+        for (const std::string& name : nodes_[size_t(j)].inputs) {
+          if (name.empty()) continue;
+          const Value& v = values_.at(name);
+          if (v.kind != Value::Param && v.kind != Value::Buffer) continue;
+          const int at = owner.emplace(std::make_pair(int(v.kind), v.index), int(seg)).first->second;
+          if (at != int(seg))
+            throw UserError(cat(name_, ": initializer '", name, "' is used by layers ", at, " and ", seg,
+                                "; a weight must stay in one stage"));
+        }
+      }
+      s.outputs = boundary_slots(out_names, slot, s.slots);
+      s.sample_in = packed_shape(s.inputs);
+      s.sample_out = packed_shape(s.outputs);
+      s.input_dtype = in_names.size() == 1 ? values_.at(in_names[0]).example.dtype() : DType::F32;
+      std::string lname = nodes_[size_t(order[size_t(begin)])].node->name;
       while (!lname.empty() && lname[0] == '/') lname.erase(0, 1);  // PyTorch's scope paths: "/layer1/..."
       if (lname.empty()) lname = cat("onnx", m.layers.size());
       while (!names.insert(lname).second) lname += "_";
-      m.spec["layers"].push_back({{"name", lname}, {"nodes", cut - begin + 1}});
+      m.spec["layers"].push_back({{"name", lname}, {"nodes", end - begin + 1}, {"boundary_tensors", out_names.size()}});
       Shape sin = s.sample_in, sout = s.sample_out;
       m.layers.push_back({lname, make_onnx_segment(std::move(s)), sin, sout});
-      begin = cut + 1;
-      in_name = out_name;
+      begin = end + 1;
+      in_names = out_names;
     }
     return m;
   }
 
-  // The activation live right after node j (a cut point).
-  std::string live_after(int j) const {
-    for (int k = j + 1; k < static_cast<int>(nodes_.size()); ++k)
-      for (const std::string& name : nodes_[size_t(k)].inputs) {
-        if (name.empty()) continue;
+  SegmentNode segment_node(int j, std::map<std::string, int>& slot, SegmentSpec& s, std::map<int, int>& param_at,
+                           std::map<int, int>& buffer_at) {
+    RuntimeNode& r = nodes_[size_t(j)];
+    SegmentNode sn;
+    sn.label = r.node->label();
+    sn.key = static_cast<uint32_t>(j);
+    sn.unit = unit_of_node_[size_t(j)];
+    for (const std::string& name : r.inputs) {
+      InputRef ref;
+      if (!name.empty()) {
         const Value& v = values_.at(name);
-        if ((v.kind == Value::Activation && v.index <= j) || v.kind == Value::Input) return name;
+        switch (v.kind) {
+          case Value::Const: ref.kind = InputRef::Constant; ref.constant = v.example; break;
+          case Value::Param: ref.kind = InputRef::Param; ref.index = local(param_at, v.index, s.params, s.param_init, params_, v); break;
+          case Value::Buffer: ref.kind = InputRef::Buffer; ref.index = local(buffer_at, v.index, s.buffers, s.buffer_init, buffers_, v); break;
+          default: {
+            auto it = slot.find(name);
+            PD_CHECK(it != slot.end(), "activation '", name, "' is neither made in the segment nor on its boundary");
+            ref.kind = InputRef::Slot;
+            ref.index = it->second;
+          }
+        }
       }
-    PD_CHECK(false, "no live activation after node ", j);
+      sn.inputs.push_back(ref);
+    }
+    for (const std::string& name : r.outputs) {
+      if (name.empty()) {
+        sn.outputs.push_back(-1);
+        continue;
+      }
+      sn.outputs.push_back(s.slots);
+      slot[name] = s.slots++;
+    }
+    sn.op = std::move(r.op);
+    return sn;
   }
 
   static int local(std::map<int, int>& at, int model_index, std::vector<ParamSpec>& specs,
@@ -393,14 +604,20 @@ class Importer {
   DType input_dtype_ = DType::F32;
   int64_t batch_ = 0, classes_ = 0;
   Task task_ = Task::Classification;
+  std::vector<int> unit_of_node_;
+  int units_ = 0;
+  std::map<std::string, int> last_read_;  // activation or input -> last reading position (assemble's order)
 };
 
 }  // namespace
 
-Model import_model(const ModelProto& proto, const std::string& name) { return Importer(proto, name).run(); }
+Model import_model(const ModelProto& proto, const std::string& name) {
+  return Importer(proto, name).run(std::make_shared<const ModelProto>(proto));
+}
 
 Model import_model_file(const std::string& path) {
-  return import_model(read_model_file(path), std::filesystem::path(path).stem().string());
+  auto proto = std::make_shared<const ModelProto>(read_model_file(path));
+  return Importer(*proto, std::filesystem::path(path).stem().string()).run(proto);
 }
 
 void register_onnx_model_loader() { register_model_file_loader(".onnx", &import_model_file); }

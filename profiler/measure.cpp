@@ -13,6 +13,7 @@
 #include "core/loss.h"
 #include "core/rng.h"
 #include "models/layer_range.h"
+#include "models/model_graph.h"
 #include "models/parameters.h"
 
 namespace pd {
@@ -104,8 +105,11 @@ struct StepTimes {
 // does what forward_layers + loss + backward_layers do (same arguments,
 // same order of frees), so its pieces add up to the uninstrumented step.
 StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterStore& grads,
-                           const SyntheticBatch& b, const StepInfo& step, std::vector<LayerFacts>* facts) {
+                           const SyntheticBatch& b, const StepInfo& step, std::vector<LayerFacts>* facts,
+                           UnitClock* units) {
   const int n = m.size();
+  if (units) units->clear();
+  UnitClock::Installed timing_units(units);
   StepTimes t;
   t.forward_ms.resize(static_cast<size_t>(n));
   t.backward_ms.resize(static_cast<size_t>(n));
@@ -187,7 +191,7 @@ struct IterationTimes {
 };
 
 IterationTimes time_iteration(const Model& m, const ParameterStore& w, ParameterStore& grads, const SyntheticBatch& b,
-                              uint64_t seed, int it, std::vector<LayerFacts>* facts) {
+                              uint64_t seed, int it, std::vector<LayerFacts>* facts, UnitClock* units) {
   StepInfo step;
   step.training = true;
   step.seed = seed;
@@ -195,7 +199,7 @@ IterationTimes time_iteration(const Model& m, const ParameterStore& w, Parameter
   IterationTimes t;
   for (int k = 0; k < 2; ++k) {
     grads.zero_params();
-    if ((k == 0) == (it % 2 == 0)) t.layers = timed_layer_step(m, w, grads, b, step, facts);
+    if ((k == 0) == (it % 2 == 0)) t.layers = timed_layer_step(m, w, grads, b, step, facts, units);
     else t.whole_ms = timed_whole_step(m, w, grads, b, step);
   }
   return t;
@@ -231,7 +235,14 @@ struct Samples {
   std::vector<std::vector<double>> fwd, bwd;
   std::vector<double> whole, instrumented;  // instrumented: the layer times summed per iteration
   std::vector<double> host_probe;           // HostProbe, CPU only
-  explicit Samples(size_t layers) : fwd(layers), bwd(layers) {}
+  std::vector<std::vector<double>> unit_fwd, unit_bwd;  // models with a graph: per unit
+  explicit Samples(size_t layers, size_t units) : fwd(layers), bwd(layers), unit_fwd(units), unit_bwd(units) {}
+  void add_units(const UnitClock& c) {
+    for (size_t u = 0; u < unit_fwd.size(); ++u) {
+      unit_fwd[u].push_back(c.forward_ms[u]);
+      unit_bwd[u].push_back(c.backward_ms[u]);
+    }
+  }
   void add(const IterationTimes& t) {
     double sum = 0;
     for (size_t i = 0; i < fwd.size(); ++i) {
@@ -243,6 +254,48 @@ struct Samples {
     instrumented.push_back(sum);
   }
 };
+
+// One profile node per graph unit: its time is its share, by the unit
+// clock's medians, of its layer's measured time (so the units of a layer
+// add up to it, the interpreter's own work spread over them); edges are the
+// graph's. Layer-level facts a unit cannot have alone: the layer's working
+// memory (an upper bound for each of its units).
+Profile unit_profile(Profile layers, const ModelGraph& g, const Samples& s, const std::vector<uint64_t>& saved_bytes,
+                     int optimizer_slots) {
+  const size_t U = g.units.size();
+  std::vector<double> fwd(U), bwd(U), sum_fwd(layers.nodes.size(), 0), sum_bwd(layers.nodes.size(), 0);
+  std::vector<int> count(layers.nodes.size(), 0);
+  for (size_t u = 0; u < U; ++u) {
+    const size_t l = static_cast<size_t>(g.units[u].layer);
+    PD_CHECK(l < layers.nodes.size(), "unit ", u, " in layer ", l, " of ", layers.nodes.size());
+    fwd[u] = median(s.unit_fwd[u]), bwd[u] = median(s.unit_bwd[u]);
+    sum_fwd[l] += fwd[u], sum_bwd[l] += bwd[u], ++count[l];
+  }
+  auto share = [](double unit, double sum, int n, double layer) { return sum > 0 ? layer * unit / sum : layer / n; };
+  std::vector<ProfileNode> nodes;
+  for (size_t u = 0; u < U; ++u) {
+    const ModelGraphUnit& unit = g.units[u];
+    const ProfileNode& layer = layers.nodes[static_cast<size_t>(unit.layer)];
+    const size_t l = static_cast<size_t>(unit.layer);
+    ProfileNode node;
+    node.id = static_cast<int>(u);
+    node.name = unit.name;
+    node.op = unit.op;
+    node.forward_ms = share(fwd[u], sum_fwd[l], count[l], layer.forward_ms);
+    node.backward_ms = share(bwd[u], sum_bwd[l], count[l], layer.backward_ms);
+    node.forward_p90_ms = sum_fwd[l] > 0 ? p90(s.unit_fwd[u]) * layer.forward_ms / sum_fwd[l] : node.forward_ms;
+    node.backward_p90_ms = sum_bwd[l] > 0 ? p90(s.unit_bwd[u]) * layer.backward_ms / sum_bwd[l] : node.backward_ms;
+    node.output_bytes = unit.output_bytes_per_sample * static_cast<uint64_t>(layers.batch_size);
+    node.activation_bytes = u < saved_bytes.size() ? saved_bytes[u] : 0;
+    node.workspace_bytes = layer.workspace_bytes;
+    node.parameter_bytes = unit.parameter_bytes;
+    node.optimizer_state_bytes = node.parameter_bytes * static_cast<uint64_t>(optimizer_slots);
+    nodes.push_back(std::move(node));
+  }
+  layers.nodes = std::move(nodes);
+  layers.edges = g.edges;
+  return layers;
+}
 
 }  // namespace
 
@@ -264,18 +317,25 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
   if (o.device.is_cuda()) batch.inputs = batch.inputs.to(o.device);
 
   std::vector<LayerFacts> facts(static_cast<size_t>(n));
-  Samples samples(static_cast<size_t>(n));
+  // Imported graphs are profiled per unit, timed inside their layers (CPU).
+  std::optional<UnitClock> units;
+  if (model.graph && o.device.is_cpu()) units.emplace(model.graph->units.size());
+  std::vector<uint64_t> unit_saved_bytes;
+  Samples samples(static_cast<size_t>(n), units ? model.graph->units.size() : 0);
   HostProbe probe;
   Clock::time_point measuring_since;
   double measured_seconds = 0;
   for (int it = 0;; ++it) {
     const bool measured = it >= o.warmup;
     if (it == o.warmup) measuring_since = Clock::now();
-    const IterationTimes t = time_iteration(model, w, grads, batch, o.seed, it, it == 0 ? &facts : nullptr);
+    UnitClock* clock = units ? &*units : nullptr;
+    const IterationTimes t = time_iteration(model, w, grads, batch, o.seed, it, it == 0 ? &facts : nullptr, clock);
+    if (clock && it == 0) unit_saved_bytes = clock->saved_bytes;
     ProfileProgress p;
     p.warmup = !measured;
     if (measured) {
       samples.add(t);
+      if (clock) samples.add_units(*clock);
       if (!o.device.is_cuda()) samples.host_probe.push_back(probe.time_ms());
       measured_seconds = std::chrono::duration<double>(Clock::now() - measuring_since).count();
       p.iteration = it - o.warmup + 1;
@@ -322,6 +382,7 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
     p.nodes.push_back(std::move(node));
     if (i + 1 < n) p.edges.emplace_back(i, i + 1);
   }
+  if (units) p = unit_profile(std::move(p), *model.graph, samples, unit_saved_bytes, slots);
   return p;
 }
 

@@ -26,6 +26,36 @@ StepLoss compute_gradients(const Model& m, const ParameterStore& w, ParameterSto
   return {r.loss, r.correct, r.count};
 }
 
+namespace {
+
+// One step's gradient over its minibatch's samples `idx`, as `microbatches`
+// pieces whose gradients add up, then divided by their count as a flush
+// pipeline's optimizer step divides them (x / n, bit for bit). Dropout keys:
+// the step alone, or step x microbatches + piece as the flush schedules key them.
+StepLoss accumulate_gradients(const Model& m, const ParameterStore& w, ParameterStore& grads, const Dataset& data,
+                              const std::vector<int64_t>& idx, int64_t step, uint64_t seed, int microbatches) {
+  const int64_t b = static_cast<int64_t>(idx.size()) / microbatches;
+  StepLoss total{0, 0, 0};
+  for (int k = 0; k < microbatches; ++k) {
+    const std::vector<int64_t> piece(idx.begin() + k * b, idx.begin() + (k + 1) * b);
+    const uint64_t id = static_cast<uint64_t>(microbatches > 1 ? step * microbatches + k : step);
+    const StepLoss l = compute_gradients(m, w, grads, fetch(data, piece), {.training = true, .seed = seed, .minibatch_id = id});
+    total.loss += l.loss / static_cast<float>(microbatches);
+    total.correct += l.correct;
+    total.count += l.count;
+  }
+  if (microbatches > 1) {
+    const float n = static_cast<float>(microbatches);
+    for (Tensor& g : grads.all_params()) {
+      float* d = g.f32();
+      for (int64_t i = 0, e = g.numel(); i < e; ++i) d[i] /= n;
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
 EvalResult evaluate(const Model& m, const ParameterStore& w, const Dataset& data, int64_t batch) {
   PD_CHECK(batch > 0, "evaluation batch must be positive");
   double loss_sum = 0;
@@ -58,6 +88,9 @@ int64_t planned_steps(const TrainOptions& o, int64_t train_size) {
   if ((o.epochs > 0) == (o.minibatches > 0))
     throw UserError("give exactly one of --epochs N and --minibatches K (both positive)");
   if (o.gradient_delay < 0) throw UserError(cat("--gradient-delay must be >= 0, got ", o.gradient_delay));
+  if (o.microbatches < 1 || o.batch % o.microbatches != 0)
+    throw UserError(cat("--microbatches must be >= 1 and divide --batch ", o.batch, ", got ", o.microbatches));
+  if (o.microbatches > 1 && !o.device.is_cpu()) throw UserError("--microbatches runs on the CPU only (for now)");
   const int64_t per_epoch = train_size / o.batch;
   if (per_epoch == 0)
     throw UserError(cat("--batch ", o.batch, " is larger than the training set (", train_size, " samples)"));
@@ -97,11 +130,9 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
   for (int64_t s = 0; s < steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     const MinibatchRef ref = locate_minibatch(s, per_epoch);
-    const Batch batch = fetch(train_data, order.minibatch(ref.epoch, ref.index, o.batch));
-    StepInfo info{.training = true, .seed = o.seed, .layer_index = 0, .minibatch_id = static_cast<uint64_t>(s)};
-
     grads.zero_params();
-    const StepLoss l = compute_gradients(m, versions.front(), grads, batch, info);
+    const StepLoss l = accumulate_gradients(m, versions.front(), grads, train_data, order.minibatch(ref.epoch, ref.index, o.batch), s,
+                                            o.seed, o.microbatches);
     if (o.gradient_delay == 0) {
       optimizer->step(versions.back().all_params(), grads.all_params(), opt_state, schedule.lr_at(s));
     } else {

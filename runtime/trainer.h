@@ -28,6 +28,11 @@ struct TrainOptions {
   // steps earlier (delayed SGD: w_{t+1} = w_t - lr·g(w_{t-d}; b_t), with
   // w_{t-d} = w_0 while t < d) - what vertical sync must reproduce.
   int gradient_delay = 0;
+  // Gradient accumulation: each minibatch of `batch` samples runs as this
+  // many microbatches (BatchNorm statistics and dropout masks per
+  // microbatch), their gradients summed and divided by the count - what a
+  // flush pipeline with as many microbatches of batch / microbatches computes.
+  int microbatches = 1;
   Device device = Device::cpu();  // where weights, gradients and optimizer state live
   bool evaluate = true;     // test split after every epoch and at the end
   int64_t eval_batch = 500;

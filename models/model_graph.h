@@ -1,0 +1,62 @@
+#pragma once
+// The graph behind a model whose top-level layers are pieces of a finer
+// DAG (an imported ONNX graph). Its units - single ops, or ops that must
+// share a stage because they share a weight or pass a weight-sized tensor -
+// are what `profile` times and `plan` cuts on antichains; `restage`
+// rebuilds the model with one top-level layer per planned stage, whose
+// boundaries may carry several tensors (skip connections included).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pd {
+
+struct Model;
+
+struct ModelGraphUnit {
+  std::string name;  // unique within the model
+  std::string op;    // "Conv", or "Transpose+MatMul" for a group
+  int layer = 0;     // the top-level layer of the default model that runs it
+  // Per sample: the tensors it makes that another unit reads (or the model output).
+  uint64_t output_bytes_per_sample = 0;
+  uint64_t parameter_bytes = 0;
+};
+
+struct ModelGraph {
+  std::vector<ModelGraphUnit> units;        // a topological order
+  std::vector<std::pair<int, int>> edges;   // (from unit, to unit), each once
+  // One top-level layer per stage; stage_of_unit must not decrease along an
+  // edge (UserError naming the edge otherwise).
+  std::function<Model(const std::vector<int>& stage_of_unit)> restage;
+};
+
+// Per-unit costs measured inside layers: while one is installed on a
+// thread, layers made of units (onnx/graph_layer) add each unit's forward
+// and backward time and the bytes it saves for backward. CPU only: the
+// clock is read right after each op (no device synchronisation).
+class UnitClock {
+ public:
+  explicit UnitClock(size_t units) : forward_ms(units, 0), backward_ms(units, 0), saved_bytes(units, 0) {}
+  void clear();
+  static UnitClock* active();  // this thread's, or null
+
+  // Installs a clock on this thread for its lifetime.
+  class Installed {
+   public:
+    explicit Installed(UnitClock* c);
+    ~Installed();
+    Installed(const Installed&) = delete;
+    Installed& operator=(const Installed&) = delete;
+
+   private:
+    UnitClock* previous_;
+  };
+
+  std::vector<double> forward_ms, backward_ms;
+  std::vector<uint64_t> saved_bytes;
+};
+
+}  // namespace pd
