@@ -117,6 +117,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"RunLrNan", kRun + " --minibatches 1 --lr nan", "--lr"},
         Case{"RunMomentumNan", kRun + " --minibatches 1 --momentum NaN", "--momentum"},
         Case{"TrainMinibatchesZero", kTrain + " --minibatches 0", "--minibatches"},
+        Case{"TrainMicrobatchesNotDividingBatch", kTrain + " --minibatches 1 --batch 8 --microbatches 3", "--microbatches"},
+        Case{"TrainMicrobatchesZero", kTrain + " --minibatches 1 --microbatches 0", "--microbatches"},
         Case{"TrainEpochsZero", kTrain + " --epochs 0", "--epochs"},
         Case{"RunMinibatchesZero", kRun + " --minibatches 0", "--minibatches"},
         Case{"RunEpochsZero", kRun + " --epochs 0", "--epochs"},
