@@ -4,8 +4,8 @@
 // map travels), profiled per unit, planned on antichains, run under MPI.
 // The runtime's equivalences hold on these stages as on chains: MPI equals
 // --reference bit for bit (stashing, vertical sync, replication), the flush
-// schedules equal `train --microbatches`, and a resumed run repeats the
-// uninterrupted one.
+// schedules (1f1b-flush, gpipe, zb-h1, interleaved-1f1b) equal `train
+// --microbatches`, and a resumed run repeats the uninterrupted one.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -161,6 +161,18 @@ TEST(OnnxDagPipeline, Resnet18CutInsideResidualBlocks) {
               d + "/" + schedule + ".log");
     EXPECT_LE(max_difference(d + "/train.safetensors", d + "/" + schedule + ".safetensors"), 1e-6) << schedule;
   }
+  // Interleaved: 8 stages, two per worker, every cut inside a block.
+  write_plan(e, d + "/plan8.json",
+             {"layer1/layer1.0/conv1/Conv", "layer1/layer1.1/conv1/Conv", "layer2/layer2.0/conv1/Conv",
+              "layer2/layer2.1/conv1/Conv", "layer3/layer3.0/conv1/Conv", "layer3/layer3.1/conv1/Conv",
+              "layer4/layer4.0/conv1/Conv"},
+             {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}, "1f1b-rr");
+  pipedream("run --plan " + d + "/plan8.json " + common +
+                "--schedule interleaved-1f1b --virtual-stages 2 --microbatches 4 --batch 2 --minibatches 4 --save " + d +
+                "/interleaved.safetensors",
+            d + "/interleaved.log");
+  EXPECT_EQ(boundary_tensors(d + "/interleaved.log"), std::vector<int>(7, 2)) << text(d + "/interleaved.log");
+  EXPECT_LE(max_difference(d + "/train.safetensors", d + "/interleaved.safetensors"), 1e-6);
 
   // A checkpoint at step 4, resumed, repeats the uninterrupted run.
   pipedream("run --plan " + d + "/plan4.json " + common + "--batch 4 --minibatches 8 --checkpoint-dir " + d +
