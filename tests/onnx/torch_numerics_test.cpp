@@ -198,7 +198,7 @@ INSTANTIATE_TEST_SUITE_P(Models, TorchNumerics,
 
 // inception_v3 is not here: at 128x128, batch 4, 2 of its 284 gradients are
 // further from PyTorch's than 3x PyTorch's own float32 error (onnx/README.md).
-// Too slow for the suite (about 2.5 minutes of one core): disabled, run with
+// Too slow for the suite (113 s of one core): disabled, run with
 //   build/tests/test_onnx --gtest_also_run_disabled_tests --gtest_filter='DISABLED_Large/*'
 INSTANTIATE_TEST_SUITE_P(DISABLED_Large, TorchNumerics, ::testing::Values(Case{"vgg16", kVgg, 0.001f}), case_name);
 
