@@ -1,13 +1,17 @@
 // Imported models against PyTorch on the same weights and batch (issue 15,
 // Must show 1): the loss within 1e-4 relative, every parameter gradient
-// within 1e-3 of the largest (max-abs normalised), the loss after 5 SGD
-// steps within 1e-3 relative. tests/onnx/torch_reference.py exports the
-// model and records PyTorch's figures; Dropout is exported with p = 0 (the
-// two RNGs cannot draw the same masks), BatchNorm runs in training mode.
-// Where PyTorch's own float32 result is further than 1e-3 from its float64
-// one (MobileNet's and DenseNet's BatchNorms over 2x2 maps of 4 samples
-// amplify rounding; gradients that are zero in exact arithmetic), the
-// bound is 3x that error instead: no float32 implementation can do better.
+// within 1e-3 of its max-abs, at the initial weights and (where float32
+// training is reproducible) after the steps, the loss after 5 SGD steps
+// within 1e-3 relative. tests/onnx/torch_reference.py exports the model
+// and records PyTorch's figures; Dropout is exported with p = 0 (the two
+// RNGs cannot draw the same masks), BatchNorm runs in training mode.
+// Where PyTorch's own float32 result is further than that from its float64
+// one or from its native-convolution float32 run (MobileNet's and
+// DenseNet's BatchNorms over 2x2 maps of 4 samples amplify rounding; VGG's
+// early gradients hinge on ReLU/max-pool choices that a rounding flips),
+// the bound is 3x that error instead: no float32 implementation can do
+// better. A gradient that is zero in exact arithmetic is normalised by its
+// module's largest gradient. The figures are printed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,39 +73,69 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   };
 
   const float loss0 = step(0);
-  EXPECT_NEAR(loss0, losses.f32()[0], 1e-4 * std::fabs(losses.f32()[0])) << "initial loss";
+  const double loss0_tol = ref.at("loss0_tolerance").f32()[0];
+  EXPECT_NEAR(loss0, losses.f32()[0], loss0_tol * std::fabs(losses.f32()[0]))
+      << "initial loss (PyTorch's own float32 error " << ref.at("loss0_error32").f32()[0] << ")";
 
-  // Parameter names are "{layer}.{ONNX initializer name}"; PyTorch's are the initializer names.
-  int compared = 0;
-  double worst_grad = 0;  // over the parameters held to 1e-3
-  int loosened = 0;       // parameters PyTorch itself computes less exactly in float32
-  for (size_t k = 0; k < w.param_names().size(); ++k) {
-    const std::string& full = w.param_names()[k];
-    const std::string name = full.substr(full.find('.') + 1);
-    auto it = ref.find("grad/" + name);
-    if (it == ref.end()) {
-      ADD_FAILURE() << "no PyTorch gradient for parameter " << name;
-      continue;
+  // Parameter names are "{layer}.{ONNX initializer name}"; PyTorch's are the
+  // initializer names. `suffix` "" : the gradients at the initial weights,
+  // "_final": at the weights after the SGD steps.
+  struct GradientErrors {
+    int compared = 0, loosened = 0;  // loosened: PyTorch itself computes them less exactly in float32
+    double worst = 0;                // over the parameters held to 1e-3
+    double worst_loosened = 0;       // ours against PyTorch's, and PyTorch's own error on that parameter
+    double torch_own = 0;
+    std::string worst_name;
+  };
+  auto compare_gradients = [&](const std::string& suffix) {
+    GradientErrors e;
+    for (size_t k = 0; k < w.param_names().size(); ++k) {
+      const std::string& full = w.param_names()[k];
+      const std::string name = full.substr(full.find('.') + 1);
+      auto it = ref.find("grad" + suffix + "/" + name);
+      if (it == ref.end()) {
+        ADD_FAILURE() << "no PyTorch gradient for parameter " << name;
+        continue;
+      }
+      const Tensor& g = grads.all_params()[k];
+      const Tensor& want = it->second;
+      if (g.numel() != want.numel()) {
+        ADD_FAILURE() << name << ": " << g.numel() << " values, PyTorch's " << want.numel();
+        continue;
+      }
+      double diff = 0;
+      for (int64_t i = 0; i < g.numel(); ++i) diff = std::max(diff, double(std::fabs(g.f32()[i] - want.f32()[i])));
+      // The tensor's max-abs, or its module's largest gradient for one that is zero in exact arithmetic.
+      const double scale = ref.at("scale" + suffix + "/" + name).f32()[0];
+      const double tol = ref.at("tolerance" + suffix + "/" + name).f32()[0];
+      EXPECT_LE(diff, tol * scale + 1e-12) << name << suffix << ": max |ours - torch| " << diff << ", scale " << scale
+                                           << ", tolerance " << tol;
+      const double err = diff / std::max(scale, 1e-30);
+      if (tol <= 1.001e-3) {
+        if (err > e.worst) e.worst = err, e.worst_name = name;
+      } else {
+        ++e.loosened;
+        if (err > e.worst_loosened) {
+          e.worst_loosened = err;
+          e.torch_own = ref.at("torch_error" + suffix + "/" + name).f32()[0];
+        }
+      }
+      ++e.compared;
     }
-    const Tensor& g = grads.all_params()[k];
-    const Tensor& want = it->second;
-    ASSERT_EQ(g.numel(), want.numel()) << name;
-    double scale = 0, diff = 0;
-    for (int64_t i = 0; i < g.numel(); ++i) {
-      scale = std::max(scale, double(std::fabs(want.f32()[i])));
-      diff = std::max(diff, double(std::fabs(g.f32()[i] - want.f32()[i])));
-    }
-    const double tol = ref.at("tolerance/" + name).f32()[0];
-    EXPECT_LE(diff, tol * scale + 1e-12) << name << ": max |ours - torch| " << diff << ", max |torch| " << scale
-                                         << ", tolerance " << tol;
-    const double err = diff / std::max(scale, 1e-30);
-    if (tol <= 1.001e-3) worst_grad = std::max(worst_grad, err);
-    else ++loosened;
-    ++compared;
-  }
-  int torch_params = 0;
-  for (const auto& [name, t] : ref) torch_params += name.rfind("grad/", 0) == 0;
-  EXPECT_EQ(compared, torch_params) << "every PyTorch parameter is a parameter of the import";
+    int torch_params = 0;
+    for (const auto& [name, t] : ref) torch_params += name.rfind("grad" + suffix + "/", 0) == 0;
+    EXPECT_EQ(e.compared, torch_params) << "every PyTorch parameter is a parameter of the import";
+    return e;
+  };
+  auto report = [](const char* what, const GradientErrors& e) {
+    std::printf("  %s: worst error %.2e of max-abs (%s) over %d parameters held to 1e-3", what, e.worst,
+                e.worst_name.c_str(), e.compared - e.loosened);
+    if (e.loosened)
+      std::printf("; %d more within 3x PyTorch's own float32 error, worst %.2e (PyTorch's own there %.2e)", e.loosened,
+                  e.worst_loosened, e.torch_own);
+    std::printf("\n");
+  };
+  const GradientErrors initial = compare_gradients("");
 
   OptimizerConfig oc;
   oc.kind = "sgd";
@@ -115,12 +149,32 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
     loss = step(k);
   }
   const float want = losses.f32()[steps];
-  std::printf("%s: loss %.7f (torch %.7f), worst gradient error %.2e of max-abs over %d parameters held to 1e-3 "
-              "(%d more within 3x PyTorch's own float32 error), loss after %d SGD steps %.7f (torch %.7f, tolerance %.1e)\n",
-              m.name.c_str(), loss0, losses.f32()[0], worst_grad, compared - loosened, loosened, steps, loss, want,
-              ref.at("loss_tolerance").f32()[0]);
   const double loss_tol = ref.at("loss_tolerance").f32()[0];
+  // The gradients after the steps are compared where the trajectory is
+  // reproducible in float32: where PyTorch's own float32 loss after the
+  // steps is within a third of 1e-3 of its other run's (float64, or its
+  // native convolution). Elsewhere (MobileNet's, DenseNet's and Inception's
+  // BatchNorms over a few values per channel) two float32 runs part after
+  // a step or two and their final gradients are unrelated.
+  const bool trajectory_reproducible = loss_tol <= 1.001e-3;
+  const GradientErrors final = trajectory_reproducible ? compare_gradients("_final") : GradientErrors{};
+  std::printf("%s: loss %.7f (torch %.7f, relative error %.2e, PyTorch's own float32 error %.2e)\n", c.model.c_str(),
+              loss0, losses.f32()[0], std::fabs(loss0 - losses.f32()[0]) / std::fabs(losses.f32()[0]),
+              ref.at("loss0_error32").f32()[0]);
+  report("gradients", initial);
+  if (trajectory_reproducible) report(cat("gradients after ", steps, " steps").c_str(), final);
+  else std::printf("  gradients after %d steps not compared: PyTorch's own float32 trajectory is not reproducible\n", steps);
+  std::printf("  loss after %d SGD steps %.7f (torch %.7f, relative error %.2e, PyTorch's own %.2e, tolerance %.1e)\n",
+              steps, loss, want, std::fabs(loss - want) / std::fabs(want), ref.at("loss_error32").f32()[0], loss_tol);
   EXPECT_NEAR(loss, want, loss_tol * std::fabs(want)) << "loss after " << steps << " SGD steps (initial " << loss0 << ")";
+}
+
+const char* const kVgg = "--input 3,224,224 --batch 2 --classes 10 --no-float64 --native-conv";
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const std::string& m = info.param.model;
+  const std::string name = m.find(':') == std::string::npos ? m : m.substr(m.find(':') + 1);
+  return info.param.args.find("--opset 13") == std::string::npos ? name : name + "_opset13";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TorchNumerics,
@@ -130,12 +184,23 @@ INSTANTIATE_TEST_SUITE_P(Models, TorchNumerics,
                                            Case{"scripts/torch_models/gpt_decoder.py:GPTDecoder", "--tokens 16 --opset 13", 0.05f},
                                            Case{"squeezenet1_0", "--input 3,64,64 --classes 10", 0.001f},
                                            Case{"mobilenet_v2", "--input 3,64,64 --classes 10", 0.0001f},
-                                           Case{"densenet121", "--input 3,64,64 --classes 10", 0.001f}),
-                         [](const auto& info) {
-                           const std::string& m = info.param.model;
-                           const std::string name = m.find(':') == std::string::npos ? m : m.substr(m.find(':') + 1);
-                           return info.param.args.find("--opset 13") == std::string::npos ? name : name + "_opset13";
-                         });
+                                           Case{"densenet121", "--input 3,64,64 --classes 10", 0.001f},
+                                           // Zero-initialised last BatchNorm of each residual branch
+                                           // (torchvision's option, Goyal et al.): with the default
+                                           // init PyTorch's own float32 gradients are 40% off float64.
+                                           Case{"resnet50", "--input 3,64,64 --classes 10 --kwargs '{\"zero_init_residual\": true}'", 0.001f},
+                                           // 224x224 (the smallest input PyTorch exports VGG's 7x7
+                                           // adaptive pooling at). PyTorch's own error against its
+                                           // native (non-mkldnn) float32 convolution, not float64
+                                           // (the slow part here): see torch_reference.py.
+                                           Case{"vgg11", kVgg, 0.001f}),
+                         case_name);
+
+// inception_v3 is not here: at 128x128, batch 4, 2 of its 284 gradients are
+// further from PyTorch's than 3x PyTorch's own float32 error (onnx/README.md).
+// Too slow for the suite (113 s of one core): disabled, run with
+//   build/tests/test_onnx --gtest_also_run_disabled_tests --gtest_filter='DISABLED_Large/*'
+INSTANTIATE_TEST_SUITE_P(DISABLED_Large, TorchNumerics, ::testing::Values(Case{"vgg16", kVgg, 0.001f}), case_name);
 
 }  // namespace
 }  // namespace pd
