@@ -6,6 +6,11 @@
 // run), so only compute is measured. bench/torch_peer.py runs the same
 // workloads in PyTorch; bench/compare_core.sh prints the ratio.
 //
+// --model M [--model-options K=V,...] --batch B times the same step on any
+// model the CLI accepts instead (a zoo name, a spec .json, an .onnx file);
+// bench/onnx_speed.sh uses it to compare an imported resnet18 with the
+// zoo's and with PyTorch.
+//
 // --device cuda runs the same step on the GPU (weights, gradients,
 // optimizer state and the inputs on the device; labels fetched from the
 // host each step, as training does) and synchronises the device before
@@ -60,6 +65,7 @@ struct CoreOptions {
   uint64_t seed = 1;
   int64_t batch = 0;  // 0: each workload's own batch
   bool deterministic = false;
+  std::string model, model_options;  // --model: time this model instead of the workloads
 };
 
 std::vector<CoreWorkload> select_workloads(const std::string& list) {
@@ -122,8 +128,7 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-nlohmann::json run_workload(const CoreWorkload& w, const CoreOptions& o, Device device) {
-  const Model m = resolve_model(w.name);
+nlohmann::json run_workload(const Model& m, const CoreWorkload& w, const CoreOptions& o, Device device) {
   ParameterStore weights = ParameterStore::create(m, o.seed, device);
   ParameterStore grads = weights.zeros_like_params();
   OptimizerConfig oc;
@@ -179,12 +184,27 @@ void run_core(const CoreOptions& o) {
   if (o.warmup < 0) throw UserError(cat("--warmup must not be negative, got ", o.warmup));
   if (o.steps < 1) throw UserError(cat("--steps must be at least 1, got ", o.steps));
   if (o.batch < 0) throw UserError(cat("--batch must be positive (or 0 for each workload's own), got ", o.batch));
+  if (!o.model.empty()) {
+    // Any model: the same step, one line; "workload" is the model's name,
+    // "model" / "model_options" what was asked for.
+    if (o.batch == 0) throw UserError("--model needs --batch B");
+    const Model m = resolve_model(o.model, "", o.model_options);
+    const Device device = open_compute_device(o.device, o.deterministic);
+    cpu::set_compute_threads(o.threads);
+    nlohmann::json line = run_workload(m, {m.name, o.batch}, o, device);
+    line["model"] = o.model;
+    line["model_options"] = o.model_options;
+    std::cout << line.dump() << std::endl;
+    return;
+  }
+  if (!o.model_options.empty()) throw UserError("--model-options needs --model");
   std::vector<CoreWorkload> selected = select_workloads(o.workloads);
   if (o.batch > 0)
     for (CoreWorkload& w : selected) w.batch = o.batch;
   const Device device = open_compute_device(o.device, o.deterministic);
   cpu::set_compute_threads(o.threads);
-  for (const CoreWorkload& w : selected) std::cout << run_workload(w, o, device).dump() << std::endl;
+  for (const CoreWorkload& w : selected)
+    std::cout << run_workload(resolve_model(w.name), w, o, device).dump() << std::endl;
 }
 
 }  // namespace
@@ -193,8 +213,13 @@ void add_core_suite(CLI::App& app) {
   auto* cmd = app.add_subcommand("core", "training-step throughput (forward+backward+SGD step) per zoo workload");
   auto o = std::make_shared<CoreOptions>();
   cmd->add_option("--threads", o->threads, "compute threads (OpenBLAS and OpenMP)")->capture_default_str();
-  cmd->add_option("--workloads", o->workloads, "comma-separated subset of mlp,cnn,vgg-mini,gpt-mini,resnet50")
-      ->capture_default_str();
+  auto* workloads =
+      cmd->add_option("--workloads", o->workloads, "comma-separated subset of mlp,cnn,vgg-mini,gpt-mini,resnet50")
+          ->capture_default_str();
+  cmd->add_option("--model", o->model,
+                  "time this model instead of the workloads: a zoo name, a spec .json or an .onnx file (needs --batch)")
+      ->excludes(workloads);
+  cmd->add_option("--model-options", o->model_options, "zoo model options for --model, e.g. image_size=64,classes=10");
   cmd->add_option("--warmup", o->warmup, "untimed steps per workload")->capture_default_str();
   cmd->add_option("--steps", o->steps, "timed steps per workload (the median is reported)")->capture_default_str();
   cmd->add_option("--device", o->device, "cpu | cuda | cuda:N")->capture_default_str();

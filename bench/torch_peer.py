@@ -12,6 +12,11 @@ run it with Debian's python3-torch (/usr/bin/python3).
 and synchronises before each clock read, as `pipedream-bench core --device
 cuda` does; TF32 is off for both matmuls and cuDNN convolutions, matching
 pipedream's FP32 default. --batch overrides every workload's batch size.
+
+--torchvision NAME --input C,H,W --classes N --batch B times the same step
+on a torchvision model (num_classes=N) instead of the workloads: the peer
+of `pipedream-bench core --model` on that model exported to ONNX
+(scripts/export_torch.py) or on the zoo's equivalent (bench/onnx_speed.sh).
 """
 import argparse
 import json
@@ -149,13 +154,28 @@ def median(v):
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
+def torchvision_model(args):
+    import torchvision
+    if not hasattr(torchvision.models, args.torchvision):
+        raise SystemExit(f"error: torchvision has no model '{args.torchvision}'")
+    kwargs = {"num_classes": args.classes}
+    if args.torchvision.startswith("inception"):
+        kwargs.update(aux_logits=False, init_weights=True)
+    model = getattr(torchvision.models, args.torchvision)(**kwargs)
+    return model, tuple(int(v) for v in args.input.split(","))
+
+
 def run(name, batch, args):
     torch.manual_seed(args.seed)
     dev = torch.device(args.device)
-    model, sample_shape = build(name)
+    model, sample_shape = torchvision_model(args) if args.torchvision else build(name)
     model = model.to(dev)
     params = sum(p.numel() for p in model.parameters())
-    if name == "gpt-mini":
+    if args.torchvision:
+        classes = args.classes
+        inputs = torch.randn((batch,) + sample_shape)
+        labels = torch.randint(0, classes, (batch,))
+    elif name == "gpt-mini":
         classes = 256
         inputs = torch.randint(0, classes, (batch,) + sample_shape)
         labels = torch.randint(0, classes, (batch,) + sample_shape)
@@ -201,6 +221,10 @@ def main():
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--batch", type=int, default=0, help="batch size for every workload (default: each one's own)")
+    p.add_argument("--torchvision", default="", metavar="NAME",
+                   help="time this torchvision model instead of the workloads (needs --batch)")
+    p.add_argument("--input", default="3,224,224", help="--torchvision: per-sample input shape C,H,W")
+    p.add_argument("--classes", type=int, default=1000, help="--torchvision: num_classes")
     args = p.parse_args()
     if args.device.startswith("cuda"):
         if not torch.cuda.is_available():
@@ -219,12 +243,21 @@ def main():
     if args.threads < 1 or args.steps < 1 or args.warmup < 0:
         print("error: --threads and --steps must be at least 1, --warmup not negative", file=sys.stderr)
         return 2
+    torch.set_num_threads(args.threads)
+    if args.torchvision:
+        if args.batch < 1 or args.classes < 1:
+            print("error: --torchvision needs --batch B and --classes N positive", file=sys.stderr)
+            return 2
+        line = run(args.torchvision, args.batch, args)
+        line["input"] = args.input
+        line["classes"] = args.classes
+        print(json.dumps(line), flush=True)
+        return 0
     names = [w for w in args.workloads.split(",") if w]
     for w in names:
         if w not in WORKLOADS:
             print(f"error: unknown workload '{w}' (workloads: {', '.join(WORKLOADS)})", file=sys.stderr)
             return 2
-    torch.set_num_threads(args.threads)
     for w in names:
         print(json.dumps(run(w, args.batch or WORKLOADS[w], args)), flush=True)
     return 0
