@@ -26,7 +26,8 @@ struct SimulateArgs {
   std::string plan, profile, schedule, weights = "stash", trace, schedule_file, svg;
   int64_t minibatches = 0, svg_minibatches = 0;  // minibatches 0: replay_minibatches(plan)
   int microbatches = 0, batch_size = 0, virtual_stages = 1;
-  int cores = 0, threads = 1;  // cores 0: every worker has its own device
+  double cores = 0;  // 0: every worker has its own device
+  int threads = 1;
   bool threads_given = false;
   double weight_gradient_share = 0.5;
   bool json = false, realistic_latency = false;
@@ -108,7 +109,7 @@ void run_simulate(const SimulateArgs& a) {
     opt.actions = &file.lists;
   }
   opt.realistic_latency = a.realistic_latency;
-  if (a.cores < 0) throw UserError(cat("--cores must be >= 0 (0: every worker has its own device), got ", a.cores));
+  if (!(a.cores >= 0)) throw UserError(cat("--cores must be >= 0 (0: every worker has its own device), got ", a.cores));
   if (a.threads < 1) throw UserError(cat("--threads must be >= 1, got ", a.threads));
   if (a.threads_given && a.cores == 0)
     throw UserError("--threads is the threads per worker sharing --cores: give --cores too");
@@ -200,8 +201,8 @@ void add_simulate_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--cores", args->cores,
                   "the workers run on one machine with N cores and share them (processor sharing: n computing "
-                  "workers of T threads run at min(1, N / (n T)) of their profiled speed); default 0: every worker "
-                  "has a device of its own, as the planner assumes");
+                  "workers of T threads run at min(1, N / (n T)) of their profiled speed); N may be fractional "
+                  "(a CPU quota); default 0: every worker has a device of its own, as the planner assumes");
   auto* threads = cmd->add_option("--threads", args->threads,
                                   "with --cores: compute threads per worker, as profiled (default 1)");
   cmd->add_option("--trace", args->trace, "write a Chrome-trace timeline (Perfetto, chrome://tracing)");

@@ -122,12 +122,12 @@ class Simulation {
     chunks_ = schedule_.chunks();
     holds_versions_ = (!flush_ && opt.schedule.policy != WeightPolicy::None) ||
                       opt.schedule.kind == ScheduleKind::TwoBW;
-    if (opt.cores < 0) throw UserError(cat("the cores shared by the workers must be >= 0 (got ", opt.cores, ")"));
+    if (!(opt.cores >= 0)) throw UserError(cat("the cores shared by the workers must be >= 0 (got ", opt.cores, ")"));
     if (opt.threads_per_worker < 1)
       throw UserError(cat("the threads per worker must be >= 1 (got ", opt.threads_per_worker, ")"));
     // Only when the workers' threads can exceed the cores does sharing slow
     // anything; otherwise the default replay is exactly right.
-    shared_cores_ = opt.cores > 0 && int64_t{R} * opt.threads_per_worker > opt.cores;
+    shared_cores_ = opt.cores > 0 && double(R) * opt.threads_per_worker > opt.cores;
     if (!(opt.weight_gradient_share >= 0 && opt.weight_gradient_share < 1))
       throw UserError(cat("the weight-gradient share of the backward must be in [0, 1) (got ",
                           opt.weight_gradient_share, ")"));

@@ -13,7 +13,7 @@ namespace {
 
 using testing::make_plan;
 
-SimulationOptions sim_options(ScheduleKind kind, int64_t minibatches, int cores = 0, int threads = 1,
+SimulationOptions sim_options(ScheduleKind kind, int64_t minibatches, double cores = 0, int threads = 1,
                               int microbatches = 1) {
   SimulationOptions o;
   o.schedule = testing::schedule_options(kind, minibatches, microbatches, WeightPolicy::Stash);
@@ -113,7 +113,7 @@ TEST(SimulatorSharedCores, EnoughCoresIsBitIdenticalToTheDefault) {
     std::vector<TraceEvent> base_trace;
     const int microbatches = is_flush(kind) ? 4 : 1;
     const SimulationReport base = simulate(p, sim_options(kind, 40, 0, 1, microbatches), &base_trace);
-    for (auto [cores, threads] : {std::pair{4, 1}, std::pair{64, 1}, std::pair{8, 2}}) {
+    for (auto [cores, threads] : {std::pair{4.0, 1}, std::pair{64.0, 1}, std::pair{8.0, 2}, std::pair{4.5, 1}}) {
       std::vector<TraceEvent> trace;
       const SimulationReport rep = simulate(p, sim_options(kind, 40, cores, threads, microbatches), &trace);
       EXPECT_TRUE(same_bits(rep.time_per_minibatch_s, base.time_per_minibatch_s)) << cores;
@@ -131,10 +131,19 @@ TEST(SimulatorSharedCores, EnoughCoresIsBitIdenticalToTheDefault) {
   }
 }
 
-TEST(SimulatorSharedCores, RefusesNegativeCoresAndZeroThreads) {
+// Fractional cores (a CPU quota): two lockstep replicas on 1.5 cores run
+// at 3/4 speed.
+TEST(SimulatorSharedCores, FractionalCoresAreAQuota) {
+  const SimulationReport rep =
+      simulate(make_plan({2}, 1.0, 2.0), sim_options(ScheduleKind::OneFOneBRoundRobin, 8, 1.5));
+  EXPECT_DOUBLE_EQ(rep.time_per_minibatch_s, 2.0);  // 1.5 s x 4/3
+}
+
+TEST(SimulatorSharedCores, RefusesNegativeCoresOrThreads) {
   const Plan p = make_plan({1, 1});
   EXPECT_THROW(simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 4, -1)), UserError);
   EXPECT_THROW(simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 4, 2, 0)), UserError);
+  EXPECT_THROW(simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 4, -0.5)), UserError);
 }
 
 }  // namespace
