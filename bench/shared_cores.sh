@@ -2,35 +2,41 @@
 # Shared cores (issue 15): does `pipedream simulate --cores` predict a
 # 4-worker `pipedream run` on this machine, whose workers share its cores?
 #   bench/shared_cores.sh [--out DIR] [--rounds N] [--models "cnn gpt-mini"] [--quiet-wait S]
-# Per model: profile at the whole batch (M = 8 microbatches x b, one thread),
-# plan a straight pipeline on 4 workers, then run 1f1b-rr (minibatches of
-# M x b) and 1f1b-flush (M microbatches of b) alternated ABBA, N rounds
-# (default 2); each next to `simulate` without --cores (every worker its
-# own device) and with --cores $(nproc) --threads 1.
-# On a shared host other programs take cores the model gives the workers:
-# before the profile and every run the script waits (up to S seconds,
-# default 300) until other programs keep less than 0.25 of a core busy over
-# a second, and records what they took during the run (/proc/stat's busy
-# time less the run's own CPU, in cores). It also records the CPU the
-# workers' communication threads (pd-comm) used against their compute
-# threads. Prints JSON lines (one per run, one per model and schedule with
-# medians over the runs whose others' load stayed below 0.25 core, or all
-# runs if none did) and a Markdown table. DIR (default runs/shared-cores)
-# keeps profiles, plans, metrics. Environment: BUILD_DIR (default build).
+# Per model and round (N rounds, default 3), the user's whole path: profile
+# at the whole batch (M = 8 microbatches x b, one thread), plan a straight
+# pipeline on 4 workers, run 1f1b-rr (minibatches of M x b) and 1f1b-flush
+# (M microbatches of b) in the order ABBA, and simulate each schedule on
+# that round's plan without --cores (every worker its own device) and with
+# --cores $(nproc) --threads 1. Profiling every round keeps profile and
+# runs close in time on a host whose speed drifts; ratios are per run
+# against its round's prediction.
+# A shared host's other programs take cores the model gives the workers
+# (and with the kernel's autogroups, nice does not keep them out), so
+# before each profile and run the script waits, up to S seconds (default
+# 600), until other programs keep at most 0.3 cores busy over 2 s, and
+# records the cores they kept busy during it (/proc/stat's busy time less
+# its own CPU); only runs (and rounds whose profile) stayed below 0.3 count
+# as quiet. For every run it also simulates with --cores $(nproc) less that
+# load, and records the CPU the workers' communication threads (pd-comm)
+# used against their compute threads.
+# Prints JSON lines (one per run, one per model and schedule with medians
+# over quiet runs, or over all if none was quiet) and a Markdown table. DIR
+# (default runs/shared-cores) keeps profiles, plans, metrics. Environment:
+# BUILD_DIR (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out=runs/shared-cores
-rounds=2
+rounds=3
 models="cnn gpt-mini"
-quiet_wait=300
+quiet_wait=600
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=${2:?}; shift 2 ;;
     --rounds) rounds=${2:?}; shift 2 ;;
     --models) models=${2:?}; shift 2 ;;
     --quiet-wait) quiet_wait=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "shared_cores.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -44,7 +50,6 @@ M=8
 workers=4
 cores=$(nproc)
 hz=$(getconf CLK_TCK)
-quiet=0.25  # cores other programs may keep busy for a run to count as quiet
 
 model_args() {
   case "$1" in
@@ -60,23 +65,6 @@ flush_steps=12
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
-# Cores other programs kept busy over the last second (nothing of ours runs).
-others_now() {
-  local before after
-  before=$(busy_jiffies)
-  sleep 1
-  after=$(busy_jiffies)
-  awk -v b="$before" -v a="$after" -v hz="$hz" 'BEGIN { printf "%.2f", (a - b) / hz }'
-}
-wait_for_quiet() {
-  local waited=0 load
-  while :; do
-    load=$(others_now)
-    if awk -v l="$load" -v q="$quiet" 'BEGIN { exit !(l < q) }' || [ "$waited" -ge "$quiet_wait" ]; then break; fi
-    waited=$((waited + 1))
-  done
-  echo "$waited"
-}
 # Every 0.2 s until killed: the workers' threads' CPU ticks so far (thread,
 # name, ticks); the last line per thread is its total.
 sample_worker_threads() {
@@ -95,77 +83,117 @@ schedule_flags() {  # model schedule -> run flags
     1f1b-flush) echo "--schedule 1f1b-flush --microbatches $M --batch $b --minibatches $flush_steps" ;;
   esac
 }
-simulate_flags() {
-  case "$1" in
-    1f1b-rr) echo "--schedule 1f1b-rr" ;;
-    1f1b-flush) echo "--schedule 1f1b-flush --microbatches $M" ;;
+# The run's schedule and length: simulate replays as many steps as the run
+# trains, and its throughput below is steps x samples / makespan, as the
+# run's is (fill and drain included).
+simulate_flags() {  # model schedule
+  case "$2" in
+    1f1b-rr) echo "--schedule 1f1b-rr --minibatches $(rr_steps "$1")" ;;
+    1f1b-flush) echo "--schedule 1f1b-flush --microbatches $M --minibatches $flush_steps" ;;
   esac
 }
+steps_of() { case "$2" in 1f1b-rr) rr_steps "$1" ;; 1f1b-flush) echo "$flush_steps" ;; esac; }
+# simulate's --json report -> samples/s over the whole replay.
+run_throughput() { jq -r --argjson n "$1" '$n / .makespan_s'; }
 
-table="| model | schedule | measured samples/s (quiet runs; all runs) | others' cores during them | simulated, own devices | measured / own devices | simulated, ${cores} shared cores | measured / shared cores |\n|---|---|---|---|---|---|---|---|\n"
-for model in $models; do
-  b=$(micro "$model")
-  waited=$(wait_for_quiet)
+# A command's CPU and the cores other programs kept busy while it ran
+# (never below 0: the jiffy counts are coarse). Sets own_cpu and load.
+timed() {
+  local cpu_file=$1 before start wall
+  shift
   before=$(busy_jiffies)
   start=$(date +%s.%N)
-  # shellcheck disable=SC2046
-  /usr/bin/time -f "%U %S" -o "$out/$model.profile.cpu" "$pipedream" profile $(model_args "$model") \
-    --batch $((M * b)) --threads 1 --warmup 1 --iters 5 --min-time 3 -o "$out/$model.profile.json" > /dev/null 2>&1
+  /usr/bin/time -f "%U %S" -o "$cpu_file" "$@"
   wall=$(echo "$(date +%s.%N) - $start" | bc -l)
-  own=$(awk '{ print $1 + $2 }' "$out/$model.profile.cpu")
-  load=$(awk -v b="$before" -v a="$(busy_jiffies)" -v hz="$hz" -v own="$own" -v w="$wall" \
+  own_cpu=$(awk '{ print $1 + $2 }' "$cpu_file")
+  load=$(awk -v b="$before" -v a="$(busy_jiffies)" -v hz="$hz" -v own="$own_cpu" -v w="$wall" \
     'BEGIN { x = ((a - b) / hz - own) / w; printf "%.2f", x < 0 ? 0 : x }')
-  echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"step\": \"profile\", \"waited_s\": $waited, \"other_load_cores\": $load}"
-  "$pipedream" plan --profile "$out/$model.profile.json" --workers "$workers" --straight --bandwidth 10 \
-    -o "$out/$model.plan.json" > /dev/null
-  rm -f "$out/$model".*.runs
-  order=""
-  for ((i = 0; i < rounds; ++i)); do order+=" 1f1b-rr 1f1b-flush 1f1b-flush 1f1b-rr"; done
-  for schedule in $order; do
-    metrics="$out/$model.$schedule.$RANDOM.jsonl"
-    waited=$(wait_for_quiet)
-    sample_worker_threads > "$metrics.threads" &
-    sampler=$!
+}
+quiet=0.3  # cores other programs may keep busy for a run to count as quiet
+# Waits until other programs keep less than $quiet cores busy over 2 s (or
+# $quiet_wait seconds have passed); prints the seconds waited.
+wait_for_quiet() {
+  local waited=0 before after
+  while [ "$waited" -lt "$quiet_wait" ]; do
     before=$(busy_jiffies)
-    start=$(date +%s.%N)
-    # shellcheck disable=SC2046
-    /usr/bin/time -f "%U %S" -o "$metrics.cpu" "$pipedream" run --plan "$out/$model.plan.json" $(model_args "$model") \
-      --data synthetic $(schedule_flags "$model" "$schedule") --no-eval --threads-per-worker 1 --timeout 300 \
-      --metrics "$metrics" > /dev/null 2> "$metrics.log"
-    wall=$(echo "$(date +%s.%N) - $start" | bc -l)
+    sleep 2
     after=$(busy_jiffies)
-    kill "$sampler"
-    wait "$sampler" 2> /dev/null || true
-    own=$(awk '{ print $1 + $2 }' "$metrics.cpu")
-    # Cores other programs kept busy during the run (never below 0: the
-    # jiffy counts are coarse).
-    load=$(awk -v b="$before" -v a="$after" -v hz="$hz" -v own="$own" -v w="$wall" \
-      'BEGIN { x = ((a - b) / hz - own) / w; printf "%.2f", x < 0 ? 0 : x }')
-    read -r compute_cpu comm_cpu < <(awk -v hz="$hz" '{ t[$1] = $3; n[$1] = $2 }
-      END { for (k in t) s[n[k]] += t[k]; printf "%.2f %.2f\n", s["(pipedream)"] / hz, s["(pd-comm)"] / hz }' \
-      "$metrics.threads")
-    sps=$(jq -r 'select(.event == "summary") | .samples_per_s' "$metrics")
-    echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"samples_per_s\": $sps, \"wall_s\": $wall, \"waited_s\": $waited, \"other_load_cores\": $load, \"compute_threads_cpu_s\": $compute_cpu, \"comm_threads_cpu_s\": $comm_cpu}"
-    echo "$sps $load" >> "$out/$model.$schedule.runs"
+    awk -v b="$before" -v a="$after" -v hz="$hz" -v q="$quiet" 'BEGIN { exit !((a - b) / hz / 2 < q) }' && break
+    waited=$((waited + 2))
+  done
+  echo "$waited"
+}
+is_quiet() { awk -v l="$1" -v q="$quiet" 'BEGIN { exit !(l < q) }'; }
+ratio() { awk -v m="$1" -v s="$2" 'BEGIN { printf "%.3f", m / s }'; }
+
+table="| model | schedule | quiet runs / runs | measured samples/s, median (runs) | others' busy cores (runs) | simulated, own devices (rounds) | measured / own devices, median (runs) | simulated, ${cores} shared cores (rounds) | measured / shared cores, median (runs) | measured / cores others left, median of all runs |\n|---|---|---|---|---|---|---|---|---|---|\n"
+for model in $models; do
+  b=$(micro "$model")
+  rm -f "$out/$model".*.runs "$out/$model".*.runs.counted "$out/$model".*.sims
+  for ((round = 0; round < rounds; ++round)); do
+    profile="$out/$model.$round.profile.json"
+    plan="$out/$model.$round.plan.json"
+    waited=$(wait_for_quiet)
+    # shellcheck disable=SC2046
+    timed "$profile.cpu" "$pipedream" profile $(model_args "$model") --batch $((M * b)) --threads 1 --warmup 1 \
+      --iters 5 --min-time 3 -o "$profile" > /dev/null 2>&1
+    echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"step\": \"profile\", \"waited_s\": $waited, \"other_load_cores\": $load}"
+    profile_load=$load
+    "$pipedream" plan --profile "$profile" --workers "$workers" --straight --bandwidth 10 -o "$plan" > /dev/null
+    declare -A own_devices shared
+    for schedule in 1f1b-rr 1f1b-flush; do
+      samples=$(( $(steps_of "$model" "$schedule") * M * b ))
+      # shellcheck disable=SC2046
+      own_devices[$schedule]=$("$pipedream" simulate --plan "$plan" --profile "$profile" $(simulate_flags "$model" "$schedule") \
+        --json | run_throughput "$samples")
+      # shellcheck disable=SC2046
+      shared[$schedule]=$("$pipedream" simulate --plan "$plan" --profile "$profile" $(simulate_flags "$model" "$schedule") \
+        --cores "$cores" --threads 1 --json | run_throughput "$samples")
+      echo "${own_devices[$schedule]} ${shared[$schedule]}" >> "$out/$model.$schedule.sims"
+    done
+    for schedule in 1f1b-rr 1f1b-flush 1f1b-flush 1f1b-rr; do
+      metrics="$out/$model.$round.$schedule.$RANDOM.jsonl"
+      waited=$(wait_for_quiet)
+      sample_worker_threads > "$metrics.threads" &
+      sampler=$!
+      # shellcheck disable=SC2046
+      timed "$metrics.cpu" "$pipedream" run --plan "$plan" $(model_args "$model") --data synthetic \
+        $(schedule_flags "$model" "$schedule") --no-eval --threads-per-worker 1 --timeout 300 --metrics "$metrics" \
+        > /dev/null 2> "$metrics.log"
+      kill "$sampler"
+      wait "$sampler" 2> /dev/null || true
+      read -r compute_cpu comm_cpu < <(awk -v hz="$hz" '{ t[$1] = $3; n[$1] = $2 }
+        END { for (k in t) s[n[k]] += t[k]; printf "%.2f %.2f\n", s["(pipedream)"] / hz, s["(pd-comm)"] / hz }' \
+        "$metrics.threads")
+      sps=$(jq -r 'select(.event == "summary") | .samples_per_s' "$metrics")
+      r_own=$(ratio "$sps" "${own_devices[$schedule]}")
+      r_shared=$(ratio "$sps" "${shared[$schedule]}")
+      samples=$(( $(steps_of "$model" "$schedule") * M * b ))
+      # What the cores others left would give: --cores nproc - their load.
+      # shellcheck disable=SC2046
+      left=$("$pipedream" simulate --plan "$plan" --profile "$profile" $(simulate_flags "$model" "$schedule") \
+        --cores "$(awk -v c="$cores" -v l="$load" 'BEGIN { print (c - l < 0.05) ? 0.05 : c - l }')" --threads 1 --json |
+        run_throughput "$samples")
+      r_left=$(ratio "$sps" "$left")
+      quiet_run=false
+      if is_quiet "$load" && is_quiet "$profile_load"; then quiet_run=true; fi
+      echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"schedule\": \"$schedule\", \"samples_per_s\": $sps, \"simulated_own_devices_samples_per_s\": ${own_devices[$schedule]}, \"simulated_shared_cores_samples_per_s\": ${shared[$schedule]}, \"measured_over_own_devices\": $r_own, \"measured_over_shared_cores\": $r_shared, \"simulated_cores_left_samples_per_s\": $left, \"measured_over_cores_left\": $r_left, \"quiet\": $quiet_run, \"waited_s\": $waited, \"other_load_cores\": $load, \"compute_threads_cpu_s\": $compute_cpu, \"comm_threads_cpu_s\": $comm_cpu}"
+      echo "$sps $load $r_own $r_shared $r_left $quiet_run" >> "$out/$model.$schedule.runs"
+    done
   done
   for schedule in 1f1b-rr 1f1b-flush; do
-    # shellcheck disable=SC2046
-    own_devices=$("$pipedream" simulate --plan "$out/$model.plan.json" --profile "$out/$model.profile.json" \
-      $(simulate_flags "$schedule") --json | jq -r '.throughput_samples_per_s')
-    # shellcheck disable=SC2046
-    shared=$("$pipedream" simulate --plan "$out/$model.plan.json" --profile "$out/$model.profile.json" \
-      $(simulate_flags "$schedule") --cores "$cores" --threads 1 --json | jq -r '.throughput_samples_per_s')
     runs="$out/$model.$schedule.runs"
-    quiet_runs=$(awk -v q="$quiet" '$2 < q { print $1 }' "$runs")
-    [ -n "$quiet_runs" ] || quiet_runs=$(awk '{ print $1 }' "$runs")
-    med=$(median <<< "$quiet_runs")
-    load=$(awk '{ print $2 }' "$runs" | paste -sd' ')
-    r_own=$(awk -v m="$med" -v s="$own_devices" 'BEGIN { printf "%.2f", m / s }')
-    r_shared=$(awk -v m="$med" -v s="$shared" 'BEGIN { printf "%.2f", m / s }')
-    echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"cores\": $cores, \"median_samples_per_s\": $med, \"quiet_runs\": $(wc -l <<< "$quiet_runs"), \"simulated_own_devices_samples_per_s\": $own_devices, \"simulated_shared_cores_samples_per_s\": $shared, \"measured_over_own_devices\": $r_own, \"measured_over_shared_cores\": $r_shared}"
-    all=$(awk '{ printf "%.0f ", $1 }' "$runs")
-    quiet_list=$(for x in $quiet_runs; do printf '%.0f ' "$x"; done)
-    table+="| $model | $schedule | $(printf '%.0f' "$med") (${quiet_list% }; ${all% }) | $load | $(printf '%.0f' "$own_devices") | $r_own | $(printf '%.0f' "$shared") | $r_shared |\n"
+    sims="$out/$model.$schedule.sims"
+    # Medians over the quiet runs, or over all when none was quiet.
+    if grep -q ' true$' "$runs"; then grep ' true$' "$runs" > "$runs.counted"; else cp "$runs" "$runs.counted"; fi
+    counted=$(wc -l < "$runs.counted")
+    med=$(awk '{ print $1 }' "$runs.counted" | median)
+    med_own=$(awk '{ print $3 }' "$runs.counted" | median)
+    med_shared=$(awk '{ print $4 }' "$runs.counted" | median)
+    med_left=$(awk '{ print $5 }' "$runs" | median)
+    echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"cores\": $cores, \"runs\": $(wc -l < "$runs"), \"quiet_runs\": $(grep -c ' true$' "$runs" || true), \"counted_runs\": $counted, \"median_samples_per_s\": $med, \"median_measured_over_own_devices\": $med_own, \"median_measured_over_shared_cores\": $med_shared, \"median_measured_over_cores_left_all_runs\": $med_left}"
+    col() { awk -v c="$2" -v f="$3" '{ printf "%s" f, (NR > 1 ? " " : ""), $c }' "$1"; }
+    table+="| $model | $schedule | $(grep -c ' true$' "$runs" || true) / $(wc -l < "$runs") | $(printf '%.0f' "$med") ($(col "$runs.counted" 1 %.0f)) | $(col "$runs" 2 %s) | $(col "$sims" 1 %.0f) | $(printf '%.2f' "$med_own") ($(col "$runs.counted" 3 %.2f)) | $(col "$sims" 2 %.0f) | $(printf '%.2f' "$med_shared") ($(col "$runs.counted" 4 %.2f)) | $(printf '%.2f' "$med_left") |\n"
   done
 done
 printf "%b" "$table"
