@@ -16,9 +16,12 @@
 # 600), until other programs keep at most 0.3 cores busy over 2 s, and
 # records the cores they kept busy during it (/proc/stat's busy time less
 # its own CPU); only runs (and rounds whose profile) stayed below 0.3 count
-# as quiet. For every run it also simulates with --cores $(nproc) less that
-# load, and records the CPU the workers' communication threads (pd-comm)
-# used against their compute threads.
+# as quiet. For every run it also simulates with the cores others left:
+# --cores max(nproc - L, nproc / 2), L the cores they kept busy in the 2 s
+# before it (the kernel shares the cores fairly between sessions, so one
+# other busy session leaves this one at least half), and records the CPU
+# the workers' communication threads (pd-comm) used against their compute
+# threads.
 # Prints JSON lines (one per run, one per model and schedule with medians
 # over quiet runs, or over all if none was quiet) and a Markdown table. DIR
 # (default runs/shared-cores) keeps profiles, plans, metrics. Environment:
@@ -36,7 +39,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=${2:?}; shift 2 ;;
     --models) models=${2:?}; shift 2 ;;
     --quiet-wait) quiet_wait=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "shared_cores.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -110,34 +113,36 @@ timed() {
     'BEGIN { x = ((a - b) / hz - own) / w; printf "%.2f", x < 0 ? 0 : x }')
 }
 quiet=0.3  # cores other programs may keep busy for a run to count as quiet
+is_quiet() { awk -v l="$1" -v q="$quiet" 'BEGIN { exit !(l < q) }'; }
 # Waits until other programs keep less than $quiet cores busy over 2 s (or
-# $quiet_wait seconds have passed); prints the seconds waited.
+# $quiet_wait seconds have passed); prints the seconds waited and the cores
+# they kept busy in the last 2 s (what they want when nothing of ours runs).
 wait_for_quiet() {
-  local waited=0 before after
-  while [ "$waited" -lt "$quiet_wait" ]; do
+  local waited=0 before after load
+  while :; do
     before=$(busy_jiffies)
     sleep 2
     after=$(busy_jiffies)
-    awk -v b="$before" -v a="$after" -v hz="$hz" -v q="$quiet" 'BEGIN { exit !((a - b) / hz / 2 < q) }' && break
+    load=$(awk -v b="$before" -v a="$after" -v hz="$hz" 'BEGIN { printf "%.2f", (a - b) / hz / 2 }')
+    if is_quiet "$load" || [ "$waited" -ge "$quiet_wait" ]; then break; fi
     waited=$((waited + 2))
   done
-  echo "$waited"
+  echo "$waited $load"
 }
-is_quiet() { awk -v l="$1" -v q="$quiet" 'BEGIN { exit !(l < q) }'; }
 ratio() { awk -v m="$1" -v s="$2" 'BEGIN { printf "%.3f", m / s }'; }
 
-table="| model | schedule | quiet runs / runs | measured samples/s, median (runs) | others' busy cores (runs) | simulated, own devices (rounds) | measured / own devices, median (runs) | simulated, ${cores} shared cores (rounds) | measured / shared cores, median (runs) | measured / cores others left, median of all runs |\n|---|---|---|---|---|---|---|---|---|---|\n"
+table="| model | schedule | quiet runs / runs | measured samples/s, median (runs) | others' busy cores (runs) | simulated, own devices (rounds) | measured / own devices, median (runs) | simulated, ${cores} shared cores (rounds) | measured / shared cores, median (runs) | measured / cores others left, median of all runs (runs) |\n|---|---|---|---|---|---|---|---|---|---|\n"
 for model in $models; do
   b=$(micro "$model")
   rm -f "$out/$model".*.runs "$out/$model".*.runs.counted "$out/$model".*.sims
   for ((round = 0; round < rounds; ++round)); do
     profile="$out/$model.$round.profile.json"
     plan="$out/$model.$round.plan.json"
-    waited=$(wait_for_quiet)
+    read -r waited load_before < <(wait_for_quiet)
     # shellcheck disable=SC2046
     timed "$profile.cpu" "$pipedream" profile $(model_args "$model") --batch $((M * b)) --threads 1 --warmup 1 \
       --iters 5 --min-time 3 -o "$profile" > /dev/null 2>&1
-    echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"step\": \"profile\", \"waited_s\": $waited, \"other_load_cores\": $load}"
+    echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"step\": \"profile\", \"waited_s\": $waited, \"other_load_before_cores\": $load_before, \"other_load_cores\": $load}"
     profile_load=$load
     "$pipedream" plan --profile "$profile" --workers "$workers" --straight --bandwidth 10 -o "$plan" > /dev/null
     declare -A own_devices shared
@@ -153,7 +158,7 @@ for model in $models; do
     done
     for schedule in 1f1b-rr 1f1b-flush 1f1b-flush 1f1b-rr; do
       metrics="$out/$model.$round.$schedule.$RANDOM.jsonl"
-      waited=$(wait_for_quiet)
+      read -r waited load_before < <(wait_for_quiet)
       sample_worker_threads > "$metrics.threads" &
       sampler=$!
       # shellcheck disable=SC2046
@@ -169,15 +174,18 @@ for model in $models; do
       r_own=$(ratio "$sps" "${own_devices[$schedule]}")
       r_shared=$(ratio "$sps" "${shared[$schedule]}")
       samples=$(( $(steps_of "$model" "$schedule") * M * b ))
-      # What the cores others left would give: --cores nproc - their load.
+      # What the cores others left would give: nproc less the cores they
+      # kept busy just before the run, but at least half the cores (autogroup
+      # fair share against one other busy session).
+      cores_left=$(awk -v c="$cores" -v l="$load_before" 'BEGIN { print (c - l < c / 2) ? c / 2 : c - l }')
       # shellcheck disable=SC2046
       left=$("$pipedream" simulate --plan "$plan" --profile "$profile" $(simulate_flags "$model" "$schedule") \
-        --cores "$(awk -v c="$cores" -v l="$load" 'BEGIN { print (c - l < 0.05) ? 0.05 : c - l }')" --threads 1 --json |
+        --cores "$cores_left" --threads 1 --json |
         run_throughput "$samples")
       r_left=$(ratio "$sps" "$left")
       quiet_run=false
       if is_quiet "$load" && is_quiet "$profile_load"; then quiet_run=true; fi
-      echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"schedule\": \"$schedule\", \"samples_per_s\": $sps, \"simulated_own_devices_samples_per_s\": ${own_devices[$schedule]}, \"simulated_shared_cores_samples_per_s\": ${shared[$schedule]}, \"measured_over_own_devices\": $r_own, \"measured_over_shared_cores\": $r_shared, \"simulated_cores_left_samples_per_s\": $left, \"measured_over_cores_left\": $r_left, \"quiet\": $quiet_run, \"waited_s\": $waited, \"other_load_cores\": $load, \"compute_threads_cpu_s\": $compute_cpu, \"comm_threads_cpu_s\": $comm_cpu}"
+      echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"schedule\": \"$schedule\", \"samples_per_s\": $sps, \"simulated_own_devices_samples_per_s\": ${own_devices[$schedule]}, \"simulated_shared_cores_samples_per_s\": ${shared[$schedule]}, \"measured_over_own_devices\": $r_own, \"measured_over_shared_cores\": $r_shared, \"simulated_cores_left_samples_per_s\": $left, \"measured_over_cores_left\": $r_left, \"quiet\": $quiet_run, \"waited_s\": $waited, \"other_load_before_cores\": $load_before, \"cores_left\": $cores_left, \"other_load_cores\": $load, \"compute_threads_cpu_s\": $compute_cpu, \"comm_threads_cpu_s\": $comm_cpu}"
       echo "$sps $load $r_own $r_shared $r_left $quiet_run" >> "$out/$model.$schedule.runs"
     done
   done
@@ -193,7 +201,7 @@ for model in $models; do
     med_left=$(awk '{ print $5 }' "$runs" | median)
     echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"cores\": $cores, \"runs\": $(wc -l < "$runs"), \"quiet_runs\": $(grep -c ' true$' "$runs" || true), \"counted_runs\": $counted, \"median_samples_per_s\": $med, \"median_measured_over_own_devices\": $med_own, \"median_measured_over_shared_cores\": $med_shared, \"median_measured_over_cores_left_all_runs\": $med_left}"
     col() { awk -v c="$2" -v f="$3" '{ printf "%s" f, (NR > 1 ? " " : ""), $c }' "$1"; }
-    table+="| $model | $schedule | $(grep -c ' true$' "$runs" || true) / $(wc -l < "$runs") | $(printf '%.0f' "$med") ($(col "$runs.counted" 1 %.0f)) | $(col "$runs" 2 %s) | $(col "$sims" 1 %.0f) | $(printf '%.2f' "$med_own") ($(col "$runs.counted" 3 %.2f)) | $(col "$sims" 2 %.0f) | $(printf '%.2f' "$med_shared") ($(col "$runs.counted" 4 %.2f)) | $(printf '%.2f' "$med_left") |\n"
+    table+="| $model | $schedule | $(grep -c ' true$' "$runs" || true) / $(wc -l < "$runs") | $(printf '%.0f' "$med") ($(col "$runs.counted" 1 %.0f)) | $(col "$runs" 2 %s) | $(col "$sims" 1 %.0f) | $(printf '%.2f' "$med_own") ($(col "$runs.counted" 3 %.2f)) | $(col "$sims" 2 %.0f) | $(printf '%.2f' "$med_shared") ($(col "$runs.counted" 4 %.2f)) | $(printf '%.2f' "$med_left") ($(col "$runs" 5 %.2f)) |\n"
   done
 done
 printf "%b" "$table"
