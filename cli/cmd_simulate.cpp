@@ -26,6 +26,9 @@ struct SimulateArgs {
   std::string plan, profile, schedule, weights = "stash", trace, schedule_file, svg;
   int64_t minibatches = 0, svg_minibatches = 0;  // minibatches 0: replay_minibatches(plan)
   int microbatches = 0, batch_size = 0, virtual_stages = 1;
+  double cores = 0;  // 0: every worker has its own device
+  int threads = 1;
+  bool threads_given = false;
   double weight_gradient_share = 0.5;
   bool json = false, realistic_latency = false;
 };
@@ -106,6 +109,12 @@ void run_simulate(const SimulateArgs& a) {
     opt.actions = &file.lists;
   }
   opt.realistic_latency = a.realistic_latency;
+  if (!(a.cores >= 0)) throw UserError(cat("--cores must be >= 0 (0: every worker has its own device), got ", a.cores));
+  if (a.threads < 1) throw UserError(cat("--threads must be >= 1, got ", a.threads));
+  if (a.threads_given && a.cores == 0)
+    throw UserError("--threads is the threads per worker sharing --cores: give --cores too");
+  opt.cores = a.cores;
+  opt.threads_per_worker = a.threads;
   opt.weight_gradient_share = a.weight_gradient_share;
   if (!a.profile.empty()) {
     const Profile profile = read_profile(a.profile);
@@ -122,10 +131,18 @@ void run_simulate(const SimulateArgs& a) {
   }
   if (!a.svg.empty()) write_svg(a, plan, opt.schedule, events);
   if (a.json) {
-    std::cout << report_to_json(rep).dump() << "\n";
+    nlohmann::json j = report_to_json(rep);
+    if (opt.cores > 0) {
+      j["cores"] = opt.cores;
+      j["threads_per_worker"] = opt.threads_per_worker;
+    }
+    std::cout << j.dump() << "\n";
     return;
   }
   std::cout << format_report(rep);
+  if (opt.cores > 0)
+    std::cout << "workers share " << opt.cores << " cores, " << opt.threads_per_worker
+              << " thread(s) each (processor sharing)\n";
   if (plan.profile.batch_size <= 0)
     std::cout << "(the plan's profile records no batch size, so throughput is unknown; pass --batch-size)\n";
   if (!plan.stages.empty() && plan.time_per_minibatch_s > 0 && !is_flush(opt.schedule.kind))
@@ -182,12 +199,21 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--batch-size", args->batch_size,
                   "samples per minibatch for the throughput (default: the plan's profile)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--cores", args->cores,
+                  "the workers run on one machine with N cores and share them (processor sharing: n computing "
+                  "workers of T threads run at min(1, N / (n T)) of their profiled speed); N may be fractional "
+                  "(a CPU quota); default 0: every worker has a device of its own, as the planner assumes");
+  auto* threads = cmd->add_option("--threads", args->threads,
+                                  "with --cores: compute threads per worker, as profiled (default 1)");
   cmd->add_option("--trace", args->trace, "write a Chrome-trace timeline (Perfetto, chrome://tracing)");
   cmd->add_flag("--json", args->json, "print the report as one JSON object");
   cmd->add_flag("--realistic-latency", args->realistic_latency,
                 "messages arrive when their last byte does and steps wait for their all-reduce to end "
                 "(default: the planner's steady state, where links and all-reduces limit throughput only)");
-  cmd->callback([args] { run_simulate(*args); });
+  cmd->callback([args, threads] {
+    args->threads_given = threads->count() > 0;
+    run_simulate(*args);
+  });
 }
 
 }  // namespace pd::cli

@@ -19,8 +19,10 @@ Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const 
 // The workers share the machine's `cores` (0: unknown): a minibatch's
 // compute, summed over its stages, takes at least that many core-seconds x
 // threads_per_worker, so no plan does better than total compute x threads
-// / cores per minibatch (Plan::shared_cores_bound_s); the prediction is
-// the replay or that bound, whichever is slower.
+// / cores per minibatch (Plan::shared_cores_bound_s, kept in plan.json).
+// When workers x threads exceed the cores, the prediction is the plan's
+// replay with the cores shared (SimulationOptions::cores; never below the
+// bound), predicted_by "shared cores", if slower than the own-device replay.
 Plan plan_for_workers(const Profile& p, int workers, bool straight = false, int threads_per_worker = 1,
                       int cores = 0, double bandwidth_GBps = 4.0);
 

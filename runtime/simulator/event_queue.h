@@ -73,6 +73,17 @@ class EventQueue {
     return {t, x.rank};
   }
 
+  // The time of the event that pops next unless a push comes first; not
+  // empty(). (The shared-cores replay compares it with the next compute end,
+  // which is not in the queue.)
+  double peek_time() const {
+    uint64_t key = now_;
+    if (current_.empty()) key = std::min(earliest_front_, others_.min_key());
+    double t;
+    std::memcpy(&t, &key, sizeof t);
+    return t;
+  }
+
   // The rank whose event pops next unless a push comes first (of events
   // due at the same time, any one); -1 when empty.
   int peek_rank() const {

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "core/error.h"
 #include "runtime/schedule/schedule_file.h"
@@ -121,6 +122,12 @@ class Simulation {
     chunks_ = schedule_.chunks();
     holds_versions_ = (!flush_ && opt.schedule.policy != WeightPolicy::None) ||
                       opt.schedule.kind == ScheduleKind::TwoBW;
+    if (!(opt.cores >= 0)) throw UserError(cat("the cores shared by the workers must be >= 0 (got ", opt.cores, ")"));
+    if (opt.threads_per_worker < 1)
+      throw UserError(cat("the threads per worker must be >= 1 (got ", opt.threads_per_worker, ")"));
+    // Only when the workers' threads can exceed the cores does sharing slow
+    // anything; otherwise the default replay is exactly right.
+    shared_cores_ = opt.cores > 0 && double(R) * opt.threads_per_worker > opt.cores;
     if (!(opt.weight_gradient_share >= 0 && opt.weight_gradient_share < 1))
       throw UserError(cat("the weight-gradient share of the backward must be in [0, 1) (got ",
                           opt.weight_gradient_share, ")"));
@@ -148,6 +155,7 @@ class Simulation {
       workers_[r].stage = schedule_.stage_of(r);
     }
     busy_at_mark_.resize(R);
+    if (shared_cores_) work_left_.assign(R, 0.0);
     spilled_.resize(R);
     link_free_.assign(R, 0.0);
     events_ = EventQueue(assign_delay_lines());
@@ -166,11 +174,15 @@ class Simulation {
 
   SimulationReport run() {
     for (int r = 0; r < schedule_.workers(); ++r) events_.push({0.0, r});
-    while (!events_.empty()) {
-      auto [t, r] = events_.pop();
-      prefetch_worker(events_.peek_rank());
-      now_ = t;
-      advance(r);
+    if (shared_cores_) {
+      run_sharing_cores();
+    } else {
+      while (!events_.empty()) {
+        auto [t, r] = events_.pop();
+        prefetch_worker(events_.peek_rank());
+        now_ = t;
+        advance(r);
+      }
     }
     for (int r = 0; r < schedule_.workers(); ++r)
       if (workers_[r].has_action() || workers_[r].computing)
@@ -180,6 +192,56 @@ class Simulation {
   }
 
  private:
+
+  // The event loop with shared cores: compute ends are not events (their
+  // time changes whenever another worker starts or ends a computation), so
+  // each turn either ends the computation with the least work left, if it
+  // ends no later than the next event, or processes that event.
+  void run_sharing_cores() {
+    constexpr double kNever = std::numeric_limits<double>::infinity();
+    for (;;) {
+      const double next_event = events_.empty() ? kNever : events_.peek_time();
+      int first_done = -1;
+      double least_left = kNever;
+      for (int r : computing_ranks_)
+        if (work_left_[r] < least_left) {
+          least_left = work_left_[r];
+          first_done = r;
+        }
+      if (first_done >= 0) {
+        const double done_at = progress_time_ + least_left / compute_rate_;
+        if (done_at <= next_event) {
+          now_ = std::max(done_at, now_);
+          progress_to(now_);
+          work_left_[first_done] = 0;
+          computing_ranks_.erase(std::find(computing_ranks_.begin(), computing_ranks_.end(), first_done));
+          update_compute_rate();
+          workers_[first_done].compute_end = now_;
+          advance(first_done);
+          continue;
+        }
+      }
+      if (events_.empty()) return;
+      auto [t, r] = events_.pop();
+      now_ = t;
+      advance(r);
+    }
+  }
+
+  // Every running computation has advanced at the current rate since the
+  // last change; charge that before the set of computing workers changes.
+  void progress_to(double t) {
+    const double done = (t - progress_time_) * compute_rate_;
+    for (int r : computing_ranks_) work_left_[r] = std::max(0.0, work_left_[r] - done);
+    progress_time_ = t;
+  }
+
+  // Processor sharing: n computing workers of T threads each on C cores
+  // run at min(1, C / (n T)) of their own-device speed.
+  void update_compute_rate() {
+    const double threads = double(computing_ranks_.size()) * opt_.threads_per_worker;
+    compute_rate_ = threads > opt_.cores ? opt_.cores / threads : 1.0;
+  }
 
   // One delay line per distinct compute time; returns how many.
   size_t assign_delay_lines() {
@@ -317,7 +379,16 @@ class Simulation {
     const auto [duration, line] = compute_cost(w, a);
     w.computing = true;
     w.compute_start = now_;
-    w.compute_end = now_ + duration;
+    if (shared_cores_) {
+      // Its end is found by run_sharing_cores: until then it is unknown.
+      progress_to(now_);
+      w.compute_end = std::numeric_limits<double>::infinity();
+      work_left_[r] = duration;
+      computing_ranks_.push_back(r);
+      update_compute_rate();
+    } else {
+      w.compute_end = now_ + duration;
+    }
     if (fwd == !flush_ && a.kind != ActionKind::BackwardWeight) w.round_start = now_;
     if (fwd) {
       const bool another_version = w.in_flight == 0 || a.key != w.newest_held;
@@ -331,6 +402,7 @@ class Simulation {
         count_versions(w);
       }
     }
+    if (shared_cores_) return;
     if (line >= 0) events_.push_delayed({w.compute_end, r}, static_cast<size_t>(line));
     else events_.push({w.compute_end, r});
   }
@@ -497,6 +569,12 @@ class Simulation {
   bool split_ = false;  // zb-h1: B and W
   int chunks_ = 1;      // interleaved-1f1b: stages per worker
   bool holds_versions_ = false;  // 1f1b-rr with stash or vertical: count live weight versions
+  // SimulationOptions::cores: the computing workers share the cores.
+  bool shared_cores_ = false;
+  std::vector<int> computing_ranks_;   // workers computing now
+  std::vector<double> work_left_;      // per rank: own-device seconds its computation still needs
+  double compute_rate_ = 1.0;          // speed of every computation now (1: own device)
+  double progress_time_ = 0;           // when work_left_ was last brought up to date
   std::vector<StageCost> costs_;
   std::vector<ReplicaGroup> groups_;
   std::vector<WorkerState> workers_;

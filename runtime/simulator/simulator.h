@@ -73,6 +73,20 @@ struct SimulationOptions {
   // zb-h1: the fraction of a stage's backward time its W (weight gradient)
   // pass takes; B takes the rest.
   double weight_gradient_share = 0.5;
+  // Shared cores. 0 (default): every worker has a device of its own, as the
+  // planner assumes. C > 0: the plan's workers run on one machine with C
+  // cores (fractional: a CPU quota), each computing with threads_per_worker
+  // threads (what the profile's times were measured with), and the OS
+  // shares the cores fairly (processor sharing): while n workers compute and
+  // n x threads > C, every computation advances at C / (n x threads) of its
+  // profiled speed, so a computation's remaining time is re-timed whenever a
+  // worker starts or ends one. Waiting workers take no core, nor do
+  // transfers: the runtime's communication threads took 5% of the workers'
+  // CPU in the runs measured (runtime/simulator/README.md). With C >=
+  // workers x threads no computation is ever slowed, and the replay is the
+  // default one, bit for bit.
+  double cores = 0;
+  int threads_per_worker = 1;
 };
 
 // Stashed activation bytes per minibatch of each stage: the profile's
