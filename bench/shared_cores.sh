@@ -2,6 +2,9 @@
 # Shared cores (issue 15): does `pipedream simulate --cores` predict a
 # 4-worker `pipedream run` on this machine, whose workers share its cores?
 #   bench/shared_cores.sh [--out DIR] [--rounds N] [--models "cnn gpt-mini"] [--quiet-wait S]
+# Models: cnn, gpt-mini (zoo), resnet18-onnx (torchvision resnet18, 64x64),
+# gpt-onnx (scripts/torch_models/gpt_decoder.py, 4 blocks of width 128, 64
+# tokens), the last two exported to ONNX with scripts/export_torch.py.
 # Per model and round (N rounds, default 3), the user's whole path: profile
 # at the whole batch (M = 8 microbatches x b, one thread), plan a straight
 # pipeline on 4 workers, run 1f1b-rr (minibatches of M x b) and 1f1b-flush
@@ -39,7 +42,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=${2:?}; shift 2 ;;
     --models) models=${2:?}; shift 2 ;;
     --quiet-wait) quiet_wait=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "shared_cores.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -54,16 +57,28 @@ workers=4
 cores=$(nproc)
 hz=$(getconf CLK_TCK)
 
+# Models: zoo ones, and PyTorch models exported to ONNX here (the user's
+# whole path: export_torch.py, then profile, plan, run, simulate; their
+# profiles are per unit and their plans cut on antichains).
 model_args() {
   case "$1" in
     cnn) echo "--model cnn" ;;
     gpt-mini) echo "--model gpt-mini --model-options depth=6" ;;
+    resnet18-onnx | gpt-onnx) echo "--model $out/$1.onnx" ;;
   esac
 }
-micro() { case "$1" in cnn) echo 16 ;; gpt-mini) echo 2 ;; esac; }
+export_onnx() {
+  case "$1" in
+    resnet18-onnx) scripts/export_torch.py resnet18 -o "$out/$1.onnx" --input 3,64,64 --classes 10 ;;
+    gpt-onnx) scripts/export_torch.py scripts/torch_models/gpt_decoder.py:GPTDecoder -o "$out/$1.onnx" --tokens 64 \
+      --kwargs '{"vocab": 256, "dim": 128, "heads": 4, "layers": 4, "context": 64}' ;;
+    *) return 0 ;;
+  esac > /dev/null
+}
+micro() { case "$1" in cnn) echo 16 ;; gpt-mini | gpt-onnx) echo 2 ;; resnet18-onnx) echo 4 ;; esac; }
 # Steps per run: 1f1b-rr minibatches (enough that fill and drain are a few
 # percent of the run), 1f1b-flush batches.
-rr_steps() { case "$1" in cnn) echo 48 ;; gpt-mini) echo 24 ;; esac; }
+rr_steps() { case "$1" in cnn) echo 48 ;; gpt-mini | gpt-onnx | resnet18-onnx) echo 24 ;; esac; }
 flush_steps=12
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -133,6 +148,8 @@ ratio() { awk -v m="$1" -v s="$2" 'BEGIN { printf "%.3f", m / s }'; }
 
 table="| model | schedule | quiet runs / runs | measured samples/s, median (runs) | others' busy cores (runs) | simulated, own devices (rounds) | measured / own devices, median (runs) | simulated, ${cores} shared cores (rounds) | measured / shared cores, median (runs) | measured / cores others left, median of all runs (runs) |\n|---|---|---|---|---|---|---|---|---|---|\n"
 for model in $models; do
+  [ -n "$(model_args "$model")" ] || { echo "shared_cores.sh: unknown model '$model'" >&2; exit 2; }
+  export_onnx "$model"
   b=$(micro "$model")
   rm -f "$out/$model".*.runs "$out/$model".*.runs.counted "$out/$model".*.sims
   for ((round = 0; round < rounds; ++round)); do

@@ -21,6 +21,9 @@ struct PlanStage {
   double compute_s = 0;                 // forward + backward of one minibatch on one worker
   double forward_s = 0, backward_s = 0;
   double sync_s = 0, transfer_s = 0, time_s = 0;
+  // The optimizer step per minibatch (the profile's optimizer_ms): not in
+  // the planner's cost model (compute_s, time_s), replayed by simulate.
+  double optimizer_s = 0;
   uint64_t output_bytes = 0;            // activation sent to the next stage per minibatch
   uint64_t parameter_bytes = 0;
   uint64_t memory_bytes = 0;

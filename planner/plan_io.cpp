@@ -103,6 +103,7 @@ json plan_to_json(const Plan& p) {
                   {"parameter_bytes", s.parameter_bytes},
                   {"memory_bytes", s.memory_bytes},
                   {"in_flight", s.in_flight}};
+    if (s.optimizer_s > 0) stage["optimizer_s"] = s.optimizer_s;
     if (!s.nodes.empty()) stage["nodes"] = s.nodes;
     stages.push_back(std::move(stage));
   }
@@ -180,6 +181,9 @@ Plan plan_from_json(const json& j, const std::string& source) {
     s.forward_s = optional_field<double>(js, "forward_s", 0, where);
     s.backward_s = optional_field<double>(js, "backward_s", 0, where);
     s.sync_s = optional_field<double>(js, "sync_s", 0, where);
+    s.optimizer_s = optional_field<double>(js, "optimizer_s", 0, where);
+    if (!(s.optimizer_s >= 0) || !std::isfinite(s.optimizer_s))
+      throw UserError(cat(where, ": \"optimizer_s\" must be a number of seconds >= 0, got ", s.optimizer_s));
     s.transfer_s = optional_field<double>(js, "transfer_s", 0, where);
     s.time_s = optional_field<double>(js, "time_s", 0, where);
     s.output_bytes = optional_field<uint64_t>(js, "output_bytes", 0, where);

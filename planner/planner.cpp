@@ -35,6 +35,7 @@ PlanStage to_plan_stage(const Profile& profile, const PlanningGraph& g, const Pl
     const PlanningNode& n = g.nodes[v];
     out.forward_s += n.forward_s;
     out.backward_s += n.backward_s;
+    out.optimizer_s += profile.nodes[n.profile_index].optimizer_ms / 1e3;
     params += n.parameter_bytes;
     out.nodes.push_back(profile.nodes[n.profile_index].id);
     out.layer_names.push_back(profile.nodes[n.profile_index].name);

@@ -235,6 +235,7 @@ struct Samples {
   std::vector<std::vector<double>> fwd, bwd;
   std::vector<double> whole, instrumented;  // instrumented: the layer times summed per iteration
   std::vector<double> host_probe;           // HostProbe, CPU only
+  std::vector<double> optimizer;            // the whole model's optimizer step
   std::vector<std::vector<double>> unit_fwd, unit_bwd;  // models with a graph: per unit
   explicit Samples(size_t layers, size_t units) : fwd(layers), bwd(layers), unit_fwd(units), unit_bwd(units) {}
   void add_units(const UnitClock& c) {
@@ -323,6 +324,10 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
   std::vector<uint64_t> unit_saved_bytes;
   Samples samples(static_cast<size_t>(n), units ? model.graph->units.size() : 0);
   HostProbe probe;
+  // The optimizer step, timed after each measured iteration at lr 0 (the
+  // weights stay; its state moves as in training).
+  const auto optimizer = make_optimizer(o.optimizer);
+  OptimizerState optimizer_state = optimizer->make_state(w.all_params());
   Clock::time_point measuring_since;
   double measured_seconds = 0;
   for (int it = 0;; ++it) {
@@ -336,6 +341,9 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
     if (measured) {
       samples.add(t);
       if (clock) samples.add_units(*clock);
+      const Clock::time_point step_start = now_synced();
+      optimizer->step(w.all_params(), grads.all_params(), optimizer_state, 0.0f);
+      samples.optimizer.push_back(ms_between(step_start, now_synced()));
       if (!o.device.is_cuda()) samples.host_probe.push_back(probe.time_ms());
       measured_seconds = std::chrono::duration<double>(Clock::now() - measuring_since).count();
       p.iteration = it - o.warmup + 1;
@@ -364,6 +372,14 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
   p.measured_iterations = static_cast<int>(samples.whole.size());
   p.measured_seconds = measured_seconds;
   if (!samples.host_probe.empty()) p.host_probe_ms = median(samples.host_probe);
+  // The step is a pass over each parameter and its slots: its time is
+  // shared by parameter bytes.
+  uint64_t all_parameter_bytes = 0;
+  for (int i = 0; i < n; ++i) all_parameter_bytes += parameter_bytes(w, i);
+  const double optimizer_ms = median(samples.optimizer);
+  auto optimizer_share = [&](uint64_t bytes) {
+    return all_parameter_bytes ? optimizer_ms * double(bytes) / double(all_parameter_bytes) : 0.0;
+  };
   for (int i = 0; i < n; ++i) {
     const size_t k = static_cast<size_t>(i);
     ProfileNode node;
@@ -378,11 +394,15 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
     node.activation_bytes = facts[k].saved_bytes;
     node.workspace_bytes = facts[k].workspace_bytes;
     node.parameter_bytes = parameter_bytes(w, i);
+    node.optimizer_ms = optimizer_share(node.parameter_bytes);
     node.optimizer_state_bytes = node.parameter_bytes * static_cast<uint64_t>(slots);
     p.nodes.push_back(std::move(node));
     if (i + 1 < n) p.edges.emplace_back(i, i + 1);
   }
-  if (units) p = unit_profile(std::move(p), *model.graph, samples, unit_saved_bytes, slots);
+  if (units) {
+    p = unit_profile(std::move(p), *model.graph, samples, unit_saved_bytes, slots);
+    for (ProfileNode& node : p.nodes) node.optimizer_ms = optimizer_share(node.parameter_bytes);
+  }
   return p;
 }
 

@@ -22,6 +22,10 @@ struct ProfileNode {
   // what it allocates beyond its inputs while it runs, plus, in the
   // backward, the gradient it receives (0: not measured, e.g. graph.txt).
   uint64_t workspace_bytes = 0;
+  // The optimizer's update of this node's parameters, once per minibatch
+  // (0: not measured, e.g. graph.txt). The planner's cost model leaves it
+  // out, as PipeDream's does; simulate counts it (plan stages' optimizer_s).
+  double optimizer_ms = 0;
   int source_line = 0;  // line of the file it was read from (graph.txt order matters to PipeDream)
 };
 

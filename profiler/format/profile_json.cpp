@@ -139,6 +139,7 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     node.parameter_bytes = bytes_field(n, "parameter_bytes", node_where, true);
     node.optimizer_state_bytes = bytes_field(n, "optimizer_state_bytes", node_where, false);
     node.workspace_bytes = bytes_field(n, "workspace_bytes", node_where, false);
+    node.optimizer_ms = number_field(n, "optimizer_ms", node_where, false);
     node.source_line = int(i) + 1;
     p.nodes.push_back(std::move(node));
   }
@@ -190,6 +191,7 @@ void write_profile_json(const Profile& p, const std::string& path) {
                  {"parameter_bytes", n.parameter_bytes},
                  {"optimizer_state_bytes", n.optimizer_state_bytes},
                  {"workspace_bytes", n.workspace_bytes}};
+    if (n.optimizer_ms > 0) node["optimizer_ms"] = n.optimizer_ms;
     if (n.forward_p90_ms > 0 || n.backward_p90_ms > 0) {
       node["forward_p90_ms"] = n.forward_p90_ms;
       node["backward_p90_ms"] = n.backward_p90_ms;

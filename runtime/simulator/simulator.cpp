@@ -136,7 +136,10 @@ class Simulation {
     for (size_t s = 0; s < plan.stages.size(); ++s) {
       const PlanStage& st = plan.stages[s];
       uint64_t stash = opt.stashed_bytes.empty() ? st.output_bytes : opt.stashed_bytes[s];
-      const double backward = st.backward_s / items;
+      // The optimizer step runs after a stage's last backward of a minibatch
+      // (flush: of a batch): it is folded into the backward, spread over the
+      // batch's microbatches.
+      const double backward = (st.backward_s + st.optimizer_s) / items;
       costs_.push_back({st.forward_s / items, backward * (1 - w_share), backward * w_share,
                         double(st.output_bytes) / items, static_cast<uint64_t>(std::llround(double(stash) / items))});
       ReplicaGroup g;

@@ -27,8 +27,10 @@
 //    the backward for flush schedules), one round after another; the
 //    planner's W is per round of r minibatches (T = max(compute, W) / r), and
 //    so is this all-reduce. The OptimizerStep waits for the round's
-//    all-reduce to start (default) or end (realistic_latency). Steps take no
-//    time.
+//    all-reduce to start (default) or end (realistic_latency). The step's
+//    own compute (the stage's optimizer_s, from the profile's optimizer_ms;
+//    0 for profiles that do not measure it) is folded into the backward:
+//    B takes (backward_s + optimizer_s) / microbatches.
 // Steady state: time per minibatch is measured between the completions
 // (end of stage 0's backward; flush: end of stage 0 replica 0's step) of
 // minibatch K/4 and 3K/4, busy fractions over the same window.

@@ -79,6 +79,23 @@ TEST(MeasureProfile, ParameterAndOptimizerBytesFollowTheModelAndOptimizer) {
   for (const auto& n : measure_profile(m, plain).nodes) EXPECT_EQ(n.optimizer_state_bytes, 0u);
 }
 
+// The optimizer step's time is measured and shared by parameter bytes: a
+// layer without parameters has none, the others in proportion.
+TEST(MeasureProfile, OptimizerStepTimeFollowsParameterBytes) {
+  const Profile p = measure_profile(small_mlp(), quick());
+  const ProfileNode* reference = nullptr;
+  for (const ProfileNode& n : p.nodes) {
+    if (n.parameter_bytes == 0) {
+      EXPECT_EQ(n.optimizer_ms, 0) << n.name;
+      continue;
+    }
+    EXPECT_GT(n.optimizer_ms, 0) << n.name;
+    if (!reference) reference = &n;
+    EXPECT_NEAR(n.optimizer_ms / reference->optimizer_ms,
+                double(n.parameter_bytes) / double(reference->parameter_bytes), 1e-9) << n.name;
+  }
+}
+
 TEST(MeasureProfile, ActivationBytesAreWhatForwardSavesForBackward) {
   Model m = build_model(zoo_spec("cnn"));
   Profile p = measure_profile(m, quick(2));
