@@ -1,5 +1,6 @@
 // `pipedream simulate`: replay a plan's schedule on its costs and report
 // throughput, bubbles and memory (docs/design.md §7).
+#include <cmath>
 #include <algorithm>
 #include <iomanip>
 #include <iostream>
@@ -29,6 +30,7 @@ struct SimulateArgs {
   double cores = 0;  // 0: every worker has its own device
   int threads = 1;
   bool threads_given = false;
+  double contention = 0;
   double weight_gradient_share = 0.5;
   bool json = false, realistic_latency = false;
 };
@@ -113,8 +115,14 @@ void run_simulate(const SimulateArgs& a) {
   if (a.threads < 1) throw UserError(cat("--threads must be >= 1, got ", a.threads));
   if (a.threads_given && a.cores == 0)
     throw UserError("--threads is the threads per worker sharing --cores: give --cores too");
+  if (!(a.contention >= 0) || !std::isfinite(a.contention))
+    throw UserError(cat("--contention must be a number >= 0 (e.g. 0.07: 7% slower with every core busy), got ",
+                        a.contention));
+  if (a.contention > 0 && a.cores == 0)
+    throw UserError("--contention is what the shared cores share besides themselves: give --cores too");
   opt.cores = a.cores;
   opt.threads_per_worker = a.threads;
+  opt.core_contention = a.contention;
   opt.weight_gradient_share = a.weight_gradient_share;
   if (!a.profile.empty()) {
     const Profile profile = read_profile(a.profile);
@@ -205,6 +213,10 @@ void add_simulate_command(CLI::App& app) {
                   "(a CPU quota); default 0: every worker has a device of its own, as the planner assumes");
   auto* threads = cmd->add_option("--threads", args->threads,
                                   "with --cores: compute threads per worker, as profiled (default 1)");
+  cmd->add_option("--contention", args->contention,
+                  "with --cores: computations run 1 + F times slower while every core computes (memory bandwidth "
+                  "and caches the cores share; in proportion when fewer are busy); measure F as the slowdown of the "
+                  "profiled step run on every core at once (bench/shared_cores.sh does); default 0");
   cmd->add_option("--trace", args->trace, "write a Chrome-trace timeline (Perfetto, chrome://tracing)");
   cmd->add_flag("--json", args->json, "print the report as one JSON object");
   cmd->add_flag("--realistic-latency", args->realistic_latency,

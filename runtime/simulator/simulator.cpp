@@ -127,7 +127,11 @@ class Simulation {
       throw UserError(cat("the threads per worker must be >= 1 (got ", opt.threads_per_worker, ")"));
     // Only when the workers' threads can exceed the cores does sharing slow
     // anything; otherwise the default replay is exactly right.
-    shared_cores_ = opt.cores > 0 && double(R) * opt.threads_per_worker > opt.cores;
+    if (!(opt.core_contention >= 0) || !std::isfinite(opt.core_contention))
+      throw UserError(cat("the core contention must be a number >= 0 (got ", opt.core_contention, ")"));
+    if (opt.core_contention > 0 && opt.cores == 0)
+      throw UserError("core contention is a property of shared cores: give the cores too");
+    shared_cores_ = opt.cores > 0 && (double(R) * opt.threads_per_worker > opt.cores || opt.core_contention > 0);
     if (!(opt.weight_gradient_share >= 0 && opt.weight_gradient_share < 1))
       throw UserError(cat("the weight-gradient share of the backward must be in [0, 1) (got ",
                           opt.weight_gradient_share, ")"));
@@ -240,10 +244,15 @@ class Simulation {
   }
 
   // Processor sharing: n computing workers of T threads each on C cores
-  // run at min(1, C / (n T)) of their own-device speed.
+  // run at min(1, C / (n T)) of their own-device speed, and slower by the
+  // contention for what the busy cores share.
   void update_compute_rate() {
     const double threads = double(computing_ranks_.size()) * opt_.threads_per_worker;
     compute_rate_ = threads > opt_.cores ? opt_.cores / threads : 1.0;
+    if (opt_.core_contention > 0 && opt_.cores > 1) {
+      const double busy_beyond_one = std::max(0.0, std::min(threads, opt_.cores) - 1);
+      compute_rate_ /= 1 + opt_.core_contention * busy_beyond_one / (opt_.cores - 1);
+    }
   }
 
   // One delay line per distinct compute time; returns how many.

@@ -89,6 +89,13 @@ struct SimulationOptions {
   // default one, bit for bit.
   double cores = 0;
   int threads_per_worker = 1;
+  // With cores: what the cores share besides themselves (memory bandwidth,
+  // the last-level cache). A computation runs 1 + core_contention times
+  // slower while every core computes, and in proportion to the cores busy
+  // beyond one otherwise. Measured by running the profiled step on every
+  // core at once (bench/shared_cores.sh runs `cores` profiles side by
+  // side; 0 measured on the 2-core VM this was written on). 0: not modelled.
+  double core_contention = 0;
 };
 
 // Stashed activation bytes per minibatch of each stage: the profile's

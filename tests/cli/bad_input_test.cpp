@@ -152,6 +152,8 @@ INSTANTIATE_TEST_SUITE_P(
              "simulate --plan {dir}/plan_a.json --profile {dir}/profile_b.json", "field 'model'"},
         Case{"SimulateNegativeCores", "simulate --plan {dir}/plan_a.json --cores -1", "--cores"},
         Case{"SimulateThreadsWithoutCores", "simulate --plan {dir}/plan_a.json --threads 2", "--threads"},
+        Case{"SimulateContentionWithoutCores", "simulate --plan {dir}/plan_a.json --contention 0.1", "--contention"},
+        Case{"SimulateNegativeContention", "simulate --plan {dir}/plan_a.json --cores 2 --contention -0.1", "--contention"},
         Case{"SimulateZeroThreads", "simulate --plan {dir}/plan_a.json --cores 2 --threads 0", "--threads"},
         Case{"ProfileOutputIsAFolder", kProfile + " --model cnn -o {dir}/folder", "-o"},
         Case{"TrainSaveIsAFolder", kTrain + " --minibatches 1 --save {dir}/folder", "--save"},

@@ -167,3 +167,23 @@ TEST(SimulatorOptimizerStep, StepComputeIsCountedOncePerMinibatchOrBatch) {
 
 }  // namespace
 }  // namespace pd
+
+namespace pd {
+namespace {
+
+// Contention for what the cores share: two lockstep replicas on two cores
+// each run 1 + F slower; one worker alone on two cores is not slowed.
+TEST(SimulatorSharedCores, ContentionSlowsComputationsWhileEveryCoreIsBusy) {
+  SimulationOptions both = sim_options(ScheduleKind::OneFOneBRoundRobin, 8, 2);
+  both.core_contention = 0.1;
+  EXPECT_DOUBLE_EQ(simulate(make_plan({2}, 1.0, 2.0), both).time_per_minibatch_s, 1.5 * 1.1);
+  SimulationOptions alone = sim_options(ScheduleKind::OneFOneBRoundRobin, 8, 2);
+  alone.core_contention = 0.1;
+  EXPECT_DOUBLE_EQ(simulate(make_plan({1}, 1.0, 2.0), alone).time_per_minibatch_s, 3.0);
+  SimulationOptions no_cores = sim_options(ScheduleKind::OneFOneBRoundRobin, 8);
+  no_cores.core_contention = 0.1;
+  EXPECT_THROW(simulate(make_plan({1}, 1.0, 2.0), no_cores), UserError);
+}
+
+}  // namespace
+}  // namespace pd
