@@ -128,7 +128,7 @@ class OnnxSegment : public Layer {
       const SegmentNode& n = s_.nodes[j];
       in.clear();
       for (const InputRef& r : n.inputs) in.push_back(resolve(r, slots, a.params, a.buffers));
-      const Clock::time_point start = Clock::now();
+      const Clock::time_point start = clock ? Clock::now() : Clock::time_point{};  // read only when profiling
       std::vector<Tensor> out = n.op->forward(in, node_step(a.step, n), ctx.children[j]);
       if (clock) {
         clock->forward_ms[size_t(n.unit)] += ms_since(start);
@@ -173,7 +173,7 @@ class OnnxSegment : public Layer {
         ctx.children[jj].clear();
         continue;
       }
-      const Clock::time_point start = Clock::now();
+      const Clock::time_point start = clock ? Clock::now() : Clock::time_point{};  // read only when profiling
       std::vector<Tensor> g = n.op->backward(dys, need, node_step(a.step, n), ctx.children[jj]);
       if (clock) clock->backward_ms[size_t(n.unit)] += ms_since(start);
       for (size_t k = 0; k < n.inputs.size() && k < g.size(); ++k) {

@@ -38,24 +38,14 @@ class Importer {
   // The model with one layer per single-tensor cut, and its graph of units.
   Model run(std::shared_ptr<const ModelProto> owner) {
     trace();
-    std::vector<int> order(nodes_.size());
-    for (size_t j = 0; j < order.size(); ++j) order[j] = int(j);
+    const std::vector<int> order = graph_order();
     const std::vector<int> ends = cut_points();
     std::vector<int> layer_of_node(nodes_.size());
     for (size_t j = 0, l = 0; j < nodes_.size(); ++j) {
       layer_of_node[j] = int(l);
       if (l < ends.size() && int(j) == ends[l]) ++l;
     }
-    auto graph = std::make_shared<ModelGraph>(describe_units(layer_of_node));
-    Model m = assemble(order, ends);
-    if (owner) {
-      const std::string name = name_;
-      graph->restage = [owner, name](const std::vector<int>& stage_of_unit) {
-        return Importer(*owner, name).run_staged(stage_of_unit, owner);
-      };
-    }
-    m.graph = graph;
-    return m;
+    return with_graph(assemble(order, ends), layer_of_node, std::move(owner));
   }
 
   // One layer per stage: the units of each stage, in graph order.
@@ -65,11 +55,9 @@ class Importer {
       throw UserError(cat(name_, ": the plan places ", stage_of_unit.size(), " units, the model has ", units_,
                           " (plan made for another export?)"));
     std::vector<int> stage_of_node(nodes_.size());
-    int stages = 0;
     for (size_t j = 0; j < nodes_.size(); ++j) {
       stage_of_node[j] = stage_of_unit[size_t(unit_of_node_[j])];
       if (stage_of_node[j] < 0) throw UserError(cat(name_, ": unit ", unit_of_node_[j], " has no stage"));
-      stages = std::max(stages, stage_of_node[j] + 1);
     }
     for (size_t j = 0; j < nodes_.size(); ++j)
       for (const std::string& name : nodes_[j].inputs) {
@@ -80,26 +68,18 @@ class Importer {
                               stage_of_node[size_t(from)], " after its reader ", nodes_[j].node->label(),
                               " in stage ", stage_of_node[j], " (stages must follow the graph)"));
       }
-    std::vector<int> order(nodes_.size());
-    for (size_t j = 0; j < order.size(); ++j) order[j] = int(j);
+    std::vector<int> order = graph_order();
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return stage_of_node[size_t(a)] < stage_of_node[size_t(b)]; });
+    // Each stage ends where the next begins; stages come in order, so a
+    // stage that is skipped has no units.
     std::vector<int> ends;
-    for (int st = 0; st < stages; ++st) {
-      int last = -1;
-      for (size_t k = 0; k < order.size(); ++k)
-        if (stage_of_node[size_t(order[k])] == st) last = int(k);
-      if (last < 0 || (!ends.empty() && last == ends.back()))
-        throw UserError(cat(name_, ": the plan's stage ", st, " has no units"));
-      ends.push_back(last);
+    for (size_t k = 0; k < order.size(); ++k) {
+      const int stage = stage_of_node[size_t(order[k])];
+      if (k + 1 < order.size() && stage_of_node[size_t(order[k + 1])] == stage) continue;
+      if (stage != int(ends.size())) throw UserError(cat(name_, ": the plan's stage ", ends.size(), " has no units"));
+      ends.push_back(int(k));
     }
-    auto graph = std::make_shared<ModelGraph>(describe_units(stage_of_node));
-    Model m = assemble(order, ends);
-    if (owner) {
-      const std::string name = name_;
-      graph->restage = [owner, name](const std::vector<int>& s) { return Importer(*owner, name).run_staged(s, owner); };
-    }
-    m.graph = graph;
-    return m;
+    return with_graph(assemble(order, ends), stage_of_node, std::move(owner));
   }
 
  private:
@@ -118,6 +98,34 @@ class Importer {
     }
     read_output();
     find_units();
+  }
+
+  std::vector<int> graph_order() const {
+    std::vector<int> order(nodes_.size());
+    for (size_t j = 0; j < order.size(); ++j) order[j] = int(j);
+    return order;
+  }
+
+  // The model's graph of units (each in layer layer_of_node of `m`), which
+  // can rebuild the model with one layer per stage from the same file.
+  Model with_graph(Model m, const std::vector<int>& layer_of_node, std::shared_ptr<const ModelProto> owner) const {
+    auto graph = std::make_shared<ModelGraph>(describe_units(layer_of_node));
+    graph->restage = [owner, name = name_](const std::vector<int>& stage_of_unit) {
+      return Importer(*owner, name).run_staged(stage_of_unit, owner);
+    };
+    m.graph = std::move(graph);
+    return m;
+  }
+
+  // PyTorch's scope path of the node ("/layer1/layer1.0/conv1/Conv" ->
+  // "layer1/layer1.0/conv1/Conv"), `fallback` if it has none, made unique
+  // among `taken`.
+  static std::string display_name(const Node& n, const std::string& fallback, std::set<std::string>& taken) {
+    std::string name = n.name;
+    while (!name.empty() && name[0] == '/') name.erase(0, 1);
+    if (name.empty()) name = fallback;
+    while (!taken.insert(name).second) name += "_";
+    return name;
   }
 
   void check_opset() {
@@ -321,35 +329,25 @@ class Importer {
 
   // Positions j (a cut after run-time node j) where exactly one activation
   // is live and no parameter is shared across the cut.
-  std::vector<int> cut_points() const {
+  std::vector<int> cut_points() {
     const int n = static_cast<int>(nodes_.size());
-    std::map<std::string, int> last_read;  // activation or input -> last reading node
     std::vector<int> param_first(params_.size(), n), param_last(params_.size(), -1);
     for (int j = 0; j < n; ++j)
       for (const std::string& name : nodes_[size_t(j)].inputs) {
         if (name.empty()) continue;
         const Value& v = values_.at(name);
-        if (v.kind == Value::Activation || v.kind == Value::Input) last_read[name] = j;
         if (v.kind == Value::Param) {
           param_first[size_t(v.index)] = std::min(param_first[size_t(v.index)], j);
           param_last[size_t(v.index)] = std::max(param_last[size_t(v.index)], j);
         }
       }
-    last_read[output_name_] = n;
+    const std::vector<int> position = index_reads(graph_order());
     std::vector<int> cuts;
     for (int j = 0; j + 1 < n; ++j) {
-      int live = 0;
-      bool ok = true;
-      for (const auto& [name, last] : last_read) {
-        const Value& v = values_.at(name);
-        const int born = v.kind == Value::Input ? -1 : v.index;
-        if (born <= j && last > j) {
-          ++live;
-          ok = ok && v.batched && v.example.dtype() == DType::F32;
-        }
-      }
+      const std::vector<std::string> live = boundary(position, j);
+      bool ok = live.size() == 1 && values_.at(live[0]).batched && values_.at(live[0]).example.dtype() == DType::F32;
       for (size_t p = 0; p < params_.size(); ++p) ok = ok && !(param_first[p] <= j && param_last[p] > j);
-      if (ok && live == 1) cuts.push_back(j);
+      if (ok) cuts.push_back(j);
     }
     cuts.push_back(n - 1);
     return cuts;
@@ -396,11 +394,7 @@ class Importer {
       const RuntimeNode& r = nodes_[j];
       if (unit.name.empty()) {
         unit.layer = layer_of_node[j];
-        std::string name = r.node->name;
-        while (!name.empty() && name[0] == '/') name.erase(0, 1);
-        if (name.empty()) name = cat("node", j);
-        while (!names.insert(name).second) name += "_";
-        unit.name = name;
+        unit.name = display_name(*r.node, cat("node", j), names);
         unit.op = r.node->op_type;
       } else if (unit.op.find(r.node->op_type) == std::string::npos) {
         unit.op += "+" + r.node->op_type;
@@ -428,6 +422,22 @@ class Importer {
     }
     g.edges.assign(edges.begin(), edges.end());
     return g;
+  }
+
+  // Each node's position in `order`; fills last_read_ for that order.
+  std::vector<int> index_reads(const std::vector<int>& order) {
+    std::vector<int> position(nodes_.size());
+    for (size_t k = 0; k < order.size(); ++k) position[size_t(order[k])] = int(k);
+    last_read_.clear();
+    for (size_t k = 0; k < order.size(); ++k)
+      for (const std::string& name : nodes_[size_t(order[k])].inputs) {
+        if (name.empty()) continue;
+        const Value::Kind kind = values_.at(name).kind;
+        if (kind == Value::Activation || kind == Value::Input)
+          last_read_[name] = std::max(last_read_.count(name) ? last_read_[name] : -1, int(k));
+      }
+    last_read_[output_name_] = int(order.size());
+    return position;
   }
 
   // Tensors alive across a cut: made at or before position `before` of the
@@ -490,17 +500,7 @@ class Importer {
     m.task = task_;
     m.spec = {{"name", name_}, {"format", "onnx"}, {"onnx_producer", p_.producer},
               {"opset", p_.opsets.at("")}, {"export_batch", batch_}, {"layers", nlohmann::json::array()}};
-    std::vector<int> position(nodes_.size());
-    for (size_t k = 0; k < order.size(); ++k) position[size_t(order[k])] = int(k);
-    last_read_.clear();
-    for (size_t k = 0; k < order.size(); ++k)
-      for (const std::string& name : nodes_[size_t(order[k])].inputs) {
-        if (name.empty()) continue;
-        const Value::Kind kind = values_.at(name).kind;
-        if (kind == Value::Activation || kind == Value::Input)
-          last_read_[name] = std::max(last_read_.count(name) ? last_read_[name] : -1, int(k));
-      }
-    last_read_[output_name_] = int(order.size());
+    const std::vector<int> position = index_reads(order);
     std::map<std::pair<int, int>, int> owner;  // (kind, index) of an initializer -> its segment
     std::set<std::string> names;
     std::vector<std::string> in_names = {input_name_};
@@ -531,10 +531,7 @@ class Importer {
       s.sample_in = packed_shape(s.inputs);
       s.sample_out = packed_shape(s.outputs);
       s.input_dtype = in_names.size() == 1 ? values_.at(in_names[0]).example.dtype() : DType::F32;
-      std::string lname = nodes_[size_t(order[size_t(begin)])].node->name;
-      while (!lname.empty() && lname[0] == '/') lname.erase(0, 1);  // PyTorch's scope paths: "/layer1/..."
-      if (lname.empty()) lname = cat("onnx", m.layers.size());
-      while (!names.insert(lname).second) lname += "_";
+      const std::string lname = display_name(*nodes_[size_t(order[size_t(begin)])].node, cat("onnx", m.layers.size()), names);
       m.spec["layers"].push_back({{"name", lname}, {"nodes", end - begin + 1}, {"boundary_tensors", out_names.size()}});
       Shape sin = s.sample_in, sout = s.sample_out;
       m.layers.push_back({lname, make_onnx_segment(std::move(s)), sin, sout});
