@@ -4,7 +4,6 @@
 #include <limits>
 #include <string_view>
 
-#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/loss.h"
 
@@ -370,20 +369,7 @@ int64_t StageExecutor::oldest_needed() const {
 
 void StageExecutor::optimizer_step(const Action& a) {
   const double t0 = now();
-  if (a.gradient_count > 1) {
-    const float n = static_cast<float>(a.gradient_count);
-    for (Tensor& g : grads_.all_params()) {
-      if (g.device().is_cuda()) {
-        // x / n and x * (1 / n) can differ in the last bit; the GPU path
-        // has only a scale kernel (replicated GPU stages are not bitwise
-        // equal to the CPU anyway).
-        device_ops(g.device()).scale(g.numel(), 1.0f / n, g.f32(), g.f32());
-        continue;
-      }
-      float* d = g.f32();
-      for (int64_t i = 0, e = g.numel(); i < e; ++i) d[i] /= n;
-    }
-  }
+  average_gradients(grads_.all_params(), a.gradient_count);
   // The LR schedule counts minibatches absorbed (flush: batches), the same
   // index on every stage whatever its replication.
   const float lr = training_.lr.lr_at(training_.first_item + versions_.newest_version());

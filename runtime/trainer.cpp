@@ -4,6 +4,7 @@
 #include <cmath>
 #include <deque>
 
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/loss.h"
 
@@ -26,11 +27,26 @@ StepLoss compute_gradients(const Model& m, const ParameterStore& w, ParameterSto
   return {r.loss, r.correct, r.count};
 }
 
+void average_gradients(std::span<Tensor> grads, int count) {
+  if (count <= 1) return;
+  const float n = static_cast<float>(count);
+  for (Tensor& g : grads) {
+    if (g.device().is_cuda()) {
+      // x / n and x * (1 / n) can differ in the last bit; the GPU path has
+      // only a scale kernel (GPU runs are not bitwise equal to the CPU anyway).
+      device_ops(g.device()).scale(g.numel(), 1.0f / n, g.f32(), g.f32());
+      continue;
+    }
+    float* d = g.f32();
+    for (int64_t i = 0, e = g.numel(); i < e; ++i) d[i] /= n;
+  }
+}
+
 namespace {
 
 // One step's gradient over its minibatch's samples `idx`, as `microbatches`
 // pieces whose gradients add up, then divided by their count as a flush
-// pipeline's optimizer step divides them (x / n, bit for bit). Dropout keys:
+// pipeline's optimizer step divides them. Dropout keys:
 // the step alone, or step x microbatches + piece as the flush schedules key them.
 StepLoss accumulate_gradients(const Model& m, const ParameterStore& w, ParameterStore& grads, const Dataset& data,
                               const std::vector<int64_t>& idx, int64_t step, uint64_t seed, int microbatches) {
@@ -44,13 +60,7 @@ StepLoss accumulate_gradients(const Model& m, const ParameterStore& w, Parameter
     total.correct += l.correct;
     total.count += l.count;
   }
-  if (microbatches > 1) {
-    const float n = static_cast<float>(microbatches);
-    for (Tensor& g : grads.all_params()) {
-      float* d = g.f32();
-      for (int64_t i = 0, e = g.numel(); i < e; ++i) d[i] /= n;
-    }
-  }
+  average_gradients(grads.all_params(), microbatches);
   return total;
 }
 

@@ -7,6 +7,7 @@
 // minibatch s mod P of epoch s div P, where P = minibatches per epoch of the
 // batch size; StepInfo.minibatch_id = s (it keys dropout masks).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/optimizer.h"
@@ -52,6 +53,11 @@ struct StepLoss {
 // gradients of the mean loss into grads.
 StepLoss compute_gradients(const Model& m, const ParameterStore& w, ParameterStore& grads, const Batch& b,
                            const StepInfo& step);
+
+// Divides gradients summed over `count` microbatches (or minibatches) by
+// the count: x / n on the CPU, bit for bit the same in `train
+// --microbatches` and a pipeline's optimizer step; x * (1 / n) on a GPU.
+void average_gradients(std::span<Tensor> grads, int count);
 
 // Loss and accuracy on a dataset in order, eval mode, batches of `batch`.
 // Throws RuntimeFailure naming the step when a training loss is NaN or
