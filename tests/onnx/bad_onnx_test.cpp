@@ -38,11 +38,9 @@ std::string write(const std::string& name, const std::string& bytes) {
 // Exit status and output of `pipedream models --model path`.
 int pipedream_models(const std::string& path, std::string& out) {
   const std::string log = path + ".log";
-  const std::string cmd = std::string(PD_BINARY_DIR) + "/bin/pipedream models --model " + path + " >" + log + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  std::ifstream in(log);
-  out.assign(std::istreambuf_iterator<char>(in), {});
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const int status = pd::testing::run_pipedream("models --model " + path, log);
+  out = pd::testing::read_text(log);
+  return status;
 }
 
 TEST(BadOnnx, TheSmallModelImports) {

@@ -21,16 +21,11 @@
 namespace pd::onnx {
 namespace {
 
-std::string text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using pd::testing::read_text;
 
 // Runs the CLI; on failure the test stops with the log.
 void pipedream(const std::string& args, const std::string& log) {
-  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 " +
-                          std::string(PD_BINARY_DIR) + "/bin/pipedream " + args + " >" + log + " 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << args << "\n" << text(log);
+  ASSERT_EQ(pd::testing::run_pipedream(args, log), 0) << args << "\n" << read_text(log);
 }
 
 // Parameters and buffers by initializer name: the layer prefix differs
@@ -60,7 +55,7 @@ double max_difference(const std::string& a_path, const std::string& b_path) {
   return most;
 }
 
-bool same_bits(const std::string& a, const std::string& b) { return text(a) == text(b) && !text(a).empty(); }
+bool same_bits(const std::string& a, const std::string& b) { return read_text(a) == read_text(b) && !read_text(a).empty(); }
 
 struct Exported {
   std::string dir, onnx;
@@ -75,11 +70,11 @@ Exported export_and_profile(const std::string& model) {
   e.onnx = e.dir + "/" + model + ".onnx";
   EXPECT_TRUE(pd::testing::run_python("scripts/export_torch.py " + model + " -o " + e.onnx + " --input 3,32,32 --classes 10",
                                       e.dir + "/export.log"))
-      << text(e.dir + "/export.log");
+      << read_text(e.dir + "/export.log");
   pipedream("profile --model " + e.onnx + " --batch 4 --threads 1 --warmup 0 --iters 1 --min-time 0 -o " + e.dir +
                 "/profile.json",
             e.dir + "/profile.log");
-  const nlohmann::json p = nlohmann::json::parse(text(e.dir + "/profile.json"));
+  const nlohmann::json p = nlohmann::json::parse(read_text(e.dir + "/profile.json"));
   for (const auto& n : p.at("nodes")) e.units.push_back(n.at("name").get<std::string>());
   return e;
 }
@@ -113,7 +108,7 @@ void write_plan(const Exported& e, const std::string& path, const std::vector<st
 // The tensors each stage sends, as `run` reports them.
 std::vector<int> boundary_tensors(const std::string& log) {
   std::vector<int> out;
-  const std::string t = text(log);
+  const std::string t = read_text(log);
   const std::regex sends("sends ([0-9]+) tensor");
   for (auto it = std::sregex_iterator(t.begin(), t.end(), sends); it != std::sregex_iterator(); ++it)
     out.push_back(std::stoi((*it)[1]));
@@ -134,7 +129,7 @@ TEST(OnnxDagPipeline, Resnet18CutInsideResidualBlocks) {
   // 1F1B-RR with weight stashing: MPI equals the reference bit for bit.
   pipedream("run --plan " + d + "/plan4.json " + common + "--batch 4 --minibatches 8 --save " + d + "/mpi.safetensors",
             d + "/mpi.log");
-  EXPECT_EQ(boundary_tensors(d + "/mpi.log"), (std::vector<int>{2, 2, 2})) << text(d + "/mpi.log");
+  EXPECT_EQ(boundary_tensors(d + "/mpi.log"), (std::vector<int>{2, 2, 2})) << read_text(d + "/mpi.log");
   pipedream("run --plan " + d + "/plan4.json --reference " + common + "--batch 4 --minibatches 8 --save " + d +
                 "/ref.safetensors",
             d + "/ref.log");
@@ -171,7 +166,7 @@ TEST(OnnxDagPipeline, Resnet18CutInsideResidualBlocks) {
                 "--schedule interleaved-1f1b --virtual-stages 2 --microbatches 4 --batch 2 --minibatches 4 --save " + d +
                 "/interleaved.safetensors",
             d + "/interleaved.log");
-  EXPECT_EQ(boundary_tensors(d + "/interleaved.log"), std::vector<int>(7, 2)) << text(d + "/interleaved.log");
+  EXPECT_EQ(boundary_tensors(d + "/interleaved.log"), std::vector<int>(7, 2)) << read_text(d + "/interleaved.log");
   EXPECT_LE(max_difference(d + "/train.safetensors", d + "/interleaved.safetensors"), 1e-6);
 
   // A checkpoint at step 4, resumed, repeats the uninterrupted run.
@@ -191,7 +186,7 @@ TEST(OnnxDagPipeline, Densenet121CutInsideDenseBlocks) {
   const std::string& d = e.dir;
   // Planned on antichains from the per-unit profile: a DAG plan listing units.
   pipedream("plan --profile " + d + "/profile.json --workers 4 --bandwidth 1 --straight -o " + d + "/planned.json", d + "/plan.log");
-  const nlohmann::json planned = nlohmann::json::parse(text(d + "/planned.json"));
+  const nlohmann::json planned = nlohmann::json::parse(read_text(d + "/planned.json"));
   EXPECT_EQ(planned.at("state_space"), "antichain");
   for (const auto& s : planned.at("stages")) EXPECT_TRUE(s.contains("nodes")) << s.dump();
 
@@ -203,8 +198,8 @@ TEST(OnnxDagPipeline, Densenet121CutInsideDenseBlocks) {
   pipedream("run --plan " + d + "/plan4.json " + common + "--batch 4 --minibatches 6 --save " + d + "/mpi.safetensors",
             d + "/mpi.log");
   // Inside a dense block every earlier feature map is still to be concatenated.
-  for (int n : boundary_tensors(d + "/mpi.log")) EXPECT_GT(n, 2) << text(d + "/mpi.log");
-  EXPECT_EQ(boundary_tensors(d + "/mpi.log").size(), 3u) << text(d + "/mpi.log");
+  for (int n : boundary_tensors(d + "/mpi.log")) EXPECT_GT(n, 2) << read_text(d + "/mpi.log");
+  EXPECT_EQ(boundary_tensors(d + "/mpi.log").size(), 3u) << read_text(d + "/mpi.log");
   pipedream("run --plan " + d + "/plan4.json --reference " + common + "--batch 4 --minibatches 6 --save " + d +
                 "/ref.safetensors",
             d + "/ref.log");

@@ -56,18 +56,12 @@ std::string scratch_file(const std::string& name, const std::string& bytes = "")
   return path;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // Exit status and output of `pipedream ARGS`.
 int pipedream(const std::string& args, std::string& out) {
   const std::string log = scratch_file("pipedream.log");
-  const std::string cmd = std::string(PD_BINARY_DIR) + "/bin/pipedream " + args + " >" + log + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  out = read_file(log);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const int status = pd::testing::run_pipedream(args, log);
+  out = pd::testing::read_text(log);
+  return status;
 }
 
 // What the model imported from `path` starts training with.
@@ -237,7 +231,7 @@ TEST(OnnxExport, OnnxPackageLoadsTheExport) {
   std::string log;
   ASSERT_EQ(pipedream(cat("export --onnx ", in, " --weights ", weights, " -o ", out), log), 0) << log;
   EXPECT_TRUE(pd::testing::run_python(cat("tests/onnx/check_export.py ", out, " ", weights), scratch_file("py.log")))
-      << read_file(scratch_file("py.log"));
+      << pd::testing::read_text(scratch_file("py.log"));
 }
 
 }  // namespace

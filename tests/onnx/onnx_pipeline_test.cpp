@@ -3,7 +3,6 @@
 // process - bit for bit the same weights, as for zoo models.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <fstream>
 
 #include "core/safetensors.h"
@@ -13,31 +12,23 @@
 namespace pd::onnx {
 namespace {
 
-int run(const std::string& args, const std::string& log) {
-  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 " +
-                          std::string(PD_BINARY_DIR) + "/bin/pipedream " + args + " >" + log + " 2>&1";
-  return std::system(cmd.c_str());
-}
-
-std::string text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using pd::testing::read_text;
+using pd::testing::run_pipedream;
 
 TEST(OnnxPipeline, PipelinedRunOfAnImportedModelEqualsTheReferenceBitwise) {
   const std::string dir = pd::testing::scratch_dir("pipeline");
   // Three top-level layers (conv+relu+residual add, flatten, gemm): two stages.
   std::ofstream(dir + "/small.onnx", std::ios::binary) << testing::encode(testing::small_model());
   const std::string common = "--model " + dir + "/small.onnx --data synthetic --batch 8 --minibatches 12 --no-eval --seed 3";
-  ASSERT_EQ(run("run --plan auto --workers 2 --straight --plan-out " + dir + "/plan.json " + common + " --save " + dir +
+  ASSERT_EQ(run_pipedream("run --plan auto --workers 2 --straight --plan-out " + dir + "/plan.json " + common + " --save " + dir +
                     "/mpi.safetensors",
                 dir + "/mpi.log"),
             0)
-      << text(dir + "/mpi.log");
-  ASSERT_EQ(run("run --plan " + dir + "/plan.json --reference " + common + " --save " + dir + "/ref.safetensors",
+      << read_text(dir + "/mpi.log");
+  ASSERT_EQ(run_pipedream("run --plan " + dir + "/plan.json --reference " + common + " --save " + dir + "/ref.safetensors",
                 dir + "/ref.log"),
             0)
-      << text(dir + "/ref.log");
+      << read_text(dir + "/ref.log");
   const NamedTensors a = load_safetensors(dir + "/mpi.safetensors"), b = load_safetensors(dir + "/ref.safetensors");
   ASSERT_EQ(a.size(), b.size());
   ASSERT_EQ(a.size(), 4u);  // conv.weight, conv.bias, fc.weight, fc.bias under their ONNX names
@@ -54,18 +45,18 @@ TEST(OnnxPipeline, OneFOneBFlushOfAnImportedModelEqualsTrainingOnTheWholeBatch) 
   const std::string dir = pd::testing::scratch_dir("pipeline_flush");
   std::ofstream(dir + "/small.onnx", std::ios::binary) << testing::encode(testing::small_model());
   const std::string model = "--model " + dir + "/small.onnx --data synthetic --seed 3 --no-eval --minibatches 6";
-  ASSERT_EQ(run("train " + model + " --batch 16 --threads 1 --save " + dir + "/train.safetensors", dir + "/train.log"), 0)
-      << text(dir + "/train.log");
+  ASSERT_EQ(run_pipedream("train " + model + " --batch 16 --threads 1 --save " + dir + "/train.safetensors", dir + "/train.log"), 0)
+      << read_text(dir + "/train.log");
   // Two stages, layer 0 and layers 1-2; microbatches of 4, four per step = train's 16.
   std::ofstream(dir + "/plan.json") << R"({"format": "pipedream-plan/1", "config": "1-1", "schedule": "1f1b-flush",
     "profile": {"path": "p.json", "model": "small", "batch_size": 4},
     "stages": [{"index": 0, "layers": [0, 0], "replicas": 1, "ranks": [0]},
                {"index": 1, "layers": [1, 2], "replicas": 1, "ranks": [1]}]})";
-  ASSERT_EQ(run("run --plan " + dir + "/plan.json " + model + " --schedule 1f1b-flush --microbatches 4 --batch 4 --save " +
+  ASSERT_EQ(run_pipedream("run --plan " + dir + "/plan.json " + model + " --schedule 1f1b-flush --microbatches 4 --batch 4 --save " +
                     dir + "/flush.safetensors",
                 dir + "/flush.log"),
             0)
-      << text(dir + "/flush.log");
+      << read_text(dir + "/flush.log");
   const NamedTensors a = load_safetensors(dir + "/train.safetensors"), b = load_safetensors(dir + "/flush.safetensors");
   ASSERT_EQ(a.size(), b.size());
   for (size_t k = 0; k < a.size(); ++k) {

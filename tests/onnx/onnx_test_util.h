@@ -3,8 +3,12 @@
 // scripts, a scratch folder in the build tree.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 namespace pd::testing {
@@ -33,6 +37,21 @@ inline bool run_python(const std::string& script_and_args, const std::string& lo
   const std::string cmd = "OMP_NUM_THREADS=1 " + std::string(kPython) + " " + std::string(PD_SOURCE_DIR) + "/" +
                           script_and_args + " >" + log + " 2>&1";
   return std::system(cmd.c_str()) == 0;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Exit status of `pipedream ARGS` (-1 if it did not exit), its output in
+// `log`. As root, MPI runs need leave to run and to place more ranks than
+// cores (what scripts/test.sh exports too).
+inline int run_pipedream(const std::string& args, const std::string& log) {
+  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 " +
+                          std::string(PD_BINARY_DIR) + "/bin/pipedream " + args + " >" + log + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace pd::testing

@@ -34,16 +34,9 @@ void PrintTo(const RoundTrip& c, std::ostream* os) { *os << c.model; }
 
 class OnnxExportTorch : public ::testing::TestWithParam<RoundTrip> {};
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using pd::testing::read_text;
 
-bool pipedream(const std::string& args, const std::string& log) {
-  const std::string cmd = cat(PD_BINARY_DIR, "/bin/pipedream ", args, " >", log, " 2>&1");
-  const int status = std::system(cmd.c_str());
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
+bool pipedream(const std::string& args, const std::string& log) { return pd::testing::run_pipedream(args, log) == 0; }
 
 // Our logits for `x` from the model in `path`, BatchNorm in training or eval mode.
 Tensor logits(const Model& m, const Tensor& x, bool training) {
