@@ -325,7 +325,9 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
   Samples samples(static_cast<size_t>(n), units ? model.graph->units.size() : 0);
   HostProbe probe;
   // The optimizer step, timed after each measured iteration at lr 0 (the
-  // weights stay; its state moves as in training).
+  // weights stay; its state moves as in training), with the clearing of the
+  // gradients for the next step that training does with it (a pass over
+  // every gradient: 3 of a 64x64 resnet18 last stage's 9.5 ms).
   const auto optimizer = make_optimizer(o.optimizer);
   OptimizerState optimizer_state = optimizer->make_state(w.all_params());
   Clock::time_point measuring_since;
@@ -343,6 +345,7 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
       if (clock) samples.add_units(*clock);
       const Clock::time_point step_start = now_synced();
       optimizer->step(w.all_params(), grads.all_params(), optimizer_state, 0.0f);
+      grads.zero_params();
       samples.optimizer.push_back(ms_between(step_start, now_synced()));
       if (!o.device.is_cuda()) samples.host_probe.push_back(probe.time_ms());
       measured_seconds = std::chrono::duration<double>(Clock::now() - measuring_since).count();
