@@ -12,7 +12,11 @@
 # pipeline on 4 workers, run 1f1b-rr (minibatches of M x b) and 1f1b-flush
 # (M microbatches of b) in the order ABBA, and simulate each schedule on
 # that round's plan without --cores (every worker its own device) and with
-# --cores $(nproc) --threads 1. Profiling every round keeps profile and
+# --cores $(nproc) --threads 1; each run is also compared in its steady
+# state: its `steady_samples_per_s` (the middle half of its steps) against
+# the replay's throughput over the middle half of the replay, which leaves
+# out fill, drain and the one-time costs of a run's first steps (first
+# touch of every buffer, MPI's connection set-up). Profiling every round keeps profile and
 # runs close in time on a host whose speed drifts; ratios are per run
 # against its round's prediction.
 # A shared host's other programs take cores the model gives the workers
@@ -44,7 +48,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=${2:?}; shift 2 ;;
     --models) models=${2:?}; shift 2 ;;
     --quiet-wait) quiet_wait=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "shared_cores.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -148,7 +152,7 @@ wait_for_quiet() {
 }
 ratio() { awk -v m="$1" -v s="$2" 'BEGIN { printf "%.3f", m / s }'; }
 
-table="| model | schedule | quiet runs / runs | measured samples/s, median (runs) | others' busy cores (runs) | simulated, own devices (rounds) | measured / own devices, median (runs) | simulated, ${cores} shared cores (rounds) | measured / shared cores, median (runs) | measured / cores others left, median of all runs (runs) | simulated, ${cores} shared cores + contention (rounds) | measured / that, median (runs) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+table="| model | schedule | quiet runs / runs | measured samples/s, median (runs) | others' busy cores (runs) | simulated, own devices (rounds) | measured / own devices, median (runs) | simulated, ${cores} shared cores (rounds) | measured / shared cores, median (runs) | measured / cores others left, median of all runs (runs) | simulated, ${cores} shared cores + contention (rounds) | measured / that, median (runs) | simulated steady state, ${cores} shared cores (rounds) | steady state: measured / simulated, median (runs) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 for model in $models; do
   [ -n "$(model_args "$model")" ] || { echo "shared_cores.sh: unknown model '$model'" >&2; exit 2; }
   export_onnx "$model"
@@ -176,19 +180,23 @@ for model in $models; do
        | if . < 0 then 0 else . end')
     echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"step\": \"contention\", \"contention\": $contention}"
     "$pipedream" plan --profile "$profile" --workers "$workers" --straight --bandwidth 10 -o "$plan" > /dev/null
-    declare -A own_devices shared contended
+    declare -A own_devices shared contended shared_steady
     for schedule in 1f1b-rr 1f1b-flush; do
       samples=$(( $(steps_of "$model" "$schedule") * M * b ))
       # shellcheck disable=SC2046
       own_devices[$schedule]=$("$pipedream" simulate --plan "$plan" --profile "$profile" $(simulate_flags "$model" "$schedule") \
         --json | run_throughput "$samples")
       # shellcheck disable=SC2046
-      shared[$schedule]=$("$pipedream" simulate --plan "$plan" --profile "$profile" $(simulate_flags "$model" "$schedule") \
-        --cores "$cores" --threads 1 --json | run_throughput "$samples")
+      "$pipedream" simulate --plan "$plan" --profile "$profile" $(simulate_flags "$model" "$schedule") \
+        --cores "$cores" --threads 1 --json > "$out/$model.$round.$schedule.shared.json"
+      shared[$schedule]=$(run_throughput "$samples" < "$out/$model.$round.$schedule.shared.json")
+      # Its steady state: the middle half of the replay (the run reports the same window).
+      shared_steady[$schedule]=$(jq -r '.throughput_samples_per_s' "$out/$model.$round.$schedule.shared.json")
       # shellcheck disable=SC2046
       contended[$schedule]=$("$pipedream" simulate --plan "$plan" --profile "$profile" $(simulate_flags "$model" "$schedule") \
         --cores "$cores" --threads 1 --contention "$contention" --json | run_throughput "$samples")
-      echo "${own_devices[$schedule]} ${shared[$schedule]} ${contended[$schedule]}" >> "$out/$model.$schedule.sims"
+      echo "${own_devices[$schedule]} ${shared[$schedule]} ${contended[$schedule]} ${shared_steady[$schedule]}" \
+        >> "$out/$model.$schedule.sims"
     done
     for schedule in 1f1b-rr 1f1b-flush 1f1b-flush 1f1b-rr; do
       metrics="$out/$model.$round.$schedule.$RANDOM.jsonl"
@@ -205,6 +213,8 @@ for model in $models; do
         END { for (k in t) s[n[k]] += t[k]; printf "%.2f %.2f\n", s["(pipedream)"] / hz, s["(pd-comm)"] / hz }' \
         "$metrics.threads")
       sps=$(jq -r 'select(.event == "summary") | .samples_per_s' "$metrics")
+      steady=$(jq -r 'select(.event == "summary") | .steady_samples_per_s' "$metrics")
+      r_steady=$(ratio "$steady" "${shared_steady[$schedule]}")
       r_own=$(ratio "$sps" "${own_devices[$schedule]}")
       r_shared=$(ratio "$sps" "${shared[$schedule]}")
       r_contended=$(ratio "$sps" "${contended[$schedule]}")
@@ -220,8 +230,8 @@ for model in $models; do
       r_left=$(ratio "$sps" "$left")
       quiet_run=false
       if is_quiet "$load" && is_quiet "$profile_load"; then quiet_run=true; fi
-      echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"schedule\": \"$schedule\", \"samples_per_s\": $sps, \"simulated_own_devices_samples_per_s\": ${own_devices[$schedule]}, \"simulated_shared_cores_samples_per_s\": ${shared[$schedule]}, \"measured_over_own_devices\": $r_own, \"measured_over_shared_cores\": $r_shared, \"contention\": $contention, \"simulated_contended_samples_per_s\": ${contended[$schedule]}, \"measured_over_contended\": $r_contended, \"simulated_cores_left_samples_per_s\": $left, \"measured_over_cores_left\": $r_left, \"quiet\": $quiet_run, \"waited_s\": $waited, \"other_load_before_cores\": $load_before, \"cores_left\": $cores_left, \"other_load_cores\": $load, \"compute_threads_cpu_s\": $compute_cpu, \"comm_threads_cpu_s\": $comm_cpu}"
-      echo "$sps $load $r_own $r_shared $r_left $r_contended $quiet_run" >> "$out/$model.$schedule.runs"
+      echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"schedule\": \"$schedule\", \"samples_per_s\": $sps, \"simulated_own_devices_samples_per_s\": ${own_devices[$schedule]}, \"simulated_shared_cores_samples_per_s\": ${shared[$schedule]}, \"measured_over_own_devices\": $r_own, \"measured_over_shared_cores\": $r_shared, \"contention\": $contention, \"simulated_contended_samples_per_s\": ${contended[$schedule]}, \"measured_over_contended\": $r_contended, \"simulated_cores_left_samples_per_s\": $left, \"measured_over_cores_left\": $r_left, \"quiet\": $quiet_run, \"waited_s\": $waited, \"other_load_before_cores\": $load_before, \"cores_left\": $cores_left, \"other_load_cores\": $load, \"compute_threads_cpu_s\": $compute_cpu, \"comm_threads_cpu_s\": $comm_cpu, \"steady_samples_per_s\": $steady, \"simulated_shared_cores_steady_samples_per_s\": ${shared_steady[$schedule]}, \"steady_measured_over_shared_cores\": $r_steady}"
+      echo "$sps $load $r_own $r_shared $r_left $r_contended $r_steady $quiet_run" >> "$out/$model.$schedule.runs"
     done
   done
   for schedule in 1f1b-rr 1f1b-flush; do
@@ -235,9 +245,10 @@ for model in $models; do
     med_shared=$(awk '{ print $4 }' "$runs.counted" | median)
     med_left=$(awk '{ print $5 }' "$runs" | median)
     med_contended=$(awk '{ print $6 }' "$runs.counted" | median)
-    echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"cores\": $cores, \"runs\": $(wc -l < "$runs"), \"quiet_runs\": $(grep -c ' true$' "$runs" || true), \"counted_runs\": $counted, \"median_samples_per_s\": $med, \"median_measured_over_own_devices\": $med_own, \"median_measured_over_shared_cores\": $med_shared, \"median_measured_over_cores_left_all_runs\": $med_left, \"median_measured_over_contended\": $med_contended}"
+    med_steady=$(awk '{ print $7 }' "$runs.counted" | median)
+    echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"cores\": $cores, \"runs\": $(wc -l < "$runs"), \"quiet_runs\": $(grep -c ' true$' "$runs" || true), \"counted_runs\": $counted, \"median_samples_per_s\": $med, \"median_measured_over_own_devices\": $med_own, \"median_measured_over_shared_cores\": $med_shared, \"median_measured_over_cores_left_all_runs\": $med_left, \"median_measured_over_contended\": $med_contended, \"median_steady_measured_over_shared_cores\": $med_steady}"
     col() { awk -v c="$2" -v f="$3" '{ printf "%s" f, (NR > 1 ? " " : ""), $c }' "$1"; }
-    table+="| $model | $schedule | $(grep -c ' true$' "$runs" || true) / $(wc -l < "$runs") | $(printf '%.0f' "$med") ($(col "$runs.counted" 1 %.0f)) | $(col "$runs" 2 %s) | $(col "$sims" 1 %.0f) | $(printf '%.2f' "$med_own") ($(col "$runs.counted" 3 %.2f)) | $(col "$sims" 2 %.0f) | $(printf '%.2f' "$med_shared") ($(col "$runs.counted" 4 %.2f)) | $(printf '%.2f' "$med_left") ($(col "$runs" 5 %.2f)) | $(col "$sims" 3 %.0f) | $(printf '%.2f' "$med_contended") ($(col "$runs.counted" 6 %.2f)) |\n"
+    table+="| $model | $schedule | $(grep -c ' true$' "$runs" || true) / $(wc -l < "$runs") | $(printf '%.0f' "$med") ($(col "$runs.counted" 1 %.0f)) | $(col "$runs" 2 %s) | $(col "$sims" 1 %.0f) | $(printf '%.2f' "$med_own") ($(col "$runs.counted" 3 %.2f)) | $(col "$sims" 2 %.0f) | $(printf '%.2f' "$med_shared") ($(col "$runs.counted" 4 %.2f)) | $(printf '%.2f' "$med_left") ($(col "$runs" 5 %.2f)) | $(col "$sims" 3 %.0f) | $(printf '%.2f' "$med_contended") ($(col "$runs.counted" 6 %.2f)) | $(col "$sims" 4 %.0f) | $(printf '%.2f' "$med_steady") ($(col "$runs.counted" 7 %.2f)) |\n"
   done
 done
 printf "%b" "$table"

@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <chrono>
+#include <ctime>
 #include <limits>
 #include <string_view>
 
@@ -23,6 +24,11 @@ StageState make_stage_state(const Model& m, int stage, int first_layer, int last
 namespace {
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 }  // namespace
 
@@ -97,11 +103,17 @@ bool run_chunks(const Schedule& schedule, int rank, const std::vector<StageExecu
 
 double StageExecutor::now() const { return steady_seconds() - clock_zero_; }
 
-void StageExecutor::record(const char* name, int64_t item, double start) {
-  const double end = now();
-  if (std::string_view(name) == "wait") stats_.wait_s += end - start;
-  else stats_.busy_s += end - start;
-  if (trace_) events_.push_back({name, item, start, end});
+StageExecutor::SpanStart StageExecutor::span_start() const { return {now(), thread_cpu_seconds()}; }
+
+void StageExecutor::record(const char* name, int64_t item, SpanStart start) {
+  const double end = now(), cpu = thread_cpu_seconds() - start.cpu_s;
+  if (std::string_view(name) == "wait") {
+    stats_.wait_s += end - start.wall_s;
+  } else {
+    stats_.busy_s += end - start.wall_s;
+    stats_.busy_cpu_s += cpu;
+  }
+  if (trace_) events_.push_back({name, item, start.wall_s, end, cpu});
 }
 
 void StageExecutor::fill_window() {
@@ -146,7 +158,7 @@ bool StageExecutor::ready(const Action& a) {
 void StageExecutor::wait_until_ready() {
   if (window_.empty()) return;
   const Action& a = window_.front();
-  const double t0 = now();
+  const SpanStart t0 = span_start();
   if (a.is_recv()) {
     recvs_.at({a.kind == ActionKind::RecvGradient, item_key(a)}).wait();
   } else if (a.kind == ActionKind::AllReduce && buckets_) {
@@ -235,7 +247,7 @@ StepInfo StageExecutor::training_step(const Action& a) const {
 }
 
 void StageExecutor::forward(const Action& a) {
-  const double t0 = now();
+  const SpanStart t0 = span_start();
   const int64_t key = item_key(a);
   Pending& p = pending_[key];
   Tensor x;
@@ -284,7 +296,7 @@ bool StageExecutor::round_completes_after(size_t i) const {
 }
 
 void StageExecutor::backward(const Action& a) {
-  const double t0 = now();
+  const SpanStart t0 = span_start();
   const int64_t key = item_key(a);
   Pending& p = pending_.at(key);
   PD_CHECK(p.grad_in.defined(), "backward of item ", key, " without its gradient");
@@ -328,7 +340,7 @@ void StageExecutor::backward(const Action& a) {
 }
 
 void StageExecutor::backward_weight(const Action& a) {
-  const double t0 = now();
+  const SpanStart t0 = span_start();
   const int64_t key = item_key(a);
   auto it = pending_.find(key);
   PD_CHECK(it != pending_.end() && it->second.awaiting_w, "W of item ", key, " without its B");
@@ -348,7 +360,7 @@ void StageExecutor::backward_weight(const Action& a) {
 }
 
 void StageExecutor::all_reduce(const Action& a) {
-  const double t0 = now();
+  const SpanStart t0 = span_start();
   if (buckets_) buckets_->end_round();
   record("allreduce", a.round, t0);
 }
@@ -368,7 +380,7 @@ int64_t StageExecutor::oldest_needed() const {
 }
 
 void StageExecutor::optimizer_step(const Action& a) {
-  const double t0 = now();
+  const SpanStart t0 = span_start();
   average_gradients(grads_.all_params(), a.gradient_count);
   // The LR schedule counts minibatches absorbed (flush: batches), the same
   // index on every stage whatever its replication.
@@ -394,7 +406,7 @@ void StageExecutor::maybe_evaluate() {
 
 void StageExecutor::evaluate(int64_t version) {
   if (replica_ != 0) return;
-  const double t0 = now();
+  const SpanStart t0 = span_start();
   const Dataset& d = *eval_.test;
   const int prev = first_stage_ ? -1 : schedule_.ranks(stage_ - 1)[0];
   const int next = last_stage_ ? -1 : schedule_.ranks(stage_ + 1)[0];

@@ -79,10 +79,14 @@ struct ActionSpan {
   const char* name;   // "F", "B", "W", "step", "allreduce", "wait", "eval"
   int64_t item = -1;  // minibatch (flush: batch * M + microbatch), -1 if none
   double start_s = 0, end_s = 0;  // seconds on the run clock
+  // CPU seconds the executing thread got during the span: below end - start
+  // when the thread waited for a core (more workers than cores) or slept.
+  double cpu_s = 0;
 };
 
 struct ExecutorStats {
   double busy_s = 0;       // forward, backward, optimizer, evaluation
+  double busy_cpu_s = 0;   // CPU the thread got in them (busy_s less time without a core)
   double wait_s = 0;       // blocked on a peer
   int peak_versions = 1;   // weight versions held at once
   size_t peak_context_bytes = 0;  // activations stashed for backward
@@ -150,8 +154,12 @@ class StageExecutor {
   void maybe_evaluate();
   void evaluate(int64_t version);
   void reap_sends(bool all);
+  struct SpanStart {
+    double wall_s, cpu_s;
+  };
   double now() const;
-  void record(const char* name, int64_t item, double start);
+  SpanStart span_start() const;
+  void record(const char* name, int64_t item, SpanStart start);
 
   bool mine(const Action& a) const;
   const Schedule& schedule_;

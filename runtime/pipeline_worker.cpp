@@ -147,6 +147,7 @@ StageEvaluation evaluation_in(const Segment& seg, const std::vector<int64_t>& ev
 
 void add_stats(ExecutorStats& total, const ExecutorStats& segment) {
   total.busy_s += segment.busy_s;
+  total.busy_cpu_s += segment.busy_cpu_s;
   total.wait_s += segment.wait_s;
   total.actions += segment.actions;
   total.peak_versions = std::max(total.peak_versions, segment.peak_versions);
@@ -177,6 +178,7 @@ nlohmann::json rank_stats(const RunSpec& spec, const WorkerRole& role, const Exe
           {"stage", role.stage->index},
           {"busy_fraction", wall > 0 ? total.busy_s / wall : 0.0},
           {"busy_s", total.busy_s},
+          {"busy_cpu_s", total.busy_cpu_s},
           {"wait_s", total.wait_s},
           {"actions", total.actions},
           {"peak_memory_bytes", alloc.peak_bytes()},
@@ -310,8 +312,12 @@ void print_rank_lines(const Plan& plan, const std::vector<nlohmann::json>& per_r
   for (const auto& line : per_rank) {
     const PlanStage& st = plan.stages[line["stage"].get<int>()];
     const double peak = line["peak_training_bytes"].get<double>();
-    std::printf("  rank %d (stage %d): busy %.0f%%, peak memory %s beyond the data set", line["rank"].get<int>(),
-                st.index, 100.0 * line["busy_fraction"].get<double>(), bytes_text(peak).c_str());
+    // CPU below busy: the rank waited for a core inside its actions (more
+    // workers than cores, or other programs).
+    const double busy = line["busy_fraction"].get<double>(), busy_s = line["busy_s"].get<double>();
+    const double on_cpu = busy_s > 0 ? busy * line["busy_cpu_s"].get<double>() / busy_s : 0;
+    std::printf("  rank %d (stage %d): busy %.0f%% (on a core %.0f%%), peak memory %s beyond the data set",
+                line["rank"].get<int>(), st.index, 100.0 * busy, 100.0 * on_cpu, bytes_text(peak).c_str());
     if (st.memory_bytes > 0)
       std::printf(" (plan: %s, %+.0f%%)", bytes_text(double(st.memory_bytes)).c_str(),
                   100 * (peak / double(st.memory_bytes) - 1));
@@ -346,15 +352,22 @@ nlohmann::json print_summary(const RunSpec& spec, const RunReporter& report, con
   std::printf("\n");
   const double measured = steps > 0 ? out.seconds / double(steps) : 0;
   summary["measured_time_per_minibatch_s"] = measured;
+  const double steady = report.steady_seconds_per_step();
+  if (steady > 0) {
+    summary["steady_time_per_minibatch_s"] = steady;
+    summary["steady_samples_per_s"] = double(spec.samples_per_step()) / steady;
+  }
   if (plan.time_per_minibatch_s > 0 && !is_flush(spec.schedule.kind)) {
-    std::printf("time per minibatch: predicted %s (%s), measured %s (%+.1f%%)%s\n",
-                seconds_text(plan.time_per_minibatch_s).c_str(), plan.predicted_by.c_str(),
-                seconds_text(measured).c_str(), 100 * (measured / plan.time_per_minibatch_s - 1),
-                report.evals().empty() ? ""
-                                       : cat(", including ", report.evals().size(),
-                                             " test-set evaluations (--no-eval measures training alone)")
-                                             .c_str());
-    summary["predicted_time_per_minibatch_s"] = plan.time_per_minibatch_s;
+    const double predicted = plan.time_per_minibatch_s;
+    std::printf("time per minibatch: predicted %s (%s, steady state), measured %s over the run (%+.1f%%)",
+                seconds_text(predicted).c_str(), plan.predicted_by.c_str(), seconds_text(measured).c_str(),
+                100 * (measured / predicted - 1));
+    if (steady > 0)
+      std::printf(", %s in its middle half (%+.1f%%)", seconds_text(steady).c_str(), 100 * (steady / predicted - 1));
+    if (!report.evals().empty())
+      std::printf(", including %zu test-set evaluations (--no-eval measures training alone)", report.evals().size());
+    std::printf("\n");
+    summary["predicted_time_per_minibatch_s"] = predicted;
   }
   return summary;
 }

@@ -27,6 +27,17 @@ double RunReporter::samples_per_s() const {
   return s > 0 ? static_cast<double>(steps * samples_per_step_) / s : 0;
 }
 
+double steady_seconds_per_step(const std::map<int64_t, double>& done_at_s) {
+  if (done_at_s.size() < 8) return 0;
+  const int64_t first = done_at_s.begin()->first, steps = done_at_s.rbegin()->first - first + 1;
+  // The seen steps nearest inside the window.
+  const auto lo = done_at_s.lower_bound(first + steps / 4);
+  auto hi = done_at_s.upper_bound(first + steps * 3 / 4);
+  --hi;
+  if (hi->first <= lo->first) return 0;
+  return (hi->second - lo->second) / static_cast<double>(hi->first - lo->first);
+}
+
 void RunReporter::on_loss(int64_t step, int microbatch, const StepLoss& l) {
   float loss = l.loss;
   int64_t correct = l.correct, count = l.count;
@@ -42,6 +53,7 @@ void RunReporter::on_loss(int64_t step, int microbatch, const StepLoss& l) {
     partial_.erase(step);
   }
   losses_[step] = loss;
+  done_at_s_[step] = seconds();
   if (first_step_ < 0) first_step_ = step;
   last_step_ = std::max(last_step_, step);
   const double sps = samples_per_s();

@@ -12,6 +12,14 @@
 
 namespace pd {
 
+// Seconds per step over the middle half of the steps in `done_at_s` (step
+// -> when its loss arrived; a replica of a replicated last stage sees every
+// k-th step): the window `simulate` calls its steady state, so the
+// pipeline's fill and drain and the first steps' one-time costs (first
+// touch of every buffer, MPI's connection set-up) fall outside it. 0 when
+// fewer than 8 steps were seen.
+double steady_seconds_per_step(const std::map<int64_t, double>& done_at_s);
+
 class RunReporter final : public ExecutorObserver {
  public:
   // `steps_per_epoch` converts steps to epochs; `microbatches` per step.
@@ -27,6 +35,7 @@ class RunReporter final : public ExecutorObserver {
   const std::vector<std::pair<int64_t, EvalResult>>& evals() const { return evals_; }
   double samples_per_s() const;
   double seconds() const;
+  double steady_seconds_per_step() const { return pd::steady_seconds_per_step(done_at_s_); }
 
  private:
   struct Partial {
@@ -43,6 +52,7 @@ class RunReporter final : public ExecutorObserver {
   int64_t first_step_ = -1, last_step_ = -1;  // steps whose losses this rank saw
   std::map<int64_t, Partial> partial_;
   std::map<int64_t, float> losses_;
+  std::map<int64_t, double> done_at_s_;  // when each step's loss arrived
   std::vector<std::pair<int64_t, EvalResult>> evals_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };

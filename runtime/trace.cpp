@@ -15,7 +15,7 @@ namespace pd {
 
 nlohmann::json trace_events_json(const std::vector<ActionSpan>& events) {
   nlohmann::json out = nlohmann::json::array();
-  for (const ActionSpan& e : events) out.push_back({e.name, e.item, e.start_s, e.end_s});
+  for (const ActionSpan& e : events) out.push_back({e.name, e.item, e.start_s, e.end_s, e.cpu_s});
   return out;
 }
 
@@ -34,7 +34,8 @@ void write_chrome_trace(const std::string& path, const std::vector<nlohmann::jso
       nlohmann::json ev = {{"name", item >= 0 && (name == "F" || name == "B" || name == "W") ? cat(name, item) : name},
                            {"cat", name}, {"ph", "X"}, {"pid", pid}, {"tid", 0},
                            {"ts", start * 1e6}, {"dur", (end - start) * 1e6}};
-      if (item >= 0) ev["args"] = {{"item", item}};
+      if (item >= 0) ev["args"]["item"] = item;
+      if (e.size() > 4 && name != "wait") ev["args"]["cpu_ms"] = e[4].get<double>() * 1e3;
       events.push_back(std::move(ev));
     }
   }

@@ -169,12 +169,27 @@ TEST(RunOutputs, MetricsEvaluationAndTraceCoverEveryRank) {
     EXPECT_GT(l["busy_fraction"].get<double>(), 0.0);
     EXPECT_LE(l["busy_fraction"].get<double>(), 1.0);
     EXPECT_GT(l["peak_memory_bytes"].get<double>(), 0.0);
+    // The CPU a rank got inside its actions: never more than their wall time.
+    EXPECT_GT(l["busy_cpu_s"].get<double>(), 0.0);
+    EXPECT_LE(l["busy_cpu_s"].get<double>(), l["busy_s"].get<double>() * 1.01 + 0.01);
   }
+  // Steady state: the middle half of the 40 steps, evaluations included.
+  auto summary = metric_lines(dir + "/m.jsonl", "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_GT(summary[0]["steady_samples_per_s"].get<double>(), 0.0);
+  EXPECT_NEAR(summary[0]["steady_samples_per_s"].get<double>() * summary[0]["steady_time_per_minibatch_s"].get<double>(),
+              32.0, 1e-6);
   std::ifstream f(dir + "/trace.json");
   auto trace = nlohmann::json::parse(f);
   std::set<int> pids;
   for (const auto& e : trace["traceEvents"])
-    if (e["ph"] == "X") pids.insert(e["pid"].get<int>());
+    if (e["ph"] == "X") {
+      pids.insert(e["pid"].get<int>());
+      if (e["cat"] == "F" || e["cat"] == "B") {
+        ASSERT_TRUE(e["args"].contains("cpu_ms")) << e.dump();
+        EXPECT_LE(e["args"]["cpu_ms"].get<double>(), e["dur"].get<double>() / 1e3 * 1.01 + 0.05) << e.dump();
+      }
+    }
   EXPECT_EQ(pids.size(), 4u);
   EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
 }
