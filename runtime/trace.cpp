@@ -35,7 +35,7 @@ void write_chrome_trace(const std::string& path, const std::vector<nlohmann::jso
                            {"cat", name}, {"ph", "X"}, {"pid", pid}, {"tid", 0},
                            {"ts", start * 1e6}, {"dur", (end - start) * 1e6}};
       if (item >= 0) ev["args"]["item"] = item;
-      if (e.size() > 4 && name != "wait") ev["args"]["cpu_ms"] = e[4].get<double>() * 1e3;
+      if (e.size() > 4) ev["args"]["cpu_ms"] = e[4].get<double>() * 1e3;
       events.push_back(std::move(ev));
     }
   }
