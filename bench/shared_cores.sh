@@ -5,8 +5,11 @@
 # Models: cnn, gpt-mini (zoo), resnet18-onnx (torchvision resnet18, 64x64),
 # gpt-onnx (scripts/torch_models/gpt_decoder.py, 4 blocks of width 128, 64
 # tokens), the last two exported to ONNX with scripts/export_torch.py.
-# Each round also runs $(nproc) profiles side by side: their step against the
-# profile's is the contention passed to `simulate --contention`.
+# Each round also runs as many profiles side by side as the runs have
+# workers (4): their step, scaled by their share of the cores (nproc / 4),
+# against the profile's is the contention passed to `simulate --contention`
+# - what sharing the cores costs beyond the share itself (memory bandwidth,
+# caches refilled after every time slice).
 # Per model and round (N rounds, default 3), the user's whole path: profile
 # at the whole batch (M = 8 microbatches x b, one thread), plan a straight
 # pipeline on 4 workers, run 1f1b-rr (minibatches of M x b) and 1f1b-flush
@@ -48,7 +51,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=${2:?}; shift 2 ;;
     --models) models=${2:?}; shift 2 ;;
     --quiet-wait) quiet_wait=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "shared_cores.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -152,7 +155,7 @@ wait_for_quiet() {
 }
 ratio() { awk -v m="$1" -v s="$2" 'BEGIN { printf "%.3f", m / s }'; }
 
-table="| model | schedule | quiet runs / runs | measured samples/s, median (runs) | others' busy cores (runs) | simulated, own devices (rounds) | measured / own devices, median (runs) | simulated, ${cores} shared cores (rounds) | measured / shared cores, median (runs) | measured / cores others left, median of all runs (runs) | simulated, ${cores} shared cores + contention (rounds) | measured / that, median (runs) | simulated steady state, ${cores} shared cores (rounds) | steady state: measured / simulated, median (runs) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+table="| model | schedule | quiet runs / runs | measured samples/s, median (runs) | others' busy cores (runs) | simulated, own devices (rounds) | measured / own devices, median (runs) | simulated, ${cores} shared cores (rounds) | measured / shared cores, median (runs) | measured / cores others left, median of all runs (runs) | simulated, ${cores} shared cores + contention (rounds) | measured / that, median (runs) | simulated steady state, ${cores} shared cores (rounds) | steady state: measured / simulated, median (runs) | simulated steady state + contention (rounds) | steady state: measured / that, median (runs) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 for model in $models; do
   [ -n "$(model_args "$model")" ] || { echo "shared_cores.sh: unknown model '$model'" >&2; exit 2; }
   export_onnx "$model"
@@ -167,20 +170,22 @@ for model in $models; do
       --iters 5 --min-time 3 -o "$profile" > /dev/null 2>&1
     echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"step\": \"profile\", \"waited_s\": $waited, \"other_load_before_cores\": $load_before, \"other_load_cores\": $load}"
     profile_load=$load
-    # What the cores share besides themselves: the profiled step run on every
-    # core at once, against the profile's (simulate --contention).
-    for ((k = 0; k < cores; ++k)); do
+    # What the cores share besides themselves: the profiled step run by as
+    # many processes as the runs have workers, each getting its share of the
+    # cores, against the profile's (simulate --contention).
+    for ((k = 0; k < workers; ++k)); do
       # shellcheck disable=SC2046
       "$pipedream" profile $(model_args "$model") --batch $((M * b)) --threads 1 --warmup 1 --iters 5 --min-time 3 \
         -o "$out/$model.$round.corun$k.json" > /dev/null 2>&1 &
     done
     wait
-    contention=$(jq -n --slurpfile c <(cat "$out/$model.$round".corun*.json) --slurpfile p "$profile" \
-      '(($c | map(.step_forward_backward_ms) | add / length) / $p[0].step_forward_backward_ms - 1)
+    share=$(awk -v c="$cores" -v w="$workers" 'BEGIN { print (w > c) ? c / w : 1 }')
+    contention=$(jq -n --slurpfile c <(cat "$out/$model.$round".corun*.json) --slurpfile p "$profile" --argjson share "$share" \
+      '(($c | map(.step_forward_backward_ms) | add / length) * $share / $p[0].step_forward_backward_ms - 1)
        | if . < 0 then 0 else . end')
     echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"step\": \"contention\", \"contention\": $contention}"
     "$pipedream" plan --profile "$profile" --workers "$workers" --straight --bandwidth 10 -o "$plan" > /dev/null
-    declare -A own_devices shared contended shared_steady
+    declare -A own_devices shared contended shared_steady contended_steady
     for schedule in 1f1b-rr 1f1b-flush; do
       samples=$(( $(steps_of "$model" "$schedule") * M * b ))
       # shellcheck disable=SC2046
@@ -193,10 +198,12 @@ for model in $models; do
       # Its steady state: the middle half of the replay (the run reports the same window).
       shared_steady[$schedule]=$(jq -r '.throughput_samples_per_s' "$out/$model.$round.$schedule.shared.json")
       # shellcheck disable=SC2046
-      contended[$schedule]=$("$pipedream" simulate --plan "$plan" --profile "$profile" $(simulate_flags "$model" "$schedule") \
-        --cores "$cores" --threads 1 --contention "$contention" --json | run_throughput "$samples")
+      "$pipedream" simulate --plan "$plan" --profile "$profile" $(simulate_flags "$model" "$schedule") \
+        --cores "$cores" --threads 1 --contention "$contention" --json > "$out/$model.$round.$schedule.contended.json"
+      contended[$schedule]=$(run_throughput "$samples" < "$out/$model.$round.$schedule.contended.json")
+      contended_steady[$schedule]=$(jq -r '.throughput_samples_per_s' "$out/$model.$round.$schedule.contended.json")
       echo "${own_devices[$schedule]} ${shared[$schedule]} ${contended[$schedule]} ${shared_steady[$schedule]}" \
-        >> "$out/$model.$schedule.sims"
+        "${contended_steady[$schedule]}" >> "$out/$model.$schedule.sims"
     done
     for schedule in 1f1b-rr 1f1b-flush 1f1b-flush 1f1b-rr; do
       metrics="$out/$model.$round.$schedule.$RANDOM.jsonl"
@@ -215,6 +222,7 @@ for model in $models; do
       sps=$(jq -r 'select(.event == "summary") | .samples_per_s' "$metrics")
       steady=$(jq -r 'select(.event == "summary") | .steady_samples_per_s' "$metrics")
       r_steady=$(ratio "$steady" "${shared_steady[$schedule]}")
+      r_steady_contended=$(ratio "$steady" "${contended_steady[$schedule]}")
       r_own=$(ratio "$sps" "${own_devices[$schedule]}")
       r_shared=$(ratio "$sps" "${shared[$schedule]}")
       r_contended=$(ratio "$sps" "${contended[$schedule]}")
@@ -230,8 +238,8 @@ for model in $models; do
       r_left=$(ratio "$sps" "$left")
       quiet_run=false
       if is_quiet "$load" && is_quiet "$profile_load"; then quiet_run=true; fi
-      echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"schedule\": \"$schedule\", \"samples_per_s\": $sps, \"simulated_own_devices_samples_per_s\": ${own_devices[$schedule]}, \"simulated_shared_cores_samples_per_s\": ${shared[$schedule]}, \"measured_over_own_devices\": $r_own, \"measured_over_shared_cores\": $r_shared, \"contention\": $contention, \"simulated_contended_samples_per_s\": ${contended[$schedule]}, \"measured_over_contended\": $r_contended, \"simulated_cores_left_samples_per_s\": $left, \"measured_over_cores_left\": $r_left, \"quiet\": $quiet_run, \"waited_s\": $waited, \"other_load_before_cores\": $load_before, \"cores_left\": $cores_left, \"other_load_cores\": $load, \"compute_threads_cpu_s\": $compute_cpu, \"comm_threads_cpu_s\": $comm_cpu, \"steady_samples_per_s\": $steady, \"simulated_shared_cores_steady_samples_per_s\": ${shared_steady[$schedule]}, \"steady_measured_over_shared_cores\": $r_steady}"
-      echo "$sps $load $r_own $r_shared $r_left $r_contended $r_steady $quiet_run" >> "$out/$model.$schedule.runs"
+      echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"schedule\": \"$schedule\", \"samples_per_s\": $sps, \"simulated_own_devices_samples_per_s\": ${own_devices[$schedule]}, \"simulated_shared_cores_samples_per_s\": ${shared[$schedule]}, \"measured_over_own_devices\": $r_own, \"measured_over_shared_cores\": $r_shared, \"contention\": $contention, \"simulated_contended_samples_per_s\": ${contended[$schedule]}, \"measured_over_contended\": $r_contended, \"simulated_cores_left_samples_per_s\": $left, \"measured_over_cores_left\": $r_left, \"quiet\": $quiet_run, \"waited_s\": $waited, \"other_load_before_cores\": $load_before, \"cores_left\": $cores_left, \"other_load_cores\": $load, \"compute_threads_cpu_s\": $compute_cpu, \"comm_threads_cpu_s\": $comm_cpu, \"steady_samples_per_s\": $steady, \"simulated_shared_cores_steady_samples_per_s\": ${shared_steady[$schedule]}, \"steady_measured_over_shared_cores\": $r_steady, \"simulated_contended_steady_samples_per_s\": ${contended_steady[$schedule]}, \"steady_measured_over_contended\": $r_steady_contended}"
+      echo "$sps $load $r_own $r_shared $r_left $r_contended $r_steady $r_steady_contended $quiet_run" >> "$out/$model.$schedule.runs"
     done
   done
   for schedule in 1f1b-rr 1f1b-flush; do
@@ -246,9 +254,10 @@ for model in $models; do
     med_left=$(awk '{ print $5 }' "$runs" | median)
     med_contended=$(awk '{ print $6 }' "$runs.counted" | median)
     med_steady=$(awk '{ print $7 }' "$runs.counted" | median)
-    echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"cores\": $cores, \"runs\": $(wc -l < "$runs"), \"quiet_runs\": $(grep -c ' true$' "$runs" || true), \"counted_runs\": $counted, \"median_samples_per_s\": $med, \"median_measured_over_own_devices\": $med_own, \"median_measured_over_shared_cores\": $med_shared, \"median_measured_over_cores_left_all_runs\": $med_left, \"median_measured_over_contended\": $med_contended, \"median_steady_measured_over_shared_cores\": $med_steady}"
+    med_steady_contended=$(awk '{ print $8 }' "$runs.counted" | median)
+    echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"cores\": $cores, \"runs\": $(wc -l < "$runs"), \"quiet_runs\": $(grep -c ' true$' "$runs" || true), \"counted_runs\": $counted, \"median_samples_per_s\": $med, \"median_measured_over_own_devices\": $med_own, \"median_measured_over_shared_cores\": $med_shared, \"median_measured_over_cores_left_all_runs\": $med_left, \"median_measured_over_contended\": $med_contended, \"median_steady_measured_over_shared_cores\": $med_steady, \"median_steady_measured_over_contended\": $med_steady_contended}"
     col() { awk -v c="$2" -v f="$3" '{ printf "%s" f, (NR > 1 ? " " : ""), $c }' "$1"; }
-    table+="| $model | $schedule | $(grep -c ' true$' "$runs" || true) / $(wc -l < "$runs") | $(printf '%.0f' "$med") ($(col "$runs.counted" 1 %.0f)) | $(col "$runs" 2 %s) | $(col "$sims" 1 %.0f) | $(printf '%.2f' "$med_own") ($(col "$runs.counted" 3 %.2f)) | $(col "$sims" 2 %.0f) | $(printf '%.2f' "$med_shared") ($(col "$runs.counted" 4 %.2f)) | $(printf '%.2f' "$med_left") ($(col "$runs" 5 %.2f)) | $(col "$sims" 3 %.0f) | $(printf '%.2f' "$med_contended") ($(col "$runs.counted" 6 %.2f)) | $(col "$sims" 4 %.0f) | $(printf '%.2f' "$med_steady") ($(col "$runs.counted" 7 %.2f)) |\n"
+    table+="| $model | $schedule | $(grep -c ' true$' "$runs" || true) / $(wc -l < "$runs") | $(printf '%.0f' "$med") ($(col "$runs.counted" 1 %.0f)) | $(col "$runs" 2 %s) | $(col "$sims" 1 %.0f) | $(printf '%.2f' "$med_own") ($(col "$runs.counted" 3 %.2f)) | $(col "$sims" 2 %.0f) | $(printf '%.2f' "$med_shared") ($(col "$runs.counted" 4 %.2f)) | $(printf '%.2f' "$med_left") ($(col "$runs" 5 %.2f)) | $(col "$sims" 3 %.0f) | $(printf '%.2f' "$med_contended") ($(col "$runs.counted" 6 %.2f)) | $(col "$sims" 4 %.0f) | $(printf '%.2f' "$med_steady") ($(col "$runs.counted" 7 %.2f)) | $(col "$sims" 5 %.0f) | $(printf '%.2f' "$med_steady_contended") ($(col "$runs.counted" 8 %.2f)) |\n"
   done
 done
 printf "%b" "$table"
