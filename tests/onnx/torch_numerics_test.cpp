@@ -6,12 +6,13 @@
 // and records PyTorch's figures; Dropout is exported with p = 0 (the two
 // RNGs cannot draw the same masks), BatchNorm runs in training mode.
 // Where PyTorch's own float32 result is further than that from its float64
-// one or from its native-convolution float32 run (MobileNet's and
-// DenseNet's BatchNorms over 2x2 maps of 4 samples amplify rounding; VGG's
-// early gradients hinge on ReLU/max-pool choices that a rounding flips),
-// the bound is 3x that error instead: no float32 implementation can do
-// better. A gradient that is zero in exact arithmetic is normalised by its
-// module's largest gradient. The figures are printed.
+// one or from its native-convolution float32 run (VGG's early gradients
+// hinge on ReLU/max-pool choices that a rounding flips), the bound is 3x
+// that error instead: no float32 implementation can do better. A gradient
+// that is zero in exact arithmetic, or a cancellation by a scale symmetry,
+// is normalised by its module's largest. MobileNet is compared after 100
+// steps of training (at its random initial weights PyTorch's own float32
+// gradients are 17% off float64). The figures are printed (onnx/README.md).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -153,17 +154,23 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   // The gradients after the steps are compared where the trajectory is
   // reproducible in float32: where PyTorch's own float32 loss after the
   // steps is within a third of 1e-3 of its other run's (float64, or its
-  // native convolution). Elsewhere (MobileNet's, DenseNet's and Inception's
-  // BatchNorms over a few values per channel) two float32 runs part after
-  // a step or two and their final gradients are unrelated.
-  const bool trajectory_reproducible = loss_tol <= 1.001e-3;
+  // native convolution) and its final gradients within 10% of that run's.
+  // Elsewhere (DenseNet's BatchNorms over a few values per channel, VGG's
+  // ReLU and max-pool choices) two float32 runs part after a step or two
+  // and their final gradients are unrelated.
+  double torch_final_error = 0;
+  for (const auto& [name, t] : ref)
+    if (name.rfind("torch_error_final/", 0) == 0) torch_final_error = std::max(torch_final_error, double(t.f32()[0]));
+  const bool trajectory_reproducible = loss_tol <= 1.001e-3 && torch_final_error <= 0.1;
   const GradientErrors final = trajectory_reproducible ? compare_gradients("_final") : GradientErrors{};
   std::printf("%s: loss %.7f (torch %.7f, relative error %.2e, PyTorch's own float32 error %.2e)\n", c.model.c_str(),
               loss0, losses.f32()[0], std::fabs(loss0 - losses.f32()[0]) / std::fabs(losses.f32()[0]),
               ref.at("loss0_error32").f32()[0]);
   report("gradients", initial);
   if (trajectory_reproducible) report(cat("gradients after ", steps, " steps").c_str(), final);
-  else std::printf("  gradients after %d steps not compared: PyTorch's own float32 trajectory is not reproducible\n", steps);
+  else
+    std::printf("  gradients after %d steps not compared: PyTorch's own float32 trajectory is not reproducible "
+                "(its final gradients up to %.2e off)\n", steps, torch_final_error);
   std::printf("  loss after %d SGD steps %.7f (torch %.7f, relative error %.2e, PyTorch's own %.2e, tolerance %.1e)\n",
               steps, loss, want, std::fabs(loss - want) / std::fabs(want), ref.at("loss_error32").f32()[0], loss_tol);
   EXPECT_NEAR(loss, want, loss_tol * std::fabs(want)) << "loss after " << steps << " SGD steps (initial " << loss0 << ")";
@@ -183,8 +190,8 @@ INSTANTIATE_TEST_SUITE_P(Models, TorchNumerics,
                                            // Opset 13: LayerNorm decomposed (ReduceMean, Sub, Pow, Sqrt, Div).
                                            Case{"scripts/torch_models/gpt_decoder.py:GPTDecoder", "--tokens 16 --opset 13", 0.05f},
                                            Case{"squeezenet1_0", "--input 3,64,64 --classes 10", 0.001f},
-                                           Case{"mobilenet_v2", "--input 3,64,64 --classes 10", 0.0001f},
-                                           Case{"densenet121", "--input 3,64,64 --classes 10", 0.001f},
+                                           Case{"mobilenet_v2", "--input 3,64,64 --classes 10 --pretrain 100", 0.0001f},
+                                           Case{"densenet121", "--input 3,64,64 --classes 10", 0.0001f},
                                            // Zero-initialised last BatchNorm of each residual branch
                                            // (torchvision's option, Goyal et al.): with the default
                                            // init PyTorch's own float32 gradients are 40% off float64.
