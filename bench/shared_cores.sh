@@ -27,8 +27,8 @@
 # before each profile and run the script waits, up to S seconds (default
 # 600), until other programs keep at most 0.3 cores busy over 2 s, and
 # records the cores they kept busy during it (/proc/stat's busy time less
-# its own CPU); only runs (and rounds whose profile) stayed below 0.3 count
-# as quiet. For every run it also simulates with the cores others left:
+# its own CPU); only runs (and rounds whose profile and contention runs)
+# stayed below 0.3 count as quiet. For every run it also simulates with the cores others left:
 # --cores max(nproc - L, nproc / 2), L the cores they kept busy in the 2 s
 # before it (the kernel shares the cores fairly between sessions, so one
 # other busy session leaves this one at least half), and records the CPU
@@ -173,17 +173,18 @@ for model in $models; do
     # What the cores share besides themselves: the profiled step run by as
     # many processes as the runs have workers, each getting its share of the
     # cores, against the profile's (simulate --contention).
-    for ((k = 0; k < workers; ++k)); do
-      # shellcheck disable=SC2046
-      "$pipedream" profile $(model_args "$model") --batch $((M * b)) --threads 1 --warmup 1 --iters 5 --min-time 3 \
-        -o "$out/$model.$round.corun$k.json" > /dev/null 2>&1 &
-    done
-    wait
+    # Others' programs would pass for contention: wait for quiet, record their load.
+    read -r corun_waited _ < <(wait_for_quiet)
+    # shellcheck disable=SC2016
+    timed "$out/$model.$round.corun.cpu" bash -c 'for ((k = 0; k < $1; ++k)); do
+        "$2" profile $3 --batch "$4" --threads 1 --warmup 1 --iters 5 --min-time 3 -o "$5.corun$k.json" > /dev/null 2>&1 &
+      done; wait' _ "$workers" "$pipedream" "$(model_args "$model")" $((M * b)) "$out/$model.$round"
+    corun_load=$load
     share=$(awk -v c="$cores" -v w="$workers" 'BEGIN { print (w > c) ? c / w : 1 }')
     contention=$(jq -n --slurpfile c <(cat "$out/$model.$round".corun*.json) --slurpfile p "$profile" --argjson share "$share" \
       '(($c | map(.step_forward_backward_ms) | add / length) * $share / $p[0].step_forward_backward_ms - 1)
        | if . < 0 then 0 else . end')
-    echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"step\": \"contention\", \"contention\": $contention}"
+    echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"step\": \"contention\", \"contention\": $contention, \"waited_s\": $corun_waited, \"other_load_cores\": $corun_load}"
     "$pipedream" plan --profile "$profile" --workers "$workers" --straight --bandwidth 10 -o "$plan" > /dev/null
     declare -A own_devices shared contended shared_steady contended_steady
     for schedule in 1f1b-rr 1f1b-flush; do
@@ -237,7 +238,7 @@ for model in $models; do
         run_throughput "$samples")
       r_left=$(ratio "$sps" "$left")
       quiet_run=false
-      if is_quiet "$load" && is_quiet "$profile_load"; then quiet_run=true; fi
+      if is_quiet "$load" && is_quiet "$profile_load" && is_quiet "$corun_load"; then quiet_run=true; fi
       echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"schedule\": \"$schedule\", \"samples_per_s\": $sps, \"simulated_own_devices_samples_per_s\": ${own_devices[$schedule]}, \"simulated_shared_cores_samples_per_s\": ${shared[$schedule]}, \"measured_over_own_devices\": $r_own, \"measured_over_shared_cores\": $r_shared, \"contention\": $contention, \"simulated_contended_samples_per_s\": ${contended[$schedule]}, \"measured_over_contended\": $r_contended, \"simulated_cores_left_samples_per_s\": $left, \"measured_over_cores_left\": $r_left, \"quiet\": $quiet_run, \"waited_s\": $waited, \"other_load_before_cores\": $load_before, \"cores_left\": $cores_left, \"other_load_cores\": $load, \"compute_threads_cpu_s\": $compute_cpu, \"comm_threads_cpu_s\": $comm_cpu, \"steady_samples_per_s\": $steady, \"simulated_shared_cores_steady_samples_per_s\": ${shared_steady[$schedule]}, \"steady_measured_over_shared_cores\": $r_steady, \"simulated_contended_steady_samples_per_s\": ${contended_steady[$schedule]}, \"steady_measured_over_contended\": $r_steady_contended}"
       echo "$sps $load $r_own $r_shared $r_left $r_contended $r_steady $r_steady_contended $quiet_run" >> "$out/$model.$schedule.runs"
     done
