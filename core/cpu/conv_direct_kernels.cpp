@@ -18,11 +18,12 @@ namespace pd::cpu {
 
 namespace {
 
-// Register tiles. Forward: kOutBlock output channels x kPixelVectors x 16
-// grid pixels, 24 accumulators fed by 10 loads per tap. Weight gradient:
-// kOutBlock output channels x kTapBlock taps, 24 accumulators fed by 10
-// loads per 16 pixels.
-constexpr int kOutBlock = 4, kPixelVectors = 6, kTapBlock = 6;
+// Register tiles, 24 accumulators each. Forward: kForwardOut output
+// channels x kPixelVectors x 16 grid pixels, fed per tap by kPixelVectors
+// (unaligned) loads and kForwardOut broadcasts. Weight gradient:
+// kWeightOut output channels x kTapBlock taps, fed per 16 pixels by
+// kWeightOut + kTapBlock loads.
+constexpr int kForwardOut = 8, kPixelVectors = 3, kWeightOut = 4, kTapBlock = 6;
 constexpr int64_t kPixelTile = 16 * kPixelVectors;
 
 // Scratch slots: 0 and 1 are per-thread (each thread's sample); 4 and 5
@@ -100,14 +101,15 @@ void fill_grid(const ConvShape& s, const Grid& g, const float* x, int64_t n, flo
   std::fill(dst, grid + g.floats, 0.0f);
 }
 
-// out[i][0 .. 16*PV) = bias[i] + sum over taps t of wp[t][i] * in[off[t] + ...]
+// out[i][0 .. 16*PV) = start[i] + sum over taps t of wp[t][i] * in[off[t] + ...],
+// start being out itself (add), else bias (or zero when null).
 template <int OB, int PV>
 PD_AVX512 void forward_tile(const float* in, const int32_t* off, int64_t taps, const float* wp, const float* bias,
-                            float* out, int64_t ld) {
+                            bool add, float* out, int64_t ld) {
   __m512 acc[OB][PV];
   for (int i = 0; i < OB; ++i) {
     const __m512 b = bias ? _mm512_set1_ps(bias[i]) : _mm512_setzero_ps();
-    for (int v = 0; v < PV; ++v) acc[i][v] = b;
+    for (int v = 0; v < PV; ++v) acc[i][v] = add ? _mm512_loadu_ps(out + i * ld + 16 * v) : b;
   }
   for (int64_t t = 0; t < taps; ++t) {
     const float* src = in + off[t];
@@ -150,14 +152,14 @@ PD_AVX512 void weight_tile(const float* dy, int64_t ld, int64_t dy_stride, const
     for (int j = 0; j < TB; ++j) _mm512_storeu_ps(acc_out + (i * TB + j) * 16, acc[i][j]);
 }
 
-// wp[b][t][i] = w[b*kOutBlock + i][t], zero past the last channel.
+// wp[b][t][i] = w[b*kForwardOut + i][t], zero past the last channel.
 void pack_weights(const ConvShape& s, const float* w, float* wp) {
-  const int64_t O = s.out_channels, T = s.patch(), blocks = round_up(O, kOutBlock) / kOutBlock;
+  const int64_t O = s.out_channels, T = s.patch(), blocks = round_up(O, kForwardOut) / kForwardOut;
   for (int64_t b = 0; b < blocks; ++b)
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < kOutBlock; ++i) {
-        const int64_t o = b * kOutBlock + i;
-        wp[(b * T + t) * kOutBlock + i] = o < O ? w[o * T + t] : 0.0f;
+      for (int64_t i = 0; i < kForwardOut; ++i) {
+        const int64_t o = b * kForwardOut + i;
+        wp[(b * T + t) * kForwardOut + i] = o < O ? w[o * T + t] : 0.0f;
       }
 }
 
@@ -168,20 +170,37 @@ struct ForwardPlan {
   std::vector<int32_t> off;
   const float* wp;
   std::vector<float> bias;  // padded to whole blocks; empty without bias
+  int64_t channel_block = 1;
 };
+
+// What a pixel tile reads of the input should stay in L1 while every
+// output block reads it: input channels per pass over the output blocks
+// (passes add to the output tile).
+constexpr int64_t kTileInputBytes = 24 << 10;
+
+int64_t channel_block(const ConvShape& s, const Grid& g) {
+  const int64_t per_channel = g.S * g.S * (kPixelTile + g.reach * (g.width + 1)) * int64_t{sizeof(float)};
+  const int64_t most = std::max<int64_t>(1, kTileInputBytes / per_channel);
+  const int64_t passes = (s.in_channels + most - 1) / most;
+  return (s.in_channels + passes - 1) / passes;
+}
 
 PD_AVX512 void forward_sample(const ForwardPlan& f, const float* x, int64_t n, float* y) {
   const ConvShape& s = f.s;
   const Grid& g = f.g;
-  const int64_t T = s.patch(), blocks = round_up(s.out_channels, kOutBlock) / kOutBlock;
+  const int64_t T = s.patch(), blocks = round_up(s.out_channels, kForwardOut) / kForwardOut;
   float* grid = Scratch::floats(static_cast<size_t>(g.floats), kGridSlot);
-  float* out = Scratch::floats(static_cast<size_t>(blocks * kOutBlock * g.padded), kRowsSlot);
+  float* out = Scratch::floats(static_cast<size_t>(blocks * kForwardOut * g.padded), kRowsSlot);
   fill_grid(s, g, x, n, grid);
+  const int64_t kk = s.kernel_h * s.kernel_h;
   for (int64_t q0 = 0; q0 < g.padded; q0 += kPixelTile)
-    for (int64_t b = 0; b < blocks; ++b)
-      forward_tile<kOutBlock, kPixelVectors>(grid + q0, f.off.data(), T, f.wp + b * T * kOutBlock,
-                                             f.bias.empty() ? nullptr : f.bias.data() + b * kOutBlock,
-                                             out + b * kOutBlock * g.padded + q0, g.padded);
+    for (int64_t c0 = 0; c0 < s.in_channels; c0 += f.channel_block) {
+      const int64_t t0 = c0 * kk, t1 = std::min(s.in_channels, c0 + f.channel_block) * kk;
+      for (int64_t b = 0; b < blocks; ++b)
+        forward_tile<kForwardOut, kPixelVectors>(grid + q0, f.off.data() + t0, t1 - t0, f.wp + (b * T + t0) * kForwardOut,
+                                               f.bias.empty() ? nullptr : f.bias.data() + b * kForwardOut, c0 > 0,
+                                               out + b * kForwardOut * g.padded + q0, g.padded);
+    }
   const int64_t O = s.out_channels, OH = s.out_h(), OW = s.out_w();
   float* ys = y + n * O * OH * OW;
   for (int64_t o = 0; o < O; ++o)
@@ -219,12 +238,19 @@ void fill_sample(const ParamsPlan& f, const float* x, const float* dy, int64_t n
       std::memcpy(rows + o * f.pixels + oh * f.g.width, dys + (o * OH + oh) * OW, static_cast<size_t>(OW) * sizeof(float));
 }
 
-// The group's samples into output block b's accumulators.
+constexpr int64_t kWeightStretch = 1024;
+
+// The group's samples into output block b's accumulators, in stretches of
+// pixels whose dy rows stay in L1 while every tap block reads them.
 void params_block(const ParamsPlan& f, int64_t b, int64_t samples) {
   const int64_t tblocks = f.taps / kTapBlock;
-  for (int64_t tb = 0; tb < tblocks; ++tb)
-    weight_tile<kOutBlock, kTapBlock>(f.dys + b * kOutBlock * f.pixels, f.pixels, f.dy_stride, f.grids, f.g.floats,
-                                       f.off.data() + tb * kTapBlock, f.pixels, samples, f.acc + (b * tblocks + tb) * kOutBlock * kTapBlock * 16);
+  for (int64_t q0 = 0; q0 < f.pixels; q0 += kWeightStretch) {
+    const int64_t len = std::min(kWeightStretch, f.pixels - q0);
+    for (int64_t tb = 0; tb < tblocks; ++tb)
+      weight_tile<kWeightOut, kTapBlock>(f.dys + b * kWeightOut * f.pixels + q0, f.pixels, f.dy_stride, f.grids + q0,
+                                         f.g.floats, f.off.data() + tb * kTapBlock, len, samples,
+                                         f.acc + (b * tblocks + tb) * kWeightOut * kTapBlock * 16);
+  }
 }
 
 // dw[o][t] += the sum of (o, t)'s accumulator lanes.
@@ -232,8 +258,8 @@ PD_AVX512 void add_lane_sums(const ParamsPlan& f, float* dw) {
   const int64_t T = f.s.patch(), tblocks = f.taps / kTapBlock;
   for (int64_t o = 0; o < f.s.out_channels; ++o)
     for (int64_t t = 0; t < T; ++t) {
-      const int64_t b = o / kOutBlock, i = o % kOutBlock, tb = t / kTapBlock, j = t % kTapBlock;
-      const float* lanes = f.acc + ((b * tblocks + tb) * kOutBlock * kTapBlock + i * kTapBlock + j) * 16;
+      const int64_t b = o / kWeightOut, i = o % kWeightOut, tb = t / kTapBlock, j = t % kTapBlock;
+      const float* lanes = f.acc + ((b * tblocks + tb) * kWeightOut * kTapBlock + i * kTapBlock + j) * 16;
       dw[o * T + t] += _mm512_reduce_add_ps(_mm512_loadu_ps(lanes));
     }
 }
@@ -252,28 +278,31 @@ bool conv_direct_available() {
 
 namespace {
 
-// Measured on resnet18's convolutions (bench/diag/conv_direct_split.cpp):
-// the direct kernels win where the GEMM would have few rows (output
-// channels) and the maps are wide enough that the grid's extra columns
-// cost little; strided ones only with few input channels (the stem), where
-// im2col's column matrix is the whole cost.
+// Measured on resnet18's convolutions at 64x64 and 224x224
+// (bench/diag/conv_direct_split.cpp): the forward kernel beats im2col +
+// sgemm up to 256 output channels on maps at least 14 wide (the grid's
+// extra columns cost more on narrower ones); the weight gradient's only on
+// few output channels and wide maps (the stem, the 64-channel stage at
+// 224x224). Pointwise convolutions have no column matrix to save.
 bool direct_pays(const ConvShape& s) {
-  return conv_direct_available() && s.kernel_h > 1 && s.out_channels <= 64 && s.out_w() >= 14 &&
-         (s.stride == 1 || (s.stride == 2 && s.in_channels <= 4));
+  return conv_direct_available() && s.kernel_h > 1 && s.stride <= 2 && s.out_w() >= 14;
 }
 
 }  // namespace
 
-bool conv_direct_forward_chosen(const ConvShape& s) { return direct_pays(s); }
+bool conv_direct_forward_chosen(const ConvShape& s) { return direct_pays(s) && s.out_channels <= 256; }
 
-bool conv_direct_params_chosen(const ConvShape& s) { return direct_pays(s) && s.out_w() >= 28; }
+bool conv_direct_params_chosen(const ConvShape& s) {
+  return direct_pays(s) && s.out_channels <= 64 && s.out_w() >= 28;
+}
 
 void conv2d_direct_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
   ForwardPlan f;
   f.s = s;
   f.g = grid_of(s);
   f.off = tap_offsets(s, f.g);
-  const int64_t rows = round_up(s.out_channels, kOutBlock);
+  f.channel_block = channel_block(s, f.g);
+  const int64_t rows = round_up(s.out_channels, kForwardOut);
   float* wp = Scratch::floats(static_cast<size_t>(rows * s.patch()), kWeightsSlot);
   pack_weights(s, w, wp);
   f.wp = wp;
@@ -294,7 +323,7 @@ void conv2d_direct_backward_params(const ConvShape& s, const float* x, const flo
   f.s = s;
   f.g = grid_of(s);
   f.off = tap_offsets(s, f.g);
-  f.rows = round_up(s.out_channels, kOutBlock);
+  f.rows = round_up(s.out_channels, kWeightOut);
   f.taps = round_up(s.patch(), kTapBlock);
   f.pixels = round_up(f.g.pixels, 16);
   f.dy_stride = f.rows * f.pixels;
@@ -303,7 +332,7 @@ void conv2d_direct_backward_params(const ConvShape& s, const float* x, const flo
   f.dys = Scratch::floats(static_cast<size_t>(group * f.dy_stride), kRowsSlot);
   f.acc = Scratch::floats(static_cast<size_t>(f.rows * f.taps * 16), kSumsSlot);
   std::fill(f.acc, f.acc + f.rows * f.taps * 16, 0.0f);
-  const int64_t blocks = f.rows / kOutBlock;
+  const int64_t blocks = f.rows / kWeightOut;
   // Threads split a group's samples to lay them out, then the output
   // blocks (never a block's sums).
   if (!samples_in_parallel(s)) {

@@ -65,15 +65,20 @@ ConvShape transposed_shape(const ConvShape& s) {
   return t;
 }
 
-// wf[c, o, a, b] = w[o, c, k-1-a, k-1-b].
+// wf[c, o, a, b] = w[o, c, k-1-a, k-1-b]. In blocks of input channels, so
+// that both the reads and the writes run along a few rows (a plain loop
+// over c then o strides through all of w per element: 4 ms for a 512x512
+// 3x3 kernel).
 void flip_kernel(const ConvShape& s, const float* w, float* wf) {
+  constexpr int64_t kBlock = 8;
   const int64_t O = s.out_channels, C = s.in_channels, kk = int64_t{s.kernel_h} * s.kernel_h;
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t o = 0; o < O; ++o) {
-      const float* src = w + (o * C + c) * kk;
-      float* dst = wf + (c * O + o) * kk;
-      for (int64_t i = 0; i < kk; ++i) dst[i] = src[kk - 1 - i];
-    }
+  for (int64_t c0 = 0; c0 < C; c0 += kBlock)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t c = c0; c < std::min(C, c0 + kBlock); ++c) {
+        const float* src = w + (o * C + c) * kk;
+        float* dst = wf + (c * O + o) * kk;
+        for (int64_t i = 0; i < kk; ++i) dst[i] = src[kk - 1 - i];
+      }
 }
 
 // n floats from src to dst. Rows here are short (4 to 256 floats), where a
