@@ -4,7 +4,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/cpu/gemm.h"
@@ -18,20 +21,19 @@ namespace pd::cpu {
 
 namespace {
 
-// Register tiles, 24 accumulators each. Forward: kForwardOut output
-// channels x kPixelVectors x 16 grid pixels, fed per tap by kPixelVectors
-// (unaligned) loads and kForwardOut broadcasts. Weight gradient:
-// kWeightOut output channels x kTapBlock taps, fed per 16 pixels by
-// kWeightOut + kTapBlock loads.
-constexpr int kForwardOut = 8, kPixelVectors = 3, kWeightOut = 4, kTapBlock = 6;
-constexpr int64_t kPixelTile = 16 * kPixelVectors;
-
-// Scratch slots: 0 and 1 are per-thread (each thread's sample); 4 and 5
-// belong to the calling thread and are shared by its workers. Slot 2 holds
-// the flipped kernel while conv_kernels.cpp computes dx through us.
+// Scratch slots, all the calling thread's (its workers share them). Slot
+// 2 holds the flipped kernel while conv_kernels.cpp computes dx through
+// the forward kernel.
 constexpr int kGridSlot = 0, kRowsSlot = 1, kWeightsSlot = 4, kSumsSlot = 5;
 
+// A group of samples is laid out at once, as many as fit this many floats
+// (1 MiB: their grids stay in L2 while every output block reads them).
+// Fixed by the shape, so the order of every sum is too.
+constexpr int64_t kGroupFloats = int64_t{1} << 18;
+
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// ---- The input grid ------------------------------------------------------
 
 // One sample's input as stride^2 phase planes per channel: plane
 // (c, py, px) row i, column j holds the padded input at row py + S*i,
@@ -41,8 +43,8 @@ int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 struct Grid {
   int64_t S = 1, reach = 0, width = 0, rows = 0, plane = 0;
   int64_t pixels = 0;  // output grid pixels, OH * width
-  int64_t padded = 0;  // pixels rounded up to whole tiles
-  int64_t floats = 0;  // the input grid, with slack for the last tile's reads
+  int64_t vectors = 0; // pixels rounded up to whole vectors of 16
+  int64_t floats = 0;  // the input grid, with slack for the last vector's reads
 };
 
 Grid grid_of(const ConvShape& s) {
@@ -53,88 +55,198 @@ Grid grid_of(const ConvShape& s) {
   g.rows = s.out_h() + g.reach;
   g.plane = g.rows * g.width;
   g.pixels = s.out_h() * g.width;
-  g.padded = round_up(g.pixels, kPixelTile);
-  g.floats = s.in_channels * g.S * g.S * g.plane + (g.padded - g.pixels) + g.reach;
+  g.vectors = round_up(g.pixels, 16);
+  g.floats = s.in_channels * g.S * g.S * g.plane + (g.vectors - g.pixels) + g.reach;
   return g;
 }
 
 // Grid offsets of the taps, in w's order (c, ky, kx), padded with zeros
-// (a harmless read) to a whole number of tap blocks.
-std::vector<int32_t> tap_offsets(const ConvShape& s, const Grid& g) {
+// (a harmless read) to a multiple of `multiple` taps.
+std::vector<int32_t> tap_offsets(const ConvShape& s, const Grid& g, int64_t multiple) {
   const int64_t k = s.kernel_h, S = g.S;
   std::vector<int32_t> off;
-  off.reserve(static_cast<size_t>(round_up(s.patch(), kTapBlock)));
+  off.reserve(static_cast<size_t>(round_up(s.patch(), multiple)));
   for (int64_t c = 0; c < s.in_channels; ++c)
     for (int64_t ky = 0; ky < k; ++ky)
       for (int64_t kx = 0; kx < k; ++kx)
         off.push_back(static_cast<int32_t>(((c * S + ky % S) * S + kx % S) * g.plane + (ky / S) * g.width + kx / S));
-  off.resize(static_cast<size_t>(round_up(s.patch(), kTapBlock)), 0);
+  off.resize(static_cast<size_t>(round_up(s.patch(), multiple)), 0);
   return off;
 }
 
-// Sample n's grid (see Grid). Padding and slack are zeros.
+// Row i of plane (c, py, px) of sample xs's grid (see Grid).
+void fill_grid_row(const ConvShape& s, const Grid& g, const float* xs, int64_t c, int64_t py, int64_t px, int64_t i,
+                   float* dst) {
+  const int64_t H = s.in_h, W = s.in_w, S = g.S, p = s.padding, r = py + S * i - p;
+  // Columns j with 0 <= px + S*j - p < W.
+  const int64_t j0 = std::min(g.width, std::max<int64_t>(0, (p - px + S - 1) / S));
+  const int64_t j1 = std::max(j0, std::min(g.width, (W + p - px + S - 1) / S));
+  if (r < 0 || r >= H || j0 == j1) {
+    std::fill(dst, dst + g.width, 0.0f);
+    return;
+  }
+  std::fill(dst, dst + j0, 0.0f);
+  const float* src = xs + (c * H + r) * W + (px + S * j0 - p);
+  if (S == 1)
+    std::memcpy(dst + j0, src, static_cast<size_t>(j1 - j0) * sizeof(float));
+  else
+    for (int64_t j = j0; j < j1; ++j) dst[j] = src[(j - j0) * S];
+  std::fill(dst + j1, dst + g.width, 0.0f);
+}
+
+// Sample n's grid. Padding and slack are zeros.
 void fill_grid(const ConvShape& s, const Grid& g, const float* x, int64_t n, float* grid) {
-  const int64_t H = s.in_h, W = s.in_w, S = g.S, p = s.padding;
-  const float* xs = x + n * s.in_channels * H * W;
+  const float* xs = x + n * s.in_channels * s.in_h * s.in_w;
   float* dst = grid;
   for (int64_t c = 0; c < s.in_channels; ++c)
-    for (int64_t py = 0; py < S; ++py)
-      for (int64_t px = 0; px < S; ++px) {
-        // Columns j with 0 <= px + S*j - p < W.
-        const int64_t j0 = std::min(g.width, std::max<int64_t>(0, (p - px + S - 1) / S));
-        const int64_t j1 = std::max(j0, std::min(g.width, (W + p - px + S - 1) / S));
-        for (int64_t i = 0; i < g.rows; ++i, dst += g.width) {
-          const int64_t r = py + S * i - p;
-          if (r < 0 || r >= H || j0 == j1) {
-            std::fill(dst, dst + g.width, 0.0f);
-            continue;
-          }
-          std::fill(dst, dst + j0, 0.0f);
-          const float* src = xs + (c * H + r) * W + (px + S * j0 - p);
-          if (S == 1)
-            std::memcpy(dst + j0, src, static_cast<size_t>(j1 - j0) * sizeof(float));
-          else
-            for (int64_t j = j0; j < j1; ++j) dst[j] = src[(j - j0) * S];
-          std::fill(dst + j1, dst + g.width, 0.0f);
-        }
-      }
+    for (int64_t py = 0; py < g.S; ++py)
+      for (int64_t px = 0; px < g.S; ++px)
+        for (int64_t i = 0; i < g.rows; ++i, dst += g.width) fill_grid_row(s, g, xs, c, py, px, i, dst);
   std::fill(dst, grid + g.floats, 0.0f);
 }
 
-// out[i][0 .. 16*PV) = start[i] + sum over taps t of wp[t][i] * in[off[t] + ...],
-// start being out itself (add), else bias (or zero when null).
-template <int OB, int PV>
-PD_AVX512 void forward_tile(const float* in, const int32_t* off, int64_t taps, const float* wp, const float* bias,
-                            bool add, float* out, int64_t ld) {
-  __m512 acc[OB][PV];
-  for (int i = 0; i < OB; ++i) {
-    const __m512 b = bias ? _mm512_set1_ps(bias[i]) : _mm512_setzero_ps();
-    for (int v = 0; v < PV; ++v) acc[i][v] = add ? _mm512_loadu_ps(out + i * ld + 16 * v) : b;
+// Threads split the work when there are several and we are not already
+// inside a parallel region.
+bool threaded() { return compute_threads() > 1 && !omp_in_parallel(); }
+
+// ---- Forward: vectorised over output channels ----------------------------
+// Each tap's weights for 16*OV output channels are OV aligned vectors; the
+// input enters as broadcast scalars, NP consecutive pixels of one output
+// row, whose grid addresses are consecutive too: no unaligned vector loads,
+// and only real output pixels computed.
+
+// y[o][p] (o < rows <= 16*OV, row stride ld) = bias[o] (or 0) + the sum
+// over taps t in order of wq[t][o] * in[off[t] + p], for p < NP.
+template <int OV, int NP>
+PD_AVX512 void channel_tile(const float* in, const int32_t* off, int64_t taps, const float* wq, const float* bias,
+                            float* y, int64_t ld, int64_t rows) {
+  __m512 acc[NP][OV];
+  for (int v = 0; v < OV; ++v) {
+    const __m512 b = bias ? _mm512_loadu_ps(bias + 16 * v) : _mm512_setzero_ps();
+    for (int p = 0; p < NP; ++p) acc[p][v] = b;
   }
   for (int64_t t = 0; t < taps; ++t) {
     const float* src = in + off[t];
-    const float* wt = wp + t * OB;
-    __m512 xv[PV];
-    for (int v = 0; v < PV; ++v) xv[v] = _mm512_loadu_ps(src + 16 * v);
-    for (int i = 0; i < OB; ++i) {
-      const __m512 wb = _mm512_set1_ps(wt[i]);
-      for (int v = 0; v < PV; ++v) acc[i][v] = _mm512_fmadd_ps(wb, xv[v], acc[i][v]);
+    const float* wt = wq + t * OV * 16;
+    __m512 wv[OV];
+    for (int v = 0; v < OV; ++v) wv[v] = _mm512_load_ps(wt + 16 * v);
+    for (int p = 0; p < NP; ++p) {
+      const __m512 xb = _mm512_set1_ps(src[p]);
+      for (int v = 0; v < OV; ++v) acc[p][v] = _mm512_fmadd_ps(wv[v], xb, acc[p][v]);
     }
   }
-  for (int i = 0; i < OB; ++i)
-    for (int v = 0; v < PV; ++v) _mm512_storeu_ps(out + i * ld + 16 * v, acc[i][v]);
+  // A pixel's channels are its vectors' lanes; in y they are rows apart.
+  alignas(64) float tile[NP][OV * 16];
+  for (int p = 0; p < NP; ++p)
+    for (int v = 0; v < OV; ++v) _mm512_store_ps(&tile[p][16 * v], acc[p][v]);
+  for (int64_t o = 0; o < rows; ++o)
+    for (int p = 0; p < NP; ++p) y[o * ld + p] = tile[p][o];
 }
 
-// acc[i][j] (16 lanes each, OB x TB contiguous) += sum over the samples
-// and over q < pixels of dy[i][q] * grid[off[j] + q], lane q % 16 (pixels
-// a multiple of 16; dy is zero outside the output). Summed per lane in
-// sample and pixel order, reduced across lanes only at the end.
+using ChannelTile = void (*)(const float*, const int32_t*, int64_t, const float*, const float*, float*, int64_t,
+                             int64_t);
+// Accumulators per tile, of the 32 vector registers (the rest hold the
+// weights and a broadcast pixel).
+constexpr int kTileAccumulators = 24;
+
+template <int OV, size_t... I>
+constexpr std::array<ChannelTile, sizeof...(I)> channel_tiles(std::index_sequence<I...>) {
+  return {&channel_tile<OV, static_cast<int>(I) + 1>...};
+}
+// Every tile shape: OV 1..4 vectors of channels, NP 1..24/OV pixels.
+const std::array<ChannelTile, 24> kTiles1 = channel_tiles<1>(std::make_index_sequence<24>());
+const std::array<ChannelTile, 12> kTiles2 = channel_tiles<2>(std::make_index_sequence<12>());
+const std::array<ChannelTile, 8> kTiles3 = channel_tiles<3>(std::make_index_sequence<8>());
+const std::array<ChannelTile, 6> kTiles4 = channel_tiles<4>(std::make_index_sequence<6>());
+
+ChannelTile channel_tile_for(int ov, int64_t np) {
+  const auto i = static_cast<size_t>(np - 1);
+  switch (ov) {
+    case 1: return kTiles1[i];
+    case 2: return kTiles2[i];
+    case 3: return kTiles3[i];
+    default: return kTiles4[i];
+  }
+}
+
+// Tiles per output row: the row cut into equal tiles of at most max pixels.
+int64_t tiles_per_row(int64_t width, int64_t max) { return (width + max - 1) / max; }
+
+// Vectors of output channels per tile: the choice that wastes least on
+// padding the channels to whole vectors and on tiles short of
+// 24 accumulators. One vector (24 pixels) is discounted: it loads a
+// broadcast per multiply-add.
+int channel_vectors(const ConvShape& s) {
+  int best = 1;
+  double best_use = 0;
+  for (int ov = 1; ov <= 4; ++ov) {
+    const int64_t max = kTileAccumulators / ov, tiles = tiles_per_row(s.out_w(), max);
+    const double channels = double(s.out_channels) / double(round_up(s.out_channels, 16 * ov));
+    const double pixels = double(s.out_w()) / double(tiles * max);
+    const double use = channels * pixels * (ov == 1 ? 0.8 : 1.0);
+    if (use > best_use + 1e-9) best_use = use, best = ov;
+  }
+  return best;
+}
+
+struct ForwardPlan {
+  ConvShape s;
+  Grid g;
+  std::vector<int32_t> off;
+  int ov = 2;
+  int64_t rows = 0;  // output channels padded to whole blocks of 16*ov
+  const float* wq = nullptr;
+  std::vector<float> bias;  // padded; empty without bias
+  float* grids = nullptr;
+};
+
+// wq[b][t][j] = w[b*16*ov + j][t], zero past the last channel.
+void pack_weights(const ForwardPlan& f, const float* w, float* wq) {
+  const int64_t O = f.s.out_channels, T = f.s.patch(), block = 16 * f.ov, blocks = f.rows / block;
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < block; ++j) {
+        const int64_t o = b * block + j;
+        wq[(b * T + t) * block + j] = o < O ? w[o * T + t] : 0.0f;
+      }
+}
+
+// Output block b (16*ov channels) of the group's samples [n0, n1).
+void forward_block(const ForwardPlan& f, int64_t b, int64_t n0, int64_t n1, float* y) {
+  const ConvShape& s = f.s;
+  const int64_t O = s.out_channels, OH = s.out_h(), OW = s.out_w(), P = OH * OW, T = s.patch();
+  const int64_t block = 16 * f.ov, rows = std::min(block, O - b * block);
+  const int64_t tiles = tiles_per_row(OW, kTileAccumulators / f.ov);
+  const float* wq = f.wq + b * T * block;
+  const float* bias = f.bias.empty() ? nullptr : f.bias.data() + b * block;
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* grid = f.grids + (n - n0) * f.g.floats;
+    float* yb = y + (n * O + b * block) * P;
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t i = 0, ow = 0; i < tiles; ++i) {
+        const int64_t np = OW / tiles + (i < OW % tiles ? 1 : 0);
+        channel_tile_for(f.ov, np)(grid + oh * f.g.width + ow, f.off.data(), T, wq, bias, yb + oh * OW + ow, P, rows);
+        ow += np;
+      }
+  }
+}
+
+// ---- Weight gradient: vectorised over pixels -----------------------------
+
+// Register tile: kWeightOut output channels x kTapBlock taps, fed per 16
+// pixels by kWeightOut + kTapBlock loads.
+constexpr int kWeightOut = 4, kTapBlock = 6;
+
+// acc[i][j] (16 lanes each, OB x TB contiguous) += the sum over the
+// samples and over q < pixels of dy[i][q] * grid[off[j] + q], in lane
+// q % 16 (pixels a multiple of 16; dy is zero outside the output). Summed
+// per lane in sample and pixel order, across lanes only at the end.
 template <int OB, int TB>
 PD_AVX512 void weight_tile(const float* dy, int64_t ld, int64_t dy_stride, const float* grid, int64_t grid_stride,
-                           const int32_t* off, int64_t pixels, int64_t samples, float* acc_out) {
+                           const int32_t* off, int64_t pixels, int64_t samples, float* acc_io) {
   __m512 acc[OB][TB];
   for (int i = 0; i < OB; ++i)
-    for (int j = 0; j < TB; ++j) acc[i][j] = _mm512_loadu_ps(acc_out + (i * TB + j) * 16);
+    for (int j = 0; j < TB; ++j) acc[i][j] = _mm512_loadu_ps(acc_io + (i * TB + j) * 16);
   for (int64_t n = 0; n < samples; ++n) {
     const float* dn = dy + n * dy_stride;
     const float* src[TB];
@@ -149,77 +261,14 @@ PD_AVX512 void weight_tile(const float* dy, int64_t ld, int64_t dy_stride, const
     }
   }
   for (int i = 0; i < OB; ++i)
-    for (int j = 0; j < TB; ++j) _mm512_storeu_ps(acc_out + (i * TB + j) * 16, acc[i][j]);
+    for (int j = 0; j < TB; ++j) _mm512_storeu_ps(acc_io + (i * TB + j) * 16, acc[i][j]);
 }
 
-// wp[b][t][i] = w[b*kForwardOut + i][t], zero past the last channel.
-void pack_weights(const ConvShape& s, const float* w, float* wp) {
-  const int64_t O = s.out_channels, T = s.patch(), blocks = round_up(O, kForwardOut) / kForwardOut;
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < kForwardOut; ++i) {
-        const int64_t o = b * kForwardOut + i;
-        wp[(b * T + t) * kForwardOut + i] = o < O ? w[o * T + t] : 0.0f;
-      }
-}
-
-// The parameters shared by a call's samples.
-struct ForwardPlan {
-  ConvShape s;
-  Grid g;
-  std::vector<int32_t> off;
-  const float* wp;
-  std::vector<float> bias;  // padded to whole blocks; empty without bias
-  int64_t channel_block = 1;
-};
-
-// What a pixel tile reads of the input should stay in L1 while every
-// output block reads it: input channels per pass over the output blocks
-// (passes add to the output tile).
-constexpr int64_t kTileInputBytes = 24 << 10;
-
-int64_t channel_block(const ConvShape& s, const Grid& g) {
-  const int64_t per_channel = g.S * g.S * (kPixelTile + g.reach * (g.width + 1)) * int64_t{sizeof(float)};
-  const int64_t most = std::max<int64_t>(1, kTileInputBytes / per_channel);
-  const int64_t passes = (s.in_channels + most - 1) / most;
-  return (s.in_channels + passes - 1) / passes;
-}
-
-PD_AVX512 void forward_sample(const ForwardPlan& f, const float* x, int64_t n, float* y) {
-  const ConvShape& s = f.s;
-  const Grid& g = f.g;
-  const int64_t T = s.patch(), blocks = round_up(s.out_channels, kForwardOut) / kForwardOut;
-  float* grid = Scratch::floats(static_cast<size_t>(g.floats), kGridSlot);
-  float* out = Scratch::floats(static_cast<size_t>(blocks * kForwardOut * g.padded), kRowsSlot);
-  fill_grid(s, g, x, n, grid);
-  const int64_t kk = s.kernel_h * s.kernel_h;
-  for (int64_t q0 = 0; q0 < g.padded; q0 += kPixelTile)
-    for (int64_t c0 = 0; c0 < s.in_channels; c0 += f.channel_block) {
-      const int64_t t0 = c0 * kk, t1 = std::min(s.in_channels, c0 + f.channel_block) * kk;
-      for (int64_t b = 0; b < blocks; ++b)
-        forward_tile<kForwardOut, kPixelVectors>(grid + q0, f.off.data() + t0, t1 - t0, f.wp + (b * T + t0) * kForwardOut,
-                                               f.bias.empty() ? nullptr : f.bias.data() + b * kForwardOut, c0 > 0,
-                                               out + b * kForwardOut * g.padded + q0, g.padded);
-    }
-  const int64_t O = s.out_channels, OH = s.out_h(), OW = s.out_w();
-  float* ys = y + n * O * OH * OW;
-  for (int64_t o = 0; o < O; ++o)
-    for (int64_t oh = 0; oh < OH; ++oh)
-      std::memcpy(ys + (o * OH + oh) * OW, out + o * g.padded + oh * g.width, static_cast<size_t>(OW) * sizeof(float));
-}
-
-// Threads take whole samples when there are several threads and samples.
-bool samples_in_parallel(const ConvShape& s) {
-  return compute_threads() > 1 && !omp_in_parallel() && s.batch > 1;
-}
-
-// The weight gradient's per-call parameters and buffers.
 struct ParamsPlan {
   ConvShape s;
   Grid g;
   std::vector<int32_t> off;
   int64_t rows = 0, taps = 0;  // channels and taps padded to whole blocks
-  int64_t pixels = 0;          // output grid pixels rounded up to whole vectors
   int64_t dy_stride = 0;       // floats per sample of dy on the grid
   float *grids = nullptr, *dys = nullptr, *acc = nullptr;
 };
@@ -228,27 +277,28 @@ struct ParamsPlan {
 // columns, rows and channels), as its group's sample i.
 void fill_sample(const ParamsPlan& f, const float* x, const float* dy, int64_t n, int64_t i) {
   const ConvShape& s = f.s;
-  const int64_t O = s.out_channels, OH = s.out_h(), OW = s.out_w();
+  const int64_t O = s.out_channels, OH = s.out_h(), OW = s.out_w(), ld = f.g.vectors;
   fill_grid(s, f.g, x, n, f.grids + i * f.g.floats);
   float* rows = f.dys + i * f.dy_stride;
   std::fill(rows, rows + f.dy_stride, 0.0f);
   const float* dys = dy + n * O * OH * OW;
   for (int64_t o = 0; o < O; ++o)
     for (int64_t oh = 0; oh < OH; ++oh)
-      std::memcpy(rows + o * f.pixels + oh * f.g.width, dys + (o * OH + oh) * OW, static_cast<size_t>(OW) * sizeof(float));
+      std::memcpy(rows + o * ld + oh * f.g.width, dys + (o * OH + oh) * OW, static_cast<size_t>(OW) * sizeof(float));
 }
 
+// Pixels per stretch: a block's dy rows over a stretch stay in L1 while
+// every tap block reads them.
 constexpr int64_t kWeightStretch = 1024;
 
-// The group's samples into output block b's accumulators, in stretches of
-// pixels whose dy rows stay in L1 while every tap block reads them.
+// The group's samples into output block b's accumulators.
 void params_block(const ParamsPlan& f, int64_t b, int64_t samples) {
-  const int64_t tblocks = f.taps / kTapBlock;
-  for (int64_t q0 = 0; q0 < f.pixels; q0 += kWeightStretch) {
-    const int64_t len = std::min(kWeightStretch, f.pixels - q0);
+  const int64_t tblocks = f.taps / kTapBlock, ld = f.g.vectors;
+  for (int64_t q0 = 0; q0 < ld; q0 += kWeightStretch) {
+    const int64_t len = std::min(kWeightStretch, ld - q0);
     for (int64_t tb = 0; tb < tblocks; ++tb)
-      weight_tile<kWeightOut, kTapBlock>(f.dys + b * kWeightOut * f.pixels + q0, f.pixels, f.dy_stride, f.grids + q0,
-                                         f.g.floats, f.off.data() + tb * kTapBlock, len, samples,
+      weight_tile<kWeightOut, kTapBlock>(f.dys + b * kWeightOut * ld + q0, ld, f.dy_stride, f.grids + q0, f.g.floats,
+                                         f.off.data() + tb * kTapBlock, len, samples,
                                          f.acc + (b * tblocks + tb) * kWeightOut * kTapBlock * 16);
   }
 }
@@ -264,9 +314,16 @@ PD_AVX512 void add_lane_sums(const ParamsPlan& f, float* dw) {
     }
 }
 
-// Samples per group: a group's grids stay in cache while every output
-// block reads them. Fixed by the shape, so the sums' order is too.
-constexpr int64_t kGroupFloats = int64_t{1} << 18;
+// ---- When ------------------------------------------------------------------
+
+// Measured on resnet18's convolutions at 64x64 and 224x224, batch 32 and 8
+// (bench/diag/conv_direct_split.cpp). Pointwise convolutions have no
+// column matrix to save; maps narrower than 4 fill too few pixels per
+// tile; the grid's offsets are 32-bit.
+bool direct_pays(const ConvShape& s) {
+  return conv_direct_available() && s.kernel_h > 1 && s.stride <= 2 && s.out_w() >= 4 &&
+         grid_of(s).floats <= std::numeric_limits<int32_t>::max() / 2;
+}
 
 }  // namespace
 
@@ -276,22 +333,10 @@ bool conv_direct_available() {
   return yes;
 }
 
-namespace {
+bool conv_direct_forward_chosen(const ConvShape& s) { return direct_pays(s); }
 
-// Measured on resnet18's convolutions at 64x64 and 224x224
-// (bench/diag/conv_direct_split.cpp): the forward kernel beats im2col +
-// sgemm up to 256 output channels on maps at least 14 wide (the grid's
-// extra columns cost more on narrower ones); the weight gradient's only on
-// few output channels and wide maps (the stem, the 64-channel stage at
-// 224x224). Pointwise convolutions have no column matrix to save.
-bool direct_pays(const ConvShape& s) {
-  return conv_direct_available() && s.kernel_h > 1 && s.stride <= 2 && s.out_w() >= 14;
-}
-
-}  // namespace
-
-bool conv_direct_forward_chosen(const ConvShape& s) { return direct_pays(s) && s.out_channels <= 256; }
-
+// The weight gradient's kernel beats im2col + sgemm on few output channels
+// and wide maps only (the stem; the 64-channel stage at 224x224).
 bool conv_direct_params_chosen(const ConvShape& s) {
   return direct_pays(s) && s.out_channels <= 64 && s.out_w() >= 28;
 }
@@ -300,42 +345,55 @@ void conv2d_direct_forward(const ConvShape& s, const float* x, const float* w, c
   ForwardPlan f;
   f.s = s;
   f.g = grid_of(s);
-  f.off = tap_offsets(s, f.g);
-  f.channel_block = channel_block(s, f.g);
-  const int64_t rows = round_up(s.out_channels, kForwardOut);
-  float* wp = Scratch::floats(static_cast<size_t>(rows * s.patch()), kWeightsSlot);
-  pack_weights(s, w, wp);
-  f.wp = wp;
+  f.off = tap_offsets(s, f.g, 1);
+  f.ov = channel_vectors(s);
+  f.rows = round_up(s.out_channels, 16 * f.ov);
+  float* wq = Scratch::floats(static_cast<size_t>(f.rows * s.patch()), kWeightsSlot);
+  pack_weights(f, w, wq);
+  f.wq = wq;
   if (bias) {
-    f.bias.assign(static_cast<size_t>(rows), 0.0f);
+    f.bias.assign(static_cast<size_t>(f.rows), 0.0f);
     std::copy(bias, bias + s.out_channels, f.bias.begin());
   }
-  if (!samples_in_parallel(s)) {
-    for (int64_t n = 0; n < s.batch; ++n) forward_sample(f, x, n, y);
+  const int64_t group = std::clamp<int64_t>(kGroupFloats / f.g.floats, 1, s.batch);
+  f.grids = Scratch::floats(static_cast<size_t>(group * f.g.floats), kGridSlot);
+  const int64_t blocks = f.rows / (16 * f.ov);
+  // Threads split a group's samples to lay them out, then its output blocks.
+  if (!threaded()) {
+    for (int64_t n0 = 0; n0 < s.batch; n0 += group) {
+      const int64_t n1 = std::min(s.batch, n0 + group);
+      for (int64_t n = n0; n < n1; ++n) fill_grid(s, f.g, x, n, f.grids + (n - n0) * f.g.floats);
+      for (int64_t b = 0; b < blocks; ++b) forward_block(f, b, n0, n1, y);
+    }
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(compute_threads())
-  for (int64_t n = 0; n < s.batch; ++n) forward_sample(f, x, n, y);
+#pragma omp parallel num_threads(compute_threads())
+  for (int64_t n0 = 0; n0 < s.batch; n0 += group) {
+    const int64_t n1 = std::min(s.batch, n0 + group);
+#pragma omp for schedule(static)
+    for (int64_t n = n0; n < n1; ++n) fill_grid(s, f.g, x, n, f.grids + (n - n0) * f.g.floats);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < blocks; ++b) forward_block(f, b, n0, n1, y);
+  }
 }
 
 void conv2d_direct_backward_params(const ConvShape& s, const float* x, const float* dy, float* dw) {
   ParamsPlan f;
   f.s = s;
   f.g = grid_of(s);
-  f.off = tap_offsets(s, f.g);
+  f.off = tap_offsets(s, f.g, kTapBlock);
   f.rows = round_up(s.out_channels, kWeightOut);
   f.taps = round_up(s.patch(), kTapBlock);
-  f.pixels = round_up(f.g.pixels, 16);
-  f.dy_stride = f.rows * f.pixels;
-  const int64_t group = std::max<int64_t>(1, std::min(s.batch, kGroupFloats / (f.g.floats + f.dy_stride)));
+  f.dy_stride = f.rows * f.g.vectors;
+  const int64_t group = std::clamp<int64_t>(kGroupFloats / (f.g.floats + f.dy_stride), 1, s.batch);
   f.grids = Scratch::floats(static_cast<size_t>(group * f.g.floats), kGridSlot);
   f.dys = Scratch::floats(static_cast<size_t>(group * f.dy_stride), kRowsSlot);
   f.acc = Scratch::floats(static_cast<size_t>(f.rows * f.taps * 16), kSumsSlot);
   std::fill(f.acc, f.acc + f.rows * f.taps * 16, 0.0f);
   const int64_t blocks = f.rows / kWeightOut;
-  // Threads split a group's samples to lay them out, then the output
+  // Threads split a group's samples to lay them out, then its output
   // blocks (never a block's sums).
-  if (!samples_in_parallel(s)) {
+  if (!threaded()) {
     for (int64_t n0 = 0; n0 < s.batch; n0 += group) {
       const int64_t n1 = std::min(s.batch, n0 + group);
       for (int64_t n = n0; n < n1; ++n) fill_sample(f, x, dy, n, n - n0);
