@@ -314,6 +314,134 @@ PD_AVX512 void add_lane_sums(const ParamsPlan& f, float* dw) {
     }
 }
 
+// ---- Weight gradient of 3x3 stride-1 convolutions: vectorised over output
+// channels ---------------------------------------------------------------
+// The forward kernel's layout turned around: dy enters as vectors of 32
+// output channels per pixel (dy transposed, [pixel][channel]), the input as
+// broadcast scalars of one channel's 9 taps, and the 18 accumulators are
+// dw's entries themselves: no pixel lanes to reduce, no grid columns.
+
+constexpr int kGradTaps = 9, kGradChannels = 32;
+
+// acc[t][o] (t < 9, o < 32) += the sum over the group's samples (grids and
+// dyt `grid_stride` and `dyt_stride` apart) and over output rows
+// [oh0, oh1) and columns of dyt[pixel][o] * grid[pixel's tap t], in that
+// order.
+PD_AVX512 void grad_tile(const float* grid, int64_t grid_stride, int64_t width, const float* dyt,
+                         int64_t dyt_stride, int64_t ld, int64_t samples, int64_t oh0, int64_t oh1, int64_t OW,
+                         float* acc_io) {
+  __m512 acc[kGradTaps][2];
+  for (int t = 0; t < kGradTaps; ++t)
+    for (int v = 0; v < 2; ++v) acc[t][v] = _mm512_loadu_ps(acc_io + (t * 2 + v) * 16);
+  for (int64_t n = 0; n < samples; ++n)
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+      const float* r0 = grid + n * grid_stride + oh * width;
+      const float* r1 = r0 + width;
+      const float* r2 = r1 + width;
+      const float* d = dyt + n * dyt_stride + oh * OW * ld;
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const __m512 d0 = _mm512_loadu_ps(d + ow * ld), d1 = _mm512_loadu_ps(d + ow * ld + 16);
+        const float* rows[3] = {r0 + ow, r1 + ow, r2 + ow};
+        for (int ky = 0; ky < 3; ++ky)
+          for (int kx = 0; kx < 3; ++kx) {
+            const __m512 xb = _mm512_set1_ps(rows[ky][kx]);
+            acc[ky * 3 + kx][0] = _mm512_fmadd_ps(d0, xb, acc[ky * 3 + kx][0]);
+            acc[ky * 3 + kx][1] = _mm512_fmadd_ps(d1, xb, acc[ky * 3 + kx][1]);
+          }
+      }
+    }
+  for (int t = 0; t < kGradTaps; ++t)
+    for (int v = 0; v < 2; ++v) _mm512_storeu_ps(acc_io + (t * 2 + v) * 16, acc[t][v]);
+}
+
+struct GradPlan {
+  ConvShape s;
+  Grid g;
+  int64_t rows = 0;        // output channels padded to whole blocks of 32
+  int64_t dyt_stride = 0;  // floats per sample of dy transposed
+  int64_t stretch = 1;     // output rows per pass over the input channels
+  float *grids = nullptr, *dyts = nullptr, *acc = nullptr;
+};
+
+// Sample n's grid and dy transposed ([pixel][channel], zero past the last
+// channel), as its group's sample i.
+void fill_grad_sample(const GradPlan& f, const float* x, const float* dy, int64_t n, int64_t i) {
+  const ConvShape& s = f.s;
+  const int64_t O = s.out_channels, P = s.out_h() * s.out_w(), ld = f.rows;
+  fill_grid(s, f.g, x, n, f.grids + i * f.g.floats);
+  float* dst = f.dyts + i * f.dyt_stride;
+  const float* src = dy + n * O * P;
+  constexpr int64_t kPixels = 16;  // a block of pixels per pass over the channels, for the writes' sake
+  for (int64_t p0 = 0; p0 < P; p0 += kPixels) {
+    const int64_t p1 = std::min(P, p0 + kPixels);
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t p = p0; p < p1; ++p) dst[p * ld + o] = src[o * P + p];
+    for (int64_t p = p0; p < p1; ++p) std::fill(dst + p * ld + O, dst + (p + 1) * ld, 0.0f);
+  }
+}
+
+// Input channel c's accumulators (every output block) over the group.
+void grad_channel(const GradPlan& f, int64_t c, int64_t samples) {
+  const ConvShape& s = f.s;
+  const int64_t OH = s.out_h(), OW = s.out_w(), blocks = f.rows / kGradChannels;
+  const float* grid = f.grids + c * f.g.plane;
+  for (int64_t oh0 = 0; oh0 < OH; oh0 += f.stretch)
+    for (int64_t b = 0; b < blocks; ++b)
+      grad_tile(grid, f.g.floats, f.g.width, f.dyts + b * kGradChannels, f.dyt_stride, f.rows, samples, oh0,
+                std::min(OH, oh0 + f.stretch), OW, f.acc + (c * blocks + b) * kGradTaps * kGradChannels);
+}
+
+// dw[o][c*9 + t] += acc[c][o / 32][t][o % 32].
+void add_grad_sums(const GradPlan& f, float* dw) {
+  const int64_t O = f.s.out_channels, C = f.s.in_channels, blocks = f.rows / kGradChannels;
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t t = 0; t < kGradTaps; ++t)
+        dw[(o * C + c) * kGradTaps + t] +=
+            f.acc[((c * blocks + o / kGradChannels) * kGradTaps + t) * kGradChannels + o % kGradChannels];
+}
+
+// Output pixels' dy rows per pass over the input channels: 32 KiB, which
+// stay in L1 while every channel reads them.
+constexpr int64_t kGradStretchBytes = 32 << 10;
+
+void weight_gradient_3x3(const ConvShape& s, const float* x, const float* dy, float* dw) {
+  GradPlan f;
+  f.s = s;
+  f.g = grid_of(s);
+  f.rows = round_up(s.out_channels, kGradChannels);
+  f.dyt_stride = s.out_h() * s.out_w() * f.rows;
+  f.stretch = std::max<int64_t>(1, kGradStretchBytes / (s.out_w() * kGradChannels * int64_t{sizeof(float)}));
+  const int64_t group = std::clamp<int64_t>(kGroupFloats / (f.g.floats + f.dyt_stride), 1, s.batch);
+  if (group > 1) f.stretch = s.out_h();
+  f.grids = Scratch::floats(static_cast<size_t>(group * f.g.floats), kGridSlot);
+  f.dyts = Scratch::floats(static_cast<size_t>(group * f.dyt_stride), kRowsSlot);
+  const int64_t acc_floats = s.in_channels * f.rows * kGradTaps;
+  f.acc = Scratch::floats(static_cast<size_t>(acc_floats), kSumsSlot);
+  std::fill(f.acc, f.acc + acc_floats, 0.0f);
+  // Threads split a group's samples to lay them out, then its input
+  // channels (never one channel's sums).
+  if (!threaded()) {
+    for (int64_t n0 = 0; n0 < s.batch; n0 += group) {
+      const int64_t n1 = std::min(s.batch, n0 + group);
+      for (int64_t n = n0; n < n1; ++n) fill_grad_sample(f, x, dy, n, n - n0);
+      for (int64_t c = 0; c < s.in_channels; ++c) grad_channel(f, c, n1 - n0);
+    }
+  } else {
+#pragma omp parallel num_threads(compute_threads())
+    for (int64_t n0 = 0; n0 < s.batch; n0 += group) {
+      const int64_t n1 = std::min(s.batch, n0 + group);
+#pragma omp for schedule(static)
+      for (int64_t n = n0; n < n1; ++n) fill_grad_sample(f, x, dy, n, n - n0);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < s.in_channels; ++c) grad_channel(f, c, n1 - n0);
+    }
+  }
+  add_grad_sums(f, dw);
+}
+
+bool grad_3x3(const ConvShape& s) { return s.kernel_h == 3 && s.stride == 1; }
+
 // ---- When ------------------------------------------------------------------
 
 // Measured on resnet18's convolutions at 64x64 and 224x224, batch 32 and 8
@@ -335,10 +463,12 @@ bool conv_direct_available() {
 
 bool conv_direct_forward_chosen(const ConvShape& s) { return direct_pays(s); }
 
-// The weight gradient's kernel beats im2col + sgemm on few output channels
-// and wide maps only (the stem; the 64-channel stage at 224x224).
+// The 3x3 weight gradient beats im2col + sgemm on maps at least 8 wide
+// (resnet18's stages up to 256 channels), the general one on few output
+// channels and wide maps only (the stem).
 bool conv_direct_params_chosen(const ConvShape& s) {
-  return direct_pays(s) && s.out_channels <= 64 && s.out_w() >= 28;
+  if (!direct_pays(s)) return false;
+  return grad_3x3(s) ? s.out_w() >= 8 : s.out_channels <= 64 && s.out_w() >= 28;
 }
 
 void conv2d_direct_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
@@ -378,6 +508,7 @@ void conv2d_direct_forward(const ConvShape& s, const float* x, const float* w, c
 }
 
 void conv2d_direct_backward_params(const ConvShape& s, const float* x, const float* dy, float* dw) {
+  if (grad_3x3(s)) return weight_gradient_3x3(s, x, dy, dw);
   ParamsPlan f;
   f.s = s;
   f.g = grid_of(s);
