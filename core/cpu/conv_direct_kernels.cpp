@@ -115,32 +115,44 @@ bool threaded() { return compute_threads() > 1 && !omp_in_parallel(); }
 // row, whose grid addresses are consecutive too: no unaligned vector loads,
 // and only real output pixels computed.
 
+// Taps summed per register pass: each pass starts from zero and its sums
+// are added to the tile's totals, so no running sum over thousands of taps
+// (512 channels of 3x3) carries the rounding of all of them (the summation
+// error grows with the terms per sum).
+constexpr int64_t kTapPass = 256;
+
 // y[o][p] (o < rows <= 16*OV, row stride ld) = bias[o] (or 0) + the sum
-// over taps t in order of wq[t][o] * in[off[t] + p], for p < NP.
+// over taps t of wq[t][o] * in[off[t] + p], for p < NP: in passes of
+// kTapPass taps in order, each summed in order.
 template <int OV, int NP>
 PD_AVX512 void channel_tile(const float* in, const int32_t* off, int64_t taps, const float* wq, const float* bias,
                             float* y, int64_t ld, int64_t rows) {
-  __m512 acc[NP][OV];
+  alignas(64) float total[NP][OV * 16];
   for (int v = 0; v < OV; ++v) {
     const __m512 b = bias ? _mm512_loadu_ps(bias + 16 * v) : _mm512_setzero_ps();
-    for (int p = 0; p < NP; ++p) acc[p][v] = b;
+    for (int p = 0; p < NP; ++p) _mm512_store_ps(&total[p][16 * v], b);
   }
-  for (int64_t t = 0; t < taps; ++t) {
-    const float* src = in + off[t];
-    const float* wt = wq + t * OV * 16;
-    __m512 wv[OV];
-    for (int v = 0; v < OV; ++v) wv[v] = _mm512_load_ps(wt + 16 * v);
-    for (int p = 0; p < NP; ++p) {
-      const __m512 xb = _mm512_set1_ps(src[p]);
-      for (int v = 0; v < OV; ++v) acc[p][v] = _mm512_fmadd_ps(wv[v], xb, acc[p][v]);
+  for (int64_t t0 = 0; t0 < taps; t0 += kTapPass) {
+    __m512 acc[NP][OV];
+    for (int p = 0; p < NP; ++p)
+      for (int v = 0; v < OV; ++v) acc[p][v] = _mm512_setzero_ps();
+    for (int64_t t = t0; t < std::min(taps, t0 + kTapPass); ++t) {
+      const float* src = in + off[t];
+      const float* wt = wq + t * OV * 16;
+      __m512 wv[OV];
+      for (int v = 0; v < OV; ++v) wv[v] = _mm512_load_ps(wt + 16 * v);
+      for (int p = 0; p < NP; ++p) {
+        const __m512 xb = _mm512_set1_ps(src[p]);
+        for (int v = 0; v < OV; ++v) acc[p][v] = _mm512_fmadd_ps(wv[v], xb, acc[p][v]);
+      }
     }
+    for (int p = 0; p < NP; ++p)
+      for (int v = 0; v < OV; ++v)
+        _mm512_store_ps(&total[p][16 * v], _mm512_add_ps(_mm512_load_ps(&total[p][16 * v]), acc[p][v]));
   }
   // A pixel's channels are its vectors' lanes; in y they are rows apart.
-  alignas(64) float tile[NP][OV * 16];
-  for (int p = 0; p < NP; ++p)
-    for (int v = 0; v < OV; ++v) _mm512_store_ps(&tile[p][16 * v], acc[p][v]);
   for (int64_t o = 0; o < rows; ++o)
-    for (int p = 0; p < NP; ++p) y[o * ld + p] = tile[p][o];
+    for (int p = 0; p < NP; ++p) y[o * ld + p] = total[p][o];
 }
 
 using ChannelTile = void (*)(const float*, const int32_t*, int64_t, const float*, const float*, float*, int64_t,
@@ -246,7 +258,7 @@ PD_AVX512 void weight_tile(const float* dy, int64_t ld, int64_t dy_stride, const
                            const int32_t* off, int64_t pixels, int64_t samples, float* acc_io) {
   __m512 acc[OB][TB];
   for (int i = 0; i < OB; ++i)
-    for (int j = 0; j < TB; ++j) acc[i][j] = _mm512_loadu_ps(acc_io + (i * TB + j) * 16);
+    for (int j = 0; j < TB; ++j) acc[i][j] = _mm512_setzero_ps();
   for (int64_t n = 0; n < samples; ++n) {
     const float* dn = dy + n * dy_stride;
     const float* src[TB];
@@ -261,7 +273,10 @@ PD_AVX512 void weight_tile(const float* dy, int64_t ld, int64_t dy_stride, const
     }
   }
   for (int i = 0; i < OB; ++i)
-    for (int j = 0; j < TB; ++j) _mm512_storeu_ps(acc_io + (i * TB + j) * 16, acc[i][j]);
+    for (int j = 0; j < TB; ++j) {
+      float* a = acc_io + (i * TB + j) * 16;
+      _mm512_storeu_ps(a, _mm512_add_ps(_mm512_loadu_ps(a), acc[i][j]));
+    }
 }
 
 struct ParamsPlan {
@@ -332,7 +347,7 @@ PD_AVX512 void grad_tile(const float* grid, int64_t grid_stride, int64_t width, 
                          float* acc_io) {
   __m512 acc[kGradTaps][2];
   for (int t = 0; t < kGradTaps; ++t)
-    for (int v = 0; v < 2; ++v) acc[t][v] = _mm512_loadu_ps(acc_io + (t * 2 + v) * 16);
+    for (int v = 0; v < 2; ++v) acc[t][v] = _mm512_setzero_ps();
   for (int64_t n = 0; n < samples; ++n)
     for (int64_t oh = oh0; oh < oh1; ++oh) {
       const float* r0 = grid + n * grid_stride + oh * width;
@@ -351,7 +366,10 @@ PD_AVX512 void grad_tile(const float* grid, int64_t grid_stride, int64_t width, 
       }
     }
   for (int t = 0; t < kGradTaps; ++t)
-    for (int v = 0; v < 2; ++v) _mm512_storeu_ps(acc_io + (t * 2 + v) * 16, acc[t][v]);
+    for (int v = 0; v < 2; ++v) {
+      float* a = acc_io + (t * 2 + v) * 16;
+      _mm512_storeu_ps(a, _mm512_add_ps(_mm512_loadu_ps(a), acc[t][v]));
+    }
 }
 
 struct GradPlan {
@@ -440,12 +458,14 @@ void weight_gradient_3x3(const ConvShape& s, const float* x, const float* dy, fl
   add_grad_sums(f, dw);
 }
 
-bool grad_3x3(const ConvShape& s) { return s.kernel_h == 3 && s.stride == 1; }
+// Fewer output channels would leave most of the 32 lanes idle.
+bool grad_3x3(const ConvShape& s) { return s.kernel_h == 3 && s.stride == 1 && s.out_channels >= 16; }
 
 // ---- When ------------------------------------------------------------------
 
 // Measured on resnet18's convolutions at 64x64 and 224x224, batch 32 and 8
-// (bench/diag/conv_direct_split.cpp). Pointwise convolutions have no
+// (bench/diag/conv_direct_split.cpp), and on narrow layers (MobileNet's
+// depthwise ones, the cnn's 1->32 5x5). Pointwise convolutions have no
 // column matrix to save; maps narrower than 4 fill too few pixels per
 // tile; the grid's offsets are 32-bit.
 bool direct_pays(const ConvShape& s) {
@@ -461,11 +481,16 @@ bool conv_direct_available() {
   return yes;
 }
 
-bool conv_direct_forward_chosen(const ConvShape& s) { return direct_pays(s); }
+// The forward kernel's vectors hold 16 output channels, and each tile's
+// sums are turned to rows of y: fewer channels or taps (a 1->32 5x5 layer)
+// leave im2col faster.
+bool conv_direct_forward_chosen(const ConvShape& s) {
+  return direct_pays(s) && s.out_channels >= 16 && s.patch() >= 32;
+}
 
 // The 3x3 weight gradient beats im2col + sgemm on maps at least 8 wide
-// (resnet18's stages up to 256 channels), the general one on few output
-// channels and wide maps only (the stem).
+// (resnet18's stages from 16 up to 256 channels), the general one on few
+// output channels and wide maps only (the stem).
 bool conv_direct_params_chosen(const ConvShape& s) {
   if (!direct_pays(s)) return false;
   return grad_3x3(s) ? s.out_w() >= 8 : s.out_channels <= 64 && s.out_w() >= 28;

@@ -183,7 +183,10 @@ INSTANTIATE_TEST_SUITE_P(Models, TorchNumerics,
                                            // Opset 13: LayerNorm decomposed (ReduceMean, Sub, Pow, Sqrt, Div).
                                            Case{"scripts/torch_models/gpt_decoder.py:GPTDecoder", "--tokens 16 --opset 13", 0.05f},
                                            Case{"squeezenet1_0", "--input 3,64,64 --classes 10", 0.001f},
-                                           Case{"mobilenet_v2", "--input 3,64,64 --classes 10", 0.0001f},
+                                           // --native-conv: PyTorch's own trajectory differs by 2e-2
+                                           // between its two convolutions (a summation order's
+                                           // rounding, amplified by the BatchNorms), as ours may.
+                                           Case{"mobilenet_v2", "--input 3,64,64 --classes 10 --native-conv", 0.0001f},
                                            Case{"densenet121", "--input 3,64,64 --classes 10", 0.001f},
                                            // Zero-initialised last BatchNorm of each residual branch
                                            // (torchvision's option, Goyal et al.): with the default
