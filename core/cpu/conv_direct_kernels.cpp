@@ -109,6 +109,31 @@ void fill_grid(const ConvShape& s, const Grid& g, const float* x, int64_t n, flo
 // inside a parallel region.
 bool threaded() { return compute_threads() > 1 && !omp_in_parallel(); }
 
+// The batch in groups of `group` samples: fill(n, i) lays sample n out as
+// the group's i-th, then work(b, n0, n1) runs block b (of `blocks`, whose
+// outputs are disjoint) over the group's samples [n0, n1). Threads split a
+// group's samples, then its blocks, never one block: the same sums in the
+// same order whatever the thread count.
+template <class Fill, class Work>
+void for_each_group(int64_t batch, int64_t group, int64_t blocks, Fill fill, Work work) {
+  if (!threaded()) {
+    for (int64_t n0 = 0; n0 < batch; n0 += group) {
+      const int64_t n1 = std::min(batch, n0 + group);
+      for (int64_t n = n0; n < n1; ++n) fill(n, n - n0);
+      for (int64_t b = 0; b < blocks; ++b) work(b, n0, n1);
+    }
+    return;
+  }
+#pragma omp parallel num_threads(compute_threads())
+  for (int64_t n0 = 0; n0 < batch; n0 += group) {
+    const int64_t n1 = std::min(batch, n0 + group);
+#pragma omp for schedule(static)
+    for (int64_t n = n0; n < n1; ++n) fill(n, n - n0);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t b = 0; b < blocks; ++b) work(b, n0, n1);
+  }
+}
+
 // ---- Forward: vectorised over output channels ----------------------------
 // Each tap's weights for 16*OV output channels are OV aligned vectors; the
 // input enters as broadcast scalars, NP consecutive pixels of one output
@@ -437,24 +462,10 @@ void weight_gradient_3x3(const ConvShape& s, const float* x, const float* dy, fl
   const int64_t acc_floats = s.in_channels * f.rows * kGradTaps;
   f.acc = Scratch::floats(static_cast<size_t>(acc_floats), kSumsSlot);
   std::fill(f.acc, f.acc + acc_floats, 0.0f);
-  // Threads split a group's samples to lay them out, then its input
-  // channels (never one channel's sums).
-  if (!threaded()) {
-    for (int64_t n0 = 0; n0 < s.batch; n0 += group) {
-      const int64_t n1 = std::min(s.batch, n0 + group);
-      for (int64_t n = n0; n < n1; ++n) fill_grad_sample(f, x, dy, n, n - n0);
-      for (int64_t c = 0; c < s.in_channels; ++c) grad_channel(f, c, n1 - n0);
-    }
-  } else {
-#pragma omp parallel num_threads(compute_threads())
-    for (int64_t n0 = 0; n0 < s.batch; n0 += group) {
-      const int64_t n1 = std::min(s.batch, n0 + group);
-#pragma omp for schedule(static)
-      for (int64_t n = n0; n < n1; ++n) fill_grad_sample(f, x, dy, n, n - n0);
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t c = 0; c < s.in_channels; ++c) grad_channel(f, c, n1 - n0);
-    }
-  }
+  // Blocks: the input channels.
+  for_each_group(
+      s.batch, group, s.in_channels, [&](int64_t n, int64_t i) { fill_grad_sample(f, x, dy, n, i); },
+      [&](int64_t c, int64_t n0, int64_t n1) { grad_channel(f, c, n1 - n0); });
   add_grad_sums(f, dw);
 }
 
@@ -512,24 +523,10 @@ void conv2d_direct_forward(const ConvShape& s, const float* x, const float* w, c
   }
   const int64_t group = std::clamp<int64_t>(kGroupFloats / f.g.floats, 1, s.batch);
   f.grids = Scratch::floats(static_cast<size_t>(group * f.g.floats), kGridSlot);
-  const int64_t blocks = f.rows / (16 * f.ov);
-  // Threads split a group's samples to lay them out, then its output blocks.
-  if (!threaded()) {
-    for (int64_t n0 = 0; n0 < s.batch; n0 += group) {
-      const int64_t n1 = std::min(s.batch, n0 + group);
-      for (int64_t n = n0; n < n1; ++n) fill_grid(s, f.g, x, n, f.grids + (n - n0) * f.g.floats);
-      for (int64_t b = 0; b < blocks; ++b) forward_block(f, b, n0, n1, y);
-    }
-    return;
-  }
-#pragma omp parallel num_threads(compute_threads())
-  for (int64_t n0 = 0; n0 < s.batch; n0 += group) {
-    const int64_t n1 = std::min(s.batch, n0 + group);
-#pragma omp for schedule(static)
-    for (int64_t n = n0; n < n1; ++n) fill_grid(s, f.g, x, n, f.grids + (n - n0) * f.g.floats);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t b = 0; b < blocks; ++b) forward_block(f, b, n0, n1, y);
-  }
+  for_each_group(
+      s.batch, group, f.rows / (16 * f.ov),
+      [&](int64_t n, int64_t i) { fill_grid(s, f.g, x, n, f.grids + i * f.g.floats); },
+      [&](int64_t b, int64_t n0, int64_t n1) { forward_block(f, b, n0, n1, y); });
 }
 
 void conv2d_direct_backward_params(const ConvShape& s, const float* x, const float* dy, float* dw) {
@@ -546,25 +543,9 @@ void conv2d_direct_backward_params(const ConvShape& s, const float* x, const flo
   f.dys = Scratch::floats(static_cast<size_t>(group * f.dy_stride), kRowsSlot);
   f.acc = Scratch::floats(static_cast<size_t>(f.rows * f.taps * 16), kSumsSlot);
   std::fill(f.acc, f.acc + f.rows * f.taps * 16, 0.0f);
-  const int64_t blocks = f.rows / kWeightOut;
-  // Threads split a group's samples to lay them out, then its output
-  // blocks (never a block's sums).
-  if (!threaded()) {
-    for (int64_t n0 = 0; n0 < s.batch; n0 += group) {
-      const int64_t n1 = std::min(s.batch, n0 + group);
-      for (int64_t n = n0; n < n1; ++n) fill_sample(f, x, dy, n, n - n0);
-      for (int64_t b = 0; b < blocks; ++b) params_block(f, b, n1 - n0);
-    }
-  } else {
-#pragma omp parallel num_threads(compute_threads())
-    for (int64_t n0 = 0; n0 < s.batch; n0 += group) {
-      const int64_t n1 = std::min(s.batch, n0 + group);
-#pragma omp for schedule(static)
-      for (int64_t n = n0; n < n1; ++n) fill_sample(f, x, dy, n, n - n0);
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t b = 0; b < blocks; ++b) params_block(f, b, n1 - n0);
-    }
-  }
+  for_each_group(
+      s.batch, group, f.rows / kWeightOut, [&](int64_t n, int64_t i) { fill_sample(f, x, dy, n, i); },
+      [&](int64_t b, int64_t n0, int64_t n1) { params_block(f, b, n1 - n0); });
   add_lane_sums(f, dw);
 }
 
