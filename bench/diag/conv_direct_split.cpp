@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
         keep_min(into[0][1], [&] { conv2d_backward_im2col(g, nullptr, w.data(), y.data(), dx.data(), nullptr, nullptr); });
         keep_min(into[1][1], [&] {
           if (direct_dx)
-            conv2d_direct_forward(t, y.data(), w.data(), nullptr, dx.data());  // the flip costs nothing here
+            conv2d_direct_forward(t, y.data(), w.data(), nullptr, dx.data());  // unflipped: values do not matter here
           else
             conv2d_backward_im2col(g, nullptr, w.data(), y.data(), dx.data(), nullptr, nullptr);
         });

@@ -37,8 +37,9 @@ void conv2d_backward_input(const ConvShape& s, const float* w, const float* dy, 
 void conv2d_backward_params(const ConvShape& s, const float* x, const float* dy, float* dw, float* dbias);
 
 // The same two without the direct kernels (conv_direct_kernels.h), which
-// the entry points above take where they are faster: im2col + sgemm on
-// every host. The direct kernels' reference in tests.
+// the entry points above take where they are faster: im2col + sgemm (or the
+// dense route for maps smaller than the kernel) on every host. The direct
+// kernels' reference in tests.
 void conv2d_forward_im2col(const ConvShape& s, const float* x, const float* w, const float* bias, float* y);
 void conv2d_backward_im2col(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx,
                             float* dw, float* dbias);
