@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include "core/cpu/conv_dense_kernels.h"
+#include "core/cpu/conv_direct_kernels.h"
 #include "core/cpu/fast_math.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/parallel.h"
@@ -64,15 +65,20 @@ ConvShape transposed_shape(const ConvShape& s) {
   return t;
 }
 
-// wf[c, o, a, b] = w[o, c, k-1-a, k-1-b].
+// wf[c, o, a, b] = w[o, c, k-1-a, k-1-b]. In blocks of input channels, so
+// that both the reads and the writes run along a few rows (a plain loop
+// over c then o strides through all of w per element: a few ms for a
+// 512x512 3x3 kernel, a fifth of its input gradient).
 void flip_kernel(const ConvShape& s, const float* w, float* wf) {
+  constexpr int64_t kBlock = 8;
   const int64_t O = s.out_channels, C = s.in_channels, kk = int64_t{s.kernel_h} * s.kernel_h;
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t o = 0; o < O; ++o) {
-      const float* src = w + (o * C + c) * kk;
-      float* dst = wf + (c * O + o) * kk;
-      for (int64_t i = 0; i < kk; ++i) dst[i] = src[kk - 1 - i];
-    }
+  for (int64_t c0 = 0; c0 < C; c0 += kBlock)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t c = c0; c < std::min(C, c0 + kBlock); ++c) {
+        const float* src = w + (o * C + c) * kk;
+        float* dst = wf + (c * O + o) * kk;
+        for (int64_t i = 0; i < kk; ++i) dst[i] = src[kk - 1 - i];
+      }
 }
 
 // n floats from src to dst. Rows here are short (4 to 256 floats), where a
@@ -238,28 +244,42 @@ void backward_chunk(const ConvShape& s, const float* x, const float* w, const fl
   col2im_add(s, col, first, n, dx);
 }
 
-void input_gradient_by_convolution(const ConvShape& s, const float* w, const float* dy, float* dx) {
-  float* wf = Scratch::floats(static_cast<size_t>(s.out_channels * s.patch()), kFlippedWeights);
-  flip_kernel(s, w, wf);
-  conv2d_forward(transposed_shape(s), dy, wf, nullptr, dx);
-}
+// Which kernels a call may use: the direct ones where they are chosen, or
+// im2col + sgemm only (the reference).
+enum class Route { Best, Im2col };
 
-}  // namespace
-
-// With one sample per chunk the GEMM's [O, P] output is the sample's own
-// NCHW block, so the kernels use x, y, dy and dx in place and skip the
-// transposes (and for pointwise convs, im2col too).
-void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
+void forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, Route route) {
   if (conv_dense_is_cheaper(s)) return conv2d_dense_forward(s, x, w, bias, y);
+  if (route == Route::Best && conv_direct_forward_chosen(s)) return conv2d_direct_forward(s, x, w, bias, y);
   const Chunking c = chunking(s);
   for_each_chunk(s, c, [&](int64_t first, int64_t n) { forward_chunk(s, x, w, bias, y, first, n, c.size); });
 }
 
-void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx,
-                     float* dw, float* dbias) {
+void input_gradient_by_convolution(const ConvShape& s, const float* w, const float* dy, float* dx, Route route) {
+  float* wf = Scratch::floats(static_cast<size_t>(s.out_channels * s.patch()), kFlippedWeights);
+  flip_kernel(s, w, wf);
+  forward(transposed_shape(s), dy, wf, nullptr, dx, route);
+}
+
+void backward_input(const ConvShape& s, const float* w, const float* dy, float* dx, Route route) {
+  if (conv_dense_is_cheaper(s)) return conv2d_dense_backward(s, nullptr, w, dy, dx, nullptr);
+  if (input_gradient_as_convolution(s)) return input_gradient_by_convolution(s, w, dy, dx, route);
+  const Chunking c = chunking(s);
+  for_each_chunk(s, c, [&](int64_t first, int64_t n) {
+    backward_chunk(s, nullptr, w, dy, dx, nullptr, first, n, c.size);
+  });
+}
+
+void backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
+              float* dbias, Route route) {
   const int64_t O = s.out_channels, K = s.patch();
   if (dbias) bias_gradient(s, dy, dbias);
   if (conv_dense_is_cheaper(s)) return conv2d_dense_backward(s, x, w, dy, dx, dw);
+  if (dw && route == Route::Best && conv_direct_params_chosen(s)) {
+    conv2d_direct_backward_params(s, x, dy, dw);
+    if (dx) backward_input(s, w, dy, dx, route);
+    return;
+  }
   // dx as a convolution of dy (see input_gradient_as_convolution): the
   // chunks then only compute dw.
   const bool dx_by_convolution = dx && input_gradient_as_convolution(s);
@@ -293,20 +313,38 @@ void conv2d_backward(const ConvShape& s, const float* x, const float* w, const f
         for (int64_t r = 0; r < runs; ++r) dw[j] += partial[r * O * K + j];
     }
   }
-  if (dx_by_convolution) input_gradient_by_convolution(s, w, dy, dx);
+  if (dx_by_convolution) input_gradient_by_convolution(s, w, dy, dx, route);
+}
+
+}  // namespace
+
+// With one sample per chunk the GEMM's [O, P] output is the sample's own
+// NCHW block, so the kernels use x, y, dy and dx in place and skip the
+// transposes (and for pointwise convs, im2col too).
+void conv2d_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
+  forward(s, x, w, bias, y, Route::Best);
+}
+
+void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx,
+                     float* dw, float* dbias) {
+  backward(s, x, w, dy, dx, dw, dbias, Route::Best);
 }
 
 void conv2d_backward_input(const ConvShape& s, const float* w, const float* dy, float* dx) {
-  if (conv_dense_is_cheaper(s)) return conv2d_dense_backward(s, nullptr, w, dy, dx, nullptr);
-  if (input_gradient_as_convolution(s)) return input_gradient_by_convolution(s, w, dy, dx);
-  const Chunking c = chunking(s);
-  for_each_chunk(s, c, [&](int64_t first, int64_t n) {
-    backward_chunk(s, nullptr, w, dy, dx, nullptr, first, n, c.size);
-  });
+  backward_input(s, w, dy, dx, Route::Best);
 }
 
 void conv2d_backward_params(const ConvShape& s, const float* x, const float* dy, float* dw, float* dbias) {
-  conv2d_backward(s, x, nullptr, dy, nullptr, dw, dbias);
+  backward(s, x, nullptr, dy, nullptr, dw, dbias, Route::Best);
+}
+
+void conv2d_forward_im2col(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
+  forward(s, x, w, bias, y, Route::Im2col);
+}
+
+void conv2d_backward_im2col(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx,
+                            float* dw, float* dbias) {
+  backward(s, x, w, dy, dx, dw, dbias, Route::Im2col);
 }
 
 }  // namespace pd::cpu

@@ -1,5 +1,7 @@
 #pragma once
-// NCHW 2-d convolution on raw host pointers: im2col + sgemm. Plain
+// NCHW 2-d convolution on raw host pointers: im2col + sgemm, or on
+// AVX-512 hosts for the shapes where it is faster a direct convolution
+// (conv_direct_kernels.h). Plain
 // functions so a CUDA backend can mirror them one to one.
 //
 // The whole batch (or a chunk of it, to bound scratch memory) is unfolded
@@ -33,6 +35,14 @@ void conv2d_backward(const ConvShape& s, const float* x, const float* w, const f
 // give the same bits: dx only (overwritten), and dw, dbias only (added).
 void conv2d_backward_input(const ConvShape& s, const float* w, const float* dy, float* dx);
 void conv2d_backward_params(const ConvShape& s, const float* x, const float* dy, float* dw, float* dbias);
+
+// The same two without the direct kernels (conv_direct_kernels.h), which
+// the entry points above take where they are faster: im2col + sgemm (or the
+// dense route for maps smaller than the kernel) on every host. The direct
+// kernels' reference in tests.
+void conv2d_forward_im2col(const ConvShape& s, const float* x, const float* w, const float* bias, float* y);
+void conv2d_backward_im2col(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx,
+                            float* dw, float* dbias);
 
 // Samples per im2col chunk, bounded so scratch stays under a fixed size.
 int64_t conv_chunk_samples(const ConvShape& s);

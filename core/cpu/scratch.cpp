@@ -6,7 +6,7 @@
 namespace pd::cpu {
 
 namespace {
-constexpr int kSlots = 4;
+constexpr int kSlots = 6;
 struct FreeDeleter {
   void operator()(float* p) const { std::free(p); }
 };

@@ -195,7 +195,10 @@ INSTANTIATE_TEST_SUITE_P(Models, TorchNumerics,
                                            // Zero-initialised last BatchNorm of each residual branch
                                            // (torchvision's option, Goyal et al.): with the default
                                            // init PyTorch's own float32 gradients are 40% off float64.
-                                           Case{"resnet50", "--input 3,64,64 --classes 10 --kwargs '{\"zero_init_residual\": true}'", 0.001f},
+                                           // --native-conv: after the steps its two convolutions'
+                                           // gradients differ by up to 18% of max-abs (a ReLU or
+                                           // max-pool choice that a rounding flips), as ours may.
+                                           Case{"resnet50", "--input 3,64,64 --classes 10 --native-conv --kwargs '{\"zero_init_residual\": true}'", 0.001f},
                                            // 224x224 (the smallest input PyTorch exports VGG's 7x7
                                            // adaptive pooling at). PyTorch's own error against its
                                            // native (non-mkldnn) float32 convolution, not float64
