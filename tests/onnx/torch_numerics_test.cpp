@@ -207,7 +207,9 @@ INSTANTIATE_TEST_SUITE_P(Models, TorchNumerics,
                          case_name);
 
 // inception_v3 is not here: at 128x128, batch 4, 2 of its 284 gradients are
-// further from PyTorch's than 3x PyTorch's own float32 error (onnx/README.md).
+// further from PyTorch's than 3x PyTorch's own float32 error, and after 100
+// steps of training (--pretrain 100 --pretrain-batch 8) one branch's are up
+// to 18% off, a ReLU our summation order flips (onnx/README.md).
 // Too slow for the suite (113 s of one core): disabled, run with
 //   build/tests/test_onnx --gtest_also_run_disabled_tests --gtest_filter='DISABLED_Large/*'
 INSTANTIATE_TEST_SUITE_P(DISABLED_Large, TorchNumerics, ::testing::Values(Case{"vgg16", kVgg, 0.001f}), case_name);
