@@ -92,9 +92,10 @@ struct SimulationOptions {
   // With cores: what the cores share besides themselves (memory bandwidth,
   // the last-level cache). A computation runs 1 + core_contention times
   // slower while every core computes, and in proportion to the cores busy
-  // beyond one otherwise. Measured by running the profiled step on every
-  // core at once (bench/shared_cores.sh runs `cores` profiles side by
-  // side; 0 measured on the 2-core VM this was written on). 0: not modelled.
+  // beyond one otherwise. Measured by running the profiled step in as many
+  // processes at once as the run has workers, scaled by their core share
+  // (bench/shared_cores.sh; 4 on 2 cores: resnet18 0.12, GPT 0.05). 0: not
+  // modelled.
   double core_contention = 0;
 };
 
