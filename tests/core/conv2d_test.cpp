@@ -7,6 +7,7 @@
 #include "core/cpu/gemm.h"
 #include "core/error.h"
 #include "core/layers.h"
+#include "tests/core/conv_shape.h"
 #include "tests/core/gradcheck.h"
 
 namespace pd {
@@ -14,13 +15,6 @@ namespace {
 
 using cpu::ConvShape;
 using testing::random_tensor;
-
-ConvShape shape_of(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int k, int s, int p) {
-  ConvShape cs;
-  cs.batch = n; cs.in_channels = c; cs.in_h = h; cs.in_w = w;
-  cs.out_channels = o; cs.kernel_h = cs.kernel_w = k; cs.stride = s; cs.padding = p;
-  return cs;
-}
 
 // Direct 7-loop convolution in double: the definition the kernels must match.
 struct NaiveConv {
@@ -106,25 +100,25 @@ void check_kernels_against_naive(const ConvShape& s) {
 }
 
 TEST(Conv2dKernels, MatchNaiveLoopsForStridesPaddingsAndKernels) {
-  check_kernels_against_naive(shape_of(2, 3, 7, 9, 4, 3, 1, 1));
-  check_kernels_against_naive(shape_of(3, 2, 8, 8, 5, 3, 2, 1));
-  check_kernels_against_naive(shape_of(2, 4, 6, 5, 3, 1, 1, 0));
-  check_kernels_against_naive(shape_of(2, 4, 7, 7, 3, 1, 2, 0));
-  check_kernels_against_naive(shape_of(2, 1, 10, 10, 6, 5, 1, 2));
-  check_kernels_against_naive(shape_of(1, 3, 9, 9, 2, 4, 3, 2));
-  check_kernels_against_naive(shape_of(2, 2, 3, 3, 2, 3, 1, 3));  // padding wider than the image
+  check_kernels_against_naive(testing::conv_shape(2, 3, 7, 9, 4, 3, 1, 1));
+  check_kernels_against_naive(testing::conv_shape(3, 2, 8, 8, 5, 3, 2, 1));
+  check_kernels_against_naive(testing::conv_shape(2, 4, 6, 5, 3, 1, 1, 0));
+  check_kernels_against_naive(testing::conv_shape(2, 4, 7, 7, 3, 1, 2, 0));
+  check_kernels_against_naive(testing::conv_shape(2, 1, 10, 10, 6, 5, 1, 2));
+  check_kernels_against_naive(testing::conv_shape(1, 3, 9, 9, 2, 4, 3, 2));
+  check_kernels_against_naive(testing::conv_shape(2, 2, 3, 3, 2, 3, 1, 3));  // padding wider than the image
   // One sample per chunk (large maps): GEMMs write straight into y / dx.
-  check_kernels_against_naive(shape_of(3, 3, 20, 20, 4, 3, 1, 1));
-  check_kernels_against_naive(shape_of(3, 4, 20, 20, 5, 1, 1, 0));  // pointwise: no im2col at all
-  check_kernels_against_naive(shape_of(2, 4, 20, 20, 5, 1, 2, 0));
+  check_kernels_against_naive(testing::conv_shape(3, 3, 20, 20, 4, 3, 1, 1));
+  check_kernels_against_naive(testing::conv_shape(3, 4, 20, 20, 5, 1, 1, 0));  // pointwise: no im2col at all
+  check_kernels_against_naive(testing::conv_shape(2, 4, 20, 20, 5, 1, 2, 0));
   // Several samples per chunk, the last chunk short.
-  check_kernels_against_naive(shape_of(7, 3, 8, 8, 4, 3, 1, 1));
-  check_kernels_against_naive(shape_of(7, 4, 8, 8, 4, 1, 1, 0));
+  check_kernels_against_naive(testing::conv_shape(7, 3, 8, 8, 4, 3, 1, 1));
+  check_kernels_against_naive(testing::conv_shape(7, 4, 8, 8, 4, 1, 1, 0));
 }
 
 TEST(Conv2dKernels, ChunkedBatchMatchesNaive) {
   // Several samples per chunk, the batch not a multiple of the chunk.
-  ConvShape s = shape_of(11, 8, 6, 6, 3, 3, 1, 1);
+  ConvShape s = testing::conv_shape(11, 8, 6, 6, 3, 3, 1, 1);
   ASSERT_GT(cpu::conv_chunk_samples(s), 1);
   ASSERT_NE(s.batch % cpu::conv_chunk_samples(s), 0);
   check_kernels_against_naive(s);
@@ -134,17 +128,17 @@ TEST(Conv2dKernels, StrideOneInputGradientAsConvolutionMatchesNaive) {
   // Stride 1 with padding <= k-1 computes dx as a convolution of dy with
   // the flipped kernel; cover every padding in that range, even kernels,
   // non-square maps, several samples per chunk and one sample per chunk.
-  check_kernels_against_naive(shape_of(2, 3, 7, 5, 4, 3, 1, 0));
-  check_kernels_against_naive(shape_of(2, 3, 7, 5, 4, 3, 1, 2));
-  check_kernels_against_naive(shape_of(3, 2, 6, 9, 3, 2, 1, 0));
-  check_kernels_against_naive(shape_of(3, 2, 6, 9, 3, 2, 1, 1));
-  check_kernels_against_naive(shape_of(2, 2, 5, 6, 3, 4, 1, 3));
-  check_kernels_against_naive(shape_of(5, 6, 14, 14, 8, 5, 1, 2));  // cnn's conv2, narrower
-  check_kernels_against_naive(shape_of(9, 5, 2, 2, 7, 3, 1, 1));    // vgg's last maps: 2x2
-  check_kernels_against_naive(shape_of(2, 3, 24, 23, 2, 3, 1, 1));  // one sample per chunk
-  check_kernels_against_naive(shape_of(2, 3, 1, 1, 4, 3, 1, 1));    // 1x1 map, 3x3 kernel
+  check_kernels_against_naive(testing::conv_shape(2, 3, 7, 5, 4, 3, 1, 0));
+  check_kernels_against_naive(testing::conv_shape(2, 3, 7, 5, 4, 3, 1, 2));
+  check_kernels_against_naive(testing::conv_shape(3, 2, 6, 9, 3, 2, 1, 0));
+  check_kernels_against_naive(testing::conv_shape(3, 2, 6, 9, 3, 2, 1, 1));
+  check_kernels_against_naive(testing::conv_shape(2, 2, 5, 6, 3, 4, 1, 3));
+  check_kernels_against_naive(testing::conv_shape(5, 6, 14, 14, 8, 5, 1, 2));  // cnn's conv2, narrower
+  check_kernels_against_naive(testing::conv_shape(9, 5, 2, 2, 7, 3, 1, 1));    // vgg's last maps: 2x2
+  check_kernels_against_naive(testing::conv_shape(2, 3, 24, 23, 2, 3, 1, 1));  // one sample per chunk
+  check_kernels_against_naive(testing::conv_shape(2, 3, 1, 1, 4, 3, 1, 1));    // 1x1 map, 3x3 kernel
   // Padding beyond k-1 keeps the column route.
-  check_kernels_against_naive(shape_of(2, 2, 4, 4, 3, 3, 1, 3));
+  check_kernels_against_naive(testing::conv_shape(2, 2, 4, 4, 3, 3, 1, 3));
 }
 
 TEST(Conv2dKernels, ChunksSpreadOverThreadsMatchNaive) {
@@ -152,30 +146,30 @@ TEST(Conv2dKernels, ChunksSpreadOverThreadsMatchNaive) {
   // its own weight gradient; these shapes take every route that way.
   const int keep = cpu::compute_threads();
   cpu::set_compute_threads(2);
-  check_kernels_against_naive(shape_of(7, 16, 12, 12, 16, 3, 1, 1));  // dx as a convolution
-  check_kernels_against_naive(shape_of(5, 8, 14, 14, 16, 5, 1, 2));   // cnn's conv2, narrower
-  check_kernels_against_naive(shape_of(8, 16, 20, 20, 16, 3, 2, 1));  // stride 2: dx by col2im
-  check_kernels_against_naive(shape_of(9, 32, 12, 12, 32, 1, 1, 0));  // pointwise
-  check_kernels_against_naive(shape_of(3, 16, 33, 31, 8, 3, 1, 1));   // one sample per chunk, odd batch
+  check_kernels_against_naive(testing::conv_shape(7, 16, 12, 12, 16, 3, 1, 1));  // dx as a convolution
+  check_kernels_against_naive(testing::conv_shape(5, 8, 14, 14, 16, 5, 1, 2));   // cnn's conv2, narrower
+  check_kernels_against_naive(testing::conv_shape(8, 16, 20, 20, 16, 3, 2, 1));  // stride 2: dx by col2im
+  check_kernels_against_naive(testing::conv_shape(9, 32, 12, 12, 32, 1, 1, 0));  // pointwise
+  check_kernels_against_naive(testing::conv_shape(3, 16, 33, 31, 8, 3, 1, 1));   // one sample per chunk, odd batch
   cpu::set_compute_threads(keep);
 }
 
 TEST(Conv2dKernels, MapsSmallerThanTheKernelRunAsDenseMatricesAndMatchNaive) {
   // Fewer input pixels than kernel taps: the layer runs as a dense matrix.
-  check_kernels_against_naive(shape_of(9, 5, 2, 2, 7, 3, 1, 1));
-  check_kernels_against_naive(shape_of(3, 4, 1, 1, 6, 3, 1, 1));
-  check_kernels_against_naive(shape_of(2, 3, 2, 3, 4, 3, 2, 1));  // stride 2, non-square
-  check_kernels_against_naive(shape_of(2, 3, 3, 3, 5, 4, 1, 2));  // even kernel, 3x3 map
-  check_kernels_against_naive(shape_of(4, 2, 3, 3, 3, 4, 1, 1));  // 2x2 outputs, uneven padding use
+  check_kernels_against_naive(testing::conv_shape(9, 5, 2, 2, 7, 3, 1, 1));
+  check_kernels_against_naive(testing::conv_shape(3, 4, 1, 1, 6, 3, 1, 1));
+  check_kernels_against_naive(testing::conv_shape(2, 3, 2, 3, 4, 3, 2, 1));  // stride 2, non-square
+  check_kernels_against_naive(testing::conv_shape(2, 3, 3, 3, 5, 4, 1, 2));  // even kernel, 3x3 map
+  check_kernels_against_naive(testing::conv_shape(4, 2, 3, 3, 3, 4, 1, 1));  // 2x2 outputs, uneven padding use
   const int keep = cpu::compute_threads();
   cpu::set_compute_threads(2);
-  check_kernels_against_naive(shape_of(32, 64, 2, 2, 64, 3, 1, 1));  // vgg-mini's last convs, narrower
+  check_kernels_against_naive(testing::conv_shape(32, 64, 2, 2, 64, 3, 1, 1));  // vgg-mini's last convs, narrower
   cpu::set_compute_threads(keep);
 }
 
 TEST(Conv2dKernels, ForwardWithoutBiasMatchesNaive) {
-  for (const ConvShape& s : {shape_of(3, 2, 6, 6, 4, 3, 1, 1), shape_of(1, 3, 20, 20, 2, 3, 2, 1),
-                             shape_of(2, 4, 5, 5, 3, 1, 1, 0)}) {
+  for (const ConvShape& s : {testing::conv_shape(3, 2, 6, 6, 4, 3, 1, 1), testing::conv_shape(1, 3, 20, 20, 2, 3, 2, 1),
+                             testing::conv_shape(2, 4, 5, 5, 3, 1, 1, 0)}) {
     Tensor x = random_tensor({s.batch, s.in_channels, s.in_h, s.in_w}, 5);
     Tensor w = random_tensor({s.out_channels, s.in_channels, s.kernel_h, s.kernel_h}, 6);
     Tensor y = Tensor::full({s.batch, s.out_channels, s.out_h(), s.out_w()}, 3.0f);
@@ -191,7 +185,7 @@ TEST(Conv2dKernels, ForwardWithoutBiasMatchesNaive) {
 }
 
 TEST(Conv2dKernels, SkipsInputGradientWhenNotWanted) {
-  ConvShape s = shape_of(2, 3, 5, 5, 2, 3, 1, 1);
+  ConvShape s = testing::conv_shape(2, 3, 5, 5, 2, 3, 1, 1);
   Tensor x = random_tensor({2, 3, 5, 5}, 1), w = random_tensor({2, 3, 3, 3}, 2);
   Tensor dy = random_tensor({2, 2, 5, 5}, 3);
   Tensor dw1 = Tensor::zeros(w.shape()), dw2 = Tensor::zeros(w.shape()), dx = Tensor::empty(x.shape());

@@ -12,6 +12,7 @@
 #include "core/cpu/conv_kernels.h"
 #include "core/cpu/gemm.h"
 #include "core/layers.h"
+#include "tests/core/conv_shape.h"
 #include "tests/core/gradcheck.h"
 
 namespace pd {
@@ -19,19 +20,6 @@ namespace {
 
 using cpu::ConvShape;
 using testing::random_tensor;
-
-ConvShape shape_of(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int k, int s, int p) {
-  ConvShape cs;
-  cs.batch = n;
-  cs.in_channels = c;
-  cs.in_h = h;
-  cs.in_w = w;
-  cs.out_channels = o;
-  cs.kernel_h = cs.kernel_w = k;
-  cs.stride = s;
-  cs.padding = p;
-  return cs;
-}
 
 std::string name_of(const ConvShape& s) {
   return "N" + std::to_string(s.batch) + " C" + std::to_string(s.in_channels) + " " + std::to_string(s.in_h) + "x" +
@@ -106,24 +94,24 @@ void check_entry_points_against_im2col(const ConvShape& s) {
 
 std::vector<ConvShape> many_shapes() {
   return {
-      shape_of(1, 1, 5, 5, 1, 3, 1, 1),       // one of everything
-      shape_of(2, 3, 7, 9, 4, 3, 1, 1),       // odd, non-square maps
-      shape_of(3, 5, 17, 13, 7, 3, 1, 0),     // no padding
-      shape_of(2, 4, 11, 12, 6, 3, 1, 2),     // padding past the kernel's half
-      shape_of(4, 3, 20, 20, 9, 1, 1, 0),     // pointwise
-      shape_of(3, 6, 15, 15, 5, 1, 2, 0),     // pointwise, stride 2
-      shape_of(5, 3, 23, 21, 10, 3, 2, 1),    // stride 2, odd maps
-      shape_of(2, 3, 30, 29, 17, 7, 2, 3),    // a stem: 7x7 stride 2
-      shape_of(1, 2, 19, 19, 3, 5, 1, 2),     // 5x5
-      shape_of(2, 2, 9, 8, 3, 4, 1, 1),       // even kernel
-      shape_of(3, 2, 13, 13, 3, 3, 3, 1),     // stride 3
-      shape_of(9, 18, 12, 12, 20, 3, 1, 1),   // batch 9, channels not a multiple of 16
-      shape_of(7, 33, 14, 14, 35, 3, 1, 1),   // several channel blocks and a short one
-      shape_of(2, 64, 24, 24, 64, 3, 1, 1),   // resnet18's 64-channel stage, smaller maps
-      shape_of(2, 40, 16, 16, 70, 3, 2, 1),   // downsampling, O not a multiple of the tile
-      shape_of(3, 4, 3, 3, 5, 3, 1, 1),       // maps smaller than a tile row
-      shape_of(2, 3, 2, 40, 4, 3, 1, 1),      // two rows
-      shape_of(2, 3, 40, 1, 4, 3, 1, 1),      // one column
+      testing::conv_shape(1, 1, 5, 5, 1, 3, 1, 1),       // one of everything
+      testing::conv_shape(2, 3, 7, 9, 4, 3, 1, 1),       // odd, non-square maps
+      testing::conv_shape(3, 5, 17, 13, 7, 3, 1, 0),     // no padding
+      testing::conv_shape(2, 4, 11, 12, 6, 3, 1, 2),     // padding past the kernel's half
+      testing::conv_shape(4, 3, 20, 20, 9, 1, 1, 0),     // pointwise
+      testing::conv_shape(3, 6, 15, 15, 5, 1, 2, 0),     // pointwise, stride 2
+      testing::conv_shape(5, 3, 23, 21, 10, 3, 2, 1),    // stride 2, odd maps
+      testing::conv_shape(2, 3, 30, 29, 17, 7, 2, 3),    // a stem: 7x7 stride 2
+      testing::conv_shape(1, 2, 19, 19, 3, 5, 1, 2),     // 5x5
+      testing::conv_shape(2, 2, 9, 8, 3, 4, 1, 1),       // even kernel
+      testing::conv_shape(3, 2, 13, 13, 3, 3, 3, 1),     // stride 3
+      testing::conv_shape(9, 18, 12, 12, 20, 3, 1, 1),   // batch 9, channels not a multiple of 16
+      testing::conv_shape(7, 33, 14, 14, 35, 3, 1, 1),   // several channel blocks and a short one
+      testing::conv_shape(2, 64, 24, 24, 64, 3, 1, 1),   // resnet18's 64-channel stage, smaller maps
+      testing::conv_shape(2, 40, 16, 16, 70, 3, 2, 1),   // downsampling, O not a multiple of the tile
+      testing::conv_shape(3, 4, 3, 3, 5, 3, 1, 1),       // maps smaller than a tile row
+      testing::conv_shape(2, 3, 2, 40, 4, 3, 1, 1),      // two rows
+      testing::conv_shape(2, 3, 40, 1, 4, 3, 1, 1),      // one column
   };
 }
 
@@ -144,7 +132,7 @@ TEST_F(ConvDirect, KernelsMatchIm2colWithAndWithoutBias) {
 TEST_F(ConvDirect, EntryPointsMatchIm2col) {
   for (const ConvShape& s : many_shapes()) check_entry_points_against_im2col(s);
   // Shapes the entry points route to the direct kernels.
-  const ConvShape stem = shape_of(2, 3, 64, 64, 64, 7, 2, 3), stage = shape_of(3, 64, 28, 28, 64, 3, 1, 1);
+  const ConvShape stem = testing::conv_shape(2, 3, 64, 64, 64, 7, 2, 3), stage = testing::conv_shape(3, 64, 28, 28, 64, 3, 1, 1);
   for (const ConvShape& s : {stem, stage}) {
     EXPECT_TRUE(cpu::conv_direct_forward_chosen(s)) << name_of(s);
     EXPECT_TRUE(cpu::conv_direct_params_chosen(s)) << name_of(s);
@@ -156,8 +144,8 @@ TEST_F(ConvDirect, EntryPointsMatchIm2col) {
 // it: 1 and 2 threads give the same bits, and so do repeated calls.
 TEST_F(ConvDirect, BitsDoNotDependOnThreadCount) {
   const int keep = cpu::compute_threads();
-  for (const ConvShape& s : {shape_of(5, 16, 20, 20, 24, 3, 1, 1), shape_of(4, 3, 61, 61, 16, 7, 2, 3),
-                             shape_of(3, 8, 30, 30, 8, 3, 1, 1)}) {
+  for (const ConvShape& s : {testing::conv_shape(5, 16, 20, 20, 24, 3, 1, 1), testing::conv_shape(4, 3, 61, 61, 16, 7, 2, 3),
+                             testing::conv_shape(3, 8, 30, 30, 8, 3, 1, 1)}) {
     SCOPED_TRACE(name_of(s));
     Tensor x = input_of(s), w = weight_of(s), b = random_tensor({s.out_channels}, 3), dy = output_grad_of(s);
     std::vector<std::vector<Tensor>> runs;
@@ -193,7 +181,7 @@ double worst_error(const float* got, const std::vector<double>& exact) {
 // reference route and PyTorch agree on. The kernels' sums must be as
 // exact as the reference route's.
 TEST_F(ConvDirect, LongSumsAreAsExactAsIm2col) {
-  const ConvShape s = shape_of(2, 512, 7, 7, 32, 3, 1, 1);
+  const ConvShape s = testing::conv_shape(2, 512, 7, 7, 32, 3, 1, 1);
   Tensor x = random_tensor({2, 512, 7, 7}, 21), w = random_tensor({32, 512, 3, 3}, 22), dy = output_grad_of(s);
   const int64_t OH = s.out_h(), OW = s.out_w(), T = s.patch();
   std::vector<double> y(static_cast<size_t>(s.batch * 32 * OH * OW), 0.0), dw(static_cast<size_t>(32 * T), 0.0);
@@ -222,11 +210,11 @@ TEST_F(ConvDirect, LongSumsAreAsExactAsIm2col) {
 }
 
 TEST_F(ConvDirect, LayerGradientsMatchFiniteDifferences) {
-  const ConvShape s = shape_of(2, 4, 28, 28, 16, 3, 1, 1);
+  const ConvShape s = testing::conv_shape(2, 4, 28, 28, 16, 3, 1, 1);
   ASSERT_TRUE(cpu::conv_direct_forward_chosen(s));
   ASSERT_TRUE(cpu::conv_direct_params_chosen(s));
   testing::gradcheck(*make_conv2d(4, 16, 3, 1, 1), random_tensor({2, 4, 28, 28}, 10));
-  const ConvShape stem = shape_of(1, 2, 56, 56, 16, 7, 2, 3);
+  const ConvShape stem = testing::conv_shape(1, 2, 56, 56, 16, 7, 2, 3);
   ASSERT_TRUE(cpu::conv_direct_forward_chosen(stem));
   ASSERT_TRUE(cpu::conv_direct_params_chosen(stem));
   testing::gradcheck(*make_conv2d(2, 16, 7, 2, 3, false), random_tensor({1, 2, 56, 56}, 11));
