@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "core/cpu/dropout_kernels.h"
 #include "core/error.h"
 #include "core/layers.h"
@@ -31,6 +33,23 @@ TEST(DropoutKernels, MatchThePerElementFormula) {
   for (int64_t i = 0; i < n; ++i) {
     float want = cpu::dropout_keep(k, 0.3f, i) ? x[i] / 0.7f : 0.0f;
     EXPECT_FLOAT_EQ(y[i], want) << i;
+  }
+}
+
+// The kernel draws 8 Philox blocks at a time (AVX2); every element must still be
+// the per-element formula's, in full groups and the ragged end, with a
+// 64-bit seed and a substream in the counter's high word.
+TEST(DropoutKernels, GroupsOfBlocksMatchThePerElementFormulaBitwise) {
+  for (int64_t n : {int64_t{64}, int64_t{65}, int64_t{127}, int64_t{4096 + 60}}) {
+    auto x = testing::random_vec(n, 7);
+    std::vector<float> y(n);
+    const cpu::DropoutKey k{0x123456789ABCDEF0ull, 77, 4000000000u, 5};
+    cpu::dropout_apply(k, 0.1f, x.data(), y.data(), n);
+    const float scale = 1.0f / 0.9f;
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = cpu::dropout_keep(k, 0.1f, static_cast<uint64_t>(i)) ? x[i] * scale : 0.0f;
+      ASSERT_EQ(std::memcmp(&y[i], &want, sizeof(float)), 0) << "n " << n << ", element " << i;
+    }
   }
 }
 
