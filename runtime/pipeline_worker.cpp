@@ -312,12 +312,14 @@ void print_rank_lines(const Plan& plan, const std::vector<nlohmann::json>& per_r
   for (const auto& line : per_rank) {
     const PlanStage& st = plan.stages[line["stage"].get<int>()];
     const double peak = line["peak_training_bytes"].get<double>();
-    // CPU below busy: the rank waited for a core inside its actions (more
-    // workers than cores, or other programs).
     const double busy = line["busy_fraction"].get<double>(), busy_s = line["busy_s"].get<double>();
-    const double on_cpu = busy_s > 0 ? busy * line["busy_cpu_s"].get<double>() / busy_s : 0;
-    std::printf("  rank %d (stage %d): busy %.0f%% (on a core %.0f%%), peak memory %s beyond the data set",
-                line["rank"].get<int>(), st.index, 100.0 * busy, 100.0 * on_cpu, bytes_text(peak).c_str());
+    std::printf("  rank %d (stage %d): busy %.0f%%", line["rank"].get<int>(), st.index, 100.0 * busy);
+    // On a CPU, CPU time below busy time: the rank waited for a core inside
+    // its actions (more workers than cores, or other programs). A GPU
+    // rank's host thread mostly waits for its device, so it says nothing.
+    if (line["device"].get<std::string>() == "cpu" && busy_s > 0)
+      std::printf(" (on a core %.0f%%)", 100.0 * busy * line["busy_cpu_s"].get<double>() / busy_s);
+    std::printf(", peak memory %s beyond the data set", bytes_text(peak).c_str());
     if (st.memory_bytes > 0)
       std::printf(" (plan: %s, %+.0f%%)", bytes_text(double(st.memory_bytes)).c_str(),
                   100 * (peak / double(st.memory_bytes) - 1));
