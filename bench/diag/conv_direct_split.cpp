@@ -16,15 +16,13 @@
 
 #include "core/cpu/conv_direct_kernels.h"
 #include "core/cpu/conv_kernels.h"
+#include "bench/diag/resnet18_convs.h"
 #include "core/cpu/gemm.h"
 
 using namespace pd::cpu;
-
-static double cpu_ms() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
-}
+using pd::diag::cpu_ms;
+using pd::diag::ResnetConv;
+using pd::diag::resnet18_convs;
 
 template <class F>
 static void keep_min(double& best, F f) {
@@ -45,33 +43,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no AVX-512 on this host\n");
     return 1;
   }
-  struct C {
-    const char* name;
-    int64_t c, h, o, k, s, p, count;
-    bool first;
-  };
-  const int64_t a = S / 4, b = S / 8, c = S / 16, d = S / 32;
-  const std::vector<C> convs = {{"stem 7x7s2 3->64", 3, S, 64, 7, 2, 3, 1, true},
-                                {"l1 3x3 64", 64, a, 64, 3, 1, 1, 4, false},
-                                {"l2 3x3s2 64->128", 64, a, 128, 3, 2, 1, 1, false},
-                                {"l2 1x1s2 down", 64, a, 128, 1, 2, 0, 1, false},
-                                {"l2 3x3 128", 128, b, 128, 3, 1, 1, 3, false},
-                                {"l3 3x3s2 128->256", 128, b, 256, 3, 2, 1, 1, false},
-                                {"l3 1x1s2 down", 128, b, 256, 1, 2, 0, 1, false},
-                                {"l3 3x3 256", 256, c, 256, 3, 1, 1, 3, false},
-                                {"l4 3x3s2 256->512", 256, c, 512, 3, 2, 1, 1, false},
-                                {"l4 1x1s2 down", 256, c, 512, 1, 2, 0, 1, false},
-                                {"l4 3x3 512", 512, d, 512, 3, 1, 1, 3, false}};
+  const std::vector<ResnetConv> convs = resnet18_convs(S);
   double tot[2][3] = {}, chosen_total = 0;
-  for (const C& cv : convs) {
-    ConvShape g;
-    g.batch = N;
-    g.in_channels = cv.c;
-    g.in_h = g.in_w = cv.h;
-    g.out_channels = cv.o;
-    g.kernel_h = g.kernel_w = cv.k;
-    g.stride = cv.s;
-    g.padding = cv.p;
+  for (const ResnetConv& cv : convs) {
+    const ConvShape g = cv.shape(N);
     ConvShape t = g;  // dx of a stride-1 convolution as a forward one
     t.in_channels = g.out_channels;
     t.out_channels = g.in_channels;
