@@ -5,29 +5,20 @@
 #include "runtime/auto_plan.h"
 #include "runtime/simulator/plan_search.h"
 #include "runtime/simulator/simulator.h"
+#include "tests/schedule/plans.h"
 
 namespace pd {
 namespace {
 
 // Four equal layers: a straight 4-worker plan is balanced, one stage each.
 Profile four_equal_layers() {
-  Profile p;
-  p.model = "chain";
-  p.batch_size = 32;
-  for (int i = 0; i < 4; ++i) {
-    ProfileNode n;
-    n.id = i;
-    n.name = "layer" + std::to_string(i);
-    n.op = "linear";
-    n.forward_ms = 10;
-    n.backward_ms = 20;
-    n.output_bytes = 1000;
-    n.activation_bytes = 1000;
-    n.parameter_bytes = 1000;
-    p.nodes.push_back(n);
-    if (i > 0) p.edges.push_back({i - 1, i});
-  }
-  return p;
+  ProfileNode n;
+  n.forward_ms = 10;
+  n.backward_ms = 20;
+  n.output_bytes = 1000;
+  n.activation_bytes = 1000;
+  n.parameter_bytes = 1000;
+  return testing::equal_chain_profile(4, 32, n);
 }
 
 TEST(AutoPlanSharedCores, FewerCoresThanWorkersPredictsTheSharedReplay) {

@@ -1,9 +1,11 @@
 #pragma once
-// Plans built in code for the schedule and simulator tests.
+// Plans and profiles built in code for the schedule and simulator tests.
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "planner/plan.h"
+#include "profiler/profile.h"
 #include "runtime/schedule/schedule.h"
 #include "planner/topology.h"
 
@@ -46,6 +48,22 @@ inline ScheduleOptions schedule_options(ScheduleKind kind, int64_t minibatches, 
   o.policy = policy;
   o.virtual_stages = virtual_stages;
   return o;
+}
+
+// A chain of `layers` equal "linear" layers (`layer`'s times and sizes;
+// ids, names and the edges i -> i+1 are set here), profiled at `batch`.
+inline Profile equal_chain_profile(int layers, int batch, ProfileNode layer) {
+  Profile p;
+  p.model = "chain";
+  p.batch_size = batch;
+  for (int i = 0; i < layers; ++i) {
+    layer.id = i;
+    layer.name = "layer" + std::to_string(i);
+    layer.op = "linear";
+    p.nodes.push_back(layer);
+    if (i > 0) p.edges.push_back({i - 1, i});
+  }
+  return p;
 }
 
 }  // namespace pd::testing

@@ -7,6 +7,7 @@
 #include "planner/topology.h"
 #include "runtime/simulator/schedule_search.h"
 #include "runtime/simulator/simulator.h"
+#include "tests/schedule/plans.h"
 
 namespace pd {
 namespace {
@@ -15,24 +16,14 @@ namespace {
 // minibatches (1F1B-RR's stage 0) costs far more than a flush schedule's
 // microbatches of a quarter of the size.
 Profile activation_heavy_chain() {
-  Profile p;
-  p.model = "chain";
-  p.batch_size = 64;
-  for (int i = 0; i < 8; ++i) {
-    ProfileNode n;
-    n.id = i;
-    n.name = "layer" + std::to_string(i);
-    n.op = "linear";
-    n.forward_ms = 10;
-    n.backward_ms = 20;
-    n.output_bytes = 1'000'000;
-    n.activation_bytes = 50'000'000;
-    n.parameter_bytes = 4'000'000;
-    n.optimizer_state_bytes = 4'000'000;
-    p.nodes.push_back(n);
-    if (i > 0) p.edges.push_back({i - 1, i});
-  }
-  return p;
+  ProfileNode n;
+  n.forward_ms = 10;
+  n.backward_ms = 20;
+  n.output_bytes = 1'000'000;
+  n.activation_bytes = 50'000'000;
+  n.parameter_bytes = 4'000'000;
+  n.optimizer_state_bytes = 4'000'000;
+  return testing::equal_chain_profile(8, 64, n);
 }
 
 TEST(ScheduleSearch, ComparesEveryFamilyAndChoosesTheFastestThatFits) {
