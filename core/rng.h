@@ -17,10 +17,18 @@ struct Philox4 {
   uint32_t v[4];
 };
 
+// Philox-4x32's multipliers and key increments (Salmon et al. 2011); vector
+// versions of philox4x32 (core/cpu/dropout_kernels.cpp) use them too.
+struct PhiloxConstants {
+  static constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+  static constexpr int kRounds = 10;
+};
+
 PD_HD inline Philox4 philox4x32(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
                                 uint32_t k1) {
-  constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
-  for (int r = 0; r < 10; ++r) {
+  constexpr uint32_t M0 = PhiloxConstants::M0, M1 = PhiloxConstants::M1;
+  constexpr uint32_t W0 = PhiloxConstants::W0, W1 = PhiloxConstants::W1;
+  for (int r = 0; r < PhiloxConstants::kRounds; ++r) {
     uint64_t p0 = static_cast<uint64_t>(M0) * c0;
     uint64_t p1 = static_cast<uint64_t>(M1) * c2;
     uint32_t h0 = static_cast<uint32_t>(p0 >> 32), l0 = static_cast<uint32_t>(p0);

@@ -43,10 +43,10 @@ void philox8(const CounterRng& rng, uint32_t first_lo, uint32_t hi_word, __m256i
   c[1] = _mm256_set1_epi32(static_cast<int>(hi_word));
   c[2] = _mm256_set1_epi32(static_cast<int>(rng.a));
   c[3] = _mm256_set1_epi32(static_cast<int>(rng.b));
-  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u));
-  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(0xCD9E8D57u));
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(PhiloxConstants::M0));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(PhiloxConstants::M1));
   uint32_t k0 = static_cast<uint32_t>(rng.seed), k1 = static_cast<uint32_t>(rng.seed >> 32);
-  for (int r = 0; r < 10; ++r) {
+  for (int r = 0; r < PhiloxConstants::kRounds; ++r) {
     __m256i h0, l0, h1, l1;
     mul_hi_lo(c[0], m0, h0, l0);
     mul_hi_lo(c[2], m1, h1, l1);
@@ -54,8 +54,8 @@ void philox8(const CounterRng& rng, uint32_t first_lo, uint32_t hi_word, __m256i
     c[2] = _mm256_xor_si256(_mm256_xor_si256(h0, c[3]), _mm256_set1_epi32(static_cast<int>(k1)));
     c[1] = l1;
     c[3] = l0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+    k0 += PhiloxConstants::W0;
+    k1 += PhiloxConstants::W1;
   }
 }
 
