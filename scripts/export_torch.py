@@ -9,7 +9,9 @@ active) and every size is fixed (batch and input; no dynamic axes).
 
 The model is a torchvision name (resnet18, vgg11, densenet121, ...) or a
 module given as file.py:Class (constructed without arguments, or with
---kwargs JSON). `pipedream` applies the softmax cross-entropy loss itself:
+--kwargs JSON). Adaptive average pools whose output size does not divide
+the traced input's (VGG's 7x7 pool at inputs below 224x224) are exported as
+slices, means and concats, which torch.onnx can write. `pipedream` applies the softmax cross-entropy loss itself:
 the model must output logits, [batch, classes] or [batch, T, vocab].
 """
 import argparse
@@ -49,9 +51,63 @@ def example_input(args, model):
     return torch.randn([args.batch] + shape, generator=g)
 
 
+def fixed_adaptive_pool(in_hw, out_hw):
+    """torch.nn.AdaptiveAvgPool2d for one input size, as slices, means and
+    concatenations. torch.onnx exports an adaptive pool only where the output
+    size divides the input's (VGG's 7x7 pooling: inputs of 224x224 and its
+    multiples), and ONNX has no adaptive pool of its own. The bins are
+    PyTorch's: output i of n averages input rows floor(i*N/n) to
+    ceil((i+1)*N/n) (overlapping where n does not divide N, repeated where
+    n > N); pooling the rows then the columns gives the same means."""
+    import torch
+
+    class FixedAdaptiveAvgPool2d(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bins = [[(i * n_in // n_out, -(-(i + 1) * n_in // n_out)) for i in range(n_out)]
+                         for n_in, n_out in zip(in_hw, out_hw)]
+
+        def forward(self, x):
+            for axis, bins in zip((2, 3), self.bins):
+                x = torch.cat([x.narrow(axis, a, b - a).mean(axis, keepdim=True) for a, b in bins], axis)
+            return x
+
+    return FixedAdaptiveAvgPool2d()
+
+
+def make_pools_exportable(model, x):
+    """Replaces (in place) each AdaptiveAvgPool2d that torch.onnx cannot
+    export at this input size by fixed_adaptive_pool; returns how many."""
+    import torch
+    sizes = {}
+
+    def record(module, inputs, output):  # returns None: keeps the output
+        sizes[module] = (tuple(inputs[0].shape[2:]), tuple(output.shape[2:]))
+
+    hooks = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, torch.nn.AdaptiveAvgPool2d)]
+    with torch.no_grad():
+        model.eval()  # one forward to learn the sizes; eval keeps BatchNorm's running statistics as they are
+        model(x)
+    for h in hooks:
+        h.remove()
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if child not in sizes:
+                continue
+            in_hw, out_hw = sizes[child]
+            if out_hw != (1, 1) and any(n % m for n, m in zip(in_hw, out_hw)):
+                setattr(parent, name, fixed_adaptive_pool(in_hw, out_hw))
+                replaced += 1
+    return replaced
+
+
 def export(model, x, path, opset):
+    """Exports `model` traced on `x`. Adaptive pools that torch.onnx cannot
+    export at this size are replaced in `model` first (make_pools_exportable)."""
     import warnings
     import torch
+    make_pools_exportable(model, x)
     model.train()
     # The trace's notes on removed in-place BatchNorm counters and Python
     # constants are expected with fixed sizes; keep the output readable.

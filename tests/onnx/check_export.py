@@ -5,35 +5,22 @@ the model passes onnx.checker and each initializer the safetensors file holds
 
 Usage: check_export.py out.onnx weights.safetensors
 """
-import json
-import struct
+import os
 import sys
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-
-def load_safetensors(path):
-    """name without the layer prefix -> array (F32 only, as --save writes)."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", (name, info["dtype"])
-        begin, end = info["data_offsets"]
-        out[name.split(".", 1)[1]] = np.frombuffer(data[begin:end], dtype="<f4").reshape(info["shape"])
-    return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from safetensors_file import read_safetensors  # noqa: E402
 
 
 def main():
     model = onnx.load(sys.argv[1])
     onnx.checker.check_model(model)
-    weights = load_safetensors(sys.argv[2])
+    # "{layer}.{initializer name}" -> the initializer's name
+    weights = {name.split(".", 1)[1]: a for name, a in read_safetensors(sys.argv[2]).items()}
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     for name, want in weights.items():
         got = inits[name]

@@ -1,18 +1,17 @@
 // Imported models against PyTorch on the same weights and batch (issue 15,
-// Must show 1): the loss within 1e-4 relative, every parameter gradient
-// within 1e-3 of its max-abs, at the initial weights and (where float32
-// training is reproducible) after the steps, the loss after 5 SGD steps
-// within 1e-3 relative. tests/onnx/torch_reference.py exports the model
-// and records PyTorch's figures; Dropout is exported with p = 0 (the two
-// RNGs cannot draw the same masks), BatchNorm runs in training mode.
-// Where PyTorch's own float32 result is further than that from its float64
-// one or from its native-convolution float32 run (VGG's early gradients
-// hinge on ReLU/max-pool choices that a rounding flips), the bound is 3x
-// that error instead: no float32 implementation can do better. A gradient
-// that is zero in exact arithmetic, or a cancellation by a scale symmetry,
-// is normalised by its module's largest. MobileNet is compared after 100
-// steps of training (at its random initial weights PyTorch's own float32
-// gradients are 17% off float64). The figures are printed (onnx/README.md).
+// Must show 1), with the issue's bounds: the loss within 1e-4 relative,
+// every parameter gradient within 1e-3 of its max-abs, the loss after 5 SGD
+// steps within 1e-3 relative. tests/onnx/torch_reference.py exports the
+// model and records PyTorch's figures; Dropout is exported with p = 0 (the
+// two RNGs cannot draw the same masks), BatchNorm runs in training mode.
+// A gradient that is zero in exact arithmetic, or a cancellation by a scale
+// symmetry, is normalised by its module's largest. Where PyTorch's own
+// float32 gradients are far from float64 at random initial weights
+// (MobileNet 17%, Inception 59%: rounding amplified through depth), the
+// comparison runs after some steps of training on a synthetic task
+// (--pretrain). The gradients after the 5 steps are compared too where
+// PyTorch's own float32 trajectory is reproducible, to 3x its own error
+// where that is larger than 1e-3. The figures are printed (onnx/README.md).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,8 +73,7 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   };
 
   const float loss0 = step(0);
-  const double loss0_tol = ref.at("loss0_tolerance").f32()[0];
-  EXPECT_NEAR(loss0, losses.f32()[0], loss0_tol * std::fabs(losses.f32()[0]))
+  EXPECT_NEAR(loss0, losses.f32()[0], 1e-4 * std::fabs(losses.f32()[0]))
       << "initial loss (PyTorch's own float32 error " << ref.at("loss0_error32").f32()[0] << ")";
 
   // Parameter names are "{layer}.{ONNX initializer name}"; PyTorch's are the
@@ -83,6 +81,7 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   // "_final": at the weights after the SGD steps.
   struct GradientErrors {
     int compared = 0, loosened = 0;  // loosened: PyTorch itself computes them less exactly in float32
+    int failed = 0;
     double worst = 0;                // over the parameters held to 1e-3
     double worst_loosened = 0;       // ours against PyTorch's, and PyTorch's own error on that parameter
     double torch_own = 0;
@@ -108,9 +107,12 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
       for (int64_t i = 0; i < g.numel(); ++i) diff = std::max(diff, double(std::fabs(g.f32()[i] - want.f32()[i])));
       // The tensor's max-abs, or its module's largest gradient for one that is zero in exact arithmetic.
       const double scale = ref.at("scale" + suffix + "/" + name).f32()[0];
-      const double tol = ref.at("tolerance" + suffix + "/" + name).f32()[0];
+      // The issue's bound at the initial weights; after the steps, where the
+      // issue asks nothing, 3x PyTorch's own float32 error where that is larger.
+      const double tol = suffix.empty() ? 1e-3 : ref.at("tolerance" + suffix + "/" + name).f32()[0];
       EXPECT_LE(diff, tol * scale + 1e-12) << name << suffix << ": max |ours - torch| " << diff << ", scale " << scale
                                            << ", tolerance " << tol;
+      e.failed += diff > tol * scale + 1e-12;
       const double err = diff / std::max(scale, 1e-30);
       if (tol <= 1.001e-3) {
         if (err > e.worst) e.worst = err, e.worst_name = name;
@@ -137,6 +139,13 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
     std::printf("\n");
   };
   const GradientErrors initial = compare_gradients("");
+  if (initial.failed) {
+    NamedTensors ours;
+    for (size_t k = 0; k < w.param_names().size(); ++k) ours.emplace_back(w.param_names()[k], grads.all_params()[k]);
+    save_safetensors(dir + "/ours.safetensors", ours);
+    ADD_FAILURE() << initial.failed << " gradients miss the bound. Whether a ReLU that our rounding flips explains "
+                  << "them: tests/onnx/relu_flip_audit.py " << dir;
+  }
 
   OptimizerConfig oc;
   oc.kind = "sgd";
@@ -150,7 +159,7 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
     loss = step(k);
   }
   const float want = losses.f32()[steps];
-  const double loss_tol = ref.at("loss_tolerance").f32()[0];
+  const double loss_tol = 1e-3;
   // The gradients after the steps are compared where the trajectory is
   // reproducible in float32: where PyTorch's own float32 loss after the
   // steps is within a third of 1e-3 of its other run's (float64, or its
@@ -161,7 +170,7 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   double torch_final_error = 0;
   for (const auto& [name, t] : ref)
     if (name.rfind("torch_error_final/", 0) == 0) torch_final_error = std::max(torch_final_error, double(t.f32()[0]));
-  const bool trajectory_reproducible = loss_tol <= 1.001e-3 && torch_final_error <= 0.1;
+  const bool trajectory_reproducible = ref.at("loss_tolerance").f32()[0] <= 1.001e-3 && torch_final_error <= 0.1;
   const GradientErrors final = trajectory_reproducible ? compare_gradients("_final") : GradientErrors{};
   std::printf("%s: loss %.7f (torch %.7f, relative error %.2e, PyTorch's own float32 error %.2e)\n", c.model.c_str(),
               loss0, losses.f32()[0], std::fabs(loss0 - losses.f32()[0]) / std::fabs(losses.f32()[0]),
@@ -171,12 +180,10 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   else
     std::printf("  gradients after %d steps not compared: PyTorch's own float32 trajectory is not reproducible "
                 "(its final gradients up to %.2e off)\n", steps, torch_final_error);
-  std::printf("  loss after %d SGD steps %.7f (torch %.7f, relative error %.2e, PyTorch's own %.2e, tolerance %.1e)\n",
-              steps, loss, want, std::fabs(loss - want) / std::fabs(want), ref.at("loss_error32").f32()[0], loss_tol);
+  std::printf("  loss after %d SGD steps %.7f (torch %.7f, relative error %.2e, PyTorch's own %.2e)\n", steps, loss,
+              want, std::fabs(loss - want) / std::fabs(want), ref.at("loss_error32").f32()[0]);
   EXPECT_NEAR(loss, want, loss_tol * std::fabs(want)) << "loss after " << steps << " SGD steps (initial " << loss0 << ")";
 }
-
-const char* const kVgg = "--input 3,224,224 --batch 2 --classes 10 --no-float64 --native-conv";
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const std::string& m = info.param.model;
@@ -184,35 +191,35 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return info.param.args.find("--opset 13") == std::string::npos ? name : name + "_opset13";
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, TorchNumerics,
-                         ::testing::Values(Case{"resnet18", "--input 3,64,64 --classes 10", 0.001f},
-                                           Case{"scripts/torch_models/gpt_decoder.py:GPTDecoder", "--tokens 16", 0.05f},
-                                           // Opset 13: LayerNorm decomposed (ReduceMean, Sub, Pow, Sqrt, Div).
-                                           Case{"scripts/torch_models/gpt_decoder.py:GPTDecoder", "--tokens 16 --opset 13", 0.05f},
-                                           Case{"squeezenet1_0", "--input 3,64,64 --classes 10", 0.001f},
-                                           Case{"mobilenet_v2", "--input 3,64,64 --classes 10 --pretrain 100", 0.0001f},
-                                           Case{"densenet121", "--input 3,64,64 --classes 10", 0.0001f},
-                                           // Zero-initialised last BatchNorm of each residual branch
-                                           // (torchvision's option, Goyal et al.): with the default
-                                           // init PyTorch's own float32 gradients are 40% off float64.
-                                           // --native-conv: after the steps its two convolutions'
-                                           // gradients differ by up to 18% of max-abs (a ReLU or
-                                           // max-pool choice that a rounding flips), as ours may.
-                                           Case{"resnet50", "--input 3,64,64 --classes 10 --native-conv --kwargs '{\"zero_init_residual\": true}'", 0.001f},
-                                           // 224x224 (the smallest input PyTorch exports VGG's 7x7
-                                           // adaptive pooling at). PyTorch's own error against its
-                                           // native (non-mkldnn) float32 convolution, not float64
-                                           // (the slow part here): see torch_reference.py.
-                                           Case{"vgg11", kVgg, 0.001f}),
-                         case_name);
-
-// inception_v3 is not here: at 128x128, batch 4, 2 of its 284 gradients are
-// further from PyTorch's than 3x PyTorch's own float32 error, and after 100
-// steps of training (--pretrain 100 --pretrain-batch 8) one branch's are up
-// to 18% off, a ReLU our summation order flips (onnx/README.md).
-// Too slow for the suite (113 s of one core): disabled, run with
-//   build/tests/test_onnx --gtest_also_run_disabled_tests --gtest_filter='DISABLED_Large/*'
-INSTANTIATE_TEST_SUITE_P(DISABLED_Large, TorchNumerics, ::testing::Values(Case{"vgg16", kVgg, 0.001f}), case_name);
+// Every model of the issue, at the smallest input its architecture takes
+// or 64x64, batch 4. --native-conv: PyTorch's own float32 error is also
+// measured against its native (non-mkldnn) convolution, which rounds in
+// another order, as ours do; it decides only the bound on the gradients
+// after the steps, which the issue does not ask for.
+INSTANTIATE_TEST_SUITE_P(
+    Models, TorchNumerics,
+    ::testing::Values(Case{"resnet18", "--input 3,64,64 --classes 10", 0.001f},
+                      Case{"scripts/torch_models/gpt_decoder.py:GPTDecoder", "--tokens 16", 0.05f},
+                      // Opset 13: LayerNorm decomposed (ReduceMean, Sub, Pow, Sqrt, Div).
+                      Case{"scripts/torch_models/gpt_decoder.py:GPTDecoder", "--tokens 16 --opset 13", 0.05f},
+                      Case{"squeezenet1_0", "--input 3,64,64 --classes 10", 0.001f},
+                      // At its random initial weights PyTorch's own float32 gradients are 17% off float64.
+                      Case{"mobilenet_v2", "--input 3,64,64 --classes 10 --pretrain 100", 0.0001f},
+                      Case{"densenet121", "--input 3,64,64 --classes 10", 0.0001f},
+                      // Zero-initialised last BatchNorm of each residual branch
+                      // (torchvision's option, Goyal et al.): with the default
+                      // init PyTorch's own float32 gradients are 40% off float64.
+                      Case{"resnet50", "--input 3,64,64 --classes 10 --native-conv --kwargs '{\"zero_init_residual\": true}'", 0.001f},
+                      // 32x32: the 7x7 adaptive pooling exports as slices and means
+                      // (scripts/export_torch.py). At 224x224 some ReLU among its
+                      // 11 million is always within a rounding of zero, and
+                      // PyTorch's two float32 convolutions disagree by 8e-3.
+                      Case{"vgg11", "--input 3,32,32 --classes 10 --native-conv", 0.001f},
+                      Case{"vgg16", "--input 3,32,32 --classes 10 --native-conv", 0.001f},
+                      // 75x75, the smallest input it takes. At its initial
+                      // weights PyTorch's own float32 gradients are 59% off.
+                      Case{"inception_v3", "--input 3,75,75 --classes 10 --native-conv --pretrain 200 --pretrain-batch 8", 0.0001f}),
+    case_name);
 
 }  // namespace
 }  // namespace pd

@@ -52,8 +52,8 @@ TEST_P(TorchOps, OutputAndGradientsMatchFloat64) {
   PD_SKIP_WITHOUT_TORCH();
   const OpCase& c = GetParam();
   const std::string dir = testing::scratch_dir("ops_" + c.name);
-  ASSERT_TRUE(testing::run_python(cat("tests/onnx/torch_op_reference.py ", PD_SOURCE_DIR, "/tests/onnx/inception_ops.py:",
-                                      c.module, " ", dir, " ", c.args),
+  ASSERT_TRUE(testing::run_python(cat("tests/onnx/torch_op_reference.py ", PD_SOURCE_DIR, "/tests/onnx/", c.module, " ",
+                                      dir, " ", c.args),
                                   dir + "/log.txt"))
       << "torch_op_reference.py failed, see " << dir << "/log.txt";
   cpu::set_compute_threads(1);
@@ -107,16 +107,29 @@ TEST_P(TorchOps, OutputAndGradientsMatchFloat64) {
 
 INSTANTIATE_TEST_SUITE_P(
     Inception, TorchOps,
-    ::testing::Values(OpCase{"conv7x1_6x6", "Conv7x1", "--input 8,6,6"},
-                      OpCase{"conv7x1_bias_6x6", "Conv7x1", "--input 8,6,6 --kwargs '{\"bias\": true}'"},
-                      OpCase{"conv7x1_bias_no_bn_6x6", "Conv7x1", "--input 8,6,6 --kwargs '{\"bias\": true, \"bn\": false}'"},
-                      OpCase{"conv7x1_9x7", "Conv7x1", "--input 8,9,7"},
-                      OpCase{"conv7x1_bias_9x7", "Conv7x1", "--input 8,9,7 --kwargs '{\"bias\": true}'"},
-                      OpCase{"avgpool_13x13", "AvgPool", "--input 8,13,13"},
-                      OpCase{"avgpool_6x5", "AvgPool", "--input 8,6,5"},
-                      OpCase{"maxpool_13x13", "MaxPool", "--input 8,13,13"},
-                      OpCase{"maxpool_61x61", "MaxPool", "--input 4,61,61 --kwargs '{\"channels\": 4}'"},
-                      OpCase{"mixed_6e_block", "MixedC", "--input 768,6,6 --kwargs '{\"c7\": 192}'"}),
+    ::testing::Values(OpCase{"conv7x1_6x6", "inception_ops.py:Conv7x1", "--input 8,6,6"},
+                      OpCase{"conv7x1_bias_6x6", "inception_ops.py:Conv7x1", "--input 8,6,6 --kwargs '{\"bias\": true}'"},
+                      OpCase{"conv7x1_bias_no_bn_6x6", "inception_ops.py:Conv7x1", "--input 8,6,6 --kwargs '{\"bias\": true, \"bn\": false}'"},
+                      OpCase{"conv7x1_9x7", "inception_ops.py:Conv7x1", "--input 8,9,7"},
+                      OpCase{"conv7x1_bias_9x7", "inception_ops.py:Conv7x1", "--input 8,9,7 --kwargs '{\"bias\": true}'"},
+                      OpCase{"avgpool_13x13", "inception_ops.py:AvgPool", "--input 8,13,13"},
+                      OpCase{"avgpool_6x5", "inception_ops.py:AvgPool", "--input 8,6,5"},
+                      OpCase{"maxpool_13x13", "inception_ops.py:MaxPool", "--input 8,13,13"},
+                      OpCase{"maxpool_61x61", "inception_ops.py:MaxPool", "--input 4,61,61 --kwargs '{\"channels\": 4}'"},
+                      OpCase{"mixed_6e_block", "inception_ops.py:MixedC", "--input 768,6,6 --kwargs '{\"c7\": 192}'"}),
+    [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
+
+// VGG's 7x7 adaptive average pooling from maps it does not divide (1x1: VGG
+// at 32x32; 2x2: at 64x64; 9x9; 3x5), which scripts/export_torch.py writes
+// as slices, means and concats, and from 14x14, which torch.onnx exports as
+// an AveragePool.
+INSTANTIATE_TEST_SUITE_P(
+    Vgg, TorchOps,
+    ::testing::Values(OpCase{"adaptive_pool_from_1x1", "vgg_ops.py:AdaptivePool", "--input 8,1,1"},
+                      OpCase{"adaptive_pool_from_2x2", "vgg_ops.py:AdaptivePool", "--input 8,2,2"},
+                      OpCase{"adaptive_pool_from_9x9", "vgg_ops.py:AdaptivePool", "--input 8,9,9"},
+                      OpCase{"adaptive_pool_from_3x5", "vgg_ops.py:AdaptivePool", "--input 8,3,5"},
+                      OpCase{"adaptive_pool_from_14x14", "vgg_ops.py:AdaptivePool", "--input 8,14,14"}),
     [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
 
 }  // namespace

@@ -12,11 +12,12 @@ losses of 5 plain SGD steps, in a safetensors file the C++ test compares:
   grad_final/<name>      the same at the weights after `steps` updates
                          (where the initial one is zero: a zero-initialised
                          residual BatchNorm stops its branch's gradients)
-  tolerance/<name>,      the relative (max-abs normalised) gradient error the
-  tolerance_final/<name> test allows: 1e-3, or 3x PyTorch's own float32 error
-                         (against float64, or the native convolution)
-                         where that is larger - no float32 code can do
-                         better there (VGG's flipped ReLU and pool choices)
+  tolerance/<name>,      the relative (max-abs normalised) gradient error
+  tolerance_final/<name> allowed where the issue sets no bound (the test
+                         uses tolerance_final only): 1e-3, or 3x PyTorch's
+                         own float32 error (against float64, or the native
+                         convolution) where that is larger - no float32 code
+                         can do better there (a flipped ReLU or pool choice)
   scale/<name>,          what the error is normalised by: the tensor's
   scale_final/<name>     max-abs, or for a gradient that is zero in exact
                          arithmetic (float64 max-abs below 1e-10 of its
@@ -28,14 +29,18 @@ losses of 5 plain SGD steps, in a safetensors file the C++ test compares:
   loss_tolerance, loss0_tolerance, loss_error32, loss0_error32
                          the same for the loss after the SGD steps and the
                          initial loss (1e-3 and 1e-4 unless PyTorch's own
-                         error is a third of that or more)
+                         error is a third of that or more; the test holds
+                         the losses to 1e-4 and 1e-3 and reads
+                         loss_tolerance only to tell whether PyTorch's own
+                         float32 trajectory is reproducible)
 
 PyTorch's own float32 error is measured against float64 and, with
 --native-conv, against PyTorch's float32 run with mkldnn off (its native
 convolution: the same float32 arithmetic in another order; each entry takes
-the further). VGG at 224x224 needs the second: its float32 gradients are
+the further). VGG at 224x224 needed the second: its float32 gradients are
 within 1e-5 of float64 with mkldnn, but 8e-3 off with the native
-convolution, where a rounding difference flips a ReLU or max-pool choice.
+convolution, where a rounding difference flips one of its 11 million ReLU
+or max-pool choices (the test runs it at 32x32, where none is that close).
 --no-float64 skips the float64 run (slow at 224x224).
 
   torch_reference.py MODEL OUT_DIR [--input 3,32,32 | --tokens T] [--classes C] [--pretrain N]
@@ -45,34 +50,25 @@ import copy
 import importlib.util
 import json
 import os
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import safetensors_file  # noqa: E402
 spec = importlib.util.spec_from_file_location("export_torch", os.path.join(HERE, "..", "..", "scripts", "export_torch.py"))
 export_torch = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(export_torch)
 
 
 def write_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        t = t.detach().contiguous()
-        dtype = {torch.float32: "F32", torch.int32: "I32"}[t.dtype]
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+    """name -> torch tensor (float32 or int32) into a safetensors file."""
+    safetensors_file.write_safetensors(path, {name: t.detach().contiguous().numpy() for name, t in tensors.items()})
+
+
+read_safetensors = safetensors_file.read_safetensors
 
 
 def loss_of(model, x, y):
@@ -81,21 +77,32 @@ def loss_of(model, x, y):
 
 
 def train(model, x, y, args):
-    """Gradients at the initial weights, and the losses of `steps` SGD steps."""
+    """Gradients at the initial weights, and the losses of `steps` SGD steps.
+    The gradients are the model's own tensors (the model is not used again;
+    each backward gets fresh ones), which spares copying VGG's 400 MB ones."""
     model.train()
     loss = loss_of(model, x, y)
     loss.backward()
-    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    grads = {name: p.grad for name, p in model.named_parameters()}
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     losses = [loss.item()]
     for _ in range(args.steps):
         opt.step()
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=True)
         loss = loss_of(model, x, y)
         loss.backward()
         losses.append(loss.item())
-    final = {name: p.grad.clone() for name, p in model.named_parameters()}
-    return grads, final, losses, {name: p.detach().clone() for name, p in model.named_parameters()}
+    final = {name: p.grad for name, p in model.named_parameters()}
+    return grads, final, losses, {name: p.detach() for name, p in model.named_parameters()}
+
+
+def max_abs(t):
+    return max(abs(float(t.max())), abs(float(t.min())))
+
+
+def max_abs_diff(a, b):
+    """max |a - b|, in the wider of the two types, with one temporary."""
+    return float(torch.sub(a, b).abs_().max()) if a.dtype == b.dtype or a.dtype == torch.float64 else max_abs_diff(b, a)
 
 
 def pretrain(model, args):
@@ -104,7 +111,8 @@ def pretrain(model, args):
     comparison runs on trained weights. At its random initial weights
     MobileNet's float32 gradients are up to 17% off float64 in PyTorch
     itself (rounding amplified through depth); after 100 steps they are
-    within 1e-4 (onnx/README.md). Returns the batch to compare on."""
+    within 1e-4 (onnx/README.md); Inception's are 59% off at 75x75 and
+    within 1e-4 after 200 steps. Returns the batch to compare on."""
     shape = [int(v) for v in args.input.split(",")]
     g = torch.Generator().manual_seed(3)
     prototypes = torch.randn([args.classes] + shape, generator=g)
@@ -129,7 +137,7 @@ def worst_of(alternatives, grads, final, losses):
     def far(mine, theirs):
         out = {}
         for name, g in mine.items():
-            out[name] = max((t[name].double() for t in theirs), key=lambda t: float((g.double() - t).abs().max()))
+            out[name] = max((t[name] for t in theirs), key=lambda t: max_abs_diff(t, g))
         return out
     lost = [max((a[2][k] for a in alternatives), key=lambda v: abs(v - losses[k])) for k in range(len(losses))]
     return far(grads, [a[0] for a in alternatives]), far(final, [a[1] for a in alternatives]), lost
@@ -166,17 +174,33 @@ def tolerances(out, suffix, grads, far, exact, weights):
     module_max = {}
     for name, g in (exact or grads).items():
         module = name.rsplit(".", 1)[0]
-        module_max[module] = max(module_max.get(module, 0.0), float(g.abs().max()))
+        module_max[module] = max(module_max.get(module, 0.0), max_abs(g))
     for name, g in grads.items():
-        out[f"grad{suffix}/{name}"] = g.float()
-        scale = float((exact or grads)[name].abs().max())
+        out[f"grad{suffix}/{name}"] = g
+        scale = max_abs((exact or grads)[name])
         module = name.rsplit(".", 1)[0]
         if exact is not None and (scale < 1e-10 * module_max[module] or scale_symmetric(name, exact, weights)):
             scale = module_max[module]  # zero, or a cancellation, in exact arithmetic
-        err32 = float((g.double() - far[name]).abs().max()) / max(scale, 1e-300) if far else 0.0
+        err32 = max_abs_diff(far[name], g) / max(scale, 1e-300) if far else 0.0
         out[f"tolerance{suffix}/{name}"] = torch.tensor([max(1e-3, 3 * err32)], dtype=torch.float32)
         out[f"scale{suffix}/{name}"] = torch.tensor([scale], dtype=torch.float32)
         out[f"torch_error{suffix}/{name}"] = torch.tensor([err32], dtype=torch.float32)
+
+
+def compared_model(args):
+    """The model at the weights compared (pretrained if asked), and the
+    pretraining task's batch (None without pretraining). Deterministic: the
+    seed is fixed, and pretraining draws from its own generator."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    kwargs = {} if args.tokens or ":" in args.model else {"num_classes": args.classes}
+    kwargs.update(json.loads(args.kwargs))
+    model = export_torch.load_module(args.model, kwargs)
+    # Dropout cannot match draw for draw (different RNGs): p = 0 for the comparison.
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    return model, pretrain(model, args) if args.pretrain else None
 
 
 def main():
@@ -198,18 +222,10 @@ def main():
     ap.add_argument("--native-conv", action="store_true",
                     help="also run float32 with mkldnn off: PyTorch's other convolution, another summation order")
     args = ap.parse_args()
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
-
-    kwargs = {} if args.tokens or ":" in args.model else {"num_classes": args.classes}
-    kwargs.update(json.loads(args.kwargs))
-    model = export_torch.load_module(args.model, kwargs)
-    # Dropout cannot match draw for draw (different RNGs): p = 0 for the comparison.
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
-    trained_batch = pretrain(model, args) if args.pretrain else None
+    with open(os.path.join(args.out, "args.json"), "w") as f:
+        json.dump(vars(args), f)  # for relu_flip_audit.py
+    model, trained_batch = compared_model(args)
     reference = copy.deepcopy(model)  # the export's trace must not touch the weights we train
     ns = argparse.Namespace(seed=1, tokens=args.tokens, batch=args.batch, input=args.input)
     x = export_torch.example_input(ns, model)

@@ -20,33 +20,16 @@ is loaded into the original PyTorch module and gives our logits.
       weights.
 """
 import argparse
-import json
 import os
-import struct
 import sys
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import torch_reference  # noqa: E402  (export settings, safetensors writer)
+import torch_reference  # noqa: E402  (export settings, safetensors reader and writer)
 
 TOLERANCE = 1e-5
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = {"F32": "<f4", "I32": "<i4"}[info["dtype"]]
-        begin, end = info["data_offsets"]
-        out[name] = np.frombuffer(data[begin:end], dtype=dtype).reshape(info["shape"])
-    return out
 
 
 def build(args):
@@ -104,9 +87,9 @@ def compare(args):
     if changed < len(floats) // 2:
         sys.exit(f"torch_roundtrip.py: only {changed} of {len(floats)} initializers changed in training")
 
-    batch = read_safetensors(os.path.join(args.dir, "batch.safetensors"))["input"]
+    batch = torch_reference.read_safetensors(os.path.join(args.dir, "batch.safetensors"))["input"]
     x = torch.from_numpy(np.array(batch, dtype=np.int64 if args.tokens else np.float32))
-    ours = read_safetensors(os.path.join(args.dir, "ours.safetensors"))
+    ours = torch_reference.read_safetensors(os.path.join(args.dir, "ours.safetensors"))
     worst = 0.0
     with torch.no_grad():
         for mode in ("eval", "train"):
