@@ -11,7 +11,8 @@
 # - what sharing the cores costs beyond the share itself (memory bandwidth,
 # caches refilled after every time slice).
 # Per model and round (N rounds, default 3), the user's whole path: profile
-# at the whole batch (M = 8 microbatches x b, one thread), plan a straight
+# at the whole batch (M = 8 microbatches x b, one thread; and at b, for the
+# flush schedule's microbatches: profile --microbatches M), plan a straight
 # pipeline on 4 workers, run 1f1b-rr (minibatches of M x b) and 1f1b-flush
 # (M microbatches of b) in the order ABBA, and simulate each schedule on
 # that round's plan without --cores (every worker its own device) and with
@@ -166,8 +167,9 @@ for model in $models; do
     plan="$out/$model.$round.plan.json"
     read -r waited load_before < <(wait_for_quiet)
     # shellcheck disable=SC2046
-    timed "$profile.cpu" "$pipedream" profile $(model_args "$model") --batch $((M * b)) --threads 1 --warmup 1 \
-      --iters 5 --min-time 3 -o "$profile" > /dev/null 2>&1
+    # --microbatches: the flush runs' microbatches of b cost what they cost at b, not 1/M of the batch's.
+    timed "$profile.cpu" "$pipedream" profile $(model_args "$model") --batch $((M * b)) --microbatches "$M" --threads 1 \
+      --warmup 1 --iters 5 --min-time 3 -o "$profile" > /dev/null 2>&1
     echo "{\"bench\": \"shared_cores\", \"model\": \"$model\", \"round\": $round, \"step\": \"profile\", \"waited_s\": $waited, \"other_load_before_cores\": $load_before, \"other_load_cores\": $load}"
     profile_load=$load
     # What the cores share besides themselves: the profiled step run by as

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/option_checks.h"
@@ -23,6 +24,7 @@ struct ProfileArgs {
   int threads = 0, warmup = 2, iters = 10;
   double min_time = 10;  // seconds; see --min-time
   uint64_t seed = 0;
+  std::vector<int> microbatches;
 };
 
 double mb(uint64_t bytes) { return double(bytes) / 1e6; }
@@ -32,25 +34,29 @@ double mb(uint64_t bytes) { return double(bytes) / 1e6; }
 // stay short but still show that something is happening).
 class ProgressLine {
  public:
-  explicit ProgressLine(std::string what) : what_(std::move(what)), tty_(::isatty(STDERR_FILENO) == 1) {}
+  ProgressLine(std::string model, std::string device)
+      : model_(std::move(model)), device_(std::move(device)), tty_(::isatty(STDERR_FILENO) == 1) {}
   // Before the first iteration, which can be the slowest (allocation).
   void start(const ProfileOptions& o) {
     std::string plan = cat(o.warmup, " warm-up + ", o.iters, " measured iterations");
     min_seconds_ = o.min_seconds;
     if (min_seconds_ > 0) plan += cat(" (more until ", seconds_text(min_seconds_), " of measuring)");
-    std::fprintf(stderr, tty_ ? "\r%s: %s\033[K" : "%s: %s\n", what_.c_str(), plan.c_str());
+    if (!o.microbatches.empty()) plan += cat(", then as many at each microbatch size");
+    batch_ = o.batch;
+    std::fprintf(stderr, tty_ ? "\r%s: %s\033[K" : "%s: %s\n", what().c_str(), plan.c_str());
     drawn_ = tty_;
     std::fflush(stderr);
   }
   void update(const ProfileProgress& p) {
     const char* phase = p.warmup ? "warm-up" : "measuring";
+    batch_ = p.batch;
     if (tty_) {
       std::string at = cat(phase, " ", p.iteration, "/", std::max(p.iteration, p.iterations));
       if (!p.warmup && min_seconds_ > 0) at += cat(", ", seconds_text(p.elapsed_s), " of ", seconds_text(min_seconds_));
-      std::fprintf(stderr, "\r%s: %s\033[K", what_.c_str(), at.c_str());
+      std::fprintf(stderr, "\r%s: %s\033[K", what().c_str(), at.c_str());
       drawn_ = true;
     } else if (p.last) {
-      std::fprintf(stderr, "%s: %s done (%d iterations)\n", what_.c_str(), phase, p.iteration);
+      std::fprintf(stderr, "%s: %s done (%d iterations)\n", what().c_str(), phase, p.iteration);
     }
     std::fflush(stderr);
   }
@@ -60,7 +66,9 @@ class ProgressLine {
   }
 
  private:
-  std::string what_;
+  std::string what() const { return cat("profiling ", model_, " (batch ", batch_, ", ", device_, ")"); }
+  std::string model_, device_;
+  int64_t batch_ = 0;
   bool tty_, drawn_ = false;
   double min_seconds_ = 0;
 };
@@ -111,6 +119,20 @@ void print_table(const Profile& p, const MeasureDetails& d) {
   }
 }
 
+// What a microbatch costs against a linear share of the batch: the error
+// `simulate` would make without these times.
+void print_microbatch_times(const Profile& p) {
+  for (int b : p.measured_microbatch_sizes()) {
+    double sum = 0;
+    for (const ProfileNode& n : p.nodes)
+      for (const BatchTimes& t : n.at_batch)
+        if (t.batch == b) sum += t.forward_ms + t.backward_ms;
+    const double linear = layer_time_sum_ms(p) * b / p.batch_size;
+    std::printf("at batch %d (1/%d of the batch): layer sum %.3f ms, %.2fx a linear share of the batch's\n", b,
+                p.batch_size / b, sum, linear > 0 ? sum / linear : 0.0);
+  }
+}
+
 void run_profile(const ProfileArgs& a) {
   if (a.model.empty() && a.spec_file.empty()) throw UserError("give --model NAME (see `pipedream models`) or --model-spec FILE");
   if (!a.model.empty() && !a.spec_file.empty()) throw UserError("give --model or --model-spec, not both");
@@ -126,11 +148,12 @@ void run_profile(const ProfileArgs& a) {
   o.seed = a.seed;
   o.optimizer.kind = a.optimizer;
   o.optimizer.momentum = a.optimizer == "sgd" ? 0.9f : 0.0f;
+  o.microbatches = a.microbatches;
   // Cheap checks first: a bad batch or device should not wait for a model build.
   check_profile_options(o);
   Model model = resolve_model(a.model, a.spec_file, a.model_options);
 
-  ProgressLine line(cat("profiling ", model.name, " (batch ", o.batch, ", ", o.device.str(), ")"));
+  ProgressLine line(model.name, o.device.str());
   o.progress = [&line](const ProfileProgress& p) { line.update(p); };
   line.start(o);
   Profile p;
@@ -147,6 +170,7 @@ void run_profile(const ProfileArgs& a) {
               p.batch_size, p.device.c_str(), p.dtype.c_str(), p.threads, p.measured_iterations,
               seconds_text(p.measured_seconds).c_str(), p.warmup_iterations);
   print_table(p, details);
+  print_microbatch_times(p);
   std::printf("optimizer state counted for %s\n", optimizer_state_description(o.optimizer).c_str());
   write_profile_json(p, a.output);
   std::printf("wrote %s\n", a.output.c_str());
@@ -172,6 +196,10 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--optimizer", a->optimizer, "Optimizer whose state bytes are recorded: sgd (momentum) | adam | adamw")
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of weights and synthetic inputs")->capture_default_str();
+  cmd->add_option("--microbatches", a->microbatches,
+                  "Also measure each layer at batch / M for these M (e.g. 4,8): a flush schedule's microbatches, "
+                  "which simulate then costs as measured instead of a linear share of the batch")
+      ->delimiter(',');
   cmd->add_option("-o,--output", a->output, "Profile to write (atomically, only on success)")->capture_default_str();
   cmd->callback([a] { run_profile(*a); });
 }

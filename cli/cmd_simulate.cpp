@@ -124,10 +124,17 @@ void run_simulate(const SimulateArgs& a) {
   opt.threads_per_worker = a.threads;
   opt.core_contention = a.contention;
   opt.weight_gradient_share = a.weight_gradient_share;
+  // Schedules with microbatches: a microbatch's compute as measured at its
+  // size when the profile has it (`profile --microbatches M`).
+  const int M = opt.schedule.microbatches;
+  std::string microbatch_cost = M > 1 ? "linear" : "";
   if (!a.profile.empty()) {
     const Profile profile = read_profile(a.profile);
     check_profile_matches_plan(plan, profile);
     opt.stashed_bytes = stashed_bytes_from_profile(plan, profile);
+    if (M > 1 && profile.batch_size % M == 0)
+      opt.microbatch_times = microbatch_times_from_profile(plan, profile, profile.batch_size / M);
+    if (!opt.microbatch_times.empty()) microbatch_cost = cat("measured at batch ", profile.batch_size / M);
   }
   opt.record_trace = !a.trace.empty() || !a.svg.empty();
   std::vector<TraceEvent> events;
@@ -144,6 +151,7 @@ void run_simulate(const SimulateArgs& a) {
       j["cores"] = opt.cores;
       j["threads_per_worker"] = opt.threads_per_worker;
     }
+    if (M > 1) j["microbatch_compute"] = opt.microbatch_times.empty() ? "linear" : "measured";
     std::cout << j.dump() << "\n";
     return;
   }
@@ -160,6 +168,11 @@ void run_simulate(const SimulateArgs& a) {
               << std::defaultfloat << "%)\n";
   if (opt.stashed_bytes.empty())
     std::cout << "(stashed bytes per minibatch estimated by each stage's output; pass --profile for exact sizes)\n";
+  if (M > 1 && opt.microbatch_times.empty())
+    std::cout << "(a microbatch's compute is taken as 1/" << M << " of the minibatch's, which undercounts small "
+              << "microbatches; `pipedream profile --microbatches " << M << "` measures it, pass that --profile)\n";
+  else if (M > 1)
+    std::cout << "microbatch compute " << microbatch_cost << " (the profile's at_batch times)\n";
   if (!a.trace.empty()) std::cout << "trace written to " << a.trace << " (open in https://ui.perfetto.dev)\n";
   if (!a.svg.empty()) std::cout << "timeline written to " << a.svg << "\n";
 }

@@ -44,6 +44,14 @@ void check_profile_options(const ProfileOptions& o) {
     throw UserError(cat("--min-time must be a number of seconds >= 0, got ", o.min_seconds));
   if (o.threads < 0 || o.threads > cpu::kMaxComputeThreads)
     throw UserError(cat("--threads must be in [1, ", cpu::kMaxComputeThreads, "] (or 0 for all cores), got ", o.threads));
+  for (size_t i = 0; i < o.microbatches.size(); ++i) {
+    const int m = o.microbatches[i];
+    if (m < 2 || o.batch % m != 0)
+      throw UserError(cat("--microbatches: ", m, " does not split the batch of ", o.batch,
+                          " into equal microbatches (give counts >= 2 that divide it)"));
+    if (std::count(o.microbatches.begin(), o.microbatches.begin() + i, m))
+      throw UserError(cat("--microbatches: ", m, " is given twice"));
+  }
   make_optimizer(o.optimizer);  // UserError for an unknown kind
   // A CPU-only build, a plugin that does not load, no GPU, a bad index.
   require_compute_device(o.device.str());
@@ -300,8 +308,10 @@ Profile unit_profile(Profile layers, const ModelGraph& g, const Samples& s, cons
 
 }  // namespace
 
-Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDetails* details) {
-  check_profile_options(o);
+namespace {
+
+// One batch size, o.microbatches ignored.
+Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDetails* details) {
   PD_CHECK(model.size() > 0, "model ", model.name, " has no layers");
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cpu::set_compute_threads(threads);
@@ -339,6 +349,7 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
     const IterationTimes t = time_iteration(model, w, grads, batch, o.seed, it, it == 0 ? &facts : nullptr, clock);
     if (clock && it == 0) unit_saved_bytes = clock->saved_bytes;
     ProfileProgress p;
+    p.batch = o.batch;
     p.warmup = !measured;
     if (measured) {
       samples.add(t);
@@ -405,6 +416,27 @@ Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDeta
   if (units) {
     p = unit_profile(std::move(p), *model.graph, samples, unit_saved_bytes, slots);
     for (ProfileNode& node : p.nodes) node.optimizer_ms = optimizer_share(node.parameter_bytes);
+  }
+  return p;
+}
+
+}  // namespace
+
+Profile measure_profile(const Model& model, const ProfileOptions& o, MeasureDetails* details) {
+  check_profile_options(o);
+  Profile p = measure_at_batch(model, o, details);
+  std::vector<int> counts = o.microbatches;
+  std::sort(counts.rbegin(), counts.rend());  // ascending microbatch sizes, as at_batch lists them
+  for (int m : counts) {
+    ProfileOptions at = o;
+    at.batch = o.batch / m;
+    const Profile q = measure_at_batch(model, at, nullptr);
+    PD_CHECK(q.nodes.size() == p.nodes.size(), "profile at batch ", at.batch, " has ", q.nodes.size(), " nodes, at ",
+             o.batch, " ", p.nodes.size());
+    for (size_t i = 0; i < p.nodes.size(); ++i) {
+      PD_CHECK(q.nodes[i].id == p.nodes[i].id, "node ", i, " differs between batch sizes");
+      p.nodes[i].at_batch.push_back({static_cast<int>(at.batch), q.nodes[i].forward_ms, q.nodes[i].backward_ms});
+    }
   }
   return p;
 }

@@ -28,6 +28,7 @@ struct ProfileProgress {
   int iterations = 0;     // of its phase; with min_seconds, the least it will run
   bool last = false;      // the last iteration of its phase
   double elapsed_s = 0;   // since the measured phase began (0 in warm-up)
+  int64_t batch = 0;      // the batch being measured (a microbatch size after the minibatch)
 };
 
 struct ProfileOptions {
@@ -42,6 +43,11 @@ struct ProfileOptions {
   // seconds repeat. 0: exactly `iters` iterations.
   double min_seconds = 0;
   uint64_t seed = 0;
+  // Also measure every layer at batch / M for each M here (M >= 2 dividing
+  // the batch), after the batch itself: the microbatches of a flush schedule
+  // with M per batch, recorded as the nodes' at_batch times, which
+  // `simulate` uses instead of a linear share of the batch's times.
+  std::vector<int> microbatches;
   // The optimizer whose state the profile's optimizer_state_bytes counts:
   // by default train's and run's default (SGD with momentum 0.9, one slot per
   // parameter). Only kind and momentum matter here.
@@ -69,12 +75,14 @@ struct MeasureDetails {
 };
 
 // Throws UserError for options that cannot be measured (batch < 1,
-// iters < 1, warmup < 0, threads < 0, an unknown optimizer, a CUDA device
-// in a build without CUDA or on a machine without that GPU).
+// iters < 1, warmup < 0, threads < 0, a microbatch count that does not
+// divide the batch, an unknown optimizer, a CUDA device in a build without
+// CUDA or on a machine without that GPU).
 void check_profile_options(const ProfileOptions& options);
 
-// Checks the options as above, then measures. Sets the process's compute
-// thread count (cpu::set_compute_threads) to the measured count.
+// Checks the options as above, then measures (details: of the batch
+// itself). Sets the process's compute thread count
+// (cpu::set_compute_threads) to the measured count.
 Profile measure_profile(const Model& model, const ProfileOptions& options, MeasureDetails* details = nullptr);
 
 double sample_median(std::vector<double> v);  // mean of the middle two for an even count

@@ -8,6 +8,15 @@
 
 namespace pd {
 
+// A node's times at a smaller batch than the profile's (a flush schedule's
+// microbatch): `pipedream profile --microbatches M` measures them at
+// batch_size / M, because small batches cost more per sample than a linear
+// share of the minibatch's time (resnet18's 4-image microbatch: 2.3x).
+struct BatchTimes {
+  int batch = 0;
+  double forward_ms = 0, backward_ms = 0;
+};
+
 struct ProfileNode {
   int id = 0;
   std::string name;         // "conv1" or PipeDream's description
@@ -27,6 +36,7 @@ struct ProfileNode {
   // out, as PipeDream's does; simulate counts it (plan stages' optimizer_s).
   double optimizer_ms = 0;
   int source_line = 0;  // line of the file it was read from (graph.txt order matters to PipeDream)
+  std::vector<BatchTimes> at_batch;  // ascending batch, each below the profile's batch_size
 };
 
 struct Profile {
@@ -49,6 +59,8 @@ struct Profile {
   std::vector<ProfileNode> nodes;
   std::vector<std::pair<int, int>> edges;  // (from id, to id)
   bool is_chain() const;  // edges are exactly i -> i+1 in node order
+  // The smaller batches every node has times at (BatchTimes), ascending.
+  std::vector<int> measured_microbatch_sizes() const;
 };
 
 // Detects the format (JSON or graph.txt) from the content. Throws UserError

@@ -79,7 +79,48 @@ std::string string_field(const json& obj, const char* key, const std::string& fa
   return it == obj.end() ? fallback : checked::string(*it, {where(), cat("\"", key, "\"")});
 }
 
+// "at_batch": [{"batch": 8, "forward_ms": .., "backward_ms": ..}, ...]:
+// batches ascending, each below the profile's.
+std::vector<BatchTimes> at_batch_field(const json& node, int batch_size, const Where& where) {
+  std::vector<BatchTimes> out;
+  auto it = node.find("at_batch");
+  if (it == node.end()) return out;
+  if (!it->is_array())
+    throw UserError(cat(where(), ": \"at_batch\" must be an array of {\"batch\", \"forward_ms\", \"backward_ms\"}"));
+  for (const json& e : *it) {
+    if (!e.is_object())
+      throw UserError(cat(where(), ": each \"at_batch\" entry must be an object, got ", e.dump()));
+    BatchTimes t;
+    t.batch = int_field(e, "batch", where, true);
+    if (t.batch < 1 || t.batch >= batch_size)
+      throw UserError(cat(where(), ": \"at_batch\" batch ", t.batch, " must be between 1 and the profile's batch_size ",
+                          batch_size, " (exclusive)"));
+    if (!out.empty() && t.batch <= out.back().batch)
+      throw UserError(cat(where(), ": \"at_batch\" batches must be ascending and distinct (", out.back().batch,
+                          " then ", t.batch, ")"));
+    t.forward_ms = number_field(e, "forward_ms", where, true);
+    t.backward_ms = number_field(e, "backward_ms", where, true);
+    out.push_back(t);
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<int> Profile::measured_microbatch_sizes() const {
+  if (nodes.empty()) return {};
+  std::vector<int> out;
+  for (const BatchTimes& t : nodes.front().at_batch) {
+    bool everywhere = true;
+    for (const ProfileNode& n : nodes) {
+      bool found = false;
+      for (const BatchTimes& u : n.at_batch) found = found || u.batch == t.batch;
+      everywhere = everywhere && found;
+    }
+    if (everywhere) out.push_back(t.batch);
+  }
+  return out;
+}
 
 bool Profile::is_chain() const {
   if (edges.size() + 1 != nodes.size()) return false;
@@ -140,6 +181,7 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     node.optimizer_state_bytes = bytes_field(n, "optimizer_state_bytes", node_where, false);
     node.workspace_bytes = bytes_field(n, "workspace_bytes", node_where, false);
     node.optimizer_ms = number_field(n, "optimizer_ms", node_where, false);
+    node.at_batch = at_batch_field(n, p.batch_size, node_where);
     node.source_line = int(i) + 1;
     p.nodes.push_back(std::move(node));
   }
@@ -195,6 +237,12 @@ void write_profile_json(const Profile& p, const std::string& path) {
     if (n.forward_p90_ms > 0 || n.backward_p90_ms > 0) {
       node["forward_p90_ms"] = n.forward_p90_ms;
       node["backward_p90_ms"] = n.backward_p90_ms;
+    }
+    if (!n.at_batch.empty()) {
+      json at = json::array();
+      for (const BatchTimes& t : n.at_batch)
+        at.push_back({{"batch", t.batch}, {"forward_ms", t.forward_ms}, {"backward_ms", t.backward_ms}});
+      node["at_batch"] = std::move(at);
     }
     nodes.push_back(std::move(node));
   }

@@ -1,5 +1,6 @@
 // Simulator outputs: JSON report, text summary, Chrome trace, and the
 // per-stage stash sizes taken from a profile.
+#include <algorithm>
 #include <iomanip>
 #include <map>
 #include <ostream>
@@ -14,28 +15,58 @@
 
 namespace pd {
 
-std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile& profile) {
+namespace {
+
+// The profile nodes of each plan stage: its node ids (DAG plans) or its layer range.
+std::vector<std::vector<const ProfileNode*>> stage_nodes(const Plan& plan, const Profile& profile) {
   std::map<int, const ProfileNode*> by_id;
   for (const auto& n : profile.nodes) by_id[n.id] = &n;
-  std::vector<uint64_t> out;
+  std::vector<std::vector<const ProfileNode*>> out;
   for (const PlanStage& st : plan.stages) {
-    uint64_t sum = 0;
+    std::vector<const ProfileNode*> nodes;
     if (!st.nodes.empty()) {
       for (int id : st.nodes) {
         auto it = by_id.find(id);
         if (it == by_id.end())
           throw UserError(cat("plan stage ", st.index, " names profile node ", id, ", which ",
                               profile.source_path, " does not have: pass the profile the plan was made from"));
-        sum += it->second->activation_bytes;
+        nodes.push_back(it->second);
       }
     } else {
       if (st.last_layer >= static_cast<int>(profile.nodes.size()) || st.first_layer < 0)
         throw UserError(cat("plan stage ", st.index, " covers layers ", st.first_layer, "..", st.last_layer,
                             " but ", profile.source_path, " has ", profile.nodes.size(),
                             ": pass the profile the plan was made from"));
-      for (int l = st.first_layer; l <= st.last_layer; ++l) sum += profile.nodes[l].activation_bytes;
+      for (int l = st.first_layer; l <= st.last_layer; ++l) nodes.push_back(&profile.nodes[static_cast<size_t>(l)]);
     }
+    out.push_back(std::move(nodes));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile& profile) {
+  std::vector<uint64_t> out;
+  for (const auto& nodes : stage_nodes(plan, profile)) {
+    uint64_t sum = 0;
+    for (const ProfileNode* n : nodes) sum += n->activation_bytes;
     out.push_back(sum);
+  }
+  return out;
+}
+
+std::vector<StageMicrobatchTimes> microbatch_times_from_profile(const Plan& plan, const Profile& profile,
+                                                               int microbatch) {
+  const std::vector<int> sizes = profile.measured_microbatch_sizes();
+  if (std::find(sizes.begin(), sizes.end(), microbatch) == sizes.end()) return {};
+  std::vector<StageMicrobatchTimes> out;
+  for (const auto& nodes : stage_nodes(plan, profile)) {
+    StageMicrobatchTimes t;
+    for (const ProfileNode* n : nodes)
+      for (const BatchTimes& b : n->at_batch)
+        if (b.batch == microbatch) t.forward_s += b.forward_ms / 1e3, t.backward_s += b.backward_ms / 1e3;
+    out.push_back(t);
   }
   return out;
 }

@@ -89,6 +89,8 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, ScheduleK
     SimulationOptions so;
     so.schedule = c.schedule;
     so.stashed_bytes = stashed;
+    if (profile.batch_size % m == 0)
+      so.microbatch_times = microbatch_times_from_profile(plan, profile, profile.batch_size / m);
     const SimulationReport rep = simulate(plan, so);
     c.samples_per_s = rep.throughput_samples_per_s;
     c.peak_memory_bytes = peak_memory(profile, plan, c.schedule, rep);

@@ -8,7 +8,9 @@
 // interleaved run unreplicated plans only): the planner's straight optimum
 // on the workers (interleaved: on twice as many stages, stage k on worker
 // k mod W, flat topologies only), with M = W, 2W or 4W microbatches of the
-// profile's minibatch (the microbatch is minibatch / M samples). A worker's
+// profile's minibatch (the microbatch is minibatch / M samples; its compute
+// as measured at that size where the profile has it, `profile
+// --microbatches`, a linear share of the minibatch's otherwise). A worker's
 // memory under them: the weights (2bw: two versions), the gradient and the
 // optimizer state of its stages, plus the simulator's peak of microbatches
 // held (F to the last backward pass) times a stage's stashed activations and

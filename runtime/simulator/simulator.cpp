@@ -137,14 +137,21 @@ class Simulation {
                           opt.weight_gradient_share, ")"));
     const double items = opt.schedule.microbatches;
     const double w_share = split_ ? opt.weight_gradient_share : 0.0;
+    if (!opt.microbatch_times.empty() && opt.microbatch_times.size() != plan.stages.size())
+      throw UserError(cat("microbatch times are given for ", opt.microbatch_times.size(), " stages, the plan has ",
+                          plan.stages.size()));
     for (size_t s = 0; s < plan.stages.size(); ++s) {
       const PlanStage& st = plan.stages[s];
       uint64_t stash = opt.stashed_bytes.empty() ? st.output_bytes : opt.stashed_bytes[s];
+      // A microbatch's compute: measured at its size, or a linear share of the minibatch's.
+      const bool measured = !opt.microbatch_times.empty();
+      const double forward = measured ? opt.microbatch_times[s].forward_s : st.forward_s / items;
       // The optimizer step runs after a stage's last backward of a minibatch
       // (flush: of a batch): it is folded into the backward, spread over the
       // batch's microbatches.
-      const double backward = (st.backward_s + st.optimizer_s) / items;
-      costs_.push_back({st.forward_s / items, backward * (1 - w_share), backward * w_share,
+      const double backward =
+          (measured ? opt.microbatch_times[s].backward_s : st.backward_s / items) + st.optimizer_s / items;
+      costs_.push_back({forward, backward * (1 - w_share), backward * w_share,
                         double(st.output_bytes) / items, static_cast<uint64_t>(std::llround(double(stash) / items))});
       ReplicaGroup g;
       g.size = st.replicas;

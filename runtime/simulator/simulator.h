@@ -4,7 +4,8 @@
 // Cost model, chosen to be the planner's paper model (docs/design.md §5) so that
 // the two agree in steady state:
 //  - F and B take the stage's forward_s / backward_s per minibatch (flush
-//    schedules: divided by the microbatches per batch). zb-h1 splits the
+//    schedules: divided by the microbatches per batch, or the times
+//    measured at the microbatch's size, microbatch_times). zb-h1 splits the
 //    backward: B (input gradient) takes (1 - weight_gradient_share) of
 //    backward_s and W the rest; the default share 1/2 is what a layer of
 //    matrix products costs (dX = dY W^T and dW = X^T dY are the same size
@@ -48,6 +49,10 @@ namespace pd {
 
 struct Profile;
 
+struct StageMicrobatchTimes {
+  double forward_s = 0, backward_s = 0;
+};
+
 struct SimulationOptions {
   ScheduleOptions schedule;
   bool record_trace = false;
@@ -67,6 +72,11 @@ struct SimulationOptions {
   // Bytes each worker keeps per in-flight minibatch, per stage; empty:
   // estimated (see stashed_bytes_per_minibatch).
   std::vector<uint64_t> stashed_bytes;
+  // Schedules with microbatches: each stage's forward and backward seconds
+  // for one microbatch, measured at its size (microbatch_times_from_profile).
+  // Empty: the stage's minibatch times / microbatches, which undercounts
+  // small microbatches (resnet18's 4 images cost 2.3x a linear share).
+  std::vector<StageMicrobatchTimes> microbatch_times;
   // Replay these lists (one per rank, e.g. from a schedule file) instead of
   // generating them from `schedule`, which must still describe them (kind,
   // policy, microbatches, minibatches). The caller checks them first
@@ -103,6 +113,13 @@ struct SimulationOptions {
 // activation_bytes summed over the stage's layers (nodes for DAG plans).
 // Throws UserError if the plan's layers are not in the profile.
 std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile& profile);
+
+// Each stage's forward and backward seconds for one microbatch of
+// `microbatch` samples: its layers' (nodes') times at that batch
+// (ProfileNode::at_batch, `pipedream profile --microbatches`). Empty when
+// the profile has no times at that batch. Throws UserError as above.
+std::vector<StageMicrobatchTimes> microbatch_times_from_profile(const Plan& plan, const Profile& profile,
+                                                               int microbatch);
 
 struct WorkerReport {
   int rank = 0, stage = 0;

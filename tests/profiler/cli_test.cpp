@@ -90,6 +90,7 @@ TEST_F(ProfileCli, BadInputExitsTwoWithAMessageAndWritesNoFile) {
       {"profile --model cnn --batch 2 --device tpu -o " + out, "tpu"},
       {"profile --model cnn --batch 2 --iters 0 -o " + out, "--iters"},
       {"profile --model cnn --batch 2 --min-time -1 -o " + out, "--min-time"},
+      {"profile --model cnn --batch 8 --microbatches 3 -o " + out, "--microbatches"},
       {"profile --batch 2 -o " + out, "--model"},
       {"profile --model cnn --batch 2 -o " + path("no/such/dir/p.json"), "no/such/dir"},
   };

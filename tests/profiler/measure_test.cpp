@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <vector>
 
 #include "core/cpu/gemm.h"
 #include "core/error.h"
@@ -194,6 +195,34 @@ TEST(MeasureProfile, RejectsOptionsThatCannotBeMeasured) {
     EXPECT_NE(std::string(e.what()).find("without CUDA"), std::string::npos) << e.what();
   }
 #endif
+}
+
+// --microbatches M: every node also gets its times at batch / M, ascending,
+// and they survive the file.
+TEST(MeasureProfile, MicrobatchesAddEveryNodesTimesAtTheSmallerBatches) {
+  ProfileOptions o = quick(8);
+  o.microbatches = {2, 8};
+  const Profile p = measure_profile(small_mlp(), o);
+  EXPECT_EQ(p.batch_size, 8);
+  EXPECT_EQ(p.measured_microbatch_sizes(), (std::vector<int>{1, 4}));
+  for (const ProfileNode& n : p.nodes) {
+    ASSERT_EQ(n.at_batch.size(), 2u) << n.name;
+    EXPECT_EQ(n.at_batch[0].batch, 1);
+    EXPECT_EQ(n.at_batch[1].batch, 4);
+    EXPECT_GE(n.at_batch[0].forward_ms, 0);
+  }
+  std::string path = (std::filesystem::temp_directory_path() / "pd_measure_microbatches.json").string();
+  write_profile_json(p, path);
+  const Profile r = read_profile(path);
+  std::remove(path.c_str());
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    ASSERT_EQ(r.nodes[i].at_batch.size(), 2u);
+    EXPECT_DOUBLE_EQ(r.nodes[i].at_batch[1].backward_ms, p.nodes[i].at_batch[1].backward_ms);
+  }
+  for (std::vector<int> bad : {std::vector<int>{3}, {1}, {16}, {2, 2}}) {
+    o.microbatches = bad;
+    EXPECT_THROW(measure_profile(small_mlp(), o), UserError) << bad[0];
+  }
 }
 
 TEST(MeasureProfile, WrittenProfileReadsBackWithTheSameNodes) {

@@ -51,6 +51,35 @@ TEST(ProfileNumbers, JsonIntegersThatWrapAreRefused) {
   }
 }
 
+// A node's times at smaller batches (profile --microbatches): read back as
+// written; a batch that is not below the profile's, out of order, or an
+// entry without its times is refused, naming the node.
+TEST(ProfileNumbers, AtBatchTimesReadAndBadOnesAreRefused) {
+  const Profile p = parse_profile_json(
+      profile_with("", R"("id": 1, "at_batch": [{"batch": 1, "forward_ms": 0.5, "backward_ms": 0.75},
+                                               {"batch": 2, "forward_ms": 0.625, "backward_ms": 1}])"),
+      "p.json");
+  ASSERT_EQ(p.nodes[1].at_batch.size(), 2u);
+  EXPECT_EQ(p.nodes[1].at_batch[1].batch, 2);
+  EXPECT_DOUBLE_EQ(p.nodes[1].at_batch[1].forward_ms, 0.625);
+  EXPECT_DOUBLE_EQ(p.nodes[1].at_batch[0].backward_ms, 0.75);
+  EXPECT_TRUE(p.measured_microbatch_sizes().empty()) << "node 0 has no at_batch times";
+  const std::pair<std::string, std::string> bad[] = {
+      {R"("at_batch": [{"batch": 4, "forward_ms": 1, "backward_ms": 1}])", "batch_size 4"},
+      {R"("at_batch": [{"batch": 0, "forward_ms": 1, "backward_ms": 1}])", "between 1"},
+      {R"("at_batch": [{"batch": 2, "forward_ms": 1, "backward_ms": 1}, {"batch": 1, "forward_ms": 1, "backward_ms": 1}])",
+       "ascending"},
+      {R"("at_batch": [{"batch": 2, "forward_ms": 1}])", "backward_ms"},
+      {R"("at_batch": [{"batch": 2, "forward_ms": -1, "backward_ms": 1}])", "forward_ms"},
+      {R"("at_batch": {"batch": 2})", "at_batch"},
+  };
+  for (const auto& [field, message] : bad) {
+    const std::string msg = error_of([&] { parse_profile_json(profile_with("", R"("id": 1, )" + field), "p.json"); });
+    EXPECT_NE(msg.find("node 1"), std::string::npos) << field << ": " << msg;
+    EXPECT_NE(msg.find(message), std::string::npos) << field << ": " << msg;
+  }
+}
+
 TEST(ProfileNumbers, JsonEdgeIdsThatWrapAreRefused) {
   std::string text = profile_with("", R"("id": 1)");
   text.replace(text.find("[[0, 1]]"), 8, "[[0, 4294967297]]");

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "profiler/profile.h"
 #include "runtime/simulator/simulator.h"
 #include "tests/schedule/plans.h"
 
@@ -47,6 +48,49 @@ TEST(Simulator, GPipeBubbleIsSMinusOneOverMPlusSMinusOne) {
       EXPECT_NEAR(rep.time_per_minibatch_s, 3.0 * (M + S - 1) / M, 1e-9);
       for (const auto& w : rep.workers) EXPECT_EQ(w.peak_weight_versions, 1);
     }
+}
+
+// A microbatch's compute measured at its size replaces the linear share:
+// GPipe's batch then takes (M + S - 1) microbatch times, whatever the
+// minibatch's times say.
+TEST(Simulator, MeasuredMicrobatchTimesReplaceTheLinearShare) {
+  const int S = 4, M = 8;
+  Plan p = make_plan(std::vector<int>(S, 1), 1.0, 2.0);
+  SimulationOptions o = sim_options(ScheduleKind::GPipe, 16, M);
+  o.microbatch_times.assign(S, StageMicrobatchTimes{0.25, 0.5});  // 2x the linear share's 0.125 + 0.25
+  const SimulationReport measured = simulate(p, o);
+  EXPECT_NEAR(measured.time_per_minibatch_s, 0.75 * (M + S - 1), 1e-9);
+  const SimulationReport linear = simulate(p, sim_options(ScheduleKind::GPipe, 16, M));
+  EXPECT_NEAR(linear.time_per_minibatch_s, 3.0 * (M + S - 1) / M, 1e-9);
+  for (const auto& w : measured.workers) EXPECT_NEAR(w.bubble_fraction, double(S - 1) / (M + S - 1), 1e-9);
+  o.microbatch_times.pop_back();
+  EXPECT_THROW(simulate(p, o), UserError);  // one per stage
+}
+
+// The times come from the profile's at_batch entries, summed over each
+// stage's layers; a batch the profile did not measure gives none.
+TEST(Simulator, MicrobatchTimesFromProfileSumEachStagesLayersAtThatBatch) {
+  Profile prof;
+  prof.batch_size = 16;
+  for (int i = 0; i < 4; ++i) {
+    ProfileNode n;
+    n.id = i;
+    n.forward_ms = 10, n.backward_ms = 20;
+    n.at_batch = {{2, 1.0 + i, 2.0 + i}, {4, 3.0, 5.0}};
+    prof.nodes.push_back(n);
+  }
+  Plan p = make_plan({1, 1});
+  p.stages[0].first_layer = 0, p.stages[0].last_layer = 2;
+  p.stages[1].first_layer = p.stages[1].last_layer = 3;
+  const std::vector<StageMicrobatchTimes> t = microbatch_times_from_profile(p, prof, 2);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_NEAR(t[0].forward_s, (1 + 2 + 3) / 1e3, 1e-12);
+  EXPECT_NEAR(t[0].backward_s, (2 + 3 + 4) / 1e3, 1e-12);
+  EXPECT_NEAR(t[1].forward_s, 4 / 1e3, 1e-12);
+  EXPECT_NEAR(t[1].backward_s, 5 / 1e3, 1e-12);
+  EXPECT_TRUE(microbatch_times_from_profile(p, prof, 8).empty());
+  prof.nodes[3].at_batch.pop_back();  // batch 4 no longer measured on every node
+  EXPECT_TRUE(microbatch_times_from_profile(p, prof, 4).empty());
 }
 
 TEST(Simulator, OneFOneBFlushHasTheSameBubbleButFewerActivations) {
