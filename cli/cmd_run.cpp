@@ -310,6 +310,19 @@ void run_mpi_worker(RunSpec& spec, const RunArgs& a, const Model& model, const D
   run_pipeline_worker(spec, model, data, staged);
 }
 
+// The plan's prediction is 1f1b-rr's on minibatches of --batch; a flush
+// schedule runs batches of M such microbatches, whose replay differs.
+void print_flush_prediction(const RunArgs& a, const Plan& plan, int threads, int cores) {
+  if (a.schedule.empty() || !a.schedule_file.empty()) return;
+  ScheduleOptions s;
+  s.kind = parse_schedule_kind(a.schedule);
+  if (!is_flush(s.kind) || s.kind == ScheduleKind::Interleaved1F1B) return;
+  s.microbatches = a.microbatches > 0 ? a.microbatches : a.workers;
+  std::fprintf(stderr, "for %s (batches of %d microbatches of %lld): predicted %.0f samples/s\n",
+               to_string(s.kind).c_str(), s.microbatches, static_cast<long long>(a.batch),
+               flush_samples_per_s(plan, s, threads, cores));
+}
+
 void run_command(const RunArgs& a) {
   // Refused before any work: an output path that is a folder.
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--metrics", a.metrics},
@@ -342,6 +355,7 @@ void run_command(const RunArgs& a) {
     std::fprintf(stderr, "planned %d workers: config %s, predicted %.0f samples/s (%.2fx one worker); plan written to %s\n",
                  a.workers, plan.config.c_str(), plan.throughput_samples_per_s, plan.speedup_vs_single,
                  plan_path.c_str());
+    print_flush_prediction(a, plan, device.is_cpu() ? a.threads : 1, device.is_cpu() ? cores : 0);
   } else {
     if (a.workers != 0 || a.straight)
       throw UserError("--workers and --straight go with --plan auto (a plan file fixes the workers)");

@@ -53,4 +53,20 @@ Plan plan_for_workers(const Profile& p, int workers, bool straight, int threads_
   return plan;
 }
 
+double flush_samples_per_s(const Plan& plan, const ScheduleOptions& schedule, int threads_per_worker, int cores) {
+  if (!is_flush(schedule.kind) || schedule.kind == ScheduleKind::Interleaved1F1B)
+    throw UserError(cat("a flush prediction is for gpipe, 1f1b-flush or zb-h1, not ", to_string(schedule.kind)));
+  Plan batch = plan;  // a batch is microbatches x the profiled batch
+  batch.profile.batch_size = plan.profile.batch_size * schedule.microbatches;
+  SimulationOptions o;
+  o.schedule = schedule;
+  o.schedule.minibatches = 16;  // batches: steady state between the 4th and the 12th
+  for (const PlanStage& st : plan.stages) o.microbatch_times.push_back({st.forward_s, st.backward_s});
+  if (cores > 0) {
+    o.cores = cores;
+    o.threads_per_worker = threads_per_worker;
+  }
+  return simulate(batch, o).throughput_samples_per_s;
+}
+
 }  // namespace pd

@@ -8,6 +8,7 @@
 #include "models/model.h"
 #include "planner/plan.h"
 #include "profiler/profile.h"
+#include "runtime/schedule/schedule.h"
 
 namespace pd {
 
@@ -25,5 +26,13 @@ Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const 
 // bound), predicted_by "shared cores", if slower than the own-device replay.
 Plan plan_for_workers(const Profile& p, int workers, bool straight = false, int threads_per_worker = 1,
                       int cores = 0, double bandwidth_GBps = 4.0);
+
+// A flush schedule (gpipe, 1f1b-flush, zb-h1) run on a plan profiled at
+// its microbatch - what `run --plan auto` profiles, the run's --batch being
+// the microbatch there: the replay of schedule.microbatches microbatches
+// per batch, each costing the plan's stage times as profiled, with the
+// cores shared as in plan_for_workers. Samples/s of the whole batches.
+double flush_samples_per_s(const Plan& plan, const ScheduleOptions& schedule, int threads_per_worker = 1,
+                           int cores = 0);
 
 }  // namespace pd

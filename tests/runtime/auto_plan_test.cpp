@@ -2,6 +2,8 @@
 // (plan_for_workers: the replay with SimulationOptions::cores).
 #include <gtest/gtest.h>
 
+#include "core/error.h"
+
 #include "runtime/auto_plan.h"
 #include "runtime/simulator/plan_search.h"
 #include "runtime/simulator/simulator.h"
@@ -42,6 +44,25 @@ TEST(AutoPlanSharedCores, FewerCoresThanWorkersPredictsTheSharedReplay) {
   // 1f1b-rr keeps every worker busy: the cores are saturated.
   EXPECT_NEAR(shared.time_per_minibatch_s, 0.060, 0.060 * 1e-2);
   EXPECT_NEAR(shared.throughput_samples_per_s, 32 / shared.time_per_minibatch_s, 1e-9);
+}
+
+// A flush run of `run --plan auto`: the plan was profiled at the run's
+// --batch, the microbatch, so a batch is M of the plan's stage times. With
+// a device per worker, 1f1b-flush takes (M + S - 1) microbatch times per
+// batch; on 2 cores for 4 workers, at least the batch's compute over 2.
+TEST(AutoPlanSharedCores, FlushPredictionRunsMMicrobatchesOfTheProfiledBatch) {
+  const Profile p = four_equal_layers();  // 30 ms per layer at batch 32
+  const Plan plan = plan_for_workers(p, 4, true, 1, 0);
+  ScheduleOptions s;
+  s.kind = ScheduleKind::OneFOneBFlush;
+  s.microbatches = 8;
+  const double per_batch = 0.030 * (8 + 4 - 1);
+  EXPECT_NEAR(flush_samples_per_s(plan, s), 8 * 32 / per_batch, 8 * 32 / per_batch * 1e-6);
+  const double shared = flush_samples_per_s(plan, s, 1, 2);
+  EXPECT_LE(shared, 8 * 32 / (8 * 4 * 0.030 / 2) * (1 + 1e-9));  // the cores bound
+  EXPECT_LT(shared, flush_samples_per_s(plan, s));
+  s.kind = ScheduleKind::OneFOneBRoundRobin;
+  EXPECT_THROW(flush_samples_per_s(plan, s), UserError);
 }
 
 }  // namespace
