@@ -15,7 +15,6 @@ settings through tests/onnx/torch_op_reference.py).
 
 The output is flattened to [batch, features] (the import wants logits).
 """
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 

@@ -8,16 +8,17 @@ weights (DIR/ours.safetensors) when one misses the bound; torch_reference.py
 left DIR/args.json and DIR/reference.safetensors (the batch). This rebuilds
 the compared model, computes its gradients in float64, then for the
 outputs of its Conv2d, BatchNorm2d and Linear modules closest to zero
-(relative to their tensor's max-abs) flips that one value's sign - which
+(in units of PyTorch float32's own error there) flips that one value's sign - which
 flips the ReLU that follows it and moves the value by less than a rounding -
 and reports how far ours are from each flipped float64 run. A flip that
 brings every gradient of ours within 1e-4 of float64 is the explanation:
 ours then computes the same function as float64 at a point a rounding
 away. (Max-pool ties are not searched.)
 
-  relu_flip_audit.py DIR [--candidates K]     e.g. DIR = build/onnx_test/numerics_inception_v3
+  relu_flip_audit.py DIR [--candidates K] [--module NAME]     e.g. DIR = build/onnx_test/numerics_inception_v3
 """
 import argparse
+import copy
 import json
 import os
 import sys
@@ -42,9 +43,12 @@ def gradients(model, x, y, flip=None, record=None):
                 if record is not None:
                     record[name] = out.detach().clone()
                 if flip is not None and flip[0] == name:
-                    out = out.clone()
-                    out[flip[1]] = -out[flip[1]]
-                    return out
+                    # Shift the value to its negative by adding a constant:
+                    # the gradient passes unchanged (negating the tensor
+                    # element would negate it too).
+                    shift = torch.zeros_like(out)
+                    shift[flip[1]] = -2 * out.detach()[flip[1]]
+                    return out + shift
                 return None
             hooks.append(mod.register_forward_hook(hook))
     model.zero_grad(set_to_none=True)
@@ -64,28 +68,40 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir")
     ap.add_argument("--candidates", type=int, default=12, help="how many values closest to zero to try")
+    ap.add_argument("--module", default="",
+                    help="try only this module's outputs, e.g. the BatchNorm of the most downstream block whose "
+                         "gradients miss (a flip moves its gradients and everything upstream of it)")
     args = ap.parse_args()
     with open(os.path.join(args.dir, "args.json")) as f:
         ref_args = argparse.Namespace(**json.load(f))
     ref = torch_reference.read_safetensors(os.path.join(args.dir, "reference.safetensors"))
     # ours: "{layer}.{initializer name}" as the test writes them
     ours = {k.split(".", 1)[1]: v for k, v in torch_reference.read_safetensors(os.path.join(args.dir, "ours.safetensors")).items()}
-    model, _ = torch_reference.compared_model(ref_args)
-    model = model.double().train()
-    x = torch.from_numpy(ref["input"].copy())
-    x = x.long() if ref_args.tokens else x.double()
+    model32, _ = torch_reference.compared_model(ref_args)
+    model = copy.deepcopy(model32).double().train()
+    x32 = torch.from_numpy(ref["input"].copy())
+    x = x32.long() if ref_args.tokens else x32.double()
     y = torch.from_numpy(ref["labels"].copy()).long()
 
-    outputs = {}
+    outputs, outputs32 = {}, {}
     exact = gradients(model, x, y, record=outputs)
+    gradients(model32.train(), x32.long() if ref_args.tokens else x32, y, record=outputs32)
     err, name = worst(ours, exact)
     print(f"ours against float64: worst {err:.2e} of max-abs ({name})")
     if err <= EXPLAINED:
         print("nothing to explain: ours are within 1e-4 of float64")
         return 0
     candidates = []
+    if args.module and args.module not in outputs:
+        sys.exit(f"relu_flip_audit.py: no Conv2d/BatchNorm2d/Linear module named {args.module}")
     for module, out in outputs.items():
-        closeness = (out.abs() / out.abs().max()).flatten()
+        if args.module and module != args.module:
+            continue
+        # How many float32 roundings from zero: |value| against PyTorch
+        # float32's distance from float64 there (a floor of 1e-7 of the
+        # tensor's max-abs keeps exact zeros from ranking first).
+        rounding = (outputs32[module].double() - out).abs().clamp_min(1e-7 * float(out.abs().max()))
+        closeness = (out.abs() / rounding).flatten()
         k = min(args.candidates, closeness.numel())
         for v, i in zip(*torch.topk(-closeness, k)):
             candidates.append((-float(v), module, tuple(int(a) for a in np.unravel_index(int(i), out.shape))))
@@ -93,7 +109,7 @@ def main():
     best = None
     for closeness, module, index in candidates[: args.candidates]:
         err, name = worst(ours, gradients(model, x, y, flip=(module, index)))
-        print(f"  flip {module}{list(index)} (|value| {closeness:.1e} of its max-abs): ours against that float64 run: "
+        print(f"  flip {module}{list(index)} (|value| {closeness:.1f} float32 roundings): ours against that float64 run: "
               f"worst {err:.2e} ({name})")
         if best is None or err < best[0]:
             best = (err, module, index)

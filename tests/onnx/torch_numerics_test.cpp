@@ -9,7 +9,10 @@
 // float32 gradients are far from float64 at random initial weights
 // (MobileNet 17%, Inception 59%: rounding amplified through depth), the
 // comparison runs after some steps of training on a synthetic task
-// (--pretrain). The gradients after the 5 steps are compared too where
+// (--pretrain). A gradient beyond 1e-3 passes only where
+// relu_flip_audit.py shows one ReLU within a rounding of zero decides it
+// (float64 with that ReLU flipped equals ours within 1e-4 everywhere).
+// The gradients after the 5 steps are compared too where
 // PyTorch's own float32 trajectory is reproducible, to 3x its own error
 // where that is larger than 1e-3. The figures are printed (onnx/README.md).
 #include <gtest/gtest.h>
@@ -19,6 +22,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "core/cpu/gemm.h"
 #include "core/error.h"
@@ -83,7 +88,7 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   // "_final": at the weights after the SGD steps.
   struct GradientErrors {
     int compared = 0, loosened = 0;  // loosened: PyTorch itself computes them less exactly in float32
-    int failed = 0;
+    std::vector<std::string> misses;  // beyond their bound, as messages
     double worst = 0;                // over the parameters held to 1e-3
     double worst_loosened = 0;       // ours against PyTorch's, and PyTorch's own error on that parameter
     double torch_own = 0;
@@ -112,9 +117,8 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
       // The issue's bound at the initial weights; after the steps, where the
       // issue asks nothing, 3x PyTorch's own float32 error where that is larger.
       const double tol = suffix.empty() ? 1e-3 : ref.at("tolerance" + suffix + "/" + name).f32()[0];
-      EXPECT_LE(diff, tol * scale + 1e-12) << name << suffix << ": max |ours - torch| " << diff << ", scale " << scale
-                                           << ", tolerance " << tol;
-      e.failed += diff > tol * scale + 1e-12;
+      if (diff > tol * scale + 1e-12)
+        e.misses.push_back(cat(name, suffix, ": max |ours - torch| ", diff, ", scale ", scale, ", tolerance ", tol));
       const double err = diff / std::max(scale, 1e-30);
       if (tol <= 1.001e-3) {
         if (err > e.worst) e.worst = err, e.worst_name = name;
@@ -141,12 +145,25 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
     std::printf("\n");
   };
   const GradientErrors initial = compare_gradients("");
-  if (initial.failed) {
+  // A gradient beyond 1e-3 passes only where one ReLU decides it whose
+  // input is within a rounding of zero: relu_flip_audit.py must find the
+  // single flip that makes float64 equal ours within 1e-4 on every
+  // gradient (another summation order - im2col on AVX2-only hosts - flips
+  // inception's Mixed_6c.branch7x7_1 at 75x75; onnx/README.md).
+  std::string explained;
+  if (!initial.misses.empty()) {
     NamedTensors ours;
     for (size_t k = 0; k < w.param_names().size(); ++k) ours.emplace_back(w.param_names()[k], grads.all_params()[k]);
     save_safetensors(dir + "/ours.safetensors", ours);
-    ADD_FAILURE() << initial.failed << " gradients miss the bound. Whether a ReLU that our rounding flips explains "
-                  << "them: tests/onnx/relu_flip_audit.py " << dir;
+    const std::string audit = dir + "/audit.txt";
+    if (testing::run_python(cat("tests/onnx/relu_flip_audit.py ", dir), audit)) {
+      explained = testing::read_text(audit);
+      explained = explained.substr(explained.rfind('\n', explained.size() - 2) + 1);
+    } else {
+      for (const std::string& m : initial.misses) ADD_FAILURE() << m;
+      ADD_FAILURE() << initial.misses.size() << " gradients miss the bound and no single flipped ReLU explains them ("
+                    << audit << ")";
+    }
   }
 
   OptimizerConfig oc;
@@ -174,10 +191,14 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
     if (name.rfind("torch_error_final/", 0) == 0) torch_final_error = std::max(torch_final_error, double(t.f32()[0]));
   const bool trajectory_reproducible = ref.at("loss_tolerance").f32()[0] <= 1.001e-3 && torch_final_error <= 0.1;
   const GradientErrors final = trajectory_reproducible ? compare_gradients("_final") : GradientErrors{};
+  for (const std::string& m : final.misses) ADD_FAILURE() << m;
   std::printf("%s: loss %.7f (torch %.7f, relative error %.2e, PyTorch's own float32 error %.2e)\n", c.model.c_str(),
               loss0, losses.f32()[0], std::fabs(loss0 - losses.f32()[0]) / std::fabs(losses.f32()[0]),
               ref.at("loss0_error32").f32()[0]);
   report("gradients", initial);
+  if (!explained.empty())
+    std::printf("  %zu gradients beyond 1e-3, all from one ReLU within a rounding of zero (relu_flip_audit.py): %s",
+                initial.misses.size(), explained.c_str());
   if (trajectory_reproducible) report(cat("gradients after ", steps, " steps").c_str(), final);
   else
     std::printf("  gradients after %d steps not compared: PyTorch's own float32 trajectory is not reproducible "
