@@ -117,6 +117,16 @@ Plan choose_schedule(const Profile& profile, const Topology& topology, const Pla
                 c.samples_per_s, bytes_text(c.peak_memory_bytes).c_str(),
                 chosen ? "  <- chosen" : c.fits ? "" : "  does not fit");
   }
+  const std::vector<int> sizes = profile.measured_microbatch_sizes();
+  if (sizes.empty()) {
+    std::printf("(a microbatch's compute is 1/M of the minibatch's here, which undercounts small microbatches; "
+                "`pipedream profile --microbatches M,...` measures it)\n");
+  } else {
+    std::string list;
+    for (int b : sizes) list += cat(list.empty() ? "" : ", ", b);
+    std::printf("(microbatch compute measured at batch %s, the profile's at_batch times; 1/M of the minibatch's for "
+                "other sizes)\n", list.c_str());
+  }
   if (search.chosen < 0) throw UserError("no schedule family fits the memory limit: raise --memory or add workers");
   const ScheduleCandidate& c = search.families[static_cast<size_t>(search.chosen)];
   Plan plan = c.plan;
@@ -128,9 +138,12 @@ Plan choose_schedule(const Profile& profile, const Topology& topology, const Pla
     const std::string flags = cat("--schedule ", c.family, " --microbatches ", c.schedule.microbatches,
                                   c.schedule.virtual_stages > 1 ? cat(" --virtual-stages ", c.schedule.virtual_stages)
                                                                 : std::string());
-    std::printf("run it with %s (a microbatch is the profile's minibatch / %d); `simulate %s --minibatches %lld` "
+    // simulate prices microbatches as the search did only with the same profile.
+    const std::string profile_flag = sizes.empty() ? "" : cat(" --profile ", profile.source_path);
+    std::printf("run it with %s (a microbatch is the profile's minibatch / %d); `simulate %s%s --minibatches %lld` "
                 "replays this prediction\n",
-                flags.c_str(), c.schedule.microbatches, flags.c_str(), static_cast<long long>(c.schedule.minibatches));
+                flags.c_str(), c.schedule.microbatches, flags.c_str(), profile_flag.c_str(),
+                static_cast<long long>(c.schedule.minibatches));
   }
   return plan;
 }

@@ -3,6 +3,8 @@
 // stashing picks another family whose prediction `simulate` reproduces.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "planner/topology.h"
 #include "runtime/simulator/schedule_search.h"
@@ -59,6 +61,24 @@ TEST(ScheduleSearch, AMemoryLimitThatRulesOutStashingPicksAnotherFamilyAndSimula
   so.schedule = c.schedule;
   so.stashed_bytes = stashed_bytes_from_profile(c.plan, p);
   EXPECT_NEAR(simulate(c.plan, so).throughput_samples_per_s / c.samples_per_s, 1.0, 1e-9) << c.family;
+}
+
+// Microbatch times the profile measured (profile --microbatches) price the
+// flush families' microbatches: 3x a linear share costs them throughput,
+// where 1F1B-RR, which runs whole minibatches, is unchanged.
+TEST(ScheduleSearch, MeasuredMicrobatchTimesPriceTheFlushFamilies) {
+  const Profile linear = activation_heavy_chain();
+  Profile measured = linear;
+  for (ProfileNode& n : measured.nodes)
+    for (int m : {4, 8, 16}) n.at_batch.push_back({64 / m, 3 * n.forward_ms / m, 3 * n.backward_ms / m});
+  for (ProfileNode& n : measured.nodes)
+    std::sort(n.at_batch.begin(), n.at_batch.end(), [](const BatchTimes& a, const BatchTimes& b) { return a.batch < b.batch; });
+  const ScheduleSearch a = search_schedules(linear, flat_topology(4, 10), PlannerOptions{});
+  const ScheduleSearch b = search_schedules(measured, flat_topology(4, 10), PlannerOptions{});
+  EXPECT_DOUBLE_EQ(b.families[0].samples_per_s, a.families[0].samples_per_s);  // 1f1b-rr
+  for (size_t i : {2u, 4u}) {  // 1f1b-flush, zb-h1: compute-bound here, so about 3x slower
+    EXPECT_LT(b.families[i].samples_per_s, a.families[i].samples_per_s / 2) << b.families[i].family;
+  }
 }
 
 }  // namespace
