@@ -5,12 +5,12 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
 
+#include "core/cpu/environment_switch.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/scratch.h"
 
@@ -493,7 +493,7 @@ bool conv_direct_available() {
   // flipped ReLU moves with the order) from an error (it does not).
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                          !(std::getenv("PIPEDREAM_DIRECT_CONV") && std::strcmp(std::getenv("PIPEDREAM_DIRECT_CONV"), "0") == 0);
+                          environment_switch_on("PIPEDREAM_DIRECT_CONV");
   return yes;
 }
 

@@ -5,11 +5,11 @@
 #include <atomic>
 #include <bit>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "core/cpu/environment_switch.h"
 #include "core/error.h"
 
 namespace pd::cpu {
@@ -21,17 +21,7 @@ namespace {
 constexpr size_t kMinCachedBytes = 16 * 1024;
 constexpr size_t kMinCacheCapacity = size_t{256} << 20;
 
-bool cache_enabled_by_environment() {
-  const char* v = std::getenv("PIPEDREAM_HOST_CACHE");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
 constexpr size_t kHugePage = size_t{2} << 20;
-
-bool huge_pages_by_environment() {
-  const char* v = std::getenv("PIPEDREAM_HUGE_PAGES");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
 
 // Blocks of 2 MiB and more start on a 2 MiB boundary and ask for
 // transparent huge pages (Linux's default mode is "madvise"): physically
@@ -39,7 +29,7 @@ bool huge_pages_by_environment() {
 // every process, where 4 KiB pages land on different cache sets each run
 // and made the same layer 5-25% slower in one process than in the next.
 void* aligned_block(size_t bytes) {
-  static const bool huge = huge_pages_by_environment();
+  static const bool huge = environment_switch_on("PIPEDREAM_HUGE_PAGES");
   const bool big = huge && bytes >= kHugePage;
   const size_t alignment = big ? kHugePage : 64;
   const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
@@ -132,7 +122,7 @@ class HostAllocator : public Allocator {
     }
   }
 
-  const bool enabled_ = cache_enabled_by_environment();
+  const bool enabled_ = environment_switch_on("PIPEDREAM_HOST_CACHE");
   std::atomic<size_t> current_{0}, peak_{0};
   std::atomic<size_t> high_water_{0};  // like peak_, but never reset: sizes the cache
   std::mutex mutex_;
