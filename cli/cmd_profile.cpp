@@ -124,9 +124,7 @@ void print_table(const Profile& p, const MeasureDetails& d) {
 void print_microbatch_times(const Profile& p) {
   for (int b : p.measured_microbatch_sizes()) {
     double sum = 0;
-    for (const ProfileNode& n : p.nodes)
-      for (const BatchTimes& t : n.at_batch)
-        if (t.batch == b) sum += t.forward_ms + t.backward_ms;
+    for (const ProfileNode& n : p.nodes) sum += n.times_at(b)->forward_ms + n.times_at(b)->backward_ms;
     const double linear = layer_time_sum_ms(p) * b / p.batch_size;
     std::printf("at batch %d (1/%d of the batch): layer sum %.3f ms, %.2fx a linear share of the batch's\n", b,
                 p.batch_size / b, sum, linear > 0 ? sum / linear : 0.0);

@@ -127,14 +127,14 @@ void run_simulate(const SimulateArgs& a) {
   // Schedules with microbatches: a microbatch's compute as measured at its
   // size when the profile has it (`profile --microbatches M`).
   const int M = opt.schedule.microbatches;
-  std::string microbatch_cost = M > 1 ? "linear" : "";
+  int microbatch = 0;  // the microbatch size the profile measured, when it did
   if (!a.profile.empty()) {
     const Profile profile = read_profile(a.profile);
     check_profile_matches_plan(plan, profile);
     opt.stashed_bytes = stashed_bytes_from_profile(plan, profile);
     if (M > 1 && profile.batch_size % M == 0)
       opt.microbatch_times = microbatch_times_from_profile(plan, profile, profile.batch_size / M);
-    if (!opt.microbatch_times.empty()) microbatch_cost = cat("measured at batch ", profile.batch_size / M);
+    if (!opt.microbatch_times.empty()) microbatch = profile.batch_size / M;
   }
   opt.record_trace = !a.trace.empty() || !a.svg.empty();
   std::vector<TraceEvent> events;
@@ -172,7 +172,7 @@ void run_simulate(const SimulateArgs& a) {
     std::cout << "(a microbatch's compute is taken as 1/" << M << " of the minibatch's, which undercounts small "
               << "microbatches; `pipedream profile --microbatches " << M << "` measures it, pass that --profile)\n";
   else if (M > 1)
-    std::cout << "microbatch compute " << microbatch_cost << " (the profile's at_batch times)\n";
+    std::cout << "microbatch compute measured at batch " << microbatch << " (the profile's at_batch times)\n";
   if (!a.trace.empty()) std::cout << "trace written to " << a.trace << " (open in https://ui.perfetto.dev)\n";
   if (!a.svg.empty()) std::cout << "timeline written to " << a.svg << "\n";
 }

@@ -37,6 +37,7 @@ struct ProfileNode {
   double optimizer_ms = 0;
   int source_line = 0;  // line of the file it was read from (graph.txt order matters to PipeDream)
   std::vector<BatchTimes> at_batch;  // ascending batch, each below the profile's batch_size
+  const BatchTimes* times_at(int batch) const;  // nullptr: not measured at that batch
 };
 
 struct Profile {

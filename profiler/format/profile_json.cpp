@@ -1,4 +1,5 @@
 // Our profile.json format (docs/design.md §4), its writer, and format detection.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -107,18 +108,18 @@ std::vector<BatchTimes> at_batch_field(const json& node, int batch_size, const W
 
 }  // namespace
 
+const BatchTimes* ProfileNode::times_at(int batch) const {
+  for (const BatchTimes& t : at_batch)
+    if (t.batch == batch) return &t;
+  return nullptr;
+}
+
 std::vector<int> Profile::measured_microbatch_sizes() const {
   if (nodes.empty()) return {};
   std::vector<int> out;
-  for (const BatchTimes& t : nodes.front().at_batch) {
-    bool everywhere = true;
-    for (const ProfileNode& n : nodes) {
-      bool found = false;
-      for (const BatchTimes& u : n.at_batch) found = found || u.batch == t.batch;
-      everywhere = everywhere && found;
-    }
-    if (everywhere) out.push_back(t.batch);
-  }
+  for (const BatchTimes& t : nodes.front().at_batch)
+    if (std::all_of(nodes.begin(), nodes.end(), [&](const ProfileNode& n) { return n.times_at(t.batch); }))
+      out.push_back(t.batch);
   return out;
 }
 

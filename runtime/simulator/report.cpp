@@ -1,6 +1,5 @@
 // Simulator outputs: JSON report, text summary, Chrome trace, and the
 // per-stage stash sizes taken from a profile.
-#include <algorithm>
 #include <iomanip>
 #include <map>
 #include <ostream>
@@ -58,14 +57,14 @@ std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile
 
 std::vector<StageMicrobatchTimes> microbatch_times_from_profile(const Plan& plan, const Profile& profile,
                                                                int microbatch) {
-  const std::vector<int> sizes = profile.measured_microbatch_sizes();
-  if (std::find(sizes.begin(), sizes.end(), microbatch) == sizes.end()) return {};
   std::vector<StageMicrobatchTimes> out;
   for (const auto& nodes : stage_nodes(plan, profile)) {
     StageMicrobatchTimes t;
-    for (const ProfileNode* n : nodes)
-      for (const BatchTimes& b : n->at_batch)
-        if (b.batch == microbatch) t.forward_s += b.forward_ms / 1e3, t.backward_s += b.backward_ms / 1e3;
+    for (const ProfileNode* n : nodes) {
+      const BatchTimes* b = n->times_at(microbatch);
+      if (!b) return {};  // the profile did not measure that batch (on every node)
+      t.forward_s += b->forward_ms / 1e3, t.backward_s += b->backward_ms / 1e3;
+    }
     out.push_back(t);
   }
   return out;

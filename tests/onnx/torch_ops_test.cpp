@@ -105,6 +105,8 @@ TEST_P(TorchOps, OutputAndGradientsMatchFloat64) {
   EXPECT_EQ(compared, torch_params);
 }
 
+std::string op_case_name(const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; }
+
 INSTANTIATE_TEST_SUITE_P(
     Inception, TorchOps,
     ::testing::Values(OpCase{"conv7x1_6x6", "inception_ops.py:Conv7x1", "--input 8,6,6"},
@@ -117,7 +119,7 @@ INSTANTIATE_TEST_SUITE_P(
                       OpCase{"maxpool_13x13", "inception_ops.py:MaxPool", "--input 8,13,13"},
                       OpCase{"maxpool_61x61", "inception_ops.py:MaxPool", "--input 4,61,61 --kwargs '{\"channels\": 4}'"},
                       OpCase{"mixed_6e_block", "inception_ops.py:MixedC", "--input 768,6,6 --kwargs '{\"c7\": 192}'"}),
-    [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
+    op_case_name);
 
 // VGG's 7x7 adaptive average pooling from maps it does not divide (1x1: VGG
 // at 32x32; 2x2: at 64x64; 9x9; 3x5), which scripts/export_torch.py writes
@@ -130,7 +132,7 @@ INSTANTIATE_TEST_SUITE_P(
                       OpCase{"adaptive_pool_from_9x9", "vgg_ops.py:AdaptivePool", "--input 8,9,9"},
                       OpCase{"adaptive_pool_from_3x5", "vgg_ops.py:AdaptivePool", "--input 8,3,5"},
                       OpCase{"adaptive_pool_from_14x14", "vgg_ops.py:AdaptivePool", "--input 8,14,14"}),
-    [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
+    op_case_name);
 
 }  // namespace
 }  // namespace pd

@@ -33,14 +33,8 @@ TOLERANCE = 1e-5
 
 
 def build(args):
-    import torch
-    torch.manual_seed(0)
-    kwargs = {} if args.tokens or ":" in args.model else {"num_classes": args.classes}
-    model = torch_reference.export_torch.load_module(args.model, kwargs)
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
-    return model
+    """The module at its initial weights, Dropout p = 0: torch_reference.py's, untrained."""
+    return torch_reference.compared_model(argparse.Namespace(**vars(args), kwargs="{}", pretrain=0))[0]
 
 
 def export(args):
