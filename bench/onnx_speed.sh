@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Imported resnet18 against the zoo's resnet18 and against PyTorch (issue 15).
+# Imported resnet18 against the zoo's resnet18 and against PyTorch.
 # Exports torchvision's resnet18 (10 classes) with scripts/export_torch.py at
 # the given image size and batch into a temporary folder, then, --rounds
 # times, times the same training step (zero grads, forward, cross-entropy,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measured against simulated (issue 16, "Must show 3"): cnn and gpt-mini on
+# Measured against simulated: cnn and gpt-mini on
 # 4 CPU workers (mpirun through `pipedream run`, one compute thread each)
 # with 1f1b-flush, interleaved-1f1b (v = 2) and zb-h1 at the same batch and
 # microbatch count, runs ABCCBA-alternated; next to `pipedream simulate`'s

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Shared cores (issue 15): does `pipedream simulate --cores` predict a
+# Shared cores: does `pipedream simulate --cores` predict a
 # 4-worker `pipedream run` on this machine, whose workers share its cores?
 #   bench/shared_cores.sh [--out DIR] [--rounds N] [--models "cnn gpt-mini"] [--quiet-wait S]
 # Models: cnn, gpt-mini (zoo), resnet18-onnx (torchvision resnet18, 64x64),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline bubbles in simulation (issue 16, "Must show 1"): on uniform
+# Pipeline bubbles in simulation: on uniform
 # stages with F:B:W = 1:1:1 (a stage's forward takes 1, its backward 2, which
 # zb-h1 splits into B = W = 1), for S = 4 and 8 workers and M = 8, 16, 32
 # microbatches per batch, `pipedream simulate` of 1f1b-flush, interleaved-1f1b

@@ -124,7 +124,7 @@ else
   emit '{"check": "torch_peer", "skipped": "this python has no PyTorch with CUDA"}'
 fi
 
-# pipedream / PyTorch per (workload, batch): the issue's goal is ratio >= 0.9.
+# pipedream / PyTorch per (workload, batch): the target is ratio >= 0.9.
 "$python" - "$jsonl" <<'PY' | tee -a "$jsonl"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The staleness study of issue 17: does weight stashing matter, and does
+# The staleness study (docs/results.md §1): does weight stashing matter, and does
 # vertical sync cost anything? Trains one deep model on Fashion-MNIST with
 # PipeDream's 1F1B-RR schedule under every weight policy (stash, vertical,
 # none), with the synchronous 1F1B-flush schedule, and on one worker

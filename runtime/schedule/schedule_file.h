@@ -1,5 +1,5 @@
 #pragma once
-// Schedules as data (issue 16): every worker's action list written as JSON
+// Schedules as data: every worker's action list written as JSON
 // or CSV, read back, checked and replayed. The layout is described in
 // runtime/schedule/README.md ("Schedule files"); JSON and CSV carry the same
 // fields, so either converts to the other without loss.

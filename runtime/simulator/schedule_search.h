@@ -1,5 +1,5 @@
 #pragma once
-// `plan --schedule auto` (issue 16): the best plan of each schedule family -
+// `plan --schedule auto`: the best plan of each schedule family -
 // 1f1b-rr (the planner's, replication included), 2bw, 1f1b-flush,
 // interleaved-1f1b (v = 2) and zb-h1 - with the microbatch count, under the
 // memory limit, each predicted by replaying it; the fastest that fits wins.

@@ -1,5 +1,5 @@
 // `pipedream schedule --format` -> edit -> `pipedream simulate --schedule-file`,
-// and `simulate --svg` (issue 16, items 4 and 5).
+// and `simulate --svg`.
 #include <gtest/gtest.h>
 
 #include <fstream>

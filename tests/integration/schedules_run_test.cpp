@@ -1,4 +1,4 @@
-// zb-h1 and interleaved-1f1b under mpirun (issue 16): bit for bit the
+// zb-h1 and interleaved-1f1b under mpirun: bit for bit the
 // single-process reference and 1f1b-flush, and synchronous SGD on the whole
 // batch as `pipedream train` computes it, on cnn and gpt-mini.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Malformed or unsupported ONNX files (issue 15, Must show 5): an
+// Malformed or unsupported ONNX files: an
 // unsupported op, a dynamic dimension, a truncated file and a missing
 // initializer are each a UserError naming the node and its op - exit
 // status 2 from the pipedream binary - and nothing crashes.

@@ -1,4 +1,4 @@
-// `pipedream export` (issue 15, item 3): trained weights written back into
+// `pipedream export`: trained weights written back into
 // the ONNX file. The exported file imports to exactly the saved weights
 // (parameters and BatchNorm running statistics), leaves the rest of the
 // file as it was, and refuses weights that do not fit, naming the tensor.

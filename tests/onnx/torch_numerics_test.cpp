@@ -1,5 +1,5 @@
-// Imported models against PyTorch on the same weights and batch (issue 15,
-// Must show 1), with the issue's bounds: the loss within 1e-4 relative,
+// Imported models against PyTorch on the same weights and batch, with
+// these bounds (onnx/README.md): the loss within 1e-4 relative,
 // every parameter gradient within 1e-3 of its max-abs, the loss after 5 SGD
 // steps within 1e-3 relative. tests/onnx/torch_reference.py exports the
 // model and records PyTorch's figures; Dropout is exported with p = 0 (the
@@ -14,7 +14,8 @@
 // (float64 with that ReLU flipped equals ours within 1e-4 everywhere).
 // The gradients after the 5 steps are compared too where
 // PyTorch's own float32 trajectory is reproducible, to 3x its own error
-// where that is larger than 1e-3. The figures are printed (onnx/README.md).
+// where that is larger than 1e-3. The figures are printed (docs/measurements.md
+// keeps them).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -149,7 +150,7 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   // input is within a rounding of zero: relu_flip_audit.py must find the
   // single flip that makes float64 equal ours within 1e-4 on every
   // gradient (another summation order - im2col on AVX2-only hosts - flips
-  // inception's Mixed_6c.branch7x7_1 at 75x75; onnx/README.md).
+  // inception's Mixed_6c.branch7x7_1 at 75x75; docs/measurements.md).
   std::string explained;
   if (!initial.misses.empty()) {
     NamedTensors ours;

@@ -111,7 +111,7 @@ def pretrain(model, args):
     comparison runs on trained weights. At its random initial weights
     MobileNet's float32 gradients are up to 17% off float64 in PyTorch
     itself (rounding amplified through depth); after 100 steps they are
-    within 1e-4 (onnx/README.md); Inception's are 59% off at 75x75 and
+    within 1e-4 (docs/measurements.md); Inception's are 59% off at 75x75 and
     within 1e-4 after 200 steps. Returns the batch to compare on."""
     shape = [int(v) for v in args.input.split(",")]
     g = torch.Generator().manual_seed(3)

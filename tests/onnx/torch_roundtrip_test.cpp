@@ -1,4 +1,4 @@
-// Round trip with PyTorch (issue 15, Must show 6): a PyTorch model exported
+// Round trip with PyTorch: a PyTorch model exported
 // to ONNX, trained by `pipedream train --save`, written back by `pipedream
 // export`, is loaded into the original PyTorch module
 // (tests/onnx/torch_roundtrip.py: the exported initializers into its

@@ -1,4 +1,4 @@
-// Schedules as data (issue 16): export, read back, replay, edit, reject.
+// Schedules as data: export, read back, replay, edit, reject.
 #include <gtest/gtest.h>
 
 #include <algorithm>

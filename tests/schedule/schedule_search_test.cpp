@@ -1,4 +1,4 @@
-// `plan --schedule auto` (issue 16): every family's best is replayed, the
+// `plan --schedule auto`: every family's best is replayed, the
 // fastest that fits is chosen, and a memory limit that rules out 1F1B-RR's
 // stashing picks another family whose prediction `simulate` reproduces.
 #include <gtest/gtest.h>

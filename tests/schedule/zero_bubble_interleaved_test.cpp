@@ -1,4 +1,4 @@
-// zb-h1 and interleaved-1f1b (issue 16): generated lists pass the checker,
+// zb-h1 and interleaved-1f1b: generated lists pass the checker,
 // the simulator gives the papers' bubbles on uniform stages, the memory
 // bounds hold, schedule files carry W and chunks, and the checker rejects
 // what breaks the split.
