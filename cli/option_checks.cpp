@@ -65,6 +65,10 @@ const OptionRule kRules[] = {
     {"simulate", "--weight-grad-share", NumberRule{0, 0.99}},
     {"schedule", "--worker", IntegerRule{0, kMaxWorkers}},
     {"schedule", "--limit", IntegerRule{1, kMaxCount}},
+    // The profiler keeps every iteration's layer times.
+    {"profile", "--warmup", IntegerRule{0, 1'000'000}},
+    {"profile", "--iters", IntegerRule{1, 1'000'000}, "each iteration's layer times are kept"},
+    {"profile", "--min-time", NumberRule{0, 3600}, "each iteration's layer times are kept"},
     {"plan", "--workers", IntegerRule{1, kMaxWorkers}},
     {"plan", "--bandwidth", NumberRule{kMinBandwidth, kMaxBandwidth}, "the range topology files take, in GB/s"},
     {"plan", "--activation-compression-ratio", NumberRule{0, 1e9, true}},
@@ -88,7 +92,6 @@ const OptionRule kRules[] = {
     {nullptr, "--svg-minibatches", IntegerRule{1, kMaxCount}},
     {nullptr, "--gradient-delay", IntegerRule{0, 1 << 20}},
     {nullptr, "--warmup", IntegerRule{0, kMaxInt}},
-    {nullptr, "--iters", IntegerRule{1, kMaxInt}},
     {nullptr, "--lr-step-size", IntegerRule{1, kMaxCount}},
     {nullptr, "--threads", IntegerRule{0, cpu::kMaxComputeThreads}},  // 0: all cores
     {nullptr, "--threads-per-worker", IntegerRule{1, cpu::kMaxComputeThreads}},
@@ -101,7 +104,6 @@ const OptionRule kRules[] = {
     {nullptr, "--lr-gamma", NumberRule{0, kMaxFloat}},
     {nullptr, "--min-lr", NumberRule{0, kMaxFloat}},
     {nullptr, "--timeout", NumberRule{0, 1e9, true}},
-    {nullptr, "--min-time", NumberRule{0, 1e9}},
 };
 
 // The rule of an option without one in the table, by its CLI11 type.

@@ -140,6 +140,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"RunEvalBatchMinus1", kRun + " --eval-batch -1", "--eval-batch"},
         Case{"RunEpochs2To62", "run --plan {dir}/mlp_plan.json" + kMlpRunArgs + " --epochs 4611686018427387904",
              "--epochs"},
+        Case{"ProfileItersPastLimit", kProfileCommand + " --iters 2000000 -o {dir}/folder/p.json", "--iters"},
+        Case{"ProfileMinTimeDay", kProfileCommand + " --min-time 86400 -o {dir}/folder/p.json", "--min-time"},
         Case{"ProfileMicrobatchesZero", kProfileCommand + " --microbatches 2,0 -o {dir}/folder/p.json",
              "--microbatches"},
         Case{"BenchCommP2pSizesZero", "bench-comm --p2p-sizes 0", "--p2p-sizes"},
