@@ -28,7 +28,7 @@ struct NumberRule {
 struct SizeRule {
   uint64_t lo, hi;
 };
-// Any text but the empty string, which CLI11 would take as "not given".
+// Any text (but not empty, as every value).
 struct TextRule {};
 using Rule = std::variant<IntegerRule, SeedRule, NumberRule, SizeRule, TextRule>;
 
@@ -115,42 +115,55 @@ Rule default_rule(const CLI::Option& option) {
   return TextRule{};
 }
 
+// CLI11 prefixes the flag: "--threads: must be an integer in [0, 1024], got 65536".
+const checked::Field kFlag;
+
 std::string number_rule_text(const NumberRule& n) {
   if (!n.above_lo) return checked::number_rule(n.lo, n.hi);
   if (n.hi >= 1e30) return cat("a finite number > ", n.lo);
   return cat("a finite number > ", n.lo, " and <= ", n.hi);
 }
 
-// The problem with `text`, or "" when it is valid. Integers are rewritten in
-// decimal, which is how CLI11 (strtoll, base 0) then reads them: "010" stays
-// ten instead of becoming octal eight.
-std::string problem(const Rule& rule, std::string& text) {
-  const checked::Field flag;  // CLI11 prefixes the flag: "--threads: must be ..."
+// Each check throws UserError for a bad `text`. Integers are rewritten in
+// decimal, which is how CLI11 (strtoll, base 0) then reads them: "010"
+// stays ten instead of becoming octal eight.
+void check(const IntegerRule& r, std::string& text) {
+  text = std::to_string(checked::parse_integer(text, kFlag, r.lo, r.hi));
+}
+
+void check(const SeedRule&, std::string& text) {
+  uint64_t seed = 0;
+  const char* end = text.data() + text.size();
+  auto [at, ec] = std::from_chars(text.data(), end, seed);  // no sign: "-1" fails
+  if (text.empty() || ec != std::errc() || at != end) throw kFlag.error("an integer in [0, 2^64 - 1]", text);
+  text = std::to_string(seed);
+}
+
+void check(const NumberRule& r, std::string& text) {
+  double x = 0;
   try {
-    if (auto* i = std::get_if<IntegerRule>(&rule)) {
-      text = std::to_string(checked::parse_integer(text, flag, i->lo, i->hi));
-    } else if (std::holds_alternative<SeedRule>(rule)) {
-      uint64_t seed = 0;
-      const char* end = text.data() + text.size();
-      auto [at, ec] = std::from_chars(text.data(), end, seed);
-      if (text.empty() || ec != std::errc() || at != end) throw flag.error("an integer in [0, 2^64 - 1]", text);
-      text = std::to_string(seed);
-    } else if (auto* n = std::get_if<NumberRule>(&rule)) {
-      const double x = checked::parse_number(text, flag, n->lo, n->hi);
-      if (n->above_lo && x == n->lo) throw flag.error(number_rule_text(*n), text);
-    } else if (auto* s = std::get_if<SizeRule>(&rule)) {
-      const uint64_t bytes = parse_size(text);
-      if (bytes < s->lo || bytes > s->hi)
-        throw flag.error(cat("a size of ", s->lo, " to ", s->hi, " bytes"), text);
-    } else if (text.empty()) {
-      return "must not be empty (leave the flag out for its default)";
-    }
+    x = checked::parse_number(text, kFlag, r.lo, r.hi);
+  } catch (const UserError&) {
+    throw kFlag.error(number_rule_text(r), text);
+  }
+  if (r.above_lo && x == r.lo) throw kFlag.error(number_rule_text(r), text);
+}
+
+void check(const SizeRule& r, std::string& text) {
+  const uint64_t bytes = parse_size(text);
+  if (bytes < r.lo || bytes > r.hi) throw kFlag.error(cat("a size of ", r.lo, " to ", r.hi, " bytes"), text);
+}
+
+void check(const TextRule&, std::string&) {}
+
+// The problem with `text`, or "" when it is valid. No value may be empty:
+// CLI11 would read '' as 0 or as "not given".
+std::string problem(const Rule& rule, std::string& text) {
+  if (text.empty()) return "must not be empty (leave the flag out for its default)";
+  try {
+    std::visit([&text](const auto& r) { check(r, text); }, rule);
   } catch (const UserError& e) {
-    // parse_number's range text, above_lo included.
-    std::string message = e.what();
-    if (auto* n = std::get_if<NumberRule>(&rule); n && n->above_lo)
-      message = flag.error(number_rule_text(*n), text).what();
-    return message;
+    return e.what();
   }
   return "";
 }

@@ -17,12 +17,12 @@ namespace pd::cli {
 // Attaches a value check to every option of every subcommand of `app`, by the
 // option's type unless option_checks.cpp has a rule for the flag (per
 // command, or for every command that has it):
+//   no value is empty ('' is never "not given" or 0);
 //   integers: decimal only, no overflow, in the rule's range (default
-//             [0, 2^53]); "010" is ten, not octal eight; "" is an error;
+//             [0, 2^53]); "010" is ten, not octal eight;
 //   seeds (unsigned 64-bit): decimal in [0, 2^64 - 1], "-1" is an error;
 //   numbers: finite, in the rule's range (default [0, FLT_MAX]);
-//   sizes (--memory, --p2p-sizes, ...): parse_size's syntax, in range;
-//   text: not empty (an empty value is never "not given").
+//   sizes (--memory, --p2p-sizes, ...): parse_size's syntax, in range.
 // Call once, after every subcommand has added its options.
 void check_option_values(CLI::App& app);
 
