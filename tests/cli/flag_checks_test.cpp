@@ -212,7 +212,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"TrainStepSchedule", kTrain + " --lr-schedule step --lr-step-size 1 --lr-gamma 0.5", "trained 1 steps"},
         Case{"TrainCosineSchedule", kTrain + " --lr-schedule cosine --min-lr 0.0001", "trained 1 steps"},
         Case{"RunFlushMicrobatches", kRun + " --schedule 1f1b-flush --microbatches 1 --seed 7", "steps"},
-        Case{"RunEvalEvery", kRun + " --eval-every 1 --eval-batch 10", "steps"}),
+        Case{"RunEvalEvery", kRun + " --eval-every 1 --eval-batch 10", "steps"},
+        // The workers started under mpirun get --plan FILE without --plan-out, which a plan file refuses.
+        Case{"RunPlanAutoPlanOutRelaunched",
+             "run --plan auto --workers 2 --straight --plan-out {dir}/auto_plan.json --no-eval" + kMlpRunArgs +
+                 " --minibatches 2",
+             "trained 2 steps on 2 workers"}),
     case_name);
 
 // bench-comm -o names a folder: refused before MPI starts, no DIR.tmp left.
