@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/integration/run_job.h"
 
@@ -219,6 +223,44 @@ INSTANTIATE_TEST_SUITE_P(
                  " --minibatches 2",
              "trained 2 steps on 2 workers"}),
     case_name);
+
+// Every option of every subcommand, as its --help lists it: out-of-range,
+// non-finite and empty values all exit 2 naming the flag, so that a flag
+// added later is checked too (by its type's default rule).
+class EveryOption : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryOption, RefusesOutOfRangeNonFiniteAndEmptyValues) {
+  const std::string command = GetParam();
+  const JobResult help = run_shell(pipedream_binary() + " " + command + " --help", 60);
+  ASSERT_EQ(help.exit_code, 0) << help.output;
+  const std::regex option_line(R"(^\s+(?:-\w,)?(--[a-z0-9-]+) (INT|UINT|FLOAT|TEXT)\b)");
+  int options = 0;
+  std::istringstream lines(help.output);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, option_line)) continue;
+    ++options;
+    const std::string flag = m[1], type = m[2];
+    std::vector<std::string> bad = {"''"};
+    if (type == "INT" || type == "UINT") bad.insert(bad.end(), {"99999999999999999999", "-1", "1.5"});
+    if (type == "FLOAT") bad.insert(bad.end(), {"nan", "inf", "-1", "1e999"});
+    for (const std::string& value : bad) {
+      const JobResult r = run_shell(pipedream_binary() + " " + command + " " + flag + " " + value, 60);
+      EXPECT_EQ(r.exit_code, 2) << command << " " << flag << " " << value << "\n" << r.output;
+      EXPECT_NE(r.output.find(flag), std::string::npos) << command << " " << flag << " " << value << "\n" << r.output;
+    }
+  }
+  EXPECT_GT(options, 0) << help.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Commands, EveryOption,
+                         ::testing::Values("models", "train", "profile", "plan", "simulate", "schedule", "run",
+                                           "bench-comm", "export"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
+                           return name;
+                         });
 
 // bench-comm -o names a folder: refused before MPI starts, no DIR.tmp left.
 TEST(BenchCommOutput, FolderIsRefusedAndLeavesNothing) {
