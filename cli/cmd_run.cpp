@@ -412,7 +412,7 @@ void add_run_command(CLI::App& app) {
   a->optimizer.momentum = std::nanf("");
   cmd->add_option("--plan", a->plan, "plan.json from `pipedream plan` (or edited by hand), or auto")->required();
   cmd->add_option("--workers", a->workers, "With --plan auto: the number of workers");
-  auto* plan_out = cmd->add_option("--plan-out", a->plan_out, "With --plan auto: where to write the plan")->capture_default_str();
+  cmd->add_option("--plan-out", a->plan_out, "With --plan auto: where to write the plan")->capture_default_str();
   cmd->add_flag("--straight", a->straight, "With --plan auto: no replication (one worker per stage)");
   cmd->add_option("--model", a->model, "Zoo model (see `pipedream models`) or a spec .json file");
   cmd->add_option("--model-spec", a->spec_file, "JSON model spec file")->check(CLI::ExistingFile);
@@ -474,11 +474,11 @@ void add_run_command(CLI::App& app) {
                   "nccl (device to device; all-reduce not in rank order)")
       ->capture_default_str();
   cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
-  cmd->callback([a, cmd, plan_out] {
+  cmd->callback([a, cmd] {
     RunArgs args = *a;
     refuse_ignored_optimizer_flags(*cmd, args.optimizer.kind, args.lr_schedule);
-    if (plan_out->count() > 0 && args.plan != "auto")
-      throw UserError(cat("--plan-out applies to --plan auto only (--plan ", args.plan, " is read, not written)"));
+    refuse_unless_applies(*cmd, "--plan-out", args.plan == "auto",
+                          cat("applies to --plan auto only (--plan ", args.plan, " is read, not written)"));
     resolve_optimizer_defaults(args.optimizer);
     if (args.epochs == 0 && args.minibatches == 0) args.epochs = 1;
     run_command(args);
