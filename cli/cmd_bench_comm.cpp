@@ -23,6 +23,8 @@
 #include <set>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/cuda_plugin.h"
 #include "planner/topology.h"  // parse_size: sizes as the planner spells them
@@ -366,19 +368,15 @@ uint64_t smallest_memory_share(Transport& tr) {
   return smallest;
 }
 
-// Written whole or not at all: a temporary file renamed into place.
+// Written whole or not at all (nothing left behind on failure).
 void write_topology_file(const std::string& path, const json& topo) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    if (!f) throw UserError(cat("cannot write topology file '", path, "'"));
-    f << topo.dump(2) << "\n";
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw RuntimeFailure(cat("cannot move ", tmp, " to ", path));
+  write_file_atomically(path, topo.dump(2) + "\n");
   printf("wrote %s\n", path.c_str());
 }
 
 void run_bench_comm(const BenchCommOptions& o) {
+  check_output_file("-o", o.topology_path);
+  if (o.jsonl_path != "-") check_output_file("--jsonl", o.jsonl_path);
   check_transport(o);
   if (!launched_under_mpi())
     throw UserError("bench-comm measures communication between ranks: run it under MPI, e.g. "

@@ -53,9 +53,9 @@ void add_models_command(CLI::App& app) {
     bool print_spec = false;
   };
   auto a = std::make_shared<Args>();
-  cmd->add_option("--model", a->model, "Zoo model name or spec file to show");
+  auto* model = cmd->add_option("--model", a->model, "Zoo model name or spec file to show");
   cmd->add_option("--model-spec", a->spec_file, "JSON model spec file to show");
-  cmd->add_option("--model-options", a->options, "Zoo model options, e.g. width=0.5,image_size=32");
+  cmd->add_option("--model-options", a->options, "Zoo model options, e.g. width=0.5,image_size=32")->needs(model);
   cmd->add_flag("--spec", a->print_spec, "Print the model's JSON spec instead of its layers");
   cmd->callback([a] {
     if (a->model.empty() && a->spec_file.empty()) {

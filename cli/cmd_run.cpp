@@ -78,17 +78,18 @@ void check_plan_fits_model(const Plan& plan, const Model& model, const std::stri
 }
 
 // The workers read the plan file the launcher wrote (--plan auto): the
-// same arguments with --plan FILE and without --workers / --straight.
+// same arguments with --plan FILE and without --workers / --straight /
+// --plan-out, which a plan file refuses.
 std::vector<std::string> with_plan_file(const std::vector<std::string>& args, const std::string& plan_path) {
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& x = args[i];
-    if ((x == "--plan" || x == "--workers") && i + 1 < args.size()) {
+    if ((x == "--plan" || x == "--workers" || x == "--plan-out") && i + 1 < args.size()) {
       if (x == "--plan") out.insert(out.end(), {"--plan", plan_path});
       ++i;
     } else if (x.rfind("--plan=", 0) == 0) {
       out.insert(out.end(), {"--plan", plan_path});
-    } else if (x.rfind("--workers=", 0) != 0 && x != "--straight") {
+    } else if (x.rfind("--workers=", 0) != 0 && x.rfind("--plan-out=", 0) != 0 && x != "--straight") {
       out.push_back(x);
     }
   }
@@ -368,6 +369,7 @@ void run_command(const RunArgs& a) {
   RunSpec spec = make_spec(args, plan, data.train->size());
   // Processes: one per worker (interleaved-1f1b: a worker runs v stages).
   const int R = Schedule(spec.plan, spec.schedule).workers();
+  check_plan_topology(spec.plan, R, plan_path);
   const bool under_mpi = launched_under_mpi();
   if (under_mpi && !a.reference) require_world_size(R, launcher_world_size());
 
@@ -424,8 +426,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--schedule", a->schedule,
                   "1f1b-rr | 1f1b-flush | gpipe | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
   cmd->add_option("--virtual-stages", a->virtual_stages,
-                  "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)")
-      ->check(CLI::Range(1, 255));
+                  "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)");
   cmd->add_option("--weights", a->weights, "1f1b-rr weight policy: stash | vertical | none")->capture_default_str();
   cmd->add_option("--microbatches", a->microbatches, "Flush schedules: microbatches per optimizer step (default: workers)");
   cmd->add_option("--schedule-file", a->schedule_file,
@@ -455,15 +456,15 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();
   cmd->add_option("--save", a->save, "Write the final weights of all stages to one safetensors file");
   cmd->add_option("--trace", a->trace, "Write a Chrome trace of the run (all ranks)");
-  cmd->add_option("--svg", a->svg, "Draw the measured pipeline timeline as an SVG (as simulate --svg draws the simulated one)");
+  auto* svg = cmd->add_option("--svg", a->svg, "Draw the measured pipeline timeline as an SVG (as simulate --svg draws the simulated one)");
   cmd->add_option("--svg-minibatches", a->svg_minibatches, "Minibatches (flush schedules: batches) the --svg timeline spans")
-      ->check(CLI::PositiveNumber);
+      ->needs(svg);
   cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "Write checkpoints here");
   cmd->add_option("--checkpoint-every", a->checkpoint_every, "Steps between checkpoints (the pipeline drains there)");
   cmd->add_option("--resume", a->resume, "Continue from a checkpoint (a --checkpoint-dir or one step-N in it)");
-  cmd->add_option("--eval-every", a->eval_every, "Steps between test evaluations (default: every epoch)");
-  cmd->add_option("--eval-batch", a->eval_batch, "Evaluation batch size")->capture_default_str();
-  cmd->add_flag("!--no-eval", a->evaluate, "Skip test-set evaluation");
+  auto* eval_every = cmd->add_option("--eval-every", a->eval_every, "Steps between test evaluations (default: every epoch)");
+  auto* eval_batch = cmd->add_option("--eval-batch", a->eval_batch, "Evaluation batch size")->capture_default_str();
+  cmd->add_flag("!--no-eval", a->evaluate, "Skip test-set evaluation")->excludes(eval_every)->excludes(eval_batch);
   cmd->add_flag("--reference", a->reference, "Execute every worker's actions in this process (the oracle)");
   cmd->add_flag("--progress", a->progress, "Draw the progress bar even when stderr is not a terminal");
   cmd->add_option("--device", a->device, "cpu | cuda (one GPU per worker: local rank modulo GPUs) | cuda:N")
@@ -473,8 +474,11 @@ void add_run_command(CLI::App& app) {
                   "nccl (device to device; all-reduce not in rank order)")
       ->capture_default_str();
   cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
-  cmd->callback([a] {
+  cmd->callback([a, cmd] {
     RunArgs args = *a;
+    refuse_ignored_optimizer_flags(*cmd, args.optimizer.kind, args.lr_schedule);
+    refuse_unless_applies(*cmd, "--plan-out", args.plan == "auto",
+                          cat("applies to --plan auto only (--plan ", args.plan, " is read, not written)"));
     resolve_optimizer_defaults(args.optimizer);
     if (args.epochs == 0 && args.minibatches == 0) args.epochs = 1;
     run_command(args);

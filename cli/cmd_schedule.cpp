@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "planner/plan.h"
@@ -48,7 +49,10 @@ void run_schedule(const ScheduleArgs& a) {
     o.microbatches = a.microbatches == 0 ? 4 : a.microbatches;
   else if (a.microbatches > 1)
     throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b) and 2bw only");
+  if (a.minibatches > 0 || a.microbatches > 0)  // the defaults are sized to the plan
+    check_schedule_length("schedule", o.minibatches, o.microbatches, workers, kMaxPrintedPasses);
   Schedule schedule(plan, o);
+  check_plan_topology(plan, schedule.workers(), a.plan);
   if (!a.format.empty()) {
     write_all_workers(schedule, a);
   } else {
@@ -75,7 +79,7 @@ void add_schedule_command(CLI::App& app) {
   auto args = std::make_shared<ScheduleArgs>();
   auto* cmd = app.add_subcommand("schedule", "Print one worker's action list for a plan, or every worker's as JSON or CSV");
   cmd->add_option("--plan", args->plan, "plan.json from `pipedream plan`")->required()->check(CLI::ExistingFile);
-  auto* worker = cmd->add_option("--worker", args->worker, "rank whose actions to print")->check(CLI::NonNegativeNumber);
+  auto* worker = cmd->add_option("--worker", args->worker, "rank whose actions to print");
   auto* format = cmd->add_option("--format", args->format,
                                  "write every worker's actions as data: json | csv (runtime/schedule/README.md)")
                      ->check(CLI::IsMember({"json", "csv"}))
@@ -84,17 +88,12 @@ void add_schedule_command(CLI::App& app) {
   cmd->add_option("--schedule", args->schedule,
                   "1f1b-rr | gpipe | 1f1b-flush | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
   cmd->add_option("--virtual-stages", args->virtual_stages,
-                  "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)")
-      ->check(CLI::Range(1, 255));
+                  "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)");
   cmd->add_option("--weights", args->weights, "1f1b-rr weight policy: stash (default) | vertical | none");
   cmd->add_option("--minibatches", args->minibatches,
-                  "minibatches (batches for flush schedules); default 2 x workers + 2 (flush: 2)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--microbatches", args->microbatches, "microbatches per batch for the flush schedules (default 4)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--limit", args->limit, "print at most this many actions")
-      ->check(CLI::PositiveNumber)
-      ->excludes(format);
+                  "minibatches (batches for flush schedules); default 2 x workers + 2 (flush: 2)");
+  cmd->add_option("--microbatches", args->microbatches, "microbatches per batch for the flush schedules (default 4)");
+  cmd->add_option("--limit", args->limit, "print at most this many actions")->excludes(format);
   cmd->add_flag("--check", args->check, "also check every worker's list (matching messages, no deadlock, versions)");
   cmd->callback([args] { run_schedule(*args); });
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/option_checks.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "planner/plan.h"
@@ -29,7 +30,7 @@ struct SimulateArgs {
   int microbatches = 0, batch_size = 0, virtual_stages = 1;
   double cores = 0;  // 0: every worker has its own device
   int threads = 1;
-  bool threads_given = false;
+  bool threads_given = false, weight_share_given = false;
   double contention = 0;
   double weight_gradient_share = 0.5;
   bool json = false, realistic_latency = false;
@@ -102,6 +103,9 @@ void run_simulate(const SimulateArgs& a) {
   ScheduleFile file;
   if (a.schedule_file.empty()) {
     opt.schedule = schedule_options(plan, a, a.minibatches > 0 ? a.minibatches : replay_minibatches(plan));
+    if (a.minibatches > 0 || a.microbatches > 0)  // the defaults are sized to the plan
+      check_schedule_length("simulate", opt.schedule.minibatches, opt.schedule.microbatches, plan.workers(),
+                            kMaxReplayPasses);
   } else {
     // The file's own options describe its lists; the checker must accept
     // them before the replay, which assumes they cannot deadlock.
@@ -110,6 +114,9 @@ void run_simulate(const SimulateArgs& a) {
     opt.schedule = file.options;
     opt.actions = &file.lists;
   }
+  check_plan_topology(plan, Schedule(plan, opt.schedule).workers(), a.plan);
+  if (a.weight_share_given && !splits_backward(opt.schedule.kind))
+    throw UserError(cat("--weight-grad-share applies to zb-h1 only (the schedule is ", to_string(opt.schedule.kind), ")"));
   opt.realistic_latency = a.realistic_latency;
   if (!(a.cores >= 0)) throw UserError(cat("--cores must be >= 0 (0: every worker has its own device), got ", a.cores));
   if (a.threads < 1) throw UserError(cat("--threads must be >= 1, got ", a.threads));
@@ -187,22 +194,18 @@ void add_simulate_command(CLI::App& app) {
                   "the plan's profile: exact stashed-activation bytes per stage")
       ->check(CLI::ExistingFile);
   auto* minibatches = cmd->add_option("--minibatches", args->minibatches,
-                                      "minibatches to replay (batches for gpipe/1f1b-flush); default 1000, or 8 per replica of the widest stage")
-                          ->check(CLI::PositiveNumber);
+                                      "minibatches to replay (batches for gpipe/1f1b-flush); default 1000, or 8 per replica of the widest stage");
   auto* schedule = cmd->add_option("--schedule", args->schedule,
                                    "1f1b-rr | gpipe | 1f1b-flush | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
   auto* virtual_stages =
       cmd->add_option("--virtual-stages", args->virtual_stages,
-                      "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)")
-          ->check(CLI::Range(1, 255));
-  cmd->add_option("--weight-grad-share", args->weight_gradient_share,
+                      "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)");
+  auto* weight_share = cmd->add_option("--weight-grad-share", args->weight_gradient_share,
                   "zb-h1: the fraction of a stage's backward time its W (weight gradient) takes; B the rest "
-                  "(default 0.5: dX and dW are products of the same size)")
-      ->check(CLI::Range(0.0, 0.99));
+                  "(default 0.5: dX and dW are products of the same size)");
   auto* weights = cmd->add_option("--weights", args->weights, "1f1b-rr weight policy: stash (default) | vertical | none");
   auto* microbatches = cmd->add_option("--microbatches", args->microbatches,
-                                       "microbatches per batch for the flush schedules (default 4)")
-                           ->check(CLI::PositiveNumber);
+                                       "microbatches per batch for the flush schedules (default 4)");
   cmd->add_option("--schedule-file", args->schedule_file,
                   "replay this schedule (JSON or CSV from `pipedream schedule --format`, possibly edited) after "
                   "checking it; it sets the schedule, weights, microbatches and minibatches")
@@ -212,14 +215,13 @@ void add_simulate_command(CLI::App& app) {
       ->excludes(weights)
       ->excludes(virtual_stages)
       ->excludes(microbatches);
-  cmd->add_option("--svg", args->svg,
+  auto* svg = cmd->add_option("--svg", args->svg,
                   "draw the pipeline timeline (one row per worker, F/B/all-reduce/idle) as an SVG picture");
   cmd->add_option("--svg-minibatches", args->svg_minibatches,
                   "the picture spans the first N minibatches (flush: batches); default 2 x workers + 2 (flush: 2)")
-      ->check(CLI::PositiveNumber);
+      ->needs(svg);
   cmd->add_option("--batch-size", args->batch_size,
-                  "samples per minibatch for the throughput (default: the plan's profile)")
-      ->check(CLI::PositiveNumber);
+                  "samples per minibatch for the throughput (default: the plan's profile)");
   cmd->add_option("--cores", args->cores,
                   "the workers run on one machine with N cores and share them (processor sharing: n computing "
                   "workers of T threads run at min(1, N / (n T)) of their profiled speed); N may be fractional "
@@ -235,8 +237,9 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_flag("--realistic-latency", args->realistic_latency,
                 "messages arrive when their last byte does and steps wait for their all-reduce to end "
                 "(default: the planner's steady state, where links and all-reduces limit throughput only)");
-  cmd->callback([args, threads] {
+  cmd->callback([args, threads, weight_share] {
     args->threads_given = threads->count() > 0;
+    args->weight_share_given = weight_share->count() > 0;
     run_simulate(*args);
   });
 }

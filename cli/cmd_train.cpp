@@ -137,8 +137,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("!--no-eval", t.evaluate, "Skip test-set evaluation");
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
   cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
-  cmd->callback([a] {
+  cmd->callback([a, cmd] {
     TrainArgs args = *a;
+    refuse_ignored_optimizer_flags(*cmd, args.train.optimizer.kind, args.lr_schedule);
     if (args.train.epochs == 0 && args.train.minibatches == 0) args.train.epochs = 1;
     resolve_optimizer_defaults(args.train.optimizer);
     run_train(args);

@@ -23,9 +23,9 @@ int main(int argc, char** argv) {
   pd::cli::add_run_command(app);
   pd::cli::add_bench_comm_command(app);
   pd::cli::add_export_command(app);
-  // Here rather than in each command: one table of rules per flag, shared
-  // by every command that computes.
-  for (const char* name : {"train", "profile", "run"}) pd::cli::check_numeric_options(*app.get_subcommand(name));
+  // Here rather than in each command: every option of every command checked
+  // by one table of rules (cli/option_checks.cpp).
+  pd::cli::check_option_values(app);
   pd::cli::reject_options_reference_ignores(*app.get_subcommand("run"));
   return pd::cli::run_app(app, argc, argv);
 }
