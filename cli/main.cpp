@@ -1,4 +1,4 @@
-// The `pipedream` binary: profile, plan, simulate, schedule, train, run, export.
+// The `pipedream` binary: profile, plan, simulate, schedule, train, run, evaluate, predict, export.
 #include <functional>
 #include <string>
 
@@ -8,7 +8,7 @@
 #include "onnx/import.h"
 
 int main(int argc, char** argv) {
-  pd::cli::prepare_process(argc, argv, {"train", "profile", "run"});
+  pd::cli::prepare_process(argc, argv, {"train", "profile", "run", "evaluate", "predict"});
   pd::onnx::register_onnx_model_loader();  // --model file.onnx
   CLI::App app{"PipeDream in C++: pipeline-parallel training"};
   app.require_subcommand(1);
@@ -22,10 +22,12 @@ int main(int argc, char** argv) {
   pd::cli::add_schedule_command(app);
   pd::cli::add_run_command(app);
   pd::cli::add_bench_comm_command(app);
+  pd::cli::add_evaluate_command(app);
+  pd::cli::add_predict_command(app);
   pd::cli::add_export_command(app);
   // Here rather than in each command: one table of rules per flag, shared
   // by every command that computes.
-  for (const char* name : {"train", "profile", "run"}) pd::cli::check_numeric_options(*app.get_subcommand(name));
+  for (const char* name : {"train", "profile", "run", "evaluate", "predict"}) pd::cli::check_numeric_options(*app.get_subcommand(name));
   pd::cli::reject_options_reference_ignores(*app.get_subcommand("run"));
   return pd::cli::run_app(app, argc, argv);
 }
