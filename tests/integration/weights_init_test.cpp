@@ -1,6 +1,6 @@
 // Starting from weights and using them: `train --save` -> `train --init` ->
 // `evaluate` agree; `run --init` gives each stage its slice and equals
-// `run --reference --init`; `predict` writes the model's eval-mode outputs
+// `run --reference --init`; a checkpoint's step folder reads as its weights; `predict` writes the model's eval-mode outputs
 // in the data set's order; weights that do not fit are refused (exit 2).
 #include <gtest/gtest.h>
 
@@ -80,8 +80,16 @@ TEST(WeightsInit, RunInitEqualsReferenceAndStartsFromTheFile) {
   const std::string run = " run --plan " + dir + "/plan.json" + kModel +
                           " --batch 8 --seed 5 --no-eval --threads-per-worker 1 --timeout 30 --init " + a;
   const std::string mpi = dir + "/mpi.safetensors", ref = dir + "/ref.safetensors", still = dir + "/still.safetensors";
-  JobResult r = run_shell(mpirun(2) + pipedream_binary() + run + " --minibatches 6 --save " + mpi);
+  JobResult r = run_shell(mpirun(2) + pipedream_binary() + run + " --minibatches 6 --save " + mpi +
+                          " --checkpoint-dir " + dir + "/ckpt");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The checkpoint's stage files, merged by name, are the weights --save wrote.
+  const JobResult e1 = pipedream("evaluate" + kModel + " --threads 1 --weights " + mpi + " --metrics " + dir + "/e1.jsonl");
+  const JobResult e2 = pipedream("evaluate" + kModel + " --threads 1 --weights " + dir + "/ckpt/step-6 --metrics " + dir +
+                                 "/e2.jsonl");
+  ASSERT_EQ(e1.exit_code, 0) << e1.output;
+  ASSERT_EQ(e2.exit_code, 0) << e2.output;
+  EXPECT_EQ(last_eval(dir + "/e1.jsonl")["test_loss"], last_eval(dir + "/e2.jsonl")["test_loss"]);
   r = pipedream(run + " --minibatches 6 --reference --save " + ref);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto wm = load_by_name(mpi), wr = load_by_name(ref), wa = load_by_name(a);
