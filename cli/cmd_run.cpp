@@ -47,6 +47,7 @@ struct RunArgs {
   int threads = 1;
   double timeout = 60;
   std::string metrics, save, trace, svg, checkpoint_dir, resume;
+  std::vector<std::string> init;
   int64_t svg_minibatches = 0;
   int64_t checkpoint_every = 0, log_every = 10, eval_every = 0, eval_batch = 500;
   bool evaluate = true, reference = false, progress = false, straight = false;
@@ -156,6 +157,7 @@ void set_outputs(const RunArgs& a, RunSpec& s) {
   s.checkpoint_every = a.checkpoint_every;
   if (s.checkpoint_every < 0) throw UserError("--checkpoint-every must be >= 0");
   s.resume = a.resume;
+  s.init = a.init;
   if (!s.resume.empty()) {
     // The pipeline drains at every checkpoint; a resumed run keeps the same
     // boundaries so that it repeats the original run bit for bit.
@@ -332,6 +334,7 @@ void run_command(const RunArgs& a) {
   make_optimizer(a.optimizer);  // validates before anything is read
   require_compute_device(a.device);  // no CUDA build / no GPU: refused before any work
   Model model = resolve_model(a.model, a.spec_file, a.model_options);
+  const bool under_mpi = launched_under_mpi();
   std::string plan_path = a.plan;
   Plan plan;
   if (a.plan == "auto") {
@@ -364,13 +367,14 @@ void run_command(const RunArgs& a) {
   }
   if (plan_places_units(plan, model)) stage_graph_model(model, plan, plan_path);
   check_plan_fits_model(plan, model, plan_path);
+  // Each worker loads its stage's part; a file that does not fit the model is refused here, before any start.
+  if (!a.init.empty() && !under_mpi) load_named_weights(model, a.init);
   DataSplits data = open_dataset(a.data, a.data_dir, model);
   RunArgs args = a;
   RunSpec spec = make_spec(args, plan, data.train->size());
   // Processes: one per worker (interleaved-1f1b: a worker runs v stages).
   const int R = Schedule(spec.plan, spec.schedule).workers();
   check_plan_topology(spec.plan, R, plan_path);
-  const bool under_mpi = launched_under_mpi();
   if (under_mpi && !a.reference) require_world_size(R, launcher_world_size());
 
   if (a.reference) {
@@ -461,7 +465,10 @@ void add_run_command(CLI::App& app) {
       ->needs(svg);
   cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "Write checkpoints here");
   cmd->add_option("--checkpoint-every", a->checkpoint_every, "Steps between checkpoints (the pipeline drains there)");
-  cmd->add_option("--resume", a->resume, "Continue from a checkpoint (a --checkpoint-dir or one step-N in it)");
+  auto* resume = cmd->add_option("--resume", a->resume, "Continue from a checkpoint (a --checkpoint-dir or one step-N in it)");
+  cmd->add_option("--init", a->init,
+                  "Start from these weights, matched by name (as train --init); each worker loads its stage's")
+      ->excludes(resume);
   auto* eval_every = cmd->add_option("--eval-every", a->eval_every, "Steps between test evaluations (default: every epoch)");
   auto* eval_batch = cmd->add_option("--eval-batch", a->eval_batch, "Evaluation batch size")->capture_default_str();
   cmd->add_flag("!--no-eval", a->evaluate, "Skip test-set evaluation")->excludes(eval_every)->excludes(eval_batch);

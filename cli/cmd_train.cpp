@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
@@ -25,6 +26,7 @@ struct TrainArgs {
   int threads = 0;
   int64_t log_every = 10;
   std::string metrics, save;
+  std::vector<std::string> init;  // --init: start from these weights
   std::string device = "cpu";
   bool deterministic = false;
 };
@@ -65,6 +67,7 @@ void run_train(const TrainArgs& a) {
   TrainOptions o = a.train;
   o.schedule.kind = a.lr_schedule;
   const int64_t steps = planned_steps(o, data.train->size());
+  const NamedTensors init = a.init.empty() ? NamedTensors{} : load_named_weights(model, a.init);
   o.device = open_compute_device(a.device, a.deterministic);
   cpu::set_compute_threads(a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 
@@ -73,10 +76,16 @@ void run_train(const TrainArgs& a) {
                static_cast<long long>(data.train->size()), static_cast<long long>(o.batch),
                static_cast<long long>(steps), o.optimizer.kind.c_str(), o.optimizer.lr,
                o.device.is_cpu() ? cat(cpu::compute_threads(), " threads").c_str() : o.device.str().c_str());
+  if (!init.empty()) std::fprintf(stderr, "starting from --init weights (%zu tensors)\n", init.size());
   MetricsWriter metrics(a.metrics);
   ProgressBar bar(steps);
   CliObserver observer(metrics, bar, a.log_every, steps);
-  TrainResult r = train(model, *data.train, data.test.get(), o, &observer);
+  std::optional<ParameterStore> initial;
+  if (!init.empty()) {
+    initial = ParameterStore::create(model, o.seed, o.device);
+    initial->load(init, "--init");
+  }
+  TrainResult r = train(model, *data.train, data.test.get(), o, &observer, initial ? &*initial : nullptr);
   bar.finish();
 
   std::printf("trained %lld steps in %.1f s (%.0f samples/s)", static_cast<long long>(r.steps), r.seconds,
@@ -134,6 +143,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--metrics", a->metrics, "Write JSON-lines metrics to this file");
   cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();
   cmd->add_option("--save", a->save, "Write the final weights (safetensors)");
+  cmd->add_option("--init", a->init,
+                  "Start from these weights, matched by name: --save or export output, a checkpoint's step-N folder "
+                  "or stage files, a PyTorch state_dict (safetensors)");
   cmd->add_flag("!--no-eval", t.evaluate, "Skip test-set evaluation");
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
   cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");

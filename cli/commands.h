@@ -19,6 +19,8 @@ void add_schedule_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_bench_comm_command(CLI::App& app);
 void add_export_command(CLI::App& app);
+void add_evaluate_command(CLI::App& app);
+void add_predict_command(CLI::App& app);
 
 // train's and run's optimizer defaults, which depend on the optimizer: SGD
 // lr 0.01 momentum 0.9, Adam/AdamW lr 0.001 no momentum (they use beta1).

@@ -1,4 +1,4 @@
-// The `pipedream` binary: profile, plan, simulate, schedule, train, run, export.
+// The `pipedream` binary: profile, plan, simulate, schedule, train, run, evaluate, predict, export.
 #include <functional>
 #include <string>
 
@@ -8,7 +8,7 @@
 #include "onnx/import.h"
 
 int main(int argc, char** argv) {
-  pd::cli::prepare_process(argc, argv, {"train", "profile", "run"});
+  pd::cli::prepare_process(argc, argv, {"train", "profile", "run", "evaluate", "predict"});
   pd::onnx::register_onnx_model_loader();  // --model file.onnx
   CLI::App app{"PipeDream in C++: pipeline-parallel training"};
   app.require_subcommand(1);
@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   pd::cli::add_schedule_command(app);
   pd::cli::add_run_command(app);
   pd::cli::add_bench_comm_command(app);
+  pd::cli::add_evaluate_command(app);
+  pd::cli::add_predict_command(app);
   pd::cli::add_export_command(app);
   // Here rather than in each command: every option of every command checked
   // by one table of rules (cli/option_checks.cpp).

@@ -1,5 +1,10 @@
 #include "models/parameters.h"
 
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <iterator>
+#include <map>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -116,6 +121,125 @@ void ParameterStore::load(const NamedTensors& tensors, const std::string& source
   };
   fill(param_names_, params_);
   fill(buffer_names_, buffers_);
+}
+
+WeightFiles read_weight_files(const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  if (paths.empty()) throw UserError("no weight files given");
+  WeightFiles out;
+  auto read = [&](const std::string& file) {
+    NamedTensors t = load_safetensors(file);
+    out.tensors.insert(out.tensors.end(), std::make_move_iterator(t.begin()), std::make_move_iterator(t.end()));
+  };
+  for (const std::string& p : paths) {
+    out.source += (out.source.empty() ? "" : " + ") + p;
+    std::error_code ec;
+    if (!fs::is_directory(p, ec)) {
+      read(p);  // a missing file is load_safetensors' UserError
+      continue;
+    }
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(p))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path().string());
+    if (files.empty()) throw UserError(cat(p, " is a folder without .safetensors files (give a checkpoint's step-N folder)"));
+    std::sort(files.begin(), files.end());
+    for (const std::string& f : files) read(f);
+  }
+  return out;
+}
+
+namespace {
+
+struct ModelTensor {
+  std::string stored, own;  // "4.conv1.weight", "conv1.weight"
+  Shape shape;
+};
+
+std::vector<ModelTensor> model_tensors(const Model& m) {
+  std::vector<ModelTensor> out;
+  for (int i = 0; i < m.size(); ++i) {
+    const Layer& l = m.layer(i);
+    for (const ParamSpec& p : l.param_specs()) out.push_back({stored_tensor_name(i, p.name), p.name, p.shape});
+    for (const ParamSpec& b : l.buffer_specs()) out.push_back({stored_tensor_name(i, b.name), b.name, b.shape});
+  }
+  return out;
+}
+
+bool ignored_weight(const std::string& name) {
+  const std::string counter = ".num_batches_tracked";
+  return name.rfind("optimizer.slot.", 0) == 0 || name == counter.substr(1) ||
+         (name.size() > counter.size() && name.compare(name.size() - counter.size(), counter.size(), counter) == 0);
+}
+
+// "4.conv1.weight" -> "conv1.weight"; a name without a layer number: "".
+std::string without_layer(const std::string& name) {
+  size_t k = 0;
+  while (k < name.size() && std::isdigit(static_cast<unsigned char>(name[k]))) ++k;
+  return k > 0 && k + 1 < name.size() && name[k] == '.' ? name.substr(k + 1) : "";
+}
+
+std::string name_list(const std::vector<std::string>& names) {
+  std::string out;
+  const size_t shown = std::min<size_t>(names.size(), 5);
+  for (size_t i = 0; i < shown; ++i) out += cat(i ? ", " : "", "'", names[i], "'");
+  if (names.size() > shown) out += cat(" and ", names.size() - shown, " more");
+  return out;
+}
+
+}  // namespace
+
+NamedTensors match_named_weights(const Model& m, const NamedTensors& given, const std::string& source) {
+  const std::vector<ModelTensor> wanted = model_tensors(m);
+  std::unordered_map<std::string, size_t> by_stored, by_unique_own;
+  std::map<std::string, int> own_count;
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    by_stored[wanted[k].stored] = k;
+    ++own_count[wanted[k].own];
+  }
+  for (size_t k = 0; k < wanted.size(); ++k)
+    if (own_count[wanted[k].own] == 1) by_unique_own[wanted[k].own] = k;
+  auto lookup = [](const std::unordered_map<std::string, size_t>& map, const std::string& n, size_t* k) {
+    auto it = map.find(n);
+    if (it != map.end()) *k = it->second;
+    return it != map.end();
+  };
+
+  std::vector<const std::pair<std::string, Tensor>*> held(wanted.size(), nullptr);
+  std::vector<std::string> extra;
+  for (const auto& g : given) {
+    const std::string& n = g.first;
+    if (ignored_weight(n)) continue;
+    size_t k = 0;
+    if (!lookup(by_stored, n, &k) && !lookup(by_unique_own, n, &k) && !lookup(by_unique_own, without_layer(n), &k)) {
+      extra.push_back(n);
+      continue;
+    }
+    if (held[k] && held[k]->first == n) throw UserError(cat(source, ": tensor '", n, "' is given twice"));
+    if (held[k])
+      throw UserError(cat(source, ": tensors '", held[k]->first, "' and '", n, "' both hold the model's '",
+                          wanted[k].stored, "'"));
+    held[k] = &g;
+  }
+  if (!extra.empty())
+    throw UserError(cat(source, ": ", extra.size(), " tensor", extra.size() > 1 ? "s are" : " is", " not in ", m.name,
+                        ": ", name_list(extra), " (weights of another model?)"));
+  std::vector<std::string> missing;
+  for (size_t k = 0; k < wanted.size(); ++k)
+    if (!held[k]) missing.push_back(wanted[k].stored);
+  if (!missing.empty())
+    throw UserError(cat(source, " lacks ", missing.size(), " of ", m.name, "'s ", wanted.size(), " tensors: ",
+                        name_list(missing)));
+  NamedTensors out;
+  out.reserve(wanted.size());
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    const auto& [n, t] = *held[k];
+    if (t.dtype() != DType::F32 || t.shape() != wanted[k].shape)
+      throw UserError(cat(source, ": tensor '", n, "' is ", shape_str(t.shape()), " ", dtype_name(t.dtype()), ", ",
+                          m.name, "'s '", wanted[k].stored, "' is ", shape_str(wanted[k].shape), " ",
+                          dtype_name(DType::F32)));
+    out.emplace_back(wanted[k].stored, t);
+  }
+  return out;
 }
 
 }  // namespace pd

@@ -74,4 +74,36 @@ class ParameterStore {
   std::vector<size_t> param_begin_, buffer_begin_;
 };
 
+// Weights from outside a run (--init, --weights): safetensors files, and
+// folders whose *.safetensors files are all read (a checkpoint's step-N
+// folder: one file per stage). `source` says which, for messages.
+struct WeightFiles {
+  NamedTensors tensors;  // every file's, in the order given
+  std::string source;
+};
+WeightFiles read_weight_files(const std::vector<std::string>& paths);
+
+// The given tensors matched to `m`'s parameters and buffers by name and
+// returned under the names the model stores them ("{layer}.{name}"), so
+// ParameterStore::load fills any layer range - one stage - from them.
+// A given tensor holds model tensor "{layer}.{name}" when it is named
+//   - "{layer}.{name}" (train/run --save, export, a checkpoint's stage files), or,
+//     where no other layer has a tensor called {name} (an ONNX model's
+//     initializers, which the graph names uniquely):
+//   - "{name}" (a PyTorch state_dict of the module an ONNX file was exported
+//     from: its initializers keep the state_dict's names), or
+//   - "{k}.{name}" for another layer number k (a graph plan's run numbers
+//     layers by stage).
+// Ignored: checkpoint optimizer slots ("optimizer.slot.*") and PyTorch's
+// BatchNorm counters ("*.num_batches_tracked": the momentum is fixed).
+// UserError naming the tensors when one is missing, one matches nothing
+// (extra), two hold the same tensor, or one has another shape or dtype.
+NamedTensors match_named_weights(const Model& m, const NamedTensors& given, const std::string& source);
+
+// The whole model's weights read from `paths` and matched by name.
+inline NamedTensors load_named_weights(const Model& m, const std::vector<std::string>& paths) {
+  const WeightFiles f = read_weight_files(paths);
+  return match_named_weights(m, f.tensors, f.source);
+}
+
 }  // namespace pd

@@ -89,6 +89,13 @@ WorkerRole role_of(const RunSpec& spec, int rank) {
   return r;
 }
 
+// --init: each stage takes its layers' tensors from the whole model's.
+void load_initial_weights(const RunSpec& spec, const Model& model, std::vector<StageState>& states) {
+  if (spec.init.empty()) return;
+  const NamedTensors w = load_named_weights(model, spec.init);
+  for (StageState& s : states) s.weights.load(w, "--init");
+}
+
 // The step training starts at: 0, or the checkpoint's (its weights loaded).
 int64_t resume_if_asked(const RunSpec& spec, const Model& model, const WorkerRole& role, StageState& state) {
   if (spec.resume.empty()) return 0;
@@ -396,6 +403,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   for (const PlanStage* st : stages_of(spec, role.rank))
     states.push_back(make_stage_state(model, st->index, st->first_layer, st->last_layer, spec.seed, *optimizer,
                                       spec.device));
+  load_initial_weights(spec, model, states);
   const int64_t start_step = resume_if_asked(spec, model, role, states.front());
 
   MetricsWriter metrics(role.reporter ? spec.metrics : "");

@@ -15,6 +15,10 @@ ReferencePipeline::ReferencePipeline(const RunSpec& spec, const Model& model, co
     states_.push_back(
         make_stage_state(model, s.index, s.first_layer, s.last_layer, spec.seed, *optimizer_, spec.device));
   }
+  if (!spec.init.empty()) {
+    const NamedTensors w = load_named_weights(model, spec.init);
+    for (StageState& s : states_) s.weights.load(w, "--init");
+  }
   stats_.resize(static_cast<size_t>(R));
   versions_.resize(static_cast<size_t>(R));
 }

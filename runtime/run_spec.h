@@ -37,6 +37,9 @@ struct RunSpec {
   bool evaluate = true;
   int64_t eval_every = 0;
   int64_t eval_batch = 500;
+  // Weights every stage starts from (--init: files matched by name onto the
+  // model, models/parameters.h); empty: the seed's initialisation.
+  std::vector<std::string> init;
   // Outputs.
   std::string metrics, save, trace, checkpoint_dir, resume;
   std::string svg;              // the measured timeline, drawn as `simulate --svg` draws it

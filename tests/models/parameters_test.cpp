@@ -10,6 +10,7 @@
 #include "core/loss.h"
 #include "models/layer_range.h"
 #include "models/parameters.h"
+#include "tests/user_error_of.h"
 
 namespace pd {
 namespace {
@@ -83,6 +84,52 @@ TEST(ParameterStore, SaveLoadRoundTripAndStageLoadFromWholeFile) {
   ParameterStore wrong = ParameterStore::create(mlp, 1);
   EXPECT_THROW(wrong.load(whole.named_tensors(), "cnn file"), UserError);
   std::filesystem::remove(path);
+}
+
+// --init / --weights: a whole-model file matched by name fills every stage;
+// what does not fit is refused naming the tensor.
+TEST(MatchNamedWeights, WholeFileFillsEachStageAndIgnoresCountersAndOptimizerSlots) {
+  Model m = build_model(zoo_spec("resnet18", {{"width", 0.125}, {"image_size", 32}, {"classes", 10}}));
+  ParameterStore whole = ParameterStore::create(m, 5);
+  NamedTensors file = whole.named_tensors();
+  file.emplace_back("3.bn1.num_batches_tracked", Tensor::zeros({}, DType::I64));
+  file.emplace_back("optimizer.slot.0.3.conv1.weight", Tensor::zeros({1}));
+  const NamedTensors matched = match_named_weights(m, file, "f");
+  EXPECT_EQ(matched.size(), whole.named_tensors().size());
+  ParameterStore stage = ParameterStore::create(m, 3, 5, 99);  // another seed: every tensor must come from the file
+  stage.load(matched, "f");
+  for (int l = 3; l <= 5; ++l) {
+    for (size_t k = 0; k < stage.params(l).size(); ++k)
+      EXPECT_TRUE(bitwise_equal(stage.params(l)[k], whole.params(l)[k])) << "layer " << l;
+    for (size_t k = 0; k < stage.buffers(l).size(); ++k)
+      EXPECT_TRUE(bitwise_equal(stage.buffers(l)[k], whole.buffers(l)[k])) << "layer " << l;
+  }
+}
+
+TEST(MatchNamedWeights, MissingExtraDuplicateAndMisShapedTensorsAreNamed) {
+  using testing_support::error_of;
+  Model m = build_model(zoo_spec("cnn"));
+  const NamedTensors good = ParameterStore::create(m, 5).named_tensors();
+  NamedTensors missing = good;
+  missing.erase(missing.begin() + 2);  // "3.weight"
+  EXPECT_NE(error_of([&] { match_named_weights(m, missing, "f"); }).find("lacks 1 of cnn's 8 tensors: '3.weight'"),
+            std::string::npos);
+  NamedTensors extra = good;
+  extra.emplace_back("fc9.weight", Tensor::zeros({2}));
+  EXPECT_NE(error_of([&] { match_named_weights(m, extra, "f"); }).find("1 tensor is not in cnn: 'fc9.weight'"),
+            std::string::npos);
+  NamedTensors twice = good;
+  twice.push_back(good[0]);
+  EXPECT_NE(error_of([&] { match_named_weights(m, twice, "f"); }).find("'0.weight' is given twice"),
+            std::string::npos);
+  NamedTensors shaped = good;
+  shaped[7].second = Tensor::zeros({3});  // "9.bias"
+  const std::string e = error_of([&] { match_named_weights(m, shaped, "f"); });
+  EXPECT_NE(e.find("'9.bias' is [3] f32, cnn's '9.bias' is [10] f32"), std::string::npos) << e;
+  // Zoo layers share parameter names ("weight"): only "{layer}.{name}" matches.
+  NamedTensors unprefixed = good;
+  unprefixed[0].first = "weight";
+  EXPECT_NE(error_of([&] { match_named_weights(m, unprefixed, "f"); }).find("'weight'"), std::string::npos);
 }
 
 TEST(LayerRange, SplitForwardBackwardEqualsWholeModel) {

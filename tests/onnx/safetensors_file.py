@@ -1,12 +1,12 @@
 """The safetensors files the ONNX tests' Python side reads and writes, with
 numpy only (check_export.py runs without torch): F32 and I32 tensors, as
-`pipedream` writes them."""
+`pipedream` writes them, and I64 (a PyTorch state_dict's BatchNorm counters)."""
 import json
 import struct
 
 import numpy as np
 
-DTYPES = {"F32": "<f4", "I32": "<i4"}
+DTYPES = {"F32": "<f4", "I32": "<i4", "I64": "<i8"}
 
 
 def read_safetensors(path):
@@ -25,11 +25,11 @@ def read_safetensors(path):
 
 
 def write_safetensors(path, arrays):
-    """Writes name -> numpy array (float32 or int32), in the order given."""
+    """Writes name -> numpy array (float32, int32 or int64), in the order given."""
     header, blobs, offset = {}, [], 0
     for name, a in arrays.items():
         a = np.ascontiguousarray(a)
-        dtype = {np.dtype("float32"): "F32", np.dtype("int32"): "I32"}[a.dtype]
+        dtype = {np.dtype("float32"): "F32", np.dtype("int32"): "I32", np.dtype("int64"): "I64"}[a.dtype]
         header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
         blobs.append(a)
         offset += a.nbytes
