@@ -81,6 +81,13 @@ TEST(RunRelaunch, WorkerBadInputEndsWithItsOneLineError) {
   const std::string last = last_line(other.output);
   EXPECT_EQ(last.rfind("error: --resume ", 0), 0u) << "last line: " << last << "\nwhole output:\n" << other.output;
   EXPECT_NE(last.find("the checkpoint has batch = 8 but this run has 16"), std::string::npos) << other.output;
+  // Once, by the launching process: not by every rank, and without mpirun's banner.
+  size_t errors = 0;
+  for (size_t at = other.output.find("error: "); at != std::string::npos; at = other.output.find("error: ", at + 1))
+    ++errors;
+  EXPECT_EQ(errors, 1u) << other.output;
+  EXPECT_EQ(other.output.find("Primary job"), std::string::npos) << other.output;
+  EXPECT_EQ(other.output.find("mpirun detected"), std::string::npos) << other.output;
 }
 
 // Kills one worker mid-run; the others must notice within the timeout.
