@@ -207,7 +207,7 @@ TEST(RunOutputs, MetricsEvaluationAndTraceCoverEveryRank) {
 TEST(RunOutputs, SvgDrawsTheMeasuredTimeline) {
   const std::string dir = scratch_dir("svg");
   JobResult r = run_shell(mpirun(4) + pipedream_binary() + " run --plan " + plan_file(dir) + kModel +
-                          " --data synthetic --batch 4 --schedule zb-h1 --microbatches 8 --minibatches 2 --no-eval"
+                          " --data synthetic --batch 32 --schedule zb-h1 --microbatches 8 --minibatches 2 --no-eval"
                           " --svg " + dir + "/timeline.svg");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream f(dir + "/timeline.svg");
