@@ -164,6 +164,21 @@ TEST_F(UserOutput, AnEditedPlansPredictionsAreMarkedStaleOrRecomputed) {
       << recomputed.output;
 }
 
+// run says once that an edited plan's predictions are stale and compares
+// nothing with them.
+TEST_F(UserOutput, RunDropsAnEditedPlansPredictions) {
+  write_text(dir_ + "/plan.json",
+             one_stage_plan(R"(, "predicted": {"time_per_minibatch_s": 0.0001, "for_stages": "0123456789abcdef"})"));
+  const JobResult r = pipedream("run --plan " + dir_ + "/plan.json" + kModel +
+                                " --batch 8 --minibatches 16 --no-eval --threads-per-worker 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string note = "its stages were edited after it was planned";
+  ASSERT_NE(r.output.find(note), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(note, r.output.find(note) + 1), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("predicted 100.000 us"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("(plan: "), std::string::npos) << r.output;
+}
+
 // PipeDream's graph.txt has no batch size and its cost model no per-stage
 // times: the summary says so instead of printing zeros.
 TEST_F(UserOutput, PipedreamCostModelAndGraphTxtPrintNoZeros) {
