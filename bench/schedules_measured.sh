@@ -66,7 +66,7 @@ for model in $models; do
     metrics="$out/$model.$schedule.$RANDOM.jsonl"
     # shellcheck disable=SC2046,SC2086
     "$pipedream" run --plan "$out/$model.plan$w.json" $(model_args "$model") --data synthetic $flags --microbatches "$M" \
-      --batch "$b" --minibatches "$steps" --no-eval --threads-per-worker 1 --timeout 300 --metrics "$metrics" \
+      --batch "$batch" --minibatches "$steps" --no-eval --threads-per-worker 1 --timeout 300 --metrics "$metrics" \
       > /dev/null 2> "$metrics.log"
     sps=$(jq -r 'select(.event == "summary") | .samples_per_s' "$metrics")
     echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"samples_per_s\": $sps}"

@@ -108,7 +108,7 @@ schedule_flags() {  # model schedule -> run flags
   b=$(micro "$1")
   case "$2" in
     1f1b-rr) echo "--batch $((M * b)) --minibatches $(rr_steps "$1")" ;;
-    1f1b-flush) echo "--schedule 1f1b-flush --microbatches $M --batch $b --minibatches $flush_steps" ;;
+    1f1b-flush) echo "--schedule 1f1b-flush --microbatches $M --batch $((M * b)) --minibatches $flush_steps" ;;
   esac
 }
 # The run's schedule and length: simulate replays as many steps as the run

@@ -205,7 +205,8 @@ def run_torch(args, spec, plan, port):
 def run_ours(args):
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as metrics:
         cmd = [args.pipedream, "run", "--plan", args.plan, "--model", args.model, "--data", "synthetic",
-               "--schedule", args.ours, "--microbatches", str(args.microbatches), "--batch", str(args.batch),
+               "--schedule", args.ours, "--microbatches", str(args.microbatches),
+               "--batch", str(args.batch * args.microbatches),
                "--minibatches", str(args.warmup + args.steps), "--no-eval", "--threads-per-worker", "1",
                "--metrics", metrics.name] + (["--model-options", args.model_options] if args.model_options else [])
         cmd += args.ours_args.split() if args.ours_args else []
@@ -219,7 +220,7 @@ def main():
     p.add_argument("--plan", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--model-options", default="")
-    p.add_argument("--batch", type=int, default=8, help="microbatch size (ours: run --batch of a flush schedule)")
+    p.add_argument("--batch", type=int, default=8, help="microbatch size (ours: run --batch is the whole batch, this x --microbatches)")
     p.add_argument("--microbatches", type=int, default=8)
     p.add_argument("--ours", default="1f1b-flush", help="our --schedule")
     p.add_argument("--ours-args", default="", help="more arguments for our run, e.g. '--virtual-stages 2'")

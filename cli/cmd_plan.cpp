@@ -55,9 +55,11 @@ std::string layer_summary(const PlanStage& s) {
   return cat("layers ", s.first_layer, "-", s.last_layer, " (", s.layer_names.size(), " nodes: ", names, ")");
 }
 
-// "2.30x over data parallelism (28.258 ms)", or that it does not fit.
+// "2.30x over data parallelism (28.258 ms)", or that it does not fit, or
+// that the cost model did not compute it.
 std::string baseline_text(const char* name, double seconds, double speedup) {
   if (std::isnan(seconds)) return cat(name, ": does not fit in worker memory");
+  if (!(seconds > 0) || !(speedup > 0)) return cat(name, ": not computed by this cost model");
   char text[160];
   std::snprintf(text, sizeof text, "%.2fx over %s (%s)", speedup, name, seconds_text(seconds).c_str());
   return text;
@@ -73,19 +75,31 @@ void print_candidates(const PlanSearch& search) {
   }
 }
 
+// One stage's times, those the cost model computed: the pipedream cost
+// model (the released optimizer) prices the pipeline as a whole and leaves
+// the stage time and transfers at 0.
+std::string stage_times_text(const PlanStage& s) {
+  std::string text = cat("compute ", seconds_text(s.compute_s), " (fwd ", seconds_text(s.forward_s), ", bwd ",
+                         seconds_text(s.backward_s), ")");
+  if (s.sync_s > 0) text += cat(", sync ", seconds_text(s.sync_s));
+  if (s.transfer_s > 0) text += cat(", transfer ", seconds_text(s.transfer_s));
+  if (s.time_s > 0) text += cat(", stage time ", seconds_text(s.time_s));
+  return text;
+}
+
 void print_summary(const Plan& plan, const Topology& topology) {
-  std::printf("Plan for %s (%s, batch %d) on %d workers", plan.profile.model.c_str(), plan.profile.path.c_str(),
-              plan.profile.batch_size, topology.total_workers());
+  // PipeDream's graph.txt records no batch size.
+  const std::string batch = plan.profile.batch_size > 0 ? cat("batch ", plan.profile.batch_size)
+                                                        : std::string("batch size not recorded");
+  std::printf("Plan for %s (%s, %s) on %d workers", plan.profile.model.c_str(), plan.profile.path.c_str(),
+              batch.c_str(), topology.total_workers());
   for (size_t l = 0; l < topology.levels.size(); ++l)
     std::printf("%s%d x %.4g GB/s", l ? " | " : " [", topology.levels[l].count, topology.levels[l].bandwidth_GBps);
   std::printf("], cost model %s, states %s\n", plan.cost_model.c_str(), plan.state_space.c_str());
   for (const auto& s : plan.stages) {
     std::printf("  stage %d%s: %s\n", s.index, s.index == plan.bottleneck_stage ? " (bottleneck)" : "",
                 layer_summary(s).c_str());
-    std::printf("    replicas %d on ranks %s; compute %s (fwd %s, bwd %s), sync %s, transfer %s, stage time %s\n",
-                s.replicas, rank_list(s.ranks).c_str(), seconds_text(s.compute_s).c_str(), seconds_text(s.forward_s).c_str(),
-                seconds_text(s.backward_s).c_str(), seconds_text(s.sync_s).c_str(), seconds_text(s.transfer_s).c_str(),
-                seconds_text(s.time_s).c_str());
+    std::printf("    replicas %d on ranks %s; %s\n", s.replicas, rank_list(s.ranks).c_str(), stage_times_text(s).c_str());
     std::printf("    memory %s per worker (%d minibatches in flight), sends %s per minibatch\n",
                 bytes_text(double(s.memory_bytes)).c_str(), s.in_flight, bytes_text(double(s.output_bytes)).c_str());
   }
@@ -95,7 +109,15 @@ void print_summary(const Plan& plan, const Topology& topology) {
     std::printf(" (replayed; closed form %s, no plan's closed form below %s)", seconds_text(plan.closed_form_s).c_str(),
                 seconds_text(plan.closed_form_bound_s).c_str());
   if (plan.throughput_samples_per_s > 0) std::printf(", %.1f samples/s", plan.throughput_samples_per_s);
-  std::printf("\n%s, %s\n", baseline_text("one worker", plan.single_worker_s, plan.speedup_vs_single).c_str(),
+  else if (plan.profile.batch_size <= 0)
+    std::printf(" (samples/s unknown: the profile records no batch size; `simulate --batch-size N` gives them)");
+  std::printf("\n");
+  bool per_stage = true;
+  for (const auto& s : plan.stages) per_stage = per_stage && s.time_s > 0;
+  if (!per_stage)
+    std::printf("(the %s cost model prices the pipeline as a whole: it gives no stage time per stage, and "
+                "transfers only where shown)\n", plan.cost_model.c_str());
+  std::printf("%s, %s\n", baseline_text("one worker", plan.single_worker_s, plan.speedup_vs_single).c_str(),
               baseline_text("data parallelism", plan.data_parallel_s, plan.speedup_vs_data_parallel).c_str());
 }
 
@@ -184,6 +206,9 @@ void run_plan(const PlanArgs& a) {
   }
   nlohmann::json j = plan_to_json(plan);
   print_summary(plan, topology);
+  if (options.cost_model == CostModel::pipedream && !a.closed_form)
+    std::printf("(no candidate table: it compares the paper cost model's candidates; the pipedream cost model's "
+                "optimum is the released optimizer's, taken as it is)\n");
   for (const auto& b : a.baselines) {
     if (b == "dp") {
       if (std::isnan(plan.data_parallel_s))

@@ -28,6 +28,7 @@
 #include "runtime/run_report.h"
 #include "runtime/schedule/check.h"
 #include "runtime/schedule/schedule_file.h"
+#include "runtime/simulator/simulator.h"
 #include "runtime/trainer.h"
 
 namespace pd::cli {
@@ -97,6 +98,15 @@ std::vector<std::string> with_plan_file(const std::vector<std::string>& args, co
   return out;
 }
 
+// Flush schedules without --microbatches: one microbatch per worker, or the
+// next count that splits --batch evenly (interleaved-1f1b: a multiple of
+// the workers).
+int default_microbatches(int64_t batch, int workers, bool interleaved) {
+  for (int64_t m = std::max(1, workers); batch > 0 && m <= batch; ++m)
+    if (batch % m == 0 && (!interleaved || m % workers == 0)) return static_cast<int>(m);
+  return std::max(1, workers);
+}
+
 // The schedule: from the flags, or from a checked --schedule-file (which
 // sets kind, weights, microbatches, virtual stages and steps itself).
 void set_schedule(const RunArgs& a, const Plan& plan, RunSpec& s) {
@@ -125,7 +135,10 @@ void set_schedule(const RunArgs& a, const Plan& plan, RunSpec& s) {
   if (a.microbatches < 0) throw UserError(cat("--microbatches must be >= 1, got ", a.microbatches));
   s.schedule.virtual_stages = a.schedule_file.empty() ? a.virtual_stages : file.options.virtual_stages;
   const int workers = plan.workers() / std::max(1, s.schedule.virtual_stages);
-  s.schedule.microbatches = flush ? (a.microbatches > 0 ? a.microbatches : workers) : 1;
+  s.schedule.microbatches =
+      !flush ? 1
+             : a.microbatches > 0 ? a.microbatches
+                                  : default_microbatches(a.batch, workers, s.schedule.kind == ScheduleKind::Interleaved1F1B);
   if (s.schedule.kind == ScheduleKind::TwoBW && (!a.checkpoint_dir.empty() || !a.resume.empty()))
     // The pipeline drains at a checkpoint and would restart the version delay.
     throw UserError("2bw runs do not checkpoint or resume yet");
@@ -182,12 +195,22 @@ void require_runnable_schedule(const Plan& plan, const RunSpec& s) {
   require_valid_schedule(check, build_schedule(plan, shortened));
 }
 
+// --batch is the minibatch, the samples of one optimizer step, for every
+// schedule (as for `train` and `profile`); a flush schedule splits it into
+// M microbatches of batch / M.
+int64_t microbatch_size(int64_t batch, int microbatches) {
+  if (batch <= 0) throw UserError(cat("--batch must be positive, got ", batch));
+  if (batch % microbatches != 0)
+    throw UserError(cat("--batch ", batch, " does not split into ", microbatches, " equal microbatches (--microbatches ",
+                        microbatches, "): give a --batch divisible by it, or --microbatches that divides ", batch));
+  return batch / microbatches;
+}
+
 RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   RunSpec s;
   s.plan = plan;
   set_schedule(a, plan, s);
-  if (a.batch <= 0) throw UserError(cat("--batch must be positive, got ", a.batch));
-  s.batch = a.batch;
+  s.batch = microbatch_size(a.batch, s.schedule.microbatches);
   if (a.schedule_file.empty() && (a.epochs > 0) == (a.minibatches > 0))
     throw UserError("give exactly one of --epochs N and --minibatches K (both positive)");
   const int64_t per_epoch = s.steps_per_epoch(train_size);
@@ -232,18 +255,26 @@ std::string graph_stage_text(const PlanStage& s, const Model& m) {
   return cat(", ", s.nodes.size(), " units, sends ", tensors, tensors == 1 ? " tensor" : " tensors");
 }
 
-void print_plan(const Plan& p, const Model& m) {
-  std::fprintf(stderr, "plan %s: %zu stages on %d workers\n", p.config.c_str(), p.stages.size(), p.workers());
+// interleaved-1f1b runs v of the plan's stages on each worker: the header
+// and every stage name the workers that run, not the plan's ranks.
+void print_plan(const Plan& p, const Model& m, const ScheduleOptions& schedule) {
+  const int v = std::max(1, schedule.virtual_stages);
+  const int workers = p.workers() / v;
+  if (v > 1)
+    std::fprintf(stderr, "plan %s: %zu stages on %d workers (%s: %d stages per worker, stage k on worker k mod %d)\n",
+                 p.config.c_str(), p.stages.size(), workers, to_string(schedule.kind).c_str(), v, workers);
+  else
+    std::fprintf(stderr, "plan %s: %zu stages on %d workers\n", p.config.c_str(), p.stages.size(), workers);
   for (const PlanStage& s : p.stages) {
     std::string ranks;
-    for (int r : s.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    for (int r : s.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(v > 1 ? s.index % workers : r);
     const std::string& first = m.layers[static_cast<size_t>(s.first_layer)].name;
     const std::string& last = m.layers[static_cast<size_t>(s.last_layer)].name;
     const std::string layers = s.first_layer == s.last_layer ? cat("layer ", s.first_layer, " (", first)
                                                              : cat("layers ", s.first_layer, "..", s.last_layer, " (",
                                                                    first, " .. ", last);
-    std::fprintf(stderr, "  stage %d: %s%s) on rank%s %s\n", s.index, layers.c_str(), graph_stage_text(s, m).c_str(),
-                 s.ranks.size() > 1 ? "s" : "", ranks.c_str());
+    std::fprintf(stderr, "  stage %d: %s%s) on %s%s %s\n", s.index, layers.c_str(), graph_stage_text(s, m).c_str(),
+                 v > 1 ? "worker" : "rank", s.ranks.size() > 1 ? "s" : "", ranks.c_str());
   }
 }
 
@@ -261,9 +292,9 @@ void run_reference(const RunSpec& spec, const Model& model, const DataSplits& da
   for (const Segment& seg : run_segments(spec, 0)) ref.run_segment(seg, &report);
   bar.finish();
   NamedTensors merged = ref.merged_weights();
-  std::printf("reference: %lld steps of plan %s (%s, weights %s) in one process in %.1f s",
-              static_cast<long long>(spec.steps()), spec.plan.config.c_str(), to_string(spec.schedule.kind).c_str(),
-              to_string(spec.schedule.policy).c_str(), report.seconds());
+  std::printf("reference: %lld steps of plan %s (%s) in one process in %.1f s",
+              static_cast<long long>(spec.steps()), spec.plan.config.c_str(),
+              schedule_summary(spec.schedule, spec.batch).c_str(), report.seconds());
   if (spec.evaluate && data.test) {
     ParameterStore w = ParameterStore::create(model, spec.seed, spec.device);
     w.load(merged, "the reference run");
@@ -313,16 +344,27 @@ void run_mpi_worker(RunSpec& spec, const RunArgs& a, const Model& model, const D
   run_pipeline_worker(spec, model, data, staged);
 }
 
-// The plan's prediction is 1f1b-rr's on minibatches of --batch; a flush
-// schedule runs batches of M such microbatches, whose replay differs.
+// --plan auto with a flush schedule profiles one microbatch (--batch / M):
+// the plan's stage times are microbatch times, balanced for the flush run.
+// 1: a 1f1b-rr run, which profiles the whole --batch.
+int auto_plan_microbatches(const RunArgs& a) {
+  if (!a.schedule_file.empty() || a.schedule.empty()) return 1;
+  const ScheduleKind kind = parse_schedule_kind(a.schedule);
+  if (!is_flush(kind)) return 1;
+  if (a.microbatches > 0) return a.microbatches;
+  return default_microbatches(a.batch, a.workers, kind == ScheduleKind::Interleaved1F1B);
+}
+
+// The plan's prediction is 1f1b-rr's on minibatches of the profiled size; a
+// flush schedule runs batches of M such microbatches, whose replay differs.
 void print_flush_prediction(const RunArgs& a, const Plan& plan, int threads, int cores) {
   if (a.schedule.empty() || !a.schedule_file.empty()) return;
   ScheduleOptions s;
   s.kind = parse_schedule_kind(a.schedule);
   if (!is_flush(s.kind) || s.kind == ScheduleKind::Interleaved1F1B) return;
-  s.microbatches = a.microbatches > 0 ? a.microbatches : a.workers;
-  std::fprintf(stderr, "for %s (batches of %d microbatches of %lld): predicted %.0f samples/s\n",
-               to_string(s.kind).c_str(), s.microbatches, static_cast<long long>(a.batch),
+  s.microbatches = auto_plan_microbatches(a);
+  std::fprintf(stderr, "for %s (batches of %lld: %d microbatches of %d): predicted %.0f samples/s\n",
+               to_string(s.kind).c_str(), static_cast<long long>(a.batch), s.microbatches, plan.profile.batch_size,
                flush_samples_per_s(plan, s, threads, cores));
 }
 
@@ -343,12 +385,20 @@ void run_command(const RunArgs& a) {
                       "or plan first and give --plan plan.json");
     if (a.workers < 1) throw UserError("--plan auto needs --workers N");
     const Device device = Device::parse(a.device);
-    std::fprintf(stderr, "profiling %s (batch %lld, %s)...\n", model.name.c_str(), static_cast<long long>(a.batch),
+    const int M = auto_plan_microbatches(a);
+    const int64_t profiled = microbatch_size(a.batch, M);
+    const std::string what = M > 1 ? cat("microbatch ", profiled, " = --batch ", a.batch, " / ", M)
+                                   : cat("batch ", profiled);
+    std::fprintf(stderr, "profiling %s (%s, %s)...\n", model.name.c_str(), what.c_str(),
                  device.is_cpu() ? cat(a.threads, " thread", a.threads > 1 ? "s" : "", " per worker").c_str()
                                  : device.str().c_str());
-    const Profile profile = measure_layer_profile(model, a.batch, a.threads, a.optimizer, device);
+    const Profile profile = measure_layer_profile(model, profiled, a.threads, a.optimizer, device);
     const int cores = int(std::thread::hardware_concurrency());
-    plan = plan_for_workers(profile, a.workers, a.straight, device.is_cpu() ? a.threads : 1,
+    // interleaved-1f1b: --workers workers run --virtual-stages stages each,
+    // one worker per stage.
+    const bool interleaved = !a.schedule.empty() && parse_schedule_kind(a.schedule) == ScheduleKind::Interleaved1F1B;
+    const int stages = interleaved ? a.workers * a.virtual_stages : a.workers;
+    plan = plan_for_workers(profile, stages, a.straight || interleaved, device.is_cpu() ? a.threads : 1,
                             device.is_cpu() ? cores : 0);
     plan_path = a.plan_out;
     write_plan(plan, plan_path);
@@ -356,14 +406,24 @@ void run_command(const RunArgs& a) {
       std::fprintf(stderr, "%d workers x %d threads share %d cores: the cores, not the pipeline, bound a minibatch "
                    "(%s of compute per minibatch over %d cores)\n", a.workers, a.threads, cores,
                    seconds_text(plan.shared_cores_bound_s * cores / a.threads).c_str(), cores);
-    std::fprintf(stderr, "planned %d workers: config %s, predicted %.0f samples/s (%.2fx one worker); plan written to %s\n",
-                 a.workers, plan.config.c_str(), plan.throughput_samples_per_s, plan.speedup_vs_single,
-                 plan_path.c_str());
+    if (interleaved) {
+      std::fprintf(stderr, "planned %d stages for %d workers x %d virtual stages: config %s; plan written to %s\n",
+                   stages, a.workers, a.virtual_stages, plan.config.c_str(), plan_path.c_str());
+    } else {
+      // Graph-shaped (ONNX) profiles have no one-worker baseline.
+      char speedup[64] = "";
+      if (plan.speedup_vs_single > 0) std::snprintf(speedup, sizeof speedup, " (%.2fx one worker)", plan.speedup_vs_single);
+      std::fprintf(stderr, "planned %d workers: config %s, predicted %.0f samples/s%s; plan written to %s\n",
+                   a.workers, plan.config.c_str(), plan.throughput_samples_per_s, speedup, plan_path.c_str());
+    }
     print_flush_prediction(a, plan, device.is_cpu() ? a.threads : 1, device.is_cpu() ? cores : 0);
   } else {
     if (a.workers != 0 || a.straight)
       throw UserError("--workers and --straight go with --plan auto (a plan file fixes the workers)");
     plan = read_plan(a.plan);
+    const std::string stale = refresh_stale_plan(plan, nullptr);
+    if (!stale.empty() && speaks_for_the_job())
+      std::fprintf(stderr, "note: %s: %s; the run is not compared with them\n", a.plan.c_str(), stale.c_str());
   }
   if (plan_places_units(plan, model)) stage_graph_model(model, plan, plan_path);
   check_plan_fits_model(plan, model, plan_path);
@@ -378,7 +438,7 @@ void run_command(const RunArgs& a) {
   if (under_mpi && !a.reference) require_world_size(R, launcher_world_size());
 
   if (a.reference) {
-    print_plan(plan, model);
+    print_plan(plan, model, spec.schedule);
     spec.device = open_compute_device(a.device, a.deterministic);
     run_reference(spec, model, data);
     return;
@@ -388,7 +448,7 @@ void run_command(const RunArgs& a) {
     std::vector<std::string> own = with_plan_file(own_arguments(), plan_path);
     if (ProgressBar::stderr_is_terminal() && !a.progress) own.push_back("--progress");
     const auto cmd = mpirun_command(R, own);
-    print_plan(plan, model);
+    print_plan(plan, model, spec.schedule);
     std::string line;
     for (size_t i = 0; i < 8 && i < cmd.size(); ++i) line += (i ? " " : "") + cmd[i];
     std::fprintf(stderr, "launching %d workers: %s ...\n", R, line.c_str());
@@ -397,7 +457,7 @@ void run_command(const RunArgs& a) {
     std::exit(run_and_wait(cmd));
   }
   if (R == 1 && !under_mpi) {
-    print_plan(plan, model);
+    print_plan(plan, model, spec.schedule);
     spec.device = open_compute_device(a.device, a.deterministic);
     LocalTransport t(std::make_shared<LocalHub>(1), 0);
     install_stop_signal_handlers();
@@ -426,13 +486,17 @@ void add_run_command(CLI::App& app) {
   auto* ep = cmd->add_option("--epochs", a->epochs, "Passes over the training set");
   auto* mb = cmd->add_option("--minibatches", a->minibatches, "Optimizer steps (flush schedules: batches)");
   ep->excludes(mb);
-  cmd->add_option("--batch", a->batch, "Minibatch size (flush schedules: microbatch size)")->capture_default_str();
+  cmd->add_option("--batch", a->batch,
+                  "Minibatch size: the samples of one optimizer step (flush schedules: split into --microbatches)")
+      ->capture_default_str();
   cmd->add_option("--schedule", a->schedule,
                   "1f1b-rr | 1f1b-flush | gpipe | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
   cmd->add_option("--virtual-stages", a->virtual_stages,
                   "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)");
   cmd->add_option("--weights", a->weights, "1f1b-rr weight policy: stash | vertical | none")->capture_default_str();
-  cmd->add_option("--microbatches", a->microbatches, "Flush schedules: microbatches per optimizer step (default: workers)");
+  cmd->add_option("--microbatches", a->microbatches,
+                  "Flush schedules: microbatches --batch is split into (default: the workers, or the next count that "
+                  "divides --batch)");
   cmd->add_option("--schedule-file", a->schedule_file,
                   "run this schedule (JSON or CSV from `pipedream schedule --format`, possibly edited) once the "
                   "checker accepts it (a rejected one exits 2 naming its first bad action); it sets the schedule, "

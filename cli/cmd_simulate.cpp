@@ -135,8 +135,16 @@ void run_simulate(const SimulateArgs& a) {
   // size when the profile has it (`profile --microbatches M`).
   const int M = opt.schedule.microbatches;
   int microbatch = 0;  // the microbatch size the profile measured, when it did
+  std::string stale;   // what was done about a plan edited after planning
+  if (a.profile.empty()) {
+    stale = refresh_stale_plan(plan, nullptr);
+    if (!stale.empty()) stale += "; the stages' compute times are the stored ones, as stale: pass --profile to recompute them";
+  }
   if (!a.profile.empty()) {
     const Profile profile = read_profile(a.profile);
+    // An edited plan's layer names are as stale as its costs: both come
+    // from the profile again before the two are compared.
+    stale = refresh_stale_plan(plan, &profile);
     check_profile_matches_plan(plan, profile);
     opt.stashed_bytes = stashed_bytes_from_profile(plan, profile);
     if (M > 1 && profile.batch_size % M == 0)
@@ -159,9 +167,11 @@ void run_simulate(const SimulateArgs& a) {
       j["threads_per_worker"] = opt.threads_per_worker;
     }
     if (M > 1) j["microbatch_compute"] = opt.microbatch_times.empty() ? "linear" : "measured";
+    if (!stale.empty()) j["stale_plan"] = stale;
     std::cout << j.dump() << "\n";
     return;
   }
+  if (!stale.empty()) std::cout << "note: " << a.plan << ": " << stale << "\n";
   std::cout << format_report(rep);
   if (opt.cores > 0)
     std::cout << "workers share " << opt.cores << " cores, " << opt.threads_per_worker

@@ -32,12 +32,11 @@ inline int run_app(CLI::App& app, int argc, char** argv) {
     // CLI11 returns 0 for --help/--version and its own codes for errors.
     return app.exit(e) == 0 ? 0 : 2;
   } catch (const pd::UserError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    pd::report_error_to_launcher(e.what(), 2);
+    // A relaunched worker's error is printed once, by the launching process.
+    if (!pd::report_error_to_launcher(e.what(), 2)) std::cerr << "error: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    pd::report_error_to_launcher(e.what(), 1);
+    if (!pd::report_error_to_launcher(e.what(), 1)) std::cerr << "error: " << e.what() << "\n";
     return 1;
   }
   return 0;

@@ -60,7 +60,15 @@ struct Plan {
   // NaN: the baseline does not fit in worker memory (null in plan.json).
   double single_worker_s = 0, data_parallel_s = 0;
 
+  // The stage structure the predictions above and the stages' costs were
+  // computed for (stage_fingerprint; plan.json "predicted": "for_stages").
+  // "" when the file does not record it.
+  std::string predictions_for;
+
   int workers() const;  // sum of replicas
+  // True when the stages were edited after the predictions were computed:
+  // the stored times, memory and speed-ups describe another plan.
+  bool predictions_stale() const;
   int stage_of_rank(int rank) const;
 };
 
@@ -71,5 +79,8 @@ Plan plan_from_json(const nlohmann::json& j, const std::string& source);
 Plan read_plan(const std::string& path);
 void write_plan(const Plan& p, const std::string& path);  // atomic
 std::string config_string(const std::vector<int>& replicas);  // {7,1} -> "7-1"
+// A hash of what the predictions depend on: every stage's layers (or nodes)
+// and replicas, and the profiled batch size (not which ranks run a stage).
+std::string stage_fingerprint(const Plan& p);
 
 }  // namespace pd

@@ -72,6 +72,21 @@ int Plan::stage_of_rank(int rank) const {
   throw UserError(cat("rank ", rank, " is not part of the plan (", workers(), " workers)"));
 }
 
+std::string stage_fingerprint(const Plan& p) {
+  std::string text = cat("batch ", p.profile.batch_size);
+  for (const auto& s : p.stages) {
+    text += cat("|", s.first_layer, "-", s.last_layer, " x", s.replicas);
+    for (int n : s.nodes) text += cat("n", n);
+  }
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+bool Plan::predictions_stale() const { return !predictions_for.empty() && predictions_for != stage_fingerprint(*this); }
+
 std::string config_string(const std::vector<int>& replicas) {
   std::string out;
   for (size_t i = 0; i < replicas.size(); ++i) out += (i ? "-" : "") + std::to_string(replicas[i]);
@@ -130,7 +145,8 @@ json plan_to_json(const Plan& p) {
             {"by", p.predicted_by},
             {"closed_form_s", p.closed_form_s},
             {"closed_form_bound_s", p.closed_form_bound_s},
-            {"shared_cores_bound_s", p.shared_cores_bound_s}}},
+            {"shared_cores_bound_s", p.shared_cores_bound_s},
+            {"for_stages", p.predictions_for.empty() ? stage_fingerprint(p) : p.predictions_for}}},
           {"baselines", {{"single_worker_s", baseline_to_json(p.single_worker_s)},
                          {"data_parallel_s", baseline_to_json(p.data_parallel_s)}}}};
 }
@@ -221,6 +237,7 @@ Plan plan_from_json(const json& j, const std::string& source) {
     p.closed_form_s = optional_field<double>(pr, "closed_form_s", 0, where);
     p.closed_form_bound_s = optional_field<double>(pr, "closed_form_bound_s", 0, where);
     p.shared_cores_bound_s = optional_field<double>(pr, "shared_cores_bound_s", 0, where);
+    p.predictions_for = optional_field<std::string>(pr, "for_stages", "", where);
   }
   if (j.contains("baselines")) {
     const json& b = j["baselines"];

@@ -28,8 +28,8 @@ Plan plan_for_workers(const Profile& p, int workers, bool straight = false, int 
                       int cores = 0, double bandwidth_GBps = 4.0);
 
 // A flush schedule (gpipe, 1f1b-flush, zb-h1) run on a plan profiled at
-// its microbatch - what `run --plan auto` profiles, the run's --batch being
-// the microbatch there: the replay of schedule.microbatches microbatches
+// its microbatch - what `run --plan auto` profiles for a flush run, the
+// run's --batch / M: the replay of schedule.microbatches microbatches
 // per batch, each costing the plan's stage times as profiled, with the
 // cores shared as in plan_for_workers. Samples/s of the whole batches.
 double flush_samples_per_s(const Plan& plan, const ScheduleOptions& schedule, int threads_per_worker = 1,

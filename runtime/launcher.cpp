@@ -25,6 +25,14 @@ int launcher_world_size() {
   return -1;
 }
 
+bool speaks_for_the_job() {
+  if (launcher_world_size() < 0) return true;
+  if (const char* dir = std::getenv("PIPEDREAM_ERROR_DIR"); dir && *dir) return false;
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(var)) return std::atoi(v) == 0;
+  return true;
+}
+
 void require_world_size(int plan_workers, int world) {
   if (world != plan_workers)
     throw UserError(cat("the plan needs ", plan_workers, " workers but the MPI world has ", world,
@@ -50,7 +58,9 @@ std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string
   std::vector<std::string> cmd = {"mpirun"};
   if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");
   if (ranks > static_cast<int>(std::thread::hardware_concurrency())) cmd.push_back("--oversubscribe");
-  cmd.insert(cmd.end(), {"--bind-to", "none", "-np", std::to_string(ranks)});
+  // --quiet: no banner about the exit codes; the launching process prints the
+  // workers' error itself (run_and_wait), once.
+  cmd.insert(cmd.end(), {"--quiet", "--bind-to", "none", "-np", std::to_string(ranks)});
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) throw RuntimeFailure("cannot find this program's path (/proc/self/exe)");
@@ -172,19 +182,27 @@ int run_and_wait(const std::vector<std::string>& command) {
   const int exit_code = spawn_and_wait(command);
   if (exit_code == 0) return 0;
   const std::optional<WorkerError> cause = first_cause(reports.path());
-  if (!cause) return exit_code;
   std::fflush(stdout);
+  if (!cause) {
+    // mpirun --quiet says nothing about a worker that crashed or was killed.
+    std::fprintf(stderr, "error: a worker failed without an error message (exit code %d%s)\n", exit_code,
+                 exit_code > 128 ? cat(": signal ", exit_code - 128).c_str() : "");
+    return exit_code;
+  }
   std::fprintf(stderr, "error: %s\n", cause->message.c_str());
   std::fflush(stderr);
   return cause->exit_code;
 }
 
-void report_error_to_launcher(const std::string& message, int exit_code) {
+bool report_error_to_launcher(const std::string& message, int exit_code) {
   const char* dir = std::getenv(kErrorDirVariable);
-  if (dir == nullptr || *dir == '\0') return;
-  // One file per process: every rank on this host writes its own.
+  if (dir == nullptr || *dir == '\0') return false;
+  // One file per process: every rank on this host writes its own. A rank on
+  // another host finds no such folder and prints its error itself.
   std::ofstream out(cat(dir, "/worker-", ::getpid(), ".txt"));
   out << wall_clock_ns() << ' ' << exit_code << '\n' << message;
+  out.close();
+  return static_cast<bool>(out);
 }
 
 }  // namespace pd

@@ -313,28 +313,71 @@ void write_trace(const RunSpec& spec, const GatheredResults& g, Transport& t) {
   write_chrome_trace(spec.trace, g.traces, stage_of);
 }
 
-// One line per rank: how busy it was and its peak memory against the plan's
-// (which counts training only: evaluation batches can raise the peak).
-void print_rank_lines(const Plan& plan, const std::vector<nlohmann::json>& per_rank, int64_t eval_batch) {
+// Why the plan's per-stage memory says nothing about this run, or "": it is
+// 1f1b-rr's with stashed weights, at the profiled batch, for training alone.
+std::string memory_not_comparable(const RunSpec& spec, bool evaluated) {
+  if (spec.schedule.kind != ScheduleKind::OneFOneBRoundRobin || spec.schedule.policy != WeightPolicy::Stash)
+    return cat("the plan's figure is for 1f1b-rr with stashed weights, not ", to_string(spec.schedule.kind),
+               spec.schedule.kind == ScheduleKind::OneFOneBRoundRobin ? " with weights " + to_string(spec.schedule.policy)
+                                                                     : std::string());
+  if (spec.plan.profile.batch_size > 0 && spec.samples_per_step() != spec.plan.profile.batch_size)
+    return cat("the plan's figure is for batch ", spec.plan.profile.batch_size, ", this run's is ",
+               spec.samples_per_step());
+  if (evaluated) return "the peak includes test-set evaluation; --no-eval measures training alone";
+  return "";
+}
+
+// One line per rank: how busy it was and its peak memory, against the plan's
+// where that figure describes this run.
+void print_rank_lines(const RunSpec& spec, const std::vector<nlohmann::json>& per_rank, bool evaluated) {
+  const Plan& plan = spec.plan;
+  const std::string not_comparable = memory_not_comparable(spec, evaluated);
+  bool planned = false;
   for (const auto& line : per_rank) {
     const PlanStage& st = plan.stages[line["stage"].get<int>()];
     const double peak = line["peak_training_bytes"].get<double>();
     const double busy = line["busy_fraction"].get<double>(), busy_s = line["busy_s"].get<double>();
-    std::printf("  rank %d (stage %d): busy %.0f%%", line["rank"].get<int>(), st.index, 100.0 * busy);
+    // interleaved-1f1b: a worker runs v stages, k, k + workers, ...
+    const int v = spec.schedule.virtual_stages, workers = plan.workers() / std::max(1, v);
+    std::string stages = cat("stage ", st.index);
+    if (v > 1) {
+      stages = "stages ";
+      for (int c = 0; c < v; ++c) stages += cat(c ? "," : "", st.index + c * workers);
+    }
+    std::printf("  rank %d (%s): busy %.0f%%", line["rank"].get<int>(), stages.c_str(), 100.0 * busy);
     // On a CPU, CPU time below busy time: the rank waited for a core inside
     // its actions (more workers than cores, or other programs). A GPU
     // rank's host thread mostly waits for its device, so it says nothing.
     if (line["device"].get<std::string>() == "cpu" && busy_s > 0)
       std::printf(" (on a core %.0f%%)", 100.0 * busy * line["busy_cpu_s"].get<double>() / busy_s);
     std::printf(", peak memory %s beyond the data set", bytes_text(peak).c_str());
-    if (st.memory_bytes > 0)
+    if (st.memory_bytes > 0 && not_comparable.empty())
       std::printf(" (plan: %s, %+.0f%%)", bytes_text(double(st.memory_bytes)).c_str(),
                   100 * (peak / double(st.memory_bytes) - 1));
+    planned = planned || st.memory_bytes > 0;
     std::printf(", up to %d weight versions\n", line["peak_weight_versions"].get<int>());
   }
-  if (eval_batch > 0)
-    std::printf("  (peaks include test-set evaluation in batches of %lld; --no-eval measures training alone)\n",
-                static_cast<long long>(eval_batch));
+  if (planned && !not_comparable.empty())
+    std::printf("  (peak memory not compared with the plan's: %s)\n", not_comparable.c_str());
+}
+
+// Why the plan's time per minibatch says nothing about this run's steady
+// state, or "".
+std::string time_not_comparable(const RunSpec& spec, const RunReporter& report, double steady) {
+  const Plan& plan = spec.plan;
+  if (spec.schedule.kind != ScheduleKind::OneFOneBRoundRobin || plan.schedule != "1f1b-rr")
+    return cat("the plan predicts ", plan.schedule, ", this run is ", to_string(spec.schedule.kind),
+               " (`pipedream simulate --schedule ", to_string(spec.schedule.kind),
+               is_flush(spec.schedule.kind) ? cat(" --microbatches ", spec.schedule.microbatches) : std::string(),
+               spec.schedule.virtual_stages > 1 ? cat(" --virtual-stages ", spec.schedule.virtual_stages) : std::string(),
+               "` predicts it)");
+  if (plan.profile.batch_size > 0 && spec.samples_per_step() != plan.profile.batch_size)
+    return cat("the plan predicts batch ", plan.profile.batch_size, ", this run's is ", spec.samples_per_step());
+  if (steady <= 0) return "too few steps for a steady state (8 or more give one)";
+  if (const int n = report.evaluations_in_steady_window(); n > 0)
+    return cat(n, " test-set evaluation", n > 1 ? "s" : "", " ran inside the steady window (--no-eval, or fewer "
+               "--eval-every, measures training alone)");
+  return "";
 }
 
 // The run's summary: printed, and its metrics line returned.
@@ -349,9 +392,9 @@ nlohmann::json print_summary(const RunSpec& spec, const RunReporter& report, con
                             {"config", plan.config},
                             {"schedule", to_string(spec.schedule.kind)},
                             {"weights", to_string(spec.schedule.policy)}};
-  std::printf("trained %lld steps on %d workers (plan %s, %s, weights %s) in %.1f s: %.0f samples/s",
-              static_cast<long long>(steps), world_size, plan.config.c_str(), to_string(spec.schedule.kind).c_str(),
-              to_string(spec.schedule.policy).c_str(), out.seconds, out.samples_per_s);
+  std::printf("trained %lld steps on %d workers (plan %s, %s) in %.1f s: %.0f samples/s",
+              static_cast<long long>(steps), world_size, plan.config.c_str(),
+              schedule_summary(spec.schedule, spec.batch).c_str(), out.seconds, out.samples_per_s);
   if (!report.evals().empty()) {
     const EvalResult& e = report.evals().back().second;
     std::printf(", test loss %.4f, test accuracy %.2f%%", e.loss, 100.0 * e.accuracy);
@@ -366,17 +409,21 @@ nlohmann::json print_summary(const RunSpec& spec, const RunReporter& report, con
     summary["steady_time_per_minibatch_s"] = steady;
     summary["steady_samples_per_s"] = double(spec.samples_per_step()) / steady;
   }
-  if (plan.time_per_minibatch_s > 0 && !is_flush(spec.schedule.kind)) {
+  if (plan.time_per_minibatch_s > 0) {
+    // The prediction is a steady state: compared with the middle half of
+    // the run only, and only when that measures what was predicted.
     const double predicted = plan.time_per_minibatch_s;
-    std::printf("time per minibatch: predicted %s (%s, steady state), measured %s over the run (%+.1f%%)",
-                seconds_text(predicted).c_str(), plan.predicted_by.c_str(), seconds_text(measured).c_str(),
-                100 * (measured / predicted - 1));
-    if (steady > 0)
-      std::printf(", %s in its middle half (%+.1f%%)", seconds_text(steady).c_str(), 100 * (steady / predicted - 1));
-    if (!report.evals().empty())
-      std::printf(", including %zu test-set evaluations (--no-eval measures training alone)", report.evals().size());
-    std::printf("\n");
-    summary["predicted_time_per_minibatch_s"] = predicted;
+    const std::string why_not = time_not_comparable(spec, report, steady);
+    std::printf("time per minibatch: measured %s over the run (start-up and drain included)",
+                seconds_text(measured).c_str());
+    if (steady > 0) std::printf(", %s in its middle half", seconds_text(steady).c_str());
+    if (why_not.empty()) {
+      std::printf("; predicted %s (%s, steady state): %+.1f%%\n", seconds_text(predicted).c_str(),
+                  plan.predicted_by.c_str(), 100 * (steady / predicted - 1));
+      summary["predicted_time_per_minibatch_s"] = predicted;
+    } else {
+      std::printf("\n  (not compared with the plan's prediction: %s)\n", why_not.c_str());
+    }
   }
   return summary;
 }
@@ -431,7 +478,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   if (!spec.trace.empty()) write_trace(spec, gathered, t);
   if (!spec.svg.empty()) write_run_timeline_svg(spec.svg, spec.plan, spec.schedule, gathered.traces, spec.svg_minibatches);
   const nlohmann::json summary = print_summary(spec, report, out, steps, t.world_size());
-  print_rank_lines(spec.plan, gathered.per_rank, report.evals().empty() ? 0 : spec.eval_batch);
+  print_rank_lines(spec, gathered.per_rank, !report.evals().empty());
   metrics.write(summary);
   print_output_files(spec);
   std::fflush(stdout);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/error.h"
+
 namespace pd {
 
 RunReporter::RunReporter(MetricsWriter& metrics, ProgressBar* bar, int64_t total_steps, int64_t steps_per_epoch,
@@ -27,15 +29,38 @@ double RunReporter::samples_per_s() const {
   return s > 0 ? static_cast<double>(steps * samples_per_step_) / s : 0;
 }
 
-double steady_seconds_per_step(const std::map<int64_t, double>& done_at_s) {
-  if (done_at_s.size() < 8) return 0;
+std::string schedule_summary(const ScheduleOptions& s, int64_t microbatch_size) {
+  const int64_t batch = microbatch_size * s.microbatches;
+  if (is_flush(s.kind))
+    return cat(to_string(s.kind), ", batches of ", batch, ": ", s.microbatches, " microbatches of ", microbatch_size);
+  if (s.kind == ScheduleKind::OneFOneBRoundRobin)
+    return cat(to_string(s.kind), ", weights ", to_string(s.policy), ", batch ", batch);
+  return cat(to_string(s.kind), ", batch ", batch);
+}
+
+StepWindow steady_window(const std::map<int64_t, double>& done_at_s) {
+  if (done_at_s.size() < 8) return {};
   const int64_t first = done_at_s.begin()->first, steps = done_at_s.rbegin()->first - first + 1;
   // The seen steps nearest inside the window.
   const auto lo = done_at_s.lower_bound(first + steps / 4);
   auto hi = done_at_s.upper_bound(first + steps * 3 / 4);
   --hi;
-  if (hi->first <= lo->first) return 0;
-  return (hi->second - lo->second) / static_cast<double>(hi->first - lo->first);
+  if (hi->first <= lo->first) return {};
+  return {lo->first, hi->first};
+}
+
+double steady_seconds_per_step(const std::map<int64_t, double>& done_at_s) {
+  const StepWindow w = steady_window(done_at_s);
+  if (w.last <= w.first) return 0;
+  return (done_at_s.at(w.last) - done_at_s.at(w.first)) / static_cast<double>(w.last - w.first);
+}
+
+int RunReporter::evaluations_in_steady_window() const {
+  const StepWindow w = steady_window(done_at_s_);
+  int n = 0;
+  // An evaluation after `step` steps runs between steps step - 1 and step.
+  for (const auto& [step, result] : evals_) n += step > w.first && step <= w.last;
+  return n;
 }
 
 void RunReporter::on_loss(int64_t step, int microbatch, const StepLoss& l) {

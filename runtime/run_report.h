@@ -9,6 +9,7 @@
 
 #include "runtime/executor.h"
 #include "runtime/metrics.h"
+#include "runtime/schedule/schedule.h"
 
 namespace pd {
 
@@ -19,6 +20,16 @@ namespace pd {
 // touch of every buffer, MPI's connection set-up) fall outside it. 0 when
 // fewer than 8 steps were seen.
 double steady_seconds_per_step(const std::map<int64_t, double>& done_at_s);
+
+// How a run steps, for its summary line: "1f1b-rr, weights stash, batch 64",
+// "gpipe, batches of 64: 4 microbatches of 16" (weight policies are
+// 1f1b-rr's; a flush step is a batch of microbatches).
+std::string schedule_summary(const ScheduleOptions& s, int64_t microbatch_size);
+// The steps that window spans, [first, last] (both 0 when there is none).
+struct StepWindow {
+  int64_t first = 0, last = 0;
+};
+StepWindow steady_window(const std::map<int64_t, double>& done_at_s);
 
 class RunReporter final : public ExecutorObserver {
  public:
@@ -36,6 +47,9 @@ class RunReporter final : public ExecutorObserver {
   double samples_per_s() const;
   double seconds() const;
   double steady_seconds_per_step() const { return pd::steady_seconds_per_step(done_at_s_); }
+  // Test-set evaluations that ran inside the steady window (between two of
+  // its steps): their time is in steady_seconds_per_step.
+  int evaluations_in_steady_window() const;
 
  private:
   struct Partial {

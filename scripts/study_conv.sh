@@ -48,7 +48,7 @@ for lr in 0.01 0.05 0.1; do
       case "$policy" in
         train) "${nice[@]}" "$pipedream" train "${common[@]}" --batch 64 --threads 1 >"${f%.jsonl}.log" 2>&1 ;;
         flush) "${nice[@]}" "$pipedream" run --reference --plan "$out/sim/1-1-1-1.json" "${common[@]}" \
-                 --schedule 1f1b-flush --batch 16 --microbatches 4 >"${f%.jsonl}.log" 2>&1 ;;
+                 --schedule 1f1b-flush --batch 64 --microbatches 4 >"${f%.jsonl}.log" 2>&1 ;;
         *) "${nice[@]}" "$pipedream" run --reference --plan "$out/sim/1-1-1-1.json" "${common[@]}" \
              --batch 64 --weights "$policy" >"${f%.jsonl}.log" 2>&1 ;;
       esac

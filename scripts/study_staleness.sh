@@ -148,7 +148,7 @@ if [ "$runs" = 1 ]; then
           dir="$out/$shape/$opt-$lr/$policy/seed$seed"
           mkdir -p "$dir"
           if [ "$policy" = flush ]; then
-            how=(--schedule 1f1b-flush --batch 16 --microbatches 4)
+            how=(--schedule 1f1b-flush --batch 64 --microbatches 4)
           else
             how=(--batch 64 --weights "$policy")
           fi

@@ -70,6 +70,37 @@ std::vector<StageMicrobatchTimes> microbatch_times_from_profile(const Plan& plan
   return out;
 }
 
+std::string refresh_stale_plan(Plan& plan, const Profile* profile) {
+  if (!plan.predictions_stale()) return "";
+  plan.time_per_minibatch_s = plan.throughput_samples_per_s = 0;
+  plan.speedup_vs_single = plan.speedup_vs_data_parallel = 0;
+  plan.closed_form_s = plan.closed_form_bound_s = plan.shared_cores_bound_s = 0;
+  plan.single_worker_s = plan.data_parallel_s = 0;
+  for (PlanStage& st : plan.stages) st.memory_bytes = 0, st.sync_s = st.transfer_s = st.time_s = 0;
+  const std::string edited = "its stages were edited after it was planned: its stored predictions (time per "
+                             "minibatch, speed-ups, per-stage memory) describe another plan and are dropped";
+  if (!profile) {
+    plan.predictions_for = stage_fingerprint(plan);
+    return edited;
+  }
+  const auto nodes = stage_nodes(plan, *profile);
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    PlanStage& st = plan.stages[s];
+    st.forward_s = st.backward_s = st.optimizer_s = 0;
+    st.parameter_bytes = 0;
+    st.layer_names.clear();
+    for (const ProfileNode* n : nodes[s]) {
+      st.forward_s += n->forward_ms / 1e3, st.backward_s += n->backward_ms / 1e3, st.optimizer_s += n->optimizer_ms / 1e3;
+      st.parameter_bytes += n->parameter_bytes;
+      if (st.nodes.empty()) st.layer_names.push_back(n->name);
+    }
+    st.compute_s = st.time_s = st.forward_s + st.backward_s;
+    if (!nodes[s].empty()) st.output_bytes = nodes[s].back()->output_bytes;
+  }
+  plan.predictions_for = stage_fingerprint(plan);
+  return cat(edited, "; every stage's compute times and sizes are recomputed from ", profile->source_path);
+}
+
 nlohmann::json report_to_json(const SimulationReport& rep) {
   nlohmann::json workers = nlohmann::json::array();
   for (const auto& w : rep.workers)

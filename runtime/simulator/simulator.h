@@ -121,6 +121,13 @@ std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile
 std::vector<StageMicrobatchTimes> microbatch_times_from_profile(const Plan& plan, const Profile& profile,
                                                                int microbatch);
 
+// A plan whose stages were edited after planning (Plan::predictions_stale):
+// the planner's predictions (time per minibatch, throughput, speed-ups,
+// per-stage memory and time) are dropped, and with the profile each stage's
+// compute, parameter and output sizes are recomputed from its layers. Returns
+// what was done, for the user; "" when the plan is not stale.
+std::string refresh_stale_plan(Plan& plan, const Profile* profile);
+
 struct WorkerReport {
   int rank = 0, stage = 0;
   double busy_fraction = 0, bubble_fraction = 0;  // steady-state window

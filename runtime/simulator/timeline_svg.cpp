@@ -12,7 +12,8 @@ namespace pd {
 namespace {
 
 // Layout, in pixels.
-constexpr double kLeft = 118;      // row labels
+constexpr double kMinLeft = 118;   // row labels (wider when a label needs it)
+constexpr double kLabelCharWidth = 7;  // px per character at font-size 11, rounded up
 constexpr double kRight = 24;
 constexpr double kTitle = 28;
 constexpr double kRowHeight = 26, kRowGap = 4;
@@ -62,8 +63,9 @@ double tick_step(double span, int target) {
 struct Layout {
   double scale = 1;  // pixels per second
   double top = 0, width = 0, height = 0;
+  double left = kMinLeft;  // where the time axis starts: right of the longest row label
   int workers = 0;
-  double x(double t) const { return kLeft + t * scale; }
+  double x(double t) const { return left + t * scale; }
   double row_y(int rank) const { return top + rank * (kRowHeight + kRowGap); }
   double rows_bottom() const { return row_y(workers) - kRowGap; }
 };
@@ -76,36 +78,58 @@ double window_end(const std::vector<TraceEvent>& events, int64_t minibatches) {
   return end;
 }
 
-Layout make_layout(const std::vector<TraceEvent>& events, double end, int workers, bool titled) {
+// One row per worker, each named by its worker and the stages it runs.
+struct RowLabel {
+  int row = 0;
+  std::string text;  // "worker 1 · stages 1,5"
+};
+
+std::vector<RowLabel> row_labels(const Plan& plan, int workers, int virtual_stages) {
+  std::vector<RowLabel> rows;
+  for (const PlanStage& st : plan.stages)
+    for (int rank : st.ranks) {
+      std::string stages = cat("stage ", st.index);
+      if (virtual_stages > 1) {  // interleaved: one row per worker, naming its stages
+        if (st.index >= workers) continue;
+        rank = st.index;
+        stages = "stages";
+        for (int c = 0; c < virtual_stages; ++c) stages += cat(c ? "," : " ", st.index + c * workers);
+      }
+      rows.push_back({rank, cat("worker ", rank, " \xC2\xB7 ", stages)});
+    }
+  return rows;
+}
+
+// Wide enough for every label (the middle dot is two bytes, one character).
+double left_margin(const std::vector<RowLabel>& rows) {
+  size_t longest = 0;
+  for (const RowLabel& r : rows) longest = std::max(longest, r.text.size() - 1);
+  return std::max(kMinLeft, 16 + kLabelCharWidth * static_cast<double>(longest));
+}
+
+Layout make_layout(const std::vector<TraceEvent>& events, double end, int workers, bool titled, double left) {
   double shortest = end;
   for (const TraceEvent& e : events)
     if (e.kind != ActionKind::AllReduce && e.start_s < end && e.end_s > e.start_s)
       shortest = std::min(shortest, e.end_s - e.start_s);
   Layout l;
   l.workers = workers;
+  l.left = left;
   l.scale = std::min(std::max(kMinWidth / end, kMinBox / shortest), kMaxWidth / end);
   l.top = titled ? kTitle : 8;
-  l.width = kLeft + end * l.scale + kRight;
+  l.width = left + end * l.scale + kRight;
   l.height = l.rows_bottom() + kAxis + kLegend;
   return l;
 }
 
-void draw_rows(std::ostream& os, const Plan& plan, const Layout& l, double end, int virtual_stages) {
-  for (const PlanStage& st : plan.stages)
-    for (int rank : st.ranks) {
-      std::string stages = cat("stage ", st.index);
-      if (virtual_stages > 1) {  // interleaved: one row per worker, naming its stages
-        if (st.index >= l.workers) continue;
-        rank = st.index;
-        stages = "stages";
-        for (int c = 0; c < virtual_stages; ++c) stages += cat(c ? "," : " ", st.index + c * l.workers);
-      }
-      const double y = l.row_y(rank);
-      os << "<text class=\"worker\" x=\"" << kLeft - 8 << "\" y=\"" << num(y + kRowHeight / 2 + 4)
-         << "\" text-anchor=\"end\">worker " << rank << " \xC2\xB7 " << stages << "</text>\n";
-      os << "<rect class=\"row\" x=\"" << kLeft << "\" y=\"" << num(y) << "\" width=\"" << num(end * l.scale)
-         << "\" height=\"" << kRowHeight << "\" fill=\"" << kIdleColour << "\"/>\n";
-    }
+void draw_rows(std::ostream& os, const std::vector<RowLabel>& rows, const Layout& l, double end) {
+  for (const RowLabel& r : rows) {
+    const double y = l.row_y(r.row);
+    os << "<text class=\"worker\" x=\"" << num(l.left - 8) << "\" y=\"" << num(y + kRowHeight / 2 + 4)
+       << "\" text-anchor=\"end\">" << r.text << "</text>\n";
+    os << "<rect class=\"row\" x=\"" << num(l.left) << "\" y=\"" << num(y) << "\" width=\"" << num(end * l.scale)
+       << "\" height=\"" << kRowHeight << "\" fill=\"" << kIdleColour << "\"/>\n";
+  }
 }
 
 void draw_box(std::ostream& os, const Layout& l, const char* cls, const char* colour, double start, double stop,
@@ -156,7 +180,7 @@ void draw_axis(std::ostream& os, const Layout& l, double end) {
   const double y = l.rows_bottom() + 4;
   const bool ms = end < 1.0;
   const double step = tick_step(end, 8);
-  os << "<g class=\"axis\"><line x1=\"" << kLeft << "\" y1=\"" << num(y) << "\" x2=\"" << num(l.x(end))
+  os << "<g class=\"axis\"><line x1=\"" << num(l.left) << "\" y1=\"" << num(y) << "\" x2=\"" << num(l.x(end))
      << "\" y2=\"" << num(y) << "\" stroke=\"#333333\"/>\n";
   for (double t = 0; t <= end * (1 + 1e-9); t += step) {
     os << "<line x1=\"" << num(l.x(t)) << "\" y1=\"" << num(y) << "\" x2=\"" << num(l.x(t)) << "\" y2=\""
@@ -181,7 +205,7 @@ void draw_legend(std::ostream& os, const Layout& l, bool weights, bool chunks) {
   }
   entries.push_back({"all-reduce", kAllReduceColour});
   entries.push_back({"idle", kIdleColour});
-  double x = kLeft;
+  double x = l.left;
   os << "<g class=\"legend\">";
   for (const auto& [name, colour] : entries) {
     os << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"14\" height=\"14\" fill=\"" << colour
@@ -202,20 +226,21 @@ void write_timeline_svg(std::ostream& os, const Plan& plan, const std::vector<Tr
   workers /= v;
   const double end = window_end(events, options.minibatches);
   if (workers == 0 || !(end > 0)) throw UserError("nothing to draw: the trace has no computation");
-  const Layout l = make_layout(events, end, workers, !options.title.empty());
+  const std::vector<RowLabel> rows = row_labels(plan, workers, v);
+  const Layout l = make_layout(events, end, workers, !options.title.empty(), left_margin(rows));
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
      << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(std::ceil(l.width)) << "\" height=\""
      << num(std::ceil(l.height)) << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"11\">\n"
      << "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
   if (!options.title.empty())
-    os << "<text x=\"" << kLeft << "\" y=\"18\" font-size=\"13\" font-weight=\"bold\">" << escape(options.title)
+    os << "<text x=\"" << num(l.left) << "\" y=\"18\" font-size=\"13\" font-weight=\"bold\">" << escape(options.title)
        << "</text>\n";
   bool weights = false, chunks = false;
   for (const TraceEvent& e : events) {
     weights = weights || e.kind == ActionKind::BackwardWeight;
     chunks = chunks || e.chunk > 0;
   }
-  draw_rows(os, plan, l, end, v);
+  draw_rows(os, rows, l, end);
   draw_events(os, plan, events, l, end, options.flush);
   draw_axis(os, l, end);
   draw_legend(os, l, weights, chunks);

@@ -93,7 +93,7 @@ TEST(RunEquivalence, FlushSchedulesEqualTrainingOnTheWholeBatch) {
   for (const std::string schedule : {"gpipe", "1f1b-flush"}) {
     // Microbatches of 4, four per step: 16 samples, as train takes them.
     RunFiles f = run_pipeline(dir, schedule, dir + "/211.json",
-                              " --minibatches 6 --schedule " + schedule + " --microbatches 4 --batch 4", false);
+                              " --minibatches 6 --schedule " + schedule + " --microbatches 4 --batch 16", false);
     auto got = load_by_name(f.save);
     ASSERT_EQ(got.size(), want.size()) << schedule;
     for (auto& [n, w] : want) {

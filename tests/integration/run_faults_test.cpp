@@ -81,6 +81,13 @@ TEST(RunRelaunch, WorkerBadInputEndsWithItsOneLineError) {
   const std::string last = last_line(other.output);
   EXPECT_EQ(last.rfind("error: --resume ", 0), 0u) << "last line: " << last << "\nwhole output:\n" << other.output;
   EXPECT_NE(last.find("the checkpoint has batch = 8 but this run has 16"), std::string::npos) << other.output;
+  // Once, by the launching process: not by every rank, and without mpirun's banner.
+  size_t errors = 0;
+  for (size_t at = other.output.find("error: "); at != std::string::npos; at = other.output.find("error: ", at + 1))
+    ++errors;
+  EXPECT_EQ(errors, 1u) << other.output;
+  EXPECT_EQ(other.output.find("Primary job"), std::string::npos) << other.output;
+  EXPECT_EQ(other.output.find("mpirun detected"), std::string::npos) << other.output;
 }
 
 // Kills one worker mid-run; the others must notice within the timeout.
@@ -200,7 +207,7 @@ TEST(RunOutputs, MetricsEvaluationAndTraceCoverEveryRank) {
 TEST(RunOutputs, SvgDrawsTheMeasuredTimeline) {
   const std::string dir = scratch_dir("svg");
   JobResult r = run_shell(mpirun(4) + pipedream_binary() + " run --plan " + plan_file(dir) + kModel +
-                          " --data synthetic --batch 4 --schedule zb-h1 --microbatches 8 --minibatches 2 --no-eval"
+                          " --data synthetic --batch 32 --schedule zb-h1 --microbatches 8 --minibatches 2 --no-eval"
                           " --svg " + dir + "/timeline.svg");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream f(dir + "/timeline.svg");

@@ -56,13 +56,13 @@ struct RunFiles {
   std::string save, metrics;
 };
 
-// 3 steps of 4 microbatches of 4 samples: batches of 16.
+// 3 steps, batches of 16 in 4 microbatches of 4 samples.
 RunFiles run(const std::string& dir, const std::string& tag, const ModelCase& m, const std::string& plan,
              const std::string& schedule, bool reference) {
   RunFiles f{dir + "/" + tag + ".safetensors", dir + "/" + tag + ".jsonl"};
   const std::string args = " run --plan " + plan + model_args(m) +
                            " --no-eval --threads-per-worker 1 --log-every 1 --timeout 60 --minibatches 3"
-                           " --microbatches 4 --batch 4 --schedule " + schedule + " --save " + f.save +
+                           " --microbatches 4 --batch 16 --schedule " + schedule + " --save " + f.save +
                            " --metrics " + f.metrics;
   JobResult r = reference ? run_shell(pipedream_binary() + args + " --reference")
                           : run_shell(mpirun(4) + pipedream_binary() + args);
@@ -199,7 +199,7 @@ TEST(NewSchedulesRun, AnEditedScheduleFileRunsLikeTheBuiltInOneAndADeadlockingOn
   auto run_file = [&](const std::string& file, const std::string& tag, bool reference) {
     RunFiles f{dir + "/" + tag + ".safetensors", dir + "/" + tag + ".jsonl"};
     JobResult r = run_shell((reference ? "" : mpirun(4)) + pipedream_binary() + " run --plan " + dir + "/4.json" +
-                            model_args(m) + " --no-eval --threads-per-worker 1 --log-every 1 --timeout 60 --batch 4"
+                            model_args(m) + " --no-eval --threads-per-worker 1 --log-every 1 --timeout 60 --batch 16"
                             " --schedule-file " + file + " --save " + f.save + " --metrics " + f.metrics +
                             (reference ? " --reference" : ""));
     return std::pair{r, f};

@@ -147,12 +147,12 @@ TEST(OnnxDagPipeline, Resnet18CutInsideResidualBlocks) {
             d + "/vref.log");
   EXPECT_TRUE(same_bits(d + "/vmpi.safetensors", d + "/vref.safetensors"));
 
-  // Flush schedules: 4 microbatches of 2 equal train's batch of 8 as 4 microbatches.
+  // Flush schedules: a batch of 8 in 4 microbatches of 2 equals train's batch of 8 as 4 microbatches.
   pipedream("train " + common + "--threads 1 --batch 8 --microbatches 4 --minibatches 4 --save " + d + "/train.safetensors",
             d + "/train.log");
   for (const std::string schedule : {"1f1b-flush", "gpipe", "zb-h1"}) {
     pipedream("run --plan " + d + "/plan4.json " + common + "--schedule " + schedule +
-                  " --microbatches 4 --batch 2 --minibatches 4 --save " + d + "/" + schedule + ".safetensors",
+                  " --microbatches 4 --batch 8 --minibatches 4 --save " + d + "/" + schedule + ".safetensors",
               d + "/" + schedule + ".log");
     EXPECT_LE(max_difference(d + "/train.safetensors", d + "/" + schedule + ".safetensors"), 1e-6) << schedule;
   }
@@ -163,7 +163,7 @@ TEST(OnnxDagPipeline, Resnet18CutInsideResidualBlocks) {
               "layer4/layer4.0/conv1/Conv"},
              {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}, "1f1b-rr");
   pipedream("run --plan " + d + "/plan8.json " + common +
-                "--schedule interleaved-1f1b --virtual-stages 2 --microbatches 4 --batch 2 --minibatches 4 --save " + d +
+                "--schedule interleaved-1f1b --virtual-stages 2 --microbatches 4 --batch 8 --minibatches 4 --save " + d +
                 "/interleaved.safetensors",
             d + "/interleaved.log");
   EXPECT_EQ(boundary_tensors(d + "/interleaved.log"), std::vector<int>(7, 2)) << read_text(d + "/interleaved.log");
@@ -207,7 +207,7 @@ TEST(OnnxDagPipeline, Densenet121CutInsideDenseBlocks) {
 
   pipedream("train " + common + "--threads 1 --batch 8 --microbatches 4 --minibatches 3 --save " + d + "/train.safetensors",
             d + "/train.log");
-  pipedream("run --plan " + d + "/plan4.json " + common + "--schedule 1f1b-flush --microbatches 4 --batch 2 --minibatches 3 --save " +
+  pipedream("run --plan " + d + "/plan4.json " + common + "--schedule 1f1b-flush --microbatches 4 --batch 8 --minibatches 3 --save " +
                 d + "/flush.safetensors",
             d + "/flush.log");
   EXPECT_LE(max_difference(d + "/train.safetensors", d + "/flush.safetensors"), 1e-6);

@@ -47,12 +47,12 @@ TEST(OnnxPipeline, OneFOneBFlushOfAnImportedModelEqualsTrainingOnTheWholeBatch) 
   const std::string model = "--model " + dir + "/small.onnx --data synthetic --seed 3 --no-eval --minibatches 6";
   ASSERT_EQ(run_pipedream("train " + model + " --batch 16 --threads 1 --save " + dir + "/train.safetensors", dir + "/train.log"), 0)
       << read_text(dir + "/train.log");
-  // Two stages, layer 0 and layers 1-2; microbatches of 4, four per step = train's 16.
+  // Two stages, layer 0 and layers 1-2; a batch of 16 in four microbatches of 4, as train takes it.
   std::ofstream(dir + "/plan.json") << R"({"format": "pipedream-plan/1", "config": "1-1", "schedule": "1f1b-flush",
     "profile": {"path": "p.json", "model": "small", "batch_size": 4},
     "stages": [{"index": 0, "layers": [0, 0], "replicas": 1, "ranks": [0]},
                {"index": 1, "layers": [1, 2], "replicas": 1, "ranks": [1]}]})";
-  ASSERT_EQ(run_pipedream("run --plan " + dir + "/plan.json " + model + " --schedule 1f1b-flush --microbatches 4 --batch 4 --save " +
+  ASSERT_EQ(run_pipedream("run --plan " + dir + "/plan.json " + model + " --schedule 1f1b-flush --microbatches 4 --batch 16 --save " +
                     dir + "/flush.safetensors",
                 dir + "/flush.log"),
             0)

@@ -47,7 +47,7 @@ TEST(AutoPlanSharedCores, FewerCoresThanWorkersPredictsTheSharedReplay) {
 }
 
 // A flush run of `run --plan auto`: the plan was profiled at the run's
-// --batch, the microbatch, so a batch is M of the plan's stage times. With
+// microbatch (--batch / M), so a batch is M of the plan's stage times. With
 // a device per worker, 1f1b-flush takes (M + S - 1) microbatch times per
 // batch; on 2 cores for 4 workers, at least the batch's compute over 2.
 TEST(AutoPlanSharedCores, FlushPredictionRunsMMicrobatchesOfTheProfiledBatch) {

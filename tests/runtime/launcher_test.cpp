@@ -28,6 +28,7 @@ TEST(Launcher, MpirunCommandCarriesTheArgumentsAndTheRightFlags) {
   EXPECT_EQ(cmd[cmd.size() - 3], "run");
   EXPECT_EQ(cmd.back(), "p.json");
   EXPECT_FALSE(has(mpirun_command(1, {}), "--oversubscribe"));
+  EXPECT_TRUE(has(cmd, "--quiet"));  // no exit-code banner: run_and_wait says what failed
 }
 
 TEST(Launcher, WrongWorldSizeIsAUserErrorWithBothNumbers) {
@@ -67,13 +68,27 @@ TEST(Launcher, TheFirstFailingWorkersErrorIsTheLastLineWithItsExitCode) {
   EXPECT_EQ(std::getenv("PIPEDREAM_ERROR_DIR"), nullptr);  // unset once the run is over
 }
 
-TEST(Launcher, WithoutReportsMpirunsExitCodeStandsAndNothingIsAdded) {
+TEST(Launcher, WithoutReportsMpirunsExitCodeStandsAndIsNamed) {
   std::string err;
   EXPECT_EQ(run_fake_mpirun("echo killed >&2; exit 137", &err), 137);
-  EXPECT_EQ(err, "killed\n");
+  EXPECT_EQ(err, "killed\nerror: a worker failed without an error message (exit code 137: signal 9)\n");
   // A successful run says nothing more, whatever was left behind.
   EXPECT_EQ(run_fake_mpirun(report("worker-0.txt", 1, 2, "stale") + "exit 0", &err), 0);
   EXPECT_EQ(err, "");
+}
+
+// A worker under run_and_wait leaves its error for the launcher and prints
+// nothing itself; anywhere else it must print (nobody else will).
+TEST(Launcher, AWorkerReportsToTheLauncherOnlyWhenOneListens) {
+  ASSERT_EQ(std::getenv("PIPEDREAM_ERROR_DIR"), nullptr);
+  EXPECT_FALSE(report_error_to_launcher("bad", 2));
+  const std::string dir = ::testing::TempDir() + "launcher_listens";
+  std::filesystem::create_directories(dir);
+  ::setenv("PIPEDREAM_ERROR_DIR", dir.c_str(), 1);
+  EXPECT_TRUE(report_error_to_launcher("bad", 2));
+  ::setenv("PIPEDREAM_ERROR_DIR", (dir + "/missing").c_str(), 1);  // another host's folder
+  EXPECT_FALSE(report_error_to_launcher("bad", 2));
+  ::unsetenv("PIPEDREAM_ERROR_DIR");
 }
 
 TEST(Launcher, TheReportsFolderIsRemovedAfterTheRun) {

@@ -116,6 +116,36 @@ TEST(TimelineSvg, SixteenWorkersStayReadable) {
   for (int m = 0; m < 34; ++m) EXPECT_TRUE(shown.count(m)) << "minibatch " << m;
 }
 
+// A label is drawn right-aligned ending at its x: the margin must hold it
+// whole (7 px per character at font-size 11), however long the label.
+TEST(TimelineSvg, LongWorkerLabelsFitLeftOfTheRows) {
+  const Plan plan = make_plan(std::vector<int>(12, 1));
+  SimulationOptions o;
+  o.schedule.kind = ScheduleKind::Interleaved1F1B;
+  o.schedule.virtual_stages = 3;
+  o.schedule.minibatches = 2;
+  o.schedule.microbatches = 4;
+  o.record_trace = true;
+  std::vector<TraceEvent> events;
+  simulate(plan, o, &events);
+  TimelineSvgOptions svg;
+  svg.flush = true;
+  svg.virtual_stages = 3;
+  std::ostringstream os;
+  write_timeline_svg(os, plan, events, svg);
+  const std::string doc = os.str();
+  EXPECT_EQ(xml_problem(doc), "");
+  const std::regex label("<text class=\"worker\" x=\"([0-9.]+)\"[^>]*>([^<]*)</text>");
+  int rows = 0;
+  for (std::sregex_iterator it(doc.begin(), doc.end(), label), end; it != end; ++it, ++rows) {
+    const std::string text = (*it)[2];
+    const double chars = static_cast<double>(text.size()) - 1;  // the middle dot is 2 bytes
+    EXPECT_GE(std::stod((*it)[1]), 7 * chars) << "'" << text << "' is cut at the left edge";
+  }
+  EXPECT_EQ(rows, 4);
+  EXPECT_NE(doc.find("worker 3 \xC2\xB7 stages 3,7,11"), std::string::npos);
+}
+
 TEST(TimelineSvg, TheWellFormednessCheckCatchesBrokenXml) {
   EXPECT_NE(xml_problem("<svg><g></svg>"), "");
   EXPECT_NE(xml_problem("<svg>a & b</svg>"), "");
