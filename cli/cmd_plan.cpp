@@ -78,7 +78,8 @@ void print_summary(const Plan& plan, const Topology& topology) {
               plan.profile.batch_size, topology.total_workers());
   for (size_t l = 0; l < topology.levels.size(); ++l)
     std::printf("%s%d x %.4g GB/s", l ? " | " : " [", topology.levels[l].count, topology.levels[l].bandwidth_GBps);
-  std::printf("], cost model %s, states %s\n", plan.cost_model.c_str(), plan.state_space.c_str());
+  std::printf("], cost model %s, states %s\n", to_string(plan.cost_model),
+              plan.state_space ? to_string(*plan.state_space) : "");
   for (const auto& s : plan.stages) {
     std::printf("  stage %d%s: %s\n", s.index, s.index == plan.bottleneck_stage ? " (bottleneck)" : "",
                 layer_summary(s).c_str());
@@ -91,7 +92,7 @@ void print_summary(const Plan& plan, const Topology& topology) {
   }
   std::printf("config %s, NOAM %d\n", plan.config.c_str(), plan.noam);
   std::printf("predicted time per minibatch %s", seconds_text(plan.time_per_minibatch_s).c_str());
-  if (plan.predicted_by == "replay")
+  if (plan.predicted_by == PredictedBy::replay)
     std::printf(" (replayed; closed form %s, no plan's closed form below %s)", seconds_text(plan.closed_form_s).c_str(),
                 seconds_text(plan.closed_form_bound_s).c_str());
   if (plan.throughput_samples_per_s > 0) std::printf(", %.1f samples/s", plan.throughput_samples_per_s);
@@ -134,7 +135,7 @@ Plan choose_schedule(const Profile& profile, const Topology& topology, const Pla
   plan.throughput_samples_per_s = c.samples_per_s;
   if (c.schedule.kind != ScheduleKind::OneFOneBRoundRobin) {
     plan.time_per_minibatch_s = c.samples_per_s > 0 ? plan.profile.batch_size / c.samples_per_s : 0;
-    plan.predicted_by = "replay";
+    plan.predicted_by = PredictedBy::replay;
     const std::string flags = cat("--schedule ", c.family, " --microbatches ", c.schedule.microbatches,
                                   c.schedule.virtual_stages > 1 ? cat(" --virtual-stages ", c.schedule.virtual_stages)
                                                                 : std::string());
@@ -161,8 +162,8 @@ void run_plan(const PlanArgs& a) {
     topology = flat_topology(a.workers, a.bandwidth);
   }
   PlannerOptions options;
-  if (a.cost_model == "pipedream") options.cost_model = CostModel::pipedream;
-  else if (a.cost_model != "paper") throw UserError(cat("--cost-model must be paper or pipedream, got '", a.cost_model, "'"));
+  if (std::optional<CostModel> model = parse_cost_model(a.cost_model)) options.cost_model = *model;
+  else throw UserError(cat("--cost-model must be paper or pipedream, got '", a.cost_model, "'"));
   options.straight = a.straight;
   options.fewer_workers = a.fewer;
   if (!a.memory.empty()) options.memory_bytes = parse_size(a.memory);

@@ -348,7 +348,7 @@ void run_command(const RunArgs& a) {
                             device.is_cpu() ? cores : 0);
     plan_path = a.plan_out;
     write_plan(plan, plan_path);
-    if (plan.predicted_by == "shared cores")
+    if (plan.predicted_by == PredictedBy::shared_cores)
       std::fprintf(stderr, "%d workers x %d threads share %d cores: the cores, not the pipeline, bound a minibatch "
                    "(%s of compute per minibatch over %d cores)\n", a.workers, a.threads, cores,
                    seconds_text(plan.shared_cores_bound_s * cores / a.threads).c_str(), cores);

@@ -362,7 +362,7 @@ nlohmann::json print_summary(const RunSpec& spec, const RunReporter& report, con
   if (plan.time_per_minibatch_s > 0 && !is_flush(spec.schedule.kind)) {
     const double predicted = plan.time_per_minibatch_s;
     std::printf("time per minibatch: predicted %s (%s, steady state), measured %s over the run (%+.1f%%)",
-                seconds_text(predicted).c_str(), plan.predicted_by.c_str(), seconds_text(measured).c_str(),
+                seconds_text(predicted).c_str(), to_string(plan.predicted_by), seconds_text(measured).c_str(),
                 100 * (measured / predicted - 1));
     if (steady > 0)
       std::printf(", %s in its middle half (%+.1f%%)", seconds_text(steady).c_str(), 100 * (steady / predicted - 1));
