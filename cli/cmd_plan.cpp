@@ -95,7 +95,8 @@ void print_summary(const Plan& plan, const Topology& topology) {
               batch.c_str(), topology.total_workers());
   for (size_t l = 0; l < topology.levels.size(); ++l)
     std::printf("%s%d x %.4g GB/s", l ? " | " : " [", topology.levels[l].count, topology.levels[l].bandwidth_GBps);
-  std::printf("], cost model %s, states %s\n", plan.cost_model.c_str(), plan.state_space.c_str());
+  std::printf("], cost model %s, states %s\n", to_string(plan.cost_model),
+              plan.state_space ? to_string(*plan.state_space) : "");
   for (const auto& s : plan.stages) {
     std::printf("  stage %d%s: %s\n", s.index, s.index == plan.bottleneck_stage ? " (bottleneck)" : "",
                 layer_summary(s).c_str());
@@ -105,7 +106,7 @@ void print_summary(const Plan& plan, const Topology& topology) {
   }
   std::printf("config %s, NOAM %d\n", plan.config.c_str(), plan.noam);
   std::printf("predicted time per minibatch %s", seconds_text(plan.time_per_minibatch_s).c_str());
-  if (plan.predicted_by == "replay")
+  if (plan.predicted_by == PredictedBy::replay)
     std::printf(" (replayed; closed form %s, no plan's closed form below %s)", seconds_text(plan.closed_form_s).c_str(),
                 seconds_text(plan.closed_form_bound_s).c_str());
   if (plan.throughput_samples_per_s > 0) std::printf(", %.1f samples/s", plan.throughput_samples_per_s);
@@ -116,7 +117,7 @@ void print_summary(const Plan& plan, const Topology& topology) {
   for (const auto& s : plan.stages) per_stage = per_stage && s.time_s > 0;
   if (!per_stage)
     std::printf("(the %s cost model prices the pipeline as a whole: it gives no stage time per stage, and "
-                "transfers only where shown)\n", plan.cost_model.c_str());
+                "transfers only where shown)\n", to_string(plan.cost_model));
   std::printf("%s, %s\n", baseline_text("one worker", plan.single_worker_s, plan.speedup_vs_single).c_str(),
               baseline_text("data parallelism", plan.data_parallel_s, plan.speedup_vs_data_parallel).c_str());
 }
@@ -156,7 +157,7 @@ Plan choose_schedule(const Profile& profile, const Topology& topology, const Pla
   plan.throughput_samples_per_s = c.samples_per_s;
   if (c.schedule.kind != ScheduleKind::OneFOneBRoundRobin) {
     plan.time_per_minibatch_s = c.samples_per_s > 0 ? plan.profile.batch_size / c.samples_per_s : 0;
-    plan.predicted_by = "replay";
+    plan.predicted_by = PredictedBy::replay;
     const std::string flags = cat("--schedule ", c.family, " --microbatches ", c.schedule.microbatches,
                                   c.schedule.virtual_stages > 1 ? cat(" --virtual-stages ", c.schedule.virtual_stages)
                                                                 : std::string());
@@ -183,8 +184,8 @@ void run_plan(const PlanArgs& a) {
     topology = flat_topology(a.workers, a.bandwidth);
   }
   PlannerOptions options;
-  if (a.cost_model == "pipedream") options.cost_model = CostModel::pipedream;
-  else if (a.cost_model != "paper") throw UserError(cat("--cost-model must be paper or pipedream, got '", a.cost_model, "'"));
+  if (std::optional<CostModel> model = parse_cost_model(a.cost_model)) options.cost_model = *model;
+  else throw UserError(cat("--cost-model must be paper or pipedream, got '", a.cost_model, "'"));
   options.straight = a.straight;
   options.fewer_workers = a.fewer;
   if (!a.memory.empty()) options.memory_bytes = parse_size(a.memory);

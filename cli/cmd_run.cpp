@@ -227,13 +227,13 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   if (a.threads < 1) throw UserError(cat("--threads-per-worker must be >= 1, got ", a.threads));
   s.threads = a.threads;
   s.device = Device::parse(a.device);
-  if (a.transport != "staged" && a.transport != "nccl")
-    throw UserError(cat("--transport ", a.transport, ": use staged (host-staged MPI, bitwise equal to --reference) or nccl"));
-  if (a.transport == "nccl" && s.device.is_cpu())
+  if (a.transport == "staged") s.transport = DeviceTransport::staged;
+  else if (a.transport == "nccl") s.transport = DeviceTransport::nccl;
+  else throw UserError(cat("--transport ", a.transport, ": use staged (host-staged MPI, bitwise equal to --reference) or nccl"));
+  if (s.transport == DeviceTransport::nccl && s.device.is_cpu())
     throw UserError("--transport nccl carries GPU tensors: use it with --device cuda (CPU runs always use MPI)");
-  if (a.transport == "nccl" && a.reference)
+  if (s.transport == DeviceTransport::nccl && a.reference)
     throw UserError("--reference runs every worker in one process: --transport nccl does not apply");
-  s.transport = a.transport;
   if (!(a.timeout > 0)) throw UserError(cat("--timeout must be positive, got ", a.timeout));
   s.timeout_s = a.timeout;
   set_outputs(a, s);
@@ -335,7 +335,7 @@ void run_mpi_worker(RunSpec& spec, const RunArgs& a, const Model& model, const D
     return;
   }
   spec.device = open_compute_device(a.device, a.deterministic);
-  if (spec.transport == "nccl") {
+  if (spec.transport == DeviceTransport::nccl) {
     NcclTransport nccl(t, spec.device, pipeline_links(spec.plan));
     run_pipeline_worker(spec, model, data, nccl);
     return;
@@ -402,7 +402,7 @@ void run_command(const RunArgs& a) {
                             device.is_cpu() ? cores : 0);
     plan_path = a.plan_out;
     write_plan(plan, plan_path);
-    if (plan.predicted_by == "shared cores")
+    if (plan.predicted_by == PredictedBy::shared_cores)
       std::fprintf(stderr, "%d workers x %d threads share %d cores: the cores, not the pipeline, bound a minibatch "
                    "(%s of compute per minibatch over %d cores)\n", a.workers, a.threads, cores,
                    seconds_text(plan.shared_cores_bound_s * cores / a.threads).c_str(), cores);

@@ -1,7 +1,6 @@
-#include <cblas.h>
-
 #include "cli/commands.h"
 #include "core/build_info.h"
+#include "core/cpu/openblas_library.h"
 #include "core/cuda_plugin.h"
 #include "core/error.h"
 
@@ -9,7 +8,7 @@ namespace pd::cli {
 
 std::string version_text() {
   std::string s = cat("pipedream ", PIPEDREAM_VERSION, "\nbackends: cpu (OpenBLAS ",
-                      openblas_get_config(), ")");
+                      pd::cpu::openblas().config, ")");
   std::string why;
   if (const CudaPluginApi* cuda = cuda_plugin(&why)) {
     // Versions compiled in; needs no GPU.

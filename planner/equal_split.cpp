@@ -26,7 +26,7 @@ Plan plan_equal_split(const Profile& profile, const Topology& topology) {
   Plan plan;
   plan.profile = {profile.source_path, profile.sha256, profile.model, profile.device, profile.batch_size};
   plan.topology = topology;
-  plan.cost_model = "paper";
+  plan.cost_model = CostModel::paper;
   plan.state_space = s.kind;
   std::vector<int> replicas;
   for (int t = 0; t < stages; ++t) {

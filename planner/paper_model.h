@@ -5,8 +5,9 @@
 // (exact per-stage accounting of weight versions, gradient, optimizer state
 // and in-flight activations under 1F1B-RR).
 #include "planner/planned_stage.h"
-#include "planner/planner.h"
+#include "planner/planner_options.h"
 #include "planner/planning_graph.h"
+#include "planner/topology.h"
 
 namespace pd {
 

@@ -235,7 +235,7 @@ PlannedPipeline plan_pipedream(const PlanningGraph& g, const Topology& topology,
     previous = topology.levels[l].count;
   }
   PlannedPipeline result;
-  result.state_space = g.is_chain() ? "chain" : "antichain";
+  result.state_space = g.is_chain() ? StateSpaceKind::chain : StateSpaceKind::antichain;
   result.time_per_minibatch_s = solver.answer();
   if (result.time_per_minibatch_s == kUndefined)
     throw NoFeasiblePlan("no allocation fits the memory limit (pipedream cost model)");

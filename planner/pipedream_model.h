@@ -3,8 +3,9 @@
 // optimizer (optimizer_graph_hierarchical.py), quirks included; the rules
 // are in docs/planner-pipedream-compat.md.
 #include "planner/planned_stage.h"
-#include "planner/planner.h"
+#include "planner/planner_options.h"
 #include "planner/planning_graph.h"
+#include "planner/topology.h"
 
 namespace pd {
 

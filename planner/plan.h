@@ -2,11 +2,13 @@
 // The plan format (docs/design.md §5): which layers form each stage, how many
 // workers replicate it, and on which ranks. Read by simulate, schedule, run.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "planner/plan_kinds.h"
 #include "planner/topology.h"
 
 namespace pd {
@@ -39,21 +41,21 @@ struct Plan {
   std::string format = "pipedream-plan/1";
   ProfileRef profile;
   Topology topology;
-  std::string cost_model = "paper";
+  CostModel cost_model = CostModel::paper;
   std::string schedule = "1f1b-rr";
   std::string config;  // "7-1"
   int noam = 1;
-  std::string state_space;  // "chain" | "antichain" | "topological-prefix"
+  std::optional<StateSpaceKind> state_space;  // unset: not recorded ("" in plan.json)
   std::vector<PlanStage> stages;
   double time_per_minibatch_s = 0, throughput_samples_per_s = 0;
-  // "closed form": the planner's cost model; "replay": simulate's time for
-  // the plan (runtime/simulator/plan_search.h), the closed form beside it.
-  std::string predicted_by = "closed form";
+  // closed_form: the planner's cost model; replay: simulate's time for the
+  // plan (runtime/simulator/plan_search.h), the closed form beside it.
+  PredictedBy predicted_by = PredictedBy::closed_form;
   double closed_form_s = 0;        // this plan's closed-form time (0: not recorded)
   double closed_form_bound_s = 0;  // no plan of the planner's space has a lower closed form (0: not recorded)
   // `run --plan auto`: the workers share one machine's cores, so a
   // minibatch takes at least its total compute x threads / cores (0: not
-  // recorded); predicted_by "shared cores" when that bound is the prediction.
+  // recorded); predicted_by shared_cores when that bound is the prediction.
   double shared_cores_bound_s = 0;
   double speedup_vs_single = 0, speedup_vs_data_parallel = 0;
   int bottleneck_stage = 0;

@@ -57,6 +57,15 @@ T optional_field(const json& j, const char* key, const T& fallback, const std::s
   return j.is_object() && j.contains(key) ? field<T>(j, key, where) : fallback;
 }
 
+// A field holding one of a closed set (planner/plan_kinds.h).
+template <class E>
+E kind_field(const json& j, const char* key, const char* fallback, const std::string& where,
+             std::optional<E> (*parse)(std::string_view), const char* allowed) {
+  const std::string text = optional_field<std::string>(j, key, fallback, where);
+  if (std::optional<E> value = parse(text)) return *value;
+  throw UserError(cat(where, ": \"", key, "\" must be ", allowed, ", got '", text, "'"));
+}
+
 }  // namespace
 
 int Plan::workers() const {
@@ -130,11 +139,11 @@ json plan_to_json(const Plan& p) {
             {"batch_size", p.profile.batch_size},
             {"device", p.profile.device}}},
           {"topology", topology_to_json(p.topology)},
-          {"cost_model", p.cost_model},
+          {"cost_model", to_string(p.cost_model)},
           {"schedule", p.schedule},
           {"config", p.config},
           {"noam", p.noam},
-          {"state_space", p.state_space},
+          {"state_space", p.state_space ? to_string(*p.state_space) : ""},
           {"stages", std::move(stages)},
           {"predicted",
            {{"time_per_minibatch_s", p.time_per_minibatch_s},
@@ -142,7 +151,7 @@ json plan_to_json(const Plan& p) {
             {"speedup_vs_single", p.speedup_vs_single},
             {"speedup_vs_data_parallel", p.speedup_vs_data_parallel},
             {"bottleneck_stage", p.bottleneck_stage},
-            {"by", p.predicted_by},
+            {"by", to_string(p.predicted_by)},
             {"closed_form_s", p.closed_form_s},
             {"closed_form_bound_s", p.closed_form_bound_s},
             {"shared_cores_bound_s", p.shared_cores_bound_s},
@@ -167,11 +176,13 @@ Plan plan_from_json(const json& j, const std::string& source) {
     p.profile.batch_size = optional_field<int>(prof, "batch_size", 0, where);
   }
   if (j.contains("topology")) p.topology = topology_from_json(j["topology"], source + ": topology");
-  p.cost_model = optional_field<std::string>(j, "cost_model", "paper", source);
+  p.cost_model = kind_field(j, "cost_model", "paper", source, parse_cost_model, "\"paper\" or \"pipedream\"");
   p.schedule = optional_field<std::string>(j, "schedule", "1f1b-rr", source);
   p.config = optional_field<std::string>(j, "config", "", source);
   p.noam = optional_field<int>(j, "noam", 1, source);
-  p.state_space = optional_field<std::string>(j, "state_space", "", source);
+  if (const std::string space = optional_field<std::string>(j, "state_space", "", source); !space.empty())
+    p.state_space = kind_field(j, "state_space", "", source, parse_state_space_kind,
+                               "\"chain\", \"antichain\" or \"topological-prefix\" (or \"\": not recorded)");
   if (!j.contains("stages") || !j["stages"].is_array() || j["stages"].empty())
     throw UserError(cat(source, ": \"stages\" must be a non-empty array"));
   std::vector<int> replicas;
@@ -233,7 +244,8 @@ Plan plan_from_json(const json& j, const std::string& source) {
     p.speedup_vs_single = optional_field<double>(pr, "speedup_vs_single", 0, where);
     p.speedup_vs_data_parallel = optional_field<double>(pr, "speedup_vs_data_parallel", 0, where);
     p.bottleneck_stage = optional_field<int>(pr, "bottleneck_stage", 0, where);
-    p.predicted_by = optional_field<std::string>(pr, "by", "closed form", where);
+    p.predicted_by = kind_field(pr, "by", "closed form", where, parse_predicted_by,
+                                "\"closed form\", \"replay\" or \"shared cores\"");
     p.closed_form_s = optional_field<double>(pr, "closed_form_s", 0, where);
     p.closed_form_bound_s = optional_field<double>(pr, "closed_form_bound_s", 0, where);
     p.shared_cores_bound_s = optional_field<double>(pr, "shared_cores_bound_s", 0, where);

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "planner/plan_kinds.h"
+
 namespace pd {
 
 struct PlannedStage {
@@ -27,7 +29,7 @@ struct PlannedPipeline {
   std::vector<PlannedStage> stages;
   double time_per_minibatch_s = 0;
   double single_worker_s = 0, data_parallel_s = 0;
-  std::string state_space;  // "chain" | "antichain" | "topological-prefix"
+  StateSpaceKind state_space = StateSpaceKind::chain;
 };
 
 }  // namespace pd

@@ -178,7 +178,7 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
   plan.profile = {profile.source_path, profile.sha256, profile.model, profile.device, profile.batch_size};
   plan.topology = topology;
   if (options.memory_bytes) plan.topology.worker_memory_bytes = options.memory_bytes;
-  plan.cost_model = options.cost_model == CostModel::pipedream ? "pipedream" : "paper";
+  plan.cost_model = options.cost_model;
   plan.state_space = pipeline.state_space;
   std::vector<int> replicas;
   for (size_t s = 0; s < pipeline.stages.size(); ++s) {
@@ -198,7 +198,7 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
     int count = int(st.nodes.size());
     if (s + 1 == plan.stages.size()) count = total_nodes - next;
     else if (s == 0) count += int(g.dropped.size());
-    if (pipeline.state_space == "chain") {
+    if (pipeline.state_space == StateSpaceKind::chain) {
       // chain positions: the stage's nodes are consecutive in profile order
       int last = 0;
       for (int v : pipeline.stages[s].nodes) last = std::max(last, g.nodes[v].profile_index);
@@ -216,11 +216,11 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
     if (st.time_s > slowest) slowest = st.time_s, plan.bottleneck_stage = st.index;
   plan.single_worker_s = pipeline.single_worker_s;
   plan.data_parallel_s = pipeline.data_parallel_s;
-  set_predicted_time(plan, pipeline.time_per_minibatch_s, "closed form");
+  set_predicted_time(plan, pipeline.time_per_minibatch_s, PredictedBy::closed_form);
   return plan;
 }
 
-void set_predicted_time(Plan& plan, double seconds, const std::string& by) {
+void set_predicted_time(Plan& plan, double seconds, PredictedBy by) {
   plan.time_per_minibatch_s = seconds;
   plan.predicted_by = by;
   if (!(seconds > 0)) return;

@@ -40,7 +40,7 @@ void add_workspace_ranges(StateSpace& s, const PlanningGraph& g) {
   }
 }
 
-StateSpace prefix_space(const PlanningGraph& g, const std::string& kind) {
+StateSpace prefix_space(const PlanningGraph& g, StateSpaceKind kind) {
   StateSpace s;
   s.kind = kind;
   const int n = int(g.nodes.size());
@@ -92,7 +92,7 @@ double StateSpace::workspace(int k, int j) const {
 }
 
 StateSpace build_state_space(const PlanningGraph& g, int max_states) {
-  if (g.is_chain()) return prefix_space(g, "chain");
+  if (g.is_chain()) return prefix_space(g, StateSpaceKind::chain);
   const int n = int(g.nodes.size());
   // Breadth-first over down-sets: add one node whose producers are all in.
   std::vector<DynamicBitset> sets = {DynamicBitset(n)};
@@ -106,12 +106,12 @@ StateSpace build_state_space(const PlanningGraph& g, int max_states) {
       DynamicBitset next = sets[s];
       next.set(v);
       if (seen.emplace(next.words(), int(sets.size())).second) sets.push_back(next);
-      if (int(sets.size()) > max_states) return prefix_space(g, "topological-prefix");
+      if (int(sets.size()) > max_states) return prefix_space(g, StateSpaceKind::topological_prefix);
     }
   }
   // BFS by size already orders the states by size: nested states come first.
   StateSpace space;
-  space.kind = "antichain";
+  space.kind = StateSpaceKind::antichain;
   std::vector<char> inside(n);
   for (const auto& set : sets) {
     std::vector<int> nodes;

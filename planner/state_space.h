@@ -9,12 +9,13 @@
 #include <vector>
 
 #include "planner/bitset.h"
+#include "planner/plan_kinds.h"
 #include "planner/planning_graph.h"
 
 namespace pd {
 
 struct StateSpace {
-  std::string kind;
+  StateSpaceKind kind = StateSpaceKind::chain;
   // Prefix sums over each state's nodes; state 0 is empty, the last is all.
   std::vector<double> compute, parameters, activations, optimizer_state;
   std::vector<double> cut_bytes;  // bytes of every tensor crossing the cut

@@ -48,7 +48,7 @@ Plan plan_for_workers(const Profile& p, int workers, bool straight, int threads_
     o.cores = cores;
     o.threads_per_worker = threads_per_worker;
     const double shared = std::max(simulate(plan, o).time_per_minibatch_s, plan.shared_cores_bound_s);
-    if (shared > plan.time_per_minibatch_s * (1 + 1e-6)) set_predicted_time(plan, shared, "shared cores");
+    if (shared > plan.time_per_minibatch_s * (1 + 1e-6)) set_predicted_time(plan, shared, PredictedBy::shared_cores);
   }
   return plan;
 }

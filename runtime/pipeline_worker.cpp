@@ -419,7 +419,7 @@ nlohmann::json print_summary(const RunSpec& spec, const RunReporter& report, con
     if (steady > 0) std::printf(", %s in its middle half", seconds_text(steady).c_str());
     if (why_not.empty()) {
       std::printf("; predicted %s (%s, steady state): %+.1f%%\n", seconds_text(predicted).c_str(),
-                  plan.predicted_by.c_str(), 100 * (steady / predicted - 1));
+                  to_string(plan.predicted_by), 100 * (steady / predicted - 1));
       summary["predicted_time_per_minibatch_s"] = predicted;
     } else {
       std::printf("\n  (not compared with the plan's prediction: %s)\n", why_not.c_str());

@@ -15,6 +15,10 @@
 
 namespace pd {
 
+// How a GPU worker's tensors travel between stages: staged through host
+// memory over MPI (bitwise equal to --reference), or NCCL (`run --transport`).
+enum class DeviceTransport { staged, nccl };
+
 struct RunSpec {
   Plan plan;
   ScheduleOptions schedule;  // minibatches: total steps (flush: batches)
@@ -27,10 +31,9 @@ struct RunSpec {
   LrSchedule lr;             // base_lr and total_steps filled in
   int threads = 1;           // compute threads per worker
   // Where each worker computes (a GPU: the process's own, initialised by
-  // the command before the workers start) and how device tensors travel:
-  // "staged" (through host memory, bitwise equal to --reference) or "nccl".
+  // the command before the workers start) and how device tensors travel.
   Device device = Device::cpu();
-  std::string transport = "staged";
+  DeviceTransport transport = DeviceTransport::staged;
   double timeout_s = 60;
   // Evaluation on the test split through the pipeline: every eval_every
   // steps (0: at every epoch end) and at the end.

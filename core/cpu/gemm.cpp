@@ -1,10 +1,10 @@
 #include "core/cpu/gemm.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 
+#include "core/cpu/openblas_library.h"
 #include "core/error.h"
 
 namespace pd::cpu {
@@ -13,16 +13,6 @@ namespace {
 
 int g_threads = 1;
 
-// OpenBLAS always runs single-threaded, in the calling thread; threads come
-// from one OpenMP pool only. With OpenBLAS's own pool, every GEMM handed
-// work between two pools of threads that spin or sleep differently: at
-// 2 threads on a busy machine each hand-off could cost a scheduler time
-// slice, and a GEMM called from inside an OpenMP loop oversubscribed.
-const bool g_openblas_single_threaded = [] {
-  openblas_set_num_threads(1);
-  return true;
-}();
-
 // Below this many multiply-adds a GEMM runs on the calling thread: the
 // fork/join would cost more than the second thread saves.
 constexpr int64_t kParallelMinMnk = int64_t{1} << 20;
@@ -30,7 +20,7 @@ constexpr int64_t kPartsPerThread = 2;
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+  openblas().sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B,
               static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
 }

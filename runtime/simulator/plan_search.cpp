@@ -87,7 +87,7 @@ class Search {
       if (search_.candidates[i].replayed_s < search_.candidates[search_.chosen].replayed_s) search_.chosen = i;
     search_.plan = std::move(plans_[search_.chosen]);
     search_.plan.closed_form_bound_s = bound_;
-    set_predicted_time(search_.plan, search_.candidates[search_.chosen].replayed_s, "replay");
+    set_predicted_time(search_.plan, search_.candidates[search_.chosen].replayed_s, PredictedBy::replay);
     return std::move(search_);
   }
 

@@ -189,7 +189,7 @@ Plan sample_plan() {
   p.topology = flat_topology(8, 1.25);
   p.config = "7-1";
   p.noam = 2;
-  p.state_space = "chain";
+  p.state_space = StateSpaceKind::chain;
   PlanStage a;
   a.index = 0, a.first_layer = 0, a.last_layer = 3, a.replicas = 7, a.ranks = {0, 1, 2, 3, 4, 5, 6};
   a.layer_names = {"a", "b", "c", "d"};
@@ -213,7 +213,7 @@ TEST(PlanFormat, RoundTripsAndAnswersRankQueries) {
   EXPECT_EQ(q.stage_of_rank(6), 0);
   EXPECT_EQ(q.stage_of_rank(7), 1);
   EXPECT_THROW(q.stage_of_rank(8), UserError);
-  EXPECT_EQ(q.state_space, "chain");
+  EXPECT_EQ(q.state_space, StateSpaceKind::chain);
   EXPECT_EQ(q.topology.total_workers(), 8);
   ASSERT_EQ(q.stages.size(), 2u);
   EXPECT_EQ(q.stages[0].output_bytes, 123456u);

@@ -35,7 +35,7 @@ void expect_valid(const Plan& plan, int workers) {
 TEST(Planner, Vgg16OnEightWorkersAt10GbitIs7To1) {
   Plan plan = plan_pipeline(reference("vgg16"), flat_topology(8, 1.25), PlannerOptions{});
   EXPECT_EQ(plan.config, "7-1");
-  EXPECT_EQ(plan.state_space, "antichain");  // a View/Size diamond before the classifier
+  EXPECT_EQ(plan.state_space, StateSpaceKind::antichain);  // a View/Size diamond before the classifier
   EXPECT_EQ(plan.noam, 2);
   expect_valid(plan, 8);
   EXPECT_GT(plan.speedup_vs_data_parallel, 1.0);
@@ -86,14 +86,14 @@ TEST(Planner, HierarchicalPlansUseEveryWorker) {
 TEST(Planner, DagProfilesSayWhichStateSpace) {
   PlannerOptions options;
   Plan plan = plan_pipeline(reference("resnet18"), flat_topology(4, 1.25), options);
-  EXPECT_EQ(plan.state_space, "antichain");
+  EXPECT_EQ(plan.state_space, StateSpaceKind::antichain);
   expect_valid(plan, 4);
   size_t nodes = 0;
   for (const auto& s : plan.stages) nodes += s.nodes.size();
   EXPECT_GT(nodes, 0u);
   options.max_antichain_states = 10;
   Plan prefix = plan_pipeline(reference("resnet18"), flat_topology(4, 1.25), options);
-  EXPECT_EQ(prefix.state_space, "topological-prefix");
+  EXPECT_EQ(prefix.state_space, StateSpaceKind::topological_prefix);
   expect_valid(prefix, 4);
   // Prefixes are a subset of the down-sets: never better.
   EXPECT_GE(prefix.time_per_minibatch_s, plan.time_per_minibatch_s * (1 - 1e-12));

@@ -26,14 +26,14 @@ Profile four_equal_layers() {
 TEST(AutoPlanSharedCores, FewerCoresThanWorkersPredictsTheSharedReplay) {
   const Profile p = four_equal_layers();
   const Plan own = plan_for_workers(p, 4, true, 1, 0);
-  EXPECT_EQ(own.predicted_by, "replay");
+  EXPECT_EQ(own.predicted_by, PredictedBy::replay);
   EXPECT_NEAR(own.time_per_minibatch_s, 0.030, 0.030 * 1e-3);  // the slowest stage, 30 ms
   const Plan enough = plan_for_workers(p, 4, true, 1, 4);
-  EXPECT_EQ(enough.predicted_by, "replay");
+  EXPECT_EQ(enough.predicted_by, PredictedBy::replay);
   EXPECT_EQ(enough.time_per_minibatch_s, own.time_per_minibatch_s);
 
   const Plan shared = plan_for_workers(p, 4, true, 1, 2);
-  EXPECT_EQ(shared.predicted_by, "shared cores");
+  EXPECT_EQ(shared.predicted_by, PredictedBy::shared_cores);
   EXPECT_DOUBLE_EQ(shared.shared_cores_bound_s, 0.120 / 2);  // 120 ms of compute over 2 cores
   SimulationOptions o;
   o.schedule.kind = parse_schedule_kind(shared.schedule);
