@@ -35,7 +35,8 @@ namespace pd::cli {
 namespace {
 
 struct RunArgs {
-  std::string plan, plan_out = "plan-auto.json", model, spec_file, model_options, data = "fashion-mnist", data_dir;
+  std::string plan, plan_out = "plan-auto.json", model, spec_file, model_options, data = "fashion-mnist", data_dir,
+      data_options;
   int workers = 0;
   int64_t epochs = 0, minibatches = 0, batch = 64;
   std::string schedule, weights = "stash", schedule_file;
@@ -363,7 +364,7 @@ void run_command(const RunArgs& a) {
   }
   if (plan_places_units(plan, model)) stage_graph_model(model, plan, plan_path);
   check_plan_fits_model(plan, model, plan_path);
-  DataSplits data = open_dataset(a.data, a.data_dir, model);
+  DataSplits data = open_dataset(a.data, a.data_dir, model, parse_data_options(a.data_options));
   RunArgs args = a;
   RunSpec spec = make_spec(args, plan, data.train->size());
   // Processes: one per worker (interleaved-1f1b: a worker runs v stages).
@@ -415,8 +416,13 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--model", a->model, "Zoo model (see `pipedream models`) or a spec .json file");
   cmd->add_option("--model-spec", a->spec_file, "JSON model spec file")->check(CLI::ExistingFile);
   cmd->add_option("--model-options", a->model_options, "Zoo model options, e.g. width=0.5,image_size=32");
-  cmd->add_option("--data", a->data, "fashion-mnist | cifar10 | text | synthetic")->capture_default_str();
+  cmd->add_option("--data", a->data,
+                  "fashion-mnist | cifar10 | text | synthetic | images:DIR | npy:X.npy,Y.npy | npy:FILE.npz | "
+                  "tokens:FILE.bin")
+      ->capture_default_str();
   cmd->add_option("--data-dir", a->data_dir, "Dataset folder (cifar10), text file (text), or another fashion-mnist folder");
+  cmd->add_option("--data-options", a->data_options,
+                  "KEY=VALUE,... for images:, npy:, tokens: (mean=R/G/B, std=R/G/B, val=0.1, augment=1)");
   auto* ep = cmd->add_option("--epochs", a->epochs, "Passes over the training set");
   auto* mb = cmd->add_option("--minibatches", a->minibatches, "Optimizer steps (flush schedules: batches)");
   ep->excludes(mb);

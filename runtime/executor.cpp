@@ -224,16 +224,18 @@ void StageExecutor::execute(const Action& a) {
   }
 }
 
-std::vector<int64_t> StageExecutor::sample_indices(int64_t minibatch, int microbatch) const {
+std::vector<int64_t> StageExecutor::sample_indices(int64_t minibatch, int microbatch, int64_t* epoch) const {
   const int64_t n = training_.train->size(), b = training_.batch;
   const int64_t g = training_.first_item + minibatch;
   if (!is_flush(schedule_.options().kind)) {
     const int64_t per_epoch = n / b;
+    *epoch = g / per_epoch;
     return order_.minibatch(g / per_epoch, g % per_epoch, b);
   }
   // Flush: batch g of M microbatches is the sample range a batch of M*b takes.
   const int64_t mb = b * schedule_.items_per_batch();
   const int64_t per_epoch = n / mb;
+  *epoch = g / per_epoch;
   return order_.positions(g / per_epoch, (g % per_epoch) * mb + microbatch * b, b);
 }
 
@@ -252,9 +254,10 @@ void StageExecutor::forward(const Action& a) {
   Pending& p = pending_[key];
   Tensor x;
   std::vector<int64_t> idx;
-  if (first_stage_ || last_stage_) idx = sample_indices(a.minibatch, a.microbatch);
+  int64_t epoch = 0;
+  if (first_stage_ || last_stage_) idx = sample_indices(a.minibatch, a.microbatch, &epoch);
   if (first_stage_) {
-    x = training_.train->inputs(idx);
+    x = training_.train->training_inputs(idx, training_.seed, epoch);
   } else {
     PD_CHECK(p.input.defined(), "forward of item ", key, " before its activation arrived");
     x = std::move(p.input);

@@ -145,7 +145,8 @@ class StageExecutor {
   void optimizer_step(const Action& a);
   bool round_completes_after(size_t window_index) const;
   Tensor input_of(const Action& a, Pending& p);
-  std::vector<int64_t> sample_indices(int64_t batch_or_minibatch, int microbatch) const;
+  // The item's samples; *epoch: the epoch they are drawn in (keys augmentation).
+  std::vector<int64_t> sample_indices(int64_t batch_or_minibatch, int microbatch, int64_t* epoch) const;
   int64_t item_key(const Action& a) const { return a.minibatch * schedule_.items_per_batch() + a.microbatch; }
   int64_t global_step(const Action& a) const { return training_.first_item + a.minibatch; }
   StepInfo training_step(const Action& a) const;
