@@ -255,9 +255,11 @@ void StageExecutor::forward(const Action& a) {
   Tensor x;
   std::vector<int64_t> idx;
   int64_t epoch = 0;
+  const double fetch_start = steady_seconds();
   if (first_stage_ || last_stage_) idx = sample_indices(a.minibatch, a.microbatch, &epoch);
   if (first_stage_) {
     x = training_.train->training_inputs(idx, training_.seed, epoch);
+    stats_.data_s += steady_seconds() - fetch_start;
   } else {
     PD_CHECK(p.input.defined(), "forward of item ", key, " before its activation arrived");
     x = std::move(p.input);
@@ -275,7 +277,10 @@ void StageExecutor::forward(const Action& a) {
   if (first_stage_) p.meta = a.weight_version;
   if (record_versions_) forward_versions_.emplace_back(a.minibatch, a.weight_version);
   if (last_stage_) {
-    LossResult r = softmax_cross_entropy(y, training_.train->labels(idx), true);
+    const double labels_start = steady_seconds();
+    Tensor labels = training_.train->labels(idx);
+    stats_.data_s += steady_seconds() - labels_start;
+    LossResult r = softmax_cross_entropy(y, labels, true);
     require_finite_loss(r.loss, global_step(a));
     p.grad_in = std::move(r.grad);
     if (observer_) observer_->on_loss(global_step(a), a.microbatch, {r.loss, r.correct, r.count});

@@ -88,6 +88,7 @@ struct ExecutorStats {
   double busy_s = 0;       // forward, backward, optimizer, evaluation
   double busy_cpu_s = 0;   // CPU the thread got in them (busy_s less time without a core)
   double wait_s = 0;       // blocked on a peer
+  double data_s = 0;       // of busy_s, fetching minibatches (first stage: inputs, last: labels)
   int peak_versions = 1;   // weight versions held at once
   size_t peak_context_bytes = 0;  // activations stashed for backward
   int64_t actions = 0;
