@@ -408,6 +408,11 @@ DataSplits open_dataset(const std::string& name, const std::string& dir, const M
   DataSplits s;
   const size_t colon = name.find(':');
   const std::string kind = name.substr(0, colon), where = colon == std::string::npos ? "" : name.substr(colon + 1);
+  const DataOptions defaults;
+  const bool options_given = !options.mean.empty() || !options.std.empty() || options.val != defaults.val ||
+                             options.augment != defaults.augment;
+  if (options_given && kind != "images" && kind != "npy" && kind != "tokens")
+    throw UserError(cat("--data-options apply to images:, npy: and tokens: data, not --data ", name));
   if (kind == "images" || kind == "npy" || kind == "tokens") {
     if (!dir.empty()) throw UserError(cat("--data ", kind, ":... names its files itself; drop --data-dir"));
     if (colon == std::string::npos) throw UserError(cat("--data ", kind, " needs its files: --data ", kind, ":PATH"));

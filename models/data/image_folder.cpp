@@ -25,6 +25,10 @@ namespace fs = std::filesystem;
 // sample index; distinct from the shuffle's (seed, 0x5348, epoch).
 constexpr uint32_t kAugmentStream = 0x4147u;  // "AG"
 
+// A corrupt header must not make us allocate gigabytes: 256 Mpixel is
+// more than any photograph a training set holds.
+constexpr uint64_t kMaxPixels = uint64_t(1) << 28;
+
 struct Pixels {  // 8-bit, rows of w * c interleaved channels
   int64_t h = 0, w = 0;
   std::vector<uint8_t> px;
@@ -67,6 +71,11 @@ Pixels decode_jpeg(const std::string& bytes, int channels, const fs::path& path)
   jpeg_create_decompress(&info);
   jpeg_mem_src(&info, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&info, TRUE);
+  if (uint64_t{info.image_width} * info.image_height > kMaxPixels) {
+    jpeg_destroy_decompress(&info);
+    throw UserError(cat("image ", path.string(), " is ", info.image_width, "x", info.image_height,
+                        ": larger than the ", kMaxPixels, " pixels read"));
+  }
   info.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_start_decompress(&info);
   out.h = info.output_height;
@@ -92,6 +101,11 @@ Pixels decode_png(const std::string& bytes, int channels, const fs::path& path) 
     return UserError(cat("image ", path.string(), " is not a readable PNG: ", why));
   };
   if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size())) throw fail();
+  if (uint64_t{image.width} * image.height > kMaxPixels) {
+    png_image_free(&image);
+    throw UserError(cat("image ", path.string(), " is ", image.width, "x", image.height, ": larger than the ",
+                        kMaxPixels, " pixels read"));
+  }
   image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
   Pixels out;
   out.h = image.height;

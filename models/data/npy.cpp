@@ -80,7 +80,8 @@ NpyArray parse_npy(const std::string& b, const std::string& source) {
   const std::string dims = m[1];
   static const std::regex kNumber(R"(\d+)");
   for (std::sregex_iterator it(dims.begin(), dims.end(), kNumber), end; it != end; ++it)
-    a.shape.push_back(std::stoll(it->str()));
+    if (it->str().size() > 12 || (a.shape.push_back(std::stoll(it->str())), shape_numel(a.shape) > (int64_t(1) << 40)))
+      throw UserError(cat("--data npy: ", source, ": shape (", dims, ") is too large"));
   const size_t es = element_size(a.descr);
   if (es == 0)
     throw UserError(cat("--data npy: ", source, " has dtype '", a.descr, "'; read are little-endian f4, f8 and "
@@ -146,6 +147,9 @@ std::map<std::string, std::string> read_zip(const fs::path& path) {
     if (method == 0) {
       bytes = z.substr(data, csize);
     } else if (method == 8) {
+      if (usize > 1100 * csize + 1024)  // deflate cannot expand more than ~1032:1
+        throw UserError(cat("--data npy: ", where, ": zip member ", name, " claims ", usize, " bytes from ", csize,
+                            " (corrupt)"));
       bytes.resize(usize);
       z_stream s{};
       if (inflateInit2(&s, -MAX_WBITS) != Z_OK) throw RuntimeFailure("zlib inflateInit2 failed");

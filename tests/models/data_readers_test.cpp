@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <thread>
 
 #include "core/error.h"
 #include "models/dataset.h"
@@ -275,6 +276,21 @@ TEST(Tokens, BadInputsNameTheFileAndWhatIsWrong) {
             std::string::npos);
   EXPECT_NE(thrown([&] { open_dataset("tokens:/nonexistent.bin", "", gpt_tiny()); }).find("not found"),
             std::string::npos);
+}
+
+// Loader threads fetch at once: synthetic prototypes are made on first use
+// by whichever thread asks, and must come out as a lone thread makes them.
+TEST(Synthetic, ConcurrentFetchesGiveTheBitsOfASerialOne) {
+  const Model m = build_model(zoo_spec("vgg-mini", {{"classes", 50}}));
+  DataSplits serial = open_dataset("synthetic", "", m), shared = open_dataset("synthetic", "", m);
+  const std::vector<int64_t> idx = iota(64);
+  std::vector<Tensor> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back([&, t] { got[static_cast<size_t>(t)] = shared.train->inputs(idx); });
+  for (auto& t : threads) t.join();
+  const Tensor want = serial.train->inputs(idx);
+  for (const Tensor& g : got) EXPECT_TRUE(same_bits(g, want));
+  EXPECT_TRUE(same_bits(shared.test->inputs(idx), serial.test->inputs(idx)));
 }
 
 TEST(BatchLoader, HandsOutItemsInOrderWhateverThreadMadeThem) {
