@@ -123,7 +123,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--loader-threads", a->loader_threads,
                   "Threads that fetch minibatches ahead of training (default: the cores the compute threads leave, "
                   "1 to 8; 0: fetch on the training thread)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 64));
   auto* ep = cmd->add_option("--epochs", t.epochs, "Passes over the training set");
   auto* mb = cmd->add_option("--minibatches", t.minibatches, "Optimizer steps to take");
   ep->excludes(mb);
