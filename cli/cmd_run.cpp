@@ -20,6 +20,7 @@
 #include "runtime/comm/mpi_transport.h"
 #include "runtime/comm/nccl_transport.h"
 #include "runtime/comm/staged_transport.h"
+#include "models/loader.h"
 #include "runtime/launcher.h"
 #include "runtime/local_transport.h"
 #include "runtime/metrics.h"
@@ -46,6 +47,7 @@ struct RunArgs {
   std::string lr_schedule = "constant";
   uint64_t seed = 0;
   int threads = 1;
+  int loader_threads = -1;  // not given: the cores the compute threads leave
   double timeout = 60;
   std::string metrics, save, trace, svg, checkpoint_dir, resume;
   int64_t svg_minibatches = 0;
@@ -193,6 +195,8 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
     throw UserError(cat("a step takes ", s.samples_per_step(), " samples, more than the training set's ", train_size));
   if (!s.schedule_lists) s.schedule.minibatches = a.epochs > 0 ? a.epochs * per_epoch : a.minibatches;
   s.seed = a.seed;
+  s.loader_threads = a.loader_threads >= 0 ? a.loader_threads
+                                           : default_loader_threads(Device::parse(a.device).is_cpu() ? a.threads : 1);
   s.optimizer = a.optimizer;
   s.lr = a.lr;
   s.lr.kind = a.lr_schedule;
@@ -456,6 +460,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--min-lr", a->lr.min_lr, "cosine schedule: final learning rate")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of initialisation, sample order and dropout")->capture_default_str();
   cmd->add_option("--threads-per-worker", a->threads, "Compute threads of each worker")->capture_default_str();
+  cmd->add_option("--loader-threads", a->loader_threads,
+                  "First stage: threads that fetch minibatch inputs ahead of its forwards (default: the cores the "
+                  "compute threads leave, 1 to 8; 0: each forward fetches its own)")
+      ->check(CLI::Range(0, 64));
   cmd->add_option("--timeout", a->timeout, "Seconds a worker waits for a peer before the job fails")->capture_default_str();
   cmd->add_option("--metrics", a->metrics, "Write JSON-lines metrics to this file");
   cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();

@@ -59,6 +59,69 @@ Batch BatchLoader::next() {
   return std::move(node.mapped().batch);
 }
 
+PrefetchPool::PrefetchPool(int threads) {
+  for (int t = 0; t < threads; ++t) workers_.emplace_back([this] { work(); });
+}
+
+PrefetchPool::~PrefetchPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    tasks_.clear();
+  }
+  task_cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void PrefetchPool::submit(int64_t key, std::function<Tensor()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PD_CHECK(slots_.emplace(key, Slot{}).second, "item ", key, " is prefetched already");
+    tasks_.emplace_back(key, std::move(task));
+  }
+  task_cv_.notify_one();
+}
+
+bool PrefetchPool::submitted(int64_t key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_.count(key) > 0;
+}
+
+void PrefetchPool::work() {
+  for (;;) {
+    std::pair<int64_t, std::function<Tensor()>> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      task_cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+      if (stop_) return;
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    Slot done;
+    done.done = true;
+    try {
+      done.result = task.second();
+    } catch (...) {
+      done.error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      slots_[task.first] = std::move(done);
+    }
+    done_cv_.notify_all();
+  }
+}
+
+Tensor PrefetchPool::take(int64_t key) {
+  std::unique_lock<std::mutex> lock(mu_);
+  PD_CHECK(slots_.count(key) > 0, "item ", key, " was never prefetched");
+  done_cv_.wait(lock, [&] { return slots_.at(key).done; });
+  auto node = slots_.extract(key);
+  lock.unlock();
+  if (node.mapped().error) std::rethrow_exception(node.mapped().error);
+  return std::move(node.mapped().result);
+}
+
 int default_loader_threads(int compute_threads) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::clamp(cores - compute_threads, 1, 8);

@@ -10,6 +10,7 @@
 // with 0 loader threads and one with 8 train on the same bits.
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <map>
@@ -50,6 +51,36 @@ class BatchLoader {
   std::mutex mu_;
   std::condition_variable ready_cv_, space_cv_;
   std::map<int64_t, Slot> ready_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+// Tasks keyed by an item, run by `threads` threads in the order they were
+// submitted; take(key) waits for that item's result. A pipeline's first
+// stage submits the inputs of the forwards in its look-ahead window.
+class PrefetchPool {
+ public:
+  explicit PrefetchPool(int threads);
+  ~PrefetchPool();  // drops the tasks not started, joins the threads
+  PrefetchPool(const PrefetchPool&) = delete;
+  PrefetchPool& operator=(const PrefetchPool&) = delete;
+
+  void submit(int64_t key, std::function<Tensor()> task);
+  bool submitted(int64_t key);
+  // The task's result (rethrows what it threw); the key may be submitted again after.
+  Tensor take(int64_t key);
+
+ private:
+  struct Slot {
+    Tensor result;
+    std::exception_ptr error;
+    bool done = false;
+  };
+  void work();
+  std::mutex mu_;
+  std::condition_variable task_cv_, done_cv_;
+  std::deque<std::pair<int64_t, std::function<Tensor()>>> tasks_;
+  std::map<int64_t, Slot> slots_;
   bool stop_ = false;
   std::vector<std::thread> workers_;
 };

@@ -52,6 +52,7 @@ StageExecutor::StageExecutor(const Schedule& schedule, int rank, StageState& sta
   PD_CHECK(state.stage == stage_, "rank ", rank, " runs stage ", stage_, " but holds stage ", state.stage);
   PD_CHECK(training.model && training.train && training.optimizer, "incomplete StageTraining");
   grads_ = state_.weights.zeros_like_params();
+  if (first_stage_ && training.loader_threads > 0) prefetch_ = std::make_unique<PrefetchPool>(training.loader_threads);
   tag_modulus_ = transport.max_tag() - 1;
   if (replicas_ > 1) group_ = transport.make_group(schedule.ranks(stage_));
 
@@ -126,6 +127,12 @@ void StageExecutor::fill_window() {
     if (!mine(a)) continue;
     if (a.is_recv())
       recvs_[{a.kind == ActionKind::RecvGradient, item_key(a)}] = transport_.irecv_any(a.peer, wire_tag(a.tag));
+    if (prefetch_ && a.kind == ActionKind::Forward)
+      prefetch_->submit(item_key(a), [this, a] {
+        int64_t epoch = 0;
+        const std::vector<int64_t> idx = sample_indices(a.minibatch, a.microbatch, &epoch);
+        return training_.train->training_inputs(idx, training_.seed, epoch);
+      });
     window_.push_back(a);
   }
 }
@@ -258,7 +265,7 @@ void StageExecutor::forward(const Action& a) {
   const double fetch_start = steady_seconds();
   if (first_stage_ || last_stage_) idx = sample_indices(a.minibatch, a.microbatch, &epoch);
   if (first_stage_) {
-    x = training_.train->training_inputs(idx, training_.seed, epoch);
+    x = prefetch_ ? prefetch_->take(key) : training_.train->training_inputs(idx, training_.seed, epoch);
     stats_.data_s += steady_seconds() - fetch_start;
   } else {
     PD_CHECK(p.input.defined(), "forward of item ", key, " before its activation arrived");

@@ -22,6 +22,7 @@
 #include "core/optimizer.h"
 #include "models/dataset.h"
 #include "models/layer_range.h"
+#include "models/loader.h"
 #include "runtime/comm/gradient_buckets.h"
 #include "runtime/comm/transport.h"
 #include "runtime/schedule/schedule.h"
@@ -53,6 +54,9 @@ struct StageTraining {
   int64_t first_item = 0;       // global minibatch (flush: batch) of the schedule's item 0
   size_t bucket_bytes = GradientBuckets::kDefaultBucketBytes;  // all-reduce bucket size
   int lookahead = 16;           // actions whose receives are posted early
+  // First stage: threads that fetch the inputs of the forwards in the
+  // look-ahead window ahead of them (0: each forward fetches its own).
+  int loader_threads = 0;
 };
 
 // Test-set evaluation through the pipeline: when a stage's weights reach
@@ -192,6 +196,8 @@ class StageExecutor {
   std::vector<ActionSpan> events_;
   std::vector<std::pair<int64_t, int64_t>> forward_versions_;
   ExecutorStats stats_;
+  // Last: its threads read the members above, so it goes first.
+  std::unique_ptr<PrefetchPool> prefetch_;
 };
 
 // interleaved-1f1b: runs one rank's executors (one per chunk, in chunk

@@ -108,6 +108,7 @@ StageTraining training_of(const RunSpec& spec, const Model& model, const DataSpl
   training.seed = spec.seed;
   training.optimizer = &optimizer;
   training.lr = spec.lr;
+  training.loader_threads = spec.loader_threads;
   return training;
 }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "core/safetensors.h"
@@ -84,6 +85,33 @@ TEST(DataTrain, ImageFolderTrainsAndLoaderThreadsTrainTheSameBits) {
       EXPECT_NE(line.find("\"data_wait_ms\":"), std::string::npos) << line;
     }
   EXPECT_EQ(steps, 6);
+}
+
+bool same_weights(const fs::path& a, const fs::path& b) {
+  const NamedTensors wa = load_safetensors(a.string()), wb = load_safetensors(b.string());
+  if (wa.size() != wb.size()) return false;
+  for (size_t i = 0; i < wa.size(); ++i)
+    if (wa[i].first != wb[i].first || wa[i].second.nbytes() != wb[i].second.nbytes() ||
+        std::memcmp(wa[i].second.raw(), wb[i].second.raw(), wa[i].second.nbytes()) != 0)
+      return false;
+  return true;
+}
+
+// `run`: the first stage's loader threads fetch the forwards' inputs of
+// its look-ahead window; the same bits are trained.
+TEST(DataTrain, PipelineFirstStageLoaderThreadsTrainTheSameBits) {
+  for (const std::string schedule : {"1f1b-rr", "1f1b-flush --microbatches 2"}) {
+    std::vector<fs::path> saved;
+    for (const char* threads : {"0", "2"}) {
+      saved.push_back(scratch() / (std::string("run_") + threads + ".safetensors"));
+      Result r = pipedream("run --plan auto --workers 1 --plan-out " + (scratch() / "plan.json").string() + " " +
+                           kImages.substr(0, kImages.find(" --threads")) + " --threads-per-worker 1 --seed 3" +
+                           " --data images:" + image_folder().string() + " --minibatches 4 --no-eval --schedule " +
+                           schedule + " --loader-threads " + threads + " --save " + saved.back().string());
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+    }
+    EXPECT_TRUE(same_weights(saved[0], saved[1])) << schedule;
+  }
 }
 
 TEST(DataTrain, TruncatedJpegExitsTwoNamingTheFile) {
