@@ -131,6 +131,7 @@ InputStager::~InputStager() {
   if (device_.is_cpu()) return;
   try {
     const DeviceOps& ops = device_ops(device_);
+    if (!ops.upload_async) return;
     // A staged copy nobody took still writes its device block: order the
     // block's next user after it before the tensor goes back to the allocator.
     if (staged_copy_) ops.upload_wait_on_compute(staged_copy_);
@@ -146,7 +147,9 @@ InputStager::~InputStager() {
 void InputStager::stage(Batch b) {
   PD_CHECK(!staged_, "InputStager holds a batch already; take() it first");
   staged_ = true;
-  if (device_.is_cpu() || b.inputs.device() == device_) {
+  // A backend without the upload entries gets host inputs, which the first
+  // layer copies to the device as it would without a stager.
+  if (device_.is_cpu() || b.inputs.device() == device_ || !device_ops(device_).upload_async) {
     batch_ = std::move(b);
     return;
   }
