@@ -311,8 +311,7 @@ void write_trace(const RunSpec& spec, const GatheredResults& g, Transport& t) {
 
 // One line per rank: how busy it was and its peak memory against the plan's
 // (which counts training only: evaluation batches can raise the peak).
-void print_rank_lines(const Plan& plan, const std::vector<nlohmann::json>& per_rank, int64_t eval_batch,
-                      int64_t steps) {
+void print_rank_lines(const Plan& plan, const std::vector<nlohmann::json>& per_rank, int64_t eval_batch) {
   for (const auto& line : per_rank) {
     const PlanStage& st = plan.stages[line["stage"].get<int>()];
     const double peak = line["peak_training_bytes"].get<double>();
@@ -323,10 +322,6 @@ void print_rank_lines(const Plan& plan, const std::vector<nlohmann::json>& per_r
     // rank's host thread mostly waits for its device, so it says nothing.
     if (line["device"].get<std::string>() == "cpu" && busy_s > 0)
       std::printf(" (on a core %.0f%%)", 100.0 * busy * line["busy_cpu_s"].get<double>() / busy_s);
-    // The first and last stages fetch minibatches on their own thread: what
-    // that costs each step is time the pipeline's ends do not compute.
-    const double data_s = line.value("data_s", 0.0);
-    if (data_s > 0 && steps > 0) std::printf(", data %.1f ms/step", 1e3 * data_s / static_cast<double>(steps));
     std::printf(", peak memory %s beyond the data set", bytes_text(peak).c_str());
     if (st.memory_bytes > 0)
       std::printf(" (plan: %s, %+.0f%%)", bytes_text(double(st.memory_bytes)).c_str(),
@@ -431,7 +426,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   if (!spec.trace.empty()) write_trace(spec, gathered, t);
   if (!spec.svg.empty()) write_run_timeline_svg(spec.svg, spec.plan, spec.schedule, gathered.traces, spec.svg_minibatches);
   const nlohmann::json summary = print_summary(spec, report, out, steps, t.world_size());
-  print_rank_lines(spec.plan, gathered.per_rank, report.evals().empty() ? 0 : spec.eval_batch, spec.steps());
+  print_rank_lines(spec.plan, gathered.per_rank, report.evals().empty() ? 0 : spec.eval_batch);
   metrics.write(summary);
   print_output_files(spec);
   std::fflush(stdout);
