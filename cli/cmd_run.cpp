@@ -20,6 +20,7 @@
 #include "runtime/comm/mpi_transport.h"
 #include "runtime/comm/nccl_transport.h"
 #include "runtime/comm/staged_transport.h"
+#include "models/loader.h"
 #include "runtime/launcher.h"
 #include "runtime/local_transport.h"
 #include "runtime/metrics.h"
@@ -36,7 +37,8 @@ namespace pd::cli {
 namespace {
 
 struct RunArgs {
-  std::string plan, plan_out = "plan-auto.json", model, spec_file, model_options, data = "fashion-mnist", data_dir;
+  std::string plan, plan_out = "plan-auto.json", model, spec_file, model_options, data = "fashion-mnist", data_dir,
+      data_options;
   int workers = 0;
   int64_t epochs = 0, minibatches = 0, batch = 64;
   std::string schedule, weights = "stash", schedule_file;
@@ -46,6 +48,7 @@ struct RunArgs {
   std::string lr_schedule = "constant";
   uint64_t seed = 0;
   int threads = 1;
+  int loader_threads = -1;  // not given: the cores the compute threads leave
   double timeout = 60;
   std::string metrics, save, trace, svg, checkpoint_dir, resume;
   std::vector<std::string> init;
@@ -218,6 +221,8 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
     throw UserError(cat("a step takes ", s.samples_per_step(), " samples, more than the training set's ", train_size));
   if (!s.schedule_lists) s.schedule.minibatches = a.epochs > 0 ? a.epochs * per_epoch : a.minibatches;
   s.seed = a.seed;
+  s.loader_threads = a.loader_threads >= 0 ? a.loader_threads
+                                           : default_loader_threads(Device::parse(a.device).is_cpu() ? a.threads : 1);
   s.optimizer = a.optimizer;
   s.lr = a.lr;
   s.lr.kind = a.lr_schedule;
@@ -429,7 +434,7 @@ void run_command(const RunArgs& a) {
   check_plan_fits_model(plan, model, plan_path);
   // Each worker loads its stage's part; a file that does not fit the model is refused here, before any start.
   if (!a.init.empty() && !under_mpi) load_named_weights(model, a.init);
-  DataSplits data = open_dataset(a.data, a.data_dir, model);
+  DataSplits data = open_dataset(a.data, a.data_dir, model, parse_data_options(a.data_options));
   RunArgs args = a;
   RunSpec spec = make_spec(args, plan, data.train->size());
   // Processes: one per worker (interleaved-1f1b: a worker runs v stages).
@@ -481,8 +486,13 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--model", a->model, "Zoo model (see `pipedream models`) or a spec .json file");
   cmd->add_option("--model-spec", a->spec_file, "JSON model spec file")->check(CLI::ExistingFile);
   cmd->add_option("--model-options", a->model_options, "Zoo model options, e.g. width=0.5,image_size=32");
-  cmd->add_option("--data", a->data, "fashion-mnist | cifar10 | text | synthetic")->capture_default_str();
+  cmd->add_option("--data", a->data,
+                  "fashion-mnist | cifar10 | text | synthetic | images:DIR | npy:X.npy,Y.npy | npy:FILE.npz | "
+                  "tokens:FILE.bin")
+      ->capture_default_str();
   cmd->add_option("--data-dir", a->data_dir, "Dataset folder (cifar10), text file (text), or another fashion-mnist folder");
+  cmd->add_option("--data-options", a->data_options,
+                  "KEY=VALUE,... for images:, npy:, tokens: (mean=R/G/B, std=R/G/B, val=0.1, augment=1)");
   auto* ep = cmd->add_option("--epochs", a->epochs, "Passes over the training set");
   auto* mb = cmd->add_option("--minibatches", a->minibatches, "Optimizer steps (flush schedules: batches)");
   ep->excludes(mb);
@@ -519,6 +529,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--min-lr", a->lr.min_lr, "cosine schedule: final learning rate")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of initialisation, sample order and dropout")->capture_default_str();
   cmd->add_option("--threads-per-worker", a->threads, "Compute threads of each worker")->capture_default_str();
+  cmd->add_option("--loader-threads", a->loader_threads,
+                  "First stage: threads that fetch minibatch inputs ahead of its forwards (default: the cores the "
+                  "compute threads leave, 1 to 8; 0: each forward fetches its own)")
+      ->check(CLI::Range(0, 64));
   cmd->add_option("--timeout", a->timeout, "Seconds a worker waits for a peer before the job fails")->capture_default_str();
   cmd->add_option("--metrics", a->metrics, "Write JSON-lines metrics to this file");
   cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();

@@ -12,6 +12,7 @@
 #include "core/cuda_plugin.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "models/loader.h"
 #include "runtime/metrics.h"
 #include "runtime/trainer.h"
 
@@ -20,7 +21,8 @@ namespace pd::cli {
 namespace {
 
 struct TrainArgs {
-  std::string model, spec_file, model_options, data = "fashion-mnist", data_dir;
+  std::string model, spec_file, model_options, data = "fashion-mnist", data_dir, data_options;
+  int loader_threads = -1;  // not given: the cores the compute threads leave
   TrainOptions train;
   std::string lr_schedule = "constant";
   int threads = 0;
@@ -37,8 +39,9 @@ class CliObserver final : public TrainObserver {
  public:
   CliObserver(MetricsWriter& w, ProgressBar& bar, int64_t log_every, int64_t total)
       : w_(w), bar_(bar), every_(log_every), total_(total) {}
+  void on_data_wait(int64_t, double ms) override { data_wait_ms_ = ms; }
   void on_step(int64_t step, int64_t epoch, float loss, double sps) override {
-    if ((step + 1) % every_ == 0 || step + 1 == total_) w_.step(step, epoch, loss, sps);
+    if ((step + 1) % every_ == 0 || step + 1 == total_) w_.step(step, epoch, loss, sps, data_wait_ms_);
     bar_.update(step + 1, epoch, loss, sps);
   }
   void on_eval(int64_t epoch, const EvalResult& r) override {
@@ -53,6 +56,7 @@ class CliObserver final : public TrainObserver {
   MetricsWriter& w_;
   ProgressBar& bar_;
   int64_t every_, total_;
+  double data_wait_ms_ = -1;
 };
 
 void run_train(const TrainArgs& a) {
@@ -63,13 +67,15 @@ void run_train(const TrainArgs& a) {
   // Validate everything cheap before reading data.
   make_optimizer(a.train.optimizer);
   Model model = resolve_model(a.model, a.spec_file, a.model_options);
-  DataSplits data = open_dataset(a.data, a.data_dir, model);
+  DataSplits data = open_dataset(a.data, a.data_dir, model, parse_data_options(a.data_options));
   TrainOptions o = a.train;
   o.schedule.kind = a.lr_schedule;
   const int64_t steps = planned_steps(o, data.train->size());
   const NamedTensors init = a.init.empty() ? NamedTensors{} : load_named_weights(model, a.init);
   o.device = open_compute_device(a.device, a.deterministic);
   cpu::set_compute_threads(a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  o.loader_threads = a.loader_threads >= 0 ? a.loader_threads
+                                           : default_loader_threads(o.device.is_cpu() ? cpu::compute_threads() : 1);
 
   std::fprintf(stderr, "training %s (%lld parameters) on %s: %lld samples, batch %lld, %lld steps, %s lr %g, %s\n",
                model.name.c_str(), static_cast<long long>(model.parameter_count()), a.data.c_str(),
@@ -90,6 +96,10 @@ void run_train(const TrainArgs& a) {
 
   std::printf("trained %lld steps in %.1f s (%.0f samples/s)", static_cast<long long>(r.steps), r.seconds,
               r.samples_per_s);
+  if (r.steps > 0 && r.seconds > 0)
+    std::printf(", data wait %.1f ms/step (%.1f%% of step time, %d loader threads)",
+                1e3 * r.data_wait_s / static_cast<double>(r.steps), 100.0 * r.data_wait_s / r.seconds,
+                o.loader_threads);
   if (!r.evals.empty())
     std::printf(", test loss %.4f, test accuracy %.2f%%", r.evals.back().loss, 100.0 * r.evals.back().accuracy);
   std::printf("\n");
@@ -112,8 +122,17 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--model", a->model, "Zoo model (see `pipedream models`) or a spec .json file");
   cmd->add_option("--model-spec", a->spec_file, "JSON model spec file")->check(CLI::ExistingFile);
   cmd->add_option("--model-options", a->model_options, "Zoo model options, e.g. width=0.5,image_size=32");
-  cmd->add_option("--data", a->data, "fashion-mnist | cifar10 | text | synthetic")->capture_default_str();
+  cmd->add_option("--data", a->data,
+                  "fashion-mnist | cifar10 | text | synthetic | images:DIR | npy:X.npy,Y.npy | npy:FILE.npz | "
+                  "tokens:FILE.bin")
+      ->capture_default_str();
   cmd->add_option("--data-dir", a->data_dir, "Dataset folder (cifar10), text file (text), or another fashion-mnist folder");
+  cmd->add_option("--data-options", a->data_options,
+                  "KEY=VALUE,... for images:, npy:, tokens: (mean=R/G/B, std=R/G/B, val=0.1, augment=1)");
+  cmd->add_option("--loader-threads", a->loader_threads,
+                  "Threads that fetch minibatches ahead of training (default: the cores the compute threads leave, "
+                  "1 to 8; 0: fetch on the training thread)")
+      ->check(CLI::Range(0, 64));
   auto* ep = cmd->add_option("--epochs", t.epochs, "Passes over the training set");
   auto* mb = cmd->add_option("--minibatches", t.minibatches, "Optimizer steps to take");
   ep->excludes(mb);

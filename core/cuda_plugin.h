@@ -51,7 +51,7 @@ struct CudaPluginApi {
   void (*set_allow_tf32)(bool on);
   const CudaNcclApi* (*nccl)();
 };
-inline constexpr int kCudaPluginAbi = 2;
+inline constexpr int kCudaPluginAbi = 3;  // 3: DeviceOps gained the upload entries
 
 // The loaded plugin, or nullptr when this build has none or it cannot be
 // loaded; *why (if given) then says which and why. Loads at most once.

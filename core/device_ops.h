@@ -20,6 +20,7 @@
 // - Every entry is deterministic: same inputs, same device, same bits.
 //   Convolutions need set_deterministic(true) for that (cuDNN otherwise
 //   may pick faster atomics-based algorithms).
+#include <cstddef>
 #include <cstdint>
 
 #include "core/error.h"
@@ -76,6 +77,18 @@ struct DeviceOps {
   uint64_t (*event_record)() = nullptr;
   float (*event_elapsed_ms)(uint64_t start, uint64_t end) = nullptr;
   void (*event_release)(uint64_t event) = nullptr;
+
+  // --- host-to-device staging for the data loader (CUDA only; null on the CPU) ---
+  void* (*pinned_alloc)(size_t bytes) = nullptr;  // page-locked host memory
+  void (*pinned_free)(void* p) = nullptr;
+  // Copies pinned host memory to the device on a copy stream of its own,
+  // after the work queued on the compute stream so far (dst may be memory
+  // that work used); returns the copy's event.
+  uint64_t (*upload_async)(void* dst, const void* pinned_src, size_t bytes) = nullptr;
+  // Compute-stream work queued after this call waits for the copy.
+  void (*upload_wait_on_compute)(uint64_t event) = nullptr;
+  // Blocks until the copy has finished (its source may be reused); releases the event.
+  void (*upload_release)(uint64_t event) = nullptr;
 
   // --- BLAS: same contract as cpu::gemm (row-major, strides in elements) ---
   void (*gemm)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

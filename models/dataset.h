@@ -31,11 +31,33 @@ class Dataset {
   // [n, sample_shape...] and [n, label_shape...] (I32) for the given sample indices.
   virtual Tensor inputs(std::span<const int64_t> indices) const = 0;
   virtual Tensor labels(std::span<const int64_t> indices) const = 0;
+  // The inputs a training step of `epoch` sees: inputs() with augmentation
+  // (an image folder's random crop and flip) drawn from (seed, epoch,
+  // sample index) alone, so any thread or worker fetches the same bits.
+  // Datasets without augmentation return inputs().
+  virtual Tensor training_inputs(std::span<const int64_t> indices, uint64_t seed, int64_t epoch) const {
+    return inputs(indices);
+  }
 };
 
 struct DataSplits {
   std::unique_ptr<Dataset> train, test;
 };
+
+// Settings of the readers that take any (--data-options KEY=VALUE,...):
+//   mean, std    images: per-channel normalisation, values joined by '/'
+//                (default ImageNet's for 3 channels, 0.449 / 0.226 for 1)
+//   val          images, npy: the held-out share when the data has no test
+//                split of its own (default 0.1: every 10th sample); tokens:
+//                the share of the stream's end held out without a val file
+//   augment      images: 1 random-crop and flip for training (default), 0 off
+struct DataOptions {
+  std::vector<float> mean, std;  // empty: the default
+  double val = 0.1;
+  bool augment = true;
+};
+// "mean=0.5/0.5/0.5,val=0.2"; UserError naming the bad item.
+DataOptions parse_data_options(const std::string& text);
 
 // Opens a dataset by name for a model:
 //   fashion-mnist  idx .gz files (train-images-idx3-ubyte.gz, ...) in dir,
@@ -46,9 +68,25 @@ struct DataSplits {
 //                  targets; the last 10% of the text is the test split
 //   synthetic      random but learnable samples shaped for the model (a fixed
 //                  data key, so every seed trains on the same data)
+//   images:DIR     one subfolder per class of .jpg/.jpeg/.png files (class =
+//                  folder, sorted by name); DIR/train and DIR/val when DIR has
+//                  them, else every k-th file of each class is held out
+//                  (k = 1/val). Decoded on each fetch, resized (shorter side to
+//                  8/7 of the model's input side), then a random crop and flip
+//                  (training) or the centre crop (evaluation), normalised
+//   npy:X.npy,Y.npy  samples [N, input shape...] (f4, f8, u1 scaled by 1/255;
+//                  i4/i8/u2 for token models) and integer labels [N] or
+//                  [N, label shape]; every k-th row held out
+//   npy:FILE.npz   the same from an .npz (stored or deflated) holding x_train,
+//                  y_train, x_test, y_test, or x and y
+//   tokens:FILE.bin  uint16 token stream (nanoGPT's raw .bin, or llm.c's with
+//                  its 1024-byte header); the test split is the sibling
+//                  val.bin (train.bin) or *_val.bin (*_train.bin) when present,
+//                  else the stream's last `val` share
 // Missing or malformed files, or data that does not fit the model, are
 // UserErrors (exit code 2) naming what to fix.
-DataSplits open_dataset(const std::string& name, const std::string& dir, const Model& model);
+DataSplits open_dataset(const std::string& name, const std::string& dir, const Model& model,
+                        const DataOptions& options = {});
 std::vector<std::string> dataset_names();
 
 // The first n samples of a dataset, gathered once into memory (a synthetic
@@ -91,6 +129,10 @@ struct Batch {
 };
 inline Batch fetch(const Dataset& d, std::span<const int64_t> indices) {
   return {d.inputs(indices), d.labels(indices)};
+}
+// A training step's batch: training_inputs() of (seed, epoch).
+inline Batch fetch_training(const Dataset& d, std::span<const int64_t> indices, uint64_t seed, int64_t epoch) {
+  return {d.training_inputs(indices, seed, epoch), d.labels(indices)};
 }
 
 }  // namespace pd

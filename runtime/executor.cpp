@@ -52,6 +52,7 @@ StageExecutor::StageExecutor(const Schedule& schedule, int rank, StageState& sta
   PD_CHECK(state.stage == stage_, "rank ", rank, " runs stage ", stage_, " but holds stage ", state.stage);
   PD_CHECK(training.model && training.train && training.optimizer, "incomplete StageTraining");
   grads_ = state_.weights.zeros_like_params();
+  if (first_stage_ && training.loader_threads > 0) prefetch_ = std::make_unique<PrefetchPool>(training.loader_threads);
   tag_modulus_ = transport.max_tag() - 1;
   if (replicas_ > 1) group_ = transport.make_group(schedule.ranks(stage_));
 
@@ -126,6 +127,12 @@ void StageExecutor::fill_window() {
     if (!mine(a)) continue;
     if (a.is_recv())
       recvs_[{a.kind == ActionKind::RecvGradient, item_key(a)}] = transport_.irecv_any(a.peer, wire_tag(a.tag));
+    if (prefetch_ && a.kind == ActionKind::Forward)
+      prefetch_->submit(item_key(a), [this, a] {
+        int64_t epoch = 0;
+        const std::vector<int64_t> idx = sample_indices(a.minibatch, a.microbatch, &epoch);
+        return training_.train->training_inputs(idx, training_.seed, epoch);
+      });
     window_.push_back(a);
   }
 }
@@ -224,16 +231,18 @@ void StageExecutor::execute(const Action& a) {
   }
 }
 
-std::vector<int64_t> StageExecutor::sample_indices(int64_t minibatch, int microbatch) const {
+std::vector<int64_t> StageExecutor::sample_indices(int64_t minibatch, int microbatch, int64_t* epoch) const {
   const int64_t n = training_.train->size(), b = training_.batch;
   const int64_t g = training_.first_item + minibatch;
   if (!is_flush(schedule_.options().kind)) {
     const int64_t per_epoch = n / b;
+    *epoch = g / per_epoch;
     return order_.minibatch(g / per_epoch, g % per_epoch, b);
   }
   // Flush: batch g of M microbatches is the sample range a batch of M*b takes.
   const int64_t mb = b * schedule_.items_per_batch();
   const int64_t per_epoch = n / mb;
+  *epoch = g / per_epoch;
   return order_.positions(g / per_epoch, (g % per_epoch) * mb + microbatch * b, b);
 }
 
@@ -252,9 +261,12 @@ void StageExecutor::forward(const Action& a) {
   Pending& p = pending_[key];
   Tensor x;
   std::vector<int64_t> idx;
-  if (first_stage_ || last_stage_) idx = sample_indices(a.minibatch, a.microbatch);
+  int64_t epoch = 0;
+  const double fetch_start = steady_seconds();
+  if (first_stage_ || last_stage_) idx = sample_indices(a.minibatch, a.microbatch, &epoch);
   if (first_stage_) {
-    x = training_.train->inputs(idx);
+    x = prefetch_ ? prefetch_->take(key) : training_.train->training_inputs(idx, training_.seed, epoch);
+    stats_.data_s += steady_seconds() - fetch_start;
   } else {
     PD_CHECK(p.input.defined(), "forward of item ", key, " before its activation arrived");
     x = std::move(p.input);
@@ -272,7 +284,10 @@ void StageExecutor::forward(const Action& a) {
   if (first_stage_) p.meta = a.weight_version;
   if (record_versions_) forward_versions_.emplace_back(a.minibatch, a.weight_version);
   if (last_stage_) {
-    LossResult r = softmax_cross_entropy(y, training_.train->labels(idx), true);
+    const double labels_start = steady_seconds();
+    Tensor labels = training_.train->labels(idx);
+    stats_.data_s += steady_seconds() - labels_start;
+    LossResult r = softmax_cross_entropy(y, labels, true);
     require_finite_loss(r.loss, global_step(a));
     p.grad_in = std::move(r.grad);
     if (observer_) observer_->on_loss(global_step(a), a.microbatch, {r.loss, r.correct, r.count});

@@ -22,6 +22,7 @@
 #include "core/optimizer.h"
 #include "models/dataset.h"
 #include "models/layer_range.h"
+#include "models/loader.h"
 #include "runtime/comm/gradient_buckets.h"
 #include "runtime/comm/transport.h"
 #include "runtime/schedule/schedule.h"
@@ -53,6 +54,9 @@ struct StageTraining {
   int64_t first_item = 0;       // global minibatch (flush: batch) of the schedule's item 0
   size_t bucket_bytes = GradientBuckets::kDefaultBucketBytes;  // all-reduce bucket size
   int lookahead = 16;           // actions whose receives are posted early
+  // First stage: threads that fetch the inputs of the forwards in the
+  // look-ahead window ahead of them (0: each forward fetches its own).
+  int loader_threads = 0;
 };
 
 // Test-set evaluation through the pipeline: when a stage's weights reach
@@ -88,6 +92,7 @@ struct ExecutorStats {
   double busy_s = 0;       // forward, backward, optimizer, evaluation
   double busy_cpu_s = 0;   // CPU the thread got in them (busy_s less time without a core)
   double wait_s = 0;       // blocked on a peer
+  double data_s = 0;       // of busy_s, fetching minibatches (first stage: inputs, last: labels)
   int peak_versions = 1;   // weight versions held at once
   size_t peak_context_bytes = 0;  // activations stashed for backward
   int64_t actions = 0;
@@ -145,7 +150,8 @@ class StageExecutor {
   void optimizer_step(const Action& a);
   bool round_completes_after(size_t window_index) const;
   Tensor input_of(const Action& a, Pending& p);
-  std::vector<int64_t> sample_indices(int64_t batch_or_minibatch, int microbatch) const;
+  // The item's samples; *epoch: the epoch they are drawn in (keys augmentation).
+  std::vector<int64_t> sample_indices(int64_t batch_or_minibatch, int microbatch, int64_t* epoch) const;
   int64_t item_key(const Action& a) const { return a.minibatch * schedule_.items_per_batch() + a.microbatch; }
   int64_t global_step(const Action& a) const { return training_.first_item + a.minibatch; }
   StepInfo training_step(const Action& a) const;
@@ -190,6 +196,8 @@ class StageExecutor {
   std::vector<ActionSpan> events_;
   std::vector<std::pair<int64_t, int64_t>> forward_versions_;
   ExecutorStats stats_;
+  // Last: its threads read the members above, so it goes first.
+  std::unique_ptr<PrefetchPool> prefetch_;
 };
 
 // interleaved-1f1b: runs one rank's executors (one per chunk, in chunk

@@ -22,8 +22,9 @@ class MetricsWriter {
   explicit MetricsWriter(const std::string& path);  // UserError when it cannot be created
   bool enabled() const { return file_ != nullptr; }
   void write(const nlohmann::json& line);
-  // {"event":"step","step","epoch","loss","samples_per_s","seconds"}
-  void step(int64_t step, int64_t epoch, double loss, double samples_per_s);
+  // {"event":"step","step","epoch","loss","samples_per_s","seconds"[,"data_wait_ms"]}:
+  // data_wait_ms (this step's wait for its minibatch) when not negative.
+  void step(int64_t step, int64_t epoch, double loss, double samples_per_s, double data_wait_ms = -1);
   // {"event":"eval","epoch","test_loss","test_accuracy","seconds"}
   void eval(int64_t epoch, double test_loss, double test_accuracy);
 

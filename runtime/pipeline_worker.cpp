@@ -115,6 +115,7 @@ StageTraining training_of(const RunSpec& spec, const Model& model, const DataSpl
   training.seed = spec.seed;
   training.optimizer = &optimizer;
   training.lr = spec.lr;
+  training.loader_threads = spec.loader_threads;
   return training;
 }
 
@@ -156,6 +157,7 @@ void add_stats(ExecutorStats& total, const ExecutorStats& segment) {
   total.busy_s += segment.busy_s;
   total.busy_cpu_s += segment.busy_cpu_s;
   total.wait_s += segment.wait_s;
+  total.data_s += segment.data_s;
   total.actions += segment.actions;
   total.peak_versions = std::max(total.peak_versions, segment.peak_versions);
   total.peak_context_bytes = std::max(total.peak_context_bytes, segment.peak_context_bytes);
@@ -187,6 +189,7 @@ nlohmann::json rank_stats(const RunSpec& spec, const WorkerRole& role, const Exe
           {"busy_s", total.busy_s},
           {"busy_cpu_s", total.busy_cpu_s},
           {"wait_s", total.wait_s},
+          {"data_s", total.data_s},
           {"actions", total.actions},
           {"peak_memory_bytes", alloc.peak_bytes()},
           {"peak_training_bytes", double(alloc.peak_bytes()) - resident_before},

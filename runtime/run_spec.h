@@ -30,6 +30,7 @@ struct RunSpec {
   OptimizerConfig optimizer;
   LrSchedule lr;             // base_lr and total_steps filled in
   int threads = 1;           // compute threads per worker
+  int loader_threads = 0;    // first stage: threads fetching its inputs ahead
   // Where each worker computes (a GPU: the process's own, initialised by
   // the command before the workers start) and how device tensors travel.
   Device device = Device::cpu();

@@ -7,6 +7,7 @@
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/loss.h"
+#include "models/loader.h"
 
 namespace pd {
 
@@ -44,24 +45,30 @@ void average_gradients(std::span<Tensor> grads, int count) {
 
 namespace {
 
-// One step's gradient over its minibatch's samples `idx`, as `microbatches`
-// pieces whose gradients add up, then divided by their count as a flush
+// One step's gradient over its minibatch, as `microbatches` row ranges
+// whose gradients add up, then divided by their count as a flush
 // pipeline's optimizer step divides them. Dropout keys:
 // the step alone, or step x microbatches + piece as the flush schedules key them.
-StepLoss accumulate_gradients(const Model& m, const ParameterStore& w, ParameterStore& grads, const Dataset& data,
-                              const std::vector<int64_t>& idx, int64_t step, uint64_t seed, int microbatches) {
-  const int64_t b = static_cast<int64_t>(idx.size()) / microbatches;
+StepLoss accumulate_gradients(const Model& m, const ParameterStore& w, ParameterStore& grads, const Batch& batch,
+                              int64_t step, uint64_t seed, int microbatches) {
+  const int64_t b = batch.inputs.dim(0) / microbatches;
   StepLoss total{0, 0, 0};
   for (int k = 0; k < microbatches; ++k) {
-    const std::vector<int64_t> piece(idx.begin() + k * b, idx.begin() + (k + 1) * b);
     const uint64_t id = static_cast<uint64_t>(microbatches > 1 ? step * microbatches + k : step);
-    const StepLoss l = compute_gradients(m, w, grads, fetch(data, piece), {.training = true, .seed = seed, .minibatch_id = id});
+    const Batch piece = microbatches == 1 ? batch
+                                          : Batch{batch.inputs.slice_rows(k * b, (k + 1) * b),
+                                                  batch.labels.slice_rows(k * b, (k + 1) * b)};
+    const StepLoss l = compute_gradients(m, w, grads, piece, {.training = true, .seed = seed, .minibatch_id = id});
     total.loss += l.loss / static_cast<float>(microbatches);
     total.correct += l.correct;
     total.count += l.count;
   }
   average_gradients(grads.all_params(), microbatches);
   return total;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 }  // namespace
@@ -136,13 +143,33 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
     if (observer) observer->on_eval(epoch, r);
   };
 
-  double train_seconds = 0;
+  // Step s's minibatch: a function of (seed, epoch, index) alone, so the
+  // loader threads may compute it whenever they like.
+  BatchLoader loader(
+      [&](int64_t s) {
+        const MinibatchRef ref = locate_minibatch(s, per_epoch);
+        return fetch_training(train_data, order.minibatch(ref.epoch, ref.index, o.batch), o.seed, ref.epoch);
+      },
+      0, steps, o.loader_threads);
+  InputStager stager(o.device);
+
+  double train_seconds = 0, data_wait_seconds = 0;
   for (int64_t s = 0; s < steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     const MinibatchRef ref = locate_minibatch(s, per_epoch);
+    // On a GPU the next minibatch's copy is queued before this step's work.
+    Batch batch;
+    if (o.device.is_cpu()) {
+      batch = loader.next();
+    } else {
+      if (s == 0) stager.stage(loader.next());
+      batch = stager.take();
+      if (s + 1 < steps) stager.stage(loader.next());
+    }
+    const double waited = seconds_since(t0);
+    data_wait_seconds += waited;
     grads.zero_params();
-    const StepLoss l = accumulate_gradients(m, versions.front(), grads, train_data, order.minibatch(ref.epoch, ref.index, o.batch), s,
-                                            o.seed, o.microbatches);
+    const StepLoss l = accumulate_gradients(m, versions.front(), grads, batch, s, o.seed, o.microbatches);
     if (o.gradient_delay == 0) {
       optimizer->step(versions.back().all_params(), grads.all_params(), opt_state, schedule.lr_at(s));
     } else {
@@ -157,14 +184,17 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
       versions.push_back(std::move(next));
     }
 
-    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    train_seconds += seconds_since(t0);
     result.losses.push_back(l.loss);
-    if (observer)
+    if (observer) {
+      observer->on_data_wait(s, 1e3 * waited);
       observer->on_step(s, ref.epoch, l.loss, static_cast<double>((s + 1) * o.batch) / train_seconds);
+    }
     if ((s + 1) % per_epoch == 0 || s + 1 == steps) run_eval(ref.epoch);
   }
   result.steps = steps;
   result.seconds = train_seconds;
+  result.data_wait_s = data_wait_seconds;
   result.samples_per_s = train_seconds > 0 ? static_cast<double>(steps * o.batch) / train_seconds : 0;
   result.weights = std::move(versions.back());
   return result;

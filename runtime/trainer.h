@@ -37,6 +37,10 @@ struct TrainOptions {
   Device device = Device::cpu();  // where weights, gradients and optimizer state live
   bool evaluate = true;     // test split after every epoch and at the end
   int64_t eval_batch = 500;
+  // Threads that fetch (decode, augment, batch) minibatches ahead of the
+  // training thread (models/loader.h); 0 fetches each on the training
+  // thread when its step starts. Either way the same bits are trained.
+  int loader_threads = 0;
 };
 
 struct EvalResult {
@@ -83,6 +87,9 @@ class TrainObserver {
   // Called after every step; samples_per_s is measured since the run started.
   virtual void on_step(int64_t step, int64_t epoch, float loss, double samples_per_s) {}
   virtual void on_eval(int64_t epoch, const EvalResult& r) {}
+  // Called before on_step: how long the step waited for its minibatch (with
+  // no loader threads, the time to fetch it; on a GPU, until its copy was queued).
+  virtual void on_data_wait(int64_t step, double ms) {}
 };
 
 struct TrainResult {
@@ -92,6 +99,7 @@ struct TrainResult {
   int64_t steps = 0;
   double seconds = 0;          // training steps only, evaluation excluded
   double samples_per_s = 0;
+  double data_wait_s = 0;      // of `seconds`, the steps' waits for their minibatches
 };
 
 // Trains from the seed's initial weights (or from `initial` when given).

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev
           libopenmpi-dev openmpi-bin dataset-fashion-mnist zlib1g-dev
+          libjpeg62-turbo-dev libpng-dev
           # Not the product's: scripts/plot.py (and its test, which would
           # otherwise always skip) and scripts/paper_table1.sh.
           python3-matplotlib jq

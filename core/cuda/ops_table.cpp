@@ -54,6 +54,50 @@ float event_elapsed_ms(uint64_t start, uint64_t end) {
 
 void event_release(uint64_t e) { CUDA_CHECK(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(e))); }
 
+// The data loader's copies run on a stream of their own so that the next
+// minibatch's inputs travel while the compute stream trains on this one.
+cudaStream_t copy_stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t made = nullptr;
+    context();  // binds this thread to the process's device
+    CUDA_CHECK(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking));
+    return made;
+  }();
+  context();
+  return s;
+}
+
+void* pinned_alloc(size_t bytes) {
+  context();
+  void* p = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  return p;
+}
+
+void pinned_free(void* p) {
+  if (p) CUDA_CHECK(cudaFreeHost(p));
+}
+
+uint64_t upload_async(void* dst, const void* src, size_t n) {
+  cudaStream_t copy = copy_stream();
+  stream_wait(copy, cs());  // dst may come from a block the compute stream's earlier work used
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, copy));
+  cudaEvent_t e;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(e, copy));
+  return reinterpret_cast<uint64_t>(e);
+}
+
+void upload_wait_on_compute(uint64_t e) {
+  CUDA_CHECK(cudaStreamWaitEvent(cs(), reinterpret_cast<cudaEvent_t>(e), 0));
+}
+
+void upload_release(uint64_t e) {
+  auto ev = reinterpret_cast<cudaEvent_t>(e);
+  CUDA_CHECK(cudaEventSynchronize(ev));
+  CUDA_CHECK(cudaEventDestroy(ev));
+}
+
 void relu_forward(int64_t n, const float* x, float* y) { kernels::relu_forward(n, x, y, cs()); }
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx) { kernels::relu_backward(n, y, dy, dx, cs()); }
 void add(int64_t n, const float* a, const float* b, float* y) { kernels::add(n, a, b, y, cs()); }
@@ -343,6 +387,11 @@ DeviceOps make_table() {
   o.event_record = &event_record;
   o.event_elapsed_ms = &event_elapsed_ms;
   o.event_release = &event_release;
+  o.pinned_alloc = &pinned_alloc;
+  o.pinned_free = &pinned_free;
+  o.upload_async = &upload_async;
+  o.upload_wait_on_compute = &upload_wait_on_compute;
+  o.upload_release = &upload_release;
   o.gemm = &gemm;
   o.gemm_strided_batched = &gemm_strided_batched;
   o.linear_forward = &linear_forward;
