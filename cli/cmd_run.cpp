@@ -156,8 +156,8 @@ void set_outputs(const RunArgs& a, RunSpec& s) {
   if (s.checkpoint_every < 0) throw UserError("--checkpoint-every must be >= 0");
   s.resume = a.resume;
   if (!s.resume.empty()) {
-    // The pipeline drains at every checkpoint; a resumed run keeps the same
-    // boundaries so that it repeats the original run bit for bit.
+    // Where the pipeline drains at every checkpoint (runtime/run_spec.h), a
+    // resumed run keeps the same boundaries to repeat the original's bits.
     const ResumePoint p = find_checkpoint(s.resume);
     const int64_t saved_every = p.run.value("checkpoint_every", int64_t{0});
     if (s.checkpoint_every == 0) s.checkpoint_every = saved_every;
@@ -366,6 +366,8 @@ void run_command(const RunArgs& a) {
   DataSplits data = open_dataset(a.data, a.data_dir, model);
   RunArgs args = a;
   RunSpec spec = make_spec(args, plan, data.train->size());
+  // Checked here, in the launcher too: a refusal is one line, before mpirun.
+  if (!spec.resume.empty()) require_resumable(find_checkpoint(spec.resume), spec, model);
   // Processes: one per worker (interleaved-1f1b: a worker runs v stages).
   const int R = Schedule(spec.plan, spec.schedule).workers();
   const bool under_mpi = launched_under_mpi();
@@ -459,8 +461,14 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--svg-minibatches", a->svg_minibatches, "Minibatches (flush schedules: batches) the --svg timeline spans")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "Write checkpoints here");
-  cmd->add_option("--checkpoint-every", a->checkpoint_every, "Steps between checkpoints (the pipeline drains there)");
-  cmd->add_option("--resume", a->resume, "Continue from a checkpoint (a --checkpoint-dir or one step-N in it)");
+  cmd->add_option("--checkpoint-every", a->checkpoint_every, "Steps between checkpoints (flush schedules: batches); 0: only at the end. A checkpoint does not change "
+                  "the result (gpipe, 1f1b-flush, zb-h1: taken between batches; 1f1b-rr with stash or vertical "
+                  "weights: with minibatches in flight), except 1f1b-rr with --weights none or replicated stages, "
+                  "whose pipeline drains there");
+  cmd->add_option("--resume", a->resume,
+                  "Continue from a checkpoint (a --checkpoint-dir or one step-N in it); --minibatches / --epochs "
+                  "count the whole run, the checkpoint's steps included. The flush schedules (and 1f1b-rr from a "
+                  "drained checkpoint) may resume under another plan");
   cmd->add_option("--eval-every", a->eval_every, "Steps between test evaluations (default: every epoch)");
   cmd->add_option("--eval-batch", a->eval_batch, "Evaluation batch size")->capture_default_str();
   cmd->add_flag("!--no-eval", a->evaluate, "Skip test-set evaluation");

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <ctime>
 #include <limits>
+#include <set>
 #include <string_view>
 
 #include "core/error.h"
@@ -132,6 +133,7 @@ void StageExecutor::fill_window() {
 
 StageExecutor::Progress StageExecutor::step() {
   fill_window();
+  if (checkpoint_due_ && (window_.empty() || !window_.front().is_send())) maybe_checkpoint();
   if (eval_due_ && (window_.empty() || !window_.front().is_send())) maybe_evaluate();
   if (window_.empty()) {
     reap_sends(true);
@@ -393,7 +395,118 @@ void StageExecutor::optimizer_step(const Action& a) {
   stats_.peak_versions = std::max(stats_.peak_versions, versions_.peak_versions());
   if (eval_.test && next_eval_ < eval_.at_versions.size() && versions_.newest_version() >= eval_.at_versions[next_eval_])
     eval_due_ = true;
+  if (next_checkpoint_ < checkpoint_at_.size() && versions_.newest_version() >= checkpoint_at_[next_checkpoint_])
+    checkpoint_due_ = true;
   record("step", a.round, t0);
+}
+
+void StageExecutor::maybe_checkpoint() {
+  checkpoint_due_ = false;
+  while (next_checkpoint_ < checkpoint_at_.size() && versions_.newest_version() >= checkpoint_at_[next_checkpoint_]) {
+    PD_CHECK(versions_.newest_version() == checkpoint_at_[next_checkpoint_], "stage ", stage_, " passed version ",
+             checkpoint_at_[next_checkpoint_], " without stopping there for its checkpoint");
+    write_checkpoint_(checkpoint_at_[next_checkpoint_], versions_);
+    ++next_checkpoint_;
+  }
+}
+
+namespace {
+
+std::vector<Action> leading_actions(const Schedule& schedule, int rank, size_t n) {
+  std::vector<Action> out;
+  ActionCursor c = schedule.cursor(rank);
+  Action a;
+  while (out.size() < n && c.next(a)) out.push_back(a);
+  return out;
+}
+
+}  // namespace
+
+size_t StageExecutor::actions_before_checkpoint(const Schedule& schedule, int rank, int64_t version) {
+  ActionCursor c = schedule.cursor(rank);
+  Action a;
+  size_t n = 0;
+  bool after_step = false;
+  while (c.next(a)) {
+    if (after_step && !a.is_send()) return n;
+    ++n;
+    if (a.kind == ActionKind::OptimizerStep && a.version_created == version) after_step = true;
+  }
+  PD_CHECK(after_step, "rank ", rank, " never reaches weight version ", version);
+  return n;
+}
+
+void StageExecutor::resume_at(int64_t version, std::map<int64_t, ParameterStore> older) {
+  PD_CHECK(schedule_.chunks() == 1 && replicas_ == 1 && !is_flush(schedule_.options().kind) && stats_.actions == 0,
+           "resume_at: an unreplicated 1f1b-rr stage before its first action");
+  const std::vector<Action> done = leading_actions(schedule_, rank_, actions_before_checkpoint(schedule_, rank_, version));
+  versions_.restore(version, std::move(older));
+  // What happened to each minibatch before the checkpoint, here and next door.
+  std::map<int64_t, Action> forwards, receives, sends;
+  std::set<int64_t> backwards, next_backwards, previous_sends;
+  for (const Action& a : done) {
+    if (a.kind == ActionKind::Forward) forwards[a.minibatch] = a;
+    if (a.kind == ActionKind::Backward) backwards.insert(a.minibatch);
+    if (a.kind == ActionKind::RecvActivation) receives[a.minibatch] = a;
+    if (a.kind == ActionKind::SendActivation) sends[a.minibatch] = a;
+  }
+  for (const Action& a : done)
+    PD_CHECK(a.kind != ActionKind::RecvGradient || backwards.count(a.minibatch), "rank ", rank_,
+             ": a gradient received before the checkpoint is used after it (minibatch ", a.minibatch, ")");
+  if (!last_stage_) {
+    const int next = schedule_.ranks(stage_ + 1)[0];
+    for (const Action& a : leading_actions(schedule_, next, actions_before_checkpoint(schedule_, next, version)))
+      if (a.kind == ActionKind::Backward) next_backwards.insert(a.minibatch);
+  }
+  if (!first_stage_) {
+    const int prev = schedule_.ranks(stage_ - 1)[0];
+    for (const Action& a : leading_actions(schedule_, prev, actions_before_checkpoint(schedule_, prev, version)))
+      if (a.kind == ActionKind::SendActivation) previous_sends.insert(a.minibatch);
+  }
+  // Minibatches whose activation this stage needs again: received before
+  // the checkpoint and not yet through backward here.
+  std::set<int64_t> rebuild;
+  for (const auto& [m, a] : forwards)
+    if (!backwards.count(m)) rebuild.insert(m);
+  for (const auto& [m, a] : receives)
+    if (!backwards.count(m)) rebuild.insert(m);
+  // Recomputing must not count twice in the BatchNorm statistics nor report losses again.
+  std::vector<Tensor> buffers;
+  for (const Tensor& b : state_.weights.all_buffers()) buffers.push_back(b.clone());
+  ExecutorObserver* observer = observer_;
+  observer_ = nullptr;
+  for (int64_t m : rebuild) {
+    const Action f{.kind = ActionKind::Forward, .minibatch = m};
+    const int64_t key = item_key(f);
+    if (!first_stage_) {
+      PD_CHECK(receives.count(m) && previous_sends.count(m), "rank ", rank_, ": minibatch ", m,
+               " was received before the checkpoint but sent after the previous stage's");
+      const Action& r = receives.at(m);
+      Request req = transport_.irecv_any(r.peer, wire_tag(r.tag));
+      req.wait();
+      Pending& p = pending_[key];
+      p.input = req.tensor();
+      p.meta = req.meta();
+    }
+    if (!forwards.count(m)) continue;  // its forward comes after the checkpoint
+    forward(forwards.at(m));
+    // Sent before the checkpoint but still needed by the next stage.
+    if (sends.count(m) && !next_backwards.count(m)) {
+      Pending& p = pending_.at(key);
+      sends_.push_back(transport_.isend(p.output, sends.at(m).peer, wire_tag(sends.at(m).tag), p.meta));
+      p.output = Tensor{};
+    }
+  }
+  observer_ = observer;
+  const std::vector<Tensor>& live = state_.weights.all_buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) const_cast<Tensor&>(live[i]).copy_from(buffers[i]);
+  forwards_done_ = static_cast<int64_t>(forwards.size());
+  for (size_t i = 0; i < done.size(); ++i) {
+    Action skipped;
+    cursor_.next(skipped);
+  }
+  while (next_eval_ < eval_.at_versions.size() && eval_.at_versions[next_eval_] <= version) ++next_eval_;
+  while (next_checkpoint_ < checkpoint_at_.size() && checkpoint_at_[next_checkpoint_] <= version) ++next_checkpoint_;
 }
 
 void StageExecutor::maybe_evaluate() {
