@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <numeric>
 #include <thread>
 
 #include "cli/commands.h"
@@ -165,6 +166,16 @@ void set_outputs(const RunArgs& a, RunSpec& s) {
     throw UserError("--checkpoint-every needs --checkpoint-dir");
   }
   if (!s.checkpoint_dir.empty() && s.checkpoint_every == 0) s.checkpoint_every = s.steps();
+  // 1f1b-rr: a replicated stage's versions advance by its replica count, so
+  // every stage passes the same version only at multiples of all of them.
+  int64_t common = 1;
+  if (!is_flush(s.schedule.kind))
+    for (const PlanStage& st : s.plan.stages) common = std::lcm(common, static_cast<int64_t>(st.replicas));
+  if (checkpoints_inside_schedule(s) && s.checkpoint_every > 0 && s.checkpoint_every < s.steps() &&
+      s.checkpoint_every % common != 0)
+    throw UserError(cat("--checkpoint-every ", s.checkpoint_every, ": plan ", s.plan.config,
+                        " replicates stages, so 1f1b-rr checkpoints fall where every stage has absorbed the same "
+                        "minibatches: use a multiple of ", common));
 }
 
 // The schedule refuses what it cannot run; its invariants are checked on
@@ -463,8 +474,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "Write checkpoints here");
   cmd->add_option("--checkpoint-every", a->checkpoint_every, "Steps between checkpoints (flush schedules: batches); 0: only at the end. A checkpoint does not change "
                   "the result (gpipe, 1f1b-flush, zb-h1: taken between batches; 1f1b-rr with stash or vertical "
-                  "weights: with minibatches in flight), except 1f1b-rr with --weights none or replicated stages, "
-                  "whose pipeline drains there");
+                  "weights: with minibatches in flight), except 1f1b-rr with --weights none, whose pipeline drains "
+                  "there");
   cmd->add_option("--resume", a->resume,
                   "Continue from a checkpoint (a --checkpoint-dir or one step-N in it); --minibatches / --epochs "
                   "count the whole run, the checkpoint's steps included. The flush schedules (and 1f1b-rr from a "

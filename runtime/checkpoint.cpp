@@ -16,6 +16,9 @@ namespace pd {
 namespace {
 std::string step_name(int64_t step) { return cat("step-", step); }
 std::string stage_file(const std::string& d, int stage) { return cat(d, "/stage-", stage, ".safetensors"); }
+std::string replica_file(const std::string& d, int stage, int replica) {
+  return cat(d, "/stage-", stage, ".replica-", replica, ".safetensors");
+}
 
 constexpr const char* kFormat = "pipedream-checkpoint/2";
 }  // namespace
@@ -55,6 +58,19 @@ void write_stage_checkpoint(const std::string& dir, int64_t step, const StageChe
                        for (const auto& [v, w] : s.older) list += (list.empty() ? "" : ",") + std::to_string(v);
                        return list;
                      }()}});
+}
+
+void write_replica_versions(const std::string& dir, int64_t step, int stage, int replica,
+                            const std::map<int64_t, const ParameterStore*>& older) {
+  prepare_checkpoint(dir, step);
+  NamedTensors t;
+  std::string list;
+  for (const auto& [v, w] : older) {
+    for (size_t i = 0; i < w->param_names().size(); ++i) t.emplace_back(version_name(v, w->param_names()[i]), w->all_params()[i]);
+    list += (list.empty() ? "" : ",") + std::to_string(v);
+  }
+  save_safetensors(replica_file(checkpoint_partial_dir(dir, step), stage, replica), t,
+                   {{"stage", std::to_string(stage)}, {"step", std::to_string(step)}, {"older_versions", list}});
 }
 
 void commit_checkpoint(const std::string& dir, int64_t step, const nlohmann::json& run) {
@@ -154,6 +170,11 @@ NamedTensors checkpoint_tensors(const ResumePoint& p) {
   for (int s = 0; s < p.stages(); ++s) {
     NamedTensors t = load_safetensors(stage_file(p.dir, s));
     all.insert(all.end(), std::make_move_iterator(t.begin()), std::make_move_iterator(t.end()));
+    // Replicas hold the same version under the same name: any copy will do.
+    for (int r = 1; fs::exists(replica_file(p.dir, s, r)); ++r) {
+      NamedTensors v = load_safetensors(replica_file(p.dir, s, r));
+      all.insert(all.end(), std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
+    }
   }
   return all;
 }
@@ -194,9 +215,10 @@ bool load_checkpoint_version(const NamedTensors& all, int64_t v, ParameterStore&
   return true;
 }
 
-std::map<int64_t, ParameterStore> load_older_versions(const ResumePoint& p, int stage, const NamedTensors& all,
-                                                      const ParameterStore& like) {
-  const std::string file = stage_file(p.dir, stage);
+std::map<int64_t, ParameterStore> load_older_versions(const ResumePoint& p, int stage, int replica,
+                                                      const NamedTensors& all, const ParameterStore& like) {
+  const std::string file = replica == 0 ? stage_file(p.dir, stage) : replica_file(p.dir, stage, replica);
+  if (!fs::exists(file)) throw UserError(cat("--resume: ", file, " is missing (incomplete checkpoint?)"));
   const auto meta = read_safetensors_metadata(file);
   std::map<int64_t, ParameterStore> out;
   auto it = meta.find("older_versions");

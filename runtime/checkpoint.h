@@ -40,6 +40,10 @@ std::string checkpoint_partial_dir(const std::string& dir, int64_t step);
 // Creates DIR/step-N.partial (every writer may call it).
 void prepare_checkpoint(const std::string& dir, int64_t step);
 void write_stage_checkpoint(const std::string& dir, int64_t step, const StageCheckpoint& s);
+// A replica other than the first of a replicated 1f1b-rr stage: the older
+// versions its own minibatches in flight need (stage-S.replica-R.safetensors).
+void write_replica_versions(const std::string& dir, int64_t step, int stage, int replica,
+                            const std::map<int64_t, const ParameterStore*>& older);
 // After every stage wrote its file: state.json (`run` plus format and
 // step), rename, DIR/latest.
 void commit_checkpoint(const std::string& dir, int64_t step, const nlohmann::json& run);
@@ -72,10 +76,10 @@ void load_checkpoint_state(const NamedTensors& all, const std::string& source, P
                            OptimizerState& optimizer);
 // The older weight version `v` of this stage's parameters, if stored.
 bool load_checkpoint_version(const NamedTensors& all, int64_t v, ParameterStore& into);
-// The older weight versions stage `stage`'s file lists, shaped like `like`
-// (whose buffers they share).
-std::map<int64_t, ParameterStore> load_older_versions(const ResumePoint& p, int stage, const NamedTensors& all,
-                                                      const ParameterStore& like);
+// The older weight versions replica `replica` of stage `stage` held,
+// shaped like `like` (whose buffers they share).
+std::map<int64_t, ParameterStore> load_older_versions(const ResumePoint& p, int stage, int replica,
+                                                      const NamedTensors& all, const ParameterStore& like);
 // Stage file metadata of checkpoint stage `stage` (updates, newest_version...).
 std::map<std::string, std::string> stage_checkpoint_metadata(const ResumePoint& p, int stage);
 

@@ -437,13 +437,14 @@ size_t StageExecutor::actions_before_checkpoint(const Schedule& schedule, int ra
 }
 
 void StageExecutor::resume_at(int64_t version, std::map<int64_t, ParameterStore> older) {
-  PD_CHECK(schedule_.chunks() == 1 && replicas_ == 1 && !is_flush(schedule_.options().kind) && stats_.actions == 0,
-           "resume_at: an unreplicated 1f1b-rr stage before its first action");
+  PD_CHECK(schedule_.chunks() == 1 && !is_flush(schedule_.options().kind) && stats_.actions == 0,
+           "resume_at: a 1f1b-rr stage before its first action");
   const std::vector<Action> done = leading_actions(schedule_, rank_, actions_before_checkpoint(schedule_, rank_, version));
   versions_.restore(version, std::move(older));
-  // What happened to each minibatch before the checkpoint, here and next door.
+  // What happened to each minibatch before the checkpoint, here and on the
+  // neighbours that exchange it with this rank (replicas take turns).
   std::map<int64_t, Action> forwards, receives, sends;
-  std::set<int64_t> backwards, next_backwards, previous_sends;
+  std::set<int64_t> backwards;
   for (const Action& a : done) {
     if (a.kind == ActionKind::Forward) forwards[a.minibatch] = a;
     if (a.kind == ActionKind::Backward) backwards.insert(a.minibatch);
@@ -453,16 +454,18 @@ void StageExecutor::resume_at(int64_t version, std::map<int64_t, ParameterStore>
   for (const Action& a : done)
     PD_CHECK(a.kind != ActionKind::RecvGradient || backwards.count(a.minibatch), "rank ", rank_,
              ": a gradient received before the checkpoint is used after it (minibatch ", a.minibatch, ")");
-  if (!last_stage_) {
-    const int next = schedule_.ranks(stage_ + 1)[0];
-    for (const Action& a : leading_actions(schedule_, next, actions_before_checkpoint(schedule_, next, version)))
-      if (a.kind == ActionKind::Backward) next_backwards.insert(a.minibatch);
-  }
-  if (!first_stage_) {
-    const int prev = schedule_.ranks(stage_ - 1)[0];
-    for (const Action& a : leading_actions(schedule_, prev, actions_before_checkpoint(schedule_, prev, version)))
-      if (a.kind == ActionKind::SendActivation) previous_sends.insert(a.minibatch);
-  }
+  std::map<int, std::vector<Action>> peer_done;
+  auto done_by = [&](int peer) -> const std::vector<Action>& {
+    auto it = peer_done.find(peer);
+    if (it == peer_done.end())
+      it = peer_done.emplace(peer, leading_actions(schedule_, peer, actions_before_checkpoint(schedule_, peer, version))).first;
+    return it->second;
+  };
+  auto peer_did = [&](int peer, ActionKind kind, int64_t m) {
+    for (const Action& a : done_by(peer))
+      if (a.kind == kind && a.minibatch == m) return true;
+    return false;
+  };
   // Minibatches whose activation this stage needs again: received before
   // the checkpoint and not yet through backward here.
   std::set<int64_t> rebuild;
@@ -479,8 +482,8 @@ void StageExecutor::resume_at(int64_t version, std::map<int64_t, ParameterStore>
     const Action f{.kind = ActionKind::Forward, .minibatch = m};
     const int64_t key = item_key(f);
     if (!first_stage_) {
-      PD_CHECK(receives.count(m) && previous_sends.count(m), "rank ", rank_, ": minibatch ", m,
-               " was received before the checkpoint but sent after the previous stage's");
+      PD_CHECK(receives.count(m) && peer_did(receives.at(m).peer, ActionKind::SendActivation, m), "rank ", rank_,
+               ": minibatch ", m, " was received before the checkpoint but sent after the previous stage's");
       const Action& r = receives.at(m);
       Request req = transport_.irecv_any(r.peer, wire_tag(r.tag));
       req.wait();
@@ -491,7 +494,7 @@ void StageExecutor::resume_at(int64_t version, std::map<int64_t, ParameterStore>
     if (!forwards.count(m)) continue;  // its forward comes after the checkpoint
     forward(forwards.at(m));
     // Sent before the checkpoint but still needed by the next stage.
-    if (sends.count(m) && !next_backwards.count(m)) {
+    if (sends.count(m) && !peer_did(sends.at(m).peer, ActionKind::Backward, m)) {
       Pending& p = pending_.at(key);
       sends_.push_back(transport_.isend(p.output, sends.at(m).peer, wire_tag(sends.at(m).tag), p.meta));
       p.output = Tensor{};

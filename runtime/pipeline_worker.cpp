@@ -2,6 +2,7 @@
 
 #include "core/text.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -66,6 +67,7 @@ struct WorkerRole {
   int rank = 0;
   const PlanStage* stage = nullptr;
   bool leader = false;    // replica 0 of its stage: writes its checkpoints, sends its weights
+  int replica = 0;        // index in its stage's ranks
   bool reporter = false;  // the last stage's first replica: gathers and prints the results
 };
 
@@ -92,6 +94,8 @@ WorkerRole role_of(const RunSpec& spec, int rank) {
   r.rank = rank;
   r.stage = stages_of(spec, rank).front();
   r.leader = spec.schedule.virtual_stages > 1 || r.stage->ranks.front() == rank;
+  if (spec.schedule.virtual_stages == 1)
+    r.replica = static_cast<int>(std::find(r.stage->ranks.begin(), r.stage->ranks.end(), rank) - r.stage->ranks.begin());
   r.reporter = reporter_rank(spec) == rank;
   return r;
 }
@@ -120,7 +124,7 @@ ResumeFrom resume_if_asked(const RunSpec& spec, const Model& model, const Worker
   state.optimizer.step = state.updates;
   from.step = p.step;
   from.in_flight = !p.run.value("drained", false);
-  if (from.in_flight) from.older = load_older_versions(p, state.stage, all, state.weights);
+  if (from.in_flight) from.older = load_older_versions(p, state.stage, role.replica, all, state.weights);
   if (role.reporter)
     std::fprintf(stderr, "resuming from %s (step %lld of %lld%s)\n", p.dir.c_str(), static_cast<long long>(p.step),
                  static_cast<long long>(spec.steps()), from.in_flight ? ", minibatches in flight rebuilt" : "");
@@ -193,6 +197,7 @@ void write_checkpoint(int64_t step, const RunSpec& spec, const Model& model, con
   if (versions && !drained)
     for (const auto& [v, w] : versions->older()) c.older.emplace(v, &w);
   if (role.leader) write_stage_checkpoint(spec.checkpoint_dir, step, c);
+  else if (!c.older.empty()) write_replica_versions(spec.checkpoint_dir, step, state.stage, role.replica, c.older);
   t.barrier();
   if (role.reporter) {
     nlohmann::json run = checkpoint_identity(spec, model);

@@ -6,10 +6,7 @@ namespace pd {
 
 bool checkpoints_inside_schedule(const RunSpec& spec) {
   if (is_flush(spec.schedule.kind)) return true;
-  if (spec.schedule.kind != ScheduleKind::OneFOneBRoundRobin || spec.schedule.policy == WeightPolicy::None) return false;
-  for (const PlanStage& s : spec.plan.stages)
-    if (s.replicas != 1) return false;
-  return true;
+  return spec.schedule.kind == ScheduleKind::OneFOneBRoundRobin && spec.schedule.policy != WeightPolicy::None;
 }
 
 std::vector<Segment> run_segments(const RunSpec& spec, int64_t start_step) {

@@ -55,9 +55,10 @@ struct RunSpec {
 
 // Whether the run's checkpoints are taken inside its one schedule, leaving
 // the result unchanged: the flush schedules (between batches, where their
-// pipeline is empty anyway) and 1f1b-rr with stash or vertical weights on
-// unreplicated stages (with minibatches in flight, their weight versions
-// stored). Other 1f1b-rr runs drain the pipeline at every checkpoint.
+// pipeline is empty anyway) and 1f1b-rr with stash or vertical weights
+// (with minibatches in flight, their weight versions stored; replicated
+// stages: at multiples of every replica count). 1f1b-rr without weight
+// versions (--weights none) drains the pipeline at every checkpoint.
 bool checkpoints_inside_schedule(const RunSpec& spec);
 
 // The run's segments, each one schedule from a drained pipeline: one when

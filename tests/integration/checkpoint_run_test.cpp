@@ -156,22 +156,33 @@ TEST(RunCheckpoints, FlushCheckpointResumesUnderAnotherPlan) {
 // what was in flight and ends with the uninterrupted run's bits.
 TEST(RunCheckpoints, OneFOneBRrCheckpointsInFlightWithoutChangingTheResult) {
   const Plans p("rr_ckpt");
-  for (const std::string weights : {"stash", "vertical"}) {
-    const std::string base = " --schedule 1f1b-rr --weights " + weights + " --minibatches 12";
-    const std::string plain = run(p, "1111", weights + "_plain", base);
-    const std::string ck = p.dir + "/" + weights + "_ck";
-    const std::string with = run(p, "1111", weights + "_with", base + " --checkpoint-every 5 --checkpoint-dir " + ck);
-    EXPECT_TRUE(bitwise_equal_files(plain, with)) << weights << ": checkpoints changed the result, by up to "
+  struct Case {
+    std::string config, weights, every, resume_at;
+  };
+  // 2-1-1: a replicated stage's versions advance by 2, so checkpoints fall
+  // on even steps; its second replica stores the versions it holds.
+  for (const Case& c : {Case{"1111", "stash", "5", "5"}, Case{"1111", "vertical", "5", "5"},
+                        Case{"211", "stash", "6", "6"}}) {
+    const std::string tag = c.config + "_" + c.weights;
+    const std::string base = " --schedule 1f1b-rr --weights " + c.weights + " --minibatches 12";
+    const std::string plain = run(p, c.config, tag + "_plain", base);
+    const std::string ck = p.dir + "/" + tag + "_ck";
+    const std::string with = run(p, c.config, tag + "_with", base + " --checkpoint-every " + c.every + " --checkpoint-dir " + ck);
+    EXPECT_TRUE(bitwise_equal_files(plain, with)) << tag << ": checkpoints changed the result, by up to "
                                                   << max_abs_diff(plain, with);
-    const std::string resumed = run(p, "1111", weights + "_resumed", base + " --resume " + ck + "/step-5");
-    EXPECT_TRUE(bitwise_equal_files(plain, resumed)) << weights << ": the resumed run differs by up to "
+    const std::string resumed = run(p, c.config, tag + "_resumed", base + " --resume " + ck + "/step-" + c.resume_at);
+    EXPECT_TRUE(bitwise_equal_files(plain, resumed)) << tag << ": the resumed run differs by up to "
                                                      << max_abs_diff(plain, resumed);
     // Losses of the resumed steps are those of the uninterrupted run.
-    auto all = step_losses(p.dir + "/" + weights + "_plain.jsonl");
-    auto after = step_losses(p.dir + "/" + weights + "_resumed.jsonl");
-    ASSERT_FALSE(after.empty()) << weights;
-    for (const auto& [step, loss] : after) EXPECT_EQ(all[step], loss) << weights << " step " << step;
+    auto all = step_losses(p.dir + "/" + tag + "_plain.jsonl");
+    auto after = step_losses(p.dir + "/" + tag + "_resumed.jsonl");
+    ASSERT_FALSE(after.empty()) << tag;
+    for (const auto& [step, loss] : after) EXPECT_EQ(all[step], loss) << tag << " step " << step;
   }
+  JobResult odd = run_shell(pipedream_binary() + kRun + p.plan("211") +
+                            " --schedule 1f1b-rr --minibatches 12 --checkpoint-every 5 --checkpoint-dir " + p.dir + "/odd");
+  EXPECT_EQ(odd.exit_code, 2) << odd.output;
+  EXPECT_NE(last_line(odd.output).find("use a multiple of 2"), std::string::npos) << odd.output;
 }
 
 // In flight, minibatches belong to their stages: another plan is refused
