@@ -501,8 +501,10 @@ void StageExecutor::resume_at(int64_t version, std::map<int64_t, ParameterStore>
     }
   }
   observer_ = observer;
-  const std::vector<Tensor>& live = state_.weights.all_buffers();
-  for (size_t i = 0; i < buffers.size(); ++i) const_cast<Tensor&>(live[i]).copy_from(buffers[i]);
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    Tensor live = state_.weights.all_buffers()[i];  // a handle on the shared storage
+    live.copy_from(buffers[i]);
+  }
   forwards_done_ = static_cast<int64_t>(forwards.size());
   for (size_t i = 0; i < done.size(); ++i) {
     Action skipped;
