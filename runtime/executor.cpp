@@ -412,79 +412,96 @@ void StageExecutor::maybe_checkpoint() {
 
 namespace {
 
-std::vector<Action> leading_actions(const Schedule& schedule, int rank, size_t n) {
-  std::vector<Action> out;
+// What a rank did before its checkpoint at `version` (1f1b-rr: right after
+// the optimizer step creating it and the sends that follow), for the
+// minibatches still open there. Every minibatch below `version` is through
+// its backward by then and none above is (checked), so what is open is at
+// most the minibatches in flight: a summary that stays small however long
+// the run.
+struct BeforeCheckpoint {
+  size_t actions = 0;
+  std::map<int64_t, Action> forwards, receives, sends;  // of minibatches not through backward
+};
+
+BeforeCheckpoint before_checkpoint(const Schedule& schedule, int rank, int64_t version) {
+  BeforeCheckpoint b;
+  std::set<int64_t> gradients;  // received, backward not yet run
   ActionCursor c = schedule.cursor(rank);
   Action a;
-  while (out.size() < n && c.next(a)) out.push_back(a);
-  return out;
+  bool after_step = false;
+  while (c.next(a)) {
+    if (after_step && !a.is_send()) break;
+    ++b.actions;
+    switch (a.kind) {
+      case ActionKind::Forward: b.forwards[a.minibatch] = a; break;
+      case ActionKind::RecvActivation: b.receives[a.minibatch] = a; break;
+      case ActionKind::SendActivation: b.sends[a.minibatch] = a; break;
+      case ActionKind::RecvGradient: gradients.insert(a.minibatch); break;
+      case ActionKind::Backward:
+        PD_CHECK(a.minibatch < version, "rank ", rank, ": backward of minibatch ", a.minibatch,
+                 " before its checkpoint at version ", version);
+        b.forwards.erase(a.minibatch);
+        b.receives.erase(a.minibatch);
+        b.sends.erase(a.minibatch);
+        gradients.erase(a.minibatch);
+        break;
+      case ActionKind::OptimizerStep: after_step = after_step || a.version_created == version; break;
+      default: break;
+    }
+  }
+  PD_CHECK(after_step, "rank ", rank, " never reaches weight version ", version);
+  PD_CHECK(gradients.empty(), "rank ", rank, ": a gradient received before the checkpoint is used after it");
+  for (const auto& [m, f] : b.forwards)
+    PD_CHECK(m >= version, "rank ", rank, ": minibatch ", m, " not through backward at its checkpoint ", version);
+  return b;
 }
 
 }  // namespace
 
-size_t StageExecutor::actions_before_checkpoint(const Schedule& schedule, int rank, int64_t version) {
-  ActionCursor c = schedule.cursor(rank);
-  Action a;
-  size_t n = 0;
-  bool after_step = false;
-  while (c.next(a)) {
-    if (after_step && !a.is_send()) return n;
-    ++n;
-    if (a.kind == ActionKind::OptimizerStep && a.version_created == version) after_step = true;
-  }
-  PD_CHECK(after_step, "rank ", rank, " never reaches weight version ", version);
-  return n;
-}
-
 void StageExecutor::resume_at(int64_t version, std::map<int64_t, ParameterStore> older) {
   PD_CHECK(schedule_.chunks() == 1 && !is_flush(schedule_.options().kind) && stats_.actions == 0,
            "resume_at: a 1f1b-rr stage before its first action");
-  const std::vector<Action> done = leading_actions(schedule_, rank_, actions_before_checkpoint(schedule_, rank_, version));
+  const BeforeCheckpoint mine = before_checkpoint(schedule_, rank_, version);
   versions_.restore(version, std::move(older));
-  // What happened to each minibatch before the checkpoint, here and on the
-  // neighbours that exchange it with this rank (replicas take turns).
-  std::map<int64_t, Action> forwards, receives, sends;
-  std::set<int64_t> backwards;
-  for (const Action& a : done) {
-    if (a.kind == ActionKind::Forward) forwards[a.minibatch] = a;
-    if (a.kind == ActionKind::Backward) backwards.insert(a.minibatch);
-    if (a.kind == ActionKind::RecvActivation) receives[a.minibatch] = a;
-    if (a.kind == ActionKind::SendActivation) sends[a.minibatch] = a;
-  }
-  for (const Action& a : done)
-    PD_CHECK(a.kind != ActionKind::RecvGradient || backwards.count(a.minibatch), "rank ", rank_,
-             ": a gradient received before the checkpoint is used after it (minibatch ", a.minibatch, ")");
-  std::map<int, std::vector<Action>> peer_done;
-  auto done_by = [&](int peer) -> const std::vector<Action>& {
-    auto it = peer_done.find(peer);
-    if (it == peer_done.end())
-      it = peer_done.emplace(peer, leading_actions(schedule_, peer, actions_before_checkpoint(schedule_, peer, version))).first;
-    return it->second;
-  };
-  auto peer_did = [&](int peer, ActionKind kind, int64_t m) {
-    for (const Action& a : done_by(peer))
-      if (a.kind == kind && a.minibatch == m) return true;
-    return false;
-  };
-  // Minibatches whose activation this stage needs again: received before
-  // the checkpoint and not yet through backward here.
-  std::set<int64_t> rebuild;
-  for (const auto& [m, a] : forwards)
-    if (!backwards.count(m)) rebuild.insert(m);
-  for (const auto& [m, a] : receives)
-    if (!backwards.count(m)) rebuild.insert(m);
   // Recomputing must not count twice in the BatchNorm statistics nor report losses again.
   std::vector<Tensor> buffers;
   for (const Tensor& b : state_.weights.all_buffers()) buffers.push_back(b.clone());
   ExecutorObserver* observer = observer_;
   observer_ = nullptr;
-  for (int64_t m : rebuild) {
-    const Action f{.kind = ActionKind::Forward, .minibatch = m};
-    const int64_t key = item_key(f);
+  rebuild_in_flight(mine.forwards, mine.receives, mine.sends, version);
+  observer_ = observer;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    Tensor live = state_.weights.all_buffers()[i];  // a handle on the shared storage
+    live.copy_from(buffers[i]);
+  }
+  // Every forward before the checkpoint: those of minibatches below it, and the open ones.
+  forwards_done_ = static_cast<int64_t>(mine.forwards.size());
+  for (int64_t m = replica_; m < version; m += replicas_) ++forwards_done_;
+  for (size_t i = 0; i < mine.actions; ++i) {
+    Action skipped;
+    cursor_.next(skipped);
+  }
+  while (next_eval_ < eval_.at_versions.size() && eval_.at_versions[next_eval_] <= version) ++next_eval_;
+  while (next_checkpoint_ < checkpoint_at_.size() && checkpoint_at_[next_checkpoint_] <= version) ++next_checkpoint_;
+}
+
+void StageExecutor::rebuild_in_flight(const std::map<int64_t, Action>& forwards,
+                                      const std::map<int64_t, Action>& receives,
+                                      const std::map<int64_t, Action>& sends, int64_t version) {
+  // Activations this stage received before the checkpoint, in minibatch
+  // order: the previous stage sends them again as it rebuilds.
+  std::set<int64_t> open;
+  for (const auto& [m, a] : forwards) open.insert(m);
+  for (const auto& [m, a] : receives) open.insert(m);
+  std::map<int, BeforeCheckpoint> previous;  // by rank
+  for (int64_t m : open) {
+    const int64_t key = item_key(Action{.kind = ActionKind::Forward, .minibatch = m});
     if (!first_stage_) {
-      PD_CHECK(receives.count(m) && peer_did(receives.at(m).peer, ActionKind::SendActivation, m), "rank ", rank_,
-               ": minibatch ", m, " was received before the checkpoint but sent after the previous stage's");
       const Action& r = receives.at(m);
+      auto it = previous.find(r.peer);
+      if (it == previous.end()) it = previous.emplace(r.peer, before_checkpoint(schedule_, r.peer, version)).first;
+      PD_CHECK(it->second.sends.count(m), "rank ", rank_, ": minibatch ", m,
+               " was received before the checkpoint but sent after the previous stage's");
       Request req = transport_.irecv_any(r.peer, wire_tag(r.tag));
       req.wait();
       Pending& p = pending_[key];
@@ -493,25 +510,14 @@ void StageExecutor::resume_at(int64_t version, std::map<int64_t, ParameterStore>
     }
     if (!forwards.count(m)) continue;  // its forward comes after the checkpoint
     forward(forwards.at(m));
-    // Sent before the checkpoint but still needed by the next stage.
-    if (sends.count(m) && !peer_did(sends.at(m).peer, ActionKind::Backward, m)) {
+    // Sent before the checkpoint: the next stage has not run its backward
+    // (open minibatches are at or above `version`), so it needs it again.
+    if (sends.count(m)) {
       Pending& p = pending_.at(key);
       sends_.push_back(transport_.isend(p.output, sends.at(m).peer, wire_tag(sends.at(m).tag), p.meta));
       p.output = Tensor{};
     }
   }
-  observer_ = observer;
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    Tensor live = state_.weights.all_buffers()[i];  // a handle on the shared storage
-    live.copy_from(buffers[i]);
-  }
-  forwards_done_ = static_cast<int64_t>(forwards.size());
-  for (size_t i = 0; i < done.size(); ++i) {
-    Action skipped;
-    cursor_.next(skipped);
-  }
-  while (next_eval_ < eval_.at_versions.size() && eval_.at_versions[next_eval_] <= version) ++next_eval_;
-  while (next_checkpoint_ < checkpoint_at_.size() && checkpoint_at_[next_checkpoint_] <= version) ++next_checkpoint_;
 }
 
 void StageExecutor::maybe_evaluate() {

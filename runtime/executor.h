@@ -128,10 +128,6 @@ class StageExecutor {
   // activations the next stage still needs sent to it again. Every stage of
   // the pipeline must resume at the same version.
   void resume_at(int64_t version, std::map<int64_t, ParameterStore> older);
-  // Where a rank's checkpoint at `version` falls: how many of its actions
-  // come before it (the optimizer step creating `version` and the sends
-  // right after it included).
-  static size_t actions_before_checkpoint(const Schedule& schedule, int rank, int64_t version);
 
   // Executes the next action if it can proceed without waiting.
   Progress step();
@@ -179,6 +175,8 @@ class StageExecutor {
   int64_t oldest_needed() const;
   void maybe_evaluate();
   void maybe_checkpoint();
+  void rebuild_in_flight(const std::map<int64_t, Action>& forwards, const std::map<int64_t, Action>& receives,
+                         const std::map<int64_t, Action>& sends, int64_t version);
   void evaluate(int64_t version);
   void reap_sends(bool all);
   struct SpanStart {
