@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <numeric>
 #include <thread>
 
 #include "cli/commands.h"
@@ -175,8 +176,8 @@ void set_outputs(const RunArgs& a, RunSpec& s) {
   s.resume = a.resume;
   s.init = a.init;
   if (!s.resume.empty()) {
-    // The pipeline drains at every checkpoint; a resumed run keeps the same
-    // boundaries so that it repeats the original run bit for bit.
+    // Where the pipeline drains at every checkpoint (runtime/run_spec.h), a
+    // resumed run keeps the same boundaries to repeat the original's bits.
     const ResumePoint p = find_checkpoint(s.resume);
     const int64_t saved_every = p.run.value("checkpoint_every", int64_t{0});
     if (s.checkpoint_every == 0) s.checkpoint_every = saved_every;
@@ -184,6 +185,16 @@ void set_outputs(const RunArgs& a, RunSpec& s) {
     throw UserError("--checkpoint-every needs --checkpoint-dir");
   }
   if (!s.checkpoint_dir.empty() && s.checkpoint_every == 0) s.checkpoint_every = s.steps();
+  // 1f1b-rr: a replicated stage's versions advance by its replica count, so
+  // every stage passes the same version only at multiples of all of them.
+  int64_t common = 1;
+  if (!is_flush(s.schedule.kind))
+    for (const PlanStage& st : s.plan.stages) common = std::lcm(common, static_cast<int64_t>(st.replicas));
+  if (checkpoints_inside_schedule(s) && s.checkpoint_every > 0 && s.checkpoint_every < s.steps() &&
+      s.checkpoint_every % common != 0)
+    throw UserError(cat("--checkpoint-every ", s.checkpoint_every, ": plan ", s.plan.config,
+                        " replicates stages, so 1f1b-rr checkpoints fall where every stage has absorbed the same "
+                        "minibatches: use a multiple of ", common));
 }
 
 // The schedule refuses what it cannot run; its invariants are checked on
@@ -437,6 +448,8 @@ void run_command(const RunArgs& a) {
   DataSplits data = open_dataset(a.data, a.data_dir, model, parse_data_options(a.data_options));
   RunArgs args = a;
   RunSpec spec = make_spec(args, plan, data.train->size());
+  // Checked here, in the launcher too: a refusal is one line, before mpirun.
+  if (!spec.resume.empty()) require_resumable(find_checkpoint(spec.resume), spec, model);
   // Processes: one per worker (interleaved-1f1b: a worker runs v stages).
   const int R = Schedule(spec.plan, spec.schedule).workers();
   check_plan_topology(spec.plan, R, plan_path);
@@ -542,8 +555,14 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--svg-minibatches", a->svg_minibatches, "Minibatches (flush schedules: batches) the --svg timeline spans")
       ->needs(svg);
   cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "Write checkpoints here");
-  cmd->add_option("--checkpoint-every", a->checkpoint_every, "Steps between checkpoints (the pipeline drains there)");
-  auto* resume = cmd->add_option("--resume", a->resume, "Continue from a checkpoint (a --checkpoint-dir or one step-N in it)");
+  cmd->add_option("--checkpoint-every", a->checkpoint_every, "Steps between checkpoints (flush schedules: batches); 0: only at the end. A checkpoint does not change "
+                  "the result (gpipe, 1f1b-flush, zb-h1: taken between batches; 1f1b-rr with stash or vertical "
+                  "weights: with minibatches in flight), except 1f1b-rr with --weights none, whose pipeline drains "
+                  "there");
+  auto* resume = cmd->add_option("--resume", a->resume,
+                  "Continue from a checkpoint (a --checkpoint-dir or one step-N in it); --minibatches / --epochs "
+                  "count the whole run, the checkpoint's steps included. The flush schedules (and 1f1b-rr from a "
+                  "drained checkpoint) may resume under another plan");
   cmd->add_option("--init", a->init,
                   "Start from these weights, matched by name (as train --init); each worker loads its stage's")
       ->excludes(resume);

@@ -94,15 +94,22 @@ void run_train(const TrainArgs& a) {
   TrainResult r = train(model, *data.train, data.test.get(), o, &observer, initial ? &*initial : nullptr);
   bar.finish();
 
-  std::printf("trained %lld steps in %.1f s (%.0f samples/s)", static_cast<long long>(r.steps), r.seconds,
-              r.samples_per_s);
-  if (r.steps > 0 && r.seconds > 0)
+  if (r.first_step > 0)
+    std::printf("trained steps %lld..%lld (resumed at step %lld) in %.1f s (%.0f samples/s)",
+                static_cast<long long>(r.first_step), static_cast<long long>(r.steps - 1),
+                static_cast<long long>(r.first_step), r.seconds, r.samples_per_s);
+  else
+    std::printf("trained %lld steps in %.1f s (%.0f samples/s)", static_cast<long long>(r.steps), r.seconds,
+                r.samples_per_s);
+  if (r.steps > r.first_step && r.seconds > 0)
     std::printf(", data wait %.1f ms/step (%.1f%% of step time, %d loader threads)",
-                1e3 * r.data_wait_s / static_cast<double>(r.steps), 100.0 * r.data_wait_s / r.seconds,
+                1e3 * r.data_wait_s / static_cast<double>(r.steps - r.first_step), 100.0 * r.data_wait_s / r.seconds,
                 o.loader_threads);
   if (!r.evals.empty())
     std::printf(", test loss %.4f, test accuracy %.2f%%", r.evals.back().loss, 100.0 * r.evals.back().accuracy);
   std::printf("\n");
+  if (!o.checkpoint_dir.empty()) std::printf("checkpoints: %s (latest: step %lld)\n", o.checkpoint_dir.c_str(),
+                                             static_cast<long long>(r.steps));
   if (!a.save.empty()) {
     save_safetensors(a.save, r.weights.named_tensors(),
                      {{"model", model.name}, {"spec", model.spec.dump()}, {"steps", std::to_string(r.steps)}});
@@ -162,9 +169,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--metrics", a->metrics, "Write JSON-lines metrics to this file");
   cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();
   cmd->add_option("--save", a->save, "Write the final weights (safetensors)");
+  cmd->add_option("--checkpoint-dir", t.checkpoint_dir, "Write checkpoints here (every --checkpoint-every steps and at the end)");
+  cmd->add_option("--checkpoint-every", t.checkpoint_every, "Steps between checkpoints (0: only at the end)");
+  auto* resume = cmd->add_option("--resume", t.resume,
+                  "Continue from a checkpoint (a --checkpoint-dir or one step-N in it); --minibatches / --epochs "
+                  "count the whole run, the checkpoint's steps included");
   cmd->add_option("--init", a->init,
                   "Start from these weights, matched by name: --save or export output, a checkpoint's step-N folder "
-                  "or stage files, a PyTorch state_dict (safetensors)");
+                  "or stage files, a PyTorch state_dict (safetensors)")
+      ->excludes(resume);
   cmd->add_flag("!--no-eval", t.evaluate, "Skip test-set evaluation");
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
   cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");

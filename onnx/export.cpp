@@ -170,7 +170,11 @@ std::map<std::string, std::string> stored_names(const Model& m) {
   return out;
 }
 
-bool is_optimizer_slot(const std::string& name) { return name.rfind("optimizer.slot.", 0) == 0; }
+// Checkpoint tensors that are not weights: optimizer slots and older
+// weight versions (runtime/checkpoint.h).
+bool is_optimizer_slot(const std::string& name) {
+  return name.rfind("optimizer.", 0) == 0 || name.rfind("version.", 0) == 0;
+}
 
 // The initializer a stored tensor holds: "4.conv1.weight" -> "conv1.weight".
 // Its layer index is not compared: a run of a graph plan has one layer per

@@ -15,8 +15,8 @@ namespace pd::onnx {
 // parameter or buffer set to the tensor stored under its name
 // ("{layer}.{initializer}", as `train --save` writes it). A tensor missing
 // from `weights`, one the model does not have, or one of another shape or
-// dtype is a UserError naming it. Checkpoint optimizer slots
-// ("optimizer.slot.*") are ignored. `source` names the ONNX file in
+// dtype is a UserError naming it. Checkpoint optimizer slots and older
+// weight versions ("optimizer.*", "version.*") are ignored. `source` names the ONNX file in
 // messages, `weights_source` the weights.
 std::string export_weights(const std::string& onnx_bytes, const std::string& source, const NamedTensors& weights,
                            const std::string& weights_source);

@@ -16,8 +16,11 @@ namespace pd {
 namespace {
 std::string step_name(int64_t step) { return cat("step-", step); }
 std::string stage_file(const std::string& d, int stage) { return cat(d, "/stage-", stage, ".safetensors"); }
+std::string replica_file(const std::string& d, int stage, int replica) {
+  return cat(d, "/stage-", stage, ".replica-", replica, ".safetensors");
+}
 
-constexpr const char* kFormat = "pipedream-checkpoint/1";
+constexpr const char* kFormat = "pipedream-checkpoint/2";
 }  // namespace
 
 std::string checkpoint_partial_dir(const std::string& dir, int64_t step) {
@@ -30,15 +33,44 @@ void prepare_checkpoint(const std::string& dir, int64_t step) {
   if (ec) throw UserError(cat("cannot create the checkpoint directory ", dir, ": ", ec.message()));
 }
 
-void write_stage_checkpoint(const std::string& dir, int64_t step, const StageState& s) {
+namespace {
+std::string slot_name(size_t slot, const std::string& param) { return cat("optimizer.", slot, ".", param); }
+std::string version_name(int64_t v, const std::string& param) { return cat("version.", v, ".", param); }
+}  // namespace
+
+void write_stage_checkpoint(const std::string& dir, int64_t step, const StageCheckpoint& s) {
   prepare_checkpoint(dir, step);
-  NamedTensors t = s.weights.named_tensors();
-  for (size_t k = 0; k < s.optimizer.slots.size(); ++k) t.emplace_back(cat("optimizer.slot.", k), s.optimizer.slots[k]);
+  NamedTensors t = s.weights->named_tensors();
+  const std::vector<std::string>& names = s.weights->param_names();
+  const std::vector<Tensor>& slots = s.optimizer->slots;
+  const size_t per_param = names.empty() ? 0 : slots.size() / names.size();
+  for (size_t k = 0; k < slots.size(); ++k) t.emplace_back(slot_name(k % per_param, names[k / per_param]), slots[k]);
+  for (const auto& [v, w] : s.older)
+    for (size_t i = 0; i < names.size(); ++i) t.emplace_back(version_name(v, names[i]), w->all_params()[i]);
   save_safetensors(stage_file(checkpoint_partial_dir(dir, step), s.stage), t,
                    {{"stage", std::to_string(s.stage)},
                     {"step", std::to_string(step)},
-                    {"optimizer_step", std::to_string(s.optimizer.step)},
-                    {"updates", std::to_string(s.updates)}});
+                    {"optimizer_step", std::to_string(s.optimizer->step)},
+                    {"updates", std::to_string(s.updates)},
+                    {"newest_version", std::to_string(s.newest_version)},
+                    {"older_versions", [&] {
+                       std::string list;
+                       for (const auto& [v, w] : s.older) list += (list.empty() ? "" : ",") + std::to_string(v);
+                       return list;
+                     }()}});
+}
+
+void write_replica_versions(const std::string& dir, int64_t step, int stage, int replica,
+                            const std::map<int64_t, const ParameterStore*>& older) {
+  prepare_checkpoint(dir, step);
+  NamedTensors t;
+  std::string list;
+  for (const auto& [v, w] : older) {
+    for (size_t i = 0; i < w->param_names().size(); ++i) t.emplace_back(version_name(v, w->param_names()[i]), w->all_params()[i]);
+    list += (list.empty() ? "" : ",") + std::to_string(v);
+  }
+  save_safetensors(replica_file(checkpoint_partial_dir(dir, step), stage, replica), t,
+                   {{"stage", std::to_string(stage)}, {"step", std::to_string(step)}, {"older_versions", list}});
 }
 
 void commit_checkpoint(const std::string& dir, int64_t step, const nlohmann::json& run) {
@@ -123,22 +155,90 @@ ResumePoint find_checkpoint(const std::string& path) {
   return p;
 }
 
-void load_stage_checkpoint(const ResumePoint& p, StageState& s) {
-  std::map<std::string, std::string> meta;
-  const std::string file = stage_file(p.dir, s.stage);
-  NamedTensors t = load_safetensors(file, &meta);
-  s.weights.load(t, file);
-  for (size_t k = 0; k < s.optimizer.slots.size(); ++k) {
-    const std::string name = cat("optimizer.slot.", k);
-    auto it = std::find_if(t.begin(), t.end(), [&](const auto& e) { return e.first == name; });
-    if (it == t.end() || it->second.shape() != s.optimizer.slots[k].shape())
-      throw UserError(cat(file, ": optimizer state '", name, "' is missing or has another shape (other optimizer?)"));
-    s.optimizer.slots[k].copy_from(it->second);
+void require_same_run(const ResumePoint& p, const nlohmann::json& want, const std::vector<std::string>& fields) {
+  for (const std::string& key : fields) {
+    const nlohmann::json& mine = want.at(key);
+    if (p.run.contains(key) && p.run[key] == mine) continue;
+    throw UserError(cat("--resume ", p.dir, ": the checkpoint has ", key, " = ",
+                        p.run.contains(key) ? p.run[key].dump() : "(missing)", " but this run has ", mine.dump(),
+                        "; resume with the same ", key));
   }
-  for (const char* key : {"optimizer_step", "updates"})
-    if (!meta.count(key)) throw UserError(cat(file, ": metadata '", key, "' is missing"));
-  s.optimizer.step = checked::parse_integer(meta["optimizer_step"], {file, "metadata 'optimizer_step'"}, 0, checked::kMaxCount);
-  s.updates = checked::parse_integer(meta["updates"], {file, "metadata 'updates'"}, 0, checked::kMaxCount);
+}
+
+NamedTensors checkpoint_tensors(const ResumePoint& p) {
+  NamedTensors all;
+  for (int s = 0; s < p.stages(); ++s) {
+    NamedTensors t = load_safetensors(stage_file(p.dir, s));
+    all.insert(all.end(), std::make_move_iterator(t.begin()), std::make_move_iterator(t.end()));
+    // Replicas hold the same version under the same name: any copy will do.
+    for (int r = 1; fs::exists(replica_file(p.dir, s, r)); ++r) {
+      NamedTensors v = load_safetensors(replica_file(p.dir, s, r));
+      all.insert(all.end(), std::make_move_iterator(v.begin()), std::make_move_iterator(v.end()));
+    }
+  }
+  return all;
+}
+
+NamedTensors checkpoint_weights(const std::string& path) {
+  NamedTensors all = checkpoint_tensors(find_checkpoint(path)), out;
+  for (auto& [name, t] : all)
+    if (name.rfind("optimizer.", 0) != 0 && name.rfind("version.", 0) != 0) out.emplace_back(name, std::move(t));
+  return out;
+}
+
+void load_checkpoint_state(const NamedTensors& all, const std::string& source, ParameterStore& weights,
+                           OptimizerState& optimizer) {
+  weights.load(all, source);
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [n, t] : all) by_name[n] = &t;
+  const std::vector<std::string>& names = weights.param_names();
+  const size_t per_param = names.empty() ? 0 : optimizer.slots.size() / names.size();
+  for (size_t k = 0; k < optimizer.slots.size(); ++k) {
+    const std::string name = slot_name(k % per_param, names[k / per_param]);
+    auto it = by_name.find(name);
+    if (it == by_name.end() || it->second->shape() != optimizer.slots[k].shape())
+      throw UserError(cat(source, ": optimizer state '", name,
+                          "' is missing or has another shape (a checkpoint of another optimizer?)"));
+    optimizer.slots[k].copy_from(*it->second);
+  }
+}
+
+bool load_checkpoint_version(const NamedTensors& all, int64_t v, ParameterStore& into) {
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [n, t] : all) by_name[n] = &t;
+  const std::vector<std::string>& names = into.param_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = by_name.find(version_name(v, names[i]));
+    if (it == by_name.end()) return false;
+    into.all_params()[i].copy_from(*it->second);
+  }
+  return true;
+}
+
+std::map<int64_t, ParameterStore> load_older_versions(const ResumePoint& p, int stage, int replica,
+                                                      const NamedTensors& all, const ParameterStore& like) {
+  const std::string file = replica == 0 ? stage_file(p.dir, stage) : replica_file(p.dir, stage, replica);
+  if (!fs::exists(file)) throw UserError(cat("--resume: ", file, " is missing (incomplete checkpoint?)"));
+  const auto meta = read_safetensors_metadata(file);
+  std::map<int64_t, ParameterStore> out;
+  auto it = meta.find("older_versions");
+  if (it == meta.end() || it->second.empty()) return out;
+  std::string list = it->second;
+  for (size_t start = 0; start <= list.size();) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    const int64_t v = checked::parse_integer(list.substr(start, end - start), {file, "metadata 'older_versions'"}, 0,
+                                             checked::kMaxCount);
+    ParameterStore w = like.clone_params();
+    if (!load_checkpoint_version(all, v, w))
+      throw UserError(cat(file, ": weight version ", v, " is listed in 'older_versions' but not stored"));
+    out.emplace(v, std::move(w));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::map<std::string, std::string> stage_checkpoint_metadata(const ResumePoint& p, int stage) {
+  return read_safetensors_metadata(stage_file(p.dir, stage));
 }
 
 }  // namespace pd

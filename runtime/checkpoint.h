@@ -1,36 +1,86 @@
 #pragma once
-// Checkpoints of a pipelined run (docs/design.md §8): one safetensors file per
-// stage (weights, BatchNorm buffers, optimizer slots) and a JSON state.
+// Checkpoints of a pipelined or single-worker run (docs/design.md §8): one
+// safetensors file per stage and a JSON state.
 //
 // Layout: DIR/step-N/{stage-S.safetensors, state.json} and DIR/latest
 // naming the newest complete one. A checkpoint is written into
 // DIR/step-N.partial and renamed once every stage's file is there, so a
 // crash mid-write never leaves a checkpoint that looks complete.
+//
+// Every tensor is stored under a name that does not depend on the plan:
+// weights and buffers as "{layer}.{name}" (as --save writes them),
+// optimizer slots as "optimizer.{slot}.{layer}.{name}", and 1f1b-rr's older
+// weight versions as "version.{v}.{layer}.{name}". Any stage of any plan
+// finds its tensors by name in the union of the files.
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/executor.h"
+#include "core/optimizer.h"
+#include "core/safetensors.h"
+#include "models/parameters.h"
 
 namespace pd {
+
+// What one stage file holds. `older` are weight versions still needed by
+// minibatches in flight (1f1b-rr checkpoints taken without draining).
+struct StageCheckpoint {
+  int stage = 0;
+  const ParameterStore* weights = nullptr;  // newest version, buffers included
+  const OptimizerState* optimizer = nullptr;
+  int64_t updates = 0;
+  int64_t newest_version = 0;  // schedule version of `weights`
+  std::map<int64_t, const ParameterStore*> older;
+};
 
 std::string checkpoint_partial_dir(const std::string& dir, int64_t step);
 // Creates DIR/step-N.partial (every writer may call it).
 void prepare_checkpoint(const std::string& dir, int64_t step);
-void write_stage_checkpoint(const std::string& dir, int64_t step, const StageState& s);
-// After every stage wrote its file: state.json, rename, DIR/latest.
+void write_stage_checkpoint(const std::string& dir, int64_t step, const StageCheckpoint& s);
+// A replica other than the first of a replicated 1f1b-rr stage: the older
+// versions its own minibatches in flight need (stage-S.replica-R.safetensors).
+void write_replica_versions(const std::string& dir, int64_t step, int stage, int replica,
+                            const std::map<int64_t, const ParameterStore*>& older);
+// After every stage wrote its file: state.json (`run` plus format and
+// step), rename, DIR/latest.
 void commit_checkpoint(const std::string& dir, int64_t step, const nlohmann::json& run);
 
 struct ResumePoint {
   std::string dir;  // DIR/step-N
   int64_t step = 0;
   nlohmann::json run;  // what commit_checkpoint was given
+  int stages() const { return static_cast<int>(run["layers"].size()); }
 };
 // `path` is a checkpoint directory (DIR, whose `latest` is used) or one
-// checkpoint (DIR/step-N). UserError when there is none.
+// checkpoint (DIR/step-N). UserError when there is none or it is
+// inconsistent (a stage file missing or of another step).
 ResumePoint find_checkpoint(const std::string& path);
-// Loads stage s's file into s (same layout; UserError on mismatch).
-void load_stage_checkpoint(const ResumePoint& p, StageState& s);
+
+// Resuming needs the run to agree with the checkpoint on `fields` (of
+// `want`, what this run would record): a UserError naming the first one
+// that differs, with both values.
+void require_same_run(const ResumePoint& p, const nlohmann::json& want, const std::vector<std::string>& fields);
+
+// Every tensor of every stage file, by name (replicas are stored once).
+NamedTensors checkpoint_tensors(const ResumePoint& p);
+// The weights and buffers alone ("{layer}.{name}"): what --save would have
+// written at the checkpoint's step. For starting another run from them.
+NamedTensors checkpoint_weights(const std::string& path);
+
+// Fills weights, buffers and optimizer slots of one stage (any layer
+// range) from a checkpoint's tensors; UserError naming what is missing.
+void load_checkpoint_state(const NamedTensors& all, const std::string& source, ParameterStore& weights,
+                           OptimizerState& optimizer);
+// The older weight version `v` of this stage's parameters, if stored.
+bool load_checkpoint_version(const NamedTensors& all, int64_t v, ParameterStore& into);
+// The older weight versions replica `replica` of stage `stage` held,
+// shaped like `like` (whose buffers they share).
+std::map<int64_t, ParameterStore> load_older_versions(const ResumePoint& p, int stage, int replica,
+                                                      const NamedTensors& all, const ParameterStore& like);
+// Stage file metadata of checkpoint stage `stage` (updates, newest_version...).
+std::map<std::string, std::string> stage_checkpoint_metadata(const ResumePoint& p, int stage);
 
 }  // namespace pd

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <ctime>
 #include <limits>
+#include <set>
 #include <string_view>
 
 #include "core/error.h"
@@ -139,6 +140,7 @@ void StageExecutor::fill_window() {
 
 StageExecutor::Progress StageExecutor::step() {
   fill_window();
+  if (checkpoint_due_ && (window_.empty() || !window_.front().is_send())) maybe_checkpoint();
   if (eval_due_ && (window_.empty() || !window_.front().is_send())) maybe_evaluate();
   if (window_.empty()) {
     reap_sends(true);
@@ -408,7 +410,129 @@ void StageExecutor::optimizer_step(const Action& a) {
   stats_.peak_versions = std::max(stats_.peak_versions, versions_.peak_versions());
   if (eval_.test && next_eval_ < eval_.at_versions.size() && versions_.newest_version() >= eval_.at_versions[next_eval_])
     eval_due_ = true;
+  if (next_checkpoint_ < checkpoint_at_.size() && versions_.newest_version() >= checkpoint_at_[next_checkpoint_])
+    checkpoint_due_ = true;
   record("step", a.round, t0);
+}
+
+void StageExecutor::maybe_checkpoint() {
+  checkpoint_due_ = false;
+  while (next_checkpoint_ < checkpoint_at_.size() && versions_.newest_version() >= checkpoint_at_[next_checkpoint_]) {
+    PD_CHECK(versions_.newest_version() == checkpoint_at_[next_checkpoint_], "stage ", stage_, " passed version ",
+             checkpoint_at_[next_checkpoint_], " without stopping there for its checkpoint");
+    write_checkpoint_(checkpoint_at_[next_checkpoint_], versions_);
+    ++next_checkpoint_;
+  }
+}
+
+namespace {
+
+// What a rank did before its checkpoint at `version` (1f1b-rr: right after
+// the optimizer step creating it and the sends that follow), for the
+// minibatches still open there. Every minibatch below `version` is through
+// its backward by then and none above is (checked), so what is open is at
+// most the minibatches in flight: a summary that stays small however long
+// the run.
+struct BeforeCheckpoint {
+  size_t actions = 0;
+  std::map<int64_t, Action> forwards, receives, sends;  // of minibatches not through backward
+};
+
+BeforeCheckpoint before_checkpoint(const Schedule& schedule, int rank, int64_t version) {
+  BeforeCheckpoint b;
+  std::set<int64_t> gradients;  // received, backward not yet run
+  ActionCursor c = schedule.cursor(rank);
+  Action a;
+  bool after_step = false;
+  while (c.next(a)) {
+    if (after_step && !a.is_send()) break;
+    ++b.actions;
+    switch (a.kind) {
+      case ActionKind::Forward: b.forwards[a.minibatch] = a; break;
+      case ActionKind::RecvActivation: b.receives[a.minibatch] = a; break;
+      case ActionKind::SendActivation: b.sends[a.minibatch] = a; break;
+      case ActionKind::RecvGradient: gradients.insert(a.minibatch); break;
+      case ActionKind::Backward:
+        PD_CHECK(a.minibatch < version, "rank ", rank, ": backward of minibatch ", a.minibatch,
+                 " before its checkpoint at version ", version);
+        b.forwards.erase(a.minibatch);
+        b.receives.erase(a.minibatch);
+        b.sends.erase(a.minibatch);
+        gradients.erase(a.minibatch);
+        break;
+      case ActionKind::OptimizerStep: after_step = after_step || a.version_created == version; break;
+      default: break;
+    }
+  }
+  PD_CHECK(after_step, "rank ", rank, " never reaches weight version ", version);
+  PD_CHECK(gradients.empty(), "rank ", rank, ": a gradient received before the checkpoint is used after it");
+  for (const auto& [m, f] : b.forwards)
+    PD_CHECK(m >= version, "rank ", rank, ": minibatch ", m, " not through backward at its checkpoint ", version);
+  return b;
+}
+
+}  // namespace
+
+void StageExecutor::resume_at(int64_t version, std::map<int64_t, ParameterStore> older) {
+  PD_CHECK(schedule_.chunks() == 1 && !is_flush(schedule_.options().kind) && stats_.actions == 0,
+           "resume_at: a 1f1b-rr stage before its first action");
+  const BeforeCheckpoint mine = before_checkpoint(schedule_, rank_, version);
+  versions_.restore(version, std::move(older));
+  // Recomputing must not count twice in the BatchNorm statistics nor report losses again.
+  std::vector<Tensor> buffers;
+  for (const Tensor& b : state_.weights.all_buffers()) buffers.push_back(b.clone());
+  ExecutorObserver* observer = observer_;
+  observer_ = nullptr;
+  rebuild_in_flight(mine.forwards, mine.receives, mine.sends, version);
+  observer_ = observer;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    Tensor live = state_.weights.all_buffers()[i];  // a handle on the shared storage
+    live.copy_from(buffers[i]);
+  }
+  // Every forward before the checkpoint: those of minibatches below it, and the open ones.
+  forwards_done_ = static_cast<int64_t>(mine.forwards.size());
+  for (int64_t m = replica_; m < version; m += replicas_) ++forwards_done_;
+  for (size_t i = 0; i < mine.actions; ++i) {
+    Action skipped;
+    cursor_.next(skipped);
+  }
+  while (next_eval_ < eval_.at_versions.size() && eval_.at_versions[next_eval_] <= version) ++next_eval_;
+  while (next_checkpoint_ < checkpoint_at_.size() && checkpoint_at_[next_checkpoint_] <= version) ++next_checkpoint_;
+}
+
+void StageExecutor::rebuild_in_flight(const std::map<int64_t, Action>& forwards,
+                                      const std::map<int64_t, Action>& receives,
+                                      const std::map<int64_t, Action>& sends, int64_t version) {
+  // Activations this stage received before the checkpoint, in minibatch
+  // order: the previous stage sends them again as it rebuilds.
+  std::set<int64_t> open;
+  for (const auto& [m, a] : forwards) open.insert(m);
+  for (const auto& [m, a] : receives) open.insert(m);
+  std::map<int, BeforeCheckpoint> previous;  // by rank
+  for (int64_t m : open) {
+    const int64_t key = item_key(Action{.kind = ActionKind::Forward, .minibatch = m});
+    if (!first_stage_) {
+      const Action& r = receives.at(m);
+      auto it = previous.find(r.peer);
+      if (it == previous.end()) it = previous.emplace(r.peer, before_checkpoint(schedule_, r.peer, version)).first;
+      PD_CHECK(it->second.sends.count(m), "rank ", rank_, ": minibatch ", m,
+               " was received before the checkpoint but sent after the previous stage's");
+      Request req = transport_.irecv_any(r.peer, wire_tag(r.tag));
+      req.wait();
+      Pending& p = pending_[key];
+      p.input = req.tensor();
+      p.meta = req.meta();
+    }
+    if (!forwards.count(m)) continue;  // its forward comes after the checkpoint
+    forward(forwards.at(m));
+    // Sent before the checkpoint: the next stage has not run its backward
+    // (open minibatches are at or above `version`), so it needs it again.
+    if (sends.count(m)) {
+      Pending& p = pending_.at(key);
+      sends_.push_back(transport_.isend(p.output, sends.at(m).peer, wire_tag(sends.at(m).tag), p.meta));
+      p.output = Tensor{};
+    }
+  }
 }
 
 void StageExecutor::maybe_evaluate() {

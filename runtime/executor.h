@@ -14,6 +14,7 @@
 // the same arithmetic.
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -109,8 +110,29 @@ class StageExecutor {
                 Transport& transport, ExecutorObserver* observer = nullptr, int chunk = 0);
 
   void set_evaluation(const StageEvaluation& e) { eval_ = e; }
+  // Calls `write` once the stage's weights reach each of `at_versions`
+  // (schedule-local, ascending), after the optimizer step that made it and
+  // the sends that follow it, before the next compute or receive: a point
+  // where the pipeline's other stages can reach theirs (a barrier there
+  // cannot deadlock) and nothing of the schedule is changed.
+  using CheckpointWriter = std::function<void(int64_t version, const WeightVersionStore& versions)>;
+  void set_checkpoints(std::vector<int64_t> at_versions, CheckpointWriter write) {
+    checkpoint_at_ = std::move(at_versions);
+    write_checkpoint_ = std::move(write);
+  }
   // Records TraceEvents (times relative to `clock_zero`, a steady_clock time in s).
   void enable_trace(double clock_zero) { trace_ = true; clock_zero_ = clock_zero; }
+
+  // Continues a 1f1b-rr run from a checkpoint taken inside this schedule
+  // when the stage reached `version` (set_checkpoints' point), before any
+  // step(): the stage's weights, buffers and optimizer state are the
+  // checkpoint's, `older` the versions it held. Skips the actions before
+  // that point and rebuilds what the minibatches then in flight hold by
+  // running their forwards again on their stashed versions (same dropout
+  // keys, so the same bits; BatchNorm statistics are put back after), the
+  // activations the next stage still needs sent to it again. Every stage of
+  // the pipeline must resume at the same version.
+  void resume_at(int64_t version, std::map<int64_t, ParameterStore> older);
 
   // Executes the next action if it can proceed without waiting.
   Progress step();
@@ -158,6 +180,9 @@ class StageExecutor {
   int wire_tag(int64_t tag) const { return static_cast<int>(tag % tag_modulus_); }
   int64_t oldest_needed() const;
   void maybe_evaluate();
+  void maybe_checkpoint();
+  void rebuild_in_flight(const std::map<int64_t, Action>& forwards, const std::map<int64_t, Action>& receives,
+                         const std::map<int64_t, Action>& sends, int64_t version);
   void evaluate(int64_t version);
   void reap_sends(bool all);
   struct SpanStart {
@@ -191,6 +216,10 @@ class StageExecutor {
   StageEvaluation eval_;
   size_t next_eval_ = 0;
   bool eval_due_ = false;
+  std::vector<int64_t> checkpoint_at_;
+  size_t next_checkpoint_ = 0;
+  bool checkpoint_due_ = false;
+  CheckpointWriter write_checkpoint_;
   bool trace_ = false, record_versions_ = false;
   double clock_zero_ = 0;
   std::vector<ActionSpan> events_;

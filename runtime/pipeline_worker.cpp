@@ -2,6 +2,7 @@
 
 #include "core/text.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -32,7 +33,27 @@ nlohmann::json checkpoint_identity(const RunSpec& spec, const Model& model) {
           {"batch", spec.batch},
           {"seed", spec.seed},
           {"optimizer", spec.optimizer.kind},
-          {"checkpoint_every", spec.checkpoint_every}};
+          {"checkpoint_every", spec.checkpoint_every},
+          {"drained", true}};
+}
+
+void require_resumable(const ResumePoint& p, const RunSpec& spec, const Model& model) {
+  const nlohmann::json want = checkpoint_identity(spec, model);
+  require_same_run(p, want, {"model", "schedule", "weights", "batch", "microbatches", "seed", "optimizer"});
+  const bool drained = p.run.value("drained", false);
+  if (!drained) {
+    // Minibatches in flight belong to the stages that hold them.
+    try {
+      require_same_run(p, want, {"config", "layers"});
+    } catch (const UserError& e) {
+      throw UserError(cat(e.what(), ": a ", to_string(spec.schedule.kind),
+                          " checkpoint taken with minibatches in flight resumes under its own plan only; another "
+                          "plan resumes from a drained one (the checkpoint a run writes at its end)"));
+    }
+  }
+  if (p.step > spec.steps())
+    throw UserError(cat("--resume ", p.dir, ": the checkpoint is at step ", p.step, ", past this run's ", spec.steps(),
+                        " steps (--minibatches and --epochs count the whole run, the checkpoint's steps included)"));
 }
 
 namespace {
@@ -41,24 +62,12 @@ double steady_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void check_resumable(const ResumePoint& p, const RunSpec& spec, const Model& model) {
-  const nlohmann::json want = checkpoint_identity(spec, model);
-  for (auto it = want.begin(); it != want.end(); ++it) {
-    if (!p.run.contains(it.key()) || p.run[it.key()] != it.value())
-      throw UserError(cat("--resume ", p.dir, ": the checkpoint has ", it.key(), " = ",
-                          p.run.contains(it.key()) ? p.run[it.key()].dump() : "(missing)", " but this run has ",
-                          it.value().dump(), "; resume with the same settings"));
-  }
-  if (p.step > spec.steps())
-    throw UserError(cat("--resume ", p.dir, ": the checkpoint is at step ", p.step, ", past this run's ", spec.steps(),
-                        " steps"));
-}
-
 // Where this rank sits in the plan.
 struct WorkerRole {
   int rank = 0;
   const PlanStage* stage = nullptr;
   bool leader = false;    // replica 0 of its stage: writes its checkpoints, sends its weights
+  int replica = 0;        // index in its stage's ranks
   bool reporter = false;  // the last stage's first replica: gathers and prints the results
 };
 
@@ -85,6 +94,8 @@ WorkerRole role_of(const RunSpec& spec, int rank) {
   r.rank = rank;
   r.stage = stages_of(spec, rank).front();
   r.leader = spec.schedule.virtual_stages > 1 || r.stage->ranks.front() == rank;
+  if (spec.schedule.virtual_stages == 1)
+    r.replica = static_cast<int>(std::find(r.stage->ranks.begin(), r.stage->ranks.end(), rank) - r.stage->ranks.begin());
   r.reporter = reporter_rank(spec) == rank;
   return r;
 }
@@ -96,15 +107,35 @@ void load_initial_weights(const RunSpec& spec, const Model& model, std::vector<S
   for (StageState& s : states) s.weights.load(w, "--init");
 }
 
-// The step training starts at: 0, or the checkpoint's (its weights loaded).
-int64_t resume_if_asked(const RunSpec& spec, const Model& model, const WorkerRole& role, StageState& state) {
-  if (spec.resume.empty()) return 0;
+// Where training starts: step 0, a drained checkpoint's step (weights,
+// buffers and optimizer state loaded by name: any plan's stage finds its
+// tensors), or a 1f1b-rr checkpoint with minibatches in flight (also the
+// weight versions they need).
+struct ResumeFrom {
+  int64_t step = 0;
+  bool in_flight = false;  // resume inside the schedule (StageExecutor::resume_at)
+  std::map<int64_t, ParameterStore> older;
+};
+
+ResumeFrom resume_if_asked(const RunSpec& spec, const Model& model, const WorkerRole& role, StageState& state) {
+  ResumeFrom from;
+  if (spec.resume.empty()) return from;
   const ResumePoint p = find_checkpoint(spec.resume);
-  check_resumable(p, spec, model);
-  load_stage_checkpoint(p, state);
+  require_resumable(p, spec, model);
+  const NamedTensors all = checkpoint_tensors(p);
+  load_checkpoint_state(all, p.dir, state.weights, state.optimizer);
+  // Optimizer steps this stage would have taken by then: one per batch
+  // (flush), one per round of `replicas` minibatches (1f1b-rr).
+  const int64_t replicas = role.stage->replicas;
+  state.updates = is_flush(spec.schedule.kind) ? p.step : (p.step + replicas - 1) / replicas;
+  state.optimizer.step = state.updates;
+  from.step = p.step;
+  from.in_flight = !p.run.value("drained", false);
+  if (from.in_flight) from.older = load_older_versions(p, state.stage, role.replica, all, state.weights);
   if (role.reporter)
-    std::fprintf(stderr, "resuming from %s (step %lld)\n", p.dir.c_str(), static_cast<long long>(p.step));
-  return p.step;
+    std::fprintf(stderr, "resuming from %s (step %lld of %lld%s)\n", p.dir.c_str(), static_cast<long long>(p.step),
+                 static_cast<long long>(spec.steps()), from.in_flight ? ", minibatches in flight rebuilt" : "");
+  return from;
 }
 
 StageTraining training_of(const RunSpec& spec, const Model& model, const DataSplits& data, const Optimizer& optimizer) {
@@ -147,8 +178,8 @@ StageEvaluation evaluation_in(const Segment& seg, const std::vector<int64_t>& ev
 
 [[noreturn]] void abort_interrupted(const RunSpec& spec, const Segment& seg, Transport& t) {
   t.abort(cat("interrupted (Ctrl-C) during steps ", seg.first, "..", seg.end - 1,
-              seg.first > 0 && !spec.checkpoint_dir.empty()
-                  ? cat("; resume with --resume ", spec.checkpoint_dir, " (last checkpoint: step ", seg.first, ")")
+              !spec.checkpoint_dir.empty()
+                  ? cat("; resume from the latest checkpoint with --resume ", spec.checkpoint_dir)
                   : std::string()),
           130);
 }
@@ -163,19 +194,51 @@ void add_stats(ExecutorStats& total, const ExecutorStats& segment) {
   total.peak_context_bytes = std::max(total.peak_context_bytes, segment.peak_context_bytes);
 }
 
-// At a checkpoint boundary: every leader writes its stage, then the reporter
-// commits the step once all stage files exist.
-void checkpoint_after(const Segment& seg, const RunSpec& spec, const Model& model, const WorkerRole& role,
-                      const StageState& state, Transport& t, ProgressBar& bar) {
-  const bool checkpoint_now = !spec.checkpoint_dir.empty() && spec.checkpoint_every > 0 &&
-                              (seg.end % spec.checkpoint_every == 0 || seg.end == spec.steps());
-  if (!checkpoint_now) return;
-  if (role.leader) write_stage_checkpoint(spec.checkpoint_dir, seg.end, state);
+// Every leader writes its stage, then the reporter commits the step once
+// all stage files exist.
+// `versions`: a checkpoint inside the schedule, whose older versions are
+// stored unless the pipeline is drained there.
+void write_checkpoint(int64_t step, const RunSpec& spec, const Model& model, const WorkerRole& role,
+                      const StageState& state, const WeightVersionStore* versions, bool drained, Transport& t,
+                      ProgressBar& bar) {
+  StageCheckpoint c{.stage = state.stage, .weights = &state.weights, .optimizer = &state.optimizer,
+                    .updates = state.updates, .newest_version = versions ? versions->newest_version() : 0};
+  if (versions && !drained)
+    for (const auto& [v, w] : versions->older()) c.older.emplace(v, &w);
+  if (role.leader) write_stage_checkpoint(spec.checkpoint_dir, step, c);
+  else if (!c.older.empty()) write_replica_versions(spec.checkpoint_dir, step, state.stage, role.replica, c.older);
   t.barrier();
   if (role.reporter) {
-    commit_checkpoint(spec.checkpoint_dir, seg.end, checkpoint_identity(spec, model));
-    bar.message(cat("checkpoint: ", spec.checkpoint_dir, "/step-", seg.end));
+    nlohmann::json run = checkpoint_identity(spec, model);
+    run["drained"] = drained;
+    commit_checkpoint(spec.checkpoint_dir, step, run);
+    bar.message(cat("checkpoint: ", spec.checkpoint_dir, "/step-", step));
   }
+}
+
+bool checkpoint_step(const RunSpec& spec, int64_t step) {
+  return !spec.checkpoint_dir.empty() && spec.checkpoint_every > 0 &&
+         (step % spec.checkpoint_every == 0 || step == spec.steps());
+}
+
+// At a segment's end.
+void checkpoint_after(const Segment& seg, const RunSpec& spec, const Model& model, const WorkerRole& role,
+                      const StageState& state, Transport& t, ProgressBar& bar) {
+  if (checkpoint_step(spec, seg.end)) write_checkpoint(seg.end, spec, model, role, state, nullptr, true, t, bar);
+}
+
+// Inside a segment: the checkpoints before its end, taken where the stage
+// passes them without changing the schedule (flush: between batches, where
+// the pipeline is drained; 1f1b-rr: with minibatches in flight).
+void checkpoint_inside(const Segment& seg, const RunSpec& spec, const Model& model, const WorkerRole& role,
+                       const StageState& state, Transport& t, ProgressBar& bar, StageExecutor& ex) {
+  std::vector<int64_t> at;
+  for (int64_t step = seg.first + 1; step < seg.end; ++step)
+    if (checkpoint_step(spec, step)) at.push_back(step - seg.first);
+  if (at.empty()) return;
+  ex.set_checkpoints(std::move(at), [&, first = seg.first](int64_t version, const WeightVersionStore& versions) {
+    write_checkpoint(first + version, spec, model, role, state, &versions, is_flush(spec.schedule.kind), t, bar);
+  });
 }
 
 // What one rank did, for the reporter's metrics line of it.
@@ -207,14 +270,14 @@ struct TrainingOutcome {
 
 TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const DataSplits& data,
                                const WorkerRole& role, std::vector<StageState>& states, StageTraining& training,
-                               int64_t start_step, RunReporter& report, ProgressBar& bar, Transport& t) {
+                               ResumeFrom& from, RunReporter& report, ProgressBar& bar, Transport& t) {
   ExecutorObserver* observer = role.reporter ? &report : nullptr;
   const std::vector<int64_t> eval_points = evaluation_points(spec, data.train->size());
   const int64_t common = replica_count_lcm(spec);
   t.barrier();  // everyone built its stage: start the common clock
   const double zero = steady_now();
   TrainingOutcome out;
-  for (const Segment& seg : run_segments(spec, start_step)) {
+  for (const Segment& seg : run_segments(spec, from.in_flight ? 0 : from.step)) {
     ScheduleOptions o = spec.schedule;
     o.minibatches = seg.end - seg.first;
     Schedule schedule(spec.plan, o);
@@ -248,6 +311,8 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
     const StageEvaluation ev = evaluation_in(seg, eval_points, common, spec, data);
     if (ev.test && !ev.at_versions.empty()) ex.set_evaluation(ev);
     if (spec.tracing()) ex.enable_trace(zero);
+    checkpoint_inside(seg, spec, model, role, state, t, bar, ex);
+    if (from.in_flight && seg.first == 0) ex.resume_at(from.step, std::move(from.older));
     report.set_segment_start(seg.first);
     if (!ex.run(&Transport::stop_requested)) {
       bar.finish();
@@ -454,7 +519,8 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
     states.push_back(make_stage_state(model, st->index, st->first_layer, st->last_layer, spec.seed, *optimizer,
                                       spec.device));
   load_initial_weights(spec, model, states);
-  const int64_t start_step = resume_if_asked(spec, model, role, states.front());
+  ResumeFrom from = resume_if_asked(spec, model, role, states.front());
+  const int64_t start_step = from.step;
 
   MetricsWriter metrics(role.reporter ? spec.metrics : "");
   ProgressBar bar(spec.steps(), role.reporter && spec.progress_bar);
@@ -462,7 +528,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
                      spec.schedule.microbatches, spec.samples_per_step(), spec.log_every);
   StageTraining training = training_of(spec, model, data, *optimizer);
   const TrainingOutcome trained =
-      train_segments(spec, model, data, role, states, training, start_step, report, bar, t);
+      train_segments(spec, model, data, role, states, training, from, report, bar, t);
 
   const nlohmann::json mine = rank_stats(spec, role, trained.total, trained.wall_s, resident_before);
   WorkerSummary out;

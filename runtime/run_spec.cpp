@@ -4,12 +4,17 @@
 
 namespace pd {
 
+bool checkpoints_inside_schedule(const RunSpec& spec) {
+  if (is_flush(spec.schedule.kind)) return true;
+  return spec.schedule.kind == ScheduleKind::OneFOneBRoundRobin && spec.schedule.policy != WeightPolicy::None;
+}
+
 std::vector<Segment> run_segments(const RunSpec& spec, int64_t start_step) {
   std::vector<Segment> out;
   const int64_t total = spec.steps();
   for (int64_t s = start_step; s < total;) {
     int64_t e = total;
-    if (spec.checkpoint_every > 0) e = std::min(total, (s / spec.checkpoint_every + 1) * spec.checkpoint_every);
+    if (spec.checkpoint_every > 0 && !checkpoints_inside_schedule(spec)) e = std::min(total, (s / spec.checkpoint_every + 1) * spec.checkpoint_every);
     out.push_back({s, e});
     s = e;
   }

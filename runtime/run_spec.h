@@ -60,8 +60,16 @@ struct RunSpec {
   int64_t steps_per_epoch(int64_t train_size) const { return train_size / samples_per_step(); }
 };
 
-// The run's segments: the schedule restarts (the pipeline drains) at every
-// checkpoint, so a resumed run repeats the uninterrupted one bit for bit.
+// Whether the run's checkpoints are taken inside its one schedule, leaving
+// the result unchanged: the flush schedules (between batches, where their
+// pipeline is empty anyway) and 1f1b-rr with stash or vertical weights
+// (with minibatches in flight, their weight versions stored; replicated
+// stages: at multiples of every replica count). 1f1b-rr without weight
+// versions (--weights none) drains the pipeline at every checkpoint.
+bool checkpoints_inside_schedule(const RunSpec& spec);
+
+// The run's segments, each one schedule from a drained pipeline: one when
+// checkpoints_inside_schedule, else a new one after every checkpoint.
 struct Segment {
   int64_t first = 0, end = 0;  // global steps [first, end)
 };

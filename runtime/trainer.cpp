@@ -6,8 +6,10 @@
 
 #include "core/device_ops.h"
 #include "core/error.h"
+#include "core/checked.h"
 #include "core/loss.h"
 #include "models/loader.h"
+#include "runtime/checkpoint.h"
 
 namespace pd {
 
@@ -114,6 +116,58 @@ int64_t planned_steps(const TrainOptions& o, int64_t train_size) {
   return o.epochs > 0 ? o.epochs * per_epoch : o.minibatches;
 }
 
+nlohmann::json train_checkpoint_identity(const Model& m, const TrainOptions& o) {
+  return {{"model", m.name},
+          {"config", "1"},
+          {"layers", nlohmann::json::array({nlohmann::json::array({0, m.size() - 1})})},
+          {"schedule", "train"},
+          {"microbatches", o.microbatches},
+          {"batch", o.batch},
+          {"seed", o.seed},
+          {"optimizer", o.optimizer.kind},
+          {"checkpoint_every", o.checkpoint_every},
+          {"drained", true}};
+}
+
+namespace {
+
+void check_checkpoint_options(const TrainOptions& o) {
+  if (o.checkpoint_every < 0) throw UserError(cat("--checkpoint-every must be >= 0, got ", o.checkpoint_every));
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) throw UserError("--checkpoint-every needs --checkpoint-dir");
+  if (o.gradient_delay > 0 && (!o.checkpoint_dir.empty() || !o.resume.empty()))
+    throw UserError("--gradient-delay keeps older weight versions that checkpoints do not store: drop "
+                    "--checkpoint-dir / --resume or the delay");
+}
+
+// The step to start at: 0, or the checkpoint's (weights and optimizer loaded).
+int64_t resume_training(const Model& m, const TrainOptions& o, int64_t steps, ParameterStore& w,
+                        OptimizerState& opt) {
+  if (o.resume.empty()) return 0;
+  const ResumePoint p = find_checkpoint(o.resume);
+  require_same_run(p, train_checkpoint_identity(m, o), {"model", "schedule", "microbatches", "batch", "seed", "optimizer"});
+  if (p.step > steps)
+    throw UserError(cat("--resume ", p.dir, ": the checkpoint is at step ", p.step, ", past this run's ", steps,
+                        " steps (--minibatches and --epochs count the whole run, the checkpoint's steps included)"));
+  load_checkpoint_state(checkpoint_tensors(p), p.dir, w, opt);
+  const auto meta = stage_checkpoint_metadata(p, 0);
+  opt.step = checked::parse_integer(meta.count("optimizer_step") ? meta.at("optimizer_step") : "",
+                                    {p.dir + "/stage-0.safetensors", "metadata 'optimizer_step'"}, 0, checked::kMaxCount);
+  return p.step;
+}
+
+void checkpoint_training(const Model& m, const TrainOptions& o, int64_t done, int64_t steps, const ParameterStore& w,
+                         const OptimizerState& opt) {
+  if (o.checkpoint_dir.empty()) return;
+  const bool due = done == steps || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0);
+  if (!due) return;
+  write_stage_checkpoint(o.checkpoint_dir, done,
+                         StageCheckpoint{.stage = 0, .weights = &w, .optimizer = &opt, .updates = done,
+                                         .newest_version = done});
+  commit_checkpoint(o.checkpoint_dir, done, train_checkpoint_identity(m, o));
+}
+
+}  // namespace
+
 TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test_data, const TrainOptions& o,
                   TrainObserver* observer, const ParameterStore* initial) {
   const int64_t steps = planned_steps(o, train_data.size());
@@ -133,6 +187,8 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
            " for a run on ", o.device.str());
   ParameterStore grads = versions.back().zeros_like_params();
   OptimizerState opt_state = optimizer->make_state(versions.back().all_params());
+  check_checkpoint_options(o);
+  const int64_t first_step = resume_training(m, o, steps, versions.back(), opt_state);
 
   TrainResult result;
   result.losses.reserve(static_cast<size_t>(steps));
@@ -150,11 +206,11 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
         const MinibatchRef ref = locate_minibatch(s, per_epoch);
         return fetch_training(train_data, order.minibatch(ref.epoch, ref.index, o.batch), o.seed, ref.epoch);
       },
-      0, steps, o.loader_threads);
+      first_step, steps, o.loader_threads);
   InputStager stager(o.device);
 
   double train_seconds = 0, data_wait_seconds = 0;
-  for (int64_t s = 0; s < steps; ++s) {
+  for (int64_t s = first_step; s < steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     const MinibatchRef ref = locate_minibatch(s, per_epoch);
     // On a GPU the next minibatch's copy is queued before this step's work.
@@ -162,7 +218,7 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
     if (o.device.is_cpu()) {
       batch = loader.next();
     } else {
-      if (s == 0) stager.stage(loader.next());
+      if (s == first_step) stager.stage(loader.next());
       batch = stager.take();
       if (s + 1 < steps) stager.stage(loader.next());
     }
@@ -188,14 +244,16 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
     result.losses.push_back(l.loss);
     if (observer) {
       observer->on_data_wait(s, 1e3 * waited);
-      observer->on_step(s, ref.epoch, l.loss, static_cast<double>((s + 1) * o.batch) / train_seconds);
+      observer->on_step(s, ref.epoch, l.loss, static_cast<double>((s + 1 - first_step) * o.batch) / train_seconds);
     }
+    checkpoint_training(m, o, s + 1, steps, versions.back(), opt_state);
     if ((s + 1) % per_epoch == 0 || s + 1 == steps) run_eval(ref.epoch);
   }
   result.steps = steps;
+  result.first_step = first_step;
   result.seconds = train_seconds;
   result.data_wait_s = data_wait_seconds;
-  result.samples_per_s = train_seconds > 0 ? static_cast<double>(steps * o.batch) / train_seconds : 0;
+  result.samples_per_s = train_seconds > 0 ? static_cast<double>((steps - first_step) * o.batch) / train_seconds : 0;
   result.weights = std::move(versions.back());
   return result;
 }

@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/optimizer.h"
 #include "models/dataset.h"
 #include "models/layer_range.h"
@@ -41,6 +43,12 @@ struct TrainOptions {
   // training thread (models/loader.h); 0 fetches each on the training
   // thread when its step starts. Either way the same bits are trained.
   int loader_threads = 0;
+  // Checkpoints (runtime/checkpoint.h, the format `run` writes, one stage):
+  // every checkpoint_every steps (0: only at the end) when checkpoint_dir
+  // is set. `resume` continues from one; epochs / minibatches still count
+  // the whole run, the steps before the checkpoint included.
+  std::string checkpoint_dir, resume;
+  int64_t checkpoint_every = 0;
 };
 
 struct EvalResult {
@@ -94,13 +102,17 @@ class TrainObserver {
 
 struct TrainResult {
   ParameterStore weights;      // final
-  std::vector<float> losses;   // per step
+  std::vector<float> losses;   // per step taken (from first_step)
   std::vector<EvalResult> evals;
   int64_t steps = 0;
+  int64_t first_step = 0;      // 0, or the checkpoint's step when resumed
   double seconds = 0;          // training steps only, evaluation excluded
   double samples_per_s = 0;
   double data_wait_s = 0;      // of `seconds`, the steps' waits for their minibatches
 };
+
+// What a `train` checkpoint records of its run, and what resuming compares.
+nlohmann::json train_checkpoint_identity(const Model& m, const TrainOptions& o);
 
 // Trains from the seed's initial weights (or from `initial` when given).
 TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test_data, const TrainOptions& o,

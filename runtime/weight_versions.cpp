@@ -40,6 +40,14 @@ void WeightVersionStore::update(int64_t new_version, int64_t oldest_needed, cons
   release(oldest_needed);
 }
 
+void WeightVersionStore::restore(int64_t version, std::map<int64_t, ParameterStore> older) {
+  PD_CHECK(pins_.empty(), "restoring weight versions while some are pinned");
+  for (const auto& [v, w] : older) PD_CHECK(v < version, "restored version ", v, " is not older than ", version);
+  version_ = version;
+  old_ = std::move(older);
+  peak_ = std::max(peak_, versions_held());
+}
+
 void WeightVersionStore::release(int64_t oldest_needed) {
   for (auto it = old_.begin(); it != old_.end();) {
     if (it->first < oldest_needed && !pins_.count(it->first)) {

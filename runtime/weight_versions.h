@@ -48,6 +48,13 @@ class WeightVersionStore {
   // Frees old versions nobody needs any more (after a backward unpinned one).
   void release(int64_t oldest_needed);
 
+  // The versions kept besides the newest, by version: what a checkpoint
+  // taken with minibatches in flight stores.
+  const std::map<int64_t, ParameterStore>& older() const { return old_; }
+  // A resumed stage: the newest (the caller's store) is `version`, and
+  // `older` the versions its minibatches in flight and future forwards need.
+  void restore(int64_t version, std::map<int64_t, ParameterStore> older);
+
   int versions_held() const { return 1 + static_cast<int>(old_.size()); }
   int peak_versions() const { return peak_; }
   size_t bytes_held() const;  // versions held, plus the spare buffers

@@ -36,7 +36,7 @@ std::string profile_json(const std::string& model, const std::string& first_laye
 }
 
 void write_checkpoint(const fs::path& root, const std::string& state_step, const std::string& file_step,
-                      const std::string& format_field = R"("format": "pipedream-checkpoint/1", )") {
+                      const std::string& format_field = R"("format": "pipedream-checkpoint/2", )") {
   fs::create_directories(root / "step-4");
   std::ofstream(root / "latest") << "step-4\n";
   std::ofstream(root / "step-4" / "state.json")

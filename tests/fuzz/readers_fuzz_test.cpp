@@ -108,7 +108,7 @@ TEST(FuzzReaders, CheckpointState) {
   const fs::path root = scratch() / "ckpt";
   fs::create_directories(root / "step-4");
   std::ofstream(root / "latest") << "step-4\n";
-  const std::string state = R"({"format": "pipedream-checkpoint/1", "step": 4, "checkpoint_every": 4,
+  const std::string state = R"({"format": "pipedream-checkpoint/2", "step": 4, "checkpoint_every": 4,
     "layers": [[0, 7]], "model": "mlp", "batch": 8, "seed": 0})";
   const std::string stage_path = (root / "step-4" / "stage-0.safetensors").string();
   save_safetensors(stage_path, {{"w", Tensor::zeros({3})}},

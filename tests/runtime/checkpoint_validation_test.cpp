@@ -15,7 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* kState = R"({"format": "pipedream-checkpoint/1", "step": 4, "checkpoint_every": 4,
+const char* kState = R"({"format": "pipedream-checkpoint/2", "step": 4, "checkpoint_every": 4,
   "layers": [[0, 3], [4, 7]], "model": "mlp"})";
 
 struct CheckpointDir {
@@ -92,14 +92,14 @@ TEST(CheckpointValidation, MissingStageFileIsRefused) {
 TEST(CheckpointValidation, MissingOrFutureFormatIsRefused) {
   CheckpointDir d("format");
   std::string no_format = kState;
-  const std::string format_field = "\"format\": \"pipedream-checkpoint/1\", ";
+  const std::string format_field = "\"format\": \"pipedream-checkpoint/2\", ";
   no_format.replace(no_format.find(format_field), format_field.size(), "");
   d.fill(no_format);
   EXPECT_NE(resume_error(d.root).find("field 'format' is missing"), std::string::npos) << resume_error(d.root);
   std::string future = kState;
-  future.replace(future.find("checkpoint/1"), 12, "checkpoint/2");
+  future.replace(future.find("checkpoint/2"), 12, "checkpoint/9");
   d.fill(future);
-  EXPECT_NE(resume_error(d.root).find("field 'format' is 'pipedream-checkpoint/2'"), std::string::npos)
+  EXPECT_NE(resume_error(d.root).find("field 'format' is 'pipedream-checkpoint/9'"), std::string::npos)
       << resume_error(d.root);
 }
 

@@ -177,9 +177,11 @@ TEST_F(Fixture, ReplicatedStageKeepsReplicasIdenticalAndFreesVersions) {
 
 TEST_F(Fixture, SegmentsContinueFromTheSameState) {
   // Two segments run back to back equal the same two segments run by a fresh
-  // pipeline that restarts from the first one's state: the resume contract.
-  RunSpec spec = small_spec(plan_1111(), ScheduleKind::OneFOneBRoundRobin, WeightPolicy::Stash, 10);
+  // pipeline that restarts from the first one's state: the resume contract
+  // of the runs that drain at checkpoints (1f1b-rr without weight versions).
+  RunSpec spec = small_spec(plan_1111(), ScheduleKind::OneFOneBRoundRobin, WeightPolicy::None, 10);
   spec.checkpoint_every = 6;
+  ASSERT_EQ(run_segments(spec, 0).size(), 2u);
   ReferencePipeline a(spec, model, *data.train);
   for (const Segment& s : run_segments(spec, 0)) a.run_segment(s, nullptr);
   ReferencePipeline b(spec, model, *data.train);
