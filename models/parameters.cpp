@@ -165,9 +165,11 @@ std::vector<ModelTensor> model_tensors(const Model& m) {
   return out;
 }
 
+// A checkpoint's optimizer slots (`optimizer.{slot}.{layer}.{name}`) and
+// older weight versions (`version.{v}.{layer}.{name}`) are not weights.
 bool ignored_weight(const std::string& name) {
   const std::string counter = ".num_batches_tracked";
-  return name.rfind("optimizer.slot.", 0) == 0 || name == counter.substr(1) ||
+  return name.rfind("optimizer.", 0) == 0 || name.rfind("version.", 0) == 0 || name == counter.substr(1) ||
          (name.size() > counter.size() && name.compare(name.size() - counter.size(), counter.size(), counter) == 0);
 }
 

@@ -267,7 +267,9 @@ void StageExecutor::forward(const Action& a) {
   const double fetch_start = steady_seconds();
   if (first_stage_ || last_stage_) idx = sample_indices(a.minibatch, a.microbatch, &epoch);
   if (first_stage_) {
-    x = prefetch_ ? prefetch_->take(key) : training_.train->training_inputs(idx, training_.seed, epoch);
+    // Forwards re-run on resume (rebuild_in_flight) were never submitted.
+    x = prefetch_ && prefetch_->submitted(key) ? prefetch_->take(key)
+                                               : training_.train->training_inputs(idx, training_.seed, epoch);
     stats_.data_s += steady_seconds() - fetch_start;
   } else {
     PD_CHECK(p.input.defined(), "forward of item ", key, " before its activation arrived");

@@ -30,7 +30,7 @@ nlohmann::json checkpoint_identity(const RunSpec& spec, const Model& model) {
           {"schedule", to_string(spec.schedule.kind)},
           {"weights", to_string(spec.schedule.policy)},
           {"microbatches", spec.schedule.microbatches},
-          {"batch", spec.batch},
+          {"batch", spec.samples_per_step()},  // the minibatch, as --batch means it
           {"seed", spec.seed},
           {"optimizer", spec.optimizer.kind},
           {"checkpoint_every", spec.checkpoint_every},

@@ -1,6 +1,6 @@
-// Inputs that used to crash, hang, exit 1 or be silently accepted by
-// `pipedream` (issue 14): each now exits 2, before any work, with a message
-// naming the flag or the field.
+// Hostile or contradictory inputs to `pipedream` (crashes, hangs, exit 1
+// or silent acceptance otherwise): each exits 2, before any work, with a
+// message naming the flag or the field.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
