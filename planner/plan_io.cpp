@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "planner/plan.h"
 
 namespace pd {
@@ -231,17 +232,7 @@ Plan plan_from_json(const json& j, const std::string& source) {
 }
 
 Plan read_plan(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UserError(cat(path, ": cannot open the plan"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(buffer.str());
-  } catch (const json::exception& e) {
-    throw UserError(cat(path, ": invalid JSON: ", e.what()));
-  }
-  return plan_from_json(j, path);
+  return plan_from_json(read_json_file(path, "the plan"), path);
 }
 
 void write_plan(const Plan& p, const std::string& path) {
