@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -80,6 +81,11 @@ Action action_from(ActionKind kind, const Fields& f, const ScheduleFile& file, i
   for (Field i : fields_of(kind))
     if (!f[i] && i != kTag && i != kMicrobatch)
       throw UserError(cat(where, short_name(kind), " needs the field '", kFieldNames[i], "'"));
+  // Every field is an int in the runtime (and tags multiply them): larger
+  // values are refused before any arithmetic.
+  for (int i = 0; i < kFieldCount; ++i)
+    if (f[i] && (*f[i] < std::numeric_limits<int32_t>::min() || *f[i] > std::numeric_limits<int32_t>::max()))
+      throw UserError(cat(where, "field '", kFieldNames[i], "' must be a 32-bit integer, got ", *f[i]));
   auto get = [&](Field i) { return f[i].value_or(-1); };
   Action a;
   a.kind = kind;
@@ -96,6 +102,11 @@ Action action_from(ActionKind kind, const Fields& f, const ScheduleFile& file, i
     throw UserError(cat(where, "chunk ", a.chunk, " is outside 0..", file.options.virtual_stages - 1,
                         " (virtual_stages=", file.options.virtual_stages, ")"));
   if (a.is_send() || a.is_recv()) {
+    if (a.minibatch < 0 || a.minibatch >= file.options.minibatches || a.microbatch < 0 ||
+        a.microbatch >= file.options.microbatches)
+      throw UserError(cat(where, "minibatch ", a.minibatch, " microbatch ", a.microbatch, " is outside the run (",
+                          file.options.minibatches, " minibatches of ", file.options.microbatches,
+                          " microbatches)"));
     // The runtime and the simulator match messages by tag: one that does
     // not follow from the item would pair the wrong messages.
     const int64_t want = tag_of(a, file.options, static_cast<int>(file.lists.size()), rank);
