@@ -16,6 +16,7 @@
 #include "core/atomic_file.h"
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace pd {
 
@@ -92,6 +93,8 @@ UserError invalid(const std::string& path, const std::string& why) {
 }
 
 HeaderRead read_header(const std::string& path) {
+  // A folder or a device (/dev/zero) is refused before its "size" is read.
+  checked_input_file(path, "the safetensors file", std::numeric_limits<uint64_t>::max());
   HeaderRead h{std::ifstream(path, std::ios::binary), {}, 0, 0};
   if (!h.in) throw UserError(cat("cannot open safetensors file ", path));
   h.in.seekg(0, std::ios::end);
@@ -103,6 +106,7 @@ HeaderRead read_header(const std::string& path) {
     throw invalid(path, cat("header length ", h.header_len, " exceeds the file size ", file_size));
   std::string text(h.header_len, '\0');
   h.in.read(text.data(), static_cast<std::streamsize>(h.header_len));
+  check_json_depth(text, cat(path, ": header"));
   try {
     h.header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {

@@ -1,13 +1,16 @@
 // Building a Model from its JSON spec. Every field is checked here, before
 // any layer is constructed, so that a mistake is reported as
 // "layer I (type): field 'F' ..." rather than as a failure deep in a kernel.
-#include <fstream>
+#include <algorithm>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/layers.h"
 #include "models/model.h"
 
@@ -105,82 +108,142 @@ void need_rank(const LayerFields& lf, const Shape& in, size_t rank, const char* 
     throw lf.error(cat("needs a ", layout, " input, but its input is ", shape_str(in)));
 }
 
+// ---- Layer types --------------------------------------------------------
+// One builder per layer type: reads the layer's fields (checked) and
+// constructs it for the per-sample input shape.
+using LayerBuilder = LayerPtr (*)(const std::string& type, LayerFields& f, const Shape& in);
+
+LayerPtr build_linear(const std::string&, LayerFields& f, const Shape& in) {
+  if (in.empty()) throw f.error("needs an input with at least one dimension");
+  return make_linear(in.back(), f.integer("out_features", std::nullopt, 1), f.flag("bias", true));
+}
+
+LayerPtr build_conv2d(const std::string&, LayerFields& f, const Shape& in) {
+  need_rank(f, in, 3, "[C, H, W]");
+  int64_t out = f.integer("out_channels", std::nullopt, 1);
+  // int64_t: 2 * padding must not overflow; each fits an int (kMaxSize).
+  const int64_t k = f.integer("kernel", std::nullopt, 1);
+  const int64_t s = f.integer("stride", 1, 1);
+  const int64_t p = f.integer("padding", 0, 0);
+  if (in[1] + 2 * p < k || in[2] + 2 * p < k)
+    throw f.error("kernel", cat("(", k, ") is larger than the padded input ", shape_str(in)));
+  return make_conv2d(in[0], out, static_cast<int>(k), static_cast<int>(s), static_cast<int>(p), f.flag("bias", true));
+}
+
+LayerPtr build_pool2d(const std::string& type, LayerFields& f, const Shape& in) {
+  need_rank(f, in, 3, "[C, H, W]");
+  const int64_t k = f.integer("kernel", std::nullopt, 1);
+  const int s = static_cast<int>(f.integer("stride", k, 1));
+  const int64_t p = f.integer("padding", 0, 0);
+  if (2 * p > k) throw f.error("padding", cat("(", p, ") must be at most half the kernel (", k, ")"));
+  if (in[1] + 2 * p < k || in[2] + 2 * p < k)
+    throw f.error("kernel", cat("(", k, ") is larger than the padded input ", shape_str(in)));
+  const int ki = static_cast<int>(k), pi = static_cast<int>(p);
+  return type == "maxpool2d" ? make_maxpool2d(ki, s, pi) : make_avgpool2d(ki, s, pi);
+}
+
+LayerPtr build_adaptive_avgpool2d(const std::string&, LayerFields& f, const Shape& in) {
+  need_rank(f, in, 3, "[C, H, W]");
+  auto [h, w] = f.size2("output_size");
+  return make_adaptive_avgpool2d(static_cast<int>(h), static_cast<int>(w));
+}
+
+LayerPtr build_relu(const std::string&, LayerFields&, const Shape&) { return make_relu(); }
+LayerPtr build_gelu(const std::string&, LayerFields&, const Shape&) { return make_gelu(); }
+LayerPtr build_flatten(const std::string&, LayerFields&, const Shape&) { return make_flatten(); }
+
+LayerPtr build_dropout(const std::string&, LayerFields& f, const Shape&) {
+  return make_dropout(static_cast<float>(f.number("p", 0.5, 0.0, 0.999)));
+}
+
+LayerPtr build_batchnorm2d(const std::string&, LayerFields& f, const Shape& in) {
+  need_rank(f, in, 3, "[C, H, W]");
+  return make_batchnorm2d(in[0], static_cast<float>(f.number("eps", 1e-5, 1e-12, 1.0)),
+                          static_cast<float>(f.number("momentum", 0.1, 0.0, 1.0)));
+}
+
+LayerPtr build_layernorm(const std::string&, LayerFields& f, const Shape& in) {
+  if (in.empty()) throw f.error("needs an input with at least one dimension");
+  return make_layernorm(in.back(), static_cast<float>(f.number("eps", 1e-5, 1e-12, 1.0)));
+}
+
+LayerPtr build_embedding(const std::string&, LayerFields& f, const Shape& in) {
+  need_rank(f, in, 1, "[T] token");
+  return make_embedding(f.integer("vocab", std::nullopt, 1), f.integer("dim", std::nullopt, 1), in[0]);
+}
+
+int64_t attention_heads(LayerFields& f, const Shape& in) {
+  need_rank(f, in, 2, "[T, D]");
+  const int64_t heads = f.integer("heads", std::nullopt, 1);
+  if (in[1] % heads != 0) throw f.error("heads", cat("(", heads, ") must divide the width ", in[1]));
+  return heads;
+}
+
+LayerPtr build_causal_self_attention(const std::string&, LayerFields& f, const Shape& in) {
+  const int64_t heads = attention_heads(f, in);
+  return make_causal_self_attention(in[1], heads);
+}
+
+LayerPtr build_transformer_block(const std::string&, LayerFields& f, const Shape& in) {
+  const int64_t heads = attention_heads(f, in);
+  return make_transformer_block(in[1], heads, static_cast<float>(f.number("dropout", 0.0, 0.0, 0.999)));
+}
+
+LayerPtr build_resnet_basic_block(const std::string&, LayerFields& f, const Shape& in) {
+  need_rank(f, in, 3, "[C, H, W]");
+  return make_resnet_basic_block(in[0], f.integer("out_channels", std::nullopt, 1),
+                                 static_cast<int>(f.integer("stride", 1, 1)));
+}
+
+LayerPtr build_resnet_bottleneck_block(const std::string&, LayerFields& f, const Shape& in) {
+  need_rank(f, in, 3, "[C, H, W]");
+  return make_resnet_bottleneck_block(in[0], f.integer("mid_channels", std::nullopt, 1),
+                                      f.integer("out_channels", std::nullopt, 1),
+                                      static_cast<int>(f.integer("stride", 1, 1)));
+}
+
+struct LayerType {
+  const char* name;
+  LayerBuilder build;
+  bool takes_tokens = false;  // reads i32 token ids; every other layer reads float features
+};
+
+// Every layer type a spec may name, in the order `known:` lists them.
+const std::vector<LayerType>& layer_types() {
+  static const std::vector<LayerType> types = {
+      {"linear", build_linear},
+      {"conv2d", build_conv2d},
+      {"maxpool2d", build_pool2d},
+      {"avgpool2d", build_pool2d},
+      {"adaptive_avgpool2d", build_adaptive_avgpool2d},
+      {"relu", build_relu},
+      {"gelu", build_gelu},
+      {"dropout", build_dropout},
+      {"batchnorm2d", build_batchnorm2d},
+      {"layernorm", build_layernorm},
+      {"embedding", build_embedding, /*takes_tokens=*/true},
+      {"causal_self_attention", build_causal_self_attention},
+      {"flatten", build_flatten},
+      {"resnet_basic_block", build_resnet_basic_block},
+      {"resnet_bottleneck_block", build_resnet_bottleneck_block},
+      {"transformer_block", build_transformer_block},
+  };
+  return types;
+}
+
 // Constructs one layer from its fields, given the per-sample input shape.
 LayerPtr make_layer(const std::string& type, LayerFields& f, const Shape& in, DType in_dtype) {
-  if (type != "embedding" && in_dtype != DType::F32)
+  const auto& types = layer_types();
+  auto it = std::find_if(types.begin(), types.end(), [&](const LayerType& t) { return type == t.name; });
+  if (it == types.end()) {
+    std::string known;
+    for (const LayerType& t : types) known += cat(known.empty() ? "" : ", ", t.name);
+    throw f.error("type", cat("'", type, "' is not a layer type; known: ", known));
+  }
+  if (it->takes_tokens && in_dtype != DType::I32) throw f.error("needs token ids (input dtype i32)");
+  if (!it->takes_tokens && in_dtype != DType::F32)
     throw f.error(cat("takes float features, but its input is ", dtype_name(in_dtype), " tokens"));
-  if (type == "linear") {
-    if (in.empty()) throw f.error("needs an input with at least one dimension");
-    return make_linear(in.back(), f.integer("out_features", std::nullopt, 1), f.flag("bias", true));
-  }
-  if (type == "conv2d") {
-    need_rank(f, in, 3, "[C, H, W]");
-    int64_t out = f.integer("out_channels", std::nullopt, 1);
-    // int64_t: 2 * padding must not overflow; each fits an int (kMaxSize).
-    const int64_t k = f.integer("kernel", std::nullopt, 1);
-    const int64_t s = f.integer("stride", 1, 1);
-    const int64_t p = f.integer("padding", 0, 0);
-    if (in[1] + 2 * p < k || in[2] + 2 * p < k)
-      throw f.error("kernel", cat("(", k, ") is larger than the padded input ", shape_str(in)));
-    return make_conv2d(in[0], out, static_cast<int>(k), static_cast<int>(s), static_cast<int>(p), f.flag("bias", true));
-  }
-  if (type == "maxpool2d" || type == "avgpool2d") {
-    need_rank(f, in, 3, "[C, H, W]");
-    const int64_t k = f.integer("kernel", std::nullopt, 1);
-    const int s = static_cast<int>(f.integer("stride", k, 1));
-    const int64_t p = f.integer("padding", 0, 0);
-    if (2 * p > k) throw f.error("padding", cat("(", p, ") must be at most half the kernel (", k, ")"));
-    if (in[1] + 2 * p < k || in[2] + 2 * p < k)
-      throw f.error("kernel", cat("(", k, ") is larger than the padded input ", shape_str(in)));
-    const int ki = static_cast<int>(k), pi = static_cast<int>(p);
-    return type == "maxpool2d" ? make_maxpool2d(ki, s, pi) : make_avgpool2d(ki, s, pi);
-  }
-  if (type == "adaptive_avgpool2d") {
-    need_rank(f, in, 3, "[C, H, W]");
-    auto [h, w] = f.size2("output_size");
-    return make_adaptive_avgpool2d(static_cast<int>(h), static_cast<int>(w));
-  }
-  if (type == "relu") return make_relu();
-  if (type == "gelu") return make_gelu();
-  if (type == "flatten") return make_flatten();
-  if (type == "dropout") return make_dropout(static_cast<float>(f.number("p", 0.5, 0.0, 0.999)));
-  if (type == "batchnorm2d") {
-    need_rank(f, in, 3, "[C, H, W]");
-    return make_batchnorm2d(in[0], static_cast<float>(f.number("eps", 1e-5, 1e-12, 1.0)),
-                            static_cast<float>(f.number("momentum", 0.1, 0.0, 1.0)));
-  }
-  if (type == "layernorm") {
-    if (in.empty()) throw f.error("needs an input with at least one dimension");
-    return make_layernorm(in.back(), static_cast<float>(f.number("eps", 1e-5, 1e-12, 1.0)));
-  }
-  if (type == "embedding") {
-    if (in_dtype != DType::I32) throw f.error("needs token ids (input dtype i32)");
-    need_rank(f, in, 1, "[T] token");
-    return make_embedding(f.integer("vocab", std::nullopt, 1), f.integer("dim", std::nullopt, 1), in[0]);
-  }
-  if (type == "causal_self_attention" || type == "transformer_block") {
-    need_rank(f, in, 2, "[T, D]");
-    int64_t heads = f.integer("heads", std::nullopt, 1);
-    if (in[1] % heads != 0)
-      throw f.error("heads", cat("(", heads, ") must divide the width ", in[1]));
-    if (type == "causal_self_attention") return make_causal_self_attention(in[1], heads);
-    return make_transformer_block(in[1], heads, static_cast<float>(f.number("dropout", 0.0, 0.0, 0.999)));
-  }
-  if (type == "resnet_basic_block") {
-    need_rank(f, in, 3, "[C, H, W]");
-    return make_resnet_basic_block(in[0], f.integer("out_channels", std::nullopt, 1),
-                                   static_cast<int>(f.integer("stride", 1, 1)));
-  }
-  if (type == "resnet_bottleneck_block") {
-    need_rank(f, in, 3, "[C, H, W]");
-    return make_resnet_bottleneck_block(in[0], f.integer("mid_channels", std::nullopt, 1),
-                                        f.integer("out_channels", std::nullopt, 1),
-                                        static_cast<int>(f.integer("stride", 1, 1)));
-  }
-  throw f.error("type", cat("'", type, "' is not a layer type; known: linear, conv2d, maxpool2d, avgpool2d, "
-                            "adaptive_avgpool2d, relu, gelu, dropout, batchnorm2d, layernorm, embedding, "
-                            "causal_self_attention, flatten, resnet_basic_block, resnet_bottleneck_block, "
-                            "transformer_block"));
+  return it->build(type, f, in);
 }
 
 UserError spec_error(const std::string& what) { return UserError(cat("model spec: ", what)); }
@@ -279,11 +342,11 @@ Model build_model(const json& spec) {
 }
 
 Model load_model_spec(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UserError(cat("cannot open model spec ", path));
+  const std::string text = read_input_file(path, "the model spec");
+  check_json_depth(text, path);
   json spec;
   try {
-    spec = json::parse(in);
+    spec = json::parse(text);
   } catch (const json::exception& e) {
     throw UserError(cat("model spec ", path, " is not valid JSON: ", e.what()));
   }

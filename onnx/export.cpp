@@ -12,6 +12,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "models/parameters.h"
 #include "onnx/import.h"
 #include "onnx/onnx_proto.h"
@@ -247,9 +248,7 @@ std::map<std::string, Replacement> match_weights(const ModelProto& proto, const 
 }
 
 std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(cat("cannot read ", path));
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  return read_input_file(path, "the ONNX model", kMaxModelBytes);
 }
 
 }  // namespace

@@ -87,6 +87,8 @@ class Importer {
     check_opset();
     read_initializers();
     read_input();
+    check_single_writers();
+    for (const Node& n : g_.nodes) check_window_attributes(n);
     for (const Node& n : g_.nodes) {
       try {
         visit(n);
@@ -159,6 +161,36 @@ class Importer {
         params_.push_back(t.name);
       }
       values_[t.name] = v;
+    }
+  }
+
+  // ONNX graphs write each tensor once; a second writer would make the
+  // importer's tensor-to-producer map ambiguous.
+  void check_single_writers() const {
+    std::map<std::string, std::string> writer;
+    for (const TensorValue& t : g_.initializers) writer.emplace(t.name, cat("initializer '", t.name, "'"));
+    for (const ValueInfo& v : g_.inputs) writer.emplace(v.name, cat("model input '", v.name, "'"));
+    for (const Node& n : g_.nodes)
+      for (const std::string& out : n.outputs) {
+        if (out.empty()) continue;
+        auto [it, first] = writer.emplace(out, n.label());
+        if (!first)
+          throw UserError(cat(name_, ": tensor '", out, "' is written by both ", it->second, " and ", n.label(),
+                              " (each tensor must have exactly one writer)"));
+      }
+  }
+
+  // Kernels, strides, pads and dilations beyond this are a corrupt file,
+  // not a model: refused before a window of that size is allocated.
+  static constexpr int64_t kMaxWindowAttribute = int64_t{1} << 16;
+
+  void check_window_attributes(const Node& n) const {
+    for (const Attribute& a : n.attributes) {
+      if (a.name != "kernel_shape" && a.name != "strides" && a.name != "pads" && a.name != "dilations") continue;
+      for (int64_t v : a.ints)
+        if (v > kMaxWindowAttribute || v < -kMaxWindowAttribute)
+          throw UserError(cat(name_, ": ", n.label(), ": attribute '", a.name, "' holds ", v,
+                              "; window attributes must be at most ", kMaxWindowAttribute, " in magnitude"));
     }
   }
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace pd::onnx {
 
@@ -458,11 +459,7 @@ ModelProto parse_model(const std::string& bytes, const std::string& source) {
 }
 
 ModelProto read_model_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(cat("cannot open ONNX model '", path, "'"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_model(ss.str(), path);
+  return parse_model(read_input_file(path, "the ONNX model", kMaxModelBytes), path);
 }
 
 }  // namespace pd::onnx

@@ -80,7 +80,11 @@ struct ModelProto {
 // Decodes a serialized ModelProto (UserError on malformed bytes; `source`
 // names the file in messages).
 ModelProto parse_model(const std::string& bytes, const std::string& source);
-// Reads and decodes a file (UserError when missing or malformed).
+// Largest ONNX file read: 2 GiB, protobuf's own limit on one message
+// (larger models keep their weights in external data, which is not read).
+constexpr uint64_t kMaxModelBytes = uint64_t{2} << 30;
+// Reads and decodes a file (UserError when missing, not a regular file,
+// larger than kMaxModelBytes or malformed).
 ModelProto read_model_file(const std::string& path);
 
 }  // namespace pd::onnx

@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "planner/plan.h"
 
 namespace pd {
@@ -217,9 +218,9 @@ Plan plan_from_json(const json& j, const std::string& source) {
     s.parameter_bytes = optional_field<uint64_t>(js, "parameter_bytes", 0, where);
     s.memory_bytes = optional_field<uint64_t>(js, "memory_bytes", 0, where);
     s.in_flight = optional_field<int>(js, "in_flight", 1, where);
-    if (i > 0 && s.first_layer != p.stages.back().last_layer + 1)
+    if (i > 0 && s.first_layer != int64_t{p.stages.back().last_layer} + 1)
       throw UserError(cat(where, ": \"layers\" must start right after stage ", i - 1, "'s last layer (",
-                          p.stages.back().last_layer + 1, "), got ", s.first_layer));
+                          int64_t{p.stages.back().last_layer} + 1, "), got ", s.first_layer));
     if (i == 0 && s.first_layer != 0) throw UserError(cat(where, ": the first stage must start at layer 0"));
     replicas.push_back(s.replicas);
     p.stages.push_back(std::move(s));
@@ -260,17 +261,7 @@ Plan plan_from_json(const json& j, const std::string& source) {
 }
 
 Plan read_plan(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UserError(cat(path, ": cannot open the plan"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(buffer.str());
-  } catch (const json::exception& e) {
-    throw UserError(cat(path, ": invalid JSON: ", e.what()));
-  }
-  return plan_from_json(j, path);
+  return plan_from_json(read_json_file(path, "the plan"), path);
 }
 
 void write_plan(const Plan& p, const std::string& path) {

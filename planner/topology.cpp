@@ -13,6 +13,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace pd {
 namespace {
@@ -107,17 +108,7 @@ Topology topology_from_json(const nlohmann::json& j, const std::string& where) {
 }
 
 Topology read_topology(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UserError(cat(path, ": cannot open the topology file"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(buffer.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(cat(path, ": invalid JSON: ", e.what()));
-  }
-  return topology_from_json(j, path);
+  return topology_from_json(read_json_file(path, "the topology file"), path);
 }
 
 }  // namespace pd

@@ -7,6 +7,7 @@
 #include "core/atomic_file.h"
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -101,10 +102,12 @@ std::string checkpoint_step_dir(const std::string& path) {
 }
 
 nlohmann::json read_state(const std::string& file) {
-  std::ifstream f(file);
-  if (!f) throw UserError(cat("--resume: ", file, " is missing (incomplete checkpoint?)"));
+  std::error_code ec;
+  if (!fs::exists(file, ec)) throw UserError(cat("--resume: ", file, " is missing (incomplete checkpoint?)"));
+  const std::string text = read_input_file(file, "the checkpoint state");
+  check_json_depth(text, "--resume: " + file);
   try {
-    return nlohmann::json::parse(f);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw UserError(cat("--resume: ", file, " is not valid JSON: ", e.what()));
   }

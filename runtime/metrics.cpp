@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <filesystem>
 #include <iostream>
 
 #include "core/error.h"
@@ -13,8 +15,25 @@ namespace pd {
 
 MetricsWriter::MetricsWriter(const std::string& path) {
   if (path.empty()) return;
-  file_.reset(std::fopen(path.c_str(), "w"));
-  if (!file_) throw UserError(cat("cannot create metrics file ", path, ": ", std::strerror(errno)));
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UserError(cat("cannot create metrics file ", path, ": it is a folder; name a file"));
+  path_ = path;
+  partial_path_ = path + ".partial";
+  exceptions_at_open_ = std::uncaught_exceptions();
+  file_.reset(std::fopen(partial_path_.c_str(), "w"));
+  if (!file_) throw UserError(cat("cannot create metrics file ", partial_path_, ": ", std::strerror(errno)));
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (!file_) return;
+  const bool finished = std::uncaught_exceptions() <= exceptions_at_open_;
+  const bool written = std::fflush(file_.get()) == 0 && ::fsync(::fileno(file_.get())) == 0;
+  file_.reset();
+  // A failed run keeps its partial log beside the previous complete one.
+  if (finished && written && std::rename(partial_path_.c_str(), path_.c_str()) != 0)
+    std::fprintf(stderr, "warning: could not rename %s to %s: %s\n", partial_path_.c_str(), path_.c_str(),
+                 std::strerror(errno));
 }
 
 void MetricsWriter::write(const nlohmann::json& line) {

@@ -12,7 +12,10 @@
 
 namespace pd {
 
-// One JSON object per line, flushed per line so a crashed run keeps its
+// One JSON object per line. Lines go to "<path>.partial", flushed per line
+// so that a failed or killed run leaves its log there; the file is renamed
+// to <path> when the writer is destroyed without an exception in flight
+// (the run finished), so an existing <path> is replaced only by a complete
 // log. An empty path gives a writer that drops everything. Step and eval
 // lines carry "seconds": wall time since training started (here: since the
 // writer was opened), so runs can be compared against time (scripts/plot.py).
@@ -20,6 +23,9 @@ class MetricsWriter {
  public:
   MetricsWriter() = default;
   explicit MetricsWriter(const std::string& path);  // UserError when it cannot be created
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  ~MetricsWriter();
   bool enabled() const { return file_ != nullptr; }
   void write(const nlohmann::json& line);
   // {"event":"step","step","epoch","loss","samples_per_s","seconds"[,"data_wait_ms"]}:
@@ -33,6 +39,8 @@ class MetricsWriter {
     void operator()(std::FILE* f) const { if (f) std::fclose(f); }
   };
   std::unique_ptr<std::FILE, Closer> file_;
+  std::string path_, partial_path_;
+  int exceptions_at_open_ = 0;  // std::uncaught_exceptions() when opened
   std::chrono::steady_clock::time_point opened_ = std::chrono::steady_clock::now();
 };
 

@@ -13,6 +13,7 @@
 #include "core/atomic_file.h"
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "profiler/format/profile_graph.h"
 #include "profiler/profile.h"
 
@@ -131,6 +132,7 @@ bool Profile::is_chain() const {
 }
 
 Profile parse_profile_json(const std::string& text, const std::string& source) {
+  check_json_depth(text, source);
   json j;
   try {
     j = json::parse(text);
@@ -208,11 +210,7 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
 }
 
 Profile read_profile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(cat(path, ": cannot open the profile"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string text = buffer.str();
+  const std::string text = read_input_file(path, "the profile");
   size_t first = text.find_first_not_of(" \t\r\n");
   if (first == std::string::npos) throw UserError(cat(path, ":1: the profile is empty (no nodes)"));
   // JSON starts with '{'; graph.txt with a node line.

@@ -3,19 +3,25 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <ostream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/checked.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "runtime/schedule/check.h"
 
 namespace pd {
 namespace {
 
 constexpr const char* kFormat = "pipedream-schedule/1";
+// Largest minibatches x microbatches and worker count a schedule file may declare.
+constexpr int64_t kMaxItems = int64_t{1} << 24;
+constexpr int64_t kMaxWorkers = int64_t{1} << 16;
 
 // The numeric fields of an action, in column order.
 enum Field { kMinibatch, kMicrobatch, kWeightVersion, kPeer, kTag, kRound, kVersionCreated, kGradientCount,
@@ -75,6 +81,11 @@ Action action_from(ActionKind kind, const Fields& f, const ScheduleFile& file, i
   for (Field i : fields_of(kind))
     if (!f[i] && i != kTag && i != kMicrobatch)
       throw UserError(cat(where, short_name(kind), " needs the field '", kFieldNames[i], "'"));
+  // Every field is an int in the runtime (and tags multiply them): larger
+  // values are refused before any arithmetic.
+  for (int i = 0; i < kFieldCount; ++i)
+    if (f[i] && (*f[i] < std::numeric_limits<int32_t>::min() || *f[i] > std::numeric_limits<int32_t>::max()))
+      throw UserError(cat(where, "field '", kFieldNames[i], "' must be a 32-bit integer, got ", *f[i]));
   auto get = [&](Field i) { return f[i].value_or(-1); };
   Action a;
   a.kind = kind;
@@ -91,6 +102,11 @@ Action action_from(ActionKind kind, const Fields& f, const ScheduleFile& file, i
     throw UserError(cat(where, "chunk ", a.chunk, " is outside 0..", file.options.virtual_stages - 1,
                         " (virtual_stages=", file.options.virtual_stages, ")"));
   if (a.is_send() || a.is_recv()) {
+    if (a.minibatch < 0 || a.minibatch >= file.options.minibatches || a.microbatch < 0 ||
+        a.microbatch >= file.options.microbatches)
+      throw UserError(cat(where, "minibatch ", a.minibatch, " microbatch ", a.microbatch, " is outside the run (",
+                          file.options.minibatches, " minibatches of ", file.options.microbatches,
+                          " microbatches)"));
     // The runtime and the simulator match messages by tag: one that does
     // not follow from the item would pair the wrong messages.
     const int64_t want = tag_of(a, file.options, static_cast<int>(file.lists.size()), rank);
@@ -126,8 +142,20 @@ void start_file(ScheduleFile& file, const std::string& schedule, const std::stri
                 int64_t minibatches, int64_t workers, int64_t virtual_stages, const std::string& where) {
   file.options.kind = parse_schedule_kind(schedule);
   file.options.policy = parse_weight_policy(weights);
-  if (microbatches < 1 || minibatches < 1 || workers < 1 || virtual_stages < 1 || virtual_stages > 255)
-    throw UserError(cat(where, "microbatches, minibatches, workers and virtual_stages (at most 255) must be positive"));
+  // A schedule file lists every action, so real counts are small; these
+  // bounds keep the per-item tables of check_schedule and the simulator
+  // (minibatches x microbatches entries) and the rank lists allocatable.
+  const auto need = [&](const char* field, int64_t value, int64_t most) {
+    if (value < 1 || value > most)
+      throw UserError(cat(where, "field '", field, "' must be an integer in [1, ", most, "], got ", value));
+  };
+  need("microbatches", microbatches, kMaxItems);
+  need("minibatches", minibatches, kMaxItems);
+  need("workers", workers, kMaxWorkers);
+  need("virtual_stages", virtual_stages, 255);
+  if (minibatches * microbatches > kMaxItems)
+    throw UserError(cat(where, "fields 'minibatches' x 'microbatches' (", minibatches, " x ", microbatches,
+                        ") must be at most ", kMaxItems));
   file.options.virtual_stages = static_cast<int>(virtual_stages);
   file.options.microbatches = static_cast<int>(microbatches);
   file.options.minibatches = minibatches;
@@ -138,6 +166,7 @@ void start_file(ScheduleFile& file, const std::string& schedule, const std::stri
 // ---- JSON ------------------------------------------------------------------
 
 ScheduleFile parse_json(const std::string& text, const std::string& source) {
+  check_json_depth(text, source);
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded()) throw UserError(cat(source, ": not valid JSON"));
   ScheduleFile file;
@@ -145,9 +174,17 @@ ScheduleFile parse_json(const std::string& text, const std::string& source) {
     if (j.value("format", "") != kFormat)
       throw UserError(cat(source, ": field 'format' must be '", kFormat, "'"));
     const auto& workers = j.at("workers");
-    start_file(file, j.at("schedule").get<std::string>(), j.value("weights", "stash"), j.value("microbatches", 1),
-               j.at("minibatches").get<int64_t>(), static_cast<int64_t>(workers.size()), j.value("virtual_stages", 1),
-               source + ": ");
+    const auto count = [&](const char* field, std::optional<int64_t> fallback) -> int64_t {
+      if (!j.contains(field)) {
+        if (!fallback) throw UserError(cat(source, ": field '", field, "' is required"));
+        return *fallback;
+      }
+      return checked::integer(j[field], {source, cat("field '", field, "'")}, 1, kMaxItems);
+    };
+    if (!workers.is_array()) throw UserError(cat(source, ": field 'workers' must be an array"));
+    start_file(file, j.at("schedule").get<std::string>(), j.value("weights", "stash"), count("microbatches", 1),
+               count("minibatches", std::nullopt), static_cast<int64_t>(workers.size()),
+               count("virtual_stages", 1), source + ": ");
     for (const auto& w : workers) {
       const int rank = w.at("rank").get<int>();
       const int stage = w.at("stage").get<int>();
@@ -265,9 +302,9 @@ ScheduleFile parse_csv(const std::string& text, const std::string& source) {
       if (columns[c] == "action") {
         kind_name = cells[c];
       } else if (columns[c] == "rank") {
-        rank = parse_int(cells[c], "rank", where);
+        rank = std::min(parse_int(cells[c], "rank", where), kMaxWorkers);  // beyond: refused by add_action
       } else if (columns[c] == "stage") {
-        stage = parse_int(cells[c], "stage", where);
+        stage = std::min(parse_int(cells[c], "stage", where), kMaxWorkers * 255);
       } else {
         for (int i = 0; i < kFieldCount; ++i)
           if (columns[c] == kFieldNames[i]) f[i] = parse_int(cells[c], kFieldNames[i], where);
@@ -377,11 +414,7 @@ ScheduleFile parse_schedule(const std::string& text, const std::string& source) 
 }
 
 ScheduleFile read_schedule_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(cat("cannot read schedule file ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_schedule(text.str(), path);
+  return parse_schedule(read_input_file(path, "the schedule file"), path);
 }
 
 Schedule checked_schedule(const Plan& plan, const ScheduleFile& file, const std::string& source) {

@@ -1,8 +1,9 @@
 #pragma once
 // A small mutation fuzzer for the input readers, run as ordinary GoogleTest
 // cases with fixed seeds (so a failure repeats exactly). Each case mutates a
-// valid input (numbers swapped for ones that overflow, bytes flipped, lines
-// dropped or repeated, the text cut short) and hands it to a reader, which
+// valid input (numbers swapped for ones that overflow or for huge counts,
+// values nested 100,000 levels deep, bytes flipped, lines dropped or
+// repeated, the text cut short) and hands it to a reader, which
 // must either accept it or throw pd::UserError: any other exception, a
 // crash, or a call that takes seconds is a failure.
 #include <cctype>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -48,7 +50,7 @@ class Mutator {
 
   std::string mutate_once(std::string s) {
     if (s.empty()) return interesting_tokens()[below(interesting_tokens().size())];
-    switch (below(8)) {
+    switch (below(10)) {
       case 0:
       case 1:
       case 2: return replace_number(std::move(s));
@@ -56,8 +58,62 @@ class Mutator {
       case 4: return flip_bytes(std::move(s));
       case 5: return s.substr(0, below(s.size()));  // cut short
       case 6: return edit_line(std::move(s));
+      case 7: return nest_deeply(std::move(s));
+      case 8: return huge_count(std::move(s));
       default: return insert_bytes(std::move(s));
     }
+  }
+
+  // A value (one of the input's numbers, or any position) wrapped in
+  // arrays or objects far deeper than any real file, up to where an
+  // unguarded recursive parser runs out of stack.
+  std::string nest_deeply(std::string s) {
+    static const size_t depths[] = {63, 64, 65, 1000, 100000};
+    const size_t depth = depths[below(std::size(depths))];
+    const bool objects = below(2) == 0;
+    std::string open, close;
+    open.reserve(depth * 6);
+    for (size_t k = 0; k < depth; ++k) {
+      open += objects ? "{\"a\":" : "[";
+      close += objects ? "}" : "]";
+    }
+    const auto number = find_number(s);
+    if (number) {
+      s.insert(number->first + number->second, close);
+      s.insert(number->first, open);
+    } else {
+      s.insert(below(s.size() + 1), open + "1" + close);
+    }
+    return s;
+  }
+
+  // One number replaced by a count that fits the field's integer type but
+  // would ask for gigabytes or hours (a microbatch count, a dimension, a pad).
+  std::string huge_count(std::string s) {
+    static const char* counts[] = {"65537", "16777217", "1000000000", "2147483647", "4294967295",
+                                   "1099511627776", "9223372036854775807"};
+    const auto number = find_number(s);
+    const std::string count = counts[below(std::size(counts))];
+    if (!number) return replace_span(std::move(s));
+    s.replace(number->first, number->second, count);
+    return s;
+  }
+
+  // A random unsigned digit run (start, length) of `s`, if any.
+  std::optional<std::pair<size_t, size_t>> find_number(const std::string& s) {
+    std::vector<std::pair<size_t, size_t>> runs;
+    for (size_t i = 0; i < s.size();) {
+      if (!std::isdigit(static_cast<unsigned char>(s[i]))) {
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+      runs.emplace_back(i, j - i);
+      i = j;
+    }
+    if (runs.empty()) return std::nullopt;
+    return runs[below(runs.size())];
   }
 
   // One number of the input (digits with an optional sign, point and

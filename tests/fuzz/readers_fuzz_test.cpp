@@ -15,6 +15,7 @@
 #include "planner/topology.h"
 #include "profiler/profile.h"
 #include "runtime/checkpoint.h"
+#include "runtime/schedule/schedule_file.h"
 #include "tests/fuzz/mutator.h"
 
 namespace pd::fuzz {
@@ -134,6 +135,36 @@ TEST(FuzzReaders, Topology) {
                    {source_file("configs/topologies/flat-8-10gbe.json"),
                     source_file("configs/topologies/4x4-pcie-10gbe.json")},
                    8, [](const std::string& p) { read_topology(p); });
+}
+
+// Schedule files (CSV and JSON) as `pipedream schedule` writes them, for a
+// two-stage plan: 1f1b-rr and a flush schedule with microbatches.
+std::vector<std::string> schedule_seeds(bool csv) {
+  const std::string plan_path = (scratch() / "schedule-plan.json").string();
+  write_bytes(plan_path, kPlan);
+  const Plan plan = read_plan(plan_path);
+  std::vector<std::string> seeds;
+  for (const ScheduleOptions& o : {ScheduleOptions{ScheduleKind::OneFOneBRoundRobin, WeightPolicy::Stash, 1, 3, 1},
+                                   ScheduleOptions{ScheduleKind::GPipe, WeightPolicy::Stash, 2, 2, 1}}) {
+    std::ostringstream out;
+    const ScheduleFile file = export_schedule(Schedule(plan, o));
+    if (csv) write_schedule_csv(out, file);
+    else write_schedule_json(out, file);
+    seeds.push_back(out.str());
+  }
+  return seeds;
+}
+
+TEST(FuzzReaders, ScheduleCsv) {
+  const std::vector<std::string> seeds = schedule_seeds(/*csv=*/true);
+  ASSERT_NO_THROW(parse_schedule(seeds[0], "seed.csv"));
+  fuzz_file_reader("schedule.csv", seeds, 9, [](const std::string& p) { read_schedule_file(p); });
+}
+
+TEST(FuzzReaders, ScheduleJson) {
+  const std::vector<std::string> seeds = schedule_seeds(/*csv=*/false);
+  ASSERT_NO_THROW(parse_schedule(seeds[1], "seed.json"));
+  fuzz_file_reader("schedule.json", seeds, 10, [](const std::string& p) { read_schedule_file(p); });
 }
 
 }  // namespace
