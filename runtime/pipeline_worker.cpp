@@ -32,7 +32,7 @@ nlohmann::json checkpoint_identity(const RunSpec& spec, const Model& model) {
           {"microbatches", spec.schedule.microbatches},
           {"batch", spec.batch},
           {"seed", spec.seed},
-          {"optimizer", spec.optimizer.kind},
+          {"optimizer", to_string(spec.optimizer.kind)},
           {"checkpoint_every", spec.checkpoint_every},
           {"drained", true}};
 }
