@@ -126,7 +126,7 @@ void set_schedule(const RunArgs& a, const Plan& plan, RunSpec& s) {
       throw UserError("--schedule-file sets the schedule, weights, microbatches and virtual stages: drop "
                       "--schedule, --weights, --microbatches and --virtual-stages");
   }
-  s.schedule.kind = a.schedule_file.empty() ? parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule)
+  s.schedule.kind = a.schedule_file.empty() ? (a.schedule.empty() ? plan.schedule : parse_schedule_kind(a.schedule))
                                             : file.options.kind;
   s.schedule.policy = a.schedule_file.empty() ? parse_weight_policy(a.weights) : file.options.policy;
   const bool flush = is_flush(s.schedule.kind);

@@ -38,7 +38,7 @@ struct SimulateArgs {
 
 ScheduleOptions schedule_options(const Plan& plan, const SimulateArgs& a, int64_t minibatches) {
   ScheduleOptions o;
-  o.kind = parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule);
+  o.kind = a.schedule.empty() ? plan.schedule : parse_schedule_kind(a.schedule);
   o.policy = parse_weight_policy(a.weights);
   o.minibatches = minibatches;
   o.virtual_stages = a.virtual_stages;
