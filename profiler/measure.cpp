@@ -375,7 +375,7 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
   if (details) *details = {samples.whole, samples.instrumented, samples.host_probe};
 
   Profile p;
-  p.source_kind = "json";
+  p.source_kind = ProfileSource::json;
   p.model = model.name;
   p.device = o.device.str();
   p.dtype = "f32";
