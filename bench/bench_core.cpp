@@ -132,7 +132,7 @@ nlohmann::json run_workload(const Model& m, const CoreWorkload& w, const CoreOpt
   ParameterStore weights = ParameterStore::create(m, o.seed, device);
   ParameterStore grads = weights.zeros_like_params();
   OptimizerConfig oc;
-  oc.kind = "sgd";
+  oc.kind = OptimizerKind::sgd;
   oc.lr = 0.01f;
   oc.momentum = 0.9f;
   const auto optimizer = make_optimizer(oc);

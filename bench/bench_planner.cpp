@@ -187,7 +187,7 @@ Profile synthetic_chain(int layers, unsigned seed) {
   Profile p;
   p.model = cat("chain", layers);
   p.batch_size = 64;
-  p.source_kind = "json";
+  p.source_kind = ProfileSource::json;
   for (int i = 0; i < layers; ++i) {
     ProfileNode n;
     n.id = i;
@@ -212,7 +212,7 @@ Profile synthetic_dag(int target_nodes, unsigned seed) {
   Profile p;
   p.model = cat("dag", target_nodes);
   p.batch_size = 64;
-  p.source_kind = "json";
+  p.source_kind = ProfileSource::json;
   auto add = [&](int from) {
     ProfileNode n;
     n.id = int(p.nodes.size());

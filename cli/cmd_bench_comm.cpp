@@ -38,6 +38,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
+// What --transport measures: host tensors over MPI (the CPU runtime's), or
+// GPU tensors staged through host memory or sent by NCCL (run's
+// DeviceTransport, which has no host-only member).
+enum class CommTransport { mpi, staged, nccl };
+
+const char* to_string(CommTransport t) {
+  switch (t) {
+    case CommTransport::mpi: return "mpi";
+    case CommTransport::staged: return "staged";
+    case CommTransport::nccl: return "nccl";
+  }
+  return "?";  // (unreachable: the switch covers every transport)
+}
+
 struct BenchCommOptions {
   std::vector<std::string> p2p_sizes = {"64KB", "1MB", "4MB", "16MB"};
   std::vector<std::string> allreduce_sizes = {"4KB", "256KB", "4MB", "32MB"};
@@ -46,7 +60,8 @@ struct BenchCommOptions {
   std::string jsonl_path;
   std::string worker_memory;
   double timeout_s = 60;
-  std::string transport = "mpi";
+  std::string transport_flag = "mpi";  // --transport, parsed into transport
+  CommTransport transport = CommTransport::mpi;
 };
 
 double seconds_since(Clock::time_point t) {
@@ -189,8 +204,8 @@ json make_topology(Transport& tr, const std::vector<PairResult>& pairs, uint64_t
 }
 
 void print_tables(const std::vector<PairResult>& pairs, const std::vector<AllReduceResult>& ars,
-                  const std::string& transport) {
-  printf("point to point (transport: %s, tensors with header)\n", transport.c_str());
+                  CommTransport transport) {
+  printf("point to point (transport: %s, tensors with header)\n", to_string(transport));
   printf("%6s %6s %6s %12s", "src", "dst", "host", "latency_us");
   if (!pairs.empty())
     for (auto& [bytes, bw] : pairs[0].bandwidth) printf(" %13s", (human(bytes) + " GB/s").c_str());
@@ -200,7 +215,7 @@ void print_tables(const std::vector<PairResult>& pairs, const std::vector<AllRed
     for (auto& [bytes, bw] : p.bandwidth) printf(" %13.2f", bw);
     printf("\n");
   }
-  printf(transport == "nccl" ? "\nall-reduce (NCCL sum)\n" : "\nall-reduce (deterministic, rank-order sum)\n");
+  printf(transport == CommTransport::nccl ? "\nall-reduce (NCCL sum)\n" : "\nall-reduce (deterministic, rank-order sum)\n");
   printf("%6s %10s %10s %12s %12s\n", "ranks", "size", "time_ms", "algbw_GB/s", "busbw_GB/s");
   for (auto& r : ars)
     printf("%6d %10s %10.3f %12.2f %12.2f\n", r.group_size, human(r.bytes).c_str(), r.time_s * 1e3,
@@ -208,22 +223,28 @@ void print_tables(const std::vector<PairResult>& pairs, const std::vector<AllRed
   fflush(stdout);
 }
 
-// The GPU transports need a GPU before MPI starts: refuse early, exit 2.
-void check_transport(const BenchCommOptions& o) {
-  if (o.transport != "mpi" && o.transport != "staged" && o.transport != "nccl")
-    throw UserError(cat("--transport ", o.transport, ": use mpi (host memory), staged (GPU memory through the host) or "
+// --transport's value. The GPU transports need a GPU before MPI starts:
+// refuse early, exit 2.
+CommTransport checked_transport(const std::string& flag) {
+  CommTransport transport;
+  if (flag == "mpi") transport = CommTransport::mpi;
+  else if (flag == "staged") transport = CommTransport::staged;
+  else if (flag == "nccl") transport = CommTransport::nccl;
+  else
+    throw UserError(cat("--transport ", flag, ": use mpi (host memory), staged (GPU memory through the host) or "
                         "nccl (GPU to GPU)"));
-  if (o.transport == "mpi") return;
+  if (transport == CommTransport::mpi) return transport;
   try {
     require_compute_device("cuda");
   } catch (const UserError& e) {
-    throw UserError(cat("--transport ", o.transport, " measures GPU tensors: ", e.what()));
+    throw UserError(cat("--transport ", flag, " measures GPU tensors: ", e.what()));
   }
-  if (o.transport == "nccl") {
+  if (transport == CommTransport::nccl) {
     const CudaNcclApi* nccl = cuda_plugin()->nccl();
     if (!nccl || !nccl->available())
       throw UserError("--transport nccl: this CUDA backend was built without NCCL; use --transport staged");
   }
+  return transport;
 }
 
 // All-reduce groups of bench-comm: the first g ranks, g = 2, 4, 8, ... and the world.
@@ -278,9 +299,9 @@ std::vector<int> first_ranks(int count) {
 }
 
 // The GPU transports wrap MPI; null for --transport mpi (MPI itself measures).
-std::unique_ptr<Transport> gpu_transport(const std::string& transport, MpiTransport& mpi, const Device& dev) {
-  if (transport == "staged") return std::make_unique<StagedTransport>(mpi);
-  if (transport != "nccl") return nullptr;
+std::unique_ptr<Transport> gpu_transport(CommTransport transport, MpiTransport& mpi, const Device& dev) {
+  if (transport == CommTransport::staged) return std::make_unique<StagedTransport>(mpi);
+  if (transport != CommTransport::nccl) return nullptr;
   NcclLinks links = NcclLinks::all_pairs(mpi.world_size());
   links.groups.clear();
   for (int g : group_sizes(mpi.world_size())) links.groups.push_back(first_ranks(g));
@@ -320,7 +341,7 @@ std::vector<PairResult> measure_pairs(Transport& tr, const Device& dev, const Be
       if (tr.rank() != 0) continue;
       pairs.push_back(p);
       for (auto& [bytes, bw] : p.bandwidth)
-        log({{"kind", "p2p"}, {"transport", o.transport}, {"src", a}, {"dst", b}, {"same_host", p.same_host},
+        log({{"kind", "p2p"}, {"transport", to_string(o.transport)}, {"src", a}, {"dst", b}, {"same_host", p.same_host},
              {"bytes", bytes}, {"latency_us", p.latency_us}, {"bandwidth_GBps", bw}});
     }
   }
@@ -340,7 +361,7 @@ std::vector<AllReduceResult> measure_allreduces(Transport& tr, const Device& dev
       AllReduceResult r{g, bytes, measure_allreduce_s(tr, dev, *group, bytes)};
       if (tr.rank() != 0) continue;
       ars.push_back(r);
-      log({{"kind", "allreduce"}, {"transport", o.transport}, {"group_size", g}, {"bytes", bytes},
+      log({{"kind", "allreduce"}, {"transport", to_string(o.transport)}, {"group_size", g}, {"bytes", bytes},
            {"time_ms", r.time_s * 1e3}, {"algbw_GBps", r.algbw_GBps()}, {"busbw_GBps", r.busbw_GBps()}});
     }
   }
@@ -374,10 +395,10 @@ void write_topology_file(const std::string& path, const json& topo) {
   printf("wrote %s\n", path.c_str());
 }
 
-void run_bench_comm(const BenchCommOptions& o) {
+void run_bench_comm(BenchCommOptions o) {
   check_output_file("-o", o.topology_path);
   if (o.jsonl_path != "-") check_output_file("--jsonl", o.jsonl_path);
-  check_transport(o);
+  o.transport = checked_transport(o.transport_flag);
   if (!launched_under_mpi())
     throw UserError("bench-comm measures communication between ranks: run it under MPI, e.g. "
                     "`mpirun -np 4 pipedream bench-comm -o topology.json`");
@@ -386,7 +407,7 @@ void run_bench_comm(const BenchCommOptions& o) {
 
   MpiTransport mpi(o.timeout_s);
   if (mpi.world_size() < 2) throw UserError("bench-comm needs at least 2 ranks (mpirun -np 2 or more)");
-  const Device dev = o.transport == "mpi" ? Device::cpu() : open_compute_device("cuda");
+  const Device dev = o.transport == CommTransport::mpi ? Device::cpu() : open_compute_device("cuda");
   std::unique_ptr<Transport> gpu = gpu_transport(o.transport, mpi, dev);
   Transport& tr = gpu ? *gpu : static_cast<Transport&>(mpi);
 
@@ -426,7 +447,7 @@ void add_bench_comm_command(CLI::App& app) {
                   "Memory per worker to record in the topology (default: host memory / ranks on the host)");
   cmd->add_option("--timeout", opts->timeout_s, "Seconds a rank waits for a peer before failing")
       ->capture_default_str();
-  cmd->add_option("--transport", opts->transport,
+  cmd->add_option("--transport", opts->transport_flag,
                   "mpi (host tensors) | staged (GPU tensors through host memory) | nccl (GPU to GPU, one GPU per rank)")
       ->capture_default_str();
   cmd->callback([opts] { run_bench_comm(*opts); });

@@ -132,11 +132,11 @@ Plan choose_schedule(const Profile& profile, const Topology& topology, const Pla
     const ScheduleCandidate& c = search.families[i];
     const bool chosen = static_cast<int>(i) == search.chosen;
     if (!c.fits && c.plan.stages.empty()) {
-      std::printf("  %-18s not considered: %s\n", c.family.c_str(), c.note.c_str());
+      std::printf("  %-18s not considered: %s\n", to_string(c.family).c_str(), c.note.c_str());
       continue;
     }
     const std::string micro = c.schedule.kind == ScheduleKind::OneFOneBRoundRobin ? "-" : std::to_string(c.schedule.microbatches);
-    std::printf("  %-18s %-22s %12s %14.1f %12s%s\n", c.family.c_str(), c.plan.config.c_str(), micro.c_str(),
+    std::printf("  %-18s %-22s %12s %14.1f %12s%s\n", to_string(c.family).c_str(), c.plan.config.c_str(), micro.c_str(),
                 c.samples_per_s, bytes_text(c.peak_memory_bytes).c_str(),
                 chosen ? "  <- chosen" : c.fits ? "" : "  does not fit");
   }
@@ -158,7 +158,7 @@ Plan choose_schedule(const Profile& profile, const Topology& topology, const Pla
   if (c.schedule.kind != ScheduleKind::OneFOneBRoundRobin) {
     plan.time_per_minibatch_s = c.samples_per_s > 0 ? plan.profile.batch_size / c.samples_per_s : 0;
     plan.predicted_by = PredictedBy::replay;
-    const std::string flags = cat("--schedule ", c.family, " --microbatches ", c.schedule.microbatches,
+    const std::string flags = cat("--schedule ", to_string(c.family), " --microbatches ", c.schedule.microbatches,
                                   c.schedule.virtual_stages > 1 ? cat(" --virtual-stages ", c.schedule.virtual_stages)
                                                                 : std::string());
     // simulate prices microbatches as the search did only with the same profile.

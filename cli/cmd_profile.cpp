@@ -144,8 +144,8 @@ void run_profile(const ProfileArgs& a) {
   o.iters = a.iters;
   o.min_seconds = a.min_time;
   o.seed = a.seed;
-  o.optimizer.kind = a.optimizer;
-  o.optimizer.momentum = a.optimizer == "sgd" ? 0.9f : 0.0f;
+  o.optimizer.kind = parse_optimizer_flag(a.optimizer);
+  o.optimizer.momentum = o.optimizer.kind == OptimizerKind::sgd ? 0.9f : 0.0f;
   o.microbatches = a.microbatches;
   // Cheap checks first: a bad batch or device should not wait for a model build.
   check_profile_options(o);

@@ -46,7 +46,7 @@ struct RunArgs {
   int microbatches = 0, virtual_stages = 1;
   OptimizerConfig optimizer;
   LrSchedule lr;
-  std::string lr_schedule = "constant";
+  std::string optimizer_flag = "sgd", lr_schedule = "constant";  // parsed into optimizer.kind and lr.kind
   uint64_t seed = 0;
   int threads = 1;
   int loader_threads = -1;  // not given: the cores the compute threads leave
@@ -126,7 +126,7 @@ void set_schedule(const RunArgs& a, const Plan& plan, RunSpec& s) {
       throw UserError("--schedule-file sets the schedule, weights, microbatches and virtual stages: drop "
                       "--schedule, --weights, --microbatches and --virtual-stages");
   }
-  s.schedule.kind = a.schedule_file.empty() ? parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule)
+  s.schedule.kind = a.schedule_file.empty() ? (a.schedule.empty() ? plan.schedule : parse_schedule_kind(a.schedule))
                                             : file.options.kind;
   s.schedule.policy = a.schedule_file.empty() ? parse_weight_policy(a.weights) : file.options.policy;
   const bool flush = is_flush(s.schedule.kind);
@@ -236,7 +236,6 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
                                            : default_loader_threads(Device::parse(a.device).is_cpu() ? a.threads : 1);
   s.optimizer = a.optimizer;
   s.lr = a.lr;
-  s.lr.kind = a.lr_schedule;
   s.lr.base_lr = a.optimizer.lr;
   if (s.lr.total_steps == 0) s.lr.total_steps = s.steps();
   validate(s.lr);
@@ -527,7 +526,7 @@ void add_run_command(CLI::App& app) {
       ->check(CLI::ExistingFile)
       ->excludes(ep)
       ->excludes(mb);
-  cmd->add_option("--optimizer", a->optimizer.kind, "sgd | adam | adamw")->capture_default_str();
+  cmd->add_option("--optimizer", a->optimizer_flag, "sgd | adam | adamw")->capture_default_str();
   cmd->add_option("--lr", a->optimizer.lr, "Learning rate (default: sgd 0.01, adam/adamw 0.001)");
   cmd->add_option("--momentum", a->optimizer.momentum, "SGD momentum (default 0.9)");
   cmd->add_option("--weight-decay", a->optimizer.weight_decay, "SGD/Adam: L2 on the gradient; AdamW: decoupled")
@@ -580,7 +579,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
   cmd->callback([a, cmd] {
     RunArgs args = *a;
-    refuse_ignored_optimizer_flags(*cmd, args.optimizer.kind, args.lr_schedule);
+    args.optimizer.kind = parse_optimizer_flag(args.optimizer_flag);
+    args.lr.kind = parse_lr_schedule_flag(args.lr_schedule);
+    refuse_ignored_optimizer_flags(*cmd, args.optimizer.kind, args.lr.kind);
     refuse_unless_applies(*cmd, "--plan-out", args.plan == "auto",
                           cat("applies to --plan auto only (--plan ", args.plan, " is read, not written)"));
     resolve_optimizer_defaults(args.optimizer);

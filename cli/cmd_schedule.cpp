@@ -38,7 +38,7 @@ void write_all_workers(const Schedule& schedule, const ScheduleArgs& a) {
 void run_schedule(const ScheduleArgs& a) {
   Plan plan = read_plan(a.plan);
   ScheduleOptions o;
-  o.kind = parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule);
+  o.kind = a.schedule.empty() ? plan.schedule : parse_schedule_kind(a.schedule);
   o.policy = parse_weight_policy(a.weights);
   o.virtual_stages = a.virtual_stages;
   int workers = 0;

@@ -38,7 +38,7 @@ struct SimulateArgs {
 
 ScheduleOptions schedule_options(const Plan& plan, const SimulateArgs& a, int64_t minibatches) {
   ScheduleOptions o;
-  o.kind = parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule);
+  o.kind = a.schedule.empty() ? plan.schedule : parse_schedule_kind(a.schedule);
   o.policy = parse_weight_policy(a.weights);
   o.minibatches = minibatches;
   o.virtual_stages = a.virtual_stages;
@@ -55,7 +55,7 @@ ScheduleOptions schedule_options(const Plan& plan, const SimulateArgs& a, int64_
 void check_profile_matches_plan(const Plan& plan, const Profile& profile) {
   if (!plan.profile.sha256.empty() && plan.profile.sha256 == profile.sha256) return;
   const std::string& path = profile.source_path;
-  if (profile.source_kind == "json" && !plan.profile.model.empty() && profile.model != plan.profile.model)
+  if (profile.source_kind == ProfileSource::json && !plan.profile.model.empty() && profile.model != plan.profile.model)
     throw UserError(cat("--profile ", path, ": field 'model' is '", profile.model, "' but the plan was made for '",
                         plan.profile.model, "'; pass the profile the plan was made from"));
   for (const PlanStage& st : plan.stages) {

@@ -24,7 +24,7 @@ struct TrainArgs {
   std::string model, spec_file, model_options, data = "fashion-mnist", data_dir, data_options;
   int loader_threads = -1;  // not given: the cores the compute threads leave
   TrainOptions train;
-  std::string lr_schedule = "constant";
+  std::string optimizer = "sgd", lr_schedule = "constant";  // parsed into train's enums
   int threads = 0;
   int64_t log_every = 10;
   std::string metrics, save;
@@ -69,7 +69,6 @@ void run_train(const TrainArgs& a) {
   Model model = resolve_model(a.model, a.spec_file, a.model_options);
   DataSplits data = open_dataset(a.data, a.data_dir, model, parse_data_options(a.data_options));
   TrainOptions o = a.train;
-  o.schedule.kind = a.lr_schedule;
   const int64_t steps = planned_steps(o, data.train->size());
   const NamedTensors init = a.init.empty() ? NamedTensors{} : load_named_weights(model, a.init);
   o.device = open_compute_device(a.device, a.deterministic);
@@ -80,7 +79,7 @@ void run_train(const TrainArgs& a) {
   std::fprintf(stderr, "training %s (%lld parameters) on %s: %lld samples, batch %lld, %lld steps, %s lr %g, %s\n",
                model.name.c_str(), static_cast<long long>(model.parameter_count()), a.data.c_str(),
                static_cast<long long>(data.train->size()), static_cast<long long>(o.batch),
-               static_cast<long long>(steps), o.optimizer.kind.c_str(), o.optimizer.lr,
+               static_cast<long long>(steps), to_string(o.optimizer.kind), o.optimizer.lr,
                o.device.is_cpu() ? cat(cpu::compute_threads(), " threads").c_str() : o.device.str().c_str());
   if (!init.empty()) std::fprintf(stderr, "starting from --init weights (%zu tensors)\n", init.size());
   MetricsWriter metrics(a.metrics);
@@ -144,7 +143,7 @@ void add_train_command(CLI::App& app) {
   auto* mb = cmd->add_option("--minibatches", t.minibatches, "Optimizer steps to take");
   ep->excludes(mb);
   cmd->add_option("--batch", t.batch, "Minibatch size")->capture_default_str();
-  cmd->add_option("--optimizer", t.optimizer.kind, "sgd | adam | adamw")->capture_default_str();
+  cmd->add_option("--optimizer", a->optimizer, "sgd | adam | adamw")->capture_default_str();
   cmd->add_option("--lr", t.optimizer.lr, "Learning rate (default: sgd 0.01, adam/adamw 0.001)");
   cmd->add_option("--momentum", t.optimizer.momentum, "SGD momentum (default 0.9)");
   cmd->add_option("--weight-decay", t.optimizer.weight_decay, "SGD/Adam: L2 on the gradient; AdamW: decoupled")
@@ -183,7 +182,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
   cmd->callback([a, cmd] {
     TrainArgs args = *a;
-    refuse_ignored_optimizer_flags(*cmd, args.train.optimizer.kind, args.lr_schedule);
+    args.train.optimizer.kind = parse_optimizer_flag(args.optimizer);
+    args.train.schedule.kind = parse_lr_schedule_flag(args.lr_schedule);
+    refuse_ignored_optimizer_flags(*cmd, args.train.optimizer.kind, args.train.schedule.kind);
     if (args.train.epochs == 0 && args.train.minibatches == 0) args.train.epochs = 1;
     resolve_optimizer_defaults(args.train.optimizer);
     run_train(args);
@@ -193,7 +194,7 @@ void add_train_command(CLI::App& app) {
 // SGD's lr 0.01 with momentum 0.9: cnn 89.6% on Fashion-MNIST after 2
 // epochs (lr 0.05 gave 88.7%).
 void resolve_optimizer_defaults(OptimizerConfig& c) {
-  const bool sgd = c.kind == "sgd";
+  const bool sgd = c.kind == OptimizerKind::sgd;
   if (std::isnan(c.lr)) c.lr = sgd ? 0.01f : 0.001f;
   if (std::isnan(c.momentum)) c.momentum = sgd ? 0.9f : 0.0f;
 }

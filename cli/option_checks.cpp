@@ -205,16 +205,26 @@ void refuse_unless_applies(const CLI::App& command, const std::string& flag, boo
   if (!applies && option && option->count() > 0) throw UserError(cat(flag, " ", why));
 }
 
-void refuse_ignored_optimizer_flags(const CLI::App& command, const std::string& optimizer,
-                                    const std::string& lr_schedule) {
-  const bool adam = optimizer == "adam" || optimizer == "adamw";
+void refuse_ignored_optimizer_flags(const CLI::App& command, OptimizerKind optimizer, LrScheduleKind lr_schedule) {
+  const bool adam = optimizer == OptimizerKind::adam || optimizer == OptimizerKind::adamw;
   for (const char* flag : {"--beta1", "--beta2"})
-    refuse_unless_applies(command, flag, adam, cat("applies to --optimizer adam and adamw only, not ", optimizer));
+    refuse_unless_applies(command, flag, adam,
+                          cat("applies to --optimizer adam and adamw only, not ", to_string(optimizer)));
   for (const char* flag : {"--lr-step-size", "--lr-gamma"})
-    refuse_unless_applies(command, flag, lr_schedule == "step",
-                          cat("applies to --lr-schedule step only, not ", lr_schedule));
-  refuse_unless_applies(command, "--min-lr", lr_schedule == "cosine",
-                        cat("applies to --lr-schedule cosine only, not ", lr_schedule));
+    refuse_unless_applies(command, flag, lr_schedule == LrScheduleKind::step,
+                          cat("applies to --lr-schedule step only, not ", to_string(lr_schedule)));
+  refuse_unless_applies(command, "--min-lr", lr_schedule == LrScheduleKind::cosine,
+                        cat("applies to --lr-schedule cosine only, not ", to_string(lr_schedule)));
+}
+
+OptimizerKind parse_optimizer_flag(const std::string& text) {
+  if (std::optional<OptimizerKind> kind = parse_optimizer_kind(text)) return *kind;
+  throw UserError(cat("--optimizer ", text, ": use sgd, adam or adamw"));
+}
+
+LrScheduleKind parse_lr_schedule_flag(const std::string& text) {
+  if (std::optional<LrScheduleKind> kind = parse_lr_schedule_kind(text)) return *kind;
+  throw UserError(cat("--lr-schedule ", text, ": use constant, step or cosine"));
 }
 
 void check_output_file(const std::string& flag, const std::string& path) {

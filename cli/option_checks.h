@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/optimizer.h"
+
 namespace pd {
 struct Plan;
 }
@@ -37,8 +39,12 @@ void refuse_unless_applies(const CLI::App& command, const std::string& flag, boo
 // train's and run's optimizer and learning-rate flags that the chosen
 // --optimizer or --lr-schedule ignores (--beta1 with sgd, --min-lr with
 // step, ...).
-void refuse_ignored_optimizer_flags(const CLI::App& command, const std::string& optimizer,
-                                    const std::string& lr_schedule);
+void refuse_ignored_optimizer_flags(const CLI::App& command, OptimizerKind optimizer, LrScheduleKind lr_schedule);
+
+// The value of --optimizer / --lr-schedule; UserError naming the flag and its
+// spellings for any other text.
+OptimizerKind parse_optimizer_flag(const std::string& text);
+LrScheduleKind parse_lr_schedule_flag(const std::string& text);
 
 // An output file named by `flag`: UserError when `path` is a folder or its
 // folder does not exist, so that the mistake shows before any work. Empty

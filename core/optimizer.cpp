@@ -6,8 +6,10 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 #include "core/optimizer_on_device.h"
@@ -17,6 +19,26 @@ namespace pd {
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
+
+// One table per set: to_string and parse read the same spelling.
+constexpr std::array<std::pair<OptimizerKind, const char*>, 3> kOptimizerKinds{
+    {{OptimizerKind::sgd, "sgd"}, {OptimizerKind::adam, "adam"}, {OptimizerKind::adamw, "adamw"}}};
+constexpr std::array<std::pair<LrScheduleKind, const char*>, 3> kLrScheduleKinds{
+    {{LrScheduleKind::constant, "constant"}, {LrScheduleKind::step, "step"}, {LrScheduleKind::cosine, "cosine"}}};
+
+template <class E, size_t N>
+const char* name_in(const std::array<std::pair<E, const char*>, N>& table, E value) {
+  for (const auto& [v, name] : table)
+    if (v == value) return name;
+  return "?";  // (unreachable: every enumerator is in its table)
+}
+
+template <class E, size_t N>
+std::optional<E> value_in(const std::array<std::pair<E, const char*>, N>& table, std::string_view text) {
+  for (const auto& [v, name] : table)
+    if (text == name) return v;
+  return std::nullopt;
+}
 
 void check_pair(const Tensor& p, const Tensor& g) {
   PD_CHECK(p.device().is_cpu() && g.device().is_cpu(), "CPU optimizer given a device tensor");
@@ -78,7 +100,7 @@ void write_updated(const float* p, float* out, int64_t n, NewValue new_value) {
 class Sgd final : public Optimizer {
  public:
   explicit Sgd(const OptimizerConfig& c) : c_(c) {}
-  std::string kind() const override { return "sgd"; }
+  OptimizerKind kind() const override { return OptimizerKind::sgd; }
   int slots_per_param() const override { return c_.momentum != 0.0f ? 1 : 0; }
 
   void step_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<const Tensor> grads,
@@ -119,7 +141,7 @@ class Sgd final : public Optimizer {
 class Adam final : public Optimizer {
  public:
   Adam(const OptimizerConfig& c, bool decoupled) : c_(c), decoupled_(decoupled) {}
-  std::string kind() const override { return decoupled_ ? "adamw" : "adam"; }
+  OptimizerKind kind() const override { return decoupled_ ? OptimizerKind::adamw : OptimizerKind::adam; }
   int slots_per_param() const override { return 2; }
 
   void step_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<const Tensor> grads,
@@ -163,10 +185,10 @@ class Adam final : public Optimizer {
 };
 
 void validate(const OptimizerConfig& c) {
-  auto bad = [&](const std::string& what) { throw UserError(cat("optimizer ", c.kind, ": ", what)); };
+  auto bad = [&](const std::string& what) { throw UserError(cat("optimizer ", to_string(c.kind), ": ", what)); };
   if (!(c.lr >= 0.0f) || !std::isfinite(c.lr)) bad(cat("--lr must be a finite value >= 0, got ", c.lr));
   if (!(c.weight_decay >= 0.0f)) bad(cat("--weight-decay must be >= 0, got ", c.weight_decay));
-  if (c.kind == "sgd") {
+  if (c.kind == OptimizerKind::sgd) {
     if (!(c.momentum >= 0.0f && c.momentum < 1.0f)) bad(cat("--momentum must be in [0, 1), got ", c.momentum));
     if (c.nesterov && c.momentum == 0.0f) bad("--nesterov needs a momentum > 0");
   } else {
@@ -180,6 +202,13 @@ void validate(const OptimizerConfig& c) {
 
 }  // namespace
 
+const char* to_string(OptimizerKind k) { return name_in(kOptimizerKinds, k); }
+const char* to_string(LrScheduleKind k) { return name_in(kLrScheduleKinds, k); }
+std::optional<OptimizerKind> parse_optimizer_kind(std::string_view text) { return value_in(kOptimizerKinds, text); }
+std::optional<LrScheduleKind> parse_lr_schedule_kind(std::string_view text) {
+  return value_in(kLrScheduleKinds, text);
+}
+
 OptimizerState Optimizer::make_state(std::span<const Tensor> params) const {
   OptimizerState st;
   const int k = slots_per_param();
@@ -190,11 +219,13 @@ OptimizerState Optimizer::make_state(std::span<const Tensor> params) const {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c) {
-  if (c.kind != "sgd" && c.kind != "adam" && c.kind != "adamw")
-    throw UserError(cat("unknown optimizer '", c.kind, "': use sgd, adam or adamw"));
   validate(c);
-  if (c.kind == "sgd") return std::make_unique<Sgd>(c);
-  return std::make_unique<Adam>(c, c.kind == "adamw");
+  switch (c.kind) {
+    case OptimizerKind::sgd: return std::make_unique<Sgd>(c);
+    case OptimizerKind::adam: return std::make_unique<Adam>(c, false);
+    case OptimizerKind::adamw: return std::make_unique<Adam>(c, true);
+  }
+  throw UserError("unknown optimizer");  // (unreachable: the switch covers every kind)
 }
 
 // Warm-up ramps linearly so that step s < warmup uses base·(s+1)/warmup:
@@ -205,11 +236,11 @@ float LrSchedule::lr_at(int64_t step) const {
     return static_cast<float>(static_cast<double>(base_lr) * static_cast<double>(step + 1) /
                               static_cast<double>(warmup_steps));
   const int64_t after = step - warmup_steps;
-  if (kind == "step") {
+  if (kind == LrScheduleKind::step) {
     return static_cast<float>(static_cast<double>(base_lr) *
                               std::pow(static_cast<double>(gamma), static_cast<double>(after / step_size)));
   }
-  if (kind == "cosine") {
+  if (kind == LrScheduleKind::cosine) {
     const int64_t span = total_steps - warmup_steps;
     double t = static_cast<double>(std::min(after, span)) / static_cast<double>(span);
     return static_cast<float>(min_lr + (static_cast<double>(base_lr) - min_lr) * 0.5 * (1.0 + std::cos(kPi * t)));
@@ -218,15 +249,13 @@ float LrSchedule::lr_at(int64_t step) const {
 }
 
 void validate(const LrSchedule& s) {
-  if (s.kind != "constant" && s.kind != "step" && s.kind != "cosine")
-    throw UserError(cat("unknown LR schedule '", s.kind, "': use constant, step or cosine"));
   if (!(s.base_lr >= 0.0f)) throw UserError(cat("learning rate must be >= 0, got ", s.base_lr));
   if (s.warmup_steps < 0) throw UserError(cat("warm-up steps must be >= 0, got ", s.warmup_steps));
-  if (s.kind == "step") {
+  if (s.kind == LrScheduleKind::step) {
     if (s.step_size <= 0) throw UserError(cat("the step schedule needs --lr-step-size > 0, got ", s.step_size));
     if (!(s.gamma > 0.0f)) throw UserError(cat("the step schedule needs --lr-gamma > 0, got ", s.gamma));
   }
-  if (s.kind == "cosine") {
+  if (s.kind == LrScheduleKind::cosine) {
     if (s.total_steps <= s.warmup_steps)
       throw UserError(cat("the cosine schedule needs total steps (", s.total_steps,
                           ") greater than the warm-up steps (", s.warmup_steps, ")"));

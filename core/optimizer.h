@@ -3,16 +3,31 @@
 // Their state (momentum, Adam moments, step count) lives in OptimizerState
 // so a pipeline stage can checkpoint it and a test can inspect it.
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace pd {
 
+enum class OptimizerKind { sgd, adam, adamw };
+// constant: base_lr; step: times gamma every step_size steps; cosine: down
+// to min_lr at total_steps.
+enum class LrScheduleKind { constant, step, cosine };
+
+// "sgd", "adam", "adamw"; "constant", "step", "cosine" (the --optimizer and
+// --lr-schedule spellings, and what metrics and reports print).
+const char* to_string(OptimizerKind k);
+const char* to_string(LrScheduleKind k);
+// The inverse of to_string; nullopt for any other text (callers name the flag).
+std::optional<OptimizerKind> parse_optimizer_kind(std::string_view text);
+std::optional<LrScheduleKind> parse_lr_schedule_kind(std::string_view text);
+
 struct OptimizerConfig {
-  std::string kind = "sgd";  // sgd | adam | adamw
+  OptimizerKind kind = OptimizerKind::sgd;
   float lr = 0.01f;
   float momentum = 0.0f;      // sgd
   float weight_decay = 0.0f;  // sgd: L2 added to the grad; adamw: decoupled
@@ -28,7 +43,7 @@ struct OptimizerState {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  virtual std::string kind() const = 0;
+  virtual OptimizerKind kind() const = 0;
   virtual int slots_per_param() const = 0;
   // Allocates state for these params (zeros, same devices).
   OptimizerState make_state(std::span<const Tensor> params) const;
@@ -44,12 +59,12 @@ class Optimizer {
                          OptimizerState& st, float lr) const = 0;
 };
 
-// Throws UserError for an unknown kind or a bad value.
+// Throws UserError for a bad value.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c);
 
 // Learning-rate schedules; step counts optimizer steps from 0.
 struct LrSchedule {
-  std::string kind = "constant";  // constant | step | cosine
+  LrScheduleKind kind = LrScheduleKind::constant;
   float base_lr = 0.01f;
   int64_t warmup_steps = 0;       // linear warm-up from 0 over these steps
   int64_t step_size = 0;          // step: multiply by gamma every step_size steps

@@ -42,7 +42,7 @@ struct Plan {
   ProfileRef profile;
   Topology topology;
   CostModel cost_model = CostModel::paper;
-  std::string schedule = "1f1b-rr";
+  ScheduleKind schedule = ScheduleKind::OneFOneBRoundRobin;
   std::string config;  // "7-1"
   int noam = 1;
   std::optional<StateSpaceKind> state_space;  // unset: not recorded ("" in plan.json)

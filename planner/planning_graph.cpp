@@ -25,7 +25,7 @@ PlanningGraph build_planning_graph(const Profile& profile) {
     in[index_of.at(b)].push_back(index_of.at(a));
   }
   std::vector<bool> keep(n, true);
-  if (profile.source_kind == "graph.txt") {
+  if (profile.source_kind == ProfileSource::graph_txt) {
     // PipeDream's preprocessing: input sources first, then the sinks that
     // only unpack a tuple (sinks are taken after the inputs are gone).
     for (int i = 0; i < n; ++i)

@@ -375,7 +375,7 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
   if (details) *details = {samples.whole, samples.instrumented, samples.host_probe};
 
   Profile p;
-  p.source_kind = "json";
+  p.source_kind = ProfileSource::json;
   p.model = model.name;
   p.device = o.device.str();
   p.dtype = "f32";
@@ -471,8 +471,8 @@ double layer_time_sum_ms(const Profile& p) {
 std::string optimizer_state_description(const OptimizerConfig& c) {
   const int slots = make_optimizer(c)->slots_per_param();
   char buf[128];
-  if (c.kind == "sgd") std::snprintf(buf, sizeof buf, "sgd (momentum %g)", double(c.momentum));
-  else std::snprintf(buf, sizeof buf, "%s", c.kind.c_str());
+  if (c.kind == OptimizerKind::sgd) std::snprintf(buf, sizeof buf, "sgd (momentum %g)", double(c.momentum));
+  else std::snprintf(buf, sizeof buf, "%s", to_string(c.kind));
   return cat(buf, ": ", slots, slots == 1 ? " slot" : " slots", " per parameter");
 }
 

@@ -57,7 +57,7 @@ struct ProfileOptions {
 
   static OptimizerConfig default_profile_optimizer() {
     OptimizerConfig c;
-    c.kind = "sgd";
+    c.kind = OptimizerKind::sgd;
     c.momentum = 0.9f;
     return c;
   }
@@ -76,7 +76,7 @@ struct MeasureDetails {
 
 // Throws UserError for options that cannot be measured (batch < 1,
 // iters < 1, warmup < 0, threads < 0, a microbatch count that does not
-// divide the batch, an unknown optimizer, a CUDA device in a build without
+// divide the batch, a bad optimizer setting, a CUDA device in a build without
 // CUDA or on a machine without that GPU).
 void check_profile_options(const ProfileOptions& options);
 

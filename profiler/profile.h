@@ -40,10 +40,14 @@ struct ProfileNode {
   const BatchTimes* times_at(int batch) const;  // nullptr: not measured at that batch
 };
 
+// Which reader a profile came from: ours (profile_json) or PipeDream's
+// graph.txt, whose graph the planner preprocesses as PipeDream does.
+enum class ProfileSource { json, graph_txt };
+
 struct Profile {
   std::string format = "pipedream-profile/1";
   std::string source_path;  // where it was read from
-  std::string source_kind;  // "json" | "graph.txt"
+  ProfileSource source_kind = ProfileSource::json;
   std::string sha256;       // of the file's bytes
   std::string model, device = "cpu", dtype = "f32";
   int batch_size = 0, threads = 1;

@@ -43,7 +43,7 @@ Plan plan_for_workers(const Profile& p, int workers, bool straight, int threads_
     // while too few others compute), and measured runs follow it
     // (runtime/simulator/README.md). It is never below the bound.
     SimulationOptions o;
-    o.schedule.kind = parse_schedule_kind(plan.schedule);
+    o.schedule.kind = plan.schedule;
     o.schedule.minibatches = replay_minibatches(plan);
     o.cores = cores;
     o.threads_per_worker = threads_per_worker;

@@ -32,7 +32,7 @@ nlohmann::json checkpoint_identity(const RunSpec& spec, const Model& model) {
           {"microbatches", spec.schedule.microbatches},
           {"batch", spec.samples_per_step()},  // the minibatch, as --batch means it
           {"seed", spec.seed},
-          {"optimizer", spec.optimizer.kind},
+          {"optimizer", to_string(spec.optimizer.kind)},
           {"checkpoint_every", spec.checkpoint_every},
           {"drained", true}};
 }
@@ -433,8 +433,8 @@ void print_rank_lines(const RunSpec& spec, const std::vector<nlohmann::json>& pe
 // state, or "".
 std::string time_not_comparable(const RunSpec& spec, const RunReporter& report, double steady) {
   const Plan& plan = spec.plan;
-  if (spec.schedule.kind != ScheduleKind::OneFOneBRoundRobin || plan.schedule != "1f1b-rr")
-    return cat("the plan predicts ", plan.schedule, ", this run is ", to_string(spec.schedule.kind),
+  if (spec.schedule.kind != ScheduleKind::OneFOneBRoundRobin || plan.schedule != ScheduleKind::OneFOneBRoundRobin)
+    return cat("the plan predicts ", to_string(plan.schedule), ", this run is ", to_string(spec.schedule.kind),
                " (`pipedream simulate --schedule ", to_string(spec.schedule.kind),
                is_flush(spec.schedule.kind) ? cat(" --microbatches ", spec.schedule.microbatches) : std::string(),
                spec.schedule.virtual_stages > 1 ? cat(" --virtual-stages ", spec.schedule.virtual_stages) : std::string(),

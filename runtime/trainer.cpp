@@ -124,7 +124,7 @@ nlohmann::json train_checkpoint_identity(const Model& m, const TrainOptions& o) 
           {"microbatches", o.microbatches},
           {"batch", o.batch},
           {"seed", o.seed},
-          {"optimizer", o.optimizer.kind},
+          {"optimizer", to_string(o.optimizer.kind)},
           {"checkpoint_every", o.checkpoint_every},
           {"drained", true}};
 }

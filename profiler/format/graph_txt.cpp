@@ -91,7 +91,7 @@ ProfileNode parse_node_line(const std::string& line, const std::string& where) {
 Profile parse_graph_txt(const std::string& text, const std::string& source) {
   Profile p;
   p.source_path = source;
-  p.source_kind = "graph.txt";
+  p.source_kind = ProfileSource::graph_txt;
   p.model = source;
   std::vector<int> edge_lines;
   std::istringstream in(text);

@@ -144,7 +144,7 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
   if (!j.is_object()) throw UserError(cat(source, ":1: a profile must be a JSON object"));
   Profile p;
   p.source_path = source;
-  p.source_kind = "json";
+  p.source_kind = ProfileSource::json;
   const Where top = [&] { return source; };
   p.format = string_field(j, "format", "", top);
   if (p.format != "pipedream-profile/1")

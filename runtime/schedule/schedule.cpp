@@ -7,25 +7,8 @@
 namespace pd {
 
 ScheduleKind parse_schedule_kind(const std::string& s) {
-  if (s == "1f1b-rr") return ScheduleKind::OneFOneBRoundRobin;
-  if (s == "gpipe") return ScheduleKind::GPipe;
-  if (s == "1f1b-flush") return ScheduleKind::OneFOneBFlush;
-  if (s == "zb-h1") return ScheduleKind::ZeroBubbleH1;
-  if (s == "interleaved-1f1b") return ScheduleKind::Interleaved1F1B;
-  if (s == "2bw") return ScheduleKind::TwoBW;
+  if (std::optional<ScheduleKind> kind = parse_plan_schedule(s)) return *kind;
   throw UserError(cat("unknown schedule '", s, "': use 1f1b-rr, gpipe, 1f1b-flush, zb-h1, interleaved-1f1b or 2bw"));
-}
-
-std::string to_string(ScheduleKind k) {
-  switch (k) {
-    case ScheduleKind::OneFOneBRoundRobin: return "1f1b-rr";
-    case ScheduleKind::GPipe: return "gpipe";
-    case ScheduleKind::OneFOneBFlush: return "1f1b-flush";
-    case ScheduleKind::ZeroBubbleH1: return "zb-h1";
-    case ScheduleKind::Interleaved1F1B: return "interleaved-1f1b";
-    case ScheduleKind::TwoBW: return "2bw";
-  }
-  return "?";
 }
 
 WeightPolicy parse_weight_policy(const std::string& s) {

@@ -106,12 +106,11 @@
 
 namespace pd {
 
-enum class ScheduleKind { OneFOneBRoundRobin, GPipe, OneFOneBFlush, ZeroBubbleH1, Interleaved1F1B, TwoBW };
+// ScheduleKind and its to_string: planner/plan_kinds.h (a plan records one).
 enum class WeightPolicy { Stash, Vertical, None };
 
 // "1f1b-rr" | "gpipe" | "1f1b-flush" | "zb-h1" | "interleaved-1f1b" | "2bw"; throws UserError otherwise.
 ScheduleKind parse_schedule_kind(const std::string& s);
-std::string to_string(ScheduleKind k);
 // "stash" | "vertical" | "none"; throws UserError otherwise.
 WeightPolicy parse_weight_policy(const std::string& s);
 std::string to_string(WeightPolicy p);

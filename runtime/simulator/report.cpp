@@ -112,7 +112,7 @@ nlohmann::json report_to_json(const SimulationReport& rep) {
                        {"peak_held", w.peak_held},
                        {"peak_activation_bytes", w.peak_activation_bytes},
                        {"peak_weight_versions", w.peak_weight_versions}});
-  return {{"schedule", rep.schedule},
+  return {{"schedule", to_string(rep.schedule)},
           {"minibatches", rep.minibatches},
           {"makespan_s", rep.makespan_s},
           {"time_per_minibatch_s", rep.time_per_minibatch_s},
@@ -133,9 +133,10 @@ std::string percent(double fraction) {
 std::string format_report(const SimulationReport& rep) {
   std::ostringstream os;
   os << std::setprecision(4);
-  os << "schedule " << rep.schedule << ", " << rep.minibatches << (rep.schedule == "1f1b-rr" ? " minibatches" : " batches")
+  const bool per_minibatch = rep.schedule == ScheduleKind::OneFOneBRoundRobin;
+  os << "schedule " << to_string(rep.schedule) << ", " << rep.minibatches << (per_minibatch ? " minibatches" : " batches")
      << ", makespan " << rep.makespan_s << " s\n"
-     << "time per " << (rep.schedule == "1f1b-rr" ? "minibatch" : "batch")
+     << "time per " << (per_minibatch ? "minibatch" : "batch")
      << " (steady state): " << rep.time_per_minibatch_s << " s, throughput ";
   if (rep.throughput_samples_per_s > 0) os << rep.throughput_samples_per_s << " samples/s\n";
   else os << "unknown\n";

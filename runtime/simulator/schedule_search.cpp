@@ -48,7 +48,7 @@ double peak_memory(const Profile& profile, const Plan& plan, const ScheduleOptio
 
 ScheduleCandidate one_f_one_b_rr(const Profile& profile, const Topology& topology, const PlannerOptions& options) {
   ScheduleCandidate c;
-  c.family = to_string(ScheduleKind::OneFOneBRoundRobin);
+  c.family = ScheduleKind::OneFOneBRoundRobin;
   try {
     PlanSearch search = search_plan(profile, topology, options);
     c.plan = search.plan;
@@ -75,7 +75,7 @@ Plan straight_plan(const Profile& profile, Topology topology, PlannerOptions opt
 ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, ScheduleKind kind, int virtual_stages,
                              int workers, double limit) {
   ScheduleCandidate best;
-  best.family = to_string(kind);
+  best.family = kind;
   best.note = "no microbatch count fits the memory limit";
   const std::vector<uint64_t> stashed = stashed_bytes_from_profile(plan, profile);
   for (int m : {workers, 2 * workers, 4 * workers}) {
@@ -122,7 +122,7 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
   for (ScheduleKind kind : {ScheduleKind::TwoBW, ScheduleKind::OneFOneBFlush, ScheduleKind::Interleaved1F1B,
                             ScheduleKind::ZeroBubbleH1}) {
     ScheduleCandidate c;
-    c.family = to_string(kind);
+    c.family = kind;
     if (!chain) {
       c.note = why_not.empty() ? "the synchronous families are searched for layer chains only" : why_not;
     } else if (kind == ScheduleKind::Interleaved1F1B) {

@@ -27,7 +27,7 @@
 namespace pd {
 
 struct ScheduleCandidate {
-  std::string family;           // to_string(ScheduleKind)
+  ScheduleKind family = ScheduleKind::OneFOneBRoundRobin;
   Plan plan;                    // interleaved: workers x 2 stages
   ScheduleOptions schedule;     // microbatches, virtual stages; minibatches: replayed
   double samples_per_s = 0;     // simulated steady state

@@ -555,7 +555,7 @@ class Simulation {
 
   SimulationReport report() {
     SimulationReport rep;
-    rep.schedule = to_string(opt_.schedule.kind);
+    rep.schedule = opt_.schedule.kind;
     rep.minibatches = opt_.schedule.minibatches;
     rep.makespan_s = now_;
     double window = mark_time_[1] - mark_time_[0];

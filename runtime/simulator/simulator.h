@@ -140,7 +140,7 @@ struct WorkerReport {
 };
 
 struct SimulationReport {
-  std::string schedule;
+  ScheduleKind schedule = ScheduleKind::OneFOneBRoundRobin;
   int64_t minibatches = 0;          // 1f1b-rr: minibatches; flush: batches
   double makespan_s = 0;            // first action to last
   double time_per_minibatch_s = 0;  // steady state (flush: per batch)

@@ -168,6 +168,9 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
     IgnoredInContext, FlagRefused,
     ::testing::Values(
+        Case{"TrainUnknownOptimizer", kTrain + " --optimizer rmsprop", "--optimizer rmsprop: use sgd, adam or adamw"},
+        Case{"RunUnknownLrSchedule", kRun + " --lr-schedule linear", "--lr-schedule linear: use constant, step or cosine"},
+        Case{"ProfileUnknownOptimizer", kProfileCommand + " --optimizer lion", "--optimizer lion: use sgd, adam or adamw"},
         Case{"TrainBeta1WithSgd", kTrain + " --beta1 0.8", "--beta1"},
         Case{"TrainBeta2WithSgd", kTrain + " --optimizer sgd --beta2 0.9", "--beta2"},
         Case{"TrainLrStepSizeWithCosine", kTrain + " --lr-schedule cosine --lr-step-size 5", "--lr-step-size"},

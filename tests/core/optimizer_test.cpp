@@ -27,14 +27,14 @@ std::vector<float> run_scalar(const OptimizerConfig& c, float p0, const std::vec
 }
 
 TEST(Sgd, PlainStepIsLrTimesGrad) {
-  OptimizerConfig c{.kind = "sgd", .lr = 0.5f};
+  OptimizerConfig c{.kind = OptimizerKind::sgd, .lr = 0.5f};
   EXPECT_FLOAT_EQ(run_scalar(c, 2.0f, {3.0f})[0], 0.5f);  // 2 - 0.5*3
 }
 
 TEST(Sgd, MomentumAndWeightDecay) {
   // d1 = 0.5 + 0.1*1 = 0.6, buf = 0.6, p = 1 - 0.06 = 0.94
   // d2 = 0.5 + 0.1*0.94 = 0.594, buf = 0.9*0.6 + 0.594 = 1.134, p = 0.94 - 0.1134
-  OptimizerConfig c{.kind = "sgd", .lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.1f};
+  OptimizerConfig c{.kind = OptimizerKind::sgd, .lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.1f};
   auto p = run_scalar(c, 1.0f, {0.5f, 0.5f});
   EXPECT_FLOAT_EQ(p[0], 0.94f);
   EXPECT_FLOAT_EQ(p[1], 0.8266f);
@@ -42,14 +42,14 @@ TEST(Sgd, MomentumAndWeightDecay) {
 
 TEST(Sgd, Nesterov) {
   // buf1 = 1, update 1 + 0.9*1 = 1.9 -> 0.81; buf2 = 1.9, update 1 + 0.9*1.9 = 2.71 -> 0.539
-  OptimizerConfig c{.kind = "sgd", .lr = 0.1f, .momentum = 0.9f, .nesterov = true};
+  OptimizerConfig c{.kind = OptimizerKind::sgd, .lr = 0.1f, .momentum = 0.9f, .nesterov = true};
   auto p = run_scalar(c, 1.0f, {1.0f, 1.0f});
   EXPECT_FLOAT_EQ(p[0], 0.81f);
   EXPECT_NEAR(p[1], 0.539f, 1e-6);
 }
 
 TEST(Sgd, StateHoldsMomentumBuffer) {
-  OptimizerConfig c{.kind = "sgd", .lr = 0.1f, .momentum = 0.9f};
+  OptimizerConfig c{.kind = OptimizerKind::sgd, .lr = 0.1f, .momentum = 0.9f};
   auto opt = make_optimizer(c);
   std::vector<Tensor> params{Tensor::from_floats({1.0f, 2.0f}, {2})};
   OptimizerState st = opt->make_state(params);
@@ -67,7 +67,7 @@ TEST(Adam, TwoStepsMatchHandComputation) {
   // Step 1: m=0.05, v=2.5e-4, bias-corrected m/sqrt(v) = 1 -> p = 0.9.
   // Step 2 (g=0.25): m=0.07, v=3.1225e-4, m^=0.07/0.19, v^=3.1225e-4/0.001999
   //   p = 0.9 - 0.1 * 0.368421 / 0.395225 = 0.806782
-  OptimizerConfig c{.kind = "adam", .lr = 0.1f};
+  OptimizerConfig c{.kind = OptimizerKind::adam, .lr = 0.1f};
   auto p = run_scalar(c, 1.0f, {0.5f, 0.25f});
   EXPECT_NEAR(p[0], 0.9f, 1e-6);
   EXPECT_NEAR(p[1], 0.806782f, 2e-6);
@@ -75,26 +75,40 @@ TEST(Adam, TwoStepsMatchHandComputation) {
 
 TEST(Adam, WeightDecayIsL2ButAdamWDecouples) {
   // Adam: the L2 term joins the gradient; the first step still moves by lr.
-  OptimizerConfig adam{.kind = "adam", .lr = 0.1f, .weight_decay = 0.1f};
+  OptimizerConfig adam{.kind = OptimizerKind::adam, .lr = 0.1f, .weight_decay = 0.1f};
   EXPECT_NEAR(run_scalar(adam, 1.0f, {0.5f})[0], 0.9f, 1e-6);
   // AdamW: p *= 1 - lr*wd (0.99), then the Adam step of lr: 0.89.
-  OptimizerConfig adamw{.kind = "adamw", .lr = 0.1f, .weight_decay = 0.1f};
+  OptimizerConfig adamw{.kind = OptimizerKind::adamw, .lr = 0.1f, .weight_decay = 0.1f};
   EXPECT_NEAR(run_scalar(adamw, 1.0f, {0.5f})[0], 0.89f, 1e-6);
   // With a gradient pointing against the decay the two differ in sign of change.
   EXPECT_NE(run_scalar(adam, 1.0f, {-0.05f})[0], run_scalar(adamw, 1.0f, {-0.05f})[0]);
 }
 
 TEST(Optimizer, RejectsBadConfig) {
-  EXPECT_THROW(make_optimizer({.kind = "rmsprop"}), UserError);
-  EXPECT_THROW(make_optimizer({.kind = "sgd", .lr = -1.0f}), UserError);
-  EXPECT_THROW(make_optimizer({.kind = "sgd", .momentum = 1.5f}), UserError);
-  EXPECT_THROW(make_optimizer({.kind = "sgd", .nesterov = true}), UserError);
-  EXPECT_THROW(make_optimizer({.kind = "adam", .beta2 = 1.0f}), UserError);
-  EXPECT_THROW(make_optimizer({.kind = "adam", .momentum = 0.9f}), UserError);
+  EXPECT_THROW(make_optimizer({.kind = OptimizerKind::sgd, .lr = -1.0f}), UserError);
+  EXPECT_THROW(make_optimizer({.kind = OptimizerKind::sgd, .momentum = 1.5f}), UserError);
+  EXPECT_THROW(make_optimizer({.kind = OptimizerKind::sgd, .nesterov = true}), UserError);
+  EXPECT_THROW(make_optimizer({.kind = OptimizerKind::adam, .beta2 = 1.0f}), UserError);
+  EXPECT_THROW(make_optimizer({.kind = OptimizerKind::adam, .momentum = 0.9f}), UserError);
+}
+
+TEST(Optimizer, KindSpellingsRoundTrip) {
+  for (OptimizerKind k : {OptimizerKind::sgd, OptimizerKind::adam, OptimizerKind::adamw})
+    EXPECT_TRUE(parse_optimizer_kind(to_string(k)) == k) << to_string(k);
+  EXPECT_STREQ(to_string(OptimizerKind::adamw), "adamw");
+  EXPECT_FALSE(parse_optimizer_kind("rmsprop").has_value());
+  EXPECT_FALSE(parse_optimizer_kind("SGD").has_value());
+}
+
+TEST(LrSchedule, KindSpellingsRoundTrip) {
+  for (LrScheduleKind k : {LrScheduleKind::constant, LrScheduleKind::step, LrScheduleKind::cosine})
+    EXPECT_TRUE(parse_lr_schedule_kind(to_string(k)) == k) << to_string(k);
+  EXPECT_STREQ(to_string(LrScheduleKind::cosine), "cosine");
+  EXPECT_FALSE(parse_lr_schedule_kind("linear").has_value());
 }
 
 TEST(LrSchedule, ConstantWithWarmup) {
-  LrSchedule s{.kind = "constant", .base_lr = 0.1f, .warmup_steps = 4};
+  LrSchedule s{.kind = LrScheduleKind::constant, .base_lr = 0.1f, .warmup_steps = 4};
   validate(s);
   EXPECT_FLOAT_EQ(s.lr_at(0), 0.025f);
   EXPECT_FLOAT_EQ(s.lr_at(1), 0.05f);
@@ -103,27 +117,27 @@ TEST(LrSchedule, ConstantWithWarmup) {
 }
 
 TEST(LrSchedule, StepDecay) {
-  LrSchedule s{.kind = "step", .base_lr = 1.0f, .step_size = 3, .gamma = 0.5f};
+  LrSchedule s{.kind = LrScheduleKind::step, .base_lr = 1.0f, .step_size = 3, .gamma = 0.5f};
   validate(s);
   EXPECT_FLOAT_EQ(s.lr_at(0), 1.0f);
   EXPECT_FLOAT_EQ(s.lr_at(2), 1.0f);
   EXPECT_FLOAT_EQ(s.lr_at(3), 0.5f);
   EXPECT_FLOAT_EQ(s.lr_at(6), 0.25f);
   // Decay counts from the end of the warm-up.
-  LrSchedule w{.kind = "step", .base_lr = 1.0f, .warmup_steps = 2, .step_size = 3, .gamma = 0.5f};
+  LrSchedule w{.kind = LrScheduleKind::step, .base_lr = 1.0f, .warmup_steps = 2, .step_size = 3, .gamma = 0.5f};
   EXPECT_FLOAT_EQ(w.lr_at(0), 0.5f);
   EXPECT_FLOAT_EQ(w.lr_at(4), 1.0f);
   EXPECT_FLOAT_EQ(w.lr_at(5), 0.5f);
 }
 
 TEST(LrSchedule, Cosine) {
-  LrSchedule s{.kind = "cosine", .base_lr = 1.0f, .total_steps = 10, .min_lr = 0.0f};
+  LrSchedule s{.kind = LrScheduleKind::cosine, .base_lr = 1.0f, .total_steps = 10, .min_lr = 0.0f};
   validate(s);
   EXPECT_FLOAT_EQ(s.lr_at(0), 1.0f);
   EXPECT_NEAR(s.lr_at(5), 0.5f, 1e-6);
   EXPECT_NEAR(s.lr_at(10), 0.0f, 1e-6);
   EXPECT_NEAR(s.lr_at(50), 0.0f, 1e-6);
-  LrSchedule w{.kind = "cosine", .base_lr = 1.0f, .warmup_steps = 2, .total_steps = 12, .min_lr = 0.2f};
+  LrSchedule w{.kind = LrScheduleKind::cosine, .base_lr = 1.0f, .warmup_steps = 2, .total_steps = 12, .min_lr = 0.2f};
   validate(w);
   EXPECT_FLOAT_EQ(w.lr_at(0), 0.5f);
   EXPECT_FLOAT_EQ(w.lr_at(2), 1.0f);
@@ -132,10 +146,9 @@ TEST(LrSchedule, Cosine) {
 }
 
 TEST(LrSchedule, RejectsBadValues) {
-  EXPECT_THROW(validate(LrSchedule{.kind = "linear"}), UserError);
-  EXPECT_THROW(validate(LrSchedule{.kind = "step", .step_size = 0}), UserError);
-  EXPECT_THROW(validate(LrSchedule{.kind = "cosine", .warmup_steps = 5, .total_steps = 5}), UserError);
-  EXPECT_THROW(validate(LrSchedule{.kind = "constant", .warmup_steps = -1}), UserError);
+  EXPECT_THROW(validate(LrSchedule{.kind = LrScheduleKind::step, .step_size = 0}), UserError);
+  EXPECT_THROW(validate(LrSchedule{.kind = LrScheduleKind::cosine, .warmup_steps = 5, .total_steps = 5}), UserError);
+  EXPECT_THROW(validate(LrSchedule{.kind = LrScheduleKind::constant, .warmup_steps = -1}), UserError);
 }
 
 TEST(Optimizer, StepIntoIsBitwiseCopyThenStepAndLeavesTheSourceAlone) {
@@ -143,10 +156,10 @@ TEST(Optimizer, StepIntoIsBitwiseCopyThenStepAndLeavesTheSourceAlone) {
   // exactly the in-place update (the runtime's bitwise --reference checks
   // rely on it). 2,500 elements: whole chunks of the streamed path and a tail.
   const std::vector<OptimizerConfig> configs = {
-      {.kind = "sgd", .lr = 0.1f, .weight_decay = 0.01f},
-      {.kind = "sgd", .lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true},
-      {.kind = "adam", .lr = 0.01f, .weight_decay = 0.01f},
-      {.kind = "adamw", .lr = 0.01f, .weight_decay = 0.01f}};
+      {.kind = OptimizerKind::sgd, .lr = 0.1f, .weight_decay = 0.01f},
+      {.kind = OptimizerKind::sgd, .lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true},
+      {.kind = OptimizerKind::adam, .lr = 0.01f, .weight_decay = 0.01f},
+      {.kind = OptimizerKind::adamw, .lr = 0.01f, .weight_decay = 0.01f}};
   constexpr int64_t n = 2500;
   auto values = [](uint32_t stream) {
     CounterRng rng(7, stream, 0);
@@ -164,8 +177,8 @@ TEST(Optimizer, StepIntoIsBitwiseCopyThenStepAndLeavesTheSourceAlone) {
       opt->step(in_place, g, st_in_place, c.lr);
       const Tensor before = source[0].clone();
       opt->step_into(source, target, g, st_into, c.lr);
-      EXPECT_EQ(std::memcmp(source[0].raw(), before.raw(), n * sizeof(float)), 0) << c.kind << ": source changed";
-      EXPECT_EQ(std::memcmp(target[0].raw(), in_place[0].raw(), n * sizeof(float)), 0) << c.kind << " step " << step;
+      EXPECT_EQ(std::memcmp(source[0].raw(), before.raw(), n * sizeof(float)), 0) << to_string(c.kind) << ": source changed";
+      EXPECT_EQ(std::memcmp(target[0].raw(), in_place[0].raw(), n * sizeof(float)), 0) << to_string(c.kind) << " step " << step;
       std::swap(source, target);
     }
   }

@@ -369,7 +369,7 @@ using CudaOptimizerStep = GpuTest;
 TEST_F(CudaOptimizerStep, AdamAndAdamWCountStepsLikeTheCpu) {
   for (bool decoupled : {false, true}) {
     OptimizerConfig c;
-    c.kind = decoupled ? "adamw" : "adam";
+    c.kind = decoupled ? OptimizerKind::adamw : OptimizerKind::adam;
     c.weight_decay = 0.01f;
     const float lr = 0.01f;
     auto p0 = random_floats(300, 60), g0 = random_floats(300, 61), g1 = random_floats(300, 62);
@@ -395,7 +395,7 @@ TEST_F(CudaOptimizerStep, AdamAndAdamWCountStepsLikeTheCpu) {
       }
     }
     EXPECT_EQ(st.step, 2);
-    EXPECT_TRUE(close(host(p), want, 1e-5, 1e-4)) << c.kind;
+    EXPECT_TRUE(close(host(p), want, 1e-5, 1e-4)) << to_string(c.kind);
   }
 }
 

@@ -83,7 +83,7 @@ NamedTensors reference_training(int delay) {
   Model m = build_model(nlohmann::json::parse(kSmallSpec));
   DataSplits data = open_dataset("synthetic", "", m);
   SampleOrder order(data.train->size(), kSeed);
-  auto opt = make_optimizer({.kind = "sgd", .lr = kLr, .momentum = kMomentum});
+  auto opt = make_optimizer({.kind = OptimizerKind::sgd, .lr = kLr, .momentum = kMomentum});
   std::vector<ParameterStore> history{ParameterStore::create(m, kSeed)};
   OptimizerState st = opt->make_state(history[0].all_params());
   const int64_t per_epoch = data.train->size() / kBatch;

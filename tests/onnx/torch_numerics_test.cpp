@@ -182,7 +182,7 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   }
 
   OptimizerConfig oc;
-  oc.kind = "sgd";
+  oc.kind = OptimizerKind::sgd;
   oc.lr = c.lr;
   auto opt = make_optimizer(oc);
   OptimizerState st = opt->make_state(w.all_params());

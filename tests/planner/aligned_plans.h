@@ -23,7 +23,7 @@ inline Profile random_chain(std::mt19937& rng, int n, double param_scale) {
   std::uniform_real_distribution<double> ms(0.05, 10.0);
   std::uniform_int_distribution<int> mb(0, 4);
   Profile p;
-  p.source_kind = "json";
+  p.source_kind = ProfileSource::json;
   p.model = "chain";
   p.batch_size = 32;
   for (int i = 0; i < n; ++i) {

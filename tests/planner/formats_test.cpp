@@ -62,7 +62,7 @@ TEST(ProfileJson, RoundTripsThroughTheWriter) {
   std::string path = temp_path("profile.json");
   write_profile_json(p, path);
   Profile q = read_profile(path);
-  EXPECT_EQ(q.source_kind, "json");
+  EXPECT_EQ(q.source_kind, ProfileSource::json);
   EXPECT_EQ(q.model, "tiny");
   EXPECT_EQ(q.batch_size, 32);
   ASSERT_EQ(q.nodes.size(), 3u);
@@ -154,7 +154,7 @@ TEST(GraphTxt, MalformedInputNamesFileAndLine) {
 TEST(GraphTxt, ReadsEveryReferenceProfile) {
   for (const char* model : {"alexnet", "vgg16", "resnet18", "resnet50", "gnmt"}) {
     Profile p = read_profile(std::string(PD_SOURCE_DIR) + "/tests/data/pipedream-profiles/" + model + "/graph.txt");
-    EXPECT_EQ(p.source_kind, "graph.txt");
+    EXPECT_EQ(p.source_kind, ProfileSource::graph_txt);
     EXPECT_GT(p.nodes.size(), 10u) << model;
   }
 }

@@ -20,7 +20,7 @@ Profile random_profile(std::mt19937& rng, int n, bool dag) {
   Profile p;
   p.model = "random";
   p.batch_size = 8;
-  p.source_kind = "json";
+  p.source_kind = ProfileSource::json;
   for (int i = 0; i < n; ++i) {
     ProfileNode node;
     node.id = i;

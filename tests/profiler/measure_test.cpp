@@ -69,7 +69,7 @@ TEST(MeasureProfile, ParameterAndOptimizerBytesFollowTheModelAndOptimizer) {
   EXPECT_EQ(optimizer_state_description(ProfileOptions{}.optimizer), "sgd (momentum 0.9): 1 slot per parameter");
 
   ProfileOptions adam = quick();
-  adam.optimizer.kind = "adam";
+  adam.optimizer.kind = OptimizerKind::adam;
   adam.optimizer.momentum = 0;
   Profile a = measure_profile(m, adam);
   for (size_t i = 0; i < a.nodes.size(); ++i)
@@ -186,7 +186,6 @@ TEST(MeasureProfile, RejectsOptionsThatCannotBeMeasured) {
   EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.threads = -2; })), UserError);
   EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.min_seconds = -1; })), UserError);
   EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.min_seconds = std::nan(""); })), UserError);
-  EXPECT_THROW(measure_profile(m, with([](ProfileOptions& o) { o.optimizer.kind = "lion"; })), UserError);
 #ifndef PIPEDREAM_HAVE_CUDA
   try {
     measure_profile(m, with([](ProfileOptions& o) { o.device = Device::cuda(0); }));

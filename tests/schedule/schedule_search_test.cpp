@@ -34,7 +34,7 @@ TEST(ScheduleSearch, ComparesEveryFamilyAndChoosesTheFastestThatFits) {
   ASSERT_EQ(s.families.size(), 5u);
   const std::vector<std::string> names = {"1f1b-rr", "2bw", "1f1b-flush", "interleaved-1f1b", "zb-h1"};
   for (size_t i = 0; i < names.size(); ++i) {
-    EXPECT_EQ(s.families[i].family, names[i]);
+    EXPECT_EQ(to_string(s.families[i].family), names[i]);
     EXPECT_TRUE(s.families[i].fits) << names[i] << ": " << s.families[i].note;
     EXPECT_GT(s.families[i].samples_per_s, 0) << names[i];
   }
@@ -60,7 +60,7 @@ TEST(ScheduleSearch, AMemoryLimitThatRulesOutStashingPicksAnotherFamilyAndSimula
   SimulationOptions so;
   so.schedule = c.schedule;
   so.stashed_bytes = stashed_bytes_from_profile(c.plan, p);
-  EXPECT_NEAR(simulate(c.plan, so).throughput_samples_per_s / c.samples_per_s, 1.0, 1e-9) << c.family;
+  EXPECT_NEAR(simulate(c.plan, so).throughput_samples_per_s / c.samples_per_s, 1.0, 1e-9) << to_string(c.family);
 }
 
 // Microbatch times the profile measured (profile --microbatches) price the
@@ -77,7 +77,7 @@ TEST(ScheduleSearch, MeasuredMicrobatchTimesPriceTheFlushFamilies) {
   const ScheduleSearch b = search_schedules(measured, flat_topology(4, 10), PlannerOptions{});
   EXPECT_DOUBLE_EQ(b.families[0].samples_per_s, a.families[0].samples_per_s);  // 1f1b-rr
   for (size_t i : {2u, 4u}) {  // 1f1b-flush, zb-h1: compute-bound here, so about 3x slower
-    EXPECT_LT(b.families[i].samples_per_s, a.families[i].samples_per_s / 2) << b.families[i].family;
+    EXPECT_LT(b.families[i].samples_per_s, a.families[i].samples_per_s / 2) << to_string(b.families[i].family);
   }
 }
 
