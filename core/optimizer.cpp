@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/spelling_table.h"
 #include "core/optimizer_on_device.h"
 
 namespace pd {
@@ -25,20 +26,6 @@ constexpr std::array<std::pair<OptimizerKind, const char*>, 3> kOptimizerKinds{
     {{OptimizerKind::sgd, "sgd"}, {OptimizerKind::adam, "adam"}, {OptimizerKind::adamw, "adamw"}}};
 constexpr std::array<std::pair<LrScheduleKind, const char*>, 3> kLrScheduleKinds{
     {{LrScheduleKind::constant, "constant"}, {LrScheduleKind::step, "step"}, {LrScheduleKind::cosine, "cosine"}}};
-
-template <class E, size_t N>
-const char* name_in(const std::array<std::pair<E, const char*>, N>& table, E value) {
-  for (const auto& [v, name] : table)
-    if (v == value) return name;
-  return "?";  // (unreachable: every enumerator is in its table)
-}
-
-template <class E, size_t N>
-std::optional<E> value_in(const std::array<std::pair<E, const char*>, N>& table, std::string_view text) {
-  for (const auto& [v, name] : table)
-    if (text == name) return v;
-  return std::nullopt;
-}
 
 void check_pair(const Tensor& p, const Tensor& g) {
   PD_CHECK(p.device().is_cpu() && g.device().is_cpu(), "CPU optimizer given a device tensor");

@@ -3,6 +3,8 @@
 #include <array>
 #include <utility>
 
+#include "core/spelling_table.h"
+
 namespace pd {
 namespace {
 
@@ -24,20 +26,6 @@ constexpr std::array<std::pair<ScheduleKind, const char*>, 6> kSchedules{
      {ScheduleKind::ZeroBubbleH1, "zb-h1"},
      {ScheduleKind::Interleaved1F1B, "interleaved-1f1b"},
      {ScheduleKind::TwoBW, "2bw"}}};
-
-template <class E, size_t N>
-const char* name_in(const std::array<std::pair<E, const char*>, N>& table, E value) {
-  for (const auto& [v, name] : table)
-    if (v == value) return name;
-  return "?";  // (unreachable: every enumerator is in its table)
-}
-
-template <class E, size_t N>
-std::optional<E> value_in(const std::array<std::pair<E, const char*>, N>& table, std::string_view text) {
-  for (const auto& [v, name] : table)
-    if (text == name) return v;
-  return std::nullopt;
-}
 
 }  // namespace
 
