@@ -9,15 +9,6 @@
 namespace pd::testing {
 namespace {
 
-const char* kPlan1111 = R"({"format": "pipedream-plan/1", "config": "1-1-1-1", "stages": [
-  {"index": 0, "layers": [0, 1], "replicas": 1, "ranks": [0]},
-  {"index": 1, "layers": [2, 3], "replicas": 1, "ranks": [1]},
-  {"index": 2, "layers": [4, 5], "replicas": 1, "ranks": [2]},
-  {"index": 3, "layers": [6, 7], "replicas": 1, "ranks": [3]}]})";
-const char* kPlan211 = R"({"format": "pipedream-plan/1", "config": "2-1-1", "stages": [
-  {"index": 0, "layers": [0, 3], "replicas": 2, "ranks": [0, 1]},
-  {"index": 1, "layers": [4, 5], "replicas": 1, "ranks": [2]},
-  {"index": 2, "layers": [6, 7], "replicas": 1, "ranks": [3]}]})";
 
 // Small and quick: an 8-layer mlp on synthetic data, one thread per worker.
 const std::string kCommon =

@@ -14,11 +14,6 @@
 namespace pd::testing {
 namespace {
 
-const char* kPlan1111 = R"({"format": "pipedream-plan/1", "config": "1-1-1-1", "stages": [
-  {"index": 0, "layers": [0, 1], "replicas": 1, "ranks": [0]},
-  {"index": 1, "layers": [2, 3], "replicas": 1, "ranks": [1]},
-  {"index": 2, "layers": [4, 5], "replicas": 1, "ranks": [2]},
-  {"index": 3, "layers": [6, 7], "replicas": 1, "ranks": [3]}]})";
 const std::string kModel = " --model mlp --model-options hidden=24,depth=3 --threads-per-worker 1";
 
 std::string plan_file(const std::string& dir) {

@@ -42,6 +42,18 @@ inline JobResult run_shell(const std::string& command, int timeout_s = 120) {
   return res;
 }
 
+// The 8-layer plans the integration tests share: four single stages, and
+// a replicated first stage.
+inline constexpr const char* kPlan1111 = R"({"format": "pipedream-plan/1", "config": "1-1-1-1", "stages": [
+  {"index": 0, "layers": [0, 1], "replicas": 1, "ranks": [0]},
+  {"index": 1, "layers": [2, 3], "replicas": 1, "ranks": [1]},
+  {"index": 2, "layers": [4, 5], "replicas": 1, "ranks": [2]},
+  {"index": 3, "layers": [6, 7], "replicas": 1, "ranks": [3]}]})";
+inline constexpr const char* kPlan211 = R"({"format": "pipedream-plan/1", "config": "2-1-1", "stages": [
+  {"index": 0, "layers": [0, 3], "replicas": 2, "ranks": [0, 1]},
+  {"index": 1, "layers": [4, 5], "replicas": 1, "ranks": [2]},
+  {"index": 2, "layers": [6, 7], "replicas": 1, "ranks": [3]}]})";
+
 inline std::string pipedream_binary() { return std::string(PD_BINARY_DIR) + "/bin/pipedream"; }
 
 inline std::string mpirun(int ranks) {
