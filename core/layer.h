@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/precision.h"
+
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -38,6 +40,7 @@ struct StepInfo {
   uint64_t seed = 0;
   uint32_t layer_index = 0;    // top-level index in the model
   uint64_t minibatch_id = 0;
+  Precision precision = Precision::FP32;  // --precision (core/precision.h)
 };
 
 struct ForwardArgs {
