@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "core/precision.h"
 #include "core/tensor.h"
 
 namespace pd {
@@ -72,6 +73,11 @@ struct DeviceOps {
   void (*synchronize)() = nullptr;  // waits for this device's streams
   // cuDNN algorithm choice restricted to deterministic ones (--deterministic).
   void (*set_deterministic)(bool on) = nullptr;
+  // --precision for the process (core/precision.h). Under BF16 the GEMM and
+  // convolution entries may run on bf16 copies of their operands with FP32
+  // accumulation: exact conversions, because the layers round every operand
+  // to bf16 first (round_bf16), so the CPU's FP32 products are the same.
+  void (*set_precision)(Precision p) = nullptr;
   // Timing for the profiler: record an event on the compute stream; the
   // elapsed time between two recorded events (waits for the second).
   uint64_t (*event_record)() = nullptr;
@@ -190,6 +196,8 @@ struct DeviceOps {
   void (*add_relu_forward)(int64_t n, const float* a, const float* b, float* y) = nullptr;
   void (*scale)(int64_t n, float alpha, const float* x, float* y) = nullptr;        // y = alpha x
   void (*axpy)(int64_t n, float alpha, const float* x, float* y) = nullptr;         // y += alpha x
+  // y = round_to_bf16(x) elementwise (core/precision.h: nearest, ties to even); y may alias x.
+  void (*round_bf16)(int64_t n, const float* x, float* y) = nullptr;
   void (*gelu_forward)(int64_t n, const float* x, float* y) = nullptr;              // tanh form
   void (*gelu_backward)(int64_t n, const float* x, const float* dy, float* dx) = nullptr;
   // Masks are regenerated from the key in backward: nothing is stored.

@@ -167,6 +167,9 @@ void scale(int64_t n, float alpha, const float* x, float* y) {
 void axpy(int64_t n, float alpha, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
+void round_bf16(int64_t n, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = round_to_bf16(x[i]);
+}
 void gelu_forward(int64_t n, const float* x, float* y) { cpu::gelu_forward(x, y, n); }
 void gelu_backward(int64_t n, const float* x, const float* dy, float* dx) { cpu::gelu_backward(x, dy, dx, n); }
 cpu::DropoutKey host_key(const DropoutKey& k) { return {k.seed, k.layer_index, k.minibatch_id, k.substream}; }
@@ -247,6 +250,7 @@ DeviceOps make_table() {
   o.name = "cpu";
   o.synchronize = [] {};
   o.set_deterministic = [](bool) {};  // the CPU kernels always are
+  o.set_precision = [](Precision) {};  // FP32 kernels: the layers' rounding points suffice
   o.event_record = &event_record;
   o.event_elapsed_ms = &event_elapsed_ms;
   o.event_release = [](uint64_t) {};
@@ -276,6 +280,7 @@ DeviceOps make_table() {
   o.add_relu_forward = &cpu::add_relu_forward;
   o.scale = &scale;
   o.axpy = &axpy;
+  o.round_bf16 = &round_bf16;
   o.gelu_forward = &gelu_forward;
   o.gelu_backward = &gelu_backward;
   o.dropout_forward = &dropout_apply;

@@ -10,6 +10,8 @@
 #include <cudnn.h>
 #endif
 
+#include "core/precision.h"
+
 namespace pd::cuda {
 
 struct Context {
@@ -22,6 +24,7 @@ struct Context {
 #endif
   bool deterministic = false;
   bool allow_tf32 = false;
+  Precision precision = Precision::FP32;  // DeviceOps::set_precision
 };
 
 // The initialised context; throws if initialize_backend() was not called.

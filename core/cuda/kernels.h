@@ -23,6 +23,11 @@ void dropout(int64_t n, float p, uint64_t seed, uint32_t a, uint32_t b, uint32_t
              float* y, cudaStream_t s);
 void add_bias_rows(int64_t rows, int64_t cols, const float* bias, float* y, cudaStream_t s);
 void sum_rows_accum(int64_t rows, int64_t cols, const float* x, float* out, cudaStream_t s);
+// bf16 (bf16.cu): rounding to nearest even as pd::round_to_bf16; packing
+// float -> bf16 bits (exact for bf16 values) and back.
+void round_bf16(int64_t n, const float* x, float* y, cudaStream_t s);
+void pack_bf16(int64_t n, const float* x, uint16_t* y, cudaStream_t s);
+void unpack_bf16(int64_t n, const uint16_t* x, float* y, cudaStream_t s);
 void permute(int rank, const int64_t* x_shape, const int* perm, const float* x, float* y,
              cudaStream_t s);
 

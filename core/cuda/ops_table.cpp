@@ -103,6 +103,7 @@ void relu_backward(int64_t n, const float* y, const float* dy, float* dx) { kern
 void add(int64_t n, const float* a, const float* b, float* y) { kernels::add(n, a, b, y, cs()); }
 void scale(int64_t n, float alpha, const float* x, float* y) { kernels::scale(n, alpha, x, y, cs()); }
 void axpy(int64_t n, float alpha, const float* x, float* y) { kernels::axpy(n, alpha, x, y, cs()); }
+void round_bf16(int64_t n, const float* x, float* y) { kernels::round_bf16(n, x, y, cs()); }
 void gelu_forward(int64_t n, const float* x, float* y) { kernels::gelu_forward(n, x, y, cs()); }
 void gelu_backward(int64_t n, const float* x, const float* dy, float* dx) { kernels::gelu_backward(n, x, dy, dx, cs()); }
 
@@ -384,6 +385,7 @@ DeviceOps make_table() {
   o.name = "cuda";
   o.synchronize = &synchronize;
   o.set_deterministic = [](bool on) { context().deterministic = on; };
+  o.set_precision = [](Precision p) { context().precision = p; };
   o.event_record = &event_record;
   o.event_elapsed_ms = &event_elapsed_ms;
   o.event_release = &event_release;
@@ -418,6 +420,7 @@ DeviceOps make_table() {
   o.add_relu_forward = &add_relu_forward;
   o.scale = &scale;
   o.axpy = &axpy;
+  o.round_bf16 = &round_bf16;
   o.gelu_forward = &gelu_forward;
   o.gelu_backward = &gelu_backward;
   o.dropout_forward = &dropout_forward;

@@ -1,0 +1,54 @@
+// bfloat16 kernels for --precision bf16: rounding in place (the layers'
+// rounding points) and the exact float -> bf16 packing of operands that are
+// already bf16 values, for tensor-core GEMMs and convolutions.
+#include <cuda_bf16.h>
+
+#include "core/cuda/kernels.h"
+#include "core/cuda/launch.cuh"
+
+namespace pd::cuda::kernels {
+
+namespace {
+
+// Same rule as pd::round_to_bf16 (core/precision.h), bit for bit.
+__device__ inline float round_bf16_rne(float x) {
+  uint32_t u = __float_as_uint(x);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return x;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return __uint_as_float(u & 0xffff0000u);
+}
+
+__global__ void round_bf16_kernel(int64_t n, const float* x, float* y) {
+  PD_GRID_STRIDE(i, n) y[i] = round_bf16_rne(x[i]);
+}
+
+// Rounds (exact for bf16 values) and keeps the upper half of the bits.
+__global__ void pack_bf16_kernel(int64_t n, const float* x, uint16_t* y) {
+  PD_GRID_STRIDE(i, n) y[i] = static_cast<uint16_t>(__float_as_uint(round_bf16_rne(x[i])) >> 16);
+}
+
+__global__ void unpack_bf16_kernel(int64_t n, const uint16_t* x, float* y) {
+  PD_GRID_STRIDE(i, n) y[i] = __uint_as_float(static_cast<uint32_t>(x[i]) << 16);
+}
+
+}  // namespace
+
+void round_bf16(int64_t n, const float* x, float* y, cudaStream_t s) {
+  if (n <= 0) return;
+  round_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+void pack_bf16(int64_t n, const float* x, uint16_t* y, cudaStream_t s) {
+  if (n <= 0) return;
+  pack_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+void unpack_bf16(int64_t n, const uint16_t* x, float* y, cudaStream_t s) {
+  if (n <= 0) return;
+  unpack_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace pd::cuda::kernels
