@@ -79,14 +79,6 @@ __global__ void add_bias_rows_kernel(int64_t rows, int64_t cols, const float* bi
 }
 
 // One thread per column sums the rows in order: deterministic and coalesced.
-__global__ void sum_rows_kernel(int64_t rows, int64_t cols, const float* x, float* out) {
-  PD_GRID_STRIDE(c, cols) {
-    float acc = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) acc += x[r * cols + c];
-    out[c] += acc;
-  }
-}
-
 struct PermuteArgs {
   int rank;
   int64_t y_shape[6];
@@ -168,11 +160,6 @@ void dropout(int64_t n, float p, uint64_t seed, uint32_t a, uint32_t b, uint32_t
 void add_bias_rows(int64_t rows, int64_t cols, const float* bias, float* y, cudaStream_t s) {
   if (rows * cols == 0) return;
   add_bias_rows_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(rows, cols, bias, y);
-  CUDA_CHECK_LAUNCH();
-}
-void sum_rows_accum(int64_t rows, int64_t cols, const float* x, float* out, cudaStream_t s) {
-  if (cols == 0) return;
-  sum_rows_kernel<<<grid_for(cols), kThreads, 0, s>>>(rows, cols, x, out);
   CUDA_CHECK_LAUNCH();
 }
 void permute(int rank, const int64_t* x_shape, const int* perm, const float* x, float* y,

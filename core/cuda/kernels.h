@@ -22,7 +22,9 @@ void gelu_backward(int64_t n, const float* x, const float* dy, float* dx, cudaSt
 void dropout(int64_t n, float p, uint64_t seed, uint32_t a, uint32_t b, uint32_t substream, const float* x,
              float* y, cudaStream_t s);
 void add_bias_rows(int64_t rows, int64_t cols, const float* bias, float* y, cudaStream_t s);
-void sum_rows_accum(int64_t rows, int64_t cols, const float* x, float* out, cudaStream_t s);
+// Column sums (column_sum.cu): workspace holds
+// column_sum_workspace_floats(rows, cols, outputs) floats (column_sum.h).
+void sum_rows_accum(int64_t rows, int64_t cols, const float* x, float* out, float* workspace, cudaStream_t s);
 // bf16 (bf16.cu): rounding to nearest even as pd::round_to_bf16; packing
 // float -> bf16 bits (exact for bf16 values) and back.
 void round_bf16(int64_t n, const float* x, float* y, cudaStream_t s);
@@ -40,7 +42,7 @@ void layernorm_backward_input(int64_t rows, int64_t dim, const float* x, const f
                               cudaStream_t s);
 void layernorm_param_grads(int64_t rows, int64_t dim, const float* x, const float* dy,
                            const float* mean, const float* rstd, float* dgamma, float* dbeta,
-                           cudaStream_t s);
+                           float* workspace, cudaStream_t s);  // column_sum.cu, 2 outputs
 
 // Per-row loss and correctness; bad_label set to 1 on a label out of range.
 void softmax_cross_entropy(int64_t rows, int64_t classes, const float* logits,

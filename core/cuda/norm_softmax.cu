@@ -1,6 +1,6 @@
 // Row-wise kernels, one block per row: layer norm, softmax cross-entropy,
-// causal softmax for attention. Parameter gradients use one thread per
-// column summing rows in order, so every result is deterministic.
+// causal softmax for attention. Layer norm's parameter gradients are column
+// sums (column_sum.cu).
 #include <cfloat>
 #include <cmath>
 
@@ -52,20 +52,6 @@ __global__ void layernorm_bwd_input_kernel(int64_t dim, const float* x, const fl
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
     float xhat = (xr[i] - mu) * rs;
     dx[r * dim + i] = rs * (dyr[i] * gamma[i] - sum_g * inv_d - xhat * sum_gx * inv_d);
-  }
-}
-
-__global__ void layernorm_param_kernel(int64_t rows, int64_t dim, const float* x, const float* dy,
-                                       const float* mean, const float* rstd, float* dgamma, float* dbeta) {
-  PD_GRID_STRIDE(c, dim) {
-    float g = 0.0f, b = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) {
-      float d = dy[r * dim + c];
-      g += d * (x[r * dim + c] - mean[r]) * rstd[r];
-      b += d;
-    }
-    if (dgamma) dgamma[c] += g;
-    if (dbeta) dbeta[c] += b;
   }
 }
 
@@ -151,13 +137,6 @@ void layernorm_backward_input(int64_t rows, int64_t dim, const float* x, const f
                               const float* mean, const float* rstd, float* dx, cudaStream_t s) {
   if (rows == 0) return;
   layernorm_bwd_input_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(dim, x, dy, gamma, mean, rstd, dx);
-  CUDA_CHECK_LAUNCH();
-}
-
-void layernorm_param_grads(int64_t rows, int64_t dim, const float* x, const float* dy, const float* mean,
-                           const float* rstd, float* dgamma, float* dbeta, cudaStream_t s) {
-  if (dim == 0) return;
-  layernorm_param_kernel<<<grid_for(dim), kThreads, 0, s>>>(rows, dim, x, dy, mean, rstd, dgamma, dbeta);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -7,6 +7,7 @@
 #include "core/cuda/allocator.h"
 #include "core/cuda/blas.h"
 #include "core/cuda/check.h"
+#include "core/cuda/column_sum.h"
 #include "core/cuda/context.h"
 #include "core/cuda/dnn.h"
 #include "core/cuda/kernels.h"
@@ -119,8 +120,19 @@ void dropout_backward(int64_t n, float p, DropoutKey k, const float* dy, float* 
 void add_bias_rows(int64_t rows, int64_t cols, const float* bias, float* y) {
   kernels::add_bias_rows(rows, cols, bias, y, cs());
 }
+// Workspace of the two-stage column sums (column_sum.h).
+Scratch column_workspace(int64_t rows, int64_t cols, int outputs) {
+  const int64_t n = kernels::column_sum_workspace_floats(rows, cols, outputs);
+  return Scratch(static_cast<size_t>(n > 0 ? n : 1) * sizeof(float));
+}
 void sum_rows_accum(int64_t rows, int64_t cols, const float* x, float* out) {
-  kernels::sum_rows_accum(rows, cols, x, out, cs());
+  Scratch w = column_workspace(rows, cols, 1);
+  kernels::sum_rows_accum(rows, cols, x, out, w.as<float>(), cs());
+}
+void layernorm_param_grads(int64_t rows, int64_t dim, const float* x, const float* dy, const float* mean,
+                           const float* rstd, float* dgamma, float* dbeta) {
+  Scratch w = column_workspace(rows, dim, 2);
+  kernels::layernorm_param_grads(rows, dim, x, dy, mean, rstd, dgamma, dbeta, w.as<float>(), cs());
 }
 void permute(int rank, const int64_t* x_shape, const int* perm, const float* x, float* y) {
   PD_CHECK(rank >= 1 && rank <= 6, "permute supports rank 1..6, got ", rank);
@@ -140,7 +152,7 @@ void layernorm_forward(int64_t rows, int64_t dim, const float* x, const float* g
 void layernorm_backward(int64_t rows, int64_t dim, const float* x, const float* dy, const float* gamma,
                         const float* save_mean, const float* save_rstd, float* dx, float* dgamma, float* dbeta) {
   if (dx) kernels::layernorm_backward_input(rows, dim, x, dy, gamma, save_mean, save_rstd, dx, cs());
-  kernels::layernorm_param_grads(rows, dim, x, dy, save_mean, save_rstd, dgamma, dbeta, cs());
+  layernorm_param_grads(rows, dim, x, dy, save_mean, save_rstd, dgamma, dbeta);
 }
 
 void softmax_cross_entropy(int64_t rows, int64_t classes, const float* logits, const int32_t* labels,
@@ -244,7 +256,7 @@ void linear_backward_input(int64_t rows, int64_t in, int64_t out, const float* d
 void linear_backward_params_accum(int64_t rows, int64_t in, int64_t out, const float* x, const float* dy, float* dw,
                                   float* db) {
   gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
-  if (db) kernels::sum_rows_accum(rows, out, dy, db, cs());
+  if (db) sum_rows_accum(rows, out, dy, db);
 }
 
 // cuDNN pooling reads x and y in backward; it keeps no argmax.
@@ -307,7 +319,7 @@ void layernorm_backward_input(int64_t rows, int64_t dim, const float* x, const f
 }
 void layernorm_backward_params_accum(int64_t rows, int64_t dim, const float* x, const float* dy, const float* save_mean,
                                      const float* save_rstd, float* dgamma, float* dbeta) {
-  kernels::layernorm_param_grads(rows, dim, x, dy, save_mean, save_rstd, dgamma, dbeta, cs());
+  layernorm_param_grads(rows, dim, x, dy, save_mean, save_rstd, dgamma, dbeta);
 }
 
 // Attention on the GPU: qkv [B, T, 3, H, hd] is permuted to heads-major

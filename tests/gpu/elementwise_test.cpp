@@ -2,7 +2,8 @@
 // Tolerances: relu, add, scale, axpy, bias, permute are exact (one IEEE
 // operation per element, or a copy); GELU atol 1e-6 + rtol 1e-5 (tanhf vs
 // double tanh); dropout masks are compared exactly with the CPU's
-// CounterRng, values with rtol 1e-6; column sums atol 1e-5 + rtol 1e-5.
+// CounterRng, values with rtol 1e-6; column sums atol 1e-5 + rtol 1e-5
+// (atol 2e-3 over up to 100,003 rows).
 #if defined(PIPEDREAM_HAVE_CUDA)  // the whole file needs the CUDA backend
 #include "tests/gpu/gpu_test.h"
 #include "tests/gpu/reference.h"
@@ -100,6 +101,25 @@ TEST_F(CudaElementwise, BiasRowsAndColumnSums) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) wy[r * cols + c] += b[c];
   EXPECT_EQ(host(dx_), wy);
+}
+
+// The two-stage column sums: shapes with one chunk, many chunks, a ragged
+// last chunk and tile, and far more rows than columns (bias gradients).
+TEST_F(CudaElementwise, ColumnSumsOfManyRowsAreCloseAndRepeatable) {
+  const int64_t shapes[][2] = {{8192, 256}, {5000, 77}, {63, 1030}, {1, 5}, {100003, 3}, {4096, 3000}};
+  for (const auto& sh : shapes) {
+    const int64_t rows = sh[0], cols = sh[1];
+    SCOPED_TRACE(::testing::Message() << rows << " x " << cols);
+    auto x = random_floats(rows * cols, 31);
+    Tensor dx_ = on_gpu(x), a = on_gpu(std::vector<float>(cols, 0.5f)), b = on_gpu(std::vector<float>(cols, 0.5f));
+    ops->sum_rows_accum(rows, cols, dx_.f32(), a.f32());
+    ops->sum_rows_accum(rows, cols, dx_.f32(), b.f32());
+    std::vector<double> want(cols, 0.5);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) want[c] += x[r * cols + c];
+    EXPECT_TRUE(close(host(a), want, 2e-3, 1e-4));
+    EXPECT_EQ(host(a), host(b)) << "a fixed summation tree gives the same bits every run";
+  }
 }
 
 TEST_F(CudaElementwise, PermuteSplitsAttentionHeads) {

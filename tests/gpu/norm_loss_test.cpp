@@ -38,6 +38,29 @@ TEST_F(CudaRowOps, LayerNormForwardBackward) {
   }
 }
 
+// gpt-mini's and GPT-2's shapes: 8,192 rows, the parameter gradients as
+// two-stage column sums; same bits when repeated.
+TEST_F(CudaRowOps, LayerNormParamGradsOverManyRows) {
+  for (int64_t dim : {256, 768}) {
+    const int64_t rows = 8192;
+    const float eps = 1e-5f;
+    SCOPED_TRACE(::testing::Message() << "dim " << dim);
+    auto x = random_floats(rows * dim, 11, -3.0f, 2.0f), g = random_floats(dim, 12, 0.5f, 1.5f),
+         b = random_floats(dim, 13), dy = random_floats(rows * dim, 14);
+    Tensor dx_ = on_gpu(x), dg = on_gpu(g), db = on_gpu(b), y = gpu_zeros(x.size()), mean = gpu_zeros(rows),
+           rstd = gpu_zeros(rows), ddy = on_gpu(dy);
+    ops->layernorm_forward(rows, dim, dx_.f32(), dg.f32(), db.f32(), eps, y.f32(), mean.f32(), rstd.f32());
+    Tensor g1 = gpu_zeros(dim), b1 = gpu_zeros(dim), g2 = gpu_zeros(dim), b2 = gpu_zeros(dim);
+    ops->layernorm_backward_params_accum(rows, dim, dx_.f32(), ddy.f32(), mean.f32(), rstd.f32(), g1.f32(), b1.f32());
+    ops->layernorm_backward_params_accum(rows, dim, dx_.f32(), ddy.f32(), mean.f32(), rstd.f32(), g2.f32(), b2.f32());
+    auto gr = ref::layernorm_backward(rows, dim, x, dy, g, eps);
+    EXPECT_TRUE(close(host(g1), gr.dgamma, 3e-3, 1e-4));
+    EXPECT_TRUE(close(host(b1), gr.dbeta, 3e-3, 1e-4));
+    EXPECT_EQ(host(g1), host(g2));
+    EXPECT_EQ(host(b1), host(b2));
+  }
+}
+
 TEST_F(CudaRowOps, SoftmaxCrossEntropyLossAccuracyAndGrad) {
   for (int64_t C : {10, 257, 1000}) {
     const int64_t rows = 50;
