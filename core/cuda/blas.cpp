@@ -2,8 +2,12 @@
 
 #include <limits>
 
+#include <memory>
+
+#include "core/cuda/allocator.h"
 #include "core/cuda/check.h"
 #include "core/cuda/context.h"
+#include "core/cuda/kernels.h"
 
 namespace pd::cuda {
 
@@ -14,6 +18,23 @@ int to_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
+// Elements spanned by a row-major matrix that op() turns into rows x cols.
+int64_t span(bool trans, int64_t rows, int64_t cols, int64_t ld) {
+  const int64_t r = trans ? cols : rows, c = trans ? rows : cols;
+  return r == 0 || c == 0 ? 0 : (r - 1) * ld + c;
+}
+
+// A bf16 copy of n floats (exact under --precision bf16: the layers have
+// rounded every operand), kept alive until the GEMM is queued; the caching
+// allocator orders its reuse on the compute stream.
+struct Bf16Operand {
+  std::shared_ptr<Storage> s;
+  Bf16Operand(const float* x, int64_t n) : s(device_allocator().allocate(static_cast<size_t>(n > 0 ? n : 1) * 2)) {
+    kernels::pack_bf16(n, x, static_cast<uint16_t*>(s->data), context().compute);
+  }
+  const void* get() const { return s->data; }
+};
+
 }  // namespace
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
@@ -22,6 +43,14 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   Context& c = context();
+  if (c.precision == Precision::BF16 && K > 0) {
+    Bf16Operand a(A, span(trans_a, M, K, lda)), b(B, span(trans_b, K, N, ldb));
+    CUBLAS_CHECK(cublasGemmEx(c.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              to_int(N, "N"), to_int(M, "M"), to_int(K, "K"), &alpha, b.get(), CUDA_R_16BF,
+                              to_int(ldb, "ldb"), a.get(), CUDA_R_16BF, to_int(lda, "lda"), &beta, C, CUDA_R_32F,
+                              to_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   CUBLAS_CHECK(cublasSgemm(c.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                            to_int(N, "N"), to_int(M, "M"), to_int(K, "K"), &alpha, B, to_int(ldb, "ldb"), A,
                            to_int(lda, "lda"), &beta, C, to_int(ldc, "ldc")));
@@ -32,6 +61,16 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
                           float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
   if (M == 0 || N == 0 || batch == 0) return;
   Context& c = context();
+  if (c.precision == Precision::BF16 && K > 0) {
+    Bf16Operand a(A, (batch - 1) * stride_a + span(trans_a, M, K, lda)),
+        b(B, (batch - 1) * stride_b + span(trans_b, K, N, ldb));
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        c.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(N, "N"),
+        to_int(M, "M"), to_int(K, "K"), &alpha, b.get(), CUDA_R_16BF, to_int(ldb, "ldb"), stride_b, a.get(),
+        CUDA_R_16BF, to_int(lda, "lda"), stride_a, &beta, C, CUDA_R_32F, to_int(ldc, "ldc"), stride_c,
+        to_int(batch, "batch"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   CUBLAS_CHECK(cublasSgemmStridedBatched(c.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                          trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(N, "N"), to_int(M, "M"),
                                          to_int(K, "K"), &alpha, B, to_int(ldb, "ldb"), stride_b, A,

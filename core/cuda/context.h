@@ -27,6 +27,11 @@ struct Context {
   Precision precision = Precision::FP32;  // DeviceOps::set_precision
 };
 
+// Tensor-core math for FP32-stored operands: with --allow-tf32, and under
+// --precision bf16, where every GEMM/convolution operand is a bf16 value
+// and TF32's 10-bit mantissa holds it exactly (products unchanged).
+inline bool tensor_math(const Context& c) { return c.allow_tf32 || c.precision == Precision::BF16; }
+
 // The initialised context; throws if initialize_backend() was not called.
 Context& context();
 inline cudaStream_t compute_stream() { return context().compute; }

@@ -111,6 +111,9 @@ const Perf* pick(const std::vector<Perf>& perfs, int count, bool deterministic, 
     if (deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
     if (!tf32 && (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
       continue;
+    // Down-conversion may mean FP16, which rounds a bf16 value's exponent
+    // range away: never under TF32 math alone.
+    if (p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
     return &p;
   }
   return nullptr;
@@ -119,20 +122,21 @@ const Perf* pick(const std::vector<Perf>& perfs, int count, bool deterministic, 
 ConvPlan& plan_for(const Conv2dGeometry& g) {
   Context& c = context();
   PlanKey key{g.batch, g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w, g.stride, g.padding,
-              c.deterministic, c.allow_tf32};
+              c.deterministic, tensor_math(c)};
   std::lock_guard<std::mutex> lock(g_plans_mu);
   auto it = g_plans.find(key);
   if (it != g_plans.end()) return *it->second;
   auto plan = std::make_unique<ConvPlan>(g);
   ConvPlan& p = *plan;
-  cudnnMathType_t math = c.allow_tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  const bool tf32 = tensor_math(c);
+  cudnnMathType_t math = tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
   CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.d, math));
   int n = 0;
   {
     std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(c.cudnn, p.x.d, p.w.d, p.conv.d, p.y.d,
                                                        static_cast<int>(perfs.size()), &n, perfs.data()));
-    const auto* best = pick(perfs, n, c.deterministic, c.allow_tf32);
+    const auto* best = pick(perfs, n, c.deterministic, tf32);
     PD_CHECK(best, "cuDNN offers no usable forward convolution algorithm for this shape");
     p.fwd = best->algo;
     p.fwd_math = best->mathType;
@@ -142,7 +146,7 @@ ConvPlan& plan_for(const Conv2dGeometry& g) {
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(c.cudnn, p.w.d, p.y.d, p.conv.d, p.x.d,
                                                             static_cast<int>(perfs.size()), &n, perfs.data()));
-    const auto* best = pick(perfs, n, c.deterministic, c.allow_tf32);
+    const auto* best = pick(perfs, n, c.deterministic, tf32);
     PD_CHECK(best, "cuDNN offers no usable backward-data convolution algorithm for this shape");
     p.bwd_data = best->algo;
     p.bwd_data_math = best->mathType;
@@ -152,7 +156,7 @@ ConvPlan& plan_for(const Conv2dGeometry& g) {
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.cudnn, p.x.d, p.y.d, p.conv.d, p.w.d,
                                                               static_cast<int>(perfs.size()), &n, perfs.data()));
-    const auto* best = pick(perfs, n, c.deterministic, c.allow_tf32);
+    const auto* best = pick(perfs, n, c.deterministic, tf32);
     PD_CHECK(best, "cuDNN offers no usable backward-filter convolution algorithm for this shape");
     p.bwd_filter = best->algo;
     p.bwd_filter_math = best->mathType;
@@ -160,7 +164,7 @@ ConvPlan& plan_for(const Conv2dGeometry& g) {
   }
   // CUDNN_DEFAULT_MATH permits TF32 on Ampere and later: without TF32 every
   // algorithm runs in FMA (true FP32) math.
-  if (!c.allow_tf32) p.fwd_math = p.bwd_data_math = p.bwd_filter_math = CUDNN_FMA_MATH;
+  if (!tf32) p.fwd_math = p.bwd_data_math = p.bwd_filter_math = CUDNN_FMA_MATH;
   // The heuristics' memory figure is advisory; ask for the exact sizes.
   CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.d, p.fwd_math));
   CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(c.cudnn, p.x.d, p.w.d, p.conv.d, p.y.d, p.fwd, &p.fwd_ws));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/cuda/allocator.h"
+#include "core/cuda/backend.h"
 #include "core/cuda/blas.h"
 #include "core/cuda/check.h"
 #include "core/cuda/column_sum.h"
@@ -397,7 +398,7 @@ DeviceOps make_table() {
   o.name = "cuda";
   o.synchronize = &synchronize;
   o.set_deterministic = [](bool on) { context().deterministic = on; };
-  o.set_precision = [](Precision p) { context().precision = p; };
+  o.set_precision = &set_precision;
   o.event_record = &event_record;
   o.event_elapsed_ms = &event_elapsed_ms;
   o.event_release = &event_release;

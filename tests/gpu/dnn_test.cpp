@@ -6,6 +6,7 @@
 //   batch norm: atol 1e-4 + rtol 1e-3 (variance of 2048 values per channel).
 #if defined(PIPEDREAM_HAVE_CUDA)  // the whole file needs the CUDA backend
 #include "core/cuda/dnn.h"
+#include "core/precision.h"
 #include "tests/gpu/gpu_test.h"
 #include "tests/gpu/reference.h"
 
@@ -62,6 +63,35 @@ TEST_F(CudaConv, ForwardAndBackwardMatchReferenceForStridesAndPadding) {
     EXPECT_TRUE(close(host(dw), grads.dw, 2e-3, 1e-3));
     EXPECT_TRUE(close(host(db), grads.db, 2e-3, 1e-3));
   }
+}
+
+// --precision bf16 runs convolutions in TF32 math, exact on bf16-valued
+// operands: the FP32 reference's tolerance still holds, with the
+// deterministic algorithms (what --precision bf16 runs use for staged
+// pipelines) giving the same bits twice.
+TEST_F(CudaConv, Bf16PrecisionOnBfloatOperandsKeepsFp32Results) {
+  ops->set_precision(Precision::BF16);
+  ops->set_deterministic(true);
+  Conv2dGeometry g = geometry(1, 1);
+  ConvData d = conv_data(g);
+  for (auto* v : {&d.x, &d.w, &d.dy})
+    for (float& e : *v) e = round_to_bf16(e);
+  Tensor x = on_gpu(d.x), w = on_gpu(d.w), b = on_gpu(d.b), dy = on_gpu(d.dy);
+  Tensor y = gpu_zeros(d.dy.size()), y2 = gpu_zeros(d.dy.size()), dx = gpu_zeros(d.x.size()),
+         dw = gpu_zeros(d.w.size()), db = gpu_zeros(d.b.size());
+  ops->conv2d_forward(g, x.f32(), w.f32(), b.f32(), y.f32());
+  ops->conv2d_forward(g, x.f32(), w.f32(), b.f32(), y2.f32());
+  ops->conv2d_backward_data(g, w.f32(), dy.f32(), dx.f32());
+  ops->conv2d_backward_params_accum(g, x.f32(), dy.f32(), dw.f32(), db.f32());
+  ops->set_precision(Precision::FP32);
+  ops->set_deterministic(false);
+  auto want_y = ref::conv2d_forward(g, d.x, d.w, d.b);
+  auto grads = ref::conv2d_backward(g, d.x, d.w, d.dy);
+  EXPECT_TRUE(close(host(y), want_y, 2e-3, 1e-3));
+  EXPECT_EQ(host(y), host(y2));
+  EXPECT_TRUE(close(host(dx), grads.dx, 2e-3, 1e-3));
+  EXPECT_TRUE(close(host(dw), grads.dw, 2e-3, 1e-3));
+  EXPECT_TRUE(close(host(db), grads.db, 2e-3, 1e-3));
 }
 
 TEST_F(CudaConv, NoBiasLeavesOutputUnbiased) {
