@@ -129,13 +129,21 @@ ConvPlan& plan_for(const Conv2dGeometry& g) {
   auto plan = std::make_unique<ConvPlan>(g);
   ConvPlan& p = *plan;
   const bool tf32 = tensor_math(c);
+  // Without --deterministic, time the algorithms on this GPU (cudnnFind*) and
+  // take the fastest; with it, the heuristics' ranked list, so that every
+  // process of a run picks the same algorithm whatever its timings.
+  const bool measure = !c.deterministic;
   cudnnMathType_t math = tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
   CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.d, math));
   int n = 0;
   {
     std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(c.cudnn, p.x.d, p.w.d, p.conv.d, p.y.d,
+    if (measure)
+      CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(c.cudnn, p.x.d, p.w.d, p.conv.d, p.y.d,
                                                        static_cast<int>(perfs.size()), &n, perfs.data()));
+    else
+      CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(c.cudnn, p.x.d, p.w.d, p.conv.d, p.y.d,
+                                                         static_cast<int>(perfs.size()), &n, perfs.data()));
     const auto* best = pick(perfs, n, c.deterministic, tf32);
     PD_CHECK(best, "cuDNN offers no usable forward convolution algorithm for this shape");
     p.fwd = best->algo;
@@ -144,8 +152,12 @@ ConvPlan& plan_for(const Conv2dGeometry& g) {
   }
   {
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(c.cudnn, p.w.d, p.y.d, p.conv.d, p.x.d,
+    if (measure)
+      CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(c.cudnn, p.w.d, p.y.d, p.conv.d, p.x.d,
                                                             static_cast<int>(perfs.size()), &n, perfs.data()));
+    else
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(c.cudnn, p.w.d, p.y.d, p.conv.d, p.x.d,
+                                                              static_cast<int>(perfs.size()), &n, perfs.data()));
     const auto* best = pick(perfs, n, c.deterministic, tf32);
     PD_CHECK(best, "cuDNN offers no usable backward-data convolution algorithm for this shape");
     p.bwd_data = best->algo;
@@ -154,8 +166,12 @@ ConvPlan& plan_for(const Conv2dGeometry& g) {
   }
   {
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.cudnn, p.x.d, p.y.d, p.conv.d, p.w.d,
+    if (measure)
+      CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(c.cudnn, p.x.d, p.y.d, p.conv.d, p.w.d,
                                                               static_cast<int>(perfs.size()), &n, perfs.data()));
+    else
+      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.cudnn, p.x.d, p.y.d, p.conv.d, p.w.d,
+                                                                static_cast<int>(perfs.size()), &n, perfs.data()));
     const auto* best = pick(perfs, n, c.deterministic, tf32);
     PD_CHECK(best, "cuDNN offers no usable backward-filter convolution algorithm for this shape");
     p.bwd_filter = best->algo;
