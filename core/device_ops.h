@@ -278,6 +278,16 @@ struct DeviceOps {
   void (*adam_step)(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                     bool decoupled, int64_t step_count, float* p, const float* grad, float* m,
                     float* v) = nullptr;
+  // The same updates, bit for bit, on `count` tensors at once (a few
+  // launches on CUDA instead of one per tensor). sizes[i] elements of
+  // params[i], grads[i] and the state tensors; bufs null when momentum == 0.
+  // Null on the CPU (core/optimizer.cpp loops on the host).
+  void (*sgd_step_multi)(int64_t count, const int64_t* sizes, float* const* params, const float* const* grads,
+                         float* const* bufs, float lr, float momentum, float weight_decay,
+                         bool nesterov) = nullptr;
+  void (*adam_step_multi)(int64_t count, const int64_t* sizes, float* const* params, const float* const* grads,
+                          float* const* m, float* const* v, float lr, float beta1, float beta2, float eps,
+                          float weight_decay, bool decoupled, int64_t step_count) = nullptr;
 };
 
 namespace detail {

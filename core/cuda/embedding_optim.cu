@@ -3,6 +3,7 @@
 
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.cuh"
+#include "core/cuda/optim_math.cuh"
 
 namespace pd::cuda::kernels {
 
@@ -45,39 +46,12 @@ __global__ void embedding_pos_grad_kernel(int64_t batch, int64_t T, int64_t dim,
   }
 }
 
-__global__ void sgd_kernel(int64_t n, float lr, float momentum, float wd, bool nesterov, float* p,
-                           const float* grad, float* buf) {
-  PD_GRID_STRIDE(i, n) {
-    float g = grad[i];
-    if (wd != 0.0f) g += wd * p[i];
-    if (momentum != 0.0f) {
-      float b = momentum * buf[i] + g;
-      buf[i] = b;
-      g = nesterov ? g + momentum * b : b;
-    }
-    p[i] -= lr * g;
-  }
+__global__ void sgd_kernel(int64_t n, SgdRule r, float* p, const float* grad, float* buf) {
+  PD_GRID_STRIDE(i, n) sgd_element(r, p, grad, buf, i);
 }
 
-__global__ void adam_kernel(int64_t n, float lr, float beta1, float beta2, float eps, float wd, bool decoupled,
-                            float bias_c1, float bias_c2, float* p, const float* grad, float* m, float* v) {
-  PD_GRID_STRIDE(i, n) {
-    float g = grad[i];
-    float w = p[i];
-    if (wd != 0.0f) {
-      if (decoupled)
-        w *= 1.0f - lr * wd;
-      else
-        g += wd * w;
-    }
-    float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = mi / bias_c1;
-    float vhat = vi / bias_c2;
-    p[i] = w - lr * mhat / (sqrtf(vhat) + eps);
-  }
+__global__ void adam_kernel(int64_t n, AdamRule r, float* p, const float* grad, float* m, float* v) {
+  PD_GRID_STRIDE(i, n) adam_element(r, p, grad, m, v, i);
 }
 
 }  // namespace
@@ -109,15 +83,15 @@ void embedding_position_grad(int64_t batch, int64_t T, int64_t dim, const float*
 void sgd_step(int64_t n, float lr, float momentum, float weight_decay, bool nesterov, float* p, const float* grad,
               float* buf, cudaStream_t s) {
   if (n == 0) return;
-  sgd_kernel<<<grid_for(n), kThreads, 0, s>>>(n, lr, momentum, weight_decay, nesterov, p, grad, buf);
+  sgd_kernel<<<grid_for(n), kThreads, 0, s>>>(n, SgdRule{lr, momentum, weight_decay, nesterov}, p, grad, buf);
   CUDA_CHECK_LAUNCH();
 }
 
 void adam_step(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, bool decoupled,
                float bias_c1, float bias_c2, float* p, const float* grad, float* m, float* v, cudaStream_t s) {
   if (n == 0) return;
-  adam_kernel<<<grid_for(n), kThreads, 0, s>>>(n, lr, beta1, beta2, eps, weight_decay, decoupled, bias_c1,
-                                               bias_c2, p, grad, m, v);
+  adam_kernel<<<grid_for(n), kThreads, 0, s>>>(
+      n, AdamRule{lr, beta1, beta2, eps, weight_decay, decoupled, bias_c1, bias_c2}, p, grad, m, v);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -74,5 +74,12 @@ void sgd_step(int64_t n, float lr, float momentum, float weight_decay, bool nest
 void adam_step(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                bool decoupled, float bias_c1, float bias_c2, float* p, const float* grad, float* m,
                float* v, cudaStream_t s);
+// The same updates over `count` tensors in ceil(count / 48) launches (multi_tensor.cu).
+void sgd_step_multi(int64_t count, const int64_t* sizes, float* const* params, const float* const* grads,
+                    float* const* bufs, float lr, float momentum, float weight_decay, bool nesterov,
+                    cudaStream_t s);
+void adam_step_multi(int64_t count, const int64_t* sizes, float* const* params, const float* const* grads,
+                     float* const* m, float* const* v, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, bool decoupled, float bias_c1, float bias_c2, cudaStream_t s);
 
 }  // namespace pd::cuda::kernels

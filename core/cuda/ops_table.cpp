@@ -393,6 +393,22 @@ void adam_step(int64_t n, float lr, float beta1, float beta2, float eps, float w
   kernels::adam_step(n, lr, beta1, beta2, eps, weight_decay, decoupled, c1, c2, p, grad, m, v, cs());
 }
 
+void sgd_step_multi(int64_t count, const int64_t* sizes, float* const* params, const float* const* grads,
+                    float* const* bufs, float lr, float momentum, float weight_decay, bool nesterov) {
+  PD_CHECK(momentum == 0.0f || bufs, "sgd with momentum needs momentum buffers");
+  kernels::sgd_step_multi(count, sizes, params, grads, bufs, lr, momentum, weight_decay, nesterov, cs());
+}
+
+void adam_step_multi(int64_t count, const int64_t* sizes, float* const* params, const float* const* grads,
+                     float* const* m, float* const* v, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, bool decoupled, int64_t step_count) {
+  PD_CHECK(step_count >= 1, "adam step count is 1-based");
+  float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step_count)));
+  float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step_count)));
+  kernels::adam_step_multi(count, sizes, params, grads, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, c1, c2,
+                           cs());
+}
+
 DeviceOps make_table() {
   DeviceOps o;
   o.name = "cuda";
@@ -434,6 +450,8 @@ DeviceOps make_table() {
   o.scale = &scale;
   o.axpy = &axpy;
   o.round_bf16 = &round_bf16;
+  o.sgd_step_multi = &sgd_step_multi;
+  o.adam_step_multi = &adam_step_multi;
   o.gelu_forward = &gelu_forward;
   o.gelu_backward = &gelu_backward;
   o.dropout_forward = &dropout_forward;

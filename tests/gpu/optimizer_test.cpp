@@ -69,6 +69,59 @@ TEST_F(CudaOptimizer, AdamAndAdamW) {
   }
 }
 
+// The multi-tensor entries are the per-tensor updates in fewer launches:
+// the same bits for 100 tensors of mixed sizes (more than one launch's
+// worth, empty and one-element tensors among them).
+TEST_F(CudaOptimizer, MultiTensorStepsEqualPerTensorStepsBitForBit) {
+  std::vector<int64_t> sizes;
+  for (int k = 0; k < 100; ++k) sizes.push_back(k % 10 == 0 ? 0 : k % 7 == 0 ? 1 : (k * 977) % 20000 + 3);
+  sizes.push_back(300000);
+  const size_t count = sizes.size();
+  struct Set {
+    std::vector<Tensor> p, g, a, b;
+  };
+  auto make = [&](uint32_t key) {
+    Set s;
+    for (size_t k = 0; k < count; ++k) {
+      const size_t n = static_cast<size_t>(sizes[k]);
+      s.p.push_back(on_gpu(random_floats(n, key + 4 * k)));
+      s.g.push_back(on_gpu(random_floats(n, key + 4 * k + 1)));
+      s.a.push_back(on_gpu(random_floats(n, key + 4 * k + 2, 0.0f, 0.1f)));
+      s.b.push_back(on_gpu(random_floats(n, key + 4 * k + 3, 0.0f, 0.1f)));
+    }
+    return s;
+  };
+  auto ptrs = [](std::vector<Tensor>& v) {
+    std::vector<float*> r;
+    for (Tensor& t : v) r.push_back(t.f32());
+    return r;
+  };
+  for (int rule = 0; rule < 4; ++rule) {
+    Set one = make(1000), many = make(1000);
+    std::vector<float*> p = ptrs(many.p), a = ptrs(many.a), b = ptrs(many.b), gm = ptrs(many.g);
+    std::vector<const float*> g(gm.begin(), gm.end());
+    for (size_t k = 0; k < count; ++k) {
+      if (rule < 2)
+        ops->sgd_step(sizes[k], 0.1f, 0.9f, 0.01f, rule == 1, one.p[k].f32(), one.g[k].f32(), one.a[k].f32());
+      else
+        ops->adam_step(sizes[k], 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, rule == 3, 5, one.p[k].f32(), one.g[k].f32(),
+                       one.a[k].f32(), one.b[k].f32());
+    }
+    if (rule < 2)
+      ops->sgd_step_multi(static_cast<int64_t>(count), sizes.data(), p.data(), g.data(), a.data(), 0.1f, 0.9f, 0.01f,
+                          rule == 1);
+    else
+      ops->adam_step_multi(static_cast<int64_t>(count), sizes.data(), p.data(), g.data(), a.data(), b.data(), 1e-3f,
+                           0.9f, 0.999f, 1e-8f, 0.01f, rule == 3, 5);
+    for (size_t k = 0; k < count; ++k) {
+      if (sizes[k] == 0) continue;
+      ASSERT_EQ(host(one.p[k]), host(many.p[k])) << "rule " << rule << " tensor " << k;
+      ASSERT_EQ(host(one.a[k]), host(many.a[k])) << "rule " << rule << " tensor " << k;
+      if (rule >= 2) ASSERT_EQ(host(one.b[k]), host(many.b[k])) << "rule " << rule << " tensor " << k;
+    }
+  }
+}
+
 }  // namespace pd::gputest
 
 #endif  // PIPEDREAM_HAVE_CUDA
