@@ -210,7 +210,7 @@ class GraphBuilder {
                                            &n, &e.workspace),
                   "cudnnBackendGetAttribute", cat(plan->what(), ", CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE"));
             e.info = cat(name_, ": ", mode_name, " config ", i, " of ", got, ", engine ", engine_index(raw[i]),
-                         ", workspace ", e.workspace, " bytes");
+                         ", workspace ", e.workspace, " bytes, cuDNN runtime ", cudnnGetVersion());
             e.plan = std::move(plan);
             e.parts = std::move(keep_);
             e.parts.push_back(std::move(graph));
@@ -423,11 +423,11 @@ std::shared_ptr<PlanEntry> plan_for(const AttentionShape& s, FusedPass pass, boo
     }
   }
   if (!e->plan) {
-    e->info = problem;
+    e->info = cat(problem, " [cuDNN runtime ", cudnnGetVersion(), "]");
     std::fprintf(stderr,
                  "pipedream: cuDNN fused attention unavailable for %s (%s), using the unfused attention kernels: "
                  "%s\n",
-                 describe_shape(s).c_str(), pass == FusedPass::Forward ? "forward" : "backward", problem.c_str());
+                 describe_shape(s).c_str(), pass == FusedPass::Forward ? "forward" : "backward", e->info.c_str());
   }
   g_plans.emplace(key, e);
   return e;
