@@ -68,6 +68,14 @@ enum Uid : int64_t {
   kFirstVirtual = 100,
 };
 
+// What a graph is built for: plans on the process's GPU, or (graph_only)
+// just the finalised operation graph, which needs no GPU - the check that
+// every descriptor is well-formed (fused_attention_graph_errors).
+struct Target {
+  cudnnHandle_t handle = nullptr;
+  bool graph_only = false;
+};
+
 // A built plan (or the reason there is none) and what keeps it alive.
 struct PlanEntry {
   std::vector<std::unique_ptr<Desc>> parts;  // tensors, operations, graph, engine config
@@ -164,13 +172,17 @@ class GraphBuilder {
   // Finalises the graph and keeps the first engine configuration of
   // cuDNN's heuristics (mode A, then the fallback list) whose plan builds.
   // Throws RuntimeFailure listing every refusal.
-  PlanEntry build(cudnnHandle_t handle) {
+  PlanEntry build(Target target) {
     PlanEntry e;
     auto graph = std::make_unique<Desc>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, cat(name_, " operation graph"));
     PD_SET(*graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops_.size()),
            ops_.data());
-    PD_SET(*graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    if (target.handle) PD_SET(*graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &target.handle);
     graph->finalize();
+    if (target.graph_only) {
+      e.info = cat(name_, ": operation graph of ", ops_.size(), " operations finalised");
+      return e;
+    }
     std::string refusals;
     for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
       const char* mode_name = mode == CUDNN_HEUR_MODE_A ? "heuristics mode A" : "heuristics fallback";
@@ -198,11 +210,17 @@ class GraphBuilder {
         check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                        count, &got, raw.data()),
               "cudnnBackendGetAttribute", cat(heur.what(), ", CUDNN_ATTR_ENGINEHEUR_RESULTS"));
+        if (got <= 0) {
+          char last[1024] = {0};
+          cudnnGetLastErrorString(last, sizeof last);
+          refusals += cat("\n  ", mode_name, ": ", count, " engine configurations counted, ", got, " returned",
+                          last[0] ? cat(" (", last, ")") : std::string());
+        }
         for (int64_t i = 0; i < got && i < count; ++i) {
           try {
             auto plan = std::make_unique<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
                                                cat(name_, " execution plan (", mode_name, " config ", i, ")"));
-            PD_SET(*plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+            PD_SET(*plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &target.handle);
             PD_SET(*plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw[i]);
             plan->finalize();
             int64_t n = 0;
@@ -268,14 +286,27 @@ class GraphBuilder {
   std::vector<cudnnBackendDescriptor_t> ops_;
 };
 
+// Two spellings of the same graph, tried in order: the one cudnn-frontend
+// 1.x lowers its SDPA nodes to for cuDNN 9 (INT32 indices; in the backward
+// the mask applied after subtracting the stats), and the one of NVIDIA's
+// earlier backend-API flash-attention sample (FP32 indices; mask first).
+struct GraphForm {
+  const char* name;
+  cudnnDataType_t index_type;
+  bool mask_before_stats;
+};
+constexpr GraphForm kGraphForms[] = {{"frontend form", CUDNN_DATA_INT32, false},
+                                     {"sample form", CUDNN_DATA_FLOAT, true}};
+
 // Keeps entries where row >= column of a [B, H, T, T] score tensor and puts
 // -inf elsewhere (top-left aligned causal mask), as gen-index + compare +
 // select - the form cuDNN's flash engines recognise.
-cudnnBackendDescriptor_t causal_mask(GraphBuilder& g, const AttentionShape& s, cudnnBackendDescriptor_t scores,
-                                     cudnnBackendDescriptor_t neg_inf, const char* label) {
+cudnnBackendDescriptor_t causal_mask(GraphBuilder& g, const GraphForm& form, const AttentionShape& s,
+                                     cudnnBackendDescriptor_t scores, cudnnBackendDescriptor_t neg_inf,
+                                     const char* label) {
   const View4 sv = scores_view(s);
-  auto row = g.virt(CUDNN_DATA_INT32, sv, "row index");
-  auto col = g.virt(CUDNN_DATA_INT32, sv, "column index");
+  auto row = g.virt(form.index_type, sv, "row index");
+  auto col = g.virt(form.index_type, sv, "column index");
   auto keep = g.virt(CUDNN_DATA_BOOLEAN, sv, "causal keep");
   auto masked = g.virt(CUDNN_DATA_FLOAT, sv, label);
   g.pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, scores, nullptr, nullptr, row, "gen row index", 2);
@@ -286,9 +317,9 @@ cudnnBackendDescriptor_t causal_mask(GraphBuilder& g, const AttentionShape& s, c
 }
 
 // O = softmax(causal(scale Q Kᵀ)) V; stats = max + log(sum exp) per row.
-PlanEntry build_forward(const AttentionShape& s, cudnnHandle_t handle) {
+PlanEntry build_forward(const AttentionShape& s, const GraphForm& form, Target target) {
   GraphBuilder g(cat("fused attention forward [batch ", s.batch, ", T ", s.T, ", heads ", s.heads, ", head_dim ",
-                     s.head_dim, "]"));
+                     s.head_dim, "] (", form.name, ")"));
   const View4 sv = scores_view(s), rv = row_stats_view(s);
   auto q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, qkv_part_view(s, 0), "Q");
   auto kt = g.tensor(kK, CUDNN_DATA_BFLOAT16, transposed(qkv_part_view(s, 1)), "K transposed");
@@ -302,7 +333,7 @@ PlanEntry build_forward(const AttentionShape& s, cudnnHandle_t handle) {
   g.matmul(q, kt, s1, "bmm1 Q Kt");
   auto s2 = g.virt(CUDNN_DATA_FLOAT, sv, "scaled scores");
   g.binary(CUDNN_POINTWISE_MUL, s1, scale, s2, "attn scale");
-  auto s3 = causal_mask(g, s, s2, neg_inf, "masked scores");
+  auto s3 = causal_mask(g, form, s, s2, neg_inf, "masked scores");
   auto max = g.virt(CUDNN_DATA_FLOAT, rv, "row max");
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, s3, max, "softmax max");
   auto centred = g.virt(CUDNN_DATA_FLOAT, sv, "scores - max");
@@ -317,16 +348,16 @@ PlanEntry build_forward(const AttentionShape& s, cudnnHandle_t handle) {
   auto p = g.virt(CUDNN_DATA_BFLOAT16, sv, "P");  // bmm2's A operand in the I/O type
   g.binary(CUDNN_POINTWISE_DIV, e, sum, p, "softmax div");
   g.matmul(p, v, o, "bmm2 P V");
-  return g.build(handle);
+  return g.build(target);
 }
 
 // dQ, dK, dV from dO, recomputing P from Q, K and the forward's stats.
 // deterministic: dQ is written by its matmul directly (cuDNN's dP-workspace
 // variant, no atomics); otherwise through an FP32 accumulator the kernel
 // adds into from several thread blocks, then an identity to bf16.
-PlanEntry build_backward(const AttentionShape& s, bool deterministic, cudnnHandle_t handle) {
+PlanEntry build_backward(const AttentionShape& s, bool deterministic, const GraphForm& form, Target target) {
   GraphBuilder g(cat("fused attention backward [batch ", s.batch, ", T ", s.T, ", heads ", s.heads, ", head_dim ",
-                     s.head_dim, deterministic ? ", deterministic" : "", "]"));
+                     s.head_dim, deterministic ? ", deterministic" : "", "] (", form.name, ")"));
   const View4 sv = scores_view(s), rv = row_stats_view(s);
   View4 pt = transposed(sv);
   auto q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, qkv_part_view(s, 0), "Q");
@@ -357,9 +388,15 @@ PlanEntry build_backward(const AttentionShape& s, bool deterministic, cudnnHandl
   g.matmul(q, kt, s1, "matmul Q Kt");
   auto s2 = g.virt(CUDNN_DATA_FLOAT, sv, "scaled scores");
   g.binary(CUDNN_POINTWISE_MUL, s1, scale, s2, "attn scale");
-  auto s3 = g.virt(CUDNN_DATA_FLOAT, sv, "scores - stats");
-  g.binary(CUDNN_POINTWISE_SUB, s2, stats, s3, "sub stats");
-  auto s4 = causal_mask(g, s, s3, neg_inf, "masked scores");
+  auto s4 = g.virt(CUDNN_DATA_FLOAT, sv, "scores - stats");
+  if (form.mask_before_stats) {
+    auto s3 = causal_mask(g, form, s, s2, neg_inf, "masked scores");
+    g.binary(CUDNN_POINTWISE_SUB, s3, stats, s4, "sub stats");
+  } else {
+    auto s3 = g.virt(CUDNN_DATA_FLOAT, sv, "scores - stats (unmasked)");
+    g.binary(CUDNN_POINTWISE_SUB, s2, stats, s3, "sub stats");
+    s4 = causal_mask(g, form, s, s3, neg_inf, "masked scores - stats");
+  }
   auto p = g.virt(CUDNN_DATA_FLOAT, sv, "P");
   g.unary(CUDNN_POINTWISE_EXP, s4, p, "exp");
 
@@ -393,7 +430,7 @@ PlanEntry build_backward(const AttentionShape& s, bool deterministic, cudnnHandl
     g.matmul(ds, k, dq_accum, "matmul dS K");
     g.unary(CUDNN_POINTWISE_IDENTITY, dq_accum, dq, "identity dQ");
   }
-  return g.build(handle);
+  return g.build(target);
 }
 
 // --- plan cache ---
@@ -415,13 +452,17 @@ std::shared_ptr<PlanEntry> plan_for(const AttentionShape& s, FusedPass pass, boo
   auto e = std::make_shared<PlanEntry>();
   std::string problem = fused_attention_shape_problem(s);
   if (problem.empty()) {
-    try {
-      cudnnHandle_t h = context().cudnn;
-      *e = pass == FusedPass::Forward ? build_forward(s, h) : build_backward(s, key.deterministic, h);
-    } catch (const std::exception& f) {
-      problem = f.what();
+    for (const GraphForm& form : kGraphForms) {
+      try {
+        const Target gpu{context().cudnn, false};
+        *e = pass == FusedPass::Forward ? build_forward(s, form, gpu) : build_backward(s, key.deterministic, form, gpu);
+        break;
+      } catch (const std::exception& f) {
+        problem += cat(problem.empty() ? "" : "\n", f.what());
+      }
     }
   }
+  if (e->plan && !problem.empty()) e->info += cat("; an earlier graph form was refused: ", problem);
   if (!e->plan) {
     e->info = cat(problem, " [cuDNN runtime ", cudnnGetVersion(), "]");
     std::fprintf(stderr,
@@ -468,6 +509,12 @@ void execute(const PlanEntry& p, const std::vector<std::pair<int64_t, void*>>& b
 
 float softmax_scale(int64_t head_dim) { return 1.0f / std::sqrt(static_cast<float>(head_dim)); }
 
+// What masked scores are set to: -inf, except before cuDNN 9.1, whose
+// kernels wanted the lowest finite float (as cudnn-frontend does).
+float mask_value() {
+  return cudnnGetVersion() < 91000 ? std::numeric_limits<float>::lowest() : -std::numeric_limits<float>::infinity();
+}
+
 }  // namespace
 
 bool fused_attention_supported(int64_t batch, int64_t T, int64_t heads, int64_t head_dim) {
@@ -485,7 +532,7 @@ void fused_attention_forward(int64_t batch, int64_t T, int64_t heads, int64_t he
   Buffer qkv16(static_cast<size_t>(n_qkv) * 2), o16(static_cast<size_t>(n_att) * 2);
   kernels::pack_bf16(n_qkv, qkv, qkv16.as<uint16_t>(), st);
   uint16_t* base = qkv16.as<uint16_t>();
-  float scale = softmax_scale(head_dim), neg_inf = -std::numeric_limits<float>::infinity();
+  float scale = softmax_scale(head_dim), neg_inf = mask_value();
   execute(*p, {{kQ, base + qkv_part_view(s, 0).offset},
               {kK, base + qkv_part_view(s, 1).offset},
               {kV, base + qkv_part_view(s, 2).offset},
@@ -515,7 +562,7 @@ void fused_attention_backward(int64_t batch, int64_t T, int64_t heads, int64_t h
   if (!det) CUDA_CHECK(cudaMemsetAsync(dq_accum.as<void>(), 0, static_cast<size_t>(n_att) * sizeof(float), st));
   uint16_t* in = qkv16.as<uint16_t>();
   uint16_t* out = dqkv16.as<uint16_t>();
-  float scale = softmax_scale(head_dim), neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f;
+  float scale = softmax_scale(head_dim), neg_inf = mask_value(), one = 1.0f;
   std::vector<std::pair<int64_t, void*>> bindings = {
       {kQ, in + qkv_part_view(s, 0).offset},   {kK, in + qkv_part_view(s, 1).offset},
       {kV, in + qkv_part_view(s, 2).offset},   {kO, o16.as<uint16_t>()},
@@ -527,6 +574,25 @@ void fused_attention_backward(int64_t batch, int64_t T, int64_t heads, int64_t h
   if (!det) bindings.push_back({kDQAccum, dq_accum.as<float>()});
   execute(*p, bindings);
   kernels::unpack_bf16(n_qkv, out, dqkv, st);
+}
+
+std::vector<std::string> fused_attention_graph_errors(int64_t batch, int64_t T, int64_t heads, int64_t head_dim) {
+  const AttentionShape s{batch, T, heads, head_dim};
+  std::vector<std::string> errors;
+  for (const GraphForm& form : kGraphForms)
+    for (int graph = 0; graph < 3; ++graph) {
+      try {
+        const Target none{nullptr, true};
+        if (graph == 0)
+          build_forward(s, form, none);
+        else
+          build_backward(s, graph == 2, form, none);
+        errors.emplace_back();
+      } catch (const std::exception& f) {
+        errors.emplace_back(f.what());
+      }
+    }
+  return errors;
 }
 
 size_t fused_attention_plan_count() {
@@ -561,6 +627,9 @@ void fused_attention_forward(int64_t, int64_t, int64_t, int64_t, const float*, f
 void fused_attention_backward(int64_t, int64_t, int64_t, int64_t, const float*, const float*, const float*,
                               const float*, float*) {
   throw RuntimeFailure("fused attention needs cuDNN, and this build has none");
+}
+std::vector<std::string> fused_attention_graph_errors(int64_t, int64_t, int64_t, int64_t) {
+  return {"this build has no cuDNN"};
 }
 size_t fused_attention_plan_count() { return 0; }
 std::string fused_attention_plan_info(int64_t, int64_t, int64_t, int64_t, bool, bool) { return {}; }

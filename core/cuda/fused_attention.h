@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pd::cuda {
 
@@ -43,5 +44,13 @@ size_t fused_attention_plan_count();
 std::string fused_attention_plan_info(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, bool backward,
                                       bool deterministic);
 void clear_fused_attention_plans();
+
+// Builds the operation graphs of a shape - forward, backward and
+// deterministic backward, in each graph form tried - up to the finalised
+// operation graph, which needs no GPU, and returns one string per graph:
+// empty when every descriptor finalised, else the cuDNN error naming the
+// descriptor and attribute. Engine selection is not checked (that needs
+// the GPU). For tests on machines without one.
+std::vector<std::string> fused_attention_graph_errors(int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
 
 }  // namespace pd::cuda

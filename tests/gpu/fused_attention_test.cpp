@@ -143,6 +143,22 @@ class FusedAttention : public GpuTest {
   }
 };
 
+// Needs cuDNN but no GPU: every tensor and operation descriptor of the
+// forward, backward and deterministic backward graphs, and the operation
+// graphs themselves, finalise for the shapes the models use (engine
+// selection and execution are the GPU tests below).
+TEST(FusedAttentionGraphs, EveryDescriptorFinalisesWithoutAGpu) {
+#if !defined(PIPEDREAM_HAVE_CUDNN)
+  GTEST_SKIP() << "built without cuDNN";
+#endif
+  for (const Shape4& s : {Shape4{8, 128, 4, 64}, Shape4{64, 128, 4, 64}, Shape4{8, 1024, 12, 64},
+                          Shape4{3, 100, 2, 32}}) {
+    const std::vector<std::string> errors = cuda::fused_attention_graph_errors(s.B, s.T, s.H, s.hd);
+    ASSERT_EQ(errors.size(), 6u) << "3 graphs in each of 2 forms";
+    for (const std::string& e : errors) EXPECT_EQ(e, "") << s;
+  }
+}
+
 TEST_F(FusedAttention, GptMiniShapeBatch8MatchesComposition) { expect_matches_composition({8, 128, 4, 64}); }
 
 TEST_F(FusedAttention, GptMiniShapeBatch64MatchesComposition) { expect_matches_composition({64, 128, 4, 64}); }
