@@ -9,8 +9,9 @@
 // Tolerances are bf16's: the fused kernels round P and dS to bf16 before
 // their second products and return bf16 outputs (unit roundoff 2^-9), so
 // results are compared by relative L2 error (<= 1.5e-2) and largest
-// error against the largest reference value (<= 5e-2); the softmax
-// statistics are FP32 and compared at 2e-3.
+// error against the largest reference value (<= 5e-2), twice that for a
+// whole transformer block; the softmax statistics are FP32 and compared
+// at 2e-3.
 #if defined(PIPEDREAM_HAVE_CUDA)  // the whole file needs the CUDA backend
 #include <algorithm>
 #include <cmath>
@@ -44,7 +45,7 @@ std::vector<float> bf16_floats(size_t n, uint32_t key, float lo = -1.0f, float h
 
 // Relative L2 error and largest error relative to the largest reference value.
 ::testing::AssertionResult bf16_close(const std::vector<float>& got, const std::vector<float>& want,
-                                      const std::string& what) {
+                                      const std::string& what, double l2_tol = 1.5e-2, double max_tol = 5e-2) {
   if (got.size() != want.size()) return ::testing::AssertionFailure() << what << ": size mismatch";
   double err2 = 0, ref2 = 0, max_err = 0, max_ref = 0;
   size_t worst = 0;
@@ -60,7 +61,7 @@ std::vector<float> bf16_floats(size_t n, uint32_t key, float lo = -1.0f, float h
   }
   const double rel_l2 = std::sqrt(err2 / std::max(ref2, 1e-30));
   const double rel_max = max_err / std::max(max_ref, 1e-30);
-  if (rel_l2 <= 1.5e-2 && rel_max <= 5e-2) return ::testing::AssertionSuccess();
+  if (rel_l2 <= l2_tol && rel_max <= max_tol) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << what << ": relative L2 error " << rel_l2 << ", largest error " << max_err
                                        << " at [" << worst << "] (got " << got[worst] << ", want " << want[worst]
                                        << ") against largest |want| " << max_ref;
@@ -267,10 +268,13 @@ TEST_F(FusedAttention, TransformerBlockUnderBf16MatchesFp32) {
     loss_fp += static_cast<double>(fp.y[i]) * dyh[i];
   }
   EXPECT_NEAR(loss_bf, loss_fp, 1e-2 * std::max(1.0, std::fabs(loss_fp)));
-  EXPECT_TRUE(bf16_close(bf.y, fp.y, "y"));
-  EXPECT_TRUE(bf16_close(bf.dx, fp.dx, "dx"));
+  // Twice the kernel tolerances: under --precision bf16 the block's other
+  // matrix operands are rounded to bf16 too.
+  EXPECT_TRUE(bf16_close(bf.y, fp.y, "y", 3e-2, 1e-1));
+  EXPECT_TRUE(bf16_close(bf.dx, fp.dx, "dx", 3e-2, 1e-1));
   const std::vector<ParamSpec> specs = block->param_specs();
-  for (size_t i = 0; i < bf.grads.size(); ++i) EXPECT_TRUE(bf16_close(bf.grads[i], fp.grads[i], specs[i].name));
+  for (size_t i = 0; i < bf.grads.size(); ++i)
+    EXPECT_TRUE(bf16_close(bf.grads[i], fp.grads[i], specs[i].name, 3e-2, 1e-1));
 }
 
 }  // namespace
