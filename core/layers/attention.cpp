@@ -21,6 +21,8 @@ bool use_fused_attention(const DeviceOps& ops, Precision precision, int64_t B, i
 }
 
 // What forward saved in ctx.saved[2]: stats [B, H, T] (fused) or probs [B, H, T, T].
+// The stats stay FP32 whatever the precision: the fused backward recomputes
+// probs as exp(scores - stats), so a rounded stat would scale a whole row.
 bool saved_fused_stats(const Tensor& probs_or_stats) { return probs_or_stats.ndim() == 3; }
 
 // Init: GPT-2 style, weights N(0, 0.02) (proj drawing after qkv), biases 0.
