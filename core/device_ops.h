@@ -254,6 +254,27 @@ struct DeviceOps {
   void (*attention_backward)(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
                              const float* probs, const float* datt, float* dqkv) = nullptr;
 
+  // --- fused causal attention (CUDA with cuDNN; null on the CPU) ---
+  // The same maths and layouts as attention_forward/backward, in one
+  // flash-attention kernel each way that never materialises probs: q, k, v
+  // (and att, datt in backward) are rounded to bf16, products accumulate
+  // and the softmax runs in FP32, att and dqkv come back as bf16 values.
+  // stats [batch, heads, T] FP32 = log-sum-exp of each row of the scaled,
+  // masked scores, written by forward and read by backward in place of
+  // probs. Used by the layers under --precision bf16 only.
+  // fused_attention_supported: whether this shape runs (cuDNN can build
+  // plans for it under the current set_deterministic); false, and a line on
+  // stderr once per shape, when it cannot - callers then use attention_*.
+  bool (*fused_attention_supported)(int64_t batch, int64_t T, int64_t heads, int64_t head_dim) = nullptr;
+  void (*fused_attention_forward)(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
+                                  float* att, float* stats) = nullptr;
+  // dqkv (every element overwritten) from datt; att is forward's output.
+  // Bitwise reproducible only under set_deterministic(true) (cuDNN's
+  // deterministic backward); the forward always is.
+  void (*fused_attention_backward)(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
+                                   const float* att, const float* stats, const float* datt,
+                                   float* dqkv) = nullptr;
+
   // --- embedding: tokens int32 [batch, T] (host or device pointer noted) ---
   // y[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]. Throws RuntimeFailure
   // (after synchronising) on a token outside [0, vocab).

@@ -11,6 +11,7 @@
 #include "core/cuda/column_sum.h"
 #include "core/cuda/context.h"
 #include "core/cuda/dnn.h"
+#include "core/cuda/fused_attention.h"
 #include "core/cuda/kernels.h"
 #include "core/device_ops.h"
 
@@ -465,6 +466,9 @@ DeviceOps make_table() {
   o.layernorm_backward_params_accum = &layernorm_backward_params_accum;
   o.attention_forward = &attention_forward;
   o.attention_backward = &attention_backward;
+  o.fused_attention_supported = &fused_attention_supported;
+  o.fused_attention_forward = &fused_attention_forward;
+  o.fused_attention_backward = &fused_attention_backward;
   o.softmax_cross_entropy = &softmax_cross_entropy;
   o.causal_softmax_forward = &causal_softmax_forward;
   o.causal_softmax_backward = &causal_softmax_backward;

@@ -8,6 +8,23 @@ namespace pd {
 
 namespace {
 
+// Fused attention (DeviceOps::fused_attention_*): under --precision bf16,
+// where the backend has it and supports the shape, the attention core runs
+// as one flash-attention kernel each way and the layer saves the softmax's
+// per-row log-sum-exp [B, H, T] instead of probs [B, H, T, T]. FP32, the
+// CPU, and shapes the backend refuses keep attention_forward/backward.
+bool use_fused_attention(const DeviceOps& ops, Precision precision, int64_t B, int64_t T, int64_t heads,
+                         int64_t head_dim) {
+  return precision == Precision::BF16 && B * T > 0 && ops.fused_attention_supported &&
+         ops.fused_attention_forward && ops.fused_attention_backward &&
+         ops.fused_attention_supported(B, T, heads, head_dim);
+}
+
+// What forward saved in ctx.saved[2]: stats [B, H, T] (fused) or probs [B, H, T, T].
+// The stats stay FP32 whatever the precision: the fused backward recomputes
+// probs as exp(scores - stats), so a rounded stat would scale a whole row.
+bool saved_fused_stats(const Tensor& probs_or_stats) { return probs_or_stats.ndim() == 3; }
+
 // Init: GPT-2 style, weights N(0, 0.02) (proj drawing after qkv), biases 0.
 class CausalSelfAttention : public SplitBackwardLayer {
  public:
@@ -34,20 +51,25 @@ class CausalSelfAttention : public SplitBackwardLayer {
   }
 
   // y = proj(attention(qkv(x))). Saves {x, qkv, probs, att}: qkv
-  // [B, T, 3, H, hd], the softmax probabilities [B, H, T, T] and the
-  // pre-projection output att [B, T, D].
+  // [B, T, 3, H, hd], the softmax probabilities [B, H, T, T] (or, fused,
+  // their row statistics [B, H, T]) and the pre-projection output att [B, T, D].
   Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const override {
     check_input(x);
-    const int64_t B = x.dim(0), T = x.dim(1), rows = B * T;
+    const int64_t B = x.dim(0), T = x.dim(1), rows = B * T, hd = dim_ / heads_;
     const Device dev = x.device();
     const DeviceOps& ops = device_ops(dev);
+    const bool fused = use_fused_attention(ops, a.step.precision, B, T, heads_, hd);
     Tensor qkv = Tensor::empty({B, T, 3 * dim_}, DType::F32, dev);
-    Tensor probs = Tensor::empty({B, heads_, T, T}, DType::F32, dev);
+    Tensor probs = fused ? Tensor::empty({B, heads_, T}, DType::F32, dev)
+                         : Tensor::empty({B, heads_, T, T}, DType::F32, dev);
     Tensor att = Tensor::empty({B, T, dim_}, DType::F32, dev);
     Tensor y = Tensor::empty({B, T, dim_}, DType::F32, dev);
     if (rows > 0) {
       ops.linear_forward(rows, dim_, 3 * dim_, x.f32(), a.params[0].f32(), a.params[1].f32(), qkv.f32());
-      ops.attention_forward(B, T, heads_, dim_ / heads_, qkv.f32(), probs.f32(), att.f32());
+      if (fused)
+        ops.fused_attention_forward(B, T, heads_, hd, qkv.f32(), att.f32(), probs.f32());
+      else
+        ops.attention_forward(B, T, heads_, hd, qkv.f32(), probs.f32(), att.f32());
       ops.linear_forward(rows, dim_, dim_, att.f32(), a.params[2].f32(), a.params[3].f32(), y.f32());
     }
     ctx.saved = {x, qkv, probs, att};
@@ -67,7 +89,11 @@ class CausalSelfAttention : public SplitBackwardLayer {
     Tensor dx = a.need_input_grad ? Tensor::empty(x.shape(), DType::F32, dev) : Tensor();
     if (rows > 0) {
       ops.linear_backward_input(rows, dim_, dim_, dy.f32(), a.params[2].f32(), datt.f32());
-      ops.attention_backward(B, T, heads_, dim_ / heads_, qkv.f32(), probs.f32(), datt.f32(), dqkv.f32());
+      if (saved_fused_stats(probs))
+        ops.fused_attention_backward(B, T, heads_, dim_ / heads_, qkv.f32(), att.f32(), probs.f32(), datt.f32(),
+                                     dqkv.f32());
+      else
+        ops.attention_backward(B, T, heads_, dim_ / heads_, qkv.f32(), probs.f32(), datt.f32(), dqkv.f32());
       if (dx.defined()) ops.linear_backward_input(rows, dim_, 3 * dim_, dqkv.f32(), a.params[0].f32(), dx.f32());
     }
     ctx.saved = {x, att, dy, dqkv};
