@@ -20,6 +20,7 @@
 #include <chrono>
 #include <ctime>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,9 +30,11 @@
 #include "bench/suites.h"
 #include "core/build_info.h"
 #include "core/cpu/gemm.h"
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/loss.h"
 #include "core/optimizer.h"
+#include "core/precision_names.h"
 #include "core/rng.h"
 #include "models/layer_range.h"
 #include "models/model.h"
@@ -66,6 +69,8 @@ struct CoreOptions {
   int64_t batch = 0;  // 0: each workload's own batch
   bool deterministic = false;
   std::string model, model_options;  // --model: time this model instead of the workloads
+  std::string precision_flag = "fp32";
+  Precision precision = Precision::FP32;  // parsed from precision_flag
 };
 
 std::vector<CoreWorkload> select_workloads(const std::string& list) {
@@ -148,7 +153,8 @@ nlohmann::json run_workload(const Model& m, const CoreWorkload& w, const CoreOpt
     const double c0 = process_cpu_ms();
     const auto t0 = std::chrono::steady_clock::now();
     grads.zero_params();
-    StepInfo step{.training = true, .seed = o.seed, .layer_index = 0, .minibatch_id = static_cast<uint64_t>(s)};
+    StepInfo step{.training = true, .seed = o.seed, .layer_index = 0, .minibatch_id = static_cast<uint64_t>(s),
+                  .precision = o.precision};
     RangeContext ctx;
     const Tensor logits = forward_layers(m, weights, 0, last, b.inputs, step, ctx);
     const LossResult r = softmax_cross_entropy(logits, b.labels, true);
@@ -169,6 +175,7 @@ nlohmann::json run_workload(const Model& m, const CoreWorkload& w, const CoreOpt
           {"batch", w.batch},
           {"threads", o.threads},
           {"device", device.str()},
+          {"precision", to_string(o.precision)},
           {"parameters", m.parameter_count()},
           {"warmup", o.warmup},
           {"steps", o.steps},
@@ -179,17 +186,28 @@ nlohmann::json run_workload(const Model& m, const CoreWorkload& w, const CoreOpt
           {"final_loss", loss}};
 }
 
+void run_core_with(const CoreOptions& o);
+
 void run_core(const CoreOptions& o) {
   if (o.threads < 1) throw UserError(cat("--threads must be at least 1, got ", o.threads));
   if (o.warmup < 0) throw UserError(cat("--warmup must not be negative, got ", o.warmup));
   if (o.steps < 1) throw UserError(cat("--steps must be at least 1, got ", o.steps));
   if (o.batch < 0) throw UserError(cat("--batch must be positive (or 0 for each workload's own), got ", o.batch));
+  const std::optional<Precision> precision = parse_precision(o.precision_flag);
+  if (!precision) throw UserError(cat("--precision ", o.precision_flag, ": use fp32 or bf16"));
+  CoreOptions opts = o;
+  opts.precision = *precision;
+  run_core_with(opts);
+}
+
+void run_core_with(const CoreOptions& o) {
   if (!o.model.empty()) {
     // Any model: the same step, one line; "workload" is the model's name,
     // "model" / "model_options" what was asked for.
     if (o.batch == 0) throw UserError("--model needs --batch B");
     const Model m = resolve_model(o.model, "", o.model_options);
     const Device device = open_compute_device(o.device, o.deterministic);
+    device_ops(device).set_precision(o.precision);
     cpu::set_compute_threads(o.threads);
     nlohmann::json line = run_workload(m, {m.name, o.batch}, o, device);
     line["model"] = o.model;
@@ -202,6 +220,7 @@ void run_core(const CoreOptions& o) {
   if (o.batch > 0)
     for (CoreWorkload& w : selected) w.batch = o.batch;
   const Device device = open_compute_device(o.device, o.deterministic);
+  device_ops(device).set_precision(o.precision);
   cpu::set_compute_threads(o.threads);
   for (const CoreWorkload& w : selected)
     std::cout << run_workload(resolve_model(w.name), w, o, device).dump() << std::endl;
@@ -226,6 +245,7 @@ void add_core_suite(CLI::App& app) {
   cmd->add_option("--batch", o->batch, "batch size for every selected workload (default: each workload's own)");
   cmd->add_flag("--deterministic", o->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
   cmd->add_option("--seed", o->seed, "seed of the initial weights and synthetic data")->capture_default_str();
+  cmd->add_option("--precision", o->precision_flag, "fp32 | bf16 (mixed precision)")->capture_default_str();
   cmd->callback([o] { run_core(*o); });
 }
 

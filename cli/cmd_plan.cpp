@@ -192,6 +192,10 @@ void run_plan(const PlanArgs& a) {
   options.activation_compression_ratio = a.compression;
   options.max_antichain_states = a.max_states;
   Profile profile = read_profile(a.profile);
+  // The precision is the profile's: a bf16 profile's sizes are bf16's.
+  if (profile.precision == Precision::BF16)
+    std::fprintf(stderr, "%s was measured with --precision bf16: activations and messages planned at 2 bytes an element; "
+                "run the plan with --precision bf16\n", a.profile.c_str());
   Plan plan;
   if (a.schedule == "auto") {
     if (a.closed_form) throw UserError("--schedule auto replays every candidate: drop --closed-form");

@@ -25,6 +25,7 @@ struct ProfileArgs {
   double min_time = 10;  // seconds; see --min-time
   uint64_t seed = 0;
   std::vector<int> microbatches;
+  std::string precision = "fp32";
 };
 
 double mb(uint64_t bytes) { return double(bytes) / 1e6; }
@@ -144,6 +145,7 @@ void run_profile(const ProfileArgs& a) {
   o.iters = a.iters;
   o.min_seconds = a.min_time;
   o.seed = a.seed;
+  o.precision = parse_precision_flag(a.precision);
   o.optimizer.kind = parse_optimizer_flag(a.optimizer);
   o.optimizer.momentum = o.optimizer.kind == OptimizerKind::sgd ? 0.9f : 0.0f;
   o.microbatches = a.microbatches;
@@ -164,8 +166,9 @@ void run_profile(const ProfileArgs& a) {
   }
   line.finish();
 
-  std::printf("%s, batch %d, %s, %s, %d threads, median of %d iterations (%s) after %d warm-up\n", p.model.c_str(),
-              p.batch_size, p.device.c_str(), p.dtype.c_str(), p.threads, p.measured_iterations,
+  std::printf("%s, batch %d, %s, %s%s, %d threads, median of %d iterations (%s) after %d warm-up\n", p.model.c_str(),
+              p.batch_size, p.device.c_str(), p.dtype.c_str(),
+              p.precision == Precision::BF16 ? " (bf16 mixed precision: bf16 sizes)" : "", p.threads, p.measured_iterations,
               seconds_text(p.measured_seconds).c_str(), p.warmup_iterations);
   print_table(p, details);
   print_microbatch_times(p);
@@ -194,6 +197,9 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--optimizer", a->optimizer, "Optimizer whose state bytes are recorded: sgd (momentum) | adam | adamw")
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of weights and synthetic inputs")->capture_default_str();
+  cmd->add_option("--precision", a->precision,
+                  "fp32 | bf16 (layers run with bf16's rounding points; activation and message sizes in bf16)")
+      ->capture_default_str();
   cmd->add_option("--microbatches", a->microbatches,
                   "Also measure each layer at batch / M for these M (e.g. 4,8): a flush schedule's microbatches, "
                   "which simulate then costs as measured instead of a linear share of the batch")

@@ -58,6 +58,8 @@ struct RunArgs {
   bool evaluate = true, reference = false, progress = false, straight = false;
   std::string device = "cpu", transport = "staged";
   bool deterministic = false;
+  Precision precision = Precision::FP32;  // --precision, parsed
+  std::string precision_flag = "fp32";
 };
 
 // Every way the plan can disagree with the model, as a UserError.
@@ -232,6 +234,7 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
     throw UserError(cat("a step takes ", s.samples_per_step(), " samples, more than the training set's ", train_size));
   if (!s.schedule_lists) s.schedule.minibatches = a.epochs > 0 ? a.epochs * per_epoch : a.minibatches;
   s.seed = a.seed;
+  s.precision = a.precision;
   s.loader_threads = a.loader_threads >= 0 ? a.loader_threads
                                            : default_loader_threads(Device::parse(a.device).is_cpu() ? a.threads : 1);
   s.optimizer = a.optimizer;
@@ -407,7 +410,7 @@ void run_command(const RunArgs& a) {
     std::fprintf(stderr, "profiling %s (%s, %s)...\n", model.name.c_str(), what.c_str(),
                  device.is_cpu() ? cat(a.threads, " thread", a.threads > 1 ? "s" : "", " per worker").c_str()
                                  : device.str().c_str());
-    const Profile profile = measure_layer_profile(model, profiled, a.threads, a.optimizer, device);
+    const Profile profile = measure_layer_profile(model, profiled, a.threads, a.optimizer, device, a.precision);
     const int cores = int(std::thread::hardware_concurrency());
     // interleaved-1f1b: --workers workers run --virtual-stages stages each,
     // one worker per stage.
@@ -577,8 +580,12 @@ void add_run_command(CLI::App& app) {
                   "nccl (device to device; all-reduce not in rank order)")
       ->capture_default_str();
   cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
+  cmd->add_option("--precision", a->precision_flag,
+                  "fp32 | bf16 (mixed precision: bf16 operands, activations and messages; FP32 master weights)")
+      ->capture_default_str();
   cmd->callback([a, cmd] {
     RunArgs args = *a;
+    args.precision = parse_precision_flag(args.precision_flag);
     args.optimizer.kind = parse_optimizer_flag(args.optimizer_flag);
     args.lr.kind = parse_lr_schedule_flag(args.lr_schedule);
     refuse_ignored_optimizer_flags(*cmd, args.optimizer.kind, args.lr.kind);

@@ -142,6 +142,8 @@ void run_simulate(const SimulateArgs& a) {
   }
   if (!a.profile.empty()) {
     const Profile profile = read_profile(a.profile);
+    if (profile.precision == Precision::BF16)
+      std::fprintf(stderr, "%s was measured with --precision bf16: sizes at 2 bytes an element\n", a.profile.c_str());
     // An edited plan's layer names are as stale as its costs: both come
     // from the profile again before the two are compared.
     stale = refresh_stale_plan(plan, &profile);

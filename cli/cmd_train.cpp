@@ -31,6 +31,7 @@ struct TrainArgs {
   std::vector<std::string> init;  // --init: start from these weights
   std::string device = "cpu";
   bool deterministic = false;
+  std::string precision = "fp32";  // parsed into train.precision
 };
 
 // Metrics lines every `log_every` steps (and the last), evaluations always;
@@ -76,11 +77,12 @@ void run_train(const TrainArgs& a) {
   o.loader_threads = a.loader_threads >= 0 ? a.loader_threads
                                            : default_loader_threads(o.device.is_cpu() ? cpu::compute_threads() : 1);
 
-  std::fprintf(stderr, "training %s (%lld parameters) on %s: %lld samples, batch %lld, %lld steps, %s lr %g, %s\n",
+  std::fprintf(stderr, "training %s (%lld parameters) on %s: %lld samples, batch %lld, %lld steps, %s lr %g, %s%s\n",
                model.name.c_str(), static_cast<long long>(model.parameter_count()), a.data.c_str(),
                static_cast<long long>(data.train->size()), static_cast<long long>(o.batch),
                static_cast<long long>(steps), to_string(o.optimizer.kind), o.optimizer.lr,
-               o.device.is_cpu() ? cat(cpu::compute_threads(), " threads").c_str() : o.device.str().c_str());
+               o.device.is_cpu() ? cat(cpu::compute_threads(), " threads").c_str() : o.device.str().c_str(),
+               o.precision == Precision::BF16 ? ", bf16" : "");
   if (!init.empty()) std::fprintf(stderr, "starting from --init weights (%zu tensors)\n", init.size());
   MetricsWriter metrics(a.metrics);
   ProgressBar bar(steps);
@@ -180,8 +182,12 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("!--no-eval", t.evaluate, "Skip test-set evaluation");
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
   cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
+  cmd->add_option("--precision", a->precision,
+                  "fp32 | bf16 (mixed precision: bf16 operands and activations, FP32 master weights and sums)")
+      ->capture_default_str();
   cmd->callback([a, cmd] {
     TrainArgs args = *a;
+    args.train.precision = parse_precision_flag(args.precision);
     args.train.optimizer.kind = parse_optimizer_flag(args.optimizer);
     args.train.schedule.kind = parse_lr_schedule_flag(args.lr_schedule);
     refuse_ignored_optimizer_flags(*cmd, args.train.optimizer.kind, args.train.schedule.kind);

@@ -9,6 +9,7 @@
 
 #include "core/checked.h"
 #include "core/cpu/gemm.h"
+#include "core/precision_names.h"
 #include "planner/plan.h"
 #include "planner/topology.h"
 
@@ -220,6 +221,11 @@ void refuse_ignored_optimizer_flags(const CLI::App& command, OptimizerKind optim
 OptimizerKind parse_optimizer_flag(const std::string& text) {
   if (std::optional<OptimizerKind> kind = parse_optimizer_kind(text)) return *kind;
   throw UserError(cat("--optimizer ", text, ": use sgd, adam or adamw"));
+}
+
+Precision parse_precision_flag(const std::string& text) {
+  if (std::optional<Precision> p = parse_precision(text)) return *p;
+  throw UserError(cat("--precision ", text, ": use fp32 or bf16"));
 }
 
 LrScheduleKind parse_lr_schedule_flag(const std::string& text) {

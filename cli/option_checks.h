@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/optimizer.h"
+#include "core/precision.h"
 
 namespace pd {
 struct Plan;
@@ -45,6 +46,8 @@ void refuse_ignored_optimizer_flags(const CLI::App& command, OptimizerKind optim
 // spellings for any other text.
 OptimizerKind parse_optimizer_flag(const std::string& text);
 LrScheduleKind parse_lr_schedule_flag(const std::string& text);
+// The value of --precision (fp32 | bf16); UserError naming the flag otherwise.
+Precision parse_precision_flag(const std::string& text);
 
 // An output file named by `flag`: UserError when `path` is a folder or its
 // folder does not exist, so that the mistake shows before any work. Empty

@@ -1,5 +1,6 @@
 #include "models/layer_range.h"
 
+#include "core/bf16_rounding.h"
 #include "core/error.h"
 
 namespace pd {
@@ -16,12 +17,17 @@ Tensor forward_layers(const Model& m, const ParameterStore& w, int first, int la
   ctx.layers.assign(static_cast<size_t>(last - first + 1), LayerContext{});
   // Inputs come from the data loader or a transport on the host; the layers
   // compute where the weights are.
-  Tensor h = x.device() == w.device() ? x : x.to(w.device());
+  // Under bf16 (core/bf16_rounding.h) the range's input, every layer's
+  // weights and every layer's output are bf16 values.
+  const Precision p = step.precision;
+  Tensor h = rounded_copy_if_bf16(p, x.device() == w.device() ? x : x.to(w.device()));
+  std::vector<Tensor> rounded;
   for (int i = first; i <= last; ++i) {
-    ForwardArgs a{w.params(i), w.buffers(i), step};
+    ForwardArgs a{operand_params(p, w.params(i), rounded), w.buffers(i), step};
     a.step.layer_index = static_cast<uint32_t>(i);
     LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
     h = m.layer(i).forward(a, h, c);
+    round_in_place_if_bf16(p, h);
     if (!step.training) c.clear();
   }
   return h;
@@ -35,14 +41,18 @@ Tensor backward_pass(const Model& m, const ParameterStore& w, ParameterStore& gr
                      bool input_only) {
   PD_CHECK(ctx.layers.size() == static_cast<size_t>(last - first + 1), "backward without a matching forward");
   PD_CHECK(grads.holds(first) && grads.holds(last), "gradient store does not hold the range");
-  Tensor g = dy.device() == w.device() ? dy : dy.to(w.device());
+  // Under bf16 the incoming gradient, the weights and every input gradient are bf16 values.
+  const Precision p = step.precision;
+  Tensor g = rounded_copy_if_bf16(p, dy.device() == w.device() ? dy : dy.to(w.device()));
   const int lowest = need_input_grad ? first : first_layer_with_params(m, first, last);
+  std::vector<Tensor> rounded;
   for (int i = last; i >= lowest; --i) {
-    BackwardArgs a{w.params(i), grads.params(i), step, need_input_grad || i > lowest};
+    BackwardArgs a{operand_params(p, w.params(i), rounded), grads.params(i), step, need_input_grad || i > lowest};
     a.step.layer_index = static_cast<uint32_t>(i);
     LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
     const Layer& l = m.layer(i);
     g = input_only ? l.backward_input(a, g, c) : l.backward(a, g, c);
+    round_in_place_if_bf16(p, g);
     if (!input_only || !l.splits_backward()) c.clear();
   }
   return need_input_grad ? g : Tensor{};
@@ -67,7 +77,8 @@ void backward_weights_layers(const Model& m, const ParameterStore& w, ParameterS
   PD_CHECK(ctx.layers.size() == static_cast<size_t>(last - first + 1), "weight backward without its input backward");
   for (int i = last; i >= first; --i) {
     if (!m.layer(i).splits_backward()) continue;
-    BackwardArgs a{w.params(i), grads.params(i), step, false};
+    std::vector<Tensor> rounded;
+    BackwardArgs a{operand_params(step.precision, w.params(i), rounded), grads.params(i), step, false};
     a.step.layer_index = static_cast<uint32_t>(i);
     m.layer(i).backward_weights(a, ctx.layers[static_cast<size_t>(i - first)]);
   }

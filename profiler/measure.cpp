@@ -7,7 +7,9 @@
 #include <optional>
 #include <thread>
 
+#include "core/bf16_rounding.h"
 #include "core/cpu/gemm.h"
+#include "core/device_ops.h"
 #include "core/cuda_plugin.h"
 #include "core/error.h"
 #include "core/loss.h"
@@ -122,15 +124,19 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
   t.forward_ms.resize(static_cast<size_t>(n));
   t.backward_ms.resize(static_cast<size_t>(n));
   std::vector<LayerContext> ctx(static_cast<size_t>(n));
-  Tensor h = b.inputs;
+  // bf16: the rounding points of forward_layers / backward_layers, timed with their layer.
+  const Precision precision = step.precision;
+  std::vector<Tensor> rounded;
+  Tensor h = rounded_copy_if_bf16(precision, b.inputs);
   Allocator& allocator = allocator_for(b.inputs.device());
   Clock::time_point start = now_synced();
   for (int i = 0; i < n; ++i) {
-    ForwardArgs a{w.params(i), w.buffers(i), step};
-    a.step.layer_index = static_cast<uint32_t>(i);
     std::optional<WorkspaceMeter> meter;
     if (facts) meter.emplace(allocator);
+    ForwardArgs a{operand_params(precision, w.params(i), rounded), w.buffers(i), step};
+    a.step.layer_index = static_cast<uint32_t>(i);
     h = m.layer(i).forward(a, h, ctx[static_cast<size_t>(i)]);
+    round_in_place_if_bf16(precision, h);
     Clock::time_point end = now_synced();
     t.forward_ms[static_cast<size_t>(i)] = ms_between(start, end);
     if (facts) (*facts)[static_cast<size_t>(i)] = {h.nbytes(), ctx[static_cast<size_t>(i)].saved_bytes(), meter->bytes()};
@@ -138,7 +144,7 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
   }
   // The loss belongs to the last stage's backward: it starts when the
   // logits are there and produces the gradient the last layer consumes.
-  Tensor g = softmax_cross_entropy(h, b.labels, true).grad;
+  Tensor g = rounded_copy_if_bf16(precision, softmax_cross_entropy(h, b.labels, true).grad);
   h = Tensor{};
   // As in backward_layers on a first stage: no layer below the lowest one
   // with parameters runs backward, and that one computes no input gradient.
@@ -149,12 +155,13 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
       t.backward_ms[static_cast<size_t>(i)] = 0.0;
       continue;
     }
-    BackwardArgs a{w.params(i), grads.params(i), step, i > lowest};
-    a.step.layer_index = static_cast<uint32_t>(i);
     std::optional<WorkspaceMeter> meter;
     const uint64_t received = g.nbytes();  // the gradient it receives is working memory too
     if (facts) meter.emplace(allocator);
+    BackwardArgs a{operand_params(precision, w.params(i), rounded), grads.params(i), step, i > lowest};
+    a.step.layer_index = static_cast<uint32_t>(i);
     g = m.layer(i).backward(a, g, ctx[static_cast<size_t>(i)]);
+    round_in_place_if_bf16(precision, g);
     if (facts) {
       uint64_t& ws = (*facts)[static_cast<size_t>(i)].workspace_bytes;
       ws = std::max(ws, received + meter->bytes());
@@ -199,10 +206,12 @@ struct IterationTimes {
 };
 
 IterationTimes time_iteration(const Model& m, const ParameterStore& w, ParameterStore& grads, const SyntheticBatch& b,
-                              uint64_t seed, int it, std::vector<LayerFacts>* facts, UnitClock* units) {
+                              uint64_t seed, Precision precision, int it, std::vector<LayerFacts>* facts,
+                              UnitClock* units) {
   StepInfo step;
   step.training = true;
   step.seed = seed;
+  step.precision = precision;
   step.minibatch_id = static_cast<uint64_t>(it);
   IterationTimes t;
   for (int k = 0; k < 2; ++k) {
@@ -310,6 +319,19 @@ Profile unit_profile(Profile layers, const ModelGraph& g, const Samples& s, cons
 
 namespace {
 
+// bf16: activations travel and are kept as bf16, 2 bytes an element where
+// the measurement counted 4 (outputs and saved tensors are F32 tensors of
+// bf16 values; the few FP32 statistics and int32 indices a layer saves are
+// counted at half too, a small overestimate of the saving).
+void record_precision(Profile& p, Precision precision) {
+  p.precision = precision;
+  if (precision == Precision::FP32) return;
+  for (ProfileNode& node : p.nodes) {
+    node.output_bytes /= 2;
+    node.activation_bytes /= 2;
+  }
+}
+
 // One batch size, o.microbatches ignored.
 Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDetails* details) {
   PD_CHECK(model.size() > 0, "model ", model.name, " has no layers");
@@ -320,6 +342,7 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
   const int n = model.size();
   if (o.device.is_cuda()) initialize_cuda_device(o.device.index);
   g_timed_device = o.device;
+  device_ops(o.device).set_precision(o.precision);
   ParameterStore w = ParameterStore::create(model, o.seed, o.device);
   ParameterStore grads = w.zeros_like_params();
   SyntheticBatch batch = make_batch(model, o.batch, o.seed);
@@ -346,7 +369,7 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
     const bool measured = it >= o.warmup;
     if (it == o.warmup) measuring_since = Clock::now();
     UnitClock* clock = units ? &*units : nullptr;
-    const IterationTimes t = time_iteration(model, w, grads, batch, o.seed, it, it == 0 ? &facts : nullptr, clock);
+    const IterationTimes t = time_iteration(model, w, grads, batch, o.seed, o.precision, it, it == 0 ? &facts : nullptr, clock);
     if (clock && it == 0) unit_saved_bytes = clock->saved_bytes;
     ProfileProgress p;
     p.batch = o.batch;
@@ -417,6 +440,7 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
     p = unit_profile(std::move(p), *model.graph, samples, unit_saved_bytes, slots);
     for (ProfileNode& node : p.nodes) node.optimizer_ms = optimizer_share(node.parameter_bytes);
   }
+  record_precision(p, o.precision);
   return p;
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "core/tensor.h"
 #include "models/model.h"
 #include "profiler/profile.h"
@@ -43,6 +44,10 @@ struct ProfileOptions {
   // seconds repeat. 0: exactly `iters` iterations.
   double min_seconds = 0;
   uint64_t seed = 0;
+  // --precision: bf16 runs every layer with the rounding points training
+  // uses, and the profile records bf16 sizes (2 bytes an element) for the
+  // activations sent and saved.
+  Precision precision = Precision::FP32;
   // Also measure every layer at batch / M for each M here (M >= 2 dividing
   // the batch), after the batch itself: the microbatches of a flush schedule
   // with M per batch, recorded as the nodes' at_batch times, which

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/precision.h"
+
 namespace pd {
 
 // A node's times at a smaller batch than the profile's (a flush schedule's
@@ -50,6 +52,9 @@ struct Profile {
   ProfileSource source_kind = ProfileSource::json;
   std::string sha256;       // of the file's bytes
   std::string model, device = "cpu", dtype = "f32";
+  // The precision the layers ran in ("precision" in the JSON, absent for
+  // fp32): under bf16 output_bytes and activation_bytes count 2 bytes an element.
+  Precision precision = Precision::FP32;
   int batch_size = 0, threads = 1;
   double step_forward_backward_ms = 0;
   // How the times were measured (0 = not recorded, e.g. graph.txt): warm-up

@@ -11,8 +11,9 @@
 namespace pd {
 
 Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const OptimizerConfig& optimizer,
-                              Device device) {
+                              Device device, Precision precision) {
   ProfileOptions o;
+  o.precision = precision;
   o.batch = batch;
   o.device = device;
   o.threads = threads;

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/loss.h"
+#include "runtime/wire_format.h"
 
 namespace pd {
 
@@ -193,7 +194,7 @@ void StageExecutor::execute(const Action& a) {
     case ActionKind::RecvActivation: {
       auto it = recvs_.find({false, key});
       Pending& p = pending_[key];
-      p.input = it->second.tensor();
+      p.input = unpack_from_wire(it->second.tensor());
       p.meta = it->second.meta();
       recvs_.erase(it);
       if (!is_flush(schedule_.options().kind) && schedule_.options().policy == WeightPolicy::Vertical) {
@@ -207,7 +208,7 @@ void StageExecutor::execute(const Action& a) {
     }
     case ActionKind::RecvGradient: {
       auto it = recvs_.find({true, key});
-      pending_[key].grad_in = it->second.tensor();
+      pending_[key].grad_in = unpack_from_wire(it->second.tensor());
       recvs_.erase(it);
       break;
     }
@@ -216,14 +217,14 @@ void StageExecutor::execute(const Action& a) {
     case ActionKind::BackwardWeight: backward_weight(a); break;
     case ActionKind::SendActivation: {
       Pending& p = pending_.at(key);
-      sends_.push_back(transport_.isend(p.output, a.peer, wire_tag(a.tag), p.meta));
+      send(p.output, a.peer, wire_tag(a.tag), p.meta);
       p.output = Tensor{};
       break;
     }
     case ActionKind::SendGradient: {
       auto it = pending_.find(key);
       PD_CHECK(it != pending_.end() && it->second.grad_out.defined(), "no gradient to send for item ", key);
-      sends_.push_back(transport_.isend(it->second.grad_out, a.peer, wire_tag(a.tag), a.minibatch));
+      send(it->second.grad_out, a.peer, wire_tag(a.tag), a.minibatch);
       it->second.grad_out = Tensor{};
       if (!it->second.awaiting_w) pending_.erase(it);
       break;
@@ -254,7 +255,8 @@ StepInfo StageExecutor::training_step(const Action& a) const {
   const uint64_t id = static_cast<uint64_t>(is_flush(schedule_.options().kind)
                                                 ? global_step(a) * schedule_.items_per_batch() + a.microbatch
                                                 : global_step(a));
-  return StepInfo{.training = true, .seed = training_.seed, .layer_index = 0, .minibatch_id = id};
+  return StepInfo{.training = true, .seed = training_.seed, .layer_index = 0, .minibatch_id = id,
+                  .precision = training_.precision};
 }
 
 void StageExecutor::forward(const Action& a) {
@@ -522,7 +524,7 @@ void StageExecutor::rebuild_in_flight(const std::map<int64_t, Action>& forwards,
       Request req = transport_.irecv_any(r.peer, wire_tag(r.tag));
       req.wait();
       Pending& p = pending_[key];
-      p.input = req.tensor();
+      p.input = unpack_from_wire(req.tensor());
       p.meta = req.meta();
     }
     if (!forwards.count(m)) continue;  // its forward comes after the checkpoint
@@ -531,7 +533,7 @@ void StageExecutor::rebuild_in_flight(const std::map<int64_t, Action>& forwards,
     // (open minibatches are at or above `version`), so it needs it again.
     if (sends.count(m)) {
       Pending& p = pending_.at(key);
-      sends_.push_back(transport_.isend(p.output, sends.at(m).peer, wire_tag(sends.at(m).tag), p.meta));
+      send(p.output, sends.at(m).peer, wire_tag(sends.at(m).tag), p.meta);
       p.output = Tensor{};
     }
   }
@@ -564,10 +566,10 @@ void StageExecutor::evaluate(int64_t version) {
     } else {
       Request r = transport_.irecv_any(prev, eval_tag(transport_));
       r.wait();
-      x = r.tensor();
+      x = unpack_from_wire(r.tensor());
     }
     RangeContext ctx;
-    StepInfo info{.training = false};
+    StepInfo info{.training = false, .precision = training_.precision};
     Tensor y = forward_layers(*training_.model, state_.weights, state_.first_layer, state_.last_layer, x, info, ctx);
     if (last_stage_) {
       LossResult r = softmax_cross_entropy(y, d.labels(idx), false);
@@ -575,7 +577,7 @@ void StageExecutor::evaluate(int64_t version) {
       correct += r.correct;
       count += r.count;
     } else {
-      sends_.push_back(transport_.isend(y, next, eval_tag(transport_), version));
+      send(y, next, eval_tag(transport_), version);
     }
   }
   if (last_stage_ && observer_) {
@@ -588,6 +590,12 @@ void StageExecutor::evaluate(int64_t version) {
     observer_->on_eval(version, res);
   }
   record("eval", version, t0);
+}
+
+void StageExecutor::send(const Tensor& t, int peer, int tag, int64_t meta) {
+  const Tensor wire = pack_for_wire(t, training_.precision);
+  stats_.sent_bytes += wire.nbytes();
+  sends_.push_back(transport_.isend(wire, peer, tag, meta));
 }
 
 void StageExecutor::reap_sends(bool all) {

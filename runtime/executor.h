@@ -58,6 +58,7 @@ struct StageTraining {
   // First stage: threads that fetch the inputs of the forwards in the
   // look-ahead window ahead of them (0: each forward fetches its own).
   int loader_threads = 0;
+  Precision precision = Precision::FP32;  // --precision: StepInfo::precision and the wire format
 };
 
 // Test-set evaluation through the pipeline: when a stage's weights reach
@@ -96,6 +97,7 @@ struct ExecutorStats {
   double data_s = 0;       // of busy_s, fetching minibatches (first stage: inputs, last: labels)
   int peak_versions = 1;   // weight versions held at once
   size_t peak_context_bytes = 0;  // activations stashed for backward
+  size_t sent_bytes = 0;  // activations and gradients handed to the transport (runtime/wire_format.h)
   int64_t actions = 0;
 };
 
@@ -184,6 +186,8 @@ class StageExecutor {
   void rebuild_in_flight(const std::map<int64_t, Action>& forwards, const std::map<int64_t, Action>& receives,
                          const std::map<int64_t, Action>& sends, int64_t version);
   void evaluate(int64_t version);
+  // Sends t in the run's wire format, counting its bytes.
+  void send(const Tensor& t, int peer, int tag, int64_t meta);
   void reap_sends(bool all);
   struct SpanStart {
     double wall_s, cpu_s;

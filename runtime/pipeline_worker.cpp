@@ -9,7 +9,9 @@
 #include <numeric>
 
 #include "core/cpu/gemm.h"
+#include "core/device_ops.h"
 #include "core/error.h"
+#include "core/precision_names.h"
 #include "core/safetensors.h"
 #include "core/text.h"
 #include "runtime/checkpoint.h"
@@ -34,6 +36,7 @@ nlohmann::json checkpoint_identity(const RunSpec& spec, const Model& model) {
           {"seed", spec.seed},
           {"optimizer", to_string(spec.optimizer.kind)},
           {"checkpoint_every", spec.checkpoint_every},
+          {"precision", to_string(spec.precision)},  // recorded, not checked: master weights are FP32 either way
           {"drained", true}};
 }
 
@@ -147,6 +150,7 @@ StageTraining training_of(const RunSpec& spec, const Model& model, const DataSpl
   training.optimizer = &optimizer;
   training.lr = spec.lr;
   training.loader_threads = spec.loader_threads;
+  training.precision = spec.precision;
   return training;
 }
 
@@ -192,6 +196,7 @@ void add_stats(ExecutorStats& total, const ExecutorStats& segment) {
   total.actions += segment.actions;
   total.peak_versions = std::max(total.peak_versions, segment.peak_versions);
   total.peak_context_bytes = std::max(total.peak_context_bytes, segment.peak_context_bytes);
+  total.sent_bytes += segment.sent_bytes;
 }
 
 // Every leader writes its stage, then the reporter commits the step once
@@ -258,7 +263,9 @@ nlohmann::json rank_stats(const RunSpec& spec, const WorkerRole& role, const Exe
           {"peak_training_bytes", double(alloc.peak_bytes()) - resident_before},
           {"device", spec.device.str()},
           {"peak_weight_versions", total.peak_versions},
-          {"peak_stashed_activation_bytes", total.peak_context_bytes}};
+          {"peak_stashed_activation_bytes", total.peak_context_bytes},
+          {"sent_bytes", total.sent_bytes},
+          {"precision", to_string(spec.precision)}};
 }
 
 // Segment by segment, checkpointing between them; the stats of all.
@@ -527,6 +534,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   RunReporter report(metrics, &bar, spec.steps(), spec.steps_per_epoch(data.train->size()),
                      spec.schedule.microbatches, spec.samples_per_step(), spec.log_every);
   StageTraining training = training_of(spec, model, data, *optimizer);
+  device_ops(spec.device).set_precision(spec.precision);
   const TrainingOutcome trained =
       train_segments(spec, model, data, role, states, training, from, report, bar, t);
 

@@ -1,5 +1,6 @@
 #include "runtime/reference.h"
 
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "runtime/comm/staged_transport.h"
 
@@ -21,6 +22,7 @@ ReferencePipeline::ReferencePipeline(const RunSpec& spec, const Model& model, co
   }
   stats_.resize(static_cast<size_t>(R));
   versions_.resize(static_cast<size_t>(R));
+  device_ops(spec.device).set_precision(spec.precision);
 }
 
 void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observer) {
@@ -44,6 +46,7 @@ void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observ
   t.train = &train_;
   t.batch = spec_.batch;
   t.seed = spec_.seed;
+  t.precision = spec_.precision;
   t.optimizer = optimizer_.get();
   t.lr = spec_.lr;
   t.first_item = seg.first;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "models/dataset.h"
 #include "models/model.h"
 #include "planner/plan.h"
@@ -35,6 +36,7 @@ struct RunSpec {
   // the command before the workers start) and how device tensors travel.
   Device device = Device::cpu();
   DeviceTransport transport = DeviceTransport::staged;
+  Precision precision = Precision::FP32;  // --precision (core/precision.h)
   double timeout_s = 60;
   // Evaluation on the test split through the pipeline: every eval_every
   // steps (0: at every epoch end) and at the end.

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/checked.h"
 #include "core/loss.h"
+#include "core/precision_names.h"
 #include "models/loader.h"
 #include "runtime/checkpoint.h"
 
@@ -52,7 +53,7 @@ namespace {
 // pipeline's optimizer step divides them. Dropout keys:
 // the step alone, or step x microbatches + piece as the flush schedules key them.
 StepLoss accumulate_gradients(const Model& m, const ParameterStore& w, ParameterStore& grads, const Batch& batch,
-                              int64_t step, uint64_t seed, int microbatches) {
+                              int64_t step, uint64_t seed, int microbatches, Precision precision) {
   const int64_t b = batch.inputs.dim(0) / microbatches;
   StepLoss total{0, 0, 0};
   for (int k = 0; k < microbatches; ++k) {
@@ -60,7 +61,7 @@ StepLoss accumulate_gradients(const Model& m, const ParameterStore& w, Parameter
     const Batch piece = microbatches == 1 ? batch
                                           : Batch{batch.inputs.slice_rows(k * b, (k + 1) * b),
                                                   batch.labels.slice_rows(k * b, (k + 1) * b)};
-    const StepLoss l = compute_gradients(m, w, grads, piece, {.training = true, .seed = seed, .minibatch_id = id});
+    const StepLoss l = compute_gradients(m, w, grads, piece, {.training = true, .seed = seed, .minibatch_id = id, .precision = precision});
     total.loss += l.loss / static_cast<float>(microbatches);
     total.correct += l.correct;
     total.count += l.count;
@@ -75,12 +76,13 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-EvalResult evaluate(const Model& m, const ParameterStore& w, const Dataset& data, int64_t batch) {
+EvalResult evaluate(const Model& m, const ParameterStore& w, const Dataset& data, int64_t batch,
+                    Precision precision) {
   PD_CHECK(batch > 0, "evaluation batch must be positive");
   double loss_sum = 0;
   int64_t correct = 0, count = 0;
   RangeContext ctx;
-  StepInfo step{.training = false};
+  StepInfo step{.training = false, .precision = precision};
   std::vector<int64_t> idx;
   for (int64_t first = 0; first < data.size(); first += batch) {
     const int64_t n = std::min(batch, data.size() - first);
@@ -126,6 +128,7 @@ nlohmann::json train_checkpoint_identity(const Model& m, const TrainOptions& o) 
           {"seed", o.seed},
           {"optimizer", to_string(o.optimizer.kind)},
           {"checkpoint_every", o.checkpoint_every},
+          {"precision", to_string(o.precision)},  // recorded, not checked: master weights are FP32 either way
           {"drained", true}};
 }
 
@@ -178,6 +181,7 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
   validate(schedule);
   auto optimizer = make_optimizer(o.optimizer);
   const SampleOrder order(train_data.size(), o.seed);
+  device_ops(o.device).set_precision(o.precision);
 
   // versions.front() is w_{t-d} (or w_0 early on), versions.back() is w_t.
   // With d = 0 there is one version, updated in place.
@@ -194,7 +198,7 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
   result.losses.reserve(static_cast<size_t>(steps));
   auto run_eval = [&](int64_t epoch) {
     if (!o.evaluate || !test_data) return;
-    EvalResult r = evaluate(m, versions.back(), *test_data, o.eval_batch);
+    EvalResult r = evaluate(m, versions.back(), *test_data, o.eval_batch, o.precision);
     result.evals.push_back(r);
     if (observer) observer->on_eval(epoch, r);
   };
@@ -225,7 +229,7 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
     const double waited = seconds_since(t0);
     data_wait_seconds += waited;
     grads.zero_params();
-    const StepLoss l = accumulate_gradients(m, versions.front(), grads, batch, s, o.seed, o.microbatches);
+    const StepLoss l = accumulate_gradients(m, versions.front(), grads, batch, s, o.seed, o.microbatches, o.precision);
     if (o.gradient_delay == 0) {
       optimizer->step(versions.back().all_params(), grads.all_params(), opt_state, schedule.lr_at(s));
     } else {

@@ -37,6 +37,7 @@ struct TrainOptions {
   // flush pipeline with as many microbatches of batch / microbatches computes.
   int microbatches = 1;
   Device device = Device::cpu();  // where weights, gradients and optimizer state live
+  Precision precision = Precision::FP32;  // --precision: bf16 rounding points (core/bf16_rounding.h)
   bool evaluate = true;     // test split after every epoch and at the end
   int64_t eval_batch = 500;
   // Threads that fetch (decode, augment, batch) minibatches ahead of the
@@ -76,7 +77,8 @@ void average_gradients(std::span<Tensor> grads, int count);
 // infinite: continuing would only write NaN weights.
 void require_finite_loss(float loss, int64_t step);
 
-EvalResult evaluate(const Model& m, const ParameterStore& w, const Dataset& data, int64_t batch);
+EvalResult evaluate(const Model& m, const ParameterStore& w, const Dataset& data, int64_t batch,
+                    Precision precision = Precision::FP32);
 
 // Steps a run takes; UserError when the options do not make a run.
 int64_t planned_steps(const TrainOptions& o, int64_t train_size);

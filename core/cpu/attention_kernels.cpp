@@ -7,6 +7,7 @@
 #include "core/cpu/fast_math.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/parallel_grain.h"
+#include "core/precision.h"
 
 namespace pd::cpu {
 
@@ -26,6 +27,12 @@ namespace {
 
 constexpr int64_t kBlockMnk = 4 * 65536;
 constexpr int64_t kMinRowBlock = 16;
+
+// Row t of a causal [T, T] matrix as bf16 GEMM operands (columns 0..t; the rest are 0).
+void round_causal_row_if(bool bf16, float* row, int64_t t) {
+  if (!bf16) return;
+  for (int64_t j = 0; j <= t; ++j) row[j] = round_to_bf16(row[j]);
+}
 
 void causal_softmax_row(float* row, int64_t t, int64_t T) {
   float mx = max8(row, t + 1);
@@ -87,7 +94,10 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* probs, 
       int64_t r0 = (task % blocks) * rb, r1 = std::min(T, r0 + rb);
       float* P = h.P + r0 * T;
       gemm(false, true, r1 - r0, r1, hd, scale, h.q + r0 * 3 * D, 3 * D, h.k, 3 * D, 0.0f, P, T);
-      for (int64_t t = r0; t < r1; ++t) causal_softmax_row(h.P + t * T, t, T);
+      for (int64_t t = r0; t < r1; ++t) {
+        causal_softmax_row(h.P + t * T, t, T);
+        round_causal_row_if(s.bf16_operands, h.P + t * T, t);
+      }
       gemm(false, false, r1 - r0, hd, r1, 1.0f, P, T, h.v, 3 * D, 0.0f, out + h.out_off + r0 * D, D);
     }
     return;
@@ -97,7 +107,10 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* probs, 
     gemm(false, true, T, T, hd, scale, h.q, 3 * D, h.k, 3 * D, 0.0f, h.P, T);
   }
 #pragma omp parallel for schedule(static) if(worth_parallel(BH * T * T))
-  for (int64_t bh = 0; bh < BH; ++bh) causal_softmax_rows(probs + bh * T * T, T);
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    causal_softmax_rows(probs + bh * T * T, T);
+    for (int64_t t = 0; t < T; ++t) round_causal_row_if(s.bf16_operands, probs + (bh * T + t) * T, t);
+  }
   for (int64_t bh = 0; bh < BH; ++bh) {
     Head h = head_of(s, qkv, probs, bh);
     gemm(false, false, T, hd, T, 1.0f, h.P, T, h.v, 3 * D, 0.0f, out + h.out_off, D);
@@ -123,8 +136,10 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
       float* dS = dS_all + bh * T * T + r0 * T;
       const float* dO = dout + h.out_off + r0 * D;
       gemm(false, true, r1 - r0, r1, hd, 1.0f, dO, D, h.v, 3 * D, 0.0f, dS, T);
-      for (int64_t t = r0; t < r1; ++t)
+      for (int64_t t = r0; t < r1; ++t) {
         causal_softmax_backward_row(h.P + t * T, dS_all + bh * T * T + t * T, t, T, scale);
+        round_causal_row_if(s.bf16_operands, dS_all + bh * T * T + t * T, t);
+      }
       gemm(false, false, r1 - r0, hd, r1, 1.0f, dS, T, h.k, 3 * D, 0.0f, dqkv + h.qkv_off + r0 * 3 * D, 3 * D);
     }
     // Key rows j0..j1 see query rows j0..T-1: dV = P^T dO, dK = dS^T Q.
@@ -150,8 +165,10 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
   }
 #pragma omp parallel for schedule(static) if(worth_parallel(BH * T * T))
   for (int64_t bh = 0; bh < BH; ++bh)
-    for (int64_t t = 0; t < T; ++t)
+    for (int64_t t = 0; t < T; ++t) {
       causal_softmax_backward_row(probs + (bh * T + t) * T, dS_all + (bh * T + t) * T, t, T, scale);
+      round_causal_row_if(s.bf16_operands, dS_all + (bh * T + t) * T, t);
+    }
   for (int64_t bh = 0; bh < BH; ++bh) {
     Head h = head_of(s, qkv, probs, bh);
     const float* g = dS_all + bh * T * T;

@@ -9,6 +9,9 @@ namespace pd::cpu {
 
 struct AttentionShape {
   int64_t batch = 0, seq = 0, heads = 0, head_dim = 0;
+  // --precision bf16: the softmax probabilities (forward) and dS (backward)
+  // are rounded to bf16 before they enter a GEMM, as a bf16 flash kernel does.
+  bool bf16_operands = false;
   int64_t dim() const { return heads * head_dim; }
 };
 

@@ -4,6 +4,7 @@
 // core/cuda/ops_table.cpp). Each adapter only reorders arguments or
 // composes kernels; the arithmetic is the kernels', bit for bit.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <vector>
@@ -219,13 +220,19 @@ void layernorm_backward_params_accum(int64_t rows, int64_t dim, const float* x, 
 }
 
 // --- attention ---
+// set_precision: under BF16 the fused attention rounds its internal GEMM
+// operands (probabilities, dS); every other CPU entry is plain FP32.
+std::atomic<Precision> g_precision{Precision::FP32};
+cpu::AttentionShape attention_shape(int64_t batch, int64_t T, int64_t heads, int64_t head_dim) {
+  return {batch, T, heads, head_dim, g_precision.load(std::memory_order_relaxed) == Precision::BF16};
+}
 void attention_forward(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv, float* probs,
                        float* att) {
-  cpu::attention_forward({batch, T, heads, head_dim}, qkv, probs, att);
+  cpu::attention_forward(attention_shape(batch, T, heads, head_dim), qkv, probs, att);
 }
 void attention_backward(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
                         const float* probs, const float* datt, float* dqkv) {
-  cpu::attention_backward({batch, T, heads, head_dim}, qkv, probs, datt, dqkv);
+  cpu::attention_backward(attention_shape(batch, T, heads, head_dim), qkv, probs, datt, dqkv);
 }
 
 // --- embedding ---
@@ -250,7 +257,7 @@ DeviceOps make_table() {
   o.name = "cpu";
   o.synchronize = [] {};
   o.set_deterministic = [](bool) {};  // the CPU kernels always are
-  o.set_precision = [](Precision) {};  // FP32 kernels: the layers' rounding points suffice
+  o.set_precision = [](Precision p) { g_precision.store(p, std::memory_order_relaxed); };
   o.event_record = &event_record;
   o.event_elapsed_ms = &event_elapsed_ms;
   o.event_release = [](uint64_t) {};

@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include "core/bf16_rounding.h"
 #include "core/device_ops.h"
 #include "core/layers.h"
 #include "core/layers/sequence_parts.h"
@@ -66,10 +67,12 @@ class CausalSelfAttention : public SplitBackwardLayer {
     Tensor y = Tensor::empty({B, T, dim_}, DType::F32, dev);
     if (rows > 0) {
       ops.linear_forward(rows, dim_, 3 * dim_, x.f32(), a.params[0].f32(), a.params[1].f32(), qkv.f32());
+      round_in_place_if_bf16(a.step.precision, qkv);  // bf16: q, k, v are GEMM operands
       if (fused)
         ops.fused_attention_forward(B, T, heads_, hd, qkv.f32(), att.f32(), probs.f32());
       else
         ops.attention_forward(B, T, heads_, hd, qkv.f32(), probs.f32(), att.f32());
+      round_in_place_if_bf16(a.step.precision, att);  // bf16: proj's operand
       ops.linear_forward(rows, dim_, dim_, att.f32(), a.params[2].f32(), a.params[3].f32(), y.f32());
     }
     ctx.saved = {x, qkv, probs, att};
@@ -89,11 +92,13 @@ class CausalSelfAttention : public SplitBackwardLayer {
     Tensor dx = a.need_input_grad ? Tensor::empty(x.shape(), DType::F32, dev) : Tensor();
     if (rows > 0) {
       ops.linear_backward_input(rows, dim_, dim_, dy.f32(), a.params[2].f32(), datt.f32());
+      round_in_place_if_bf16(a.step.precision, datt);  // bf16: dO is a GEMM operand
       if (saved_fused_stats(probs))
         ops.fused_attention_backward(B, T, heads_, dim_ / heads_, qkv.f32(), att.f32(), probs.f32(), datt.f32(),
                                      dqkv.f32());
       else
         ops.attention_backward(B, T, heads_, dim_ / heads_, qkv.f32(), probs.f32(), datt.f32(), dqkv.f32());
+      round_in_place_if_bf16(a.step.precision, dqkv);  // bf16: qkv's backward operand
       if (dx.defined()) ops.linear_backward_input(rows, dim_, 3 * dim_, dqkv.f32(), a.params[0].f32(), dx.f32());
     }
     ctx.saved = {x, att, dy, dqkv};

@@ -8,6 +8,7 @@
 // their backward_weights.
 #include <cstdint>
 
+#include "core/bf16_rounding.h"
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/layers.h"
@@ -124,6 +125,7 @@ class ResidualBlock : public SplitBackwardLayer {
       ForwardArgs sub{a.params.subspan(s.param_offset, s.param_count),
                       a.buffers.subspan(s.buffer_offset, s.buffer_count), a.step};
       h = s.layer->forward(sub, h, ctx.children[first_child + k]);
+      round_in_place_if_bf16(a.step.precision, h);  // the next conv's operand
     }
     return h;
   }
@@ -138,9 +140,11 @@ class ResidualBlock : public SplitBackwardLayer {
   Tensor run_backward_input(const std::vector<SubLayer>& seq, const BackwardArgs& a, const Tensor& dy,
                             LayerContext& ctx, size_t first_child) const {
     Tensor g = dy;
-    for (size_t k = seq.size(); k-- > 0;)
+    for (size_t k = seq.size(); k-- > 0;) {
       g = seq[k].layer->backward_input(sub_args(seq[k], a, k > 0 || a.need_input_grad), g,
                                        ctx.children[first_child + k]);
+      round_in_place_if_bf16(a.step.precision, g);  // the previous conv's operand
+    }
     return g;
   }
   void run_backward_weights(const std::vector<SubLayer>& seq, const BackwardArgs& a, LayerContext& ctx,

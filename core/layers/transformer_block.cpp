@@ -1,5 +1,6 @@
 #include <array>
 
+#include "core/bf16_rounding.h"
 #include "core/device_ops.h"
 #include "core/layers.h"
 #include "core/layers/sequence_parts.h"
@@ -70,8 +71,10 @@ class TransformerBlock : public SplitBackwardLayer {
     ctx.children.assign(kParts, LayerContext{});
     auto run = [&](Part p, const Tensor& in) {
       const Slot& s = slots_[p];
-      return s.layer->forward({a.params.subspan(s.first_param, s.num_params), {}, a.step}, in,
-                              ctx.children[p]);
+      Tensor out = s.layer->forward({a.params.subspan(s.first_param, s.num_params), {}, a.step}, in,
+                                    ctx.children[p]);
+      round_in_place_if_bf16(a.step.precision, out);  // bf16: every part's output
+      return out;
     };
     Tensor x1 = add(x, run(kDrop1, run(kAttn, run(kLn1, x))));
     Tensor m = run(kDrop2, run(kFc2, run(kGelu, run(kFc1, run(kLn2, x1)))));
@@ -81,7 +84,9 @@ class TransformerBlock : public SplitBackwardLayer {
   Tensor backward_input(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
     PD_CHECK(ctx.children.size() == kParts, describe(), ": backward without forward");
     auto back = [&](Part p, const Tensor& g, bool need_input_grad = true) {
-      return slots_[p].layer->backward_input(part_args(a, p, need_input_grad), g, ctx.children[p]);
+      Tensor dx = slots_[p].layer->backward_input(part_args(a, p, need_input_grad), g, ctx.children[p]);
+      round_in_place_if_bf16(a.step.precision, dx);  // bf16: every part's input gradient
+      return dx;
     };
     Tensor dx1 = add(dy, back(kLn2, back(kFc1, back(kGelu, back(kFc2, back(kDrop2, dy))))));
     Tensor dln1 = back(kLn1, back(kAttn, back(kDrop1, dx1)), a.need_input_grad);

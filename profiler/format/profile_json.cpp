@@ -14,6 +14,7 @@
 #include "core/checked.h"
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/precision_names.h"
 #include "profiler/format/profile_graph.h"
 #include "profiler/profile.h"
 
@@ -153,6 +154,14 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
   p.model = string_field(j, "model", "", top);
   p.device = string_field(j, "device", "cpu", top);
   p.dtype = string_field(j, "dtype", "f32", top);
+  {
+    const std::string precision = string_field(j, "precision", "fp32", top);
+    const std::optional<Precision> parsed = parse_precision(precision);
+    if (!parsed)
+      throw UserError(cat(key_location(text, source, "precision"), ": \"precision\" must be fp32 or bf16, got '",
+                          precision, "'"));
+    p.precision = *parsed;
+  }
   p.batch_size = int_field(j, "batch_size", [&] { return key_location(text, source, "batch_size"); }, true);
   if (p.batch_size <= 0) throw UserError(cat(key_location(text, source, "batch_size"), ": batch_size must be positive"));
   p.threads = j.contains("threads") ? int_field(j, "threads", top, false) : 1;
@@ -256,6 +265,7 @@ void write_profile_json(const Profile& p, const std::string& path) {
             {"step_forward_backward_ms", p.step_forward_backward_ms},
             {"nodes", std::move(nodes)},
             {"edges", std::move(edges)}};
+  if (p.precision != Precision::FP32) j["precision"] = to_string(p.precision);
   if (p.measured_iterations > 0) {
     j["warmup_iterations"] = p.warmup_iterations;
     j["measured_iterations"] = p.measured_iterations;

@@ -171,6 +171,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"TrainUnknownOptimizer", kTrain + " --optimizer rmsprop", "--optimizer rmsprop: use sgd, adam or adamw"},
         Case{"RunUnknownLrSchedule", kRun + " --lr-schedule linear", "--lr-schedule linear: use constant, step or cosine"},
         Case{"ProfileUnknownOptimizer", kProfileCommand + " --optimizer lion", "--optimizer lion: use sgd, adam or adamw"},
+        Case{"TrainUnknownPrecision", kTrain + " --precision fp16", "--precision fp16: use fp32 or bf16"},
+        Case{"RunUnknownPrecision", kRun + " --precision half", "--precision half: use fp32 or bf16"},
+        Case{"ProfileUnknownPrecision", kProfileCommand + " --precision BF16", "--precision BF16: use fp32 or bf16"},
         Case{"TrainBeta1WithSgd", kTrain + " --beta1 0.8", "--beta1"},
         Case{"TrainBeta2WithSgd", kTrain + " --optimizer sgd --beta2 0.9", "--beta2"},
         Case{"TrainLrStepSizeWithCosine", kTrain + " --lr-schedule cosine --lr-step-size 5", "--lr-step-size"},
@@ -218,6 +221,7 @@ INSTANTIATE_TEST_SUITE_P(
              kTrain + " --optimizer adam --beta1 0.8 --beta2 0.99 --seed 18446744073709551615", "trained 1 steps"},
         Case{"TrainStepSchedule", kTrain + " --lr-schedule step --lr-step-size 1 --lr-gamma 0.5", "trained 1 steps"},
         Case{"TrainCosineSchedule", kTrain + " --lr-schedule cosine --min-lr 0.0001", "trained 1 steps"},
+        Case{"TrainBf16", kTrain + " --precision bf16", "trained 1 steps"},
         Case{"RunFlushMicrobatches", kRun + " --schedule 1f1b-flush --microbatches 1 --seed 7", "steps"},
         Case{"RunEvalEvery", kRun + " --eval-every 1 --eval-batch 10", "steps"},
         // The workers started under mpirun get --plan FILE without --plan-out, which a plan file refuses.
