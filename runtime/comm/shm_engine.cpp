@@ -489,14 +489,6 @@ class ShmEngineImpl {
     return progress;
   }
 
-  bool has_open_work() const {
-    for (int l = 0; l < seg_.ranks(); ++l) {
-      if (l == me_) continue;
-      if (!out_[l].queue.empty() || in_[l].posted_count > 0 || in_[l].in_msg) return true;
-    }
-    return false;
-  }
-
   bool has_queued_sends() const {
     for (int l = 0; l < seg_.ranks(); ++l)
       if (l != me_ && !out_[l].queue.empty()) return true;
@@ -569,10 +561,11 @@ class ShmEngineImpl {
       }
     }
     if (progress > 0 || !cmds.empty()) return true;
-    // Nothing moved. While transfers are open, spin (yielding the core)
-    // for a moment: the next chunk is usually microseconds away. Then
-    // sleep until a peer or a local submit rings the doorbell.
-    if (has_open_work() && now - last_progress_ < std::chrono::microseconds(50)) {
+    // Nothing moved. Right after traffic, spin (yielding the core) for a
+    // moment: the next chunk, or the reply to what just went out, is
+    // usually microseconds away and a futex wake-up costs more. Then sleep
+    // until a peer or a local submit rings the doorbell.
+    if (now - last_progress_ < std::chrono::microseconds(50)) {
       sched_yield();
       return true;
     }
@@ -637,6 +630,7 @@ void ShmOp::wait(double timeout_s) {
       lk.unlock();
       const std::string f = eng_.failure();
       lk.lock();
+      if (done_.load(std::memory_order_acquire)) break;  // completed while the lock was released
       if (!f.empty()) throw RuntimeFailure(f);
       if (Clock::now() >= deadline) {
         char secs[32];
