@@ -10,8 +10,8 @@
 // into the ring to their peer (in chunks, publishing as it goes, so the
 // receiver copies out while the sender copies in) and copies arriving
 // messages out of the rings into the receives they match. It spins briefly
-// while it has work and otherwise sleeps on its futex doorbell, which a
-// peer (or a local submit) rings.
+// after traffic and otherwise sleeps on its futex doorbell, which a peer
+// (or a local submit) rings.
 //
 // Matching is the transport's contract: messages of one (peer, tag) in send
 // order, receives of one (peer, tag) in posting order, tags in any order.
