@@ -105,7 +105,7 @@ void MpiTransport::start_same_host_path(double timeout_s) {
 }
 
 bool MpiTransport::uses_shared_memory(int peer) const {
-  return shm_on_ && peer != rank_ && shm_->reaches(peer);
+  return shm_on_ && peer >= 0 && peer < size_ && peer != rank_ && shm_->reaches(peer);
 }
 
 bool MpiTransport::uses_shared_memory(const CommGroup& g) const {
