@@ -62,12 +62,13 @@ struct BenchCommOptions {
   double timeout_s = 60;
   std::string transport_flag = "mpi";  // --transport, parsed into transport
   CommTransport transport = CommTransport::mpi;
-  std::string same_host = "shm";  // --same-host: shm (our segment) | mpi (for comparison)
+  std::string same_host = "shm";  // --same-host: shm (our segment) | mpi (to compare); checked by CLI11
 };
 
 // Which path carried traffic among `ranks`: NCCL, this host's shared-memory
 // segment (every rank on one host and the path on), or MPI.
-std::string path_among(const Transport& tr, const MpiTransport& mpi, CommTransport transport, const std::vector<int>& ranks) {
+std::string path_among(const Transport& tr, const MpiTransport& mpi, CommTransport transport,
+                       const std::vector<int>& ranks) {
   if (transport == CommTransport::nccl) return "nccl";
   for (int r : ranks)
     if (tr.host_of(r) != tr.host_of(ranks[0])) return "mpi";
@@ -340,8 +341,8 @@ void measure_pair(Transport& tr, const Device& dev, const BenchCommPlan& plan, i
 
 // Point to point, one pair at a time so pairs do not share cores/links.
 // Rank 0 gets every pair's figures; the others an empty list.
-std::vector<PairResult> measure_pairs(Transport& tr, const MpiTransport& mpi, const Device& dev, const BenchCommPlan& plan,
-                                      const BenchCommOptions& o, MeasurementLog& log) {
+std::vector<PairResult> measure_pairs(Transport& tr, const MpiTransport& mpi, const Device& dev,
+                                      const BenchCommPlan& plan, const BenchCommOptions& o, MeasurementLog& log) {
   std::vector<PairResult> pairs;
   for (int a = 0; a < tr.world_size(); ++a) {
     for (int b = a + 1; b < tr.world_size(); ++b) {
@@ -361,8 +362,9 @@ std::vector<PairResult> measure_pairs(Transport& tr, const MpiTransport& mpi, co
 
 // All-reduce over the first g ranks for g = 2, 4, 8, ... and the world.
 // Rank 0 gets every result; the others an empty list.
-std::vector<AllReduceResult> measure_allreduces(Transport& tr, const MpiTransport& mpi, const Device& dev, const BenchCommPlan& plan,
-                                                const BenchCommOptions& o, MeasurementLog& log) {
+std::vector<AllReduceResult> measure_allreduces(Transport& tr, const MpiTransport& mpi, const Device& dev,
+                                                const BenchCommPlan& plan, const BenchCommOptions& o,
+                                                MeasurementLog& log) {
   std::vector<AllReduceResult> ars;
   for (int g : group_sizes(tr.world_size())) {
     std::shared_ptr<CommGroup> group = tr.rank() < g ? tr.make_group(first_ranks(g)) : nullptr;
@@ -465,7 +467,7 @@ void add_bench_comm_command(CLI::App& app) {
                   "mpi (host tensors) | staged (GPU tensors through host memory) | nccl (GPU to GPU, one GPU per rank)")
       ->capture_default_str();
   cmd->add_option("--same-host", opts->same_host,
-                  "shm (ranks of one host through a shared-memory segment) | mpi (through MPI, for comparison)")
+                  "shm (ranks of one host through a shared-memory segment) | mpi (through MPI, to compare)")
       ->check(CLI::IsMember({"shm", "mpi"}))
       ->capture_default_str();
   cmd->callback([opts] { run_bench_comm(*opts); });
