@@ -62,7 +62,18 @@ struct BenchCommOptions {
   double timeout_s = 60;
   std::string transport_flag = "mpi";  // --transport, parsed into transport
   CommTransport transport = CommTransport::mpi;
+  std::string same_host = "shm";  // --same-host: shm (our segment) | mpi (to compare); checked by CLI11
 };
+
+// Which path carried traffic among `ranks`: NCCL, this host's shared-memory
+// segment (every rank on one host and the path on), or MPI.
+std::string path_among(const Transport& tr, const MpiTransport& mpi, CommTransport transport,
+                       const std::vector<int>& ranks) {
+  if (transport == CommTransport::nccl) return "nccl";
+  for (int r : ranks)
+    if (tr.host_of(r) != tr.host_of(ranks[0])) return "mpi";
+  return mpi.shared_memory_on() ? "shm" : "mpi";
+}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -330,8 +341,8 @@ void measure_pair(Transport& tr, const Device& dev, const BenchCommPlan& plan, i
 
 // Point to point, one pair at a time so pairs do not share cores/links.
 // Rank 0 gets every pair's figures; the others an empty list.
-std::vector<PairResult> measure_pairs(Transport& tr, const Device& dev, const BenchCommPlan& plan,
-                                      const BenchCommOptions& o, MeasurementLog& log) {
+std::vector<PairResult> measure_pairs(Transport& tr, const MpiTransport& mpi, const Device& dev,
+                                      const BenchCommPlan& plan, const BenchCommOptions& o, MeasurementLog& log) {
   std::vector<PairResult> pairs;
   for (int a = 0; a < tr.world_size(); ++a) {
     for (int b = a + 1; b < tr.world_size(); ++b) {
@@ -341,7 +352,8 @@ std::vector<PairResult> measure_pairs(Transport& tr, const Device& dev, const Be
       if (tr.rank() != 0) continue;
       pairs.push_back(p);
       for (auto& [bytes, bw] : p.bandwidth)
-        log({{"kind", "p2p"}, {"transport", to_string(o.transport)}, {"src", a}, {"dst", b}, {"same_host", p.same_host},
+        log({{"kind", "p2p"}, {"transport", to_string(o.transport)}, {"path", path_among(tr, mpi, o.transport, {a, b})},
+             {"src", a}, {"dst", b}, {"same_host", p.same_host},
              {"bytes", bytes}, {"latency_us", p.latency_us}, {"bandwidth_GBps", bw}});
     }
   }
@@ -350,8 +362,9 @@ std::vector<PairResult> measure_pairs(Transport& tr, const Device& dev, const Be
 
 // All-reduce over the first g ranks for g = 2, 4, 8, ... and the world.
 // Rank 0 gets every result; the others an empty list.
-std::vector<AllReduceResult> measure_allreduces(Transport& tr, const Device& dev, const BenchCommPlan& plan,
-                                                const BenchCommOptions& o, MeasurementLog& log) {
+std::vector<AllReduceResult> measure_allreduces(Transport& tr, const MpiTransport& mpi, const Device& dev,
+                                                const BenchCommPlan& plan, const BenchCommOptions& o,
+                                                MeasurementLog& log) {
   std::vector<AllReduceResult> ars;
   for (int g : group_sizes(tr.world_size())) {
     std::shared_ptr<CommGroup> group = tr.rank() < g ? tr.make_group(first_ranks(g)) : nullptr;
@@ -361,7 +374,8 @@ std::vector<AllReduceResult> measure_allreduces(Transport& tr, const Device& dev
       AllReduceResult r{g, bytes, measure_allreduce_s(tr, dev, *group, bytes)};
       if (tr.rank() != 0) continue;
       ars.push_back(r);
-      log({{"kind", "allreduce"}, {"transport", to_string(o.transport)}, {"group_size", g}, {"bytes", bytes},
+      log({{"kind", "allreduce"}, {"transport", to_string(o.transport)},
+           {"path", path_among(tr, mpi, o.transport, first_ranks(g))}, {"group_size", g}, {"bytes", bytes},
            {"time_ms", r.time_s * 1e3}, {"algbw_GBps", r.algbw_GBps()}, {"busbw_GBps", r.busbw_GBps()}});
     }
   }
@@ -407,16 +421,18 @@ void run_bench_comm(BenchCommOptions o) {
 
   MpiTransport mpi(o.timeout_s);
   if (mpi.world_size() < 2) throw UserError("bench-comm needs at least 2 ranks (mpirun -np 2 or more)");
+  mpi.use_shared_memory(o.same_host == "shm");
   const Device dev = o.transport == CommTransport::mpi ? Device::cpu() : open_compute_device("cuda");
   std::unique_ptr<Transport> gpu = gpu_transport(o.transport, mpi, dev);
   Transport& tr = gpu ? *gpu : static_cast<Transport&>(mpi);
 
-  const std::vector<PairResult> pairs = measure_pairs(tr, dev, plan, o, log);
-  const std::vector<AllReduceResult> ars = measure_allreduces(tr, dev, plan, o, log);
+  const std::vector<PairResult> pairs = measure_pairs(tr, mpi, dev, plan, o, log);
+  const std::vector<AllReduceResult> ars = measure_allreduces(tr, mpi, dev, plan, o, log);
   const uint64_t worker_memory = plan.memory_given ? plan.worker_memory : smallest_memory_share(tr);
   tr.barrier();
 
   if (tr.rank() != 0) return;
+  printf("same-host path: %s\n", mpi.shared_memory_on() ? "shared memory (shm)" : "MPI (mpi)");
   print_tables(pairs, ars, o.transport);
   json topo = make_topology(tr, pairs, worker_memory);
   log({{"kind", "topology"}, {"topology", topo}});
@@ -449,6 +465,10 @@ void add_bench_comm_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--transport", opts->transport_flag,
                   "mpi (host tensors) | staged (GPU tensors through host memory) | nccl (GPU to GPU, one GPU per rank)")
+      ->capture_default_str();
+  cmd->add_option("--same-host", opts->same_host,
+                  "shm (ranks of one host through a shared-memory segment) | mpi (through MPI, to compare)")
+      ->check(CLI::IsMember({"shm", "mpi"}))
       ->capture_default_str();
   cmd->callback([opts] { run_bench_comm(*opts); });
 }

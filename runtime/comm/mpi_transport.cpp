@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <strings.h>
 #include <condition_variable>
 #include <cstdio>
 #include <exception>
@@ -19,6 +22,7 @@
 #include "runtime/comm/mpi_allreduce.h"
 #include "runtime/comm/mpi_engine.h"
 #include "runtime/comm/mpi_p2p.h"
+#include "runtime/comm/shm_engine.h"
 #include "core/error.h"
 #include "core/text.h"
 
@@ -51,7 +55,69 @@ MpiTransport::MpiTransport(double timeout_s) {
                              MPI_CHAR, MPI_COMM_WORLD));
   for (int r = 0; r < size_; ++r) hosts_.emplace_back(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
 
+  start_same_host_path(timeout_s);
   engine_ = std::make_unique<MpiEngine>(rank_, timeout_s);
+}
+
+namespace {
+bool shm_wanted() {
+  const char* v = std::getenv("PIPEDREAM_SHM");
+  return !(v && (std::strcmp(v, "0") == 0 || strcasecmp(v, "off") == 0 || strcasecmp(v, "false") == 0));
+}
+
+uint64_t shm_ring_bytes() {
+  const char* v = std::getenv("PIPEDREAM_SHM_RING_BYTES");
+  if (!v || !*v) return kShmDefaultRingBytes;
+  char* end = nullptr;
+  const unsigned long long b = std::strtoull(v, &end, 10);
+  if (*end != '\0' || b < kShmMinRingBytes)
+    throw UserError(cat("PIPEDREAM_SHM_RING_BYTES must be a byte count of at least ", kShmMinRingBytes, ", got '", v,
+                        "'"));
+  return b;
+}
+}  // namespace
+
+// Collective over MPI_COMM_WORLD, before the communication thread starts.
+void MpiTransport::start_same_host_path(double timeout_s) {
+  MPI_Comm node;
+  PD_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  int n = 1, node_rank = 0, want = shm_wanted(), all_want = 0;
+  PD_MPI_CHECK(MPI_Comm_size(node, &n));
+  PD_MPI_CHECK(MPI_Comm_rank(node, &node_rank));
+  PD_MPI_CHECK(MPI_Allreduce(&want, &all_want, 1, MPI_INT, MPI_MIN, node));
+  if (all_want && n > 1) {
+    const char* ring_env = std::getenv("PIPEDREAM_SHM_RING_BYTES");
+    ShmSegment seg = ShmSegment::create(node, shm_ring_bytes(), !(ring_env && *ring_env));
+    if (seg.ok()) {
+      std::vector<int> members(static_cast<size_t>(n));
+      PD_MPI_CHECK(MPI_Allgather(&rank_, 1, MPI_INT, members.data(), 1, MPI_INT, node));
+      std::vector<int> local_of(static_cast<size_t>(size_), -1);
+      for (int i = 0; i < n; ++i) local_of[members[i]] = i;
+      shm_ = std::make_unique<ShmEngine>(std::move(seg), rank_, std::move(local_of), timeout_s,
+                                         [this] { return engine_ ? engine_->failure() : std::string(); });
+      shm_on_ = true;
+    } else if (node_rank == 0) {
+      fprintf(stderr, "pipedream: note: same-host transfers go through MPI: %s\n", seg.why().c_str());
+      fflush(stderr);
+    }
+  }
+  PD_MPI_CHECK(MPI_Comm_free(&node));
+}
+
+bool MpiTransport::uses_shared_memory(int peer) const {
+  return shm_on_ && peer >= 0 && peer < size_ && peer != rank_ && shm_->reaches(peer);
+}
+
+bool MpiTransport::uses_shared_memory(const CommGroup& g) const {
+  if (!shm_on_ || g.size() < 2) return false;
+  for (int r : g.ranks())
+    if (!shm_->reaches(r)) return false;
+  return true;
+}
+
+bool MpiTransport::use_shared_memory(bool on) {
+  shm_on_ = on && shm_ != nullptr;
+  return shm_on_;
 }
 
 MpiTransport::~MpiTransport() {
@@ -78,6 +144,7 @@ MpiTransport::~MpiTransport() {
       lk.unlock();
       engine_->stop(false);  // runs the notice command if still queued
     }
+    if (shm_) shm_->stop(false);
     engine_->stop(false);
     fflush(stderr);
     return;
@@ -93,6 +160,7 @@ MpiTransport::~MpiTransport() {
 void MpiTransport::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (shm_) shm_->stop(true);
   engine_->stop(true);
   engine_->finalize_comms();
   if (we_initialized_mpi_) PD_MPI_CHECK(MPI_Finalize());
@@ -115,6 +183,7 @@ void check_peer(int peer, int size, int me, const char* what) {
 Request MpiTransport::isend(const Tensor& t, int peer, int tag, int64_t meta) {
   check_peer(peer, size_, rank_, "isend");
   PD_CHECK(tag >= 0 && tag <= max_tag(), "tag ", tag, " outside [0, ", max_tag(), "]");
+  if (uses_shared_memory(peer)) return shm_->send(t, peer, tag, meta);
   return start_mpi_send(*engine_, t, peer, tag, meta);
 }
 
@@ -122,12 +191,14 @@ Request MpiTransport::irecv(Tensor into, int peer, int tag) {
   check_peer(peer, size_, rank_, "irecv");
   PD_CHECK(tag >= 0 && tag <= max_tag(), "tag ", tag, " outside [0, ", max_tag(), "]");
   PD_CHECK(into.defined(), "irecv needs an allocated tensor; use irecv_any for unknown shapes");
+  if (uses_shared_memory(peer)) return shm_->recv(std::move(into), peer, tag);
   return start_mpi_recv(*engine_, std::move(into), peer, tag);
 }
 
 Request MpiTransport::irecv_any(int peer, int tag) {
   check_peer(peer, size_, rank_, "irecv_any");
   PD_CHECK(tag >= 0 && tag <= max_tag(), "tag ", tag, " outside [0, ", max_tag(), "]");
+  if (uses_shared_memory(peer)) return shm_->recv(Tensor{}, peer, tag);
   return start_mpi_recv(*engine_, Tensor{}, peer, tag);
 }
 
@@ -138,12 +209,18 @@ std::shared_ptr<CommGroup> MpiTransport::make_group(std::vector<int> ranks) {
 Request MpiTransport::iall_reduce(CommGroup& g, std::vector<Tensor> tensors, ReduceOp op) {
   auto* group = dynamic_cast<MpiGroup*>(&g);
   PD_CHECK(group != nullptr, "iall_reduce: group was not made by this transport");
+  if (uses_shared_memory(g)) {
+    // The same tag on every member: the group's key and its sequence number.
+    const int64_t tag = (static_cast<int64_t>(group->key()) << 32) | static_cast<uint32_t>(group->next_seq());
+    return shm_->all_reduce(group->ranks(), group->index(), tag, std::move(tensors), op);
+  }
   return start_mpi_all_reduce(*engine_, *group, std::move(tensors), op);
 }
 
 void MpiTransport::set_timeout(double seconds) {
   if (!(seconds > 0)) throw UserError(cat("--timeout must be positive seconds, got ", seconds));
   engine_->timeout_s_ = seconds;
+  if (shm_) shm_->set_timeout(seconds);
 }
 
 double MpiTransport::timeout() const { return engine_->timeout_s_.load(); }

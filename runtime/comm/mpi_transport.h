@@ -25,6 +25,7 @@
 namespace pd {
 
 class MpiEngine;  // the communication thread and its requests
+class ShmEngine;  // the same-host path: a shared-memory segment per host
 
 class MpiTransport final : public Transport {
  public:
@@ -60,6 +61,19 @@ class MpiTransport final : public Transport {
   double timeout() const override;
   [[noreturn]] void abort(const std::string& reason, int exit_code = 1) override;
 
+  // Ranks on one host exchange tensors and all-reduce through a
+  // shared-memory segment of their own (shm_engine.h), not MPI, unless
+  // PIPEDREAM_SHM=off or the segment cannot be made (then rank 0 of the
+  // host prints a one-line note naming why, and MPI carries everything).
+  // True when messages to `peer`, or the group's all-reduces, take it.
+  bool uses_shared_memory(int peer) const;
+  bool uses_shared_memory(const CommGroup& g) const;
+  // Switches the same-host path off (or back on, when a segment exists):
+  // every rank at the same point with nothing in flight. Returns whether
+  // the path is in use now. For comparisons (bench-comm --same-host mpi).
+  bool use_shared_memory(bool on);
+  bool shared_memory_on() const { return shm_on_; }
+
   // Runs fn on the communication thread (the only thread allowed to call
   // MPI) with MPI_COMM_WORLD and waits for it; for bootstrapping other
   // transports (e.g. broadcasting an NCCL unique id).
@@ -69,7 +83,11 @@ class MpiTransport final : public Transport {
   int rank_ = 0;
   int size_ = 1;
   std::vector<std::string> hosts_;
+  void start_same_host_path(double timeout_s);
+
   std::unique_ptr<MpiEngine> engine_;
+  std::unique_ptr<ShmEngine> shm_;
+  bool shm_on_ = false;
   bool we_initialized_mpi_ = false;
   bool shut_down_ = false;
 };
