@@ -25,6 +25,7 @@ struct ProfileArgs {
   double min_time = 10;  // seconds; see --min-time
   uint64_t seed = 0;
   std::vector<int> microbatches;
+  bool allow_tf32 = false;
 };
 
 double mb(uint64_t bytes) { return double(bytes) / 1e6; }
@@ -147,6 +148,8 @@ void run_profile(const ProfileArgs& a) {
   o.optimizer.kind = parse_optimizer_flag(a.optimizer);
   o.optimizer.momentum = o.optimizer.kind == OptimizerKind::sgd ? 0.9f : 0.0f;
   o.microbatches = a.microbatches;
+  refuse_allow_tf32_off_cuda(a.allow_tf32, a.device);
+  o.allow_tf32 = a.allow_tf32;
   // Cheap checks first: a bad batch or device should not wait for a model build.
   check_profile_options(o);
   Model model = resolve_model(a.model, a.spec_file, a.model_options);
@@ -199,6 +202,7 @@ void add_profile_command(CLI::App& app) {
                   "which simulate then costs as measured instead of a linear share of the batch")
       ->delimiter(',');
   cmd->add_option("-o,--output", a->output, "Profile to write (atomically, only on success)")->capture_default_str();
+  add_allow_tf32_flag(*cmd, a->allow_tf32);
   cmd->callback([a] { run_profile(*a); });
 }
 

@@ -58,6 +58,7 @@ struct RunArgs {
   bool evaluate = true, reference = false, progress = false, straight = false;
   std::string device = "cpu", transport = "staged";
   bool deterministic = false;
+  bool allow_tf32 = false;
 };
 
 // Every way the plan can disagree with the model, as a UserError.
@@ -349,7 +350,7 @@ void run_mpi_worker(RunSpec& spec, const RunArgs& a, const Model& model, const D
     run_pipeline_worker(spec, model, data, t);
     return;
   }
-  spec.device = open_compute_device(a.device, a.deterministic);
+  spec.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
   if (spec.transport == DeviceTransport::nccl) {
     NcclTransport nccl(t, spec.device, pipeline_links(spec.plan));
     run_pipeline_worker(spec, model, data, nccl);
@@ -456,7 +457,7 @@ void run_command(const RunArgs& a) {
 
   if (a.reference) {
     print_plan(plan, model, spec.schedule);
-    spec.device = open_compute_device(a.device, a.deterministic);
+    spec.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
     run_reference(spec, model, data);
     return;
   }
@@ -475,7 +476,7 @@ void run_command(const RunArgs& a) {
   }
   if (R == 1 && !under_mpi) {
     print_plan(plan, model, spec.schedule);
-    spec.device = open_compute_device(a.device, a.deterministic);
+    spec.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
     LocalTransport t(std::make_shared<LocalHub>(1), 0);
     install_stop_signal_handlers();
     run_pipeline_worker(spec, model, data, t);
@@ -577,8 +578,10 @@ void add_run_command(CLI::App& app) {
                   "nccl (device to device; all-reduce not in rank order)")
       ->capture_default_str();
   cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
+  add_allow_tf32_flag(*cmd, a->allow_tf32);
   cmd->callback([a, cmd] {
     RunArgs args = *a;
+    refuse_allow_tf32_off_cuda(args.allow_tf32, args.device);
     args.optimizer.kind = parse_optimizer_flag(args.optimizer_flag);
     args.lr.kind = parse_lr_schedule_flag(args.lr_schedule);
     refuse_ignored_optimizer_flags(*cmd, args.optimizer.kind, args.lr.kind);

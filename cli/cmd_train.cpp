@@ -31,6 +31,7 @@ struct TrainArgs {
   std::vector<std::string> init;  // --init: start from these weights
   std::string device = "cpu";
   bool deterministic = false;
+  bool allow_tf32 = false;
 };
 
 // Metrics lines every `log_every` steps (and the last), evaluations always;
@@ -71,7 +72,7 @@ void run_train(const TrainArgs& a) {
   TrainOptions o = a.train;
   const int64_t steps = planned_steps(o, data.train->size());
   const NamedTensors init = a.init.empty() ? NamedTensors{} : load_named_weights(model, a.init);
-  o.device = open_compute_device(a.device, a.deterministic);
+  o.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
   cpu::set_compute_threads(a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   o.loader_threads = a.loader_threads >= 0 ? a.loader_threads
                                            : default_loader_threads(o.device.is_cpu() ? cpu::compute_threads() : 1);
@@ -180,8 +181,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("!--no-eval", t.evaluate, "Skip test-set evaluation");
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
   cmd->add_flag("--deterministic", a->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
+  add_allow_tf32_flag(*cmd, a->allow_tf32);
   cmd->callback([a, cmd] {
     TrainArgs args = *a;
+    refuse_allow_tf32_off_cuda(args.allow_tf32, args.device);
     args.train.optimizer.kind = parse_optimizer_flag(args.optimizer);
     args.train.schedule.kind = parse_lr_schedule_flag(args.lr_schedule);
     refuse_ignored_optimizer_flags(*cmd, args.train.optimizer.kind, args.train.schedule.kind);
