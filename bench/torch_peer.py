@@ -21,6 +21,9 @@ for the GPT attention instead of the written-out softmax(QK^T)V, and, for
 convolutions, channels_last tensors, TF32 and cuDNN's autotuner
 (cudnn.benchmark). It needs PyTorch >= 2.0 (SDPA). Every line says which
 recipe ran ("recipe", with "allow_tf32", "channels_last", "sdpa").
+--allow-tf32 (GPU, without --amp) is the "tf32" recipe: the fp32 maths
+with TF32 matmuls and cuDNN convolutions, the peer of pipedream's
+--allow-tf32.
 
 The zoo's "gpt" (GPT-2 size: vocab 50304, 1024 tokens, width 768, 12
 blocks of 12 heads, 163M parameters) is a workload too, at batch 8.
@@ -189,14 +192,15 @@ def torchvision_model(args):
 
 
 def recipe_of(name, args):
-    """What the step runs with: the fp32 recipe is pipedream's maths; amp is
-    bf16 autocast, SDPA for attention, channels_last + TF32 for convolutions."""
-    amp = args.amp
+    """What the step runs with: the fp32 recipe is pipedream's maths (tf32:
+    the same with TF32 matmuls and convolutions); amp is bf16 autocast, SDPA
+    for attention, channels_last + TF32 for convolutions."""
+    amp, gpu = args.amp, args.device.startswith("cuda")
     conv = args.torchvision != "" or name in CONV_WORKLOADS
-    return {"recipe": "amp" if amp else "fp32", "autocast": "bf16" if amp else "none",
-            "sdpa": amp and name in GPT_DIMS, "channels_last": amp and conv,
-            "allow_tf32": amp and args.device.startswith("cuda"),
-            "cudnn_benchmark": amp and conv and args.device.startswith("cuda")}
+    return {"recipe": "amp" if amp else ("tf32" if args.allow_tf32 else "fp32"),
+            "autocast": "bf16" if amp else "none", "sdpa": amp and name in GPT_DIMS,
+            "channels_last": amp and conv, "allow_tf32": (amp or args.allow_tf32) and gpu,
+            "cudnn_benchmark": amp and conv and gpu}
 
 
 def set_backend_flags(recipe):
@@ -273,6 +277,8 @@ def main():
                    help=f"comma-separated NAME or NAME:BATCH; names: {', '.join(WORKLOADS)}")
     p.add_argument("--amp", action="store_true",
                    help="PyTorch's fast recipe: bf16 autocast, SDPA attention, channels_last + TF32 convolutions")
+    p.add_argument("--allow-tf32", action="store_true",
+                   help="the fp32 recipe with TF32 matmuls and cuDNN convolutions (the peer of --allow-tf32)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--device", default="cpu")
@@ -296,6 +302,10 @@ def main():
         return 2
     if args.threads < 1 or args.steps < 1 or args.warmup < 0:
         print("error: --threads and --steps must be at least 1, --warmup not negative", file=sys.stderr)
+        return 2
+    if args.allow_tf32 and (args.amp or not args.device.startswith("cuda")):
+        print("error: --allow-tf32 applies to the fp32 recipe on --device cuda only (--amp turns TF32 on itself)",
+              file=sys.stderr)
         return 2
     if args.amp and not hasattr(F, "scaled_dot_product_attention"):
         print(f"error: --amp needs torch.nn.functional.scaled_dot_product_attention (PyTorch >= 2.0); this "

@@ -4,10 +4,11 @@
 #  1. throughput, pipedream against PyTorch on the same GPU in the same run:
 #     `pipedream-bench core --device cuda` on cnn, vgg-mini, resnet50
 #     (batch 64), gpt-mini (batch 8 and 64) and the zoo's gpt (batch 8 x
-#     1024 tokens), in fp32 (TF32 off) and with --precision bf16, and
-#     bench/torch_peer.py on the same workloads in fp32 (TF32 off) and
-#     with --amp (bf16 autocast, SDPA, channels_last + TF32): one "compare"
-#     line per workload and recipe (scripts/gpu_summary.py ratios);
+#     1024 tokens), in fp32 (TF32 off), with --precision bf16 and with
+#     --allow-tf32, and bench/torch_peer.py on the same workloads in fp32
+#     (TF32 off), with --amp (bf16 autocast, SDPA, channels_last + TF32)
+#     and with --allow-tf32: one "compare" line per workload and recipe
+#     (scripts/gpu_summary.py ratios: fp32/fp32, bf16/amp, tf32/tf32);
 #  2. `pipedream profile --device cuda` on gpt-mini at batch 64, fp32 and
 #     bf16: LayerNorm ln_f's backward / forward;
 #  3. 2-rank staged pipelines (cnn, fp32 and bf16) against `run --reference`,
@@ -25,7 +26,8 @@
 # - to stdout and to $OUT/gpu_check.jsonl when $OUT is set (else
 # BUILD/gpu_check/), logs in logs/; at the end a markdown summary
 # (summary.md, from scripts/gpu_summary.py table) to paste. Never stops at
-# a failing step: the summary line lists them; the exit code is 1 if any.
+# a failing step: the summary line lists them and the skipped ones; the
+# exit code is 1 if any step failed or was skipped.
 #
 # Usage: scripts/gpu_check.sh [--build-dir DIR] [--skip-build] [--steps K]
 #          [--warmup K] [--budget SECONDS] [--python PATH]
@@ -50,7 +52,7 @@ while [[ $# -gt 0 ]]; do
     --warmup) warmup="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     --python) python="$2"; shift 2 ;;
-    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -59,6 +61,7 @@ for n in "$steps" "$warmup" "$budget"; do
 done
 
 out="${OUT:-$build/gpu_check}"
+rm -rf "$out/logs"  # no log of an earlier run may stand for a step skipped in this one
 mkdir -p "$out/logs"
 jsonl="$out/gpu_check.jsonl"
 : > "$jsonl"
@@ -103,6 +106,7 @@ bench_step() {
 # gtest's counts from a log, as one JSON line.
 gtest_counts() {
   local name="$1" log="$out/logs/$1.log" passed failed_n skipped_n
+  [[ -f "$log" ]] || return 0
   passed=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$log" | grep -oE '[0-9]+' | head -1)
   failed_n=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$log" | grep -oE '[0-9]+' | head -1)
   skipped_n=$(grep -E '^\[  SKIPPED \] [0-9]+ test' "$log" | grep -oE '[0-9]+' | head -1)
@@ -125,28 +129,39 @@ if [[ $skip_build -eq 0 ]]; then
 fi
 bin="$build/bin"
 
-# 1. Throughput, ours and PyTorch's, both recipes. Limits: the expected
+# 1. Throughput, ours and PyTorch's, each recipe. Limits: the expected
 #    seconds on an H100 (process start, cuDNN/cuBLAS set-up, warm-up and
 #    --steps steps) with room; the zoo gpt's fp32 step is ~0.3 s.
 common=(--device cuda --warmup "$warmup" --steps "$steps")
-for recipe in fp32 bf16; do
-  precision=()
+# Ours: fp32 (TF32 off), bf16, and fp32 with --allow-tf32 ("tf32").
+core_recipe() {
+  local recipe="$1" precision=() tag="\"recipe\": \"$1\", "
   [[ $recipe == bf16 ]] && precision=(--precision bf16)
-  tag="\"recipe\": \"$recipe\", "
+  [[ $recipe == tf32 ]] && precision=(--allow-tf32)
   bench_step "core_${recipe}_b64" 45 "$tag" "$bin/pipedream-bench" core --workloads cnn,vgg-mini,resnet50,gpt-mini \
     --batch 64 "${common[@]}" "${precision[@]}"
   bench_step "core_${recipe}_gpt_mini_b8" 15 "$tag" "$bin/pipedream-bench" core --workloads gpt-mini --batch 8 \
     "${common[@]}" "${precision[@]}"
   bench_step "core_${recipe}_gpt_b8" 40 "$tag" "$bin/pipedream-bench" core --model gpt --batch 8 "${common[@]}" \
     "${precision[@]}"
-done
+}
+core_recipe fp32
+core_recipe bf16
 peer_workloads=cnn:64,vgg-mini:64,resnet50:64,gpt-mini:64,gpt-mini:8,gpt:8
-if timeout 90 "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' > "$out/logs/torch_probe.log" 2>&1; then
+have_torch=0
+timeout 90 "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+  > "$out/logs/torch_probe.log" 2>&1 && have_torch=1
+if [[ $have_torch -eq 1 ]]; then
   bench_step torch_fp32 60 "" "$python" "$here/bench/torch_peer.py" --workloads "$peer_workloads" "${common[@]}"
   bench_step torch_amp 45 "" "$python" "$here/bench/torch_peer.py" --amp --workloads "$peer_workloads" "${common[@]}"
 else
   emit "$(printf '{"check": "torch_peer", "skipped": "%s has no PyTorch with CUDA (logs/torch_probe.log)"}' "$python")"
   skipped+=(torch_peer)
+fi
+core_recipe tf32
+if [[ $have_torch -eq 1 ]]; then
+  bench_step torch_tf32 60 "" "$python" "$here/bench/torch_peer.py" --allow-tf32 --workloads "$peer_workloads" \
+    "${common[@]}"
 fi
 "$python" "$summary_py" ratios "$jsonl" | tee -a "$jsonl"
 
@@ -232,4 +247,4 @@ for f in "${skipped[@]}"; do slist+="${slist:+, }\"$f\""; done
 emit "$(printf '{"check": "summary", "failed": [%s], "skipped": [%s], "seconds": %d}' "$list" "$slist" \
         $(( $(date +%s) - started )))"
 "$python" "$summary_py" table "$jsonl" > "$out/summary.md" 2> "$out/logs/summary.log" && cat "$out/summary.md"
-[[ ${#failed[@]} -eq 0 ]]
+[[ ${#failed[@]} -eq 0 && ${#skipped[@]} -eq 0 ]]

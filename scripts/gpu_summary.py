@@ -4,9 +4,12 @@
   gpu_summary.py ratios GPU_CHECK.jsonl   one {"compare": ...} JSON line per
       workload, batch and recipe measured by both pipedream-bench core and
       bench/torch_peer.py in that file: pipedream's fp32 against PyTorch's
-      fp32 (TF32 off), pipedream's bf16 against PyTorch's amp recipe (bf16
-      autocast, SDPA, channels_last + TF32). ratio = pipedream / PyTorch
-      samples per second; "same_parameters" says whether the models match.
+      fp32 (TF32 off), --allow-tf32 against PyTorch's fp32 with TF32
+      ("tf32"), bf16 against PyTorch's amp recipe (bf16 autocast, SDPA,
+      channels_last + TF32). ratio = pipedream / PyTorch samples per second;
+      "ratio_vs_torch_best" divides by PyTorch's fastest recipe measured for
+      that workload and batch; "same_parameters" says whether the models
+      match.
   gpu_summary.py layer PROFILE.json --recipe R [--layer ln_f]   one
       {"profile": ...} line: that layer's forward and backward ms and their
       ratio, from a `pipedream profile` output.
@@ -21,8 +24,9 @@ import argparse
 import json
 import sys
 
-# pipedream's precision -> the PyTorch recipe it is compared with.
-PEER_RECIPE = {"fp32": "fp32", "bf16": "amp"}
+# pipedream's recipe -> the PyTorch recipe it is compared with.
+PEER_RECIPE = {"fp32": "fp32", "tf32": "tf32", "bf16": "amp"}
+RECIPE_ORDER = ["fp32", "tf32", "bf16"]
 
 
 def read_lines(path):
@@ -40,9 +44,13 @@ def read_lines(path):
 
 
 def ours_recipe(line):
-    """fp32 or bf16: bench core's own "precision" field if it writes one,
-    else what gpu_check.sh tagged the step with."""
-    return line.get("precision") or line.get("recipe") or "fp32"
+    """fp32, tf32 or bf16: what gpu_check.sh tagged the step with, else
+    from bench core's "precision" and "allow_tf32" fields."""
+    if line.get("recipe"):
+        return line["recipe"]
+    if line.get("precision") == "bf16":
+        return "bf16"
+    return "tf32" if line.get("allow_tf32") else "fp32"
 
 
 def ratios(lines):
@@ -57,9 +65,11 @@ def ratios(lines):
         b = peer.get((workload, batch, PEER_RECIPE.get(recipe, recipe)))
         if not b:
             continue
+        best = max(l["samples_per_s"] for (w, n, _), l in peer.items() if (w, n) == (workload, batch))
         line = {"compare": workload, "batch": batch, "recipe": recipe, "peer_recipe": b.get("recipe", "fp32"),
                 "device": a.get("device"), "pipedream_samples_per_s": a["samples_per_s"],
                 "torch_samples_per_s": b["samples_per_s"], "ratio": a["samples_per_s"] / b["samples_per_s"],
+                "ratio_vs_torch_best": a["samples_per_s"] / best,
                 "pipedream_median_step_ms": a["median_step_ms"], "torch_median_step_ms": b["median_step_ms"],
                 "pipedream_parameters": a.get("parameters"), "torch_parameters": b.get("parameters"),
                 "same_parameters": a.get("parameters") == b.get("parameters")}
@@ -97,13 +107,23 @@ def table(lines):
     machine = next((l for l in lines if l.get("check") == "machine"), {})
     print(f"GPU: {machine.get('gpus', '-')}, driver {machine.get('driver', '-')}, {machine.get('date', '-')}")
     torch_version = next((l.get("torch") for l in lines if l.get("suite") == "torch-peer"), "-")
-    print(f"PyTorch {torch_version}; ratio = pipedream / PyTorch samples per second, both in the same run.\n")
-    print("| workload | batch | ours fp32 | PyTorch fp32 | ratio | ours bf16 | PyTorch amp | ratio | params equal |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"PyTorch {torch_version}; every figure from the same run.\n")
+    recipes = [r for r in RECIPE_ORDER if any(c["recipe"] == r for c in compare)]
+    recipes += sorted({c["recipe"] for c in compare} - set(recipes))
+    print("Samples per second; ratio = ours / PyTorch. \"bf16 vs best\": ours bf16 against PyTorch's fastest "
+          "recipe on that workload.\n")
+    head = ["workload", "batch"]
+    for r in recipes:
+        head += [f"ours {r}", f"PyTorch {PEER_RECIPE.get(r, r)}", "ratio"]
+    if "bf16" in recipes:
+        head.append("bf16 vs best")
+    head.append("params equal")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
     for workload, batch in rows:
         cells = [workload, str(batch)]
         same = []
-        for recipe in ("fp32", "bf16"):
+        for recipe in recipes:
             c = by_key.get((workload, batch, recipe))
             if c:
                 cells += [fmt(c["pipedream_samples_per_s"], 1), fmt(c["torch_samples_per_s"], 1),
@@ -111,6 +131,9 @@ def table(lines):
                 same.append(c["same_parameters"])
             else:
                 cells += ["-", "-", "-"]
+        if "bf16" in recipes:
+            c = by_key.get((workload, batch, "bf16"))
+            cells.append(f"{c['ratio_vs_torch_best']:.2f}" if c else "-")
         cells.append("yes" if same and all(same) else ("NO" if same else "-"))
         print("| " + " | ".join(cells) + " |")
     tokens = [c for c in compare if "torch_tokens_per_s" in c]
