@@ -16,6 +16,8 @@
 // host each step, as training does) and synchronises the device before
 // every clock read, so a step's time includes its kernels, not just their
 // launches. "median_step_cpu_ms" then counts the host's work only.
+// --allow-tf32 lets cuBLAS and cuDNN use TF32 tensor cores for FP32
+// operands (PyTorch's allow_tf32); each line says so in "allow_tf32".
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -68,6 +70,7 @@ struct CoreOptions {
   uint64_t seed = 1;
   int64_t batch = 0;  // 0: each workload's own batch
   bool deterministic = false;
+  bool allow_tf32 = false;  // GPU: TF32 tensor cores for FP32 GEMMs and convolutions
   std::string model, model_options;  // --model: time this model instead of the workloads
   std::string precision_flag = "fp32";
   Precision precision = Precision::FP32;  // parsed from precision_flag
@@ -176,6 +179,7 @@ nlohmann::json run_workload(const Model& m, const CoreWorkload& w, const CoreOpt
           {"threads", o.threads},
           {"device", device.str()},
           {"precision", to_string(o.precision)},
+          {"allow_tf32", o.allow_tf32},
           {"parameters", m.parameter_count()},
           {"warmup", o.warmup},
           {"steps", o.steps},
@@ -206,7 +210,7 @@ void run_core_with(const CoreOptions& o) {
     // "model" / "model_options" what was asked for.
     if (o.batch == 0) throw UserError("--model needs --batch B");
     const Model m = resolve_model(o.model, "", o.model_options);
-    const Device device = open_compute_device(o.device, o.deterministic);
+    const Device device = open_compute_device(o.device, o.deterministic, o.allow_tf32);
     device_ops(device).set_precision(o.precision);
     cpu::set_compute_threads(o.threads);
     nlohmann::json line = run_workload(m, {m.name, o.batch}, o, device);
@@ -219,7 +223,7 @@ void run_core_with(const CoreOptions& o) {
   std::vector<CoreWorkload> selected = select_workloads(o.workloads);
   if (o.batch > 0)
     for (CoreWorkload& w : selected) w.batch = o.batch;
-  const Device device = open_compute_device(o.device, o.deterministic);
+  const Device device = open_compute_device(o.device, o.deterministic, o.allow_tf32);
   device_ops(device).set_precision(o.precision);
   cpu::set_compute_threads(o.threads);
   for (const CoreWorkload& w : selected)
@@ -244,6 +248,8 @@ void add_core_suite(CLI::App& app) {
   cmd->add_option("--device", o->device, "cpu | cuda | cuda:N")->capture_default_str();
   cmd->add_option("--batch", o->batch, "batch size for every selected workload (default: each workload's own)");
   cmd->add_flag("--deterministic", o->deterministic, "GPU: deterministic cuDNN convolution algorithms only");
+  cmd->add_flag("--allow-tf32", o->allow_tf32,
+                "GPU: TF32 tensor cores for FP32 matrix multiplies and convolutions (refused with --device cpu)");
   cmd->add_option("--seed", o->seed, "seed of the initial weights and synthetic data")->capture_default_str();
   cmd->add_option("--precision", o->precision_flag, "fp32 | bf16 (mixed precision)")->capture_default_str();
   cmd->callback([o] { run_core(*o); });

@@ -11,7 +11,22 @@ run it with Debian's python3-torch (/usr/bin/python3).
 --device cuda runs the same step on the GPU (a PyTorch built with CUDA)
 and synchronises before each clock read, as `pipedream-bench core --device
 cuda` does; TF32 is off for both matmuls and cuDNN convolutions, matching
-pipedream's FP32 default. --batch overrides every workload's batch size.
+pipedream's FP32 default. --batch overrides every workload's batch size;
+a workload written NAME:B (gpt-mini:64) runs at batch B.
+
+--amp times what a PyTorch user runs for speed instead (the "amp" recipe;
+the default is "fp32", the same maths as pipedream's FP32): bf16 autocast
+around forward and loss, F.scaled_dot_product_attention(is_causal=True)
+for the GPT attention instead of the written-out softmax(QK^T)V, and, for
+convolutions, channels_last tensors, TF32 and cuDNN's autotuner
+(cudnn.benchmark). It needs PyTorch >= 2.0 (SDPA). Every line says which
+recipe ran ("recipe", with "allow_tf32", "channels_last", "sdpa").
+--allow-tf32 (GPU, without --amp) is the "tf32" recipe: the fp32 maths
+with TF32 matmuls and cuDNN convolutions, the peer of pipedream's
+--allow-tf32.
+
+The zoo's "gpt" (GPT-2 size: vocab 50304, 1024 tokens, width 768, 12
+blocks of 12 heads, 163M parameters) is a workload too, at batch 8.
 
 --torchvision NAME --input C,H,W --classes N --batch B times the same step
 on a torchvision model (num_classes=N) instead of the workloads: the peer
@@ -28,7 +43,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-WORKLOADS = {"mlp": 128, "cnn": 64, "vgg-mini": 32, "gpt-mini": 8, "resnet50": 64}
+WORKLOADS = {"mlp": 128, "cnn": 64, "vgg-mini": 32, "gpt-mini": 8, "resnet50": 64, "gpt": 8}
+# The zoo's GPTs (models/zoo.cpp gpt_spec): vocab, context, width, depth, heads.
+GPT_DIMS = {"gpt-mini": (256, 128, 256, 4, 4), "gpt": (50304, 1024, 768, 12, 12)}
+CONV_WORKLOADS = {"cnn", "vgg-mini", "resnet50"}
 
 
 def mlp():
@@ -88,9 +106,13 @@ def resnet50():
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, dim, heads):
+    """sdpa: PyTorch's fused attention (flash / memory-efficient kernels);
+    otherwise the written-out maths pipedream's FP32 computes."""
+
+    def __init__(self, dim, heads, sdpa=False):
         super().__init__()
         self.heads = heads
+        self.sdpa = sdpa
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
 
@@ -99,6 +121,9 @@ class CausalSelfAttention(nn.Module):
         hd = d // self.heads
         q, k, v = self.qkv(x).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, hd).transpose(1, 2) for z in (q, k, v))
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.proj(y.transpose(1, 2).contiguous().view(b, t, d))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
         mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
@@ -109,10 +134,10 @@ class CausalSelfAttention(nn.Module):
 class Block(nn.Module):
     """Pre-LN GPT block: x + attn(ln1(x)), then x + fc2(gelu_tanh(fc1(ln2(x))))."""
 
-    def __init__(self, dim, heads):
+    def __init__(self, dim, heads, sdpa=False):
         super().__init__()
         self.ln1 = nn.LayerNorm(dim)
-        self.attn = CausalSelfAttention(dim, heads)
+        self.attn = CausalSelfAttention(dim, heads, sdpa)
         self.ln2 = nn.LayerNorm(dim)
         self.fc1 = nn.Linear(dim, 4 * dim)
         self.fc2 = nn.Linear(4 * dim, dim)
@@ -123,11 +148,11 @@ class Block(nn.Module):
 
 
 class Gpt(nn.Module):
-    def __init__(self, vocab=256, context=128, dim=256, depth=4, heads=4):
+    def __init__(self, vocab=256, context=128, dim=256, depth=4, heads=4, sdpa=False):
         super().__init__()
         self.token = nn.Embedding(vocab, dim)
         self.position = nn.Embedding(context, dim)
-        self.blocks = nn.Sequential(*[Block(dim, heads) for _ in range(depth)])
+        self.blocks = nn.Sequential(*[Block(dim, heads, sdpa) for _ in range(depth)])
         self.ln_f = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
 
@@ -137,16 +162,17 @@ class Gpt(nn.Module):
         return self.head(self.ln_f(self.blocks(x)))
 
 
-def build(name):
+def build(name, sdpa=False):
+    if name in GPT_DIMS:
+        vocab, context, dim, depth, heads = GPT_DIMS[name]
+        return Gpt(vocab, context, dim, depth, heads, sdpa), (context,)
     if name == "mlp":
         return mlp()
     if name == "cnn":
         return cnn()
     if name == "vgg-mini":
         return vgg_mini()
-    if name == "resnet50":
-        return resnet50()
-    return Gpt(), (128,)
+    return resnet50()
 
 
 def median(v):
@@ -165,18 +191,39 @@ def torchvision_model(args):
     return model, tuple(int(v) for v in args.input.split(","))
 
 
+def recipe_of(name, args):
+    """What the step runs with: the fp32 recipe is pipedream's maths (tf32:
+    the same with TF32 matmuls and convolutions); amp is bf16 autocast, SDPA
+    for attention, channels_last + TF32 for convolutions."""
+    amp, gpu = args.amp, args.device.startswith("cuda")
+    conv = args.torchvision != "" or name in CONV_WORKLOADS
+    return {"recipe": "amp" if amp else ("tf32" if args.allow_tf32 else "fp32"),
+            "autocast": "bf16" if amp else "none", "sdpa": amp and name in GPT_DIMS,
+            "channels_last": amp and conv, "allow_tf32": (amp or args.allow_tf32) and gpu,
+            "cudnn_benchmark": amp and conv and gpu}
+
+
+def set_backend_flags(recipe):
+    if torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = recipe["allow_tf32"]
+        torch.backends.cudnn.allow_tf32 = recipe["allow_tf32"]
+        torch.backends.cudnn.benchmark = recipe["cudnn_benchmark"]
+
+
 def run(name, batch, args):
     torch.manual_seed(args.seed)
     dev = torch.device(args.device)
-    model, sample_shape = torchvision_model(args) if args.torchvision else build(name)
+    recipe = recipe_of(name, args)
+    set_backend_flags(recipe)
+    model, sample_shape = torchvision_model(args) if args.torchvision else build(name, recipe["sdpa"])
     model = model.to(dev)
     params = sum(p.numel() for p in model.parameters())
     if args.torchvision:
         classes = args.classes
         inputs = torch.randn((batch,) + sample_shape)
         labels = torch.randint(0, classes, (batch,))
-    elif name == "gpt-mini":
-        classes = 256
+    elif name in GPT_DIMS:
+        classes = GPT_DIMS[name][0]
         inputs = torch.randint(0, classes, (batch,) + sample_shape)
         labels = torch.randint(0, classes, (batch,) + sample_shape)
     else:
@@ -186,6 +233,9 @@ def run(name, batch, args):
     # Inputs live on the device (as in pipedream-bench core); labels come
     # from the host every step, as a data loader delivers them.
     inputs = inputs.to(dev)
+    if recipe["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
+        inputs = inputs.contiguous(memory_format=torch.channels_last)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model.train()
@@ -195,8 +245,9 @@ def run(name, batch, args):
         sync()
         c0, t0 = time.process_time(), time.perf_counter()
         opt.zero_grad()
-        logits = model(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, classes), labels.to(dev, non_blocking=False).reshape(-1))
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.amp):
+            logits = model(inputs)
+            loss = F.cross_entropy(logits.reshape(-1, classes), labels.to(dev, non_blocking=False).reshape(-1))
         loss.backward()
         opt.step()
         sync()
@@ -205,17 +256,29 @@ def run(name, batch, args):
             times.append((t1 - t0) * 1000.0)
             cpu_times.append((c1 - c0) * 1000.0)
     med = median(times)
-    return {"suite": "torch-peer", "workload": name, "batch": batch, "threads": torch.get_num_threads(),
+    line = {"suite": "torch-peer", "workload": name, "batch": batch, "threads": torch.get_num_threads(),
             "device": args.device, "parameters": params, "warmup": args.warmup, "steps": args.steps,
             "median_step_ms": med, "min_step_ms": min(times),
             "median_step_cpu_ms": median(cpu_times), "samples_per_s": batch * 1000.0 / med,
             "final_loss": float(loss), "torch": torch.__version__}
+    if name in GPT_DIMS:
+        line["tokens_per_s"] = line["samples_per_s"] * sample_shape[0]
+    if dev.type == "cuda":
+        line["peak_memory_bytes"] = torch.cuda.max_memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+    line.update(recipe)
+    return line
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--workloads", default="mlp,cnn,vgg-mini,gpt-mini")
+    p.add_argument("--workloads", default="mlp,cnn,vgg-mini,gpt-mini",
+                   help=f"comma-separated NAME or NAME:BATCH; names: {', '.join(WORKLOADS)}")
+    p.add_argument("--amp", action="store_true",
+                   help="PyTorch's fast recipe: bf16 autocast, SDPA attention, channels_last + TF32 convolutions")
+    p.add_argument("--allow-tf32", action="store_true",
+                   help="the fp32 recipe with TF32 matmuls and cuDNN convolutions (the peer of --allow-tf32)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--device", default="cpu")
@@ -231,9 +294,6 @@ def main():
             print(f"error: --device {args.device}: this PyTorch ({torch.__version__}) has no usable CUDA "
                   "(built without it, or no GPU visible)", file=sys.stderr)
             return 2
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cudnn.benchmark = False
     elif args.device != "cpu":
         print(f"error: --device {args.device}: use cpu, cuda or cuda:N", file=sys.stderr)
         return 2
@@ -242,6 +302,14 @@ def main():
         return 2
     if args.threads < 1 or args.steps < 1 or args.warmup < 0:
         print("error: --threads and --steps must be at least 1, --warmup not negative", file=sys.stderr)
+        return 2
+    if args.allow_tf32 and (args.amp or not args.device.startswith("cuda")):
+        print("error: --allow-tf32 applies to the fp32 recipe on --device cuda only (--amp turns TF32 on itself)",
+              file=sys.stderr)
+        return 2
+    if args.amp and not hasattr(F, "scaled_dot_product_attention"):
+        print(f"error: --amp needs torch.nn.functional.scaled_dot_product_attention (PyTorch >= 2.0); this "
+              f"PyTorch is {torch.__version__}: run without --amp for the fp32 recipe", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
     if args.torchvision:
@@ -253,13 +321,21 @@ def main():
         line["classes"] = args.classes
         print(json.dumps(line), flush=True)
         return 0
-    names = [w for w in args.workloads.split(",") if w]
-    for w in names:
-        if w not in WORKLOADS:
-            print(f"error: unknown workload '{w}' (workloads: {', '.join(WORKLOADS)})", file=sys.stderr)
+    selected = []
+    for item in (w for w in args.workloads.split(",") if w):
+        name, _, batch = item.partition(":")
+        if name not in WORKLOADS:
+            print(f"error: unknown workload '{name}' (workloads: {', '.join(WORKLOADS)})", file=sys.stderr)
             return 2
-    for w in names:
-        print(json.dumps(run(w, args.batch or WORKLOADS[w], args)), flush=True)
+        if batch and not (batch.isdigit() and int(batch) > 0):
+            print(f"error: --workloads {item}: the batch after ':' must be a positive integer", file=sys.stderr)
+            return 2
+        selected.append((name, int(batch) if batch else (args.batch or WORKLOADS[name])))
+    if not selected:
+        print("error: --workloads is empty", file=sys.stderr)
+        return 2
+    for name, batch in selected:
+        print(json.dumps(run(name, batch, args)), flush=True)
     return 0
 
 

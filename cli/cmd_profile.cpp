@@ -26,6 +26,7 @@ struct ProfileArgs {
   uint64_t seed = 0;
   std::vector<int> microbatches;
   std::string precision = "fp32";
+  bool allow_tf32 = false;
 };
 
 double mb(uint64_t bytes) { return double(bytes) / 1e6; }
@@ -149,6 +150,8 @@ void run_profile(const ProfileArgs& a) {
   o.optimizer.kind = parse_optimizer_flag(a.optimizer);
   o.optimizer.momentum = o.optimizer.kind == OptimizerKind::sgd ? 0.9f : 0.0f;
   o.microbatches = a.microbatches;
+  refuse_allow_tf32_off_cuda(a.allow_tf32, a.device);
+  o.allow_tf32 = a.allow_tf32;
   // Cheap checks first: a bad batch or device should not wait for a model build.
   check_profile_options(o);
   Model model = resolve_model(a.model, a.spec_file, a.model_options);
@@ -205,6 +208,7 @@ void add_profile_command(CLI::App& app) {
                   "which simulate then costs as measured instead of a linear share of the batch")
       ->delimiter(',');
   cmd->add_option("-o,--output", a->output, "Profile to write (atomically, only on success)")->capture_default_str();
+  add_allow_tf32_flag(*cmd, a->allow_tf32);
   cmd->callback([a] { run_profile(*a); });
 }
 

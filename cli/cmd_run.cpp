@@ -60,6 +60,7 @@ struct RunArgs {
   bool deterministic = false;
   Precision precision = Precision::FP32;  // --precision, parsed
   std::string precision_flag = "fp32";
+  bool allow_tf32 = false;
 };
 
 // Every way the plan can disagree with the model, as a UserError.
@@ -352,7 +353,7 @@ void run_mpi_worker(RunSpec& spec, const RunArgs& a, const Model& model, const D
     run_pipeline_worker(spec, model, data, t);
     return;
   }
-  spec.device = open_compute_device(a.device, a.deterministic);
+  spec.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
   if (spec.transport == DeviceTransport::nccl) {
     NcclTransport nccl(t, spec.device, pipeline_links(spec.plan));
     run_pipeline_worker(spec, model, data, nccl);
@@ -459,7 +460,7 @@ void run_command(const RunArgs& a) {
 
   if (a.reference) {
     print_plan(plan, model, spec.schedule);
-    spec.device = open_compute_device(a.device, a.deterministic);
+    spec.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
     run_reference(spec, model, data);
     return;
   }
@@ -478,7 +479,7 @@ void run_command(const RunArgs& a) {
   }
   if (R == 1 && !under_mpi) {
     print_plan(plan, model, spec.schedule);
-    spec.device = open_compute_device(a.device, a.deterministic);
+    spec.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
     LocalTransport t(std::make_shared<LocalHub>(1), 0);
     install_stop_signal_handlers();
     run_pipeline_worker(spec, model, data, t);
@@ -583,9 +584,11 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--precision", a->precision_flag,
                   "fp32 | bf16 (mixed precision: bf16 operands, activations and messages; FP32 master weights)")
       ->capture_default_str();
+  add_allow_tf32_flag(*cmd, a->allow_tf32);
   cmd->callback([a, cmd] {
     RunArgs args = *a;
     args.precision = parse_precision_flag(args.precision_flag);
+    refuse_allow_tf32_off_cuda(args.allow_tf32, args.device);
     args.optimizer.kind = parse_optimizer_flag(args.optimizer_flag);
     args.lr.kind = parse_lr_schedule_flag(args.lr_schedule);
     refuse_ignored_optimizer_flags(*cmd, args.optimizer.kind, args.lr.kind);

@@ -32,6 +32,7 @@ struct TrainArgs {
   std::string device = "cpu";
   bool deterministic = false;
   std::string precision = "fp32";  // parsed into train.precision
+  bool allow_tf32 = false;
 };
 
 // Metrics lines every `log_every` steps (and the last), evaluations always;
@@ -72,7 +73,7 @@ void run_train(const TrainArgs& a) {
   TrainOptions o = a.train;
   const int64_t steps = planned_steps(o, data.train->size());
   const NamedTensors init = a.init.empty() ? NamedTensors{} : load_named_weights(model, a.init);
-  o.device = open_compute_device(a.device, a.deterministic);
+  o.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
   cpu::set_compute_threads(a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   o.loader_threads = a.loader_threads >= 0 ? a.loader_threads
                                            : default_loader_threads(o.device.is_cpu() ? cpu::compute_threads() : 1);
@@ -185,9 +186,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--precision", a->precision,
                   "fp32 | bf16 (mixed precision: bf16 operands and activations, FP32 master weights and sums)")
       ->capture_default_str();
+  add_allow_tf32_flag(*cmd, a->allow_tf32);
   cmd->callback([a, cmd] {
     TrainArgs args = *a;
     args.train.precision = parse_precision_flag(args.precision);
+    refuse_allow_tf32_off_cuda(args.allow_tf32, args.device);
     args.train.optimizer.kind = parse_optimizer_flag(args.optimizer);
     args.train.schedule.kind = parse_lr_schedule_flag(args.lr_schedule);
     refuse_ignored_optimizer_flags(*cmd, args.train.optimizer.kind, args.train.schedule.kind);

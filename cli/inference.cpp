@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "cli/option_checks.h"
 #include "core/cpu/gemm.h"
 #include "core/cuda_plugin.h"
 #include "core/error.h"
@@ -25,10 +26,12 @@ void add_inference_options(CLI::App& cmd, InferenceArgs& a) {
   cmd.add_option("--threads", a.threads, "Compute threads (default: all cores)");
   cmd.add_option("--device", a.device, "cpu | cuda | cuda:N")->capture_default_str();
   cmd.add_flag("--deterministic", a.deterministic, "GPU: deterministic cuDNN convolution algorithms only");
+  add_allow_tf32_flag(cmd, a.allow_tf32);
 }
 
 Inference open_inference(const InferenceArgs& a) {
   if (a.split != "test" && a.split != "train") throw UserError(cat("--split ", a.split, ": use test or train"));
+  refuse_allow_tf32_off_cuda(a.allow_tf32, a.device);
   require_compute_device(a.device);
   Inference out;
   out.model = resolve_model(a.model, a.spec_file, a.model_options);
@@ -37,7 +40,7 @@ Inference open_inference(const InferenceArgs& a) {
   std::unique_ptr<Dataset>& split = a.split == "test" ? splits.test : splits.train;
   if (!split) throw UserError(cat("--data ", a.data, " has no ", a.split, " split"));
   out.data = a.samples > 0 ? load_into_memory(*split, std::min(a.samples, split->size())) : std::move(split);
-  const Device device = open_compute_device(a.device, a.deterministic);
+  const Device device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
   cpu::set_compute_threads(a.threads > 0 ? a.threads
                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   out.weights = ParameterStore::create(out.model, 0, device);

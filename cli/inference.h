@@ -22,6 +22,7 @@ struct InferenceArgs {
   int threads = 0;      // 0: all cores
   std::string device = "cpu";
   bool deterministic = false;
+  bool allow_tf32 = false;
 };
 
 // The flags of InferenceArgs (--weights required).

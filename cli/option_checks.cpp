@@ -206,6 +206,17 @@ void refuse_unless_applies(const CLI::App& command, const std::string& flag, boo
   if (!applies && option && option->count() > 0) throw UserError(cat(flag, " ", why));
 }
 
+void refuse_allow_tf32_off_cuda(bool allow_tf32, const std::string& device) {
+  if (allow_tf32 && device == "cpu")
+    throw UserError("--allow-tf32 applies to CUDA only (--device cuda or cuda:N), not --device cpu");
+}
+
+void add_allow_tf32_flag(CLI::App& command, bool& allow_tf32) {
+  command.add_flag("--allow-tf32", allow_tf32,
+                   "GPU: TF32 tensor cores for FP32 matrix multiplies and convolutions (10-bit mantissa products, "
+                   "FP32 accumulation; PyTorch's allow_tf32); off: exact FP32");
+}
+
 void refuse_ignored_optimizer_flags(const CLI::App& command, OptimizerKind optimizer, LrScheduleKind lr_schedule) {
   const bool adam = optimizer == OptimizerKind::adam || optimizer == OptimizerKind::adamw;
   for (const char* flag : {"--beta1", "--beta2"})

@@ -37,6 +37,14 @@ void reject_options_reference_ignores(CLI::App& run);
 // `applies` is false: a flag the chosen settings ignore is refused.
 void refuse_unless_applies(const CLI::App& command, const std::string& flag, bool applies, const std::string& why);
 
+// --allow-tf32 (TF32 tensor cores for FP32 GEMMs and convolutions on a GPU)
+// given with --device cpu: UserError naming the flag, as refuse_unless_applies
+// does for flags the context ignores.
+void refuse_allow_tf32_off_cuda(bool allow_tf32, const std::string& device);
+
+// The --allow-tf32 flag, with one description for every command that has it.
+void add_allow_tf32_flag(CLI::App& command, bool& allow_tf32);
+
 // train's and run's optimizer and learning-rate flags that the chosen
 // --optimizer or --lr-schedule ignores (--beta1 with sgd, --min-lr with
 // step, ...).

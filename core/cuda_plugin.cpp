@@ -80,8 +80,10 @@ int launcher_local_rank() {
   return 0;
 }
 
-Device open_compute_device(const std::string& arg, bool deterministic) {
+Device open_compute_device(const std::string& arg, bool deterministic, bool allow_tf32) {
   const Device d = Device::parse(arg);
+  if (d.is_cpu() && allow_tf32)
+    throw UserError(cat("--allow-tf32 applies to CUDA only (--device cuda or cuda:N), not --device ", arg));
   if (d.is_cpu()) return d;
   try {
     std::string why;
@@ -95,6 +97,7 @@ Device open_compute_device(const std::string& arg, bool deterministic) {
     }
     api->initialize_backend(index);
     api->set_deterministic(deterministic);
+    api->set_allow_tf32(allow_tf32);
     return Device::cuda(index);
   } catch (const UserError& e) {
     throw UserError(cat("--device ", arg, ": ", e.what()));

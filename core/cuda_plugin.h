@@ -64,10 +64,13 @@ void initialize_cuda_device(int device);
 // --device as the commands take it: "cpu", "cuda" (this process's GPU: the
 // launcher's local rank modulo the visible GPUs, so one process per GPU on
 // a node) or "cuda:N". For a GPU it loads the plugin, initialises the
-// device and sets deterministic convolutions when asked. Returns the device
-// to compute on; throws UserError starting "--device ARG:" and naming what
-// is missing (CUDA build, plugin, GPU, index).
-Device open_compute_device(const std::string& arg, bool deterministic = false);
+// device and sets deterministic convolutions and TF32 tensor-core math for
+// FP32 GEMMs and convolutions (cuBLAS and cuDNN) as asked: both are set on
+// every call, so a call without them turns them off. Returns the device to
+// compute on; throws UserError starting "--device ARG:" and naming what is
+// missing (CUDA build, plugin, GPU, index), and UserError naming
+// --allow-tf32 when TF32 is asked for on the CPU (nothing there to switch).
+Device open_compute_device(const std::string& arg, bool deterministic = false, bool allow_tf32 = false);
 
 // The checks of open_compute_device that need no GPU context (plugin
 // loadable, a GPU visible), for a process that only launches the workers.

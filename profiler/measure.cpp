@@ -340,7 +340,7 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
   const int slots = make_optimizer(o.optimizer)->slots_per_param();
 
   const int n = model.size();
-  if (o.device.is_cuda()) initialize_cuda_device(o.device.index);
+  if (o.device.is_cuda()) open_compute_device(o.device.str(), false, o.allow_tf32);
   g_timed_device = o.device;
   device_ops(o.device).set_precision(o.precision);
   ParameterStore w = ParameterStore::create(model, o.seed, o.device);

@@ -57,6 +57,8 @@ struct ProfileOptions {
   // by default train's and run's default (SGD with momentum 0.9, one slot per
   // parameter). Only kind and momentum matter here.
   OptimizerConfig optimizer = default_profile_optimizer();
+  // On a GPU: TF32 tensor cores for FP32 GEMMs and convolutions (--allow-tf32).
+  bool allow_tf32 = false;
   // Called after every iteration (from the calling thread).
   std::function<void(const ProfileProgress&)> progress;
 

@@ -1,101 +1,191 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one go (for a machine lent for ~30 min):
-# builds with CUDA, runs the GPU tests (test_gpu, then the mpirun GPU
-# pipelines test_gpu_pipeline), then `pipedream-bench core --device cuda` on
-# cnn, vgg-mini, resnet50 (batch 64) and gpt-mini (its own batch 8, and 64),
-# the PyTorch eager peer on the same GPU when that PyTorch has CUDA, and
-# bench-comm through the staged transport (and NCCL with >= 2 GPUs).
+# Everything that needs a GPU, in one command of about 5 minutes on one
+# H100/H200 with --skip-build (a kit from ../shared/tools/gpu-kit/pack.sh):
+#  1. throughput, pipedream against PyTorch on the same GPU in the same run:
+#     `pipedream-bench core --device cuda` on cnn, vgg-mini, resnet50
+#     (batch 64), gpt-mini (batch 8 and 64) and the zoo's gpt (batch 8 x
+#     1024 tokens), in fp32 (TF32 off), with --precision bf16 and with
+#     --allow-tf32, and bench/torch_peer.py on the same workloads in fp32
+#     (TF32 off), with --amp (bf16 autocast, SDPA, channels_last + TF32)
+#     and with --allow-tf32: one "compare" line per workload and recipe
+#     (scripts/gpu_summary.py ratios: fp32/fp32, bf16/amp, tf32/tf32);
+#  2. `pipedream profile --device cuda` on gpt-mini at batch 64, fp32 and
+#     bf16: LayerNorm ln_f's backward / forward;
+#  3. 2-rank staged pipelines (cnn, fp32 and bf16) against `run --reference`,
+#     bit for bit, and `train` on the GPU;
+#  4. `bench-comm --transport staged`, 2 ranks: 16 MB point-to-point and a
+#     32 MB all-reduce, with OMPI_MCA_btl_vader_single_copy_mechanism=none
+#     (as the GPU machines set it) and without it (MPI's single copy);
+#     NCCL too with 2+ GPUs;
+#  5. the GPU tests: test_gpu, then test_gpu_pipeline under mpirun.
+# Each step has a time limit and the whole a budget (--budget, 300 s): a
+# step that would start past the budget is skipped and listed as such.
 #
-# Output: JSON lines - one {"check": ...} line per step (exit code, seconds,
-# where its log went) plus every benchmark's own lines - to stdout and to
-# $OUT/gpu_check.jsonl when $OUT is set (logs to $OUT/logs/). Never stops at
-# a failing step: the summary line at the end lists them.
+# Output: JSON lines - one {"check": ...} line per step (exit code,
+# seconds, limit, its log) plus every benchmark's lines tagged with "step"
+# - to stdout and to $OUT/gpu_check.jsonl when $OUT is set (else
+# BUILD/gpu_check/), logs in logs/; at the end a markdown summary
+# (summary.md, from scripts/gpu_summary.py table) to paste. Never stops at
+# a failing step: the summary line lists them and the skipped ones; the
+# exit code is 1 if any step failed or was skipped.
 #
-# Usage: scripts/gpu_check.sh [--build-dir DIR] [--skip-build] [--steps K] [--python PATH]
+# Usage: scripts/gpu_check.sh [--build-dir DIR] [--skip-build] [--steps K]
+#          [--warmup K] [--budget SECONDS] [--python PATH]
+# --python: a python3 with a CUDA PyTorch, run without the kit's
+# LD_LIBRARY_PATH (default: /opt/pdkit/python3 when it exists, else $PYTHON
+# or python3).
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
 build="$here/build"
 skip_build=0
 steps=20
+warmup=5
+budget=300
 python="${PYTHON:-python3}"
+[[ -x /opt/pdkit/python3 ]] && python=/opt/pdkit/python3
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) build="$2"; shift 2 ;;
     --skip-build) skip_build=1; shift ;;
     --steps) steps="$2"; shift 2 ;;
+    --warmup) warmup="$2"; shift 2 ;;
+    --budget) budget="$2"; shift 2 ;;
     --python) python="$2"; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+for n in "$steps" "$warmup" "$budget"; do
+  [[ "$n" =~ ^[0-9]+$ ]] || { echo "error: --steps, --warmup and --budget take whole numbers, got '$n'" >&2; exit 2; }
+done
 
 out="${OUT:-$build/gpu_check}"
+rm -rf "$out/logs"  # no log of an earlier run may stand for a step skipped in this one
 mkdir -p "$out/logs"
 jsonl="$out/gpu_check.jsonl"
 : > "$jsonl"
 failed=()
+skipped=()
+started=$(date +%s)
+summary_py="$here/scripts/gpu_summary.py"
 
 emit() { echo "$1" | tee -a "$jsonl"; }
 
-# step NAME CMD...: runs CMD, logs to $out/logs/NAME.log, emits a check line.
+# step NAME LIMIT_S CMD...: runs CMD under `timeout` (LIMIT_S, cut to what
+# is left of the budget), logs to logs/NAME.log, emits a check line.
 step() {
-  local name="$1"; shift
-  local log="$out/logs/$name.log" t0 t1 rc
+  local name="$1" limit="$2"; shift 2
+  local log="$out/logs/$name.log" t0 t1 rc left timed_out=false
+  left=$(( budget - ($(date +%s) - started) ))
+  if (( left < 10 )); then
+    emit "$(printf '{"check": "%s", "skipped": "time budget of %d s spent"}' "$name" "$budget")"
+    skipped+=("$name")
+    return 1
+  fi
+  (( limit > left )) && limit=$left
   t0=$(date +%s.%N)
-  "$@" > "$log" 2>&1
+  timeout -k 5 "$limit" "$@" > "$log" 2>&1
   rc=$?
   t1=$(date +%s.%N)
-  emit "$(printf '{"check": "%s", "exit_code": %d, "seconds": %s, "log": "%s"}' "$name" "$rc" \
-          "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" "$log")"
+  [[ $rc -eq 124 || $rc -eq 137 ]] && timed_out=true
+  emit "$(printf '{"check": "%s", "exit_code": %d, "seconds": %s, "limit_s": %d, "timed_out": %s, "log": "%s"}' \
+          "$name" "$rc" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" "$limit" "$timed_out" "$log")"
   [[ $rc -eq 0 ]] || failed+=("$name")
   return $rc
 }
 
-# Benchmark lines (stdout lines starting with '{') go into the JSON lines too.
+# bench_step NAME LIMIT_S TAGS CMD...: a step whose stdout JSON lines join
+# the output, each tagged with "step": NAME and TAGS (e.g. '"recipe": "bf16", ').
 bench_step() {
-  local name="$1"; shift
-  step "$name" "$@"
-  grep '^{' "$out/logs/$name.log" | tee -a "$jsonl"
+  local name="$1" limit="$2" tags="$3"; shift 3
+  step "$name" "$limit" "$@"
+  grep '^{' "$out/logs/$name.log" | sed "s/^{/{\"step\": \"$name\", $tags/" | tee -a "$jsonl"
+}
+
+# gtest's counts from a log, as one JSON line.
+gtest_counts() {
+  local name="$1" log="$out/logs/$1.log" passed failed_n skipped_n
+  [[ -f "$log" ]] || return 0
+  passed=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$log" | grep -oE '[0-9]+' | head -1)
+  failed_n=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$log" | grep -oE '[0-9]+' | head -1)
+  skipped_n=$(grep -E '^\[  SKIPPED \] [0-9]+ test' "$log" | grep -oE '[0-9]+' | head -1)
+  emit "$(printf '{"gtest": "%s", "passed": %d, "failed": %d, "skipped": %d}' "$name" "${passed:-0}" "${failed_n:-0}" "${skipped_n:-0}")"
 }
 
 mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 
-emit "$(printf '{"check": "machine", "gpus": "%s", "driver": "%s", "nproc": %d, "date": "%s"}' \
+emit "$(printf '{"check": "machine", "gpus": "%s", "driver": "%s", "nproc": %d, "date": "%s", "budget_s": %d, "python": "%s"}' \
         "$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | paste -sd ';')" \
         "$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)" \
-        "$(nproc)" "$(date -u +%FT%TZ)")"
+        "$(nproc)" "$(date -u +%FT%TZ)" "$budget" "$python")"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 
 if [[ $skip_build -eq 0 ]]; then
-  step configure cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPIPEDREAM_CUDA=ON
-  step build cmake --build "$build" -j"$(nproc)"
+  cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPIPEDREAM_CUDA=ON > "$out/logs/configure.log" 2>&1 &&
+    cmake --build "$build" -j"$(nproc)" > "$out/logs/build.log" 2>&1
+  emit "$(printf '{"check": "build", "exit_code": %d, "log": "%s"}' $? "$out/logs/build.log")"
+  started=$(date +%s)  # the budget is for the measurements
 fi
 bin="$build/bin"
 
-# 1. GPU tests: kernels/layers/optimizers vs CPU, cnn step, CLI on the GPU.
-step test_gpu "$build/tests/test_gpu" --gtest_color=no --gtest_output="json:$out/test_gpu.json"
-summarise_gtest() { grep -E '^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]+ test' "$1" | sed 's/^/# /'; }
-summarise_gtest "$out/logs/test_gpu.log"
-# 2. Pipelines under mpirun: staged (bitwise vs --reference), cnn step vs
-#    CPU, NCCL (skips with one GPU: NCCL refuses two ranks on one GPU).
-step test_gpu_pipeline "${mpirun_cmd[@]}" -np 2 "$build/tests/test_gpu_pipeline" --gtest_color=no
-summarise_gtest "$out/logs/test_gpu_pipeline.log"
-# 3. The CLI end to end on the GPU: train, and a 2-rank staged run against
-#    its --reference (weights must be identical files' tensors).
-data=(--data synthetic)
-[[ -d /usr/share/datasets/fashion-mnist ]] && data=(--data fashion-mnist)
-step train_cnn "$bin/pipedream" train --model cnn --epochs 1 "${data[@]}" --device cuda --metrics "$out/train_cnn.jsonl"
+# 1. Throughput, ours and PyTorch's, each recipe. Limits: the expected
+#    seconds on an H100 (process start, cuDNN/cuBLAS set-up, warm-up and
+#    --steps steps) with room; the zoo gpt's fp32 step is ~0.3 s.
+common=(--device cuda --warmup "$warmup" --steps "$steps")
+# Ours: fp32 (TF32 off), bf16, and fp32 with --allow-tf32 ("tf32").
+core_recipe() {
+  local recipe="$1" precision=() tag="\"recipe\": \"$1\", "
+  [[ $recipe == bf16 ]] && precision=(--precision bf16)
+  [[ $recipe == tf32 ]] && precision=(--allow-tf32)
+  bench_step "core_${recipe}_b64" 45 "$tag" "$bin/pipedream-bench" core --workloads cnn,vgg-mini,resnet50,gpt-mini \
+    --batch 64 "${common[@]}" "${precision[@]}"
+  bench_step "core_${recipe}_gpt_mini_b8" 15 "$tag" "$bin/pipedream-bench" core --workloads gpt-mini --batch 8 \
+    "${common[@]}" "${precision[@]}"
+  bench_step "core_${recipe}_gpt_b8" 40 "$tag" "$bin/pipedream-bench" core --model gpt --batch 8 "${common[@]}" \
+    "${precision[@]}"
+}
+core_recipe fp32
+core_recipe bf16
+peer_workloads=cnn:64,vgg-mini:64,resnet50:64,gpt-mini:64,gpt-mini:8,gpt:8
+have_torch=0
+timeout 90 "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+  > "$out/logs/torch_probe.log" 2>&1 && have_torch=1
+if [[ $have_torch -eq 1 ]]; then
+  bench_step torch_fp32 60 "" "$python" "$here/bench/torch_peer.py" --workloads "$peer_workloads" "${common[@]}"
+  bench_step torch_amp 45 "" "$python" "$here/bench/torch_peer.py" --amp --workloads "$peer_workloads" "${common[@]}"
+else
+  emit "$(printf '{"check": "torch_peer", "skipped": "%s has no PyTorch with CUDA (logs/torch_probe.log)"}' "$python")"
+  skipped+=(torch_peer)
+fi
+core_recipe tf32
+if [[ $have_torch -eq 1 ]]; then
+  bench_step torch_tf32 60 "" "$python" "$here/bench/torch_peer.py" --allow-tf32 --workloads "$peer_workloads" \
+    "${common[@]}"
+fi
+"$python" "$summary_py" ratios "$jsonl" | tee -a "$jsonl"
+
+# 2. Per-layer profile of gpt-mini at batch 64: LayerNorm ln_f's backward / forward.
+for recipe in fp32 bf16; do
+  precision=()
+  [[ $recipe == bf16 ]] && precision=(--precision bf16)
+  prof="$out/profile-gpt-mini-b64-$recipe.json"
+  if step "profile_$recipe" 30 "$bin/pipedream" profile --model gpt-mini --batch 64 --device cuda --warmup 2 \
+       --iters 10 --min-time 0 "${precision[@]}" -o "$prof"; then
+    "$python" "$summary_py" layer "$prof" --recipe "$recipe" --layer ln_f | tee -a "$jsonl"
+  fi
+done
+
+# 3. Pipelines on the GPU: a 2-rank staged cnn run against its --reference,
+#    fp32 and bf16 (the weights must be identical tensors), and train.
 plan="$out/plan-cnn-2.json"
 cat > "$plan" <<'PLAN'
 {"format": "pipedream-plan/1", "schedule": "1f1b-rr", "config": "1-1",
  "stages": [{"index": 0, "layers": [0, 4], "replicas": 1, "ranks": [0]},
             {"index": 1, "layers": [5, 9], "replicas": 1, "ranks": [1]}]}
 PLAN
-run_args=(--plan "$plan" --model cnn --data synthetic --minibatches 200 --batch 64 --device cuda --deterministic --no-eval)
-step run_staged "${mpirun_cmd[@]}" -np 2 "$bin/pipedream" run "${run_args[@]}" --save "$out/run_staged.safetensors"
-step run_reference "$bin/pipedream" run "${run_args[@]}" --reference --save "$out/run_reference.safetensors"
-step run_staged_equals_reference "$python" - "$out/run_staged.safetensors" "$out/run_reference.safetensors" <<'PY'
+compare_py="$out/safetensors_equal.py"
+cat > "$compare_py" <<'PY'
 import json, struct, sys
 def tensors(path):
     with open(path, "rb") as f:
@@ -109,42 +199,52 @@ diff = sorted(k for k in a if a[k] != b.get(k))
 print(json.dumps({"tensors": len(a), "differ": diff}))
 sys.exit(1 if diff or a.keys() != b.keys() else 0)
 PY
+run_args=(--plan "$plan" --model cnn --data synthetic --minibatches 200 --batch 64 --device cuda --deterministic --no-eval)
+for recipe in bf16 fp32; do
+  precision=()
+  [[ $recipe == bf16 ]] && precision=(--precision bf16)
+  step "run_staged_$recipe" 40 "${mpirun_cmd[@]}" -np 2 "$bin/pipedream" run "${run_args[@]}" "${precision[@]}" \
+    --save "$out/run_staged_$recipe.safetensors"
+  step "run_reference_$recipe" 30 "$bin/pipedream" run "${run_args[@]}" "${precision[@]}" --reference \
+    --save "$out/run_reference_$recipe.safetensors"
+  bench_step "run_staged_equals_reference_$recipe" 15 "\"recipe\": \"$recipe\", " "$python" "$compare_py" \
+    "$out/run_staged_$recipe.safetensors" "$out/run_reference_$recipe.safetensors"
+done
 if [[ $gpus -ge 2 ]]; then
-  step run_nccl "${mpirun_cmd[@]}" -np 2 "$bin/pipedream" run "${run_args[@]}" --transport nccl --save "$out/run_nccl.safetensors"
+  step run_nccl 40 "${mpirun_cmd[@]}" -np 2 "$bin/pipedream" run "${run_args[@]}" --transport nccl \
+    --save "$out/run_nccl.safetensors"
 fi
+data=(--data synthetic)
+[[ -d /usr/share/datasets/fashion-mnist ]] && data=(--data fashion-mnist)
+step train_cnn 30 "$bin/pipedream" train --model cnn --minibatches 300 "${data[@]}" --device cuda \
+  --metrics "$out/train_cnn.jsonl"
 
-# 4. Throughput against PyTorch eager on the same GPU.
-common=(--device cuda --warmup 5 --steps "$steps")
-bench_step bench_core_b64 "$bin/pipedream-bench" core --workloads cnn,vgg-mini,resnet50,gpt-mini --batch 64 "${common[@]}"
-bench_step bench_core_gpt8 "$bin/pipedream-bench" core --workloads gpt-mini "${common[@]}"
-if "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  bench_step torch_b64 "$python" "$here/bench/torch_peer.py" --workloads cnn,vgg-mini,resnet50,gpt-mini --batch 64 "${common[@]}"
-  bench_step torch_gpt8 "$python" "$here/bench/torch_peer.py" --workloads gpt-mini "${common[@]}"
-else
-  emit '{"check": "torch_peer", "skipped": "this python has no PyTorch with CUDA"}'
-fi
-
-# pipedream / PyTorch per (workload, batch): the target is ratio >= 0.9.
-"$python" - "$jsonl" <<'PY' | tee -a "$jsonl"
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-pd = {(l["workload"], l["batch"]): l for l in lines if l.get("suite") == "core"}
-pt = {(l["workload"], l["batch"]): l for l in lines if l.get("suite") == "torch-peer"}
-for key in sorted(pd.keys() & pt.keys()):
-    a, b = pd[key]["samples_per_s"], pt[key]["samples_per_s"]
-    print(json.dumps({"compare": key[0], "batch": key[1], "device": pd[key]["device"],
-                      "pipedream_samples_per_s": a, "torch_samples_per_s": b, "ratio": a / b,
-                      "pipedream_median_step_ms": pd[key]["median_step_ms"],
-                      "torch_median_step_ms": pt[key]["median_step_ms"]}))
-PY
-
-# 5. Communication: staged (2 ranks share a GPU if there is one), NCCL with 2+ GPUs.
-bench_step bench_comm_staged "${mpirun_cmd[@]}" -np 2 "$bin/pipedream" bench-comm --transport staged --jsonl -
+# 4. Communication between 2 ranks on this host through the staged
+#    transport, with the single-copy mechanism off (as the machine's
+#    environment sets it) and on; NCCL with 2+ GPUs.
+comm_args=(--transport staged --p2p-sizes 16MB --allreduce-sizes 32MB --latency-iters 20 --jsonl -)
+bench_step bench_comm_staged_single_copy_none 45 '"single_copy": "none", ' \
+  env OMPI_MCA_btl_vader_single_copy_mechanism=none "${mpirun_cmd[@]}" -np 2 "$bin/pipedream" bench-comm "${comm_args[@]}"
+bench_step bench_comm_staged_single_copy_default 30 '"single_copy": "default", ' \
+  env -u OMPI_MCA_btl_vader_single_copy_mechanism "${mpirun_cmd[@]}" -np 2 "$bin/pipedream" bench-comm "${comm_args[@]}"
 if [[ $gpus -ge 2 ]]; then
-  bench_step bench_comm_nccl "${mpirun_cmd[@]}" -np "$gpus" "$bin/pipedream" bench-comm --transport nccl --jsonl -
+  bench_step bench_comm_nccl 45 "" "${mpirun_cmd[@]}" -np "$gpus" "$bin/pipedream" bench-comm --transport nccl \
+    --p2p-sizes 16MB --allreduce-sizes 32MB --jsonl -
 fi
+
+# 5. GPU tests: kernels/layers/optimizers against the CPU, the cnn step, the
+#    CLI on the GPU; then pipelines under mpirun (staged bitwise against
+#    --reference, NCCL skips with one GPU).
+step test_gpu 90 "$build/tests/test_gpu" --gtest_color=no --gtest_output="json:$out/test_gpu.json"
+gtest_counts test_gpu
+step test_gpu_pipeline 60 "${mpirun_cmd[@]}" -np 2 "$build/tests/test_gpu_pipeline" --gtest_color=no
+gtest_counts test_gpu_pipeline
 
 list=""
 for f in "${failed[@]}"; do list+="${list:+, }\"$f\""; done
-emit "{\"check\": \"summary\", \"failed\": [$list]}"
-[[ ${#failed[@]} -eq 0 ]]
+slist=""
+for f in "${skipped[@]}"; do slist+="${slist:+, }\"$f\""; done
+emit "$(printf '{"check": "summary", "failed": [%s], "skipped": [%s], "seconds": %d}' "$list" "$slist" \
+        $(( $(date +%s) - started )))"
+"$python" "$summary_py" table "$jsonl" > "$out/summary.md" 2> "$out/logs/summary.log" && cat "$out/summary.md"
+[[ ${#failed[@]} -eq 0 && ${#skipped[@]} -eq 0 ]]

@@ -6,7 +6,11 @@
 // a worker thread that executes its queued operations in order and blocks
 // on the FIFO as a CUDA stream blocks on ncclSend/ncclRecv until the peer's
 // matching call runs - so a protocol that would deadlock NCCL deadlocks
-// here too (and the test times out). No all-reduce.
+// here too (and the test times out). No all-reduce, and no kernels: the
+// first computation on the "GPU" fails with the CUDA backend's UserError.
+// With PD_FAKE_CUDA_TRACE set, the deterministic and TF32 switches print
+// "fake CUDA plugin: set_...(0|1)" to stderr, so that tests/cli can check
+// that a command's flags reach the backend.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -172,13 +176,17 @@ const CudaNcclApi kNccl = {
     },
 };
 
+void trace_switch(const char* name, bool on) {
+  if (std::getenv("PD_FAKE_CUDA_TRACE")) std::fprintf(stderr, "fake CUDA plugin: %s(%d)\n", name, on ? 1 : 0);
+}
+
 const CudaPluginApi kApi = {
     kCudaPluginAbi,
     [] { return "fake CUDA plugin (host memory, FIFO links)"; },
     [] { return 1; },
     &initialize,
-    [](bool) {},
-    [](bool) {},
+    [](bool on) { trace_switch("set_deterministic", on); },
+    [](bool on) { trace_switch("set_allow_tf32", on); },
     [] { return &kNccl; },
 };
 
