@@ -608,7 +608,10 @@ void StageExecutor::unpack_stash(RangeContext& ctx) const {
 }
 
 void StageExecutor::send(const Tensor& t, int peer, int tag, int64_t meta) {
-  const Tensor wire = pack_for_wire(t, training_.precision);
+  // NCCL moves device tensors only, and packing happens on the host: there
+  // bf16 values travel as F32 (a device-side packing kernel would halve them too).
+  const bool device_to_device = t.defined() && t.device().is_cuda() && transport_.name() == "nccl";
+  const Tensor wire = device_to_device ? t : pack_for_wire(t, training_.precision);
   stats_.sent_bytes += wire.nbytes();
   sends_.push_back(transport_.isend(wire, peer, tag, meta));
 }

@@ -4,7 +4,8 @@
 // sends is already made of bf16 values (core/bf16_rounding.h: every layer
 // output and input gradient is rounded), so it goes packed, 2 bytes an
 // element, and unpacks to the same floats bit for bit: half the bytes on
-// every link, on any transport, without a transport knowing about bf16.
+// every link, without a transport knowing about bf16 (the executor sends
+// device tensors over NCCL unpacked: packing runs on the host).
 //
 // Packed form: an I32 tensor [2 + ndim + ceil(n / 2)]: a marker word, ndim,
 // the dimensions, then the elements' upper 16 bits two to a word (element
