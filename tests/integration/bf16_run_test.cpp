@@ -99,6 +99,31 @@ TEST(Bf16Run, VerticalSyncEqualsTrainWithADelayBitForBit) {
   }
 }
 
+// A checkpoint taken with minibatches in flight records the precision, and
+// resuming from it (the in-flight forwards rebuilt, their activations sent
+// again packed) finishes with the uninterrupted run's bits.
+TEST(Bf16Run, ResumeWithMinibatchesInFlightEqualsTheUninterruptedRun) {
+  const std::string dir = scratch_dir("bf16_resume");
+  write_text(dir + "/plan.json", kCnn.plan);
+  const std::string args = " run --plan " + dir + "/plan.json" + kCnn.args +
+                           " --data synthetic --seed 3 --no-eval --threads-per-worker 1 --timeout 60 --batch 8"
+                           " --minibatches 6 --precision bf16";
+  JobResult full = run_shell(mpirun(4) + pipedream_binary() + args + " --checkpoint-dir " + dir +
+                             "/ck --checkpoint-every 3 --save " + dir + "/full.safetensors");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  std::ifstream state(dir + "/ck/step-3/state.json");
+  ASSERT_TRUE(state.good());
+  const nlohmann::json j = nlohmann::json::parse(state);
+  EXPECT_EQ(j.value("precision", ""), "bf16");
+  EXPECT_FALSE(j.value("drained", true)) << "no minibatch in flight at the checkpoint: nothing to rebuild";
+  JobResult resumed = run_shell(mpirun(4) + pipedream_binary() + args + " --resume " + dir + "/ck/step-3 --save " +
+                                dir + "/resumed.safetensors");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  auto a = load_by_name(dir + "/full.safetensors"), b = load_by_name(dir + "/resumed.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  for (auto& [n, w] : a) EXPECT_TRUE(same_bits(w, b[n])) << "tensor " << n << " differs";
+}
+
 // Activations forward and gradients backward, every rank's sent_bytes
 // summed: bf16 sends 2 bytes an element (plus a few header words a message).
 TEST(Bf16Run, SendsHalfTheBytesOfFp32) {
