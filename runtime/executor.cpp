@@ -282,6 +282,7 @@ void StageExecutor::forward(const Action& a) {
   const bool flush = is_flush(schedule_.options().kind);
   const StepInfo info = training_step(a);
   Tensor y = forward_layers(*training_.model, w, state_.first_layer, state_.last_layer, x, info, p.ctx);
+  pack_stash(p.ctx);
   p.version = a.weight_version;
   if (flush || schedule_.options().policy != WeightPolicy::None) {
     versions_.pin(a.weight_version);
@@ -327,6 +328,7 @@ void StageExecutor::backward(const Action& a) {
   const ParameterStore& w = versions_.get(a.weight_version);
   const StepInfo info = training_step(a);
   const Model& m = *training_.model;
+  unpack_stash(p.ctx);
   Tensor dx;
   if (buckets_ && buckets_->bucket_count() > 0 && round_completes_after(0)) {
     // This backward completes the round: send each bucket as soon as its layers are done.
@@ -346,6 +348,7 @@ void StageExecutor::backward(const Action& a) {
     // what it needs; layers that do not split add theirs here).
     dx = backward_input_layers(m, w, grads_, state_.first_layer, state_.last_layer, p.grad_in, info, p.ctx,
                                !first_stage_);
+    pack_stash(p.ctx);
     p.awaiting_w = true;
   } else {
     dx = backward_layers(m, w, grads_, state_.first_layer, state_.last_layer, p.grad_in, info, p.ctx, !first_stage_);
@@ -369,6 +372,7 @@ void StageExecutor::backward_weight(const Action& a) {
   PD_CHECK(a.weight_version == p.version, "W of item ", key, " on version ", a.weight_version, " but its forward used ",
            p.version);
   const StepInfo info = training_step(a);
+  unpack_stash(p.ctx);
   backward_weights_layers(*training_.model, versions_.get(a.weight_version), grads_, state_.first_layer,
                           state_.last_layer, info, p.ctx);
   p.awaiting_w = false;
@@ -592,8 +596,22 @@ void StageExecutor::evaluate(int64_t version) {
   record("eval", version, t0);
 }
 
+// bf16 on the host: the stash packed between a minibatch's passes (wire_format.h).
+void StageExecutor::pack_stash(RangeContext& ctx) const {
+  if (training_.precision != Precision::BF16 || !state_.weights.device().is_cpu()) return;
+  for (LayerContext& c : ctx.layers) pack_saved_bf16(c);
+}
+
+void StageExecutor::unpack_stash(RangeContext& ctx) const {
+  if (training_.precision != Precision::BF16 || !state_.weights.device().is_cpu()) return;
+  for (LayerContext& c : ctx.layers) unpack_saved_bf16(c);
+}
+
 void StageExecutor::send(const Tensor& t, int peer, int tag, int64_t meta) {
-  const Tensor wire = pack_for_wire(t, training_.precision);
+  // NCCL moves device tensors only, and packing happens on the host: there
+  // bf16 values travel as F32 (a device-side packing kernel would halve them too).
+  const bool device_to_device = t.defined() && t.device().is_cuda() && transport_.name() == "nccl";
+  const Tensor wire = device_to_device ? t : pack_for_wire(t, training_.precision);
   stats_.sent_bytes += wire.nbytes();
   sends_.push_back(transport_.isend(wire, peer, tag, meta));
 }

@@ -186,6 +186,8 @@ class StageExecutor {
   void rebuild_in_flight(const std::map<int64_t, Action>& forwards, const std::map<int64_t, Action>& receives,
                          const std::map<int64_t, Action>& sends, int64_t version);
   void evaluate(int64_t version);
+  void pack_stash(RangeContext& ctx) const;
+  void unpack_stash(RangeContext& ctx) const;
   // Sends t in the run's wire format, counting its bytes.
   void send(const Tensor& t, int peer, int tag, int64_t meta);
   void reap_sends(bool all);

@@ -66,4 +66,28 @@ Tensor unpack_from_wire(const Tensor& t) {
   return out;
 }
 
+namespace {
+bool holds_bf16_values_only(const Tensor& t) {
+  if (!t.defined() || t.dtype() != DType::F32 || !t.device().is_cpu() || t.numel() < 2) return false;
+  const float* x = t.f32();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, sizeof u);
+    if (u & 0xFFFFu) return false;
+  }
+  return true;
+}
+}  // namespace
+
+void pack_saved_bf16(LayerContext& ctx) {
+  for (Tensor& t : ctx.saved)
+    if (holds_bf16_values_only(t)) t = pack_for_wire(t, Precision::BF16);
+  for (LayerContext& c : ctx.children) pack_saved_bf16(c);
+}
+
+void unpack_saved_bf16(LayerContext& ctx) {
+  for (Tensor& t : ctx.saved) t = unpack_from_wire(t);
+  for (LayerContext& c : ctx.children) unpack_saved_bf16(c);
+}
+
 }  // namespace pd
