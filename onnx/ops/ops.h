@@ -13,7 +13,8 @@ namespace pd::onnx {
 OpPtr make_core_layer_op(const Node& n, const OpInputs& in);
 // Add, Sub, Mul, Div with numpy broadcasting.
 OpPtr make_binary_op(const Node& n, const OpInputs& in);
-// Erf, Tanh, Sqrt, Sigmoid, Neg, Pow (constant exponent), Clip, Identity, Cast (float to float).
+// Erf, Tanh, Sqrt, Sigmoid, Neg, Pow (constant exponent), Clip, Identity, Cast (float to float),
+// Sin, Cos, Exp, Reciprocal.
 OpPtr make_unary_op(const Node& n, const OpInputs& in);
 OpPtr make_matmul_op(const Node& n, const OpInputs& in);
 OpPtr make_transpose_op(const Node& n, const OpInputs& in);
