@@ -17,6 +17,8 @@ the model must output logits, [batch, classes] or [batch, T, vocab].
 import argparse
 import importlib.util
 import json
+import os
+import re
 import sys
 
 
@@ -24,6 +26,11 @@ def load_module(spec, kwargs):
     import torch  # noqa: F401
     if ":" in spec:
         path, cls = spec.rsplit(":", 1)
+        if not os.path.isfile(path):
+            sys.exit(f"export_torch.py: {path}: no such file")
+        # As `python3 file.py` would: the file's own folder first on the
+        # import path, so it can import its sibling modules.
+        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
         s = importlib.util.spec_from_file_location("user_model", path)
         if s is None:
             sys.exit(f"export_torch.py: cannot load {path}")
@@ -102,6 +109,33 @@ def make_pools_exportable(model, x):
     return replaced
 
 
+def blocking_op(model, x, error):
+    """Where the op that PyTorch's exporter refused (`error` names it, e.g.
+    aten::i0) is called in the model: its line of source and module, found
+    in a trace of the model; None when the message names no operator."""
+    import torch
+    m = re.search(r"operator '?([A-Za-z_][\w:.]*)'?", str(error))
+    if not m:
+        return None
+    op = m.group(1)
+    where = ""
+    try:
+        graph = torch.jit.trace(model, (x,), check_trace=False).inlined_graph
+        for node in graph.nodes():
+            if node.kind() == op:
+                src = node.sourceRange().strip().splitlines()
+                scope = node.scopeName()
+                where = (f" in module {scope}" if scope else "") + (f" at {src[0]}" if src else "")
+                break
+    except Exception:  # the trace is a best effort: the op's name is the message
+        pass
+    return f"{op}{where}"
+
+
+class ExportError(Exception):
+    pass
+
+
 def export(model, x, path, opset):
     """Exports `model` traced on `x`. Adaptive pools that torch.onnx cannot
     export at this size are replaced in `model` first (make_pools_exportable)."""
@@ -113,9 +147,17 @@ def export(model, x, path, opset):
     # constants are expected with fixed sizes; keep the output readable.
     warnings.filterwarnings("ignore", category=UserWarning)
     warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
-    torch.onnx.export(model, (x,), path, opset_version=opset, do_constant_folding=False,
-                      training=torch.onnx.TrainingMode.TRAINING, input_names=["input"],
-                      output_names=["logits"], export_params=True, keep_initializers_as_inputs=False)
+    try:
+        torch.onnx.export(model, (x,), path, opset_version=opset, do_constant_folding=False,
+                          training=torch.onnx.TrainingMode.TRAINING, input_names=["input"],
+                          output_names=["logits"], export_params=True, keep_initializers_as_inputs=False)
+    except Exception as e:  # torch.onnx raises several types (UnsupportedOperatorError, RuntimeError, SymbolicValueError)
+        op = blocking_op(model, x, e)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if op:
+            raise ExportError(f"PyTorch {torch.__version__} cannot export {op} to ONNX opset {opset} "
+                              f"({first}); rewrite that call with supported ops, or export with a newer PyTorch") from e
+        raise ExportError(f"PyTorch {torch.__version__}'s exporter failed: {first}") from e
 
 
 def main():
@@ -145,7 +187,11 @@ def main():
             if isinstance(m, torch.nn.Dropout):
                 m.p = args.dropout
     x = example_input(args, model)
-    export(model, x, args.output, args.opset)
+    try:
+        export(model, x, args.output, args.opset)
+    except ExportError as e:
+        print(f"export_torch.py: {e}", file=sys.stderr)
+        sys.exit(2)
     n = sum(p.numel() for p in model.parameters())
     print(f"export_torch.py: wrote {args.output} ({n} parameters, input {list(x.shape)}, opset {args.opset})")
 

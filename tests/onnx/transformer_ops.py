@@ -181,3 +181,38 @@ class LlamaBlock(nn.Module):
         h = self.norm2(x)
         x = x + self.down(F.silu(self.gate(h)) * self.up(h))
         return self.head(x).mean(1)
+
+
+class Unexportable(nn.Module):
+    """torch.special.i0, which PyTorch 1.13's ONNX exporter cannot write."""
+
+    def __init__(self, e=16):
+        super().__init__()
+        self.fc = nn.Linear(e, 5)
+
+    def forward(self, x):
+        return self.fc(torch.special.i0(x)).mean(1)
+
+
+class SplitsBatch(nn.Module):
+    """Views [N, T, E] as [2, N*T/2, E]: the samples' rows mixed, refused."""
+
+    def __init__(self, e=16):
+        super().__init__()
+        self.fc = nn.Linear(e, 5)
+
+    def forward(self, x):
+        n = x.shape[0]
+        return self.fc(x.reshape(2, -1, x.shape[-1])).reshape(n, -1)
+
+
+class BatchNormAfterTranspose(nn.Module):
+    """BatchNorm1d on [T, N, E] (the batch moved to dimension 1): refused."""
+
+    def __init__(self, t=6, e=16):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+        self.fc = nn.Linear(e, 5)
+
+    def forward(self, x):
+        return self.fc(self.bn(x.transpose(0, 1)).transpose(0, 1)).mean(1)
