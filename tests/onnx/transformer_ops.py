@@ -216,3 +216,34 @@ class BatchNormAfterTranspose(nn.Module):
 
     def forward(self, x):
         return self.fc(self.bn(x.transpose(0, 1)).transpose(0, 1)).mean(1)
+
+
+class TiedLM(nn.Module):
+    """A token embedding and an output head sharing one weight (GPT-2's
+    tied embeddings): its gradient is the sum of both uses. Between them a
+    causal encoder layer, or the LLaMA block's pieces (llama=True)."""
+
+    def __init__(self, vocab=32, e=16, heads=4, t=6, llama=False):
+        super().__init__()
+        self.vocab = vocab
+        self.emb = nn.Embedding(vocab, e)
+        self.block = LlamaBlock(e, heads, t) if llama else EncoderLayer(e, heads, t, causal=True)
+        self.block.head = nn.Identity()
+        self.llama = llama
+        self.out = nn.Linear(e, vocab, bias=False)
+        self.out.weight = self.emb.weight
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        h = self.block.enc(h, self.block.mask) if not self.llama else self._llama(h)
+        return self.out(h)
+
+    def _llama(self, x):
+        b = self.block
+        n, t, e = x.shape
+        h = b.norm1(x)
+        q, k, v = (p(h).view(n, t, b.heads, e // b.heads).transpose(1, 2) for p in (b.q, b.k, b.v))
+        q, k = b.rot(q, k)
+        x = x + b.o(sdpa(q, k, v, True).transpose(1, 2).reshape(n, t, e))
+        h = b.norm2(x)
+        return x + b.down(F.silu(b.gate(h)) * b.up(h))
