@@ -10,6 +10,7 @@
 #include "onnx/constant_folding.h"
 #include "onnx/graph_layer.h"
 #include "onnx/ops/op_util.h"
+#include "onnx/ops/ops.h"
 
 namespace pd::onnx {
 
@@ -30,6 +31,7 @@ struct RuntimeNode {
   OpPtr op;
   std::vector<std::string> inputs;   // names ("" omitted)
   std::vector<std::string> outputs;  // names ("" where the op does not produce it)
+  bool reads_batch = false;          // the op takes the run-time batch as an extra last input
 };
 
 class Importer {
@@ -306,8 +308,15 @@ class Importer {
     } catch (const UserError& e) {
       throw UserError(cat(name_, ": ", e.what()));
     }
+    // An Expand of a parameter to the batch makes a batched tensor from none.
+    const bool makes_batch = n.op_type == "Expand" && expand_creates_batch(info, broadcast_shapes(n, in[0].shape(), const_ints(n, info, 1)));
+    r.reads_batch = makes_batch;
     // Trace: run once (training mode; running statistics on scratch copies).
     std::vector<Tensor> trace_in = in;
+    if (makes_batch) {
+      trace_in.push_back(Tensor::empty({1}, DType::I64));
+      trace_in.back().data<int64_t>()[0] = batch_;
+    }
     for (size_t k = 0; k < n.inputs.size(); ++k)
       if (!n.inputs[k].empty() && values_.at(n.inputs[k]).kind == Value::Buffer) trace_in[k] = in[k].clone();
     LayerContext ctx;
@@ -320,7 +329,7 @@ class Importer {
     } catch (const std::logic_error& e) {
       throw UserError(cat(name_, ": ", n.label(), ": cannot run on its inputs: ", e.what()));
     }
-    bool batched = false;
+    bool batched = makes_batch;
     for (size_t k = 0; k < n.inputs.size(); ++k) batched = batched || info.batched[k];
     const int index = static_cast<int>(nodes_.size());
     for (size_t k = 0; k < n.outputs.size(); ++k) {
@@ -334,7 +343,7 @@ class Importer {
       v.batched = batched;
       if (k < out.size()) {
         v.example = out[k];
-        if (batched) v.layout = output_layout(n, info, out[k]);
+        if (batched && !makes_batch) v.layout = output_layout(n, info, out[k]);
         r.outputs.push_back(n.outputs[k]);
       } else {
         r.outputs.emplace_back();  // e.g. BatchNormalization's running statistics: updated in place
@@ -673,6 +682,7 @@ class Importer {
       }
       sn.inputs.push_back(ref);
     }
+    if (r.reads_batch) sn.inputs.push_back(InputRef{InputRef::BatchSize});
     for (const std::string& name : r.outputs) {
       if (name.empty()) {
         sn.outputs.push_back(-1);

@@ -26,6 +26,7 @@ const std::map<std::string, Factory>& factories() {
       {"Reshape", make_view_op}, {"Flatten", make_view_op}, {"Squeeze", make_view_op}, {"Unsqueeze", make_view_op},
       {"Softmax", make_softmax_op}, {"Gather", make_gather_op}, {"Where", make_where_op},
       {"Slice", make_slice_op}, {"Pad", make_pad_op}, {"ReduceMean", make_reduce_op}, {"ReduceSum", make_reduce_op}, {"Split", make_split_op}, {"Concat", make_concat_op},
+      {"Expand", make_expand_op}, {"HardSwish", make_unary_op}, {"HardSigmoid", make_unary_op},
   };
   return f;
 }

@@ -109,6 +109,16 @@ def make_pools_exportable(model, x):
     return replaced
 
 
+def set_dropout(model, p):
+    """Sets every Dropout's p, and torchvision's StochasticDepth's (which
+    drops whole residual branches with Bernoulli draws that PyTorch 1.13
+    cannot export in training mode; p = 0 exports it as the identity)."""
+    import torch
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout) or type(m).__name__ == "StochasticDepth":
+            m.p = p
+
+
 def blocking_op(model, x, error):
     """Where the op that PyTorch's exporter refused (`error` names it, e.g.
     aten::i0) is called in the model: its line of source and module, found
@@ -154,6 +164,9 @@ def export(model, x, path, opset):
     except Exception as e:  # torch.onnx raises several types (UnsupportedOperatorError, RuntimeError, SymbolicValueError)
         op = blocking_op(model, x, e)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if "Bernoulli" in str(e) and any(type(m).__name__ == "StochasticDepth" and m.p > 0 for m in model.modules()):
+            raise ExportError(f"PyTorch {torch.__version__} cannot export StochasticDepth's Bernoulli draws in "
+                              f"training mode; export with --dropout 0 (stochastic depth off)") from e
         if op:
             raise ExportError(f"PyTorch {torch.__version__} cannot export {op} to ONNX opset {opset} "
                               f"({first}); rewrite that call with supported ops, or export with a newer PyTorch") from e
@@ -173,7 +186,7 @@ def main():
                     help="ONNX opset 13-17 (BatchNormalization in training mode needs 14; 17 keeps LayerNormalization one op)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the initial weights")
     ap.add_argument("--dropout", type=float, default=None,
-                    help="set every Dropout's p (0 for exact comparisons)")
+                    help="set every Dropout's and StochasticDepth's p (0 for exact comparisons)")
     args = ap.parse_args()
 
     import torch
@@ -183,9 +196,7 @@ def main():
         kwargs["num_classes"] = args.classes
     model = load_module(args.model, kwargs)
     if args.dropout is not None:
-        for m in model.modules():
-            if isinstance(m, torch.nn.Dropout):
-                m.p = args.dropout
+        set_dropout(model, args.dropout)
     x = example_input(args, model)
     try:
         export(model, x, args.output, args.opset)

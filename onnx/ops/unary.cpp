@@ -12,7 +12,7 @@ namespace pd::onnx {
 
 namespace {
 
-enum class Fn { Erf, Tanh, Sqrt, Sigmoid, Neg, Pow, Clip, Identity, Sin, Cos, Exp, Reciprocal };
+enum class Fn { Erf, Tanh, Sqrt, Sigmoid, Neg, Pow, Clip, Identity, Sin, Cos, Exp, Reciprocal, HardSigmoid, HardSwish };
 
 class UnaryOp : public Op {
  public:
@@ -70,6 +70,8 @@ class UnaryOp : public Op {
       case Fn::Cos: return std::cos(x);
       case Fn::Exp: return std::exp(x);
       case Fn::Reciprocal: return 1.0f / x;
+      case Fn::HardSigmoid: return std::min(1.0f, std::max(0.0f, p0_ * x + p1_));
+      case Fn::HardSwish: return x * std::min(1.0f, std::max(0.0f, x / 6.0f + 0.5f));
     }
     return x;
   }
@@ -92,6 +94,9 @@ class UnaryOp : public Op {
       case Fn::Cos: return -std::sin(s);
       case Fn::Exp: return s;
       case Fn::Reciprocal: return -s * s;
+      // PyTorch's: the slope inside (-3, 3) only, for HardSwish 0 below -3, 1 above 3.
+      case Fn::HardSigmoid: return p0_ * s + p1_ > 0.0f && p0_ * s + p1_ < 1.0f ? p0_ : 0.0f;
+      case Fn::HardSwish: return s < -3.0f ? 0.0f : s <= 3.0f ? s / 3.0f + 0.5f : 1.0f;
     }
     return 1.0f;
   }
@@ -115,6 +120,9 @@ OpPtr make_unary_op(const Node& n, const OpInputs& in) {
   if (t == "Cos") return std::make_unique<UnaryOp>(t, Fn::Cos);
   if (t == "Exp") return std::make_unique<UnaryOp>(t, Fn::Exp);
   if (t == "Reciprocal") return std::make_unique<UnaryOp>(t, Fn::Reciprocal);
+  if (t == "HardSwish") return std::make_unique<UnaryOp>(t, Fn::HardSwish);
+  if (t == "HardSigmoid")
+    return std::make_unique<UnaryOp>(t, Fn::HardSigmoid, n.float_attr("alpha", 0.2f), n.float_attr("beta", 0.5f));
   if (t == "Cast") {
     if (n.int_attr("to", 0) != kFloat) unsupported(n, "only casts to float are supported on run-time tensors");
     return std::make_unique<UnaryOp>(t, Fn::Identity);
