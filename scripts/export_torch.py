@@ -110,13 +110,15 @@ def make_pools_exportable(model, x):
 
 
 def set_dropout(model, p):
-    """Sets every Dropout's p, and torchvision's StochasticDepth's (which
+    """Sets every Dropout's p, nn.MultiheadAttention's dropout, and torchvision's StochasticDepth's (which
     drops whole residual branches with Bernoulli draws that PyTorch 1.13
     cannot export in training mode; p = 0 exports it as the identity)."""
     import torch
     for m in model.modules():
         if isinstance(m, torch.nn.Dropout) or type(m).__name__ == "StochasticDepth":
             m.p = p
+        if isinstance(m, torch.nn.MultiheadAttention):  # its attention dropout is a float, not a module
+            m.dropout = p
 
 
 def blocking_op(model, x, error):
@@ -186,7 +188,7 @@ def main():
                     help="ONNX opset 13-17 (BatchNormalization in training mode needs 14; 17 keeps LayerNormalization one op)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the initial weights")
     ap.add_argument("--dropout", type=float, default=None,
-                    help="set every Dropout's and StochasticDepth's p (0 for exact comparisons)")
+                    help="set every Dropout's, MultiheadAttention's and StochasticDepth's p (0 for exact comparisons)")
     args = ap.parse_args()
 
     import torch
