@@ -146,7 +146,8 @@ INSTANTIATE_TEST_SUITE_P(
 // with the heads by Reshape), with causal masks from a buffer or from
 // torch.triu in forward, and a key padding mask; nn.TransformerEncoderLayer
 // and DecoderLayer with norm_first either way; attention written as PyTorch
-// 1.13 users do, or F.scaled_dot_product_attention where the PyTorch has it;
+// 1.13 users do, or F.scaled_dot_product_attention where the PyTorch has it,
+// and the ops PyTorch 2.x's exporter writes for it;
 // BatchNorm1d on [N, C] and [N, C, L]; a LLaMA block (RMSNorm, SiLU,
 // SwiGLU, rotary embeddings, causal attention); a token embedding tied to
 // the output head (one initializer, its gradient summed over both uses).
@@ -166,6 +167,7 @@ INSTANTIATE_TEST_SUITE_P(
                       OpCase{"decoder_layer", kT + "DecoderLayer", "--input 6,16", 1e-5},
                       OpCase{"decoder_layer_norm_first", kT + "DecoderLayer", "--input 6,16 --kwargs '{\"norm_first\": true}'", 1e-5},
                       OpCase{"sdpa_causal", kT + "SDPA", "--input 6,16", 1e-5},
+                      OpCase{"sdpa_torch2_export_pattern", kT + "SDPA", "--input 6,16 --kwargs '{\"torch2_pattern\": true}'", 1e-5},
                       OpCase{"batchnorm1d_rank2", kT + "BatchNorm1d", "--input 8", 1e-5},
                       OpCase{"batchnorm1d_rank3", kT + "BatchNorm1d", "--input 8,5 --kwargs '{\"rank\": 3}'", 1e-5},
                       OpCase{"llama_block", kT + "LlamaBlock", "--input 6,16", 1e-5},

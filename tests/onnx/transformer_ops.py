@@ -102,18 +102,37 @@ def sdpa(q, k, v, causal):
     return torch.softmax(s, dim=-1) @ v
 
 
+def sdpa_as_torch2_exports(q, k, v, causal):
+    """The ops PyTorch 2.x's exporter writes for F.scaled_dot_product_attention
+    (torch/onnx/symbolic_opset14.py), written out for 1.13: q and k^T each
+    scaled by sqrt(scale), the causal mask as Expand of ones, Trilu (lower)
+    and Where(mask == 0, -inf, 0) added to the scores."""
+    scale = 1.0 / torch.sqrt(torch.tensor(q.shape[-1], dtype=torch.float32))
+    s = (q * torch.sqrt(scale)) @ (k.transpose(-2, -1) * torch.sqrt(scale))
+    if causal:
+        t, u = q.shape[-2], k.shape[-2]
+        ones = torch.ones(1).expand(t, u)
+        mask = torch.tril(ones)
+        s = s + torch.where(mask == 0, torch.tensor(float("-inf")), torch.tensor(0.0))
+    return torch.softmax(s, dim=-1) @ v
+
+
 class SDPA(nn.Module):
-    def __init__(self, e=16, heads=4, causal=True):
+    """Multi-head attention through sdpa() (torch2_pattern: through
+    sdpa_as_torch2_exports)."""
+
+    def __init__(self, e=16, heads=4, causal=True, torch2_pattern=False):
         super().__init__()
         self.qkv = nn.Linear(e, 3 * e)
         self.proj = nn.Linear(e, e)
         self.heads, self.causal = heads, causal
+        self.attend = sdpa_as_torch2_exports if torch2_pattern else sdpa
 
     def forward(self, x):
         n, t, e = x.shape
         q, k, v = self.qkv(x).split(e, dim=2)
         q, k, v = (z.view(n, t, self.heads, e // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = sdpa(q, k, v, self.causal).transpose(1, 2).reshape(n, t, e)
+        y = self.attend(q, k, v, self.causal).transpose(1, 2).reshape(n, t, e)
         return self.proj(y).mean(1)
 
 
