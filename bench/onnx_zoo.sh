@@ -34,7 +34,8 @@ for m in "${MODELS[@]}"; do
   onnx=$OUT/$m.onnx
   # shellcheck disable=SC2086
   $PY "$ROOT/scripts/export_torch.py" ${ARGS[$m]} -o "$onnx" --batch $BATCH --dropout 0 >/dev/null
-  head=$($PD models --model "$onnx" | head -1)
+  $PD models --model "$onnx" >"$OUT/models.txt"
+  head=$(head -1 "$OUT/models.txt")
   params=$(sed -E 's/^[^:]*: ([^ ]+) parameters.*/\1/' <<<"$head")
   layers=$(sed -E 's/.* ([0-9]+) top-level layers.*/\1/' <<<"$head")
   common="--model $onnx --data synthetic --seed 5 --no-eval --batch $BATCH --minibatches 4"
