@@ -112,9 +112,9 @@ Tensor einsum(const Node& n, const std::vector<Tensor>& in) {
   int64_t total = 1;
   for (auto& [c, s] : size) {
     letters.push_back(c);
+    if (s > 0 && total > (int64_t(1) << 24) / s) unsupported(n, "the constant einsum is too large to fold");
     total *= s;
   }
-  if (total > (int64_t(1) << 24)) unsupported(n, "the constant einsum is too large to fold");
   Shape out_shape;
   for (char c : out) {
     if (!size.count(c)) unsupported(n, cat("output index '", c, "' names no operand's"));

@@ -66,6 +66,11 @@ OpPtr make_expand_op(const Node& n, const OpInputs& in) {
   if (x.dtype() != DType::F32) unsupported(n, "expanding an integer tensor at run time is not supported");
   const std::vector<int64_t> target = const_ints(n, in, 1);
   const Shape out = broadcast_shapes(n, x.shape(), target);
+  int64_t elements = 1;
+  for (int64_t d : out) {
+    if (d < 0 || (d > 0 && elements > (int64_t(1) << 28) / d)) unsupported(n, cat("the target shape ", shape_str(out), " is implausibly large"));
+    elements *= d;
+  }
   int batch_axis = -1;
   if (in.batched[0]) batch_axis = int(out.size()) - (x.ndim() - in.layout_of(0).axis);
   return std::make_unique<ExpandOp>(out, batch_axis, expand_creates_batch(in, out));
