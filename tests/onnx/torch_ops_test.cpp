@@ -168,6 +168,7 @@ INSTANTIATE_TEST_SUITE_P(
                       OpCase{"decoder_layer_norm_first", kT + "DecoderLayer", "--input 6,16 --kwargs '{\"norm_first\": true}'", 1e-5},
                       OpCase{"sdpa_causal", kT + "SDPA", "--input 6,16", 1e-5},
                       OpCase{"sdpa_torch2_export_pattern", kT + "SDPA", "--input 6,16 --kwargs '{\"torch2_pattern\": true}'", 1e-5},
+                      OpCase{"class_token_expand", kT + "ClassToken", "--input 6,16", 1e-5},
                       OpCase{"batchnorm1d_rank2", kT + "BatchNorm1d", "--input 8", 1e-5},
                       OpCase{"batchnorm1d_rank3", kT + "BatchNorm1d", "--input 8,5 --kwargs '{\"rank\": 3}'", 1e-5},
                       OpCase{"llama_block", kT + "LlamaBlock", "--input 6,16", 1e-5},

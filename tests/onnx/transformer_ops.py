@@ -266,3 +266,17 @@ class TiedLM(nn.Module):
         x = x + b.o(sdpa(q, k, v, True).transpose(1, 2).reshape(n, t, e))
         h = b.norm2(x)
         return x + b.down(F.silu(b.gate(h)) * b.up(h))
+
+
+class ClassToken(nn.Module):
+    """ViT's class token: a parameter expanded to the batch and concatenated
+    before the tokens (an Expand whose batch is read at run time)."""
+
+    def __init__(self, e=16):
+        super().__init__()
+        self.cls = nn.Parameter(torch.randn(1, 1, e))
+        self.fc = nn.Linear(e, 5)
+
+    def forward(self, x):
+        h = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)
+        return self.fc(torch.tanh(h)).mean(1)
