@@ -121,9 +121,11 @@ OpPtr make_view_op(const Node& n, const OpInputs& in) {
       l = reshaped_layout(s, in.layout_of(0), out, in.batch);
     else if (in.layout_of(0).standard() && !out.empty() && out[0] == 1)
       l = BatchLayout{};
+    if (!l && in.batch < 2)
+      unsupported(n, cat("cannot follow the batch dimension from ", shape_str(s), " to ", shape_str(out),
+                         " at export batch 1; export with a batch of 2 or more"));
     if (!l)
       unsupported(n, cat("the output ", shape_str(out), " splits the batch dimension (", in.batch, ") of ", shape_str(s),
-                         in.batch < 2 ? "; export with a batch of 2 or more so the batch can be followed" : "",
                          " (a reshape must keep each sample's elements together)"));
     layout = *l;
   }
