@@ -9,12 +9,13 @@
 #   bench/onnx_zoo.sh [BUILD_DIR] [MODEL...]     (default: the whole zoo)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:-$ROOT/build}
+BUILD=$(cd "${1:-$ROOT/build}" && pwd)
 shift || true
 PD=$BUILD/bin/pipedream
 PY=/usr/bin/python3
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
+cd "$OUT"  # run --plan auto writes its plan to the working directory
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 LM=$ROOT/scripts/torch_models/transformer_lm.py
 declare -A ARGS=(
