@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "onnx/ops/op_util.h"
 
@@ -55,6 +56,92 @@ Tensor expand(const Node& n, const Tensor& x, const Shape& target) {
     else
       r.f32()[i] = x.f32()[o];
   });
+  return r;
+}
+
+// Trilu: the upper (upper=1) or lower triangle of the last two axes, from
+// diagonal k on; the rest zero (causal masks built with torch.triu).
+Tensor trilu(const Node& n, const Tensor& x, int64_t k) {
+  if (x.ndim() < 2) unsupported(n, "expects a rank-2 or higher input");
+  const bool upper = n.int_attr("upper", 1) != 0;
+  const int64_t rows = x.dim(-2), cols = x.dim(-1);
+  Tensor r = x.clone();
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    const int64_t col = i % cols, row = (i / cols) % rows;
+    const bool keep = upper ? col - row >= k : col - row <= k;
+    if (keep) continue;
+    if (r.dtype() == DType::I64)
+      r.data<int64_t>()[i] = 0;
+    else
+      r.f32()[i] = 0.0f;
+  }
+  return r;
+}
+
+// Einsum of constants (torch.outer of rotary embeddings' positions and
+// frequencies): every index combination visited once; no ellipsis.
+Tensor einsum(const Node& n, const std::vector<Tensor>& in) {
+  const Attribute* a = n.attribute("equation");
+  if (!a) unsupported(n, "the equation attribute is required");
+  std::string eq;
+  for (char c : a->s)
+    if (c != ' ') eq += c;
+  if (eq.find('.') != std::string::npos) unsupported(n, "ellipsis (...) is not supported");
+  const size_t arrow = eq.find("->");
+  std::vector<std::string> terms;
+  for (size_t start = 0;;) {
+    const size_t end = eq.find(',', start);
+    terms.push_back(eq.substr(start, std::min(end, arrow) - start));
+    if (end == std::string::npos || end > arrow) break;
+    start = end + 1;
+  }
+  std::string out;
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+  } else {
+    for (char c = 'A'; c <= 'z'; ++c)
+      if (std::count(eq.begin(), eq.end(), c) == 1) out += c;
+  }
+  if (terms.size() != in.size()) unsupported(n, cat("the equation names ", terms.size(), " operands, the node has ", in.size()));
+  std::map<char, int64_t> size;
+  for (size_t k = 0; k < terms.size(); ++k) {
+    if (int(terms[k].size()) != in[k].ndim()) unsupported(n, cat("operand ", k, " has rank ", in[k].ndim(), ", the equation ", terms[k].size()));
+    for (size_t d = 0; d < terms[k].size(); ++d) size[terms[k][d]] = in[k].dim(int(d));
+  }
+  std::vector<char> letters;
+  int64_t total = 1;
+  for (auto& [c, s] : size) {
+    letters.push_back(c);
+    if (s > 0 && total > (int64_t(1) << 24) / s) unsupported(n, "the constant einsum is too large to fold");
+    total *= s;
+  }
+  Shape out_shape;
+  for (char c : out) {
+    if (!size.count(c)) unsupported(n, cat("output index '", c, "' names no operand's"));
+    out_shape.push_back(size[c]);
+  }
+  Tensor r = Tensor::zeros(out_shape);
+  std::map<char, int64_t> at;
+  auto offset = [&](const std::string& term, const Shape& shape) {
+    int64_t o = 0;
+    for (size_t d = 0; d < term.size(); ++d) o = o * shape[d] + at[term[d]];
+    return o;
+  };
+  const std::vector<Tensor> f = [&] {
+    std::vector<Tensor> v;
+    for (const Tensor& t : in) v.push_back(to_f32(t));
+    return v;
+  }();
+  for (int64_t i = 0; i < total; ++i) {
+    int64_t rest = i;
+    for (size_t l = letters.size(); l-- > 0;) {
+      at[letters[l]] = rest % size[letters[l]];
+      rest /= size[letters[l]];
+    }
+    float p = 1.0f;
+    for (size_t k = 0; k < terms.size(); ++k) p *= f[k].f32()[offset(terms[k], f[k].shape())];
+    r.f32()[offset(out, out_shape)] += p;
+  }
   return r;
 }
 
@@ -123,6 +210,8 @@ std::optional<std::vector<Tensor>> fold_special(const Node& n, const std::vector
     return std::vector<Tensor>{expand(n, fill.reshape({}), shape)};
   }
   if (t == "Expand") return std::vector<Tensor>{expand(n, need(0), as_ints(need(1)))};
+  if (t == "Einsum") return std::vector<Tensor>{einsum(n, in)};
+  if (t == "Trilu") return std::vector<Tensor>{trilu(n, need(0), in.size() > 1 && in[1].defined() ? as_ints(in[1])[0] : 0)};
   return std::nullopt;
 }
 
@@ -132,7 +221,9 @@ std::optional<std::vector<Tensor>> fold_special(const Node& n, const std::vector
 const std::vector<size_t>* data_inputs(const std::string& t) {
   static const std::vector<size_t> first{0}, two{0, 1}, where{1, 2}, all{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   if (t == "Gather" || t == "Slice" || t == "Reshape" || t == "Unsqueeze" || t == "Squeeze" || t == "Flatten" ||
-      t == "Transpose" || t == "Identity" || t == "Split" || t == "Neg" || t == "Sqrt")
+      t == "Transpose" || t == "Identity" || t == "Split" || t == "Neg" || t == "Sqrt" || t == "Sin" || t == "Cos" ||
+      t == "Exp" || t == "Reciprocal" || t == "Pow" || t == "Sigmoid" || t == "Tanh" || t == "Erf" ||
+      t == "ReduceMean" || t == "ReduceSum")
     return &first;
   if (t == "Add" || t == "Sub" || t == "Mul" || t == "Div") return &two;
   if (t == "Where") return &where;
@@ -178,6 +269,10 @@ std::optional<std::vector<Tensor>> fold_node(const Node& node, const std::vector
   StepInfo step;
   step.training = false;
   std::vector<Tensor> out = op->forward(in.example, step, ctx);
+  // Integer division truncates (a size split in parts: (E + 2) / 3).
+  if (integer && node.op_type == "Div")
+    for (Tensor& t : out)
+      for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = std::trunc(t.f32()[i]);
   if (integer)
     for (Tensor& t : out) t = to_i64(t);
   return out;

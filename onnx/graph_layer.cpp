@@ -127,7 +127,7 @@ class OnnxSegment : public Layer {
     for (size_t j = 0; j < s_.nodes.size(); ++j) {
       const SegmentNode& n = s_.nodes[j];
       in.clear();
-      for (const InputRef& r : n.inputs) in.push_back(resolve(r, slots, a.params, a.buffers));
+      for (const InputRef& r : n.inputs) in.push_back(resolve(r, slots, a.params, a.buffers, x.dim(0)));
       const Clock::time_point start = clock ? Clock::now() : Clock::time_point{};  // read only when profiling
       std::vector<Tensor> out = n.op->forward(in, node_step(a.step, n), ctx.children[j]);
       if (clock) {
@@ -194,8 +194,13 @@ class OnnxSegment : public Layer {
 
  private:
   static Tensor resolve(const InputRef& r, const std::vector<Tensor>& slots, std::span<const Tensor> params,
-                        std::span<Tensor> buffers) {
+                        std::span<Tensor> buffers, int64_t batch) {
     switch (r.kind) {
+      case InputRef::BatchSize: {
+        Tensor b = Tensor::empty({1}, DType::I64);
+        b.data<int64_t>()[0] = batch;
+        return b;
+      }
       case InputRef::Absent: return Tensor();
       case InputRef::Slot: return slots[size_t(r.index)];
       case InputRef::Param: return params[size_t(r.index)];

@@ -22,7 +22,8 @@ namespace pd::onnx {
 
 // Where a node input comes from at run time.
 struct InputRef {
-  enum Kind { Absent, Slot, Param, Buffer, Constant } kind = Absent;
+  // BatchSize: the segment's run-time batch, an I64 scalar [1] (Expand to the batch).
+  enum Kind { Absent, Slot, Param, Buffer, Constant, BatchSize } kind = Absent;
   int index = 0;     // slot, parameter or buffer index
   Tensor constant;   // Kind::Constant
 };

@@ -10,6 +10,7 @@
 #include "onnx/constant_folding.h"
 #include "onnx/graph_layer.h"
 #include "onnx/ops/op_util.h"
+#include "onnx/ops/ops.h"
 
 namespace pd::onnx {
 
@@ -20,6 +21,7 @@ struct Value {
   enum Kind { Input, Param, Buffer, Const, Activation } kind = Activation;
   Tensor example;       // the traced value (at the export batch), the constant, or the initial weights
   bool batched = false;
+  BatchLayout layout;   // where a batched tensor holds the batch
   int index = -1;       // Param/Buffer: index among the model's; Activation: producing run-time node
 };
 
@@ -29,6 +31,7 @@ struct RuntimeNode {
   OpPtr op;
   std::vector<std::string> inputs;   // names ("" omitted)
   std::vector<std::string> outputs;  // names ("" where the op does not produce it)
+  bool reads_batch = false;          // the op takes the run-time batch as an extra last input
 };
 
 class Importer {
@@ -257,6 +260,7 @@ class Importer {
         in.emplace_back();
         info.constant.push_back(false);
         info.batched.push_back(false);
+        info.layout.emplace_back();
         continue;
       }
       auto it = values_.find(name);
@@ -270,6 +274,7 @@ class Importer {
       in.push_back(v.example);
       info.constant.push_back(v.kind == Value::Const);
       info.batched.push_back(v.batched);
+      info.layout.push_back(v.layout);
       all_known = all_known && v.kind == Value::Const;
     }
     info.example = in;
@@ -303,8 +308,15 @@ class Importer {
     } catch (const UserError& e) {
       throw UserError(cat(name_, ": ", e.what()));
     }
+    // An Expand of a parameter to the batch makes a batched tensor from none.
+    const bool makes_batch = n.op_type == "Expand" && expand_creates_batch(info, broadcast_shapes(n, in[0].shape(), const_ints(n, info, 1)));
+    r.reads_batch = makes_batch;
     // Trace: run once (training mode; running statistics on scratch copies).
     std::vector<Tensor> trace_in = in;
+    if (makes_batch) {
+      trace_in.push_back(Tensor::empty({1}, DType::I64));
+      trace_in.back().data<int64_t>()[0] = batch_;
+    }
     for (size_t k = 0; k < n.inputs.size(); ++k)
       if (!n.inputs[k].empty() && values_.at(n.inputs[k]).kind == Value::Buffer) trace_in[k] = in[k].clone();
     LayerContext ctx;
@@ -317,7 +329,7 @@ class Importer {
     } catch (const std::logic_error& e) {
       throw UserError(cat(name_, ": ", n.label(), ": cannot run on its inputs: ", e.what()));
     }
-    bool batched = false;
+    bool batched = makes_batch;
     for (size_t k = 0; k < n.inputs.size(); ++k) batched = batched || info.batched[k];
     const int index = static_cast<int>(nodes_.size());
     for (size_t k = 0; k < n.outputs.size(); ++k) {
@@ -331,6 +343,7 @@ class Importer {
       v.batched = batched;
       if (k < out.size()) {
         v.example = out[k];
+        if (batched && !makes_batch) v.layout = output_layout(n, info, out[k]);
         r.outputs.push_back(n.outputs[k]);
       } else {
         r.outputs.emplace_back();  // e.g. BatchNormalization's running statistics: updated in place
@@ -340,6 +353,71 @@ class Importer {
     nodes_.push_back(std::move(r));
   }
 
+  // Ops that only run on the batch-first layout (the core kernels index
+  // samples as dimension 0).
+  static bool needs_batch_first(const std::string& op) {
+    return op == "Conv" || op == "BatchNormalization" || op == "MaxPool" || op == "AveragePool" ||
+           op == "GlobalAveragePool";
+  }
+
+  // Where output `y` of node n holds the batch, given its inputs'; a
+  // UserError naming the node where the batch cannot be followed.
+  BatchLayout output_layout(const Node& n, const OpInputs& in, const Tensor& y) const {
+    const std::string& t = n.op_type;
+    int first = -1;
+    for (size_t k = 0; k < in.batched.size(); ++k)
+      if (in.batched[k] && first < 0) first = int(k);
+    const BatchLayout l = in.layout_of(size_t(first));
+    const Tensor& x = in.example[size_t(first)];
+    if (needs_batch_first(t) && !l.standard())
+      throw UserError(cat(name_, ": ", n.label(), ": expects the batch first, but its input ", shape_str(x.shape()),
+                          " holds it in dimension ", l.axis, " (moved by an earlier Transpose or Reshape)"));
+    if (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze") {
+      if (batch_ < 2) return BatchLayout{};
+      return *reshaped_layout(x.shape(), l, y.shape(), batch_);  // the op checked it
+    }
+    if (t == "Transpose") {
+      std::vector<int64_t> perm = n.ints_attr("perm");
+      BatchLayout o = l;
+      for (size_t d = 0; d < perm.size(); ++d)
+        if ((perm[d] < 0 ? perm[d] + x.ndim() : perm[d]) == l.axis) o.axis = int(d);
+      if (perm.empty()) o.axis = x.ndim() - 1 - l.axis;
+      return o;
+    }
+    if (t == "Gather") {
+      if (in.batched[1]) return in.layout_of(1);  // an embedding: the ids' layout, then the vector
+      const int axis = normalize_axis(n, n.int_attr("axis", 0), x.ndim());
+      BatchLayout o = l;
+      if (axis < l.axis) o.axis += in.at(1).ndim() - 1;
+      return o;
+    }
+    if ((t == "ReduceMean" || t == "ReduceSum") && n.int_attr("keepdims", 1) == 0) {
+      BatchLayout o = l;
+      std::vector<int64_t> axes = in.example.size() > 1 && in.example[1].defined() ? const_ints(n, in, 1) : n.ints_attr("axes");
+      for (int64_t a : axes)
+        if (normalize_axis(n, a, x.ndim()) < l.axis) --o.axis;
+      return o;
+    }
+    // Elementwise, broadcasting, matrix products, per-axis ops: the batch
+    // keeps its place counted from the end, the same in every batched input.
+    const int from_end = x.ndim() - l.axis;
+    for (size_t k = 0; k < in.batched.size(); ++k) {
+      if (!in.batched[k]) continue;
+      const BatchLayout& lk = in.layout_of(k);
+      if (in.example[k].ndim() - lk.axis != from_end || lk.outer != l.outer || lk.inner != l.inner)
+        throw UserError(cat(name_, ": ", n.label(), ": its inputs ", shape_str(x.shape()), " and ",
+                            shape_str(in.example[k].shape()), " hold the batch in different dimensions (dimension ",
+                            l.axis, " and ", lk.axis, ")"));
+    }
+    BatchLayout o = l;
+    o.axis = y.ndim() - from_end;
+    if (o.axis < 0 || o.axis >= y.ndim() || (t == "Gemm" && o.axis != 0) ||
+        (t == "LayerNormalization" && o.axis == y.ndim() - 1))
+      throw UserError(cat(name_, ": ", n.label(), ": would reduce or contract over the batch dimension (dimension ",
+                          l.axis, " of ", shape_str(x.shape()), ")"));
+    return o;
+  }
+
   void read_output() {
     if (g_.outputs.size() != 1) throw UserError(cat(name_, ": the model has ", g_.outputs.size(), " outputs; exactly one (the logits) is supported"));
     output_name_ = g_.outputs[0].name;
@@ -347,6 +425,9 @@ class Importer {
     if (it == values_.end() || it->second.kind != Value::Activation || !it->second.example.defined() || !it->second.batched)
       throw UserError(cat(name_, ": output '", output_name_, "' is not computed from the input"));
     const Tensor& y = it->second.example;
+    if (!it->second.layout.standard())
+      throw UserError(cat(name_, ": output '", output_name_, "' of shape ", shape_str(y.shape()), " holds the batch in dimension ",
+                          it->second.layout.axis, "; the logits must have it first (transpose back)"));
     if (y.dtype() != DType::F32) throw UserError(cat(name_, ": output '", output_name_, "' is not float"));
     if (y.ndim() == 2) {
       task_ = Task::Classification;
@@ -377,7 +458,8 @@ class Importer {
     std::vector<int> cuts;
     for (int j = 0; j + 1 < n; ++j) {
       const std::vector<std::string> live = boundary(position, j);
-      bool ok = live.size() == 1 && values_.at(live[0]).batched && values_.at(live[0]).example.dtype() == DType::F32;
+      bool ok = live.size() == 1 && values_.at(live[0]).batched && values_.at(live[0]).layout.standard() &&
+                values_.at(live[0]).example.dtype() == DType::F32;
       for (size_t p = 0; p < params_.size(); ++p) ok = ok && !(param_first[p] <= j && param_last[p] > j);
       if (ok) cuts.push_back(j);
     }
@@ -387,7 +469,7 @@ class Importer {
 
   // Units: ops that may go to different stages. A node joins the producer
   // of any unbatched activation it reads (a transposed weight must stay
-  // with its reader) and every node sharing a parameter or buffer with it;
+  // with its reader) or of one that does not hold the batch first and every node sharing a parameter or buffer with it;
   // a unit then spans the nodes between its first and last (contiguous in
   // graph order, so the units form a DAG).
   void find_units() {
@@ -400,7 +482,7 @@ class Importer {
         if (name.empty()) continue;
         const Value& v = values_.at(name);
         int from = -1;
-        if (v.kind == Value::Activation && !v.batched) from = v.index;
+        if (v.kind == Value::Activation && (!v.batched || !v.layout.standard())) from = v.index;
         if (v.kind == Value::Param || v.kind == Value::Buffer)
           from = first_user.emplace(std::make_pair(int(v.kind), v.index), j).first->second;
         if (from >= 0) reach[size_t(from)] = std::max(reach[size_t(from)], j);
@@ -495,6 +577,8 @@ class Importer {
       const Value& v = values_.at(name);
       if (!v.batched)
         throw UserError(cat(name_, ": tensor '", name, "' crosses cut ", cut, " but has no batch dimension"));
+      if (!v.layout.standard())
+        throw UserError(cat(name_, ": tensor '", name, "' crosses cut ", cut, " but does not hold the batch first"));
       if (names.size() > 1 && v.example.dtype() != DType::F32)
         throw UserError(cat(name_, ": cut ", cut, " would carry the integer tensor '", name,
                             "' with other tensors; cut where it is not live"));
@@ -598,6 +682,7 @@ class Importer {
       }
       sn.inputs.push_back(ref);
     }
+    if (r.reads_batch) sn.inputs.push_back(InputRef{InputRef::BatchSize});
     for (const std::string& name : r.outputs) {
       if (name.empty()) {
         sn.outputs.push_back(-1);

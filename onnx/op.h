@@ -32,15 +32,30 @@ class Op {
 };
 using OpPtr = std::unique_ptr<Op>;
 
+// Where a run-time tensor holds the batch: dimension `axis` has size
+// outer * batch * inner, the batch merged with neighbouring dimensions by a
+// Reshape (multi-head attention's [T, N*H, d] and [T*N, E]). The standard
+// layout (axis 0, outer = inner = 1) is the only one that crosses layers.
+struct BatchLayout {
+  int axis = 0;
+  int64_t outer = 1, inner = 1;
+  bool standard() const { return axis == 0 && outer == 1 && inner == 1; }
+  bool operator==(const BatchLayout&) const = default;
+};
+
 // What the importer knows of a node's inputs when it builds the op: per
 // input, an example tensor (the traced value at the export batch size, or
 // the constant itself) and whether it is an import-time constant.
 struct OpInputs {
   std::vector<Tensor> example;        // undefined for an omitted input
   std::vector<bool> constant;         // value known at import (initializer that is no parameter, folded)
-  std::vector<bool> batched;          // dim 0 is the batch (derived from the model input)
+  std::vector<bool> batched;          // holds the batch (derived from the model input)
+  std::vector<BatchLayout> layout;    // where, for a batched input (standard when absent)
   int64_t batch = 0;                  // the export batch size
   const Tensor& at(size_t k) const;   // example k; a UserError naming the node when absent
+  // The dimension of input k that holds the batch, -1 when it has none.
+  int batch_axis(size_t k) const;
+  BatchLayout layout_of(size_t k) const { return k < layout.size() ? layout[k] : BatchLayout{}; }
 };
 
 // Builds the op for a node (UserError naming the node and op when the node

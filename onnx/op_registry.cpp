@@ -20,11 +20,13 @@ const std::map<std::string, Factory>& factories() {
       {"Add", make_binary_op}, {"Sub", make_binary_op}, {"Mul", make_binary_op}, {"Div", make_binary_op},
       {"Erf", make_unary_op}, {"Tanh", make_unary_op}, {"Sqrt", make_unary_op}, {"Sigmoid", make_unary_op},
       {"Neg", make_unary_op}, {"Pow", make_unary_op}, {"Clip", make_unary_op}, {"Identity", make_unary_op},
-      {"Cast", make_unary_op},
+      {"Cast", make_unary_op}, {"Sin", make_unary_op}, {"Cos", make_unary_op}, {"Exp", make_unary_op},
+      {"Reciprocal", make_unary_op},
       {"MatMul", make_matmul_op}, {"Transpose", make_transpose_op},
       {"Reshape", make_view_op}, {"Flatten", make_view_op}, {"Squeeze", make_view_op}, {"Unsqueeze", make_view_op},
       {"Softmax", make_softmax_op}, {"Gather", make_gather_op}, {"Where", make_where_op},
       {"Slice", make_slice_op}, {"Pad", make_pad_op}, {"ReduceMean", make_reduce_op}, {"ReduceSum", make_reduce_op}, {"Split", make_split_op}, {"Concat", make_concat_op},
+      {"Expand", make_expand_op}, {"HardSwish", make_unary_op}, {"HardSigmoid", make_unary_op},
   };
   return f;
 }

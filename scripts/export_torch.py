@@ -17,6 +17,8 @@ the model must output logits, [batch, classes] or [batch, T, vocab].
 import argparse
 import importlib.util
 import json
+import os
+import re
 import sys
 
 
@@ -24,6 +26,11 @@ def load_module(spec, kwargs):
     import torch  # noqa: F401
     if ":" in spec:
         path, cls = spec.rsplit(":", 1)
+        if not os.path.isfile(path):
+            sys.exit(f"export_torch.py: {path}: no such file")
+        # As `python3 file.py` would: the file's own folder first on the
+        # import path, so it can import its sibling modules.
+        sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
         s = importlib.util.spec_from_file_location("user_model", path)
         if s is None:
             sys.exit(f"export_torch.py: cannot load {path}")
@@ -102,6 +109,45 @@ def make_pools_exportable(model, x):
     return replaced
 
 
+def set_dropout(model, p):
+    """Sets every Dropout's p, nn.MultiheadAttention's dropout, and torchvision's StochasticDepth's (which
+    drops whole residual branches with Bernoulli draws that PyTorch 1.13
+    cannot export in training mode; p = 0 exports it as the identity)."""
+    import torch
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout) or type(m).__name__ == "StochasticDepth":
+            m.p = p
+        if isinstance(m, torch.nn.MultiheadAttention):  # its attention dropout is a float, not a module
+            m.dropout = p
+
+
+def blocking_op(model, x, error):
+    """Where the op that PyTorch's exporter refused (`error` names it, e.g.
+    aten::i0) is called in the model: its line of source and module, found
+    in a trace of the model; None when the message names no operator."""
+    import torch
+    m = re.search(r"operator '?([A-Za-z_][\w:.]*)'?", str(error))
+    if not m:
+        return None
+    op = m.group(1)
+    where = ""
+    try:
+        graph = torch.jit.trace(model, (x,), check_trace=False).inlined_graph
+        for node in graph.nodes():
+            if node.kind() == op:
+                src = node.sourceRange().strip().splitlines()
+                scope = node.scopeName()
+                where = (f" in module {scope}" if scope else "") + (f" at {src[0]}" if src else "")
+                break
+    except Exception:  # the trace is a best effort: the op's name is the message
+        pass
+    return f"{op}{where}"
+
+
+class ExportError(Exception):
+    pass
+
+
 def export(model, x, path, opset):
     """Exports `model` traced on `x`. Adaptive pools that torch.onnx cannot
     export at this size are replaced in `model` first (make_pools_exportable)."""
@@ -113,9 +159,20 @@ def export(model, x, path, opset):
     # constants are expected with fixed sizes; keep the output readable.
     warnings.filterwarnings("ignore", category=UserWarning)
     warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
-    torch.onnx.export(model, (x,), path, opset_version=opset, do_constant_folding=False,
-                      training=torch.onnx.TrainingMode.TRAINING, input_names=["input"],
-                      output_names=["logits"], export_params=True, keep_initializers_as_inputs=False)
+    try:
+        torch.onnx.export(model, (x,), path, opset_version=opset, do_constant_folding=False,
+                          training=torch.onnx.TrainingMode.TRAINING, input_names=["input"],
+                          output_names=["logits"], export_params=True, keep_initializers_as_inputs=False)
+    except Exception as e:  # torch.onnx raises several types (UnsupportedOperatorError, RuntimeError, SymbolicValueError)
+        op = blocking_op(model, x, e)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if "Bernoulli" in str(e) and any(type(m).__name__ == "StochasticDepth" and m.p > 0 for m in model.modules()):
+            raise ExportError(f"PyTorch {torch.__version__} cannot export StochasticDepth's Bernoulli draws in "
+                              f"training mode; export with --dropout 0 (stochastic depth off)") from e
+        if op:
+            raise ExportError(f"PyTorch {torch.__version__} cannot export {op} to ONNX opset {opset} "
+                              f"({first}); rewrite that call with supported ops, or export with a newer PyTorch") from e
+        raise ExportError(f"PyTorch {torch.__version__}'s exporter failed: {first}") from e
 
 
 def main():
@@ -131,7 +188,7 @@ def main():
                     help="ONNX opset 13-17 (BatchNormalization in training mode needs 14; 17 keeps LayerNormalization one op)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the initial weights")
     ap.add_argument("--dropout", type=float, default=None,
-                    help="set every Dropout's p (0 for exact comparisons)")
+                    help="set every Dropout's, MultiheadAttention's and StochasticDepth's p (0 for exact comparisons)")
     args = ap.parse_args()
 
     import torch
@@ -141,11 +198,13 @@ def main():
         kwargs["num_classes"] = args.classes
     model = load_module(args.model, kwargs)
     if args.dropout is not None:
-        for m in model.modules():
-            if isinstance(m, torch.nn.Dropout):
-                m.p = args.dropout
+        set_dropout(model, args.dropout)
     x = example_input(args, model)
-    export(model, x, args.output, args.opset)
+    try:
+        export(model, x, args.output, args.opset)
+    except ExportError as e:
+        print(f"export_torch.py: {e}", file=sys.stderr)
+        sys.exit(2)
     n = sum(p.numel() for p in model.parameters())
     print(f"export_torch.py: wrote {args.output} ({n} parameters, input {list(x.shape)}, opset {args.opset})")
 

@@ -121,9 +121,9 @@ class SplitOp : public Op {
 };
 
 // The axis counted from the end: the same at any batch size.
-int axis_from_end(const Node& n, const Tensor& x, bool batched) {
+int axis_from_end(const Node& n, const Tensor& x, int batch_axis) {
   const int axis = normalize_axis(n, n.int_attr("axis", 0), x.ndim());
-  if (batched && axis == 0) unsupported(n, "along the batch dimension is not supported");
+  if (axis == batch_axis) unsupported(n, "along the batch dimension is not supported");
   return axis - x.ndim();
 }
 
@@ -132,7 +132,9 @@ int axis_from_end(const Node& n, const Tensor& x, bool batched) {
 OpPtr make_concat_op(const Node& n, const OpInputs& in) {
   const Tensor& x = in.at(0);
   bool batched = false;
+  int batch_axis = -1;
   for (size_t k = 0; k < in.example.size(); ++k) {
+    if (in.batch_axis(k) >= 0) batch_axis = in.batch_axis(k);
     const Tensor& p = in.at(k);
     if (p.dtype() != DType::F32) unsupported(n, "concatenating integer tensors at run time is not supported");
     batched = batched || in.batched[k];
@@ -140,13 +142,13 @@ OpPtr make_concat_op(const Node& n, const OpInputs& in) {
   }
   for (size_t k = 0; k < in.example.size(); ++k)
     if (batched && !in.batched[k]) unsupported(n, "concatenating a constant with a run-time tensor is not supported");
-  return std::make_unique<ConcatOp>(axis_from_end(n, x, batched));
+  return std::make_unique<ConcatOp>(axis_from_end(n, x, batch_axis));
 }
 
 OpPtr make_split_op(const Node& n, const OpInputs& in) {
   const Tensor& x = in.at(0);
   if (x.dtype() != DType::F32) unsupported(n, "expects a float input");
-  const int axis = axis_from_end(n, x, in.batched[0]);
+  const int axis = axis_from_end(n, x, in.batch_axis(0));
   std::vector<int64_t> sizes = in.example.size() > 1 && in.example[1].defined() ? const_ints(n, in, 1) : n.ints_attr("split");
   const int64_t len = x.dim(axis);
   if (sizes.empty()) {

@@ -14,8 +14,9 @@ namespace {
 // are the layer's parameters and buffers, in its param_specs order.
 class CoreLayerOp : public Op {
  public:
-  CoreLayerOp(std::string type, LayerPtr layer, std::vector<int> params, std::vector<int> buffers)
-      : type_(std::move(type)), layer_(std::move(layer)), params_(std::move(params)), buffers_(std::move(buffers)) {}
+  CoreLayerOp(std::string type, LayerPtr layer, std::vector<int> params, std::vector<int> buffers, bool as_map = false)
+      : type_(std::move(type)), layer_(std::move(layer)), params_(std::move(params)), buffers_(std::move(buffers)),
+        as_map_(as_map) {}
   std::string type() const override { return type_; }
 
   std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo& step, LayerContext& ctx) const override {
@@ -24,16 +25,26 @@ class CoreLayerOp : public Op {
     for (int k : params_) p.push_back(in[static_cast<size_t>(k)]);
     for (int k : buffers_) b.push_back(in[static_cast<size_t>(k)]);  // shared storage: updated in place
     ctx.children.resize(1);
-    Tensor y = layer_->forward({p, b, step}, in[0], ctx.children[0]);
+    Tensor y = layer_->forward({p, b, step}, as_map_ ? map_view(in[0]) : in[0], ctx.children[0]);
     ctx.saved = p;  // handles only: backward needs the same weight version
+    if (as_map_) {
+      ctx.saved.push_back(shape_tensor(in[0].shape()));
+      y = y.reshape(in[0].shape());
+    }
     return {y};
   }
 
   std::vector<Tensor> backward(std::span<const Tensor> dys, const std::vector<bool>& need, const StepInfo& step,
                                LayerContext& ctx) const override {
+    Shape x_shape;
+    if (as_map_) {
+      x_shape = shape_from_tensor(ctx.saved.back());
+      ctx.saved.pop_back();
+    }
     std::vector<Tensor> grads;
     for (const Tensor& p : ctx.saved) grads.push_back(Tensor::zeros(p.shape()));
-    Tensor dx = layer_->backward({ctx.saved, grads, step, need[0]}, dys[0], ctx.children[0]);
+    Tensor dx = layer_->backward({ctx.saved, grads, step, need[0]}, as_map_ ? map_view(dys[0]) : dys[0], ctx.children[0]);
+    if (as_map_ && dx.defined()) dx = dx.reshape(x_shape);
     std::vector<Tensor> out(need.size());
     out[0] = dx;
     for (size_t k = 0; k < params_.size(); ++k) out[static_cast<size_t>(params_[k])] = grads[k];
@@ -44,11 +55,16 @@ class CoreLayerOp : public Op {
  private:
   std::string type_;
   LayerPtr layer_;
+  // [N, C] or [N, C, L] as the [N, C, L, 1] map a 2-d layer takes (BatchNorm1d).
+  static Tensor map_view(const Tensor& x) {
+    return x.reshape({x.dim(0), x.dim(1), x.ndim() > 2 ? x.dim(2) : 1, 1});
+  }
   std::vector<int> params_, buffers_;
+  bool as_map_;
 };
 
-OpPtr wrap(const Node& n, LayerPtr l, std::vector<int> params = {}, std::vector<int> buffers = {}) {
-  return std::make_unique<CoreLayerOp>(n.op_type, std::move(l), std::move(params), std::move(buffers));
+OpPtr wrap(const Node& n, LayerPtr l, std::vector<int> params = {}, std::vector<int> buffers = {}, bool as_map = false) {
+  return std::make_unique<CoreLayerOp>(n.op_type, std::move(l), std::move(params), std::move(buffers), as_map);
 }
 
 // Kernel, stride and padding as the core layers take them: square kernels,
@@ -114,7 +130,8 @@ OpPtr conv(const Node& n, const OpInputs& in) {
 
 OpPtr batchnorm(const Node& n, const OpInputs& in) {
   const Tensor& x = in.at(0);
-  require_rank(n, x, 4);
+  if (x.ndim() < 2 || x.ndim() > 4)
+    unsupported(n, cat("expects a rank-2, -3 or -4 input ([N, C], [N, C, L] or [N, C, H, W]), got ", shape_str(x.shape())));
   for (size_t k = 1; k < 5; ++k) in.at(k);
   if (in.constant[1] || in.constant[2]) unsupported(n, "scale and bias must be initializers");
   if (in.constant[3] || in.constant[4]) unsupported(n, "the running mean and variance must be initializers");
@@ -123,7 +140,7 @@ OpPtr batchnorm(const Node& n, const OpInputs& in) {
   // node that reads any of them is refused by the importer.
   // ONNX's momentum weighs the running value (0.9), PyTorch's and ours the batch's (0.1).
   const float momentum = 1.0f - n.float_attr("momentum", 0.9f);
-  return wrap(n, make_batchnorm2d(x.dim(1), n.float_attr("epsilon", 1e-5f), momentum), {1, 2}, {3, 4});
+  return wrap(n, make_batchnorm2d(x.dim(1), n.float_attr("epsilon", 1e-5f), momentum), {1, 2}, {3, 4}, x.ndim() < 4);
 }
 
 OpPtr maxpool(const Node& n, const OpInputs& in) {

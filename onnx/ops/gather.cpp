@@ -85,9 +85,10 @@ OpPtr make_gather_op(const Node& n, const OpInputs& in) {
   if (data.dtype() != DType::F32) unsupported(n, "gathering from an integer tensor at run time is not supported");
   if (idx.dtype() == DType::F32) unsupported(n, "indices must be integers");
   const int axis = normalize_axis(n, n.int_attr("axis", 0), data.ndim());
-  if (in.batched[0] && axis == 0) unsupported(n, "gathering along the batch dimension is not supported");
+  if (axis == in.batch_axis(0)) unsupported(n, "gathering along the batch dimension is not supported");
   if (in.batched[0] && in.batched[1]) unsupported(n, "run-time indices into a run-time tensor are not supported");
   if (in.batched[1] && axis != 0) unsupported(n, "run-time indices are supported along axis 0 (embeddings) only");
+  if (in.batched[1] && !in.layout_of(1).standard()) unsupported(n, "run-time indices must hold the batch first");
   return std::make_unique<GatherOp>(axis);
 }
 

@@ -107,6 +107,13 @@ OpPtr make_matmul_op(const Node& n, const OpInputs& in) {
     Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
     broadcast_shapes(n, ba, bb);
   }
+  // The batch may sit in the broadcast dimensions, A's rows or B's
+  // columns, never in the contracted dimension.
+  const int ba = in.batch_axis(0), bb = in.batch_axis(1);
+  if ((ba >= 0 && ba == a.ndim() - 1) || (bb >= 0 && bb == b.ndim() - 2))
+    unsupported(n, "contracting over the batch dimension is not supported");
+  if (ba >= 0 && bb >= 0 && (ba >= a.ndim() - 2 || bb >= b.ndim() - 2))
+    unsupported(n, "both operands hold the batch, but not in their broadcast dimensions");
   return std::make_unique<MatMulOp>();
 }
 

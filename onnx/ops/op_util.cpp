@@ -13,6 +13,29 @@ const Tensor& OpInputs::at(size_t k) const {
   return example[k];
 }
 
+int OpInputs::batch_axis(size_t k) const {
+  if (k >= batched.size() || !batched[k]) return -1;
+  return layout_of(k).axis;
+}
+
+std::optional<BatchLayout> reshaped_layout(const Shape& in, const BatchLayout& l, const Shape& out, int64_t batch) {
+  // Row-major, the input is [P, batch, Q]; the view keeps the batch iff
+  // some output dimension k starts at a divisor of P and spans P * batch.
+  int64_t before = l.outer;
+  for (int d = 0; d < l.axis; ++d) before *= in[size_t(d)];
+  int64_t pre = 1;
+  for (size_t k = 0; k < out.size(); ++k) {
+    if (pre > before) break;
+    if (before % pre == 0) {
+      const int64_t outer = before / pre;
+      if (out[k] % (outer * batch) == 0 && out[k] >= outer * batch)
+        return BatchLayout{static_cast<int>(k), outer, out[k] / (outer * batch)};
+    }
+    pre *= out[k];
+  }
+  return std::nullopt;
+}
+
 std::vector<int64_t> const_ints(const Node& n, const OpInputs& in, size_t k) {
   if (k >= in.example.size() || !in.example[k].defined()) unsupported(n, cat("input ", k, " is required"));
   if (!in.constant[k])

@@ -2,6 +2,7 @@
 // Helpers shared by the ONNX ops: messages, constants read at import,
 // numpy broadcasting.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,11 @@ std::vector<int64_t> const_ints(const Node& n, const OpInputs& in, size_t k);
 float const_scalar(const Node& n, const OpInputs& in, size_t k);
 // Normalises a possibly negative axis against a rank (UserError when out of range).
 int normalize_axis(const Node& n, int64_t axis, int rank);
+
+// Where the batch lands when a batched tensor of shape `in` (at the export
+// batch, `batch` >= 2), laid out as `l`, is viewed as `out`; nullopt when
+// the view splits the batch across dimensions.
+std::optional<BatchLayout> reshaped_layout(const Shape& in, const BatchLayout& l, const Shape& out, int64_t batch);
 
 // numpy broadcasting of two shapes (UserError naming the node when they do not broadcast).
 Shape broadcast_shapes(const Node& n, const Shape& a, const Shape& b);

@@ -13,7 +13,8 @@ namespace pd::onnx {
 OpPtr make_core_layer_op(const Node& n, const OpInputs& in);
 // Add, Sub, Mul, Div with numpy broadcasting.
 OpPtr make_binary_op(const Node& n, const OpInputs& in);
-// Erf, Tanh, Sqrt, Sigmoid, Neg, Pow (constant exponent), Clip, Identity, Cast (float to float).
+// Erf, Tanh, Sqrt, Sigmoid, Neg, Pow (constant exponent), Clip, Identity, Cast (float to float),
+// Sin, Cos, Exp, Reciprocal, HardSigmoid, HardSwish.
 OpPtr make_unary_op(const Node& n, const OpInputs& in);
 OpPtr make_matmul_op(const Node& n, const OpInputs& in);
 OpPtr make_transpose_op(const Node& n, const OpInputs& in);
@@ -34,6 +35,12 @@ OpPtr make_general_conv_op(const Node& n, const OpInputs& in);
 OpPtr make_pool_op(const Node& n, const OpInputs& in);
 // ReduceMean, ReduceSum over constant axes (opset 13's LayerNorm decomposition).
 OpPtr make_reduce_op(const Node& n, const OpInputs& in);
+// Expand of a run-time tensor, or of a parameter to the batch.
+OpPtr make_expand_op(const Node& n, const OpInputs& in);
+// Whether an Expand of an unbatched input to `out` makes the batch (out's
+// first dimension is the export batch, the input's is 1): the op then
+// reads the run-time batch from an extra last input (InputRef::BatchSize).
+bool expand_creates_batch(const OpInputs& in, const Shape& out);
 // Pad (constant mode; never the batch dimension).
 OpPtr make_pad_op(const Node& n, const OpInputs& in);
 

@@ -75,7 +75,7 @@ OpPtr make_pad_op(const Node& n, const OpInputs& in) {
       after(pads.begin() + static_cast<std::ptrdiff_t>(r), pads.end());
   for (size_t d = 0; d < r; ++d) {
     if (before[d] < 0 || after[d] < 0) unsupported(n, "negative pads (cropping) are not supported");
-    if (d == 0 && in.batched[0] && (before[0] || after[0])) unsupported(n, "padding the batch dimension is not supported");
+    if (int(d) == in.batch_axis(0) && (before[d] || after[d])) unsupported(n, "padding the batch dimension is not supported");
   }
   float value = 0;
   if (in.example.size() > 2 && in.example[2].defined()) value = const_scalar(n, in, 2);

@@ -77,7 +77,7 @@ OpPtr make_reduce_op(const Node& n, const OpInputs& in) {
   std::vector<int> from_end;
   for (int64_t a : axes) {
     const int axis = normalize_axis(n, a, x.ndim());
-    if (axis == 0 && in.batched[0]) unsupported(n, "reducing over the batch dimension is not supported");
+    if (axis == in.batch_axis(0)) unsupported(n, "reducing over the batch dimension is not supported");
     from_end.push_back(axis - x.ndim());
   }
   return std::make_unique<ReduceOp>(n.op_type, from_end, n.int_attr("keepdims", 1) != 0);

@@ -97,7 +97,7 @@ OpPtr make_slice_op(const Node& n, const OpInputs& in) {
     s = std::clamp<int64_t>(s, 0, len);
     e = std::clamp<int64_t>(e, 0, len);
     const int64_t count = e > s ? (e - s + steps[k] - 1) / steps[k] : 0;
-    if (a == 0 && in.batched[0]) {
+    if (a == in.batch_axis(0)) {
       if (s != 0 || count != len || steps[k] != 1) unsupported(n, "slicing the batch dimension is not supported");
       continue;
     }

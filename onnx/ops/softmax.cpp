@@ -81,7 +81,7 @@ OpPtr make_softmax_op(const Node& n, const OpInputs& in) {
   const Tensor& x = in.at(0);
   if (x.dtype() != DType::F32) unsupported(n, "expects a float input");
   const int axis = normalize_axis(n, n.int_attr("axis", -1), x.ndim());
-  if (in.batched[0] && axis == 0) unsupported(n, "softmax over the batch dimension is not supported");
+  if (axis == in.batch_axis(0)) unsupported(n, "softmax over the batch dimension is not supported");
   // Kept relative to the end, so it means the same at any batch size.
   return std::make_unique<SoftmaxOp>(axis - x.ndim());
 }

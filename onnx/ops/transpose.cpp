@@ -1,4 +1,4 @@
-// Transpose: any permutation that keeps the batch dimension first.
+// Transpose: any permutation (the importer follows where the batch goes).
 #include "onnx/ops/op_util.h"
 #include "onnx/ops/ops.h"
 
@@ -63,7 +63,6 @@ OpPtr make_transpose_op(const Node& n, const OpInputs& in) {
     if (seen[size_t(v)]) unsupported(n, "perm is not a permutation");
     seen[size_t(v)] = true;
   }
-  if (in.batched[0] && perm[0] != 0) unsupported(n, "moving the batch dimension is not supported");
   return std::make_unique<TransposeOp>(perm);
 }
 

@@ -1,6 +1,7 @@
 // Elementwise functions of one tensor: the pieces of decomposed GELU (Erf,
 // or Tanh and Pow) and LayerNorm (Pow, Sqrt), MobileNet's Clip (ReLU6),
-// and the no-ops Identity and float-to-float Cast.
+// RMSNorm (Pow, Sqrt, Reciprocal), rotary embeddings (Sin, Cos, usually
+// folded at import), Exp, and the no-ops Identity and float-to-float Cast.
 #include <cmath>
 #include <limits>
 
@@ -11,7 +12,7 @@ namespace pd::onnx {
 
 namespace {
 
-enum class Fn { Erf, Tanh, Sqrt, Sigmoid, Neg, Pow, Clip, Identity };
+enum class Fn { Erf, Tanh, Sqrt, Sigmoid, Neg, Pow, Clip, Identity, Sin, Cos, Exp, Reciprocal, HardSigmoid, HardSwish };
 
 class UnaryOp : public Op {
  public:
@@ -30,8 +31,7 @@ class UnaryOp : public Op {
     float* yp = y.f32();
     const int64_t n = x.numel();
     for (int64_t i = 0; i < n; ++i) yp[i] = apply(xp[i]);
-    // Tanh, Sqrt and Sigmoid differentiate through their output; the rest through the input.
-    ctx.saved = {f_ == Fn::Tanh || f_ == Fn::Sqrt || f_ == Fn::Sigmoid ? y : x};
+    ctx.saved = {through_output() ? y : x};
     return {y};
   }
 
@@ -66,8 +66,18 @@ class UnaryOp : public Op {
       case Fn::Pow: return p0_ == 2.0f ? x * x : std::pow(x, p0_);
       case Fn::Clip: return std::min(std::max(x, p0_), p1_);
       case Fn::Identity: return x;
+      case Fn::Sin: return std::sin(x);
+      case Fn::Cos: return std::cos(x);
+      case Fn::Exp: return std::exp(x);
+      case Fn::Reciprocal: return 1.0f / x;
+      case Fn::HardSigmoid: return std::min(1.0f, std::max(0.0f, p0_ * x + p1_));
+      case Fn::HardSwish: return x * std::min(1.0f, std::max(0.0f, x / 6.0f + 0.5f));
     }
     return x;
+  }
+  // Tanh, Sqrt, Sigmoid, Exp and Reciprocal differentiate through their output; the rest through the input.
+  bool through_output() const {
+    return f_ == Fn::Tanh || f_ == Fn::Sqrt || f_ == Fn::Sigmoid || f_ == Fn::Exp || f_ == Fn::Reciprocal;
   }
   // d/dx given what forward saved (the input, or the output for Tanh, Sqrt, Sigmoid).
   float derivative(float s) const {
@@ -80,6 +90,13 @@ class UnaryOp : public Op {
       case Fn::Pow: return p0_ == 2.0f ? 2.0f * s : p0_ * std::pow(s, p0_ - 1.0f);
       case Fn::Clip: return s > p0_ && s < p1_ ? 1.0f : 0.0f;  // as PyTorch's ReLU6 (hardtanh): 0 at the bounds
       case Fn::Identity: return 1.0f;
+      case Fn::Sin: return std::cos(s);
+      case Fn::Cos: return -std::sin(s);
+      case Fn::Exp: return s;
+      case Fn::Reciprocal: return -s * s;
+      // PyTorch's: the slope inside (-3, 3) only, for HardSwish 0 below -3, 1 above 3.
+      case Fn::HardSigmoid: return p0_ * s + p1_ > 0.0f && p0_ * s + p1_ < 1.0f ? p0_ : 0.0f;
+      case Fn::HardSwish: return s < -3.0f ? 0.0f : s <= 3.0f ? s / 3.0f + 0.5f : 1.0f;
     }
     return 1.0f;
   }
@@ -99,6 +116,13 @@ OpPtr make_unary_op(const Node& n, const OpInputs& in) {
   if (t == "Sigmoid") return std::make_unique<UnaryOp>(t, Fn::Sigmoid);
   if (t == "Neg") return std::make_unique<UnaryOp>(t, Fn::Neg);
   if (t == "Identity") return std::make_unique<UnaryOp>(t, Fn::Identity);
+  if (t == "Sin") return std::make_unique<UnaryOp>(t, Fn::Sin);
+  if (t == "Cos") return std::make_unique<UnaryOp>(t, Fn::Cos);
+  if (t == "Exp") return std::make_unique<UnaryOp>(t, Fn::Exp);
+  if (t == "Reciprocal") return std::make_unique<UnaryOp>(t, Fn::Reciprocal);
+  if (t == "HardSwish") return std::make_unique<UnaryOp>(t, Fn::HardSwish);
+  if (t == "HardSigmoid")
+    return std::make_unique<UnaryOp>(t, Fn::HardSigmoid, n.float_attr("alpha", 0.2f), n.float_attr("beta", 0.5f));
   if (t == "Cast") {
     if (n.int_attr("to", 0) != kFloat) unsupported(n, "only casts to float are supported on run-time tensors");
     return std::make_unique<UnaryOp>(t, Fn::Identity);

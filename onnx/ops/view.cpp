@@ -1,6 +1,7 @@
 // Reshape, Flatten, Squeeze, Unsqueeze: the data unchanged, a new shape.
-// The shape is resolved at import (fixed sizes) and kept per sample, so the
-// op works at any batch size: at run time the output is [N, per_sample...].
+// The shape is resolved at import (fixed sizes); the dimension holding the
+// batch (see BatchLayout) is rescaled at run time, so the op works at any
+// batch size.
 #include <algorithm>
 
 #include "onnx/ops/op_util.h"
@@ -12,12 +13,15 @@ namespace {
 
 class ViewOp : public Op {
  public:
-  ViewOp(std::string type, Shape shape, bool batched) : type_(std::move(type)), shape_(std::move(shape)), batched_(batched) {}
+  // shape: the output at the export batch; the batch's dimension in it is
+  // rescaled at run time by the batch read off the input.
+  ViewOp(std::string type, Shape shape, bool batched, BatchLayout in, BatchLayout out)
+      : type_(std::move(type)), shape_(std::move(shape)), batched_(batched), in_(in), out_(out) {}
   std::string type() const override { return type_; }
   std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo&, LayerContext& ctx) const override {
     const Tensor& x = in[0];
     Shape out = shape_;
-    if (batched_) out.insert(out.begin(), x.dim(0));
+    if (batched_) out[size_t(out_.axis)] = out_.outer * out_.inner * (x.dim(in_.axis) / (in_.outer * in_.inner));
     ctx.saved = {shape_tensor(x.shape())};
     return {x.reshape(out)};
   }
@@ -30,8 +34,9 @@ class ViewOp : public Op {
 
  private:
   std::string type_;
-  Shape shape_;  // per sample when batched_
+  Shape shape_;
   bool batched_;
+  BatchLayout in_, out_;
 };
 
 Shape reshape_target(const Node& n, const OpInputs& in) {
@@ -109,13 +114,22 @@ OpPtr make_view_op(const Node& n, const OpInputs& in) {
   if (shape_numel(out) != x.numel())
     unsupported(n, cat("cannot view ", shape_str(s), " as ", shape_str(out)));
   const bool batched = in.batched[0];
+  BatchLayout layout;
   if (batched) {
-    if (out.empty() || out[0] != in.batch)
-      unsupported(n, cat("the output ", shape_str(out), " does not keep the batch dimension (", in.batch,
-                         ") first; reshapes that merge or move the batch are not supported"));
-    out.erase(out.begin());
+    std::optional<BatchLayout> l;
+    if (in.batch >= 2)
+      l = reshaped_layout(s, in.layout_of(0), out, in.batch);
+    else if (in.layout_of(0).standard() && !out.empty() && out[0] == 1)
+      l = BatchLayout{};
+    if (!l && in.batch < 2)
+      unsupported(n, cat("cannot follow the batch dimension from ", shape_str(s), " to ", shape_str(out),
+                         " at export batch 1; export with a batch of 2 or more"));
+    if (!l)
+      unsupported(n, cat("the output ", shape_str(out), " splits the batch dimension (", in.batch, ") of ", shape_str(s),
+                         " (a reshape must keep each sample's elements together)"));
+    layout = *l;
   }
-  return std::make_unique<ViewOp>(n.op_type, out, batched);
+  return std::make_unique<ViewOp>(n.op_type, out, batched, in.layout_of(0), layout);
 }
 
 }  // namespace pd::onnx

@@ -125,14 +125,23 @@ TEST(OnnxOpGradcheck, AddSubMulDivWithBroadcasting) {
 }
 
 TEST(OnnxOpGradcheck, UnaryFunctions) {
-  for (const char* op : {"Erf", "Tanh", "Sigmoid", "Neg", "Identity"}) {
+  for (const char* op : {"Erf", "Tanh", "Sigmoid", "Neg", "Identity", "Sin", "Cos", "Exp"}) {
     SCOPED_TRACE(op);
     check(node(op, 1), {{rnd({3, 5}, 7)}});
   }
   check(node("Sqrt", 1), {{positive({3, 5}, 8)}});
+  check(node("Reciprocal", 1), {{positive({3, 5}, 11)}});
+  // Inside the kinks at -3 and 3 (where the slopes jump).
+  check(node("HardSwish", 1), {{rnd({3, 5}, 12, 2.5f)}});
+  check(node("HardSigmoid", 1, {float_attribute("alpha", 1.0f / 6), float_attribute("beta", 0.5f)}), {{rnd({3, 5}, 13, 2.5f)}});
   check(node("Pow", 2), {{rnd({3, 5}, 9)}, {Tensor::from_floats({2.0f}, {}), true}});
   check(node("Pow", 2), {{positive({3, 5}, 9)}, {Tensor::from_floats({3.0f}, {}), true}});
   check(node("Clip", 3), {{rnd({4, 6}, 10, 3.0f)}, {Tensor::from_floats({-1.0f}, {}), true}, {Tensor::from_floats({1.0f}, {}), true}});
+}
+
+TEST(OnnxOpGradcheck, ExpandOfARunTimeTensor) {
+  check(node("Expand", 2), {{rnd({2, 1, 3}, 14)}, {ints({2, 4, 3}), true}});
+  check(node("Expand", 2), {{rnd({2, 3}, 15)}, {ints({4, 1, 1}), true}});
 }
 
 TEST(OnnxOpGradcheck, MatMulBatchedBroadcastAndWeight) {
@@ -213,6 +222,10 @@ TEST(OnnxOpGradcheck, CoreLayerAdapters) {
         {{rnd({2, 3, 6}, 39)}, {positive({6}, 40)}, {rnd({6}, 41)}});
   check(node("BatchNormalization", 5, {float_attribute("epsilon", 1e-5f), float_attribute("momentum", 0.9f), int_attribute("training_mode", 1)}, 3),
         {{rnd({3, 2, 3, 3}, 42)}, {positive({2}, 43)}, {rnd({2}, 44)}, {Tensor::zeros({2}), false, true}, {Tensor::full({2}, 1.0f), false, true}});
+  // BatchNorm1d: [N, C] and [N, C, L].
+  for (const Shape& s : {Shape{5, 2}, Shape{3, 2, 4}})
+    check(node("BatchNormalization", 5, {float_attribute("epsilon", 1e-5f), float_attribute("momentum", 0.9f), int_attribute("training_mode", 1)}, 3),
+          {{rnd(s, 59)}, {positive({2}, 60)}, {rnd({2}, 61)}, {Tensor::zeros({2}), false, true}, {Tensor::full({2}, 1.0f), false, true}});
 }
 
 }  // namespace

@@ -11,7 +11,9 @@ fixed upstream gradient dy; also PyTorch's own float32 errors against that.
                       PyTorch float32's max |f32 - f64| / max |f64| (a
                       gradient zero in exact arithmetic: / its module's largest)
 
-  torch_op_reference.py FILE.py:CLASS OUT_DIR --input C,H,W [--batch N] [--kwargs JSON]
+  torch_op_reference.py FILE.py:CLASS OUT_DIR (--input C,H,W | --tokens T) [--batch N] [--kwargs JSON]
+
+Token ids (--tokens) are stored as float; their gradient dx as zeros.
 """
 import argparse
 import copy
@@ -38,10 +40,12 @@ torch_reference = load("torch_reference", os.path.join(HERE, "torch_reference.py
 
 def run(model, x, dy):
     model.train()
-    x = x.clone().requires_grad_(True)
+    tokens = not x.is_floating_point()
+    x = x.clone() if tokens else x.clone().requires_grad_(True)
     y = model(x)
     y.backward(dy)
-    return y.detach(), x.grad, {n: p.grad for n, p in model.named_parameters()}
+    dx = torch.zeros(x.shape, dtype=dy.dtype) if tokens else x.grad  # token ids have no gradient
+    return y.detach(), dx, {n: p.grad for n, p in model.named_parameters()}
 
 
 def rel(a, b, scale=None):
@@ -53,7 +57,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("out")
-    ap.add_argument("--input", required=True)
+    ap.add_argument("--input", default="")
+    ap.add_argument("--tokens", type=int, default=0, help="token input of this length (a language model)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--kwargs", default="{}")
     args = ap.parse_args()
@@ -62,13 +67,13 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     model = export_torch.load_module(args.model, json.loads(args.kwargs))
     reference = copy.deepcopy(model)
-    x = export_torch.example_input(argparse.Namespace(seed=1, tokens=0, batch=args.batch, input=args.input), model)
+    x = export_torch.example_input(argparse.Namespace(seed=1, tokens=args.tokens, batch=args.batch, input=args.input), model)
     export_torch.export(model, x, os.path.join(args.out, "model.onnx"), 17)
     y_shape = reference(x).shape
     dy = torch.randn(y_shape, generator=torch.Generator().manual_seed(3))
     y32, dx32, g32 = run(copy.deepcopy(reference), x, dy)
-    y64, dx64, g64 = run(copy.deepcopy(reference).double(), x.double(), dy.double())
-    out = {"input": x, "dy": dy, "y": y64.float(), "dx": dx64.float(),
+    y64, dx64, g64 = run(copy.deepcopy(reference).double(), x if args.tokens else x.double(), dy.double())
+    out = {"input": x.float(), "dy": dy, "y": y64.float(), "dx": dx64.float(),
            "err32/y": rel(y32, y64), "err32/dx": rel(dx32, dx64)}
     module_max = {}
     for n, g in g64.items():

@@ -66,7 +66,13 @@ TEST_P(TorchOps, OutputAndGradientsMatchFloat64) {
   StepInfo s;
   s.training = true;
   RangeContext ctx;
-  const Tensor y = forward_layers(m, w, 0, m.size() - 1, ref.at("input"), s, ctx);
+  Tensor x = ref.at("input");
+  if (m.input_dtype == DType::I32) {  // token ids, stored as float
+    std::vector<int32_t> ids;
+    for (int64_t i = 0; i < x.numel(); ++i) ids.push_back(static_cast<int32_t>(x.f32()[i]));
+    x = Tensor::from_ints(ids, x.shape());
+  }
+  const Tensor y = forward_layers(m, w, 0, m.size() - 1, x, s, ctx);
   const Tensor dx = backward_layers(m, w, grads, 0, m.size() - 1, ref.at("dy"), s, ctx, true);
 
   // A gradient that is zero in exact arithmetic (a conv bias before a
@@ -91,7 +97,7 @@ TEST_P(TorchOps, OutputAndGradientsMatchFloat64) {
   };
   std::printf("%s\n", c.name.c_str());
   check("output", y, "y");
-  check("input gradient", dx, "dx");
+  if (m.input_dtype == DType::F32) check("input gradient", dx, "dx");
   int compared = 0;
   for (size_t k = 0; k < w.param_names().size(); ++k) {
     const std::string& full = w.param_names()[k];
@@ -132,6 +138,42 @@ INSTANTIATE_TEST_SUITE_P(
                       OpCase{"adaptive_pool_from_9x9", "vgg_ops.py:AdaptivePool", "--input 8,9,9"},
                       OpCase{"adaptive_pool_from_3x5", "vgg_ops.py:AdaptivePool", "--input 8,3,5"},
                       OpCase{"adaptive_pool_from_14x14", "vgg_ops.py:AdaptivePool", "--input 8,14,14"}),
+    op_case_name);
+
+// The export patterns of real transformers and 1-d models
+// (tests/onnx/transformer_ops.py): nn.MultiheadAttention with the batch
+// first or not (the exporter moves the batch with Transpose and merges it
+// with the heads by Reshape), with causal masks from a buffer or from
+// torch.triu in forward, and a key padding mask; nn.TransformerEncoderLayer
+// and DecoderLayer with norm_first either way; attention written as PyTorch
+// 1.13 users do, or F.scaled_dot_product_attention where the PyTorch has it,
+// and the ops PyTorch 2.x's exporter writes for it;
+// BatchNorm1d on [N, C] and [N, C, L]; a LLaMA block (RMSNorm, SiLU,
+// SwiGLU, rotary embeddings, causal attention); a token embedding tied to
+// the output head (one initializer, its gradient summed over both uses).
+const std::string kT = "transformer_ops.py:";
+INSTANTIATE_TEST_SUITE_P(
+    Transformer, TorchOps,
+    ::testing::Values(OpCase{"mha_batch_first", kT + "MHA", "--input 6,16", 1e-5},
+                      OpCase{"mha_seq_first", kT + "MHA", "--input 6,16 --kwargs '{\"batch_first\": false}'", 1e-5},
+                      OpCase{"mha_mask_buffer", kT + "MHA", "--input 6,16 --kwargs '{\"mask\": \"buffer\"}'", 1e-5},
+                      OpCase{"mha_mask_triu", kT + "MHA", "--input 6,16 --kwargs '{\"mask\": \"triu\"}'", 1e-5},
+                      OpCase{"mha_seq_first_triu", kT + "MHA", "--input 6,16 --kwargs '{\"mask\": \"triu\", \"batch_first\": false}'", 1e-5},
+                      OpCase{"mha_key_padding", kT + "MHA", "--input 6,16 --kwargs '{\"mask\": \"padding\"}'", 1e-5},
+                      OpCase{"mha_is_causal", kT + "MHA", "--input 6,16 --kwargs '{\"mask\": \"is_causal\"}'", 1e-5},
+                      OpCase{"encoder_layer", kT + "EncoderLayer", "--input 6,16", 1e-5},
+                      OpCase{"encoder_layer_norm_first_causal", kT + "EncoderLayer", "--input 6,16 --kwargs '{\"norm_first\": true, \"causal\": true}'", 1e-5},
+                      OpCase{"encoder_seq_first_2_layers", kT + "EncoderLayer", "--input 6,16 --kwargs '{\"batch_first\": false, \"layers\": 2}'", 1e-5},
+                      OpCase{"decoder_layer", kT + "DecoderLayer", "--input 6,16", 1e-5},
+                      OpCase{"decoder_layer_norm_first", kT + "DecoderLayer", "--input 6,16 --kwargs '{\"norm_first\": true}'", 1e-5},
+                      OpCase{"sdpa_causal", kT + "SDPA", "--input 6,16", 1e-5},
+                      OpCase{"sdpa_torch2_export_pattern", kT + "SDPA", "--input 6,16 --kwargs '{\"torch2_pattern\": true}'", 1e-5},
+                      OpCase{"class_token_expand", kT + "ClassToken", "--input 6,16", 1e-5},
+                      OpCase{"batchnorm1d_rank2", kT + "BatchNorm1d", "--input 8", 1e-5},
+                      OpCase{"batchnorm1d_rank3", kT + "BatchNorm1d", "--input 8,5 --kwargs '{\"rank\": 3}'", 1e-5},
+                      OpCase{"llama_block", kT + "LlamaBlock", "--input 6,16", 1e-5},
+                      OpCase{"tied_embedding_encoder", kT + "TiedLM", "--tokens 6", 1e-5},
+                      OpCase{"tied_embedding_llama", kT + "TiedLM", "--tokens 6 --kwargs '{\"llama\": true}'", 1e-5}),
     op_case_name);
 
 }  // namespace

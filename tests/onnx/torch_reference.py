@@ -196,10 +196,9 @@ def compared_model(args):
     kwargs = {} if args.tokens or ":" in args.model else {"num_classes": args.classes}
     kwargs.update(json.loads(args.kwargs))
     model = export_torch.load_module(args.model, kwargs)
-    # Dropout cannot match draw for draw (different RNGs): p = 0 for the comparison.
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
+    # Dropout cannot match draw for draw (different RNGs): p = 0 for the
+    # comparison; StochasticDepth too (PyTorch 1.13 cannot export its draws).
+    export_torch.set_dropout(model, 0.0)
     return model, pretrain(model, args) if args.pretrain else None
 
 
