@@ -200,7 +200,14 @@ cmd_exec() {
 cmd_agent() {
   set_host "$1"; local host=$HOST; shift
   mpi_environment
-  exec ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$0" && exec /bin/sh -c "$1"' "$host" "$*"
+  # Not exec: this process stays on the launching host, so when HOST's
+  # processes are killed (a host failure) it is left to say which host.
+  local status=0
+  ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$0" && exec /bin/sh -c "$1"' "$host" "$*" || status=$?
+  if [ $status -gt 128 ]; then
+    echo "cluster.sh: host $host failed: its Open MPI daemon was killed (signal $((status - 128))), and with it the ranks placed on $host" >&2
+  fi
+  exit $status
 }
 
 cmd_mpirun() {

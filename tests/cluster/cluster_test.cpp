@@ -128,8 +128,10 @@ TEST(ClusterScript, DownLeavesNoNamespaceVethQdiscOrProcess) {
   EXPECT_EQ(leftovers("ctd"), "");
 }
 
-// mlp on synthetic data: small enough for 4 ranks on 2 shared cores.
-const std::string kModel = " --model mlp --model-options hidden=64,depth=3 --batch 16";
+// mlp on synthetic data: wide layers on small batches, so that compute
+// outweighs the shaped link's messages and the plan uses all 4 workers
+// (2-2: each stage's replicas share a host), yet quick on 2 shared cores.
+const std::string kModel = " --model mlp --model-options hidden=1024,depth=3 --batch 4";
 const std::string kRunCommon = kModel + " --data synthetic --seed 3 --no-eval --threads-per-worker 1 --log-every 1";
 
 nlohmann::json read_json(const std::string& path) {
@@ -159,6 +161,9 @@ std::string measure_and_plan(const Cluster& c, const std::string& dir) {
   EXPECT_EQ(p.exit_code, 0) << p.output;
   const nlohmann::json pj = read_json(plan);
   EXPECT_TRUE(pj.contains("topology") && pj["topology"]["levels"].size() == 2) << p.output;
+  int workers = 0;
+  for (const auto& st : pj.value("stages", nlohmann::json::array())) workers += st.value("replicas", 0);
+  EXPECT_EQ(workers, 4) << p.output;
   return plan;
 }
 
@@ -174,8 +179,10 @@ TEST(ClusterRun, TwoHostsByTwoWorkersPlannedFromMeasurementEqualReference) {
   JobResult run = run_shell(c.mpirun(4) + pipedream_binary() + args + " --save " + dir + "/run.safetensors --metrics " +
                                 dir + "/run.jsonl", 150);
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  // The placement is printed: ranks 0-1 on host 0, 2-3 on host 1.
+  // The placement is printed: ranks 0-1 on host 0, 2-3 on host 1, as the
+  // plan's topology numbers them.
   EXPECT_NE(run.output.find("ctr-h0: ranks 0 1"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("warning: the plan's topology"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("ctr-h1: ranks 2 3"), std::string::npos) << run.output;
   JobResult ref = run_shell(pipedream_binary() + args + " --reference --save " + dir + "/ref.safetensors --metrics " +
                             dir + "/ref.jsonl", 120);
@@ -189,6 +196,109 @@ TEST(ClusterRun, TwoHostsByTwoWorkersPlannedFromMeasurementEqualReference) {
   EXPECT_GE(run_losses.size(), 4u);
   EXPECT_EQ(ref_losses.size(), 12u);
   for (auto [step, loss] : run_losses) EXPECT_EQ(loss, ref_losses.at(step)) << "step " << step;
+}
+
+}  // namespace
+}  // namespace pd::testing
+
+namespace pd::testing {
+namespace {
+
+// The largest N of the folder's step-N checkpoints (-1: none).
+int64_t last_checkpoint_step(const std::string& dir) {
+  int64_t last = -1;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename();
+    if (std::regex_match(name, std::regex("step-[0-9]+"))) last = std::max<int64_t>(last, std::stoll(name.substr(5)));
+  }
+  return last;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Host 1's processes (its Open MPI daemon and ranks 2 and 3) are killed
+// mid-run: the job ends well within the timeout, non-zero, naming the host;
+// every checkpoint left is whole; --resume on the restored cluster trains
+// on to the bits of an uninterrupted run.
+TEST(ClusterFault, HostKilledEndsTheJobNamingItAndResumeContinues) {
+  SKIP_WITHOUT_NAMESPACES();
+  const std::string dir = scratch_dir("cluster_fault");
+  Cluster c("ctf", "1gbit");
+  ASSERT_TRUE(c.up()) << c.up_output();
+  write_text(dir + "/plan.json", kPlan1111);
+  const std::string ck = dir + "/ck", metrics = dir + "/m.jsonl", out = dir + "/out.txt";
+  const std::string common = " run --plan " + dir + "/plan.json" +
+                             " --model mlp --model-options hidden=24,depth=3 --data synthetic --seed 3 --no-eval"
+                             " --threads-per-worker 1 --batch 8 --timeout 10";
+  const std::string checkpoints = " --checkpoint-every 10 --checkpoint-dir " + ck;
+  const std::string cmd = c.mpirun(4) + pipedream_binary() + common + checkpoints + " --minibatches 100000 --log-every 1 --metrics " + metrics;
+  const pid_t job = fork();
+  ASSERT_GE(job, 0);
+  if (job == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " < /dev/null > " + out + " 2>&1").c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 900 && (step_losses(metrics + ".partial").size() < 25 || last_checkpoint_step(ck) < 10); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(last_checkpoint_step(ck), 10) << "the job did not train:\n" << read_text(out);
+  const auto killed_at = std::chrono::steady_clock::now();
+  JobResult kill = c.script("kill " + c.host(1));
+  ASSERT_EQ(kill.exit_code, 0) << kill.output;
+  int status = 0;
+  for (int i = 0; i < 600; ++i) {  // 60 s: far more than the 10 s timeout
+    if (waitpid(job, &status, WNOHANG) == job) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (i == 599) {
+      ::kill(-job, SIGKILL);
+      waitpid(job, &status, 0);
+      FAIL() << "the job hung after host 1 died:\n" << read_text(out);
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const std::string output = read_text(out);
+  EXPECT_TRUE(!WIFEXITED(status) || WEXITSTATUS(status) != 0) << output;
+  EXPECT_LT(seconds, 30) << output;
+  EXPECT_NE(output.find("host " + c.host(1) + " failed"), std::string::npos) << output;
+  EXPECT_NE(output.find(c.host(1) + ": ranks 2 3"), std::string::npos) << "placement not printed:\n" << output;
+
+  // Nothing half-written: every step-N is a whole checkpoint, `latest`
+  // names the newest; a checkpoint the fault interrupted is only a
+  // step-N.partial folder, which nothing reads.
+  const int64_t last = last_checkpoint_step(ck);
+  for (const auto& e : std::filesystem::directory_iterator(ck)) {
+    const std::string name = e.path().filename();
+    if (std::regex_match(name, std::regex("step-[0-9]+\\.partial"))) continue;
+    if (name == "latest") {  // names the newest whole checkpoint
+      EXPECT_EQ(read_text(e.path()).substr(0, 5 + std::to_string(last).size()), "step-" + std::to_string(last));
+      continue;
+    }
+    EXPECT_EQ(name.rfind("step-", 0), 0u) << "left in the checkpoint folder: " << name;
+    EXPECT_TRUE(std::filesystem::exists(e.path() / "state.json")) << name << " has no state.json";
+    for (int s = 0; s < 4; ++s)
+      EXPECT_TRUE(std::filesystem::exists(e.path() / ("stage-" + std::to_string(s) + ".safetensors"))) << name;
+  }
+
+  // The cluster restored (down and up again), the run resumes.
+  Cluster restored("ctf", "1gbit");
+  ASSERT_TRUE(restored.up()) << restored.up_output();
+  const std::string total = std::to_string(last + 6);
+  JobResult resumed = run_shell(restored.mpirun(4) + pipedream_binary() + common + checkpoints + " --minibatches " + total +
+                                    " --resume " + ck + " --save " + dir + "/resumed.safetensors", 120);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("/step-" + std::to_string(last) + " (step " + std::to_string(last) + " of " + total),
+            std::string::npos)
+      << resumed.output;
+  JobResult ref = run_shell(pipedream_binary() + common + " --minibatches " + total + " --reference --save " + dir +
+                            "/ref.safetensors", 120);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  auto a = load_by_name(dir + "/resumed.safetensors"), b = load_by_name(dir + "/ref.safetensors");
+  ASSERT_FALSE(a.empty());
+  for (auto& [n, t] : a) EXPECT_TRUE(same_bits(t, b[n])) << "tensor " << n << " differs from the uninterrupted run";
 }
 
 }  // namespace
