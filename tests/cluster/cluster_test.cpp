@@ -154,6 +154,8 @@ std::string measure_and_plan(const Cluster& c, const std::string& dir) {
     EXPECT_EQ(t["levels"][1]["count"], 2);
     EXPECT_GT(t["levels"][0]["bandwidth_GBps"].get<double>(), t["levels"][1]["bandwidth_GBps"].get<double>())
         << "shared memory inside a host measured slower than the shaped link between hosts:\n" << bench.output;
+    for (const auto& level : t["levels"])
+      EXPECT_GT(level.value("latency_us", 0.0), 0.0) << "no per-message latency measured:\n" << bench.output;
   }
   JobResult prof = run_shell(pipedream_binary() + " profile" + kModel + " --threads 1 --iters 3 -o " + profile, 120);
   EXPECT_EQ(prof.exit_code, 0) << prof.output;
