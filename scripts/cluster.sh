@@ -5,8 +5,11 @@
 # shaped with tc tbf. Inside a host, ranks use shared memory; between hosts,
 # Open MPI's TCP. Nothing is added to the machine's own network namespace.
 #
-#   scripts/cluster.sh up [--hosts N] [--slots S] [--rate RATE] [--name NAME]
-#       S: ranks per host in the hostfile (default 2). RATE: tc's spelling, e.g. 1gbit (default), 200mbit. NAME (default pd)
+#   scripts/cluster.sh up [--hosts N] [--slots S] [--rate RATE] [--name NAME] [--slurm]
+#       S: ranks per host in the hostfile (default 2). --slurm: also a Slurm
+#       cluster (slurm-wlm, munge): slurmctld on host 0, one slurmd per host
+#       with S CPUs, partition "debug"; run srun/sbatch with `exec HOST --`
+#       (it sets SLURM_CONF). RATE: tc's spelling, e.g. 1gbit (default), 200mbit. NAME (default pd)
 #       prefixes everything made: namespaces NAME-h0.., NAME-sw.
 #   scripts/cluster.sh down [--name NAME]      removes all of it, processes too
 #   scripts/cluster.sh status [--name NAME]    hosts, links, rates, processes
@@ -26,6 +29,7 @@ SELF=$(readlink -f "$0")
 NAME=${PD_CLUSTER_NAME:-pd}
 HOSTS=2
 SLOTS=2
+SLURM=0
 RATE=1gbit
 SUBNET=10.231.7  # the hosts' addresses: $SUBNET.1, .2, ...
 
@@ -45,6 +49,7 @@ parse_common() {
       --rate) RATE=$2; shift 2 ;;
       --slots) SLOTS=$2; shift 2 ;;
       --name) NAME=$2; shift 2 ;;
+      --slurm) SLURM=1; shift ;;
       *) die "unknown option '$1' (see the top of scripts/cluster.sh)" ;;
     esac
   done
@@ -108,7 +113,74 @@ cmd_up() {
   done
   trap - ERR
   echo "$RATE" > "$dir/rate"
+  if [ "$SLURM" = 1 ]; then
+    trap 'echo "cluster.sh: starting Slurm failed; removing what was made" >&2; cmd_down >/dev/null 2>&1' ERR
+    slurm_up
+    trap - ERR
+  fi
   echo "cluster $NAME up: $HOSTS hosts ($(host_names | tr '\n' ' ' | sed 's/ $//')) at $RATE between hosts; hostfile $dir/hostfile"
+}
+
+# Slurm on the hosts: slurmctld on host 0, a slurmd per host (entered with
+# nsenter, not `ip netns exec`, so that /sys - and the cgroups slurmd
+# needs - stay the machine's), each node's own TmpFS (PMIx's folders would
+# collide on one /tmp). munged runs outside the hosts (a Unix socket); when
+# none runs, one is started and stopped by `down`.
+slurm_up() {
+  local dir; dir=$(state_dir)
+  command -v slurmd >/dev/null && command -v munged >/dev/null ||
+    die "--slurm needs slurm-wlm and munge (apt-get install slurm-wlm munge; scripts/setup.sh installs them)"
+  mkdir -p "$dir/slurm/state"
+  local conf="$dir/slurm/slurm.conf"
+  {
+    echo "ClusterName=$NAME"
+    echo "SlurmctldHost=$(host_ns 0)($SUBNET.1)"
+    echo "SlurmUser=root"
+    echo "AuthType=auth/munge"
+    echo "StateSaveLocation=$dir/slurm/state"
+    echo "SlurmdSpoolDir=$dir/slurm/spool-%n"
+    echo "TmpFS=$dir/slurm/tmp-%n"
+    echo "SlurmctldPidFile=$dir/slurm/slurmctld.pid"
+    echo "SlurmdPidFile=$dir/slurm/slurmd-%n.pid"
+    echo "SlurmctldLogFile=$dir/slurm/slurmctld.log"
+    echo "SlurmdLogFile=$dir/slurm/slurmd-%n.log"
+    echo "ProctrackType=proctrack/linuxproc"
+    echo "TaskPlugin=task/none"
+    echo "SelectType=select/cons_tres"
+    echo "SelectTypeParameters=CR_CPU"
+    echo "MpiDefault=pmix"
+    echo "ReturnToService=2"
+    echo "SchedulerType=sched/builtin"
+    echo "JobCompType=jobcomp/none"
+    echo "AccountingStorageType=accounting_storage/none"
+    for ((i = 0; i < HOSTS; i++)); do
+      echo "NodeName=$(host_ns $i) NodeAddr=$SUBNET.$((i + 1)) CPUs=$SLOTS State=UNKNOWN"
+    done
+    echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
+  } > "$conf"
+  printf 'CgroupPlugin=cgroup/v1\nIgnoreSystemd=yes\n' > "$dir/slurm/cgroup.conf"
+  if [ ! -S /run/munge/munge.socket.2 ] || ! pgrep -x munged >/dev/null; then
+    mkdir -p /run/munge && chown munge:munge /run/munge 2>/dev/null || true
+    munged --force 2>/dev/null
+    cat /run/munge/munged.pid > "$dir/slurm/munged.pid" 2>/dev/null || pgrep -nx munged > "$dir/slurm/munged.pid"
+  fi
+  export SLURM_CONF="$conf"
+  for ((i = 0; i < HOSTS; i++)); do
+    local ns; ns=$(host_ns $i)
+    mkdir -p "$dir/slurm/spool-$ns" "$dir/slurm/tmp-$ns"
+    if [ $i -eq 0 ]; then
+      nsenter --net="/run/netns/$ns" unshare --uts /bin/sh -c 'hostname "$0" && exec slurmctld -f "$1"' "$ns" "$conf"
+    fi
+    nsenter --net="/run/netns/$ns" unshare --uts /bin/sh -c 'hostname "$0" && exec slurmd -f "$1" -N "$0"' "$ns" "$conf"
+  done
+  local idle=0
+  for _ in $(seq 1 60); do
+    idle=$(nsenter --net="/run/netns/$(host_ns 0)" sinfo -h -N -o '%T' 2>/dev/null | grep -c '^idle' || true)
+    [ "$idle" -eq "$HOSTS" ] && break
+    sleep 0.5
+  done
+  [ "$idle" -eq "$HOSTS" ] || { echo "cluster.sh: Slurm nodes did not come up (logs in $dir/slurm/)" >&2; return 1; }
+  echo "slurm: $HOSTS nodes idle; SLURM_CONF=$conf"
 }
 
 # Kills what runs in a namespace, TERM then KILL.
@@ -142,6 +214,11 @@ cmd_down() {
     ip netns del "$ns" 2>/dev/null || true
     rm -rf "/etc/netns/$ns"
   done
+  # munged, when up --slurm started it (it serves the whole machine).
+  local munged_pid; munged_pid=$(cat "$(state_dir)/slurm/munged.pid" 2>/dev/null || true)
+  if [ -n "$munged_pid" ] && [ "$(cat "/proc/$munged_pid/comm" 2>/dev/null)" = munged ]; then
+    kill "$munged_pid" 2>/dev/null || true
+  fi
   rm -rf "$(state_dir)"
   rmdir /run/pipedream-cluster /etc/netns 2>/dev/null || true
   local left; left=$(namespaces)
@@ -174,6 +251,8 @@ mpi_environment() {
   export OMPI_MCA_btl_tcp_if_include="$SUBNET.0/24"
   export OMPI_MCA_btl="self,vader,tcp"
   export PD_CLUSTER_NAME="$NAME"
+  [ -f "$(state_dir)/slurm/slurm.conf" ] && export SLURM_CONF="$(state_dir)/slurm/slurm.conf"
+  return 0
 }
 
 # A host's name says its cluster (NAME-h<i>): checks it exists and sets NAME.

@@ -305,3 +305,59 @@ TEST(ClusterFault, HostKilledEndsTheJobNamingItAndResumeContinues) {
 
 }  // namespace
 }  // namespace pd::testing
+
+namespace pd::testing {
+namespace {
+
+// cnn in four stages, one per rank: ranks 0-1 on host 0, 2-3 on host 1.
+constexpr const char* kCnnPlan1111 = R"({"format": "pipedream-plan/1", "config": "1-1-1-1", "stages": [
+  {"index": 0, "layers": [0, 1], "replicas": 1, "ranks": [0]},
+  {"index": 1, "layers": [2, 4], "replicas": 1, "ranks": [1]},
+  {"index": 2, "layers": [5, 7], "replicas": 1, "ranks": [2]},
+  {"index": 3, "layers": [8, 9], "replicas": 1, "ranks": [3]}]})";
+
+// Slurm (slurmctld, a slurmd per host, munge): `srun --mpi=pmix -N 2 -n 4
+// pipedream run` trains cnn for 50 minibatches without relaunching itself
+// (ranks from Slurm's environment) and equals --reference; so does the
+// README's sbatch script.
+TEST(ClusterSlurm, SrunAndSbatchTrainLikeTheReference) {
+  SKIP_WITHOUT_NAMESPACES();
+  if (run_shell("sh -c 'command -v slurmd && command -v munged && command -v srun'").exit_code != 0)
+    GTEST_SKIP() << "Slurm is not installed (apt-get install slurm-wlm munge; scripts/setup.sh installs them)";
+  const std::string dir = scratch_dir("cluster_slurm");
+  write_text(dir + "/plan.json", kCnnPlan1111);
+  JobResult up = run_shell(kScript + " up --name cts --hosts 2 --slots 2 --slurm", 90);
+  struct Down {
+    ~Down() { run_shell(kScript + " down --name cts", 60); }
+  } down;
+  ASSERT_EQ(up.exit_code, 0) << up.output;
+  const std::string bin = std::string(PD_BINARY_DIR) + "/bin";
+  const std::string args = " run --plan " + dir + "/plan.json --model cnn --data synthetic --batch 16 --minibatches 50"
+                           " --no-eval --threads-per-worker 1 --seed 1";
+  JobResult srun = run_shell("env PATH=" + bin + ":$PATH " + kScript + " exec cts-h0 -- srun --mpi=pmix -N 2 -n 4 pipedream" +
+                                 args + " --save " + dir + "/srun.safetensors", 150);
+  ASSERT_EQ(srun.exit_code, 0) << srun.output;
+  EXPECT_EQ(srun.output.find("launching"), std::string::npos) << "pipedream relaunched itself under Slurm:\n" << srun.output;
+  EXPECT_NE(srun.output.find("cts-h1: ranks 2 3"), std::string::npos) << srun.output;
+  EXPECT_NE(srun.output.find("trained 50 steps on 4 workers"), std::string::npos) << srun.output;
+
+  write_text(dir + "/train.sbatch", "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks=4\n#SBATCH --ntasks-per-node=2\n"
+                                    "#SBATCH --output=" + dir + "/sbatch.out\n"
+                                    "srun --mpi=pmix pipedream" + args + " --save " + dir + "/sbatch.safetensors\n");
+  JobResult sbatch = run_shell("env PATH=" + bin + ":$PATH " + kScript + " exec cts-h0 -- sbatch --wait " + dir +
+                                   "/train.sbatch", 150);
+  EXPECT_EQ(sbatch.exit_code, 0) << sbatch.output << read_text(dir + "/sbatch.out");
+
+  JobResult ref = run_shell(pipedream_binary() + args + " --reference --save " + dir + "/ref.safetensors", 120);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  auto r = load_by_name(dir + "/ref.safetensors");
+  ASSERT_FALSE(r.empty());
+  for (const std::string run : {"srun", "sbatch"}) {
+    auto a = load_by_name(dir + "/" + run + ".safetensors");
+    ASSERT_EQ(a.size(), r.size()) << run;
+    for (auto& [n, t] : a) EXPECT_TRUE(same_bits(t, r[n])) << run << ": tensor " << n << " differs from --reference";
+  }
+}
+
+}  // namespace
+}  // namespace pd::testing
