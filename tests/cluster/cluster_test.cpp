@@ -198,6 +198,15 @@ TEST(ClusterRun, TwoHostsByTwoWorkersPlannedFromMeasurementEqualReference) {
   EXPECT_GE(run_losses.size(), 4u);
   EXPECT_EQ(ref_losses.size(), 12u);
   for (auto [step, loss] : run_losses) EXPECT_EQ(loss, ref_losses.at(step)) << "step " << step;
+
+  // Started without mpirun on host 0, with the hostfile: it launches itself across the hosts.
+  JobResult self = run_shell(kMpiAsRoot + kScript + " exec ctr-h0 -- " + pipedream_binary() + args +
+                                 " --hostfile /run/pipedream-cluster/ctr/hostfile --save " + dir + "/self.safetensors", 150);
+  ASSERT_EQ(self.exit_code, 0) << self.output;
+  EXPECT_NE(self.output.find("ctr-h1: ranks 2 3"), std::string::npos) << self.output;
+  auto self_weights = load_by_name(dir + "/self.safetensors");
+  ASSERT_EQ(self_weights.size(), b.size());
+  for (auto& [n, t] : self_weights) EXPECT_TRUE(same_bits(t, b[n])) << "--hostfile run: tensor " << n << " differs from --reference";
 }
 
 }  // namespace
