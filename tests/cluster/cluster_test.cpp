@@ -370,3 +370,52 @@ TEST(ClusterSlurm, SrunAndSbatchTrainLikeTheReference) {
 
 }  // namespace
 }  // namespace pd::testing
+
+namespace pd::testing {
+namespace {
+
+// Host 1's link taken down mid-run: mpirun loses its daemon there (TCP
+// keepalive, which cluster.sh sets to seconds) and ends the job, naming the
+// host, well within the workers' timeout.
+TEST(ClusterFault, LinkDownEndsTheJobNamingTheHost) {
+  SKIP_WITHOUT_NAMESPACES();
+  const std::string dir = scratch_dir("cluster_link");
+  Cluster c("ctl", "1gbit");
+  ASSERT_TRUE(c.up()) << c.up_output();
+  write_text(dir + "/plan.json", kPlan1111);
+  const std::string metrics = dir + "/m.jsonl", out = dir + "/out.txt";
+  const std::string cmd = c.mpirun(4) + pipedream_binary() + " run --plan " + dir + "/plan.json" +
+                          " --model mlp --model-options hidden=24,depth=3 --data synthetic --seed 3 --no-eval"
+                          " --threads-per-worker 1 --batch 8 --timeout 20 --minibatches 100000 --log-every 1 --metrics " +
+                          metrics;
+  const pid_t job = fork();
+  ASSERT_GE(job, 0);
+  if (job == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " < /dev/null > " + out + " 2>&1").c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 900 && step_losses(metrics + ".partial").size() < 25; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto cut_at = std::chrono::steady_clock::now();
+  JobResult cut = c.script("link " + c.host(1) + " down");
+  ASSERT_EQ(cut.exit_code, 0) << cut.output;
+  int status = 0;
+  for (int i = 0; i < 900; ++i) {
+    if (waitpid(job, &status, WNOHANG) == job) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (i == 899) {
+      ::kill(-job, SIGKILL);
+      waitpid(job, &status, 0);
+      FAIL() << "the job hung after host 1's link went down:\n" << read_text(out);
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - cut_at).count();
+  const std::string output = read_text(out);
+  EXPECT_TRUE(!WIFEXITED(status) || WEXITSTATUS(status) != 0) << output;
+  EXPECT_LT(seconds, 40) << output;
+  EXPECT_NE(output.find("on node " + c.host(1)), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace pd::testing
