@@ -191,25 +191,33 @@ std::string human(size_t bytes) {
   return buf;
 }
 
-// Levels from innermost out (docs/design.md §5): ranks of one host, then hosts.
+// Levels from innermost out (docs/design.md §5): ranks of one host, then
+// hosts; each with the median over its pairs of the large-message bandwidth
+// and the per-message latency.
 json make_topology(Transport& tr, const std::vector<PairResult>& pairs, uint64_t worker_memory) {
   std::map<std::string, int> per_host;
   for (int r = 0; r < tr.world_size(); ++r) per_host[tr.host_of(r)]++;
-  std::vector<double> intra, inter;
-  for (auto& p : pairs) (p.same_host ? intra : inter).push_back(p.large_message_GBps());
+  std::vector<double> intra, inter, intra_latency, inter_latency;
+  for (auto& p : pairs) {
+    (p.same_host ? intra : inter).push_back(p.large_message_GBps());
+    (p.same_host ? intra_latency : inter_latency).push_back(p.latency_us);
+  }
   int ranks_per_host = tr.world_size();
   for (auto& [host, n] : per_host) ranks_per_host = std::min(ranks_per_host, n);
   json levels = json::array();
   auto round3 = [](double v) { return std::round(v * 1000) / 1000; };
   if (per_host.size() == 1) {
-    levels.push_back({{"count", tr.world_size()}, {"bandwidth_GBps", round3(median(intra))}});
+    levels.push_back({{"count", tr.world_size()}, {"bandwidth_GBps", round3(median(intra))},
+                      {"latency_us", round3(median(intra_latency))}});
   } else {
     if (ranks_per_host != tr.world_size() / static_cast<int>(per_host.size()))
       std::cerr << "warning: hosts run different numbers of ranks; the topology assumes "
                 << ranks_per_host << " per host\n";
     if (ranks_per_host > 1)
-      levels.push_back({{"count", ranks_per_host}, {"bandwidth_GBps", round3(median(intra))}});
-    levels.push_back({{"count", static_cast<int>(per_host.size())}, {"bandwidth_GBps", round3(median(inter))}});
+      levels.push_back({{"count", ranks_per_host}, {"bandwidth_GBps", round3(median(intra))},
+                        {"latency_us", round3(median(intra_latency))}});
+    levels.push_back({{"count", static_cast<int>(per_host.size())}, {"bandwidth_GBps", round3(median(inter))},
+                      {"latency_us", round3(median(inter_latency))}});
   }
   return {{"levels", levels}, {"worker_memory_bytes", worker_memory}};
 }

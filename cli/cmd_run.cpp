@@ -38,6 +38,7 @@ namespace pd::cli {
 namespace {
 
 struct RunArgs {
+  std::string hostfile;  // --hostfile: mpirun's, for the self-launch
   std::string plan, plan_out = "plan-auto.json", model, spec_file, model_options, data = "fashion-mnist", data_dir,
       data_options;
   int workers = 0;
@@ -347,8 +348,25 @@ NcclLinks pipeline_links(const Plan& plan) {
 
 // One MPI worker: on a GPU, device tensors travel staged through the host
 // (default, bitwise equal to --reference) or over NCCL.
+// Ranks on several hosts: rank 0 says which run where (the plan's innermost
+// level says which ranks should share a host).
+void print_placement(const Plan& plan, const Transport& t) {
+  if (t.rank() != 0) return;
+  std::vector<std::string> hosts;
+  for (int r = 0; r < t.world_size(); ++r) hosts.push_back(t.host_of(r));
+  std::vector<std::vector<int>> stages(hosts.size());
+  for (const auto& st : plan.stages)
+    for (int r : st.ranks)
+      if (r >= 0 && r < static_cast<int>(stages.size())) stages[static_cast<size_t>(r)].push_back(st.index);
+  const int innermost = plan.topology.levels.empty() ? 1 : plan.topology.levels.front().count;
+  const std::string text = placement_text(hosts, stages, innermost);
+  if (!text.empty()) std::fprintf(stderr, "placement:\n%s", text.c_str());
+  std::fflush(stderr);
+}
+
 void run_mpi_worker(RunSpec& spec, const RunArgs& a, const Model& model, const DataSplits& data) {
   MpiTransport t(spec.timeout_s);
+  print_placement(spec.plan, t);
   if (spec.device.is_cpu()) {
     run_pipeline_worker(spec, model, data, t);
     return;
@@ -468,7 +486,7 @@ void run_command(const RunArgs& a) {
     // One command starts the run: the same arguments under mpirun.
     std::vector<std::string> own = with_plan_file(own_arguments(), plan_path);
     if (ProgressBar::stderr_is_terminal() && !a.progress) own.push_back("--progress");
-    const auto cmd = mpirun_command(R, own);
+    const auto cmd = mpirun_command(R, own, a.hostfile);
     print_plan(plan, model, spec.schedule);
     std::string line;
     for (size_t i = 0; i < 8 && i < cmd.size(); ++i) line += (i ? " " : "") + cmd[i];
@@ -549,6 +567,10 @@ void add_run_command(CLI::App& app) {
                   "First stage: threads that fetch minibatch inputs ahead of its forwards (default: the cores the "
                   "compute threads leave, 1 to 8; 0: each forward fetches its own)")
       ->check(CLI::Range(0, 64));
+  cmd->add_option("--hostfile", a->hostfile,
+                  "Started without mpirun: launch the workers on this Open MPI hostfile's hosts, filling each "
+                  "host's slots in order")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--timeout", a->timeout, "Seconds a worker waits for a peer before the job fails")->capture_default_str();
   cmd->add_option("--metrics", a->metrics, "Write JSON-lines metrics to this file");
   cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();

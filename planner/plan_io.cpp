@@ -21,7 +21,11 @@ using nlohmann::json;
 
 json topology_to_json(const Topology& t) {
   json levels = json::array();
-  for (const auto& l : t.levels) levels.push_back({{"count", l.count}, {"bandwidth_GBps", l.bandwidth_GBps}});
+  for (const auto& l : t.levels) {
+    json level = {{"count", l.count}, {"bandwidth_GBps", l.bandwidth_GBps}};
+    if (l.latency_us > 0) level["latency_us"] = l.latency_us;
+    levels.push_back(level);
+  }
   return {{"levels", levels}, {"worker_memory_bytes", t.worker_memory_bytes}};
 }
 

@@ -49,6 +49,19 @@ double Topology::group_bandwidth(const std::vector<int>& ranks) const {
   return slowest;
 }
 
+double Topology::latency_between(int rank_a, int rank_b) const {
+  if (rank_a == rank_b) return 0;
+  size_t l = common_level(*this, rank_a, rank_b);
+  PD_CHECK(l < levels.size(), "ranks ", rank_a, " and ", rank_b, " are outside the topology");
+  return levels[l].latency_us * 1e-6;
+}
+
+double Topology::group_latency(const std::vector<int>& ranks) const {
+  double largest = 0;
+  for (size_t i = 1; i < ranks.size(); ++i) largest = std::max(largest, latency_between(ranks[0], ranks[i]));
+  return largest;
+}
+
 Topology flat_topology(int workers, double bandwidth_GBps) {
   if (workers <= 0) throw UserError(cat("--workers must be at least 1, got ", workers));
   if (!(bandwidth_GBps > 0) || !std::isfinite(bandwidth_GBps))
@@ -95,7 +108,10 @@ Topology topology_from_json(const nlohmann::json& j, const std::string& where) {
       throw UserError(cat(at, " needs \"count\" and \"bandwidth_GBps\""));
     const int count = checked::integer_as<int>(level["count"], {at, "count"}, 1, kMaxWorkers);
     const double bandwidth = checked::number(level["bandwidth_GBps"], {at, "bandwidth_GBps (10^9 bytes/s)"}, 1e-9, 1e9);
-    t.levels.push_back({count, bandwidth});
+    const double latency_us =
+        level.contains("latency_us") ? checked::number(level["latency_us"], {at, "latency_us (microseconds per message)"}, 0, 1e9)
+                                     : 0.0;
+    t.levels.push_back({count, bandwidth, latency_us});
     total *= count;
     if (total > kMaxWorkers) throw UserError(cat(where, ": more than ", kMaxWorkers, " workers"));
   }

@@ -11,6 +11,9 @@ namespace pd {
 struct TopologyLevel {
   int count = 1;                 // workers (or groups) per group at this level
   double bandwidth_GBps = 1.0;   // 10^9 bytes/s
+  // Fixed cost of one message at this level, whatever its size (measured by
+  // bench-comm; 0 when not given): the simulator adds it to every transfer.
+  double latency_us = 0;
 };
 
 struct Topology {
@@ -19,6 +22,10 @@ struct Topology {
   int total_workers() const;
   // Bandwidth between two ranks: the level of their lowest common group.
   double bandwidth_between(int rank_a, int rank_b) const;  // GB/s
+  // Per-message latency between two ranks, in seconds (0 for a rank and itself).
+  double latency_between(int rank_a, int rank_b) const;
+  // The largest per-message latency between the first rank and the others.
+  double group_latency(const std::vector<int>& ranks) const;
   // Bandwidth used by a group of ranks for all-reduce (its slowest link).
   double group_bandwidth(const std::vector<int>& ranks) const;
 };

@@ -54,19 +54,53 @@ std::vector<std::string> own_arguments() {
   return args;
 }
 
-std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string>& program_args) {
+std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string>& program_args,
+                                        const std::string& hostfile) {
   std::vector<std::string> cmd = {"mpirun"};
   if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");
   if (ranks > static_cast<int>(std::thread::hardware_concurrency())) cmd.push_back("--oversubscribe");
   // --quiet: no banner about the exit codes; the launching process prints the
   // workers' error itself (run_and_wait), once.
   cmd.insert(cmd.end(), {"--quiet", "--bind-to", "none", "-np", std::to_string(ranks)});
+  if (!hostfile.empty()) cmd.insert(cmd.end(), {"--hostfile", hostfile, "--map-by", "slot"});
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) throw RuntimeFailure("cannot find this program's path (/proc/self/exe)");
   cmd.emplace_back(self, static_cast<size_t>(n));
   cmd.insert(cmd.end(), program_args.begin(), program_args.end());
   return cmd;
+}
+
+std::string placement_text(const std::vector<std::string>& host_of_rank,
+                           const std::vector<std::vector<int>>& stages_of_rank, int innermost_count) {
+  std::vector<std::string> hosts;  // in order of first rank
+  for (const auto& h : host_of_rank)
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  if (hosts.size() < 2) return "";
+  std::string text;
+  for (const auto& h : hosts) {
+    std::string ranks, stages;
+    std::vector<int> seen;
+    for (size_t r = 0; r < host_of_rank.size(); ++r) {
+      if (host_of_rank[r] != h) continue;
+      ranks += cat(" ", r);
+      if (r < stages_of_rank.size())
+        for (int s : stages_of_rank[r])
+          if (std::find(seen.begin(), seen.end(), s) == seen.end()) seen.push_back(s);
+    }
+    for (int s : seen) stages += cat(" ", s);
+    text += cat("  ", h, ": ranks", ranks, seen.empty() ? "" : cat(" (stage", seen.size() > 1 ? "s" : "", stages, ")"), "\n");
+  }
+  if (innermost_count > 1)
+    for (size_t first = 0; first + 1 < host_of_rank.size(); first += static_cast<size_t>(innermost_count))
+      for (size_t r = first + 1; r < first + static_cast<size_t>(innermost_count) && r < host_of_rank.size(); ++r)
+        if (host_of_rank[r] != host_of_rank[first]) {
+          text += cat("warning: the plan's topology puts ranks ", first, "..", first + innermost_count - 1,
+                      " on one host, but they run on ", host_of_rank[first], " and ", host_of_rank[r],
+                      ": give each host ", innermost_count, " slots in the hostfile, in plan order\n");
+          return text;
+        }
+  return text;
 }
 
 namespace {

@@ -22,7 +22,18 @@ void require_world_size(int plan_workers, int world);
 // processes: --allow-run-as-root when root, --oversubscribe when ranks
 // exceed the cores, no core binding (threads per worker decide), --quiet
 // (run_and_wait says what failed).
-std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string>& program_args);
+// With a hostfile, the ranks go to its hosts in order, filling each host's
+// slots first (--map-by slot): ranks r..r+k-1 share a host, as the plan's
+// innermost level of k workers assumes.
+std::vector<std::string> mpirun_command(int ranks, const std::vector<std::string>& program_args,
+                                        const std::string& hostfile = "");
+
+// Where the ranks run, one line per host, "  HOST: ranks 0 1 (stages 0 1)",
+// and a warning line when a group of the plan's innermost level
+// (`innermost_count` consecutive ranks) spans hosts. Empty when every rank
+// is on one host. stage_of_rank[r]: rank r's stages.
+std::string placement_text(const std::vector<std::string>& host_of_rank,
+                           const std::vector<std::vector<int>>& stages_of_rank, int innermost_count);
 // This process's own arguments (argv[1..]), read from /proc/self/cmdline.
 std::vector<std::string> own_arguments();
 // Runs the command (mpirun), forwarding Ctrl-C to it, and returns its exit

@@ -14,7 +14,11 @@ PACKAGES=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libgtest-dev lib
           # Not the product's: the ONNX cross-check tests (tests/onnx) and
           # scripts/export_torch.py, which export PyTorch models; the onnx
           # package checks what `pipedream export` writes.
-          python3-torch python3-torchvision python3-onnx)
+          python3-torch python3-torchvision python3-onnx
+          # Not the product's: the Slurm cluster of tests/cluster
+          # (scripts/cluster.sh up --slurm; srun --mpi=pmix); ip and tc for
+          # scripts/cluster.sh.
+          slurm-wlm munge iproute2)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

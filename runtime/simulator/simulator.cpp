@@ -158,7 +158,9 @@ class Simulation {
       if (st.replicas > 1) {
         double r = st.replicas;
         double bw = plan.topology.group_bandwidth(st.ranks) * 1e9;
-        g.allreduce_s = 4.0 * (r - 1) / r * double(st.parameter_bytes) / bw;
+        // A ring: 2(r-1) steps, each a message with the slowest link's latency.
+        g.allreduce_s = 4.0 * (r - 1) / r * double(st.parameter_bytes) / bw +
+                        2.0 * (r - 1) * plan.topology.group_latency(st.ranks);
       }
       groups_.push_back(g);
     }
@@ -454,16 +456,21 @@ class Simulation {
   // receiver's (the previous stage's). Most peers repeat (always, between
   // unreplicated stages), so each worker remembers the last one per
   // direction instead of asking the topology for every message.
+  // The link's latency plus the bytes at its bandwidth.
+  double message_seconds(int from, int to, double bytes) const {
+    return plan_.topology.latency_between(from, to) + bytes / (plan_.topology.bandwidth_between(from, to) * 1e9);
+  }
+
   double transfer_seconds(WorkerState& w, bool downstream, int peer, int chunk) {
     if (chunks_ > 1) {  // interleaved: the boundary depends on the chunk
       const int stage = w.stage + chunk * schedule_.workers();
       const double bytes = costs_[static_cast<size_t>(downstream ? stage : stage - 1)].message_bytes;
-      return bytes / (plan_.topology.bandwidth_between(static_cast<int>(&w - workers_.data()), peer) * 1e9);
+      return message_seconds(static_cast<int>(&w - workers_.data()), peer, bytes);
     }
     PeerTransfer& c = w.peer_transfer[downstream ? 1 : 0];
     if (c.peer != peer) {
       double bytes = costs_[downstream ? w.stage : w.stage - 1].message_bytes;
-      c = {peer, bytes / (plan_.topology.bandwidth_between(static_cast<int>(&w - workers_.data()), peer) * 1e9)};
+      c = {peer, message_seconds(static_cast<int>(&w - workers_.data()), peer, bytes)};
     }
     return c.seconds;
   }

@@ -14,13 +14,16 @@
 //    own costs.
 //  - Sends do not block the sender (communication has its own thread). A
 //    message occupies the link of the boundary's downstream rank for
-//    bytes / bandwidth_between(sender, receiver); activations and gradients
+//    latency_between + bytes / bandwidth_between(sender, receiver) (the
+//    latency: the topology level's measured per-message cost, 0 when the
+//    topology gives none); activations and gradients
 //    (same size: the stage's output_bytes) share that link one at a time,
 //    which is the planner's 2 * C_i per minibatch on each of the m'
 //    downstream replicas. When the receiver may use it: see
 //    realistic_latency.
 //  - AllReduce of a stage with r replicas takes
-//    4 (r-1)/r * parameter_bytes / group_bandwidth, the planner's W: a ring
+//    4 (r-1)/r * parameter_bytes / group_bandwidth (plus 2 (r-1) messages'
+//    group_latency), the planner's W: a ring
 //    all-reduce sends 2(r-1)/r * bytes and receives as many per worker, on a
 //    link whose bandwidth both directions share. It overlaps the compute of
 //    the round, as the planner's max(compute, W) assumes: it may start once

@@ -101,5 +101,29 @@ TEST(Launcher, TheReportsFolderIsRemovedAfterTheRun) {
   EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
 }
 
+// Where ranks run: one line per host; a group of the plan's innermost level
+// split over hosts is a warning naming the ranks; one host says nothing.
+TEST(Placement, NamesEachHostsRanksAndStagesAndWarnsOfSplitGroups) {
+  const std::vector<std::vector<int>> stages = {{0}, {0}, {1}, {1}};
+  EXPECT_EQ(placement_text({"h0", "h0", "h1", "h1"}, stages, 2),
+            "  h0: ranks 0 1 (stage 0)\n  h1: ranks 2 3 (stage 1)\n");
+  const std::string split = placement_text({"h0", "h1", "h0", "h1"}, stages, 2);
+  EXPECT_NE(split.find("  h0: ranks 0 2 (stages 0 1)"), std::string::npos) << split;
+  EXPECT_NE(split.find("warning: the plan's topology puts ranks 0..1 on one host, but they run on h0 and h1"),
+            std::string::npos) << split;
+  EXPECT_EQ(placement_text({"h0", "h0"}, {{0}, {1}}, 2), "");
+}
+
+// With a hostfile, mpirun fills each host's slots in rank order.
+TEST(Placement, HostfileGoesToMpirunWithSlotMapping) {
+  const auto cmd = mpirun_command(4, {"run"}, "hosts.txt");
+  const auto at = std::find(cmd.begin(), cmd.end(), "--hostfile");
+  ASSERT_NE(at, cmd.end());
+  EXPECT_EQ(*(at + 1), "hosts.txt");
+  EXPECT_NE(std::find(cmd.begin(), cmd.end(), "slot"), cmd.end());
+  const auto plain = mpirun_command(4, {"run"});
+  EXPECT_EQ(std::find(plain.begin(), plain.end(), "--hostfile"), plain.end());
+}
+
 }  // namespace
 }  // namespace pd

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The end-to-end table on a cluster made here (scripts/cluster.sh, 2 hosts x
+# 2 workers): for each link rate, bench-comm measures the two-level
+# topology; for each model, the planner's plan, a straight pipeline, data
+# parallelism and one worker are predicted (simulate on the measured
+# topology, the 4 ranks sharing this machine's cores: --cores) and measured
+# (run, synthetic data, --no-eval, the middle half of the run: steady
+# state), in ABBA order. One JSON line per row.
+#   bench/cluster_table.sh [--rates "1gbit 200mbit"] [--models "cnn gpt-mini"] [--minibatches N]
+# Needs root (network namespaces). Leaves no cluster behind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RATES="1gbit 200mbit"
+MODELS="cnn gpt-mini"
+MINIBATCHES=60
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rates) RATES=$2; shift 2 ;;
+    --models) MODELS=$2; shift 2 ;;
+    --minibatches) MINIBATCHES=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+BIN=$(pwd)/${BUILD_DIR:-build}/bin/pipedream
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export PD_CLUSTER_NAME=ptab
+CORES=$(nproc)
+WORK=$(mktemp -d /tmp/pipedream-cluster-table-XXXXXX)
+trap 'scripts/cluster.sh down --name ptab >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
+
+batch_of() { case "$1" in gpt-mini) echo 8 ;; *) echo 32 ;; esac; }
+
+# Data parallelism: the one-worker plan's stage (its costs) on 4 replicas
+# of the measured topology.
+data_parallel_plan() {  # one.json topology.json out
+  jq --slurpfile t "$2" '.topology = $t[0] | .stages[0].replicas = 4 | .stages[0].ranks = [0, 1, 2, 3]
+                         | .config = "4" | del(.predicted) | del(.baselines)' "$1" > "$3"
+}
+
+predict() {  # plan -> seconds per minibatch (simulate, the ranks sharing the cores)
+  "$BIN" simulate --plan "$1" --cores "$CORES" --threads 1 --json 2>/dev/null | jq '.time_per_minibatch_s'
+}
+
+measure() {  # plan model batch -> steady-state seconds per minibatch
+  local workers; workers=$(jq '[.stages[].replicas] | add' "$1")
+  local args=(run --plan "$1" --model "$2" --batch "$3" --data synthetic --no-eval --threads-per-worker 1
+              --minibatches "$MINIBATCHES" --timeout 120 --metrics "$WORK/m.jsonl")
+  if [ "$workers" -eq 1 ]; then
+    "$BIN" "${args[@]}" >/dev/null 2>&1
+  else
+    scripts/cluster.sh mpirun --bind-to none -np "$workers" "$BIN" "${args[@]}" >/dev/null 2>&1
+  fi
+  jq -s 'map(select(.event == "summary"))[0] | .steady_time_per_minibatch_s // empty' \
+    "$WORK/m.jsonl"
+}
+
+for rate in $RATES; do
+  scripts/cluster.sh up --name ptab --hosts 2 --slots 2 --rate "$rate" >/dev/null
+  scripts/cluster.sh mpirun --bind-to none -np 4 "$BIN" bench-comm --p2p-sizes 64KB,1MB,4MB \
+    --allreduce-sizes 4KB,1MB --latency-iters 50 -o "$WORK/topo.json" >/dev/null
+  for model in $MODELS; do
+    b=$(batch_of "$model")
+    "$BIN" profile --model "$model" --batch "$b" --threads 1 --iters 5 -o "$WORK/prof.json" >/dev/null 2>&1
+    "$BIN" plan --profile "$WORK/prof.json" --topology "$WORK/topo.json" -o "$WORK/planned.json" >/dev/null
+    "$BIN" plan --straight --profile "$WORK/prof.json" --topology "$WORK/topo.json" -o "$WORK/straight.json" >/dev/null
+    "$BIN" plan --profile "$WORK/prof.json" --workers 1 --bandwidth 1 -o "$WORK/one.json" >/dev/null
+    data_parallel_plan "$WORK/one.json" "$WORK/topo.json" "$WORK/dp.json"
+    declare -A sum=()
+    order="planned straight dp one one dp straight planned"  # ABBA
+    for kind in $order; do
+      t=$(measure "$WORK/$kind.json" "$model" "$b")
+      sum[$kind]=$(awk -v a="${sum[$kind]:-0}" -v b="${t:-0}" 'BEGIN { printf "%.9f", a + b }')
+    done
+    for kind in planned straight dp one; do
+      predicted=$(predict "$WORK/$kind.json")
+      measured=$(awk -v a="${sum[$kind]}" 'BEGIN { printf "%.9f", a / 2 }')
+      jq -cn --arg rate "$rate" --arg model "$model" --arg kind "$kind" --argjson batch "$b" \
+        --arg config "$(jq -r .config "$WORK/$kind.json")" --slurpfile topo "$WORK/topo.json" \
+        --argjson predicted "$predicted" --argjson measured "$measured" \
+        '{rate: $rate, model: $model, batch: $batch, plan: $kind, config: $config,
+          topology: $topo[0].levels, predicted_ms: ($predicted * 1000), measured_ms: ($measured * 1000),
+          measured_over_predicted: ($measured / $predicted)}'
+    done
+    unset sum
+  done
+  scripts/cluster.sh down --name ptab >/dev/null
+done
