@@ -77,6 +77,8 @@ struct DeviceOps {
   // convolution entries may run on bf16 copies of their operands with FP32
   // accumulation: exact conversions, because the layers round every operand
   // to bf16 first (round_bf16), so the CPU's FP32 products are the same.
+  // attention_forward/backward round their internal operands (the
+  // probabilities before PV, dS before dQ and dK) under BF16 on every backend.
   void (*set_precision)(Precision p) = nullptr;
   // Timing for the profiler: record an event on the compute stream; the
   // elapsed time between two recorded events (waits for the second).

@@ -50,6 +50,7 @@ Tensor backward_pass(const Model& m, const ParameterStore& w, ParameterStore& gr
     BackwardArgs a{operand_params(p, w.params(i), rounded), grads.params(i), step, need_input_grad || i > lowest};
     a.step.layer_index = static_cast<uint32_t>(i);
     LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
+    if (ctx.unpack_layer) ctx.unpack_layer(c);
     const Layer& l = m.layer(i);
     g = input_only ? l.backward_input(a, g, c) : l.backward(a, g, c);
     round_in_place_if_bf16(p, g);
@@ -80,7 +81,9 @@ void backward_weights_layers(const Model& m, const ParameterStore& w, ParameterS
     std::vector<Tensor> rounded;
     BackwardArgs a{operand_params(step.precision, w.params(i), rounded), grads.params(i), step, false};
     a.step.layer_index = static_cast<uint32_t>(i);
-    m.layer(i).backward_weights(a, ctx.layers[static_cast<size_t>(i - first)]);
+    LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
+    if (ctx.unpack_layer) ctx.unpack_layer(c);
+    m.layer(i).backward_weights(a, c);
   }
   ctx.clear();
 }

@@ -13,6 +13,11 @@ namespace pd {
 // Freed by backward_layers (or clear()) as soon as it is no longer needed.
 struct RangeContext {
   std::vector<LayerContext> layers;
+  // Called on a layer's context just before its backward (or weight
+  // backward) reads it, when set: a stage that keeps its stash packed
+  // unpacks one layer at a time, so a backward holds one layer unpacked,
+  // not the whole range.
+  void (*unpack_layer)(LayerContext&) = nullptr;
   size_t saved_bytes() const;
   void clear() { layers.clear(); }
 };

@@ -337,6 +337,7 @@ void StageExecutor::backward(const Action& a) {
                                     : state_.first_layer;
     for (int l = state_.last_layer; l >= lowest; --l) {
       RangeContext one;
+      one.unpack_layer = p.ctx.unpack_layer;
       one.layers.push_back(std::move(p.ctx.layers[static_cast<size_t>(l - state_.first_layer)]));
       g = backward_layers(m, w, grads_, l, l, g, info, one, !first_stage_ || l > lowest);
       buckets_->layer_done(static_cast<size_t>(state_.last_layer - l));
@@ -602,9 +603,10 @@ void StageExecutor::pack_stash(RangeContext& ctx) const {
   for (LayerContext& c : ctx.layers) pack_saved_bf16(c);
 }
 
+// Unpacked a layer at a time, as the backward reaches it (RangeContext::unpack_layer).
 void StageExecutor::unpack_stash(RangeContext& ctx) const {
   if (training_.precision != Precision::BF16 || !state_.weights.device().is_cpu()) return;
-  for (LayerContext& c : ctx.layers) unpack_saved_bf16(c);
+  ctx.unpack_layer = &unpack_saved_bf16;
 }
 
 void StageExecutor::send(const Tensor& t, int peer, int tag, int64_t meta) {

@@ -344,6 +344,9 @@ void attention_forward(int64_t B, int64_t T, int64_t H, int64_t hd, const float*
   const float* v = k + part;
   gemm_strided_batched(false, true, T, T, hd, 1.0f, q, hd, mat, k, hd, mat, 0.0f, probs, T, T * T, BH);
   kernels::causal_softmax_forward(BH, T, softmax_scale(hd), probs, probs, cs());
+  // bf16: P is an operand (of PV here, of dV and the softmax backward later),
+  // rounded where the CPU rounds it; dS is rounded by the GEMMs' packing.
+  if (context().precision == Precision::BF16) kernels::round_bf16(BH * T * T, probs, probs, cs());
   gemm_strided_batched(false, false, T, hd, T, 1.0f, probs, T, T * T, v, hd, mat, 0.0f, out_heads.as<float>(), hd, mat,
                        BH);
   const int64_t heads_shape[4] = {B, H, T, hd};
