@@ -198,6 +198,7 @@ struct DeviceOps {
   void (*add_relu_forward)(int64_t n, const float* a, const float* b, float* y) = nullptr;
   void (*scale)(int64_t n, float alpha, const float* x, float* y) = nullptr;        // y = alpha x
   void (*axpy)(int64_t n, float alpha, const float* x, float* y) = nullptr;         // y += alpha x
+  void (*divide)(int64_t n, float d, const float* x, float* y) = nullptr;          // y = x / d (not x * (1/d))
   // y = round_to_bf16(x) elementwise (core/precision.h: nearest, ties to even); y may alias x.
   void (*round_bf16)(int64_t n, const float* x, float* y) = nullptr;
   void (*gelu_forward)(int64_t n, const float* x, float* y) = nullptr;              // tanh form
@@ -327,8 +328,8 @@ inline void register_device_ops(DeviceKind kind, const DeviceOps* ops) {
 }
 
 // The CPU's table (core/cpu/ops_table.cpp), filled from the cpu:: kernels.
-// Its optimizer and loss entries are null: core/optimizer.cpp and
-// core/loss.cpp run their host loops themselves.
+// Its optimizer entries are null: core/optimizer.cpp runs its host loops
+// (which also update out of place, into another weight version).
 const DeviceOps& cpu_device_ops();
 
 inline bool has_device_ops(Device d) { return d.is_cpu() || detail::cuda_ops_slot() != nullptr; }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/spelling_table.h"
 #include "core/optimizer_on_device.h"
@@ -41,10 +42,17 @@ void check_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<co
              shape_str(from[i].shape()));
 }
 
-// The device kernels update in place: an out-of-place step there is a
-// device copy first (cheap next to the GPU's memory bandwidth).
-bool on_device_into(std::span<const Tensor> from, std::span<Tensor> to) {
-  if (to.empty() || !to[0].device().is_cuda()) return false;
+enum class StepKernel { Sgd, Adam };
+
+// A backend with optimizer kernels in its table (DeviceOps::sgd_step,
+// adam_step) takes the step; they update in place, so an out-of-place step
+// there is a device copy first (cheap next to a GPU's memory bandwidth).
+// The CPU's table has none: the host loops below also write straight into
+// another weight version.
+bool backend_steps_into(std::span<const Tensor> from, std::span<Tensor> to, StepKernel kernel) {
+  if (to.empty()) return false;
+  const DeviceOps& ops = device_ops(to[0].device());
+  if (kernel == StepKernel::Sgd ? !ops.sgd_step : !ops.adam_step) return false;
   for (size_t i = 0; i < to.size(); ++i)
     if (to[i].raw() != from[i].raw()) to[i].copy_from(from[i]);
   return true;
@@ -93,7 +101,7 @@ class Sgd final : public Optimizer {
   void step_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<const Tensor> grads,
                  OptimizerState& st, float lr) const override {
     check_into(from, to, grads);
-    if (on_device_into(from, to)) return sgd_step_on_device(c_, to, grads, st, lr);
+    if (backend_steps_into(from, to, StepKernel::Sgd)) return sgd_step_on_device(c_, to, grads, st, lr);
     const bool use_momentum = c_.momentum != 0.0f;
     PD_CHECK(!use_momentum || st.slots.size() == to.size(), "optimizer state not made for these params");
     const bool first = st.step == 0;
@@ -134,7 +142,7 @@ class Adam final : public Optimizer {
   void step_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<const Tensor> grads,
                  OptimizerState& st, float lr) const override {
     check_into(from, to, grads);
-    if (on_device_into(from, to)) return adam_step_on_device(c_, decoupled_, to, grads, st, lr);
+    if (backend_steps_into(from, to, StepKernel::Adam)) return adam_step_on_device(c_, decoupled_, to, grads, st, lr);
     PD_CHECK(st.slots.size() == 2 * to.size(), "optimizer state not made for these params");
     const int64_t t = ++st.step;
     const float b1 = c_.beta1, b2 = c_.beta2, wd = c_.weight_decay;

@@ -34,16 +34,7 @@ StepLoss compute_gradients(const Model& m, const ParameterStore& w, ParameterSto
 void average_gradients(std::span<Tensor> grads, int count) {
   if (count <= 1) return;
   const float n = static_cast<float>(count);
-  for (Tensor& g : grads) {
-    if (g.device().is_cuda()) {
-      // x / n and x * (1 / n) can differ in the last bit; the GPU path has
-      // only a scale kernel (GPU runs are not bitwise equal to the CPU anyway).
-      device_ops(g.device()).scale(g.numel(), 1.0f / n, g.f32(), g.f32());
-      continue;
-    }
-    float* d = g.f32();
-    for (int64_t i = 0, e = g.numel(); i < e; ++i) d[i] /= n;
-  }
+  for (Tensor& g : grads) device_ops(g.device()).divide(g.numel(), n, g.f32(), g.f32());
 }
 
 namespace {

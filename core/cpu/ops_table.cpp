@@ -12,6 +12,7 @@
 #include "core/cpu/attention_kernels.h"
 #include "core/cpu/batchnorm_kernels.h"
 #include "core/cpu/conv_kernels.h"
+#include "core/cpu/cross_entropy_kernels.h"
 #include "core/cpu/dropout_kernels.h"
 #include "core/cpu/elementwise_kernels.h"
 #include "core/cpu/embedding_kernels.h"
@@ -168,6 +169,9 @@ void scale(int64_t n, float alpha, const float* x, float* y) {
 void axpy(int64_t n, float alpha, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
+void divide(int64_t n, float d, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / d;
+}
 void round_bf16(int64_t n, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = round_to_bf16(x[i]);
 }
@@ -303,9 +307,11 @@ DeviceOps make_table() {
   o.attention_backward = &attention_backward;
   o.embedding_forward = &embedding_forward;
   o.embedding_backward_accum = &embedding_backward_accum;
-  // softmax_cross_entropy, causal_softmax_*, sgd_step, adam_step: null - the
-  // loss, attention and optimizers call their CPU loops (core/loss.cpp,
-  // core/optimizer.cpp, attention_forward above).
+  o.softmax_cross_entropy = &cpu::softmax_cross_entropy;
+  o.divide = &divide;
+  // causal_softmax_*, sgd_step, adam_step and the multi-tensor steps: null -
+  // attention runs whole (attention_forward above) and the optimizers their
+  // host loops (core/optimizer.cpp), which also update out of place.
   return o;
 }
 

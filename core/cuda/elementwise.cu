@@ -36,6 +36,11 @@ __global__ void axpy_kernel(int64_t n, float alpha, const float* x, float* y) {
   PD_GRID_STRIDE(i, n) y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
 }
 
+// IEEE division (__fdiv_rn, not a reciprocal multiply): the CPU's x / d.
+__global__ void divide_kernel(int64_t n, float d, const float* x, float* y) {
+  PD_GRID_STRIDE(i, n) y[i] = __fdiv_rn(x[i], d);
+}
+
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluC = 0.044715f;
 
@@ -138,6 +143,11 @@ void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t s) {
 void axpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t s) {
   if (n == 0) return;
   axpy_kernel<<<grid_for(n), kThreads, 0, s>>>(n, alpha, x, y);
+  CUDA_CHECK_LAUNCH();
+}
+void divide(int64_t n, float d, const float* x, float* y, cudaStream_t s) {
+  if (n == 0) return;
+  divide_kernel<<<grid_for(n), kThreads, 0, s>>>(n, d, x, y);
   CUDA_CHECK_LAUNCH();
 }
 void gelu_forward(int64_t n, const float* x, float* y, cudaStream_t s) {

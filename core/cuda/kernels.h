@@ -17,6 +17,7 @@ void relu_backward(int64_t n, const float* y, const float* dy, float* dx, cudaSt
 void add(int64_t n, const float* a, const float* b, float* y, cudaStream_t s);
 void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t s);
 void axpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t s);
+void divide(int64_t n, float d, const float* x, float* y, cudaStream_t s);
 void gelu_forward(int64_t n, const float* x, float* y, cudaStream_t s);
 void gelu_backward(int64_t n, const float* x, const float* dy, float* dx, cudaStream_t s);
 void dropout(int64_t n, float p, uint64_t seed, uint32_t a, uint32_t b, uint32_t substream, const float* x,

@@ -107,6 +107,7 @@ void add(int64_t n, const float* a, const float* b, float* y) { kernels::add(n, 
 void scale(int64_t n, float alpha, const float* x, float* y) { kernels::scale(n, alpha, x, y, cs()); }
 void axpy(int64_t n, float alpha, const float* x, float* y) { kernels::axpy(n, alpha, x, y, cs()); }
 void round_bf16(int64_t n, const float* x, float* y) { kernels::round_bf16(n, x, y, cs()); }
+void divide(int64_t n, float d, const float* x, float* y) { kernels::divide(n, d, x, y, cs()); }
 void gelu_forward(int64_t n, const float* x, float* y) { kernels::gelu_forward(n, x, y, cs()); }
 void gelu_backward(int64_t n, const float* x, const float* dy, float* dx) { kernels::gelu_backward(n, x, dy, dx, cs()); }
 
@@ -454,6 +455,7 @@ DeviceOps make_table() {
   o.scale = &scale;
   o.axpy = &axpy;
   o.round_bf16 = &round_bf16;
+  o.divide = &divide;
   o.sgd_step_multi = &sgd_step_multi;
   o.adam_step_multi = &adam_step_multi;
   o.gelu_forward = &gelu_forward;

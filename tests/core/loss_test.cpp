@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/loss.h"
 
@@ -75,6 +77,33 @@ TEST(SoftmaxCrossEntropy, BadLabelsAreUserErrors) {
   EXPECT_THROW(softmax_cross_entropy(logits, Tensor::from_ints({0, 3}, {2})), UserError);
   EXPECT_THROW(softmax_cross_entropy(logits, Tensor::from_ints({0, -1}, {2})), UserError);
   EXPECT_THROW(softmax_cross_entropy(logits, Tensor::from_ints({0}, {1})), UserError);
+}
+
+// The loss runs through the device's table on every device: the CPU's
+// entry is the same computation, and checks labels itself (a RuntimeFailure
+// for a caller that skipped the loss's own UserError check).
+TEST(SoftmaxCrossEntropy, TheCpuTableEntryIsTheLoss) {
+  const DeviceOps& ops = cpu_device_ops();
+  ASSERT_NE(ops.softmax_cross_entropy, nullptr);
+  Tensor logits = Tensor::from_floats({1, 2, 3, 0.5f, -1, 4}, {2, 3});
+  Tensor labels = Tensor::from_ints({2, 0}, {2});
+  LossResult r = softmax_cross_entropy(logits, labels);
+  std::vector<float> grad(6);
+  double sum = 0;
+  int64_t correct = 0;
+  ops.softmax_cross_entropy(2, 3, logits.f32(), labels.data<int32_t>(), 0.5f, grad.data(), &sum, &correct);
+  EXPECT_EQ(static_cast<float>(sum / 2), r.loss);
+  EXPECT_EQ(correct, r.correct);
+  EXPECT_EQ(grad, r.grad.to_floats());
+  const int32_t bad[2] = {2, 3};
+  EXPECT_THROW(ops.softmax_cross_entropy(2, 3, logits.f32(), bad, 0.5f, nullptr, &sum, &correct), RuntimeFailure);
+}
+
+TEST(AverageGradients, DividesLikeTheCpuAlways) {
+  ASSERT_NE(cpu_device_ops().divide, nullptr);
+  std::vector<float> x = {1.0f, 2.0f, 1e-3f, -7.0f}, y(4);
+  cpu_device_ops().divide(4, 3.0f, x.data(), y.data());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], x[i] / 3.0f);
 }
 
 }  // namespace

@@ -122,6 +122,19 @@ TEST_F(CudaElementwise, ColumnSumsOfManyRowsAreCloseAndRepeatable) {
   }
 }
 
+// Gradient averaging divides (x / n, as the CPU does), not x * (1 / n).
+TEST_F(CudaElementwise, DivideIsTheCpusDivisionBitForBit) {
+  const size_t n = 4097;
+  auto x = random_floats(n, 41, -1e3f, 1e3f);
+  Tensor d = on_gpu(x), y = gpu_zeros(n);
+  ops->divide(static_cast<int64_t>(n), 3.0f, d.f32(), y.f32());
+  ops->divide(static_cast<int64_t>(n), 3.0f, d.f32(), d.f32());  // in place
+  std::vector<float> want(n);
+  cpu_device_ops().divide(static_cast<int64_t>(n), 3.0f, x.data(), want.data());
+  EXPECT_EQ(host(y), want);
+  EXPECT_EQ(host(d), want);
+}
+
 TEST_F(CudaElementwise, PermuteSplitsAttentionHeads) {
   // [B, T, 3, H, hd] -> [3, B, H, T, hd]
   const int64_t B = 2, T = 5, H = 3, hd = 4;
