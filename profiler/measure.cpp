@@ -319,16 +319,18 @@ Profile unit_profile(Profile layers, const ModelGraph& g, const Samples& s, cons
 
 namespace {
 
-// bf16: activations travel and are kept as bf16, 2 bytes an element where
-// the measurement counted 4 (outputs and saved tensors are F32 tensors of
-// bf16 values; the few FP32 statistics and int32 indices a layer saves are
-// counted at half too, a small overestimate of the saving).
-void record_precision(Profile& p, Precision precision) {
+// bf16: activations travel as bf16, 2 bytes an element where the
+// measurement counted 4 (outputs are F32 tensors of bf16 values, packed on
+// the host to send). A CPU stage also keeps its stash packed; a GPU keeps
+// saved tensors as F32 of bf16 values (no native bf16 storage yet), so there
+// the saved bytes stay as measured. The few FP32 statistics and int32
+// indices a CPU layer saves are counted at half too, a small overestimate.
+void record_precision(Profile& p, Precision precision, Device device) {
   p.precision = precision;
   if (precision == Precision::FP32) return;
   for (ProfileNode& node : p.nodes) {
     node.output_bytes /= 2;
-    node.activation_bytes /= 2;
+    if (device.is_cpu()) node.activation_bytes /= 2;
   }
 }
 
@@ -440,7 +442,7 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
     p = unit_profile(std::move(p), *model.graph, samples, unit_saved_bytes, slots);
     for (ProfileNode& node : p.nodes) node.optimizer_ms = optimizer_share(node.parameter_bytes);
   }
-  record_precision(p, o.precision);
+  record_precision(p, o.precision, o.device);
   return p;
 }
 
