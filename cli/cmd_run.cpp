@@ -429,7 +429,8 @@ void run_command(const RunArgs& a) {
     std::fprintf(stderr, "profiling %s (%s, %s)...\n", model.name.c_str(), what.c_str(),
                  device.is_cpu() ? cat(a.threads, " thread", a.threads > 1 ? "s" : "", " per worker").c_str()
                                  : device.str().c_str());
-    const Profile profile = measure_layer_profile(model, profiled, a.threads, a.optimizer, device, a.precision);
+    const Profile profile = measure_layer_profile(model, profiled, a.threads, a.optimizer, device, a.precision,
+                                                  a.allow_tf32);
     const int cores = int(std::thread::hardware_concurrency());
     // interleaved-1f1b: --workers workers run --virtual-stages stages each,
     // one worker per stage.

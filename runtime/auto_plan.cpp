@@ -11,9 +11,10 @@
 namespace pd {
 
 Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const OptimizerConfig& optimizer,
-                              Device device, Precision precision) {
+                              Device device, Precision precision, bool allow_tf32) {
   ProfileOptions o;
   o.precision = precision;
+  o.allow_tf32 = allow_tf32;
   o.batch = batch;
   o.device = device;
   o.threads = threads;

@@ -12,9 +12,11 @@
 
 namespace pd {
 
-// profiler/measure.h with the run's settings (on the run's device).
+// profiler/measure.h with the run's settings (on the run's device, in its
+// precision, with TF32 when the run allows it).
 Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const OptimizerConfig& optimizer,
-                              Device device = Device::cpu(), Precision precision = Precision::FP32);
+                              Device device = Device::cpu(), Precision precision = Precision::FP32,
+                              bool allow_tf32 = false);
 // Plans `workers` workers on one machine (flat topology, bandwidth_GBps
 // between workers: shared-memory MPI); `straight`: one worker per stage.
 // The workers share the machine's `cores` (0: unknown): a minibatch's
