@@ -247,13 +247,8 @@ TEST(ClusterFault, HostKilledEndsTheJobNamingItAndResumeContinues) {
                              " --threads-per-worker 1 --batch 8 --timeout 10";
   const std::string checkpoints = " --checkpoint-every 10 --checkpoint-dir " + ck;
   const std::string cmd = c.mpirun(4) + pipedream_binary() + common + checkpoints + " --minibatches 100000 --log-every 1 --metrics " + metrics;
-  const pid_t job = fork();
+  const pid_t job = start_background_job(cmd, out);
   ASSERT_GE(job, 0);
-  if (job == 0) {
-    setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " < /dev/null > " + out + " 2>&1").c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
   for (int i = 0; i < 900 && (step_losses(metrics + ".partial").size() < 25 || last_checkpoint_step(ck) < 10); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_GE(last_checkpoint_step(ck), 10) << "the job did not train:\n" << read_text(out);
@@ -261,15 +256,8 @@ TEST(ClusterFault, HostKilledEndsTheJobNamingItAndResumeContinues) {
   JobResult kill = c.script("kill " + c.host(1));
   ASSERT_EQ(kill.exit_code, 0) << kill.output;
   int status = 0;
-  for (int i = 0; i < 600; ++i) {  // 60 s: far more than the 10 s timeout
-    if (waitpid(job, &status, WNOHANG) == job) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (i == 599) {
-      ::kill(-job, SIGKILL);
-      waitpid(job, &status, 0);
-      FAIL() << "the job hung after host 1 died:\n" << read_text(out);
-    }
-  }
+  if (!wait_background_job(job, 60, &status))  // 60 s: far more than the 10 s timeout
+    FAIL() << "the job hung after host 1 died:\n" << read_text(out);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   const std::string output = read_text(out);
   EXPECT_TRUE(!WIFEXITED(status) || WEXITSTATUS(status) != 0) << output;
@@ -388,28 +376,16 @@ TEST(ClusterFault, LinkDownEndsTheJobNamingTheHost) {
                           " --model mlp --model-options hidden=24,depth=3 --data synthetic --seed 3 --no-eval"
                           " --threads-per-worker 1 --batch 8 --timeout 20 --minibatches 100000 --log-every 1 --metrics " +
                           metrics;
-  const pid_t job = fork();
+  const pid_t job = start_background_job(cmd, out);
   ASSERT_GE(job, 0);
-  if (job == 0) {
-    setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " < /dev/null > " + out + " 2>&1").c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
   for (int i = 0; i < 900 && step_losses(metrics + ".partial").size() < 25; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const auto cut_at = std::chrono::steady_clock::now();
   JobResult cut = c.script("link " + c.host(1) + " down");
   ASSERT_EQ(cut.exit_code, 0) << cut.output;
   int status = 0;
-  for (int i = 0; i < 900; ++i) {
-    if (waitpid(job, &status, WNOHANG) == job) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (i == 899) {
-      ::kill(-job, SIGKILL);
-      waitpid(job, &status, 0);
-      FAIL() << "the job hung after host 1's link went down:\n" << read_text(out);
-    }
-  }
+  if (!wait_background_job(job, 90, &status))
+    FAIL() << "the job hung after host 1's link went down:\n" << read_text(out);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - cut_at).count();
   const std::string output = read_text(out);
   EXPECT_TRUE(!WIFEXITED(status) || WEXITSTATUS(status) != 0) << output;

@@ -27,10 +27,6 @@ const ModelCase kCnn{"cnn", " --model cnn", plan4({{0, 2}, {3, 5}, {6, 7}, {8, 9
 const ModelCase kGpt{"gpt_mini", " --model gpt-mini --model-options vocab=64,context=16,width=32,depth=6,heads=2",
                      plan4({{0, 1}, {2, 3}, {4, 5}, {6, 8}})};
 
-struct RunFiles {
-  std::string save, metrics;
-};
-
 // 3 steps of 16 samples; flush schedules in 4 microbatches of 4.
 RunFiles run(const std::string& dir, const std::string& tag, const ModelCase& m, const std::string& schedule,
              const std::string& precision, bool reference) {
@@ -45,19 +41,6 @@ RunFiles run(const std::string& dir, const std::string& tag, const ModelCase& m,
                           : run_shell(mpirun(4) + pipedream_binary() + args);
   EXPECT_EQ(r.exit_code, 0) << tag << ":\n" << r.output;
   return f;
-}
-
-void expect_same_bits(const RunFiles& a, const RunFiles& b, const std::string& what) {
-  auto wa = load_by_name(a.save), wb = load_by_name(b.save);
-  ASSERT_FALSE(wa.empty()) << what;
-  ASSERT_EQ(wa.size(), wb.size()) << what;
-  for (auto& [n, t] : wa) {
-    ASSERT_TRUE(wb.count(n)) << what << ": " << n;
-    EXPECT_TRUE(same_bits(t, wb[n])) << what << ": tensor " << n << " differs";
-  }
-  auto la = step_losses(a.metrics), lb = step_losses(b.metrics);
-  EXPECT_EQ(la.size(), 3u) << what;
-  EXPECT_EQ(la, lb) << what << ": per-step losses differ";
 }
 
 void expect_pipelines_match_reference(const ModelCase& m, const std::vector<std::string>& schedules) {

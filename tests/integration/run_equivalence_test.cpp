@@ -15,10 +15,6 @@ const std::string kCommon =
     " --model mlp --model-options hidden=24,depth=3 --data synthetic --seed 3 --no-eval"
     " --threads-per-worker 1 --log-every 1 --timeout 30";
 
-struct RunFiles {
-  std::string save, metrics;
-};
-
 RunFiles run_pipeline(const std::string& dir, const std::string& tag, const std::string& plan, const std::string& extra,
                       bool reference) {
   RunFiles f{dir + "/" + tag + ".safetensors", dir + "/" + tag + ".jsonl"};

@@ -93,13 +93,8 @@ TEST(RunFaults, KilledRankEndsTheJobNamingIt) {
                           " --data synthetic --batch 8 --lr 0.01 --minibatches 100000 --no-eval --log-every 1 --timeout 5"
                           " --metrics " + metrics;
   const auto start = std::chrono::steady_clock::now();
-  const pid_t job = fork();
+  const pid_t job = start_background_job(cmd, out);
   ASSERT_GE(job, 0);
-  if (job == 0) {
-    setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " < /dev/null > " + out + " 2>&1").c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
   // Wait until training runs, then kill rank 2 (a child of mpirun running stage 2).
   pid_t victim = -1;
   for (int i = 0; i < 600 && victim < 0; ++i) {
@@ -122,15 +117,8 @@ TEST(RunFaults, KilledRankEndsTheJobNamingIt) {
   ASSERT_GT(victim, 0) << "no rank 2 found";
   kill(victim, SIGKILL);
   int status = 0;
-  for (int i = 0; i < 600; ++i) {  // 60 s: far more than the 5 s timeout
-    if (waitpid(job, &status, WNOHANG) == job) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (i == 599) {
-      kill(-job, SIGKILL);
-      waitpid(job, &status, 0);
-      FAIL() << "the job hung after rank 2 died";
-    }
-  }
+  if (!wait_background_job(job, 60, &status))  // 60 s: far more than the 5 s timeout
+    FAIL() << "the job hung after rank 2 died";
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::ifstream f(out);
   const std::string output((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

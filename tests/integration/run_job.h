@@ -1,5 +1,6 @@
 #pragma once
 // Running `pipedream` (under mpirun or alone) from the integration tests.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,8 +13,10 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
@@ -40,6 +43,31 @@ inline JobResult run_shell(const std::string& command, int timeout_s = 120) {
   res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return res;
+}
+
+// Starts `command` under sh in a process group of its own (so that the
+// whole job can be killed), stdout and stderr to out_path; -1 if fork fails.
+inline pid_t start_background_job(const std::string& command, const std::string& out_path) {
+  const pid_t job = fork();
+  if (job == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", ("exec " + command + " < /dev/null > " + out_path + " 2>&1").c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return job;
+}
+
+// Waits up to timeout_s for a job of start_background_job, its wait status
+// in *status; false (its process group killed) when it had not ended.
+inline bool wait_background_job(pid_t job, int timeout_s, int* status) {
+  for (int i = 0; i < timeout_s * 10; ++i) {
+    if (waitpid(job, status, WNOHANG) == job) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::kill(-job, SIGKILL);
+  waitpid(job, status, 0);
+  return false;
 }
 
 // The 8-layer plans the integration tests share: four single stages, and
@@ -109,6 +137,26 @@ inline std::map<std::string, Tensor> load_by_name(const std::string& path) {
 
 inline bool same_bits(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// What a run writes: its weights (--save) and its metrics (--metrics).
+struct RunFiles {
+  std::string save, metrics;
+};
+
+// Two runs ended with the same weights, bit for bit, and the same loss at
+// each of their `steps` steps.
+inline void expect_same_bits(const RunFiles& a, const RunFiles& b, const std::string& what, size_t steps = 3) {
+  auto wa = load_by_name(a.save), wb = load_by_name(b.save);
+  ASSERT_FALSE(wa.empty()) << what;
+  ASSERT_EQ(wa.size(), wb.size()) << what;
+  for (auto& [n, t] : wa) {
+    ASSERT_TRUE(wb.count(n)) << what << ": " << n;
+    EXPECT_TRUE(same_bits(t, wb[n])) << what << ": tensor " << n << " differs";
+  }
+  auto la = step_losses(a.metrics), lb = step_losses(b.metrics);
+  EXPECT_EQ(la.size(), steps) << what;
+  EXPECT_EQ(la, lb) << what << ": per-step losses differ";
 }
 
 }  // namespace pd::testing

@@ -52,10 +52,6 @@ std::string model_args(const ModelCase& m) {
          " --data synthetic --seed 3";
 }
 
-struct RunFiles {
-  std::string save, metrics;
-};
-
 // 3 steps, batches of 16 in 4 microbatches of 4 samples.
 RunFiles run(const std::string& dir, const std::string& tag, const ModelCase& m, const std::string& plan,
              const std::string& schedule, bool reference) {
@@ -68,19 +64,6 @@ RunFiles run(const std::string& dir, const std::string& tag, const ModelCase& m,
                           : run_shell(mpirun(4) + pipedream_binary() + args);
   EXPECT_EQ(r.exit_code, 0) << tag << ":\n" << r.output;
   return f;
-}
-
-void expect_same_bits(const RunFiles& a, const RunFiles& b, const std::string& what) {
-  auto wa = load_by_name(a.save), wb = load_by_name(b.save);
-  ASSERT_FALSE(wa.empty()) << what;
-  ASSERT_EQ(wa.size(), wb.size()) << what;
-  for (auto& [n, t] : wa) {
-    ASSERT_TRUE(wb.count(n)) << what << ": " << n;
-    EXPECT_TRUE(same_bits(t, wb[n])) << what << ": tensor " << n << " differs";
-  }
-  auto la = step_losses(a.metrics), lb = step_losses(b.metrics);
-  EXPECT_EQ(la.size(), 3u) << what;
-  EXPECT_EQ(la, lb) << what << ": per-step losses differ";
 }
 
 // The largest |a - b| over every weight.
