@@ -44,15 +44,15 @@ void check_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<co
 
 enum class StepKernel { Sgd, Adam };
 
-// A backend with optimizer kernels in its table (DeviceOps::sgd_step,
-// adam_step) takes the step; they update in place, so an out-of-place step
+// A backend with optimizer kernels in its table (DeviceOps::sgd_step_multi,
+// adam_step_multi) takes the step; they update in place, so an out-of-place step
 // there is a device copy first (cheap next to a GPU's memory bandwidth).
 // The CPU's table has none: the host loops below also write straight into
 // another weight version.
 bool backend_steps_into(std::span<const Tensor> from, std::span<Tensor> to, StepKernel kernel) {
   if (to.empty()) return false;
   const DeviceOps& ops = device_ops(to[0].device());
-  if (kernel == StepKernel::Sgd ? !ops.sgd_step : !ops.adam_step) return false;
+  if (kernel == StepKernel::Sgd ? !ops.sgd_step_multi : !ops.adam_step_multi) return false;
   for (size_t i = 0; i < to.size(); ++i)
     if (to[i].raw() != from[i].raw()) to[i].copy_from(from[i]);
   return true;

@@ -1,7 +1,8 @@
 #pragma once
 // The updates of Optimizer::step (core/optimizer.cpp) for parameters that
 // live on a GPU: the same rules, state layout (slots per param: [momentum]
-// or [m, v]) and step counting, queued as one DeviceOps kernel per tensor.
+// or [m, v]) and step counting, queued through the multi-tensor DeviceOps
+// entries (a few launches for all tensors).
 // Optimizer::step branches here when its parameters are on CUDA.
 #include <span>
 
