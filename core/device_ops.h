@@ -66,6 +66,10 @@ struct DropoutKey {
   uint32_t substream = 0;  // several dropouts inside one top-level layer (transformer block)
 };
 
+// The most dimensions a strided-tensor entry takes (ONNX graphs: attention's
+// [batch, heads, T, T] and its reshapes stay well below).
+inline constexpr int kMaxStridedRank = 8;
+
 struct DeviceOps {
   const char* name = "";
 
@@ -312,6 +316,18 @@ struct DeviceOps {
   void (*adam_step_multi)(int64_t count, const int64_t* sizes, float* const* params, const float* const* grads,
                           float* const* m, float* const* v, float lr, float beta1, float beta2, float eps,
                           float weight_decay, bool decoupled, int64_t step_count) = nullptr;
+
+  // ===== strided tensors: what the ONNX ops run on =====
+  // Shapes of up to kMaxStridedRank dimensions; strides in elements (0 on
+  // a broadcast dimension).
+
+  // --- pointwise: broadcasting arithmetic, unary maps, Where, reductions, softmax on one axis ---
+
+  // (end of pointwise)
+
+  // --- layout: strided copies (Transpose, Slice, Concat, Split, Pad, Expand), index selection ---
+
+  // (end of layout)
 };
 
 namespace detail {

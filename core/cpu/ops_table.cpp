@@ -312,6 +312,12 @@ DeviceOps make_table() {
   // causal_softmax_*, sgd_step, adam_step and the multi-tensor steps: null -
   // attention runs whole (attention_forward above) and the optimizers their
   // host loops (core/optimizer.cpp), which also update out of place.
+  // pointwise (strided tensors)
+
+  // (end of pointwise)
+  // layout (strided tensors)
+
+  // (end of layout)
   return o;
 }
 

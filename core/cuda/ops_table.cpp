@@ -481,6 +481,12 @@ DeviceOps make_table() {
   o.embedding_backward_accum = &embedding_backward_accum;
   o.sgd_step = &sgd_step;
   o.adam_step = &adam_step;
+  // pointwise (strided tensors)
+
+  // (end of pointwise)
+  // layout (strided tensors)
+
+  // (end of layout)
   return o;
 }
 
