@@ -294,8 +294,8 @@ struct DeviceOps {
                                    const int32_t* tokens, const float* dy, float* dwte,
                                    float* dwpe) = nullptr;
 
-  // --- optimizers (PyTorch semantics) ---
-  // g = grad + weight_decay * p; buf = momentum * buf + g;
+  // --- optimizers (PyTorch semantics; core/optimizer.cpp calls the multi-tensor entries) ---
+  // g = grad + weight_decay * p; buf = momentum * buf + g (buf starts at zero);
   // step = nesterov ? g + momentum * buf : buf (or g when momentum == 0);
   // p -= lr * step. buf may be null when momentum == 0.
   void (*sgd_step)(int64_t n, float lr, float momentum, float weight_decay, bool nesterov, float* p,
@@ -306,16 +306,19 @@ struct DeviceOps {
   void (*adam_step)(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                     bool decoupled, int64_t step_count, float* p, const float* grad, float* m,
                     float* v) = nullptr;
-  // The same updates, bit for bit, on `count` tensors at once (a few
-  // launches on CUDA instead of one per tensor). sizes[i] elements of
-  // params[i], grads[i] and the state tensors; bufs null when momentum == 0.
-  // Null on the CPU (core/optimizer.cpp loops on the host).
-  void (*sgd_step_multi)(int64_t count, const int64_t* sizes, float* const* params, const float* const* grads,
-                         float* const* bufs, float lr, float momentum, float weight_decay,
-                         bool nesterov) = nullptr;
-  void (*adam_step_multi)(int64_t count, const int64_t* sizes, float* const* params, const float* const* grads,
-                          float* const* m, float* const* v, float lr, float beta1, float beta2, float eps,
-                          float weight_decay, bool decoupled, int64_t step_count) = nullptr;
+  // The same updates on `count` tensors at once (a few launches on CUDA
+  // instead of one per tensor), bit for bit what the single-tensor entries
+  // do. sizes[i] elements of params_in[i], params_out[i], grads[i] and the
+  // state tensors; bufs null when momentum == 0. params_out[i] gets the
+  // updated params_in[i]: the same pointer updates in place, another one
+  // leaves params_in[i] as it was (weight stashing keeps the old version).
+  void (*sgd_step_multi)(int64_t count, const int64_t* sizes, const float* const* params_in,
+                         float* const* params_out, const float* const* grads, float* const* bufs, float lr,
+                         float momentum, float weight_decay, bool nesterov) = nullptr;
+  void (*adam_step_multi)(int64_t count, const int64_t* sizes, const float* const* params_in,
+                          float* const* params_out, const float* const* grads, float* const* m, float* const* v,
+                          float lr, float beta1, float beta2, float eps, float weight_decay, bool decoupled,
+                          int64_t step_count) = nullptr;
 
   // ===== strided tensors: what the ONNX ops run on =====
   // Shapes of up to kMaxStridedRank dimensions; strides in elements (0 on
@@ -344,8 +347,6 @@ inline void register_device_ops(DeviceKind kind, const DeviceOps* ops) {
 }
 
 // The CPU's table (core/cpu/ops_table.cpp), filled from the cpu:: kernels.
-// Its optimizer entries are null: core/optimizer.cpp runs its host loops
-// (which also update out of place, into another weight version).
 const DeviceOps& cpu_device_ops();
 
 inline bool has_device_ops(Device d) { return d.is_cpu() || detail::cuda_ops_slot() != nullptr; }

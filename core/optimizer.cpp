@@ -1,20 +1,15 @@
 // SGD, Adam and AdamW with PyTorch's update rules, and the LR schedules.
 #include "core/optimizer.h"
 
-#if defined(__AVX__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstring>
+#include <vector>
 #include <utility>
 
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/spelling_table.h"
-#include "core/optimizer_on_device.h"
 
 namespace pd {
 
@@ -28,67 +23,39 @@ constexpr std::array<std::pair<OptimizerKind, const char*>, 3> kOptimizerKinds{
 constexpr std::array<std::pair<LrScheduleKind, const char*>, 3> kLrScheduleKinds{
     {{LrScheduleKind::constant, "constant"}, {LrScheduleKind::step, "step"}, {LrScheduleKind::cosine, "cosine"}}};
 
-void check_pair(const Tensor& p, const Tensor& g) {
-  PD_CHECK(p.device().is_cpu() && g.device().is_cpu(), "CPU optimizer given a device tensor");
-  PD_CHECK(p.numel() == g.numel(), "param/grad size mismatch: ", shape_str(p.shape()), " vs ",
-           shape_str(g.shape()));
-}
-
 void check_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<const Tensor> grads) {
   PD_CHECK(from.size() == grads.size() && to.size() == grads.size(), "params/grads count mismatch");
-  for (size_t i = 0; i < to.size(); ++i)
+  for (size_t i = 0; i < to.size(); ++i) {
     PD_CHECK(to[i].numel() == from[i].numel() && to[i].device() == from[i].device(),
              "optimizer step into a tensor unlike its source: ", shape_str(to[i].shape()), " vs ",
              shape_str(from[i].shape()));
-}
-
-enum class StepKernel { Sgd, Adam };
-
-// A backend with optimizer kernels in its table (DeviceOps::sgd_step_multi,
-// adam_step_multi) takes the step; they update in place, so an out-of-place step
-// there is a device copy first (cheap next to a GPU's memory bandwidth).
-// The CPU's table has none: the host loops below also write straight into
-// another weight version.
-bool backend_steps_into(std::span<const Tensor> from, std::span<Tensor> to, StepKernel kernel) {
-  if (to.empty()) return false;
-  const DeviceOps& ops = device_ops(to[0].device());
-  if (kernel == StepKernel::Sgd ? !ops.sgd_step_multi : !ops.adam_step_multi) return false;
-  for (size_t i = 0; i < to.size(); ++i)
-    if (to[i].raw() != from[i].raw()) to[i].copy_from(from[i]);
-  return true;
-}
-
-// Writes out[k] = new_value(k) for k < n, `out` in place (== p) or not.
-// The values are made a chunk at a time in an L1 buffer that aliases
-// nothing, so the update loop vectorizes, then stored. Into other buffers (a
-// stage keeping the old version) the stores are non-temporal: a plain store
-// first reads each line of `out` from memory, a quarter more traffic for
-// this memory-bound update. The arithmetic is the same code either way, so
-// the results are bitwise equal.
-template <class NewValue>
-void write_updated(const float* p, float* out, int64_t n, NewValue new_value) {
-  constexpr int64_t kChunk = 1024;
-  alignas(32) float chunk[kChunk];
-#if defined(__AVX__)
-  const bool stream = out != p && reinterpret_cast<uintptr_t>(out) % 32 == 0;
-#else
-  const bool stream = false;  // built without AVX (a Debug build): plain stores
-#endif
-  for (int64_t k0 = 0; k0 < n; k0 += kChunk) {
-    const int64_t len = std::min(kChunk, n - k0);
-    for (int64_t k = 0; k < len; ++k) chunk[k] = new_value(k0 + k);
-#if defined(__AVX__)
-    if (stream && len == kChunk) {
-      for (int64_t k = 0; k < kChunk; k += 8) _mm256_stream_ps(out + k0 + k, _mm256_load_ps(chunk + k));
-      continue;
-    }
-#endif
-    std::memcpy(out + k0, chunk, static_cast<size_t>(len) * sizeof(float));
+    PD_CHECK(to[i].numel() == grads[i].numel(), "param/grad size mismatch: ", shape_str(to[i].shape()), " vs ",
+             shape_str(grads[i].shape()));
+    PD_CHECK(to[i].device() == to[0].device() && grads[i].device() == to[0].device(),
+             "optimizer step given tensors on two devices: ", to[0].device().str(), " and ",
+             (to[i].device() == to[0].device() ? grads[i] : to[i]).device().str());
   }
-#if defined(__AVX__)
-  if (stream) _mm_sfence();
-#endif
 }
+
+// The pointers and sizes the multi-tensor DeviceOps entries take; slot k of
+// param i is st.slots[slots_per_param * i + k].
+struct StepArrays {
+  std::vector<int64_t> sizes;
+  std::vector<const float*> from, grads;
+  std::vector<float*> to, slot_a, slot_b;
+  StepArrays(std::span<const Tensor> f, std::span<Tensor> t, std::span<const Tensor> g, OptimizerState& st,
+             int slots_per_param) {
+    for (size_t i = 0; i < t.size(); ++i) {
+      sizes.push_back(t[i].numel());
+      from.push_back(f[i].f32());
+      to.push_back(t[i].f32());
+      grads.push_back(g[i].f32());
+      if (slots_per_param > 0) slot_a.push_back(st.slots[static_cast<size_t>(slots_per_param) * i].f32());
+      if (slots_per_param > 1) slot_b.push_back(st.slots[static_cast<size_t>(slots_per_param) * i + 1].f32());
+    }
+  }
+  int64_t count() const { return static_cast<int64_t>(sizes.size()); }
+};
 
 // torch.optim.SGD (dampening 0): g += wd*p; buf = g on the first step,
 // else buf = mu*buf + g; nesterov uses g + mu*buf; p -= lr * that.
@@ -101,30 +68,14 @@ class Sgd final : public Optimizer {
   void step_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<const Tensor> grads,
                  OptimizerState& st, float lr) const override {
     check_into(from, to, grads);
-    if (backend_steps_into(from, to, StepKernel::Sgd)) return sgd_step_on_device(c_, to, grads, st, lr);
     const bool use_momentum = c_.momentum != 0.0f;
     PD_CHECK(!use_momentum || st.slots.size() == to.size(), "optimizer state not made for these params");
-    const bool first = st.step == 0;
-    const float mu = c_.momentum, wd = c_.weight_decay;
-    for (size_t i = 0; i < to.size(); ++i) {
-      check_pair(to[i], grads[i]);
-      const float* p = from[i].f32();
-      float* out = to[i].f32();
-      const float* g = grads[i].f32();
-      const int64_t n = to[i].numel();
-      if (!use_momentum) {
-        write_updated(p, out, n, [&](int64_t k) { return p[k] - lr * (g[k] + wd * p[k]); });
-        continue;
-      }
-      float* buf = st.slots[i].f32();
-      write_updated(p, out, n, [&](int64_t k) {
-        float d = g[k] + wd * p[k];
-        buf[k] = first ? d : mu * buf[k] + d;
-        float upd = c_.nesterov ? d + mu * buf[k] : buf[k];
-        return p[k] - lr * upd;
-      });
-    }
     ++st.step;
+    if (to.empty()) return;
+    StepArrays a(from, to, grads, st, use_momentum ? 1 : 0);
+    device_ops(to[0].device())
+        .sgd_step_multi(a.count(), a.sizes.data(), a.from.data(), a.to.data(), a.grads.data(),
+                        use_momentum ? a.slot_a.data() : nullptr, lr, c_.momentum, c_.weight_decay, c_.nesterov);
   }
 
  private:
@@ -142,36 +93,13 @@ class Adam final : public Optimizer {
   void step_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<const Tensor> grads,
                  OptimizerState& st, float lr) const override {
     check_into(from, to, grads);
-    if (backend_steps_into(from, to, StepKernel::Adam)) return adam_step_on_device(c_, decoupled_, to, grads, st, lr);
     PD_CHECK(st.slots.size() == 2 * to.size(), "optimizer state not made for these params");
     const int64_t t = ++st.step;
-    const float b1 = c_.beta1, b2 = c_.beta2, wd = c_.weight_decay;
-    const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), static_cast<double>(t)));
-    const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), static_cast<double>(t)));
-    const float step_size = lr / bc1;
-    const float bc2_sqrt = std::sqrt(bc2);
-    for (size_t i = 0; i < to.size(); ++i) {
-      check_pair(to[i], grads[i]);
-      const float* p_in = from[i].f32();
-      float* out = to[i].f32();
-      const float* g = grads[i].f32();
-      float* m = st.slots[2 * i].f32();
-      float* v = st.slots[2 * i + 1].f32();
-      const int64_t n = to[i].numel();
-      write_updated(p_in, out, n, [&](int64_t k) {
-        float d = g[k];
-        float p = p_in[k];
-        if (decoupled_) {
-          p *= 1.0f - lr * wd;
-        } else {
-          d += wd * p;
-        }
-        m[k] = b1 * m[k] + (1.0f - b1) * d;
-        v[k] = b2 * v[k] + (1.0f - b2) * d * d;
-        float denom = std::sqrt(v[k]) / bc2_sqrt + c_.eps;
-        return p - step_size * (m[k] / denom);
-      });
-    }
+    if (to.empty()) return;
+    StepArrays a(from, to, grads, st, 2);
+    device_ops(to[0].device())
+        .adam_step_multi(a.count(), a.sizes.data(), a.from.data(), a.to.data(), a.grads.data(), a.slot_a.data(),
+                         a.slot_b.data(), lr, c_.beta1, c_.beta2, c_.eps, c_.weight_decay, decoupled_, t);
   }
 
  private:

@@ -20,6 +20,7 @@
 #include "core/cpu/gemm.h"
 #include "core/cpu/layernorm_kernels.h"
 #include "core/cpu/linear_kernels.h"
+#include "core/cpu/optimizer_kernels.h"
 #include "core/cpu/pool_kernels.h"
 #include "core/cpu/residual_kernels.h"
 #include "core/device_ops.h"
@@ -256,6 +257,19 @@ void embedding_backward_accum(int64_t batch, int64_t T, int64_t dim, int64_t voc
   cpu::embedding_backward(tokens, dy, dwte, dwpe, batch, T, dim);
 }
 
+// The single-tensor optimizer entries: the multi-tensor kernels on one tensor, in place.
+void sgd_step(int64_t n, float lr, float momentum, float weight_decay, bool nesterov, float* p, const float* grad,
+              float* buf) {
+  const float* in = p;
+  cpu::sgd_step_multi(1, &n, &in, &p, &grad, momentum != 0.0f ? &buf : nullptr, lr, momentum, weight_decay,
+                      nesterov);
+}
+void adam_step(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, bool decoupled,
+               int64_t step_count, float* p, const float* grad, float* m, float* v) {
+  const float* in = p;
+  cpu::adam_step_multi(1, &n, &in, &p, &grad, &m, &v, lr, beta1, beta2, eps, weight_decay, decoupled, step_count);
+}
+
 DeviceOps make_table() {
   DeviceOps o;
   o.name = "cpu";
@@ -309,9 +323,11 @@ DeviceOps make_table() {
   o.embedding_backward_accum = &embedding_backward_accum;
   o.softmax_cross_entropy = &cpu::softmax_cross_entropy;
   o.divide = &divide;
-  // causal_softmax_*, sgd_step, adam_step and the multi-tensor steps: null -
-  // attention runs whole (attention_forward above) and the optimizers their
-  // host loops (core/optimizer.cpp), which also update out of place.
+  o.sgd_step = &sgd_step;
+  o.adam_step = &adam_step;
+  o.sgd_step_multi = &cpu::sgd_step_multi;
+  o.adam_step_multi = &cpu::adam_step_multi;
+  // causal_softmax_*: null - attention runs whole (attention_forward above).
   // pointwise (strided tensors)
 
   // (end of pointwise)

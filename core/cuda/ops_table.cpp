@@ -398,20 +398,33 @@ void adam_step(int64_t n, float lr, float beta1, float beta2, float eps, float w
   kernels::adam_step(n, lr, beta1, beta2, eps, weight_decay, decoupled, c1, c2, p, grad, m, v, cs());
 }
 
-void sgd_step_multi(int64_t count, const int64_t* sizes, float* const* params, const float* const* grads,
-                    float* const* bufs, float lr, float momentum, float weight_decay, bool nesterov) {
-  PD_CHECK(momentum == 0.0f || bufs, "sgd with momentum needs momentum buffers");
-  kernels::sgd_step_multi(count, sizes, params, grads, bufs, lr, momentum, weight_decay, nesterov, cs());
+// An out-of-place step copies the old weights into the new version first
+// (on the compute stream, so in order), then updates that in place: one
+// more pass over the weights, cheap next to the GPU's memory bandwidth.
+void copy_into_out(int64_t count, const int64_t* sizes, const float* const* params_in, float* const* params_out) {
+  for (int64_t i = 0; i < count; ++i)
+    if (params_out[i] != params_in[i] && sizes[i] > 0)
+      CUDA_CHECK(cudaMemcpyAsync(params_out[i], params_in[i], static_cast<size_t>(sizes[i]) * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, cs()));
 }
 
-void adam_step_multi(int64_t count, const int64_t* sizes, float* const* params, const float* const* grads,
-                     float* const* m, float* const* v, float lr, float beta1, float beta2, float eps,
-                     float weight_decay, bool decoupled, int64_t step_count) {
+void sgd_step_multi(int64_t count, const int64_t* sizes, const float* const* params_in, float* const* params_out,
+                    const float* const* grads, float* const* bufs, float lr, float momentum, float weight_decay,
+                    bool nesterov) {
+  PD_CHECK(momentum == 0.0f || bufs, "sgd with momentum needs momentum buffers");
+  copy_into_out(count, sizes, params_in, params_out);
+  kernels::sgd_step_multi(count, sizes, params_out, grads, bufs, lr, momentum, weight_decay, nesterov, cs());
+}
+
+void adam_step_multi(int64_t count, const int64_t* sizes, const float* const* params_in, float* const* params_out,
+                     const float* const* grads, float* const* m, float* const* v, float lr, float beta1, float beta2,
+                     float eps, float weight_decay, bool decoupled, int64_t step_count) {
   PD_CHECK(step_count >= 1, "adam step count is 1-based");
   float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step_count)));
   float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step_count)));
-  kernels::adam_step_multi(count, sizes, params, grads, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, c1, c2,
-                           cs());
+  copy_into_out(count, sizes, params_in, params_out);
+  kernels::adam_step_multi(count, sizes, params_out, grads, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, c1,
+                           c2, cs());
 }
 
 DeviceOps make_table() {

@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "core/layers.h"
 #include "core/loss.h"
-#include "core/optimizer_on_device.h"
+#include "core/optimizer.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace pd::gputest {
@@ -351,7 +351,7 @@ TEST_F(CudaLayers, CnnStackTrainingStepsMatchCpu) {
     std::vector<Tensor> gpu_grads;
     for (auto& gs : grads[1])
       for (Tensor& t : gs) gpu_grads.push_back(t);
-    sgd_step_on_device(oc, gpu_flat, gpu_grads, gpu_state, lr);
+    make_optimizer(oc)->step(gpu_flat, gpu_grads, gpu_state, lr);
     size_t k = 0;
     for (size_t i = 0; i < net.size(); ++i)
       for (size_t j = 0; j < cpu_params[i].size(); ++j, ++k) {
@@ -381,7 +381,7 @@ TEST_F(CudaOptimizerStep, AdamAndAdamWCountStepsLikeTheCpu) {
     int64_t t = 0;
     for (const auto* g : {&g0, &g1}) {
       std::vector<Tensor> grads{on_gpu(*g)};
-      adam_step_on_device(c, decoupled, params, grads, st, lr);
+      make_optimizer(c)->step(params, grads, st, lr);
       ++t;
       const float bc1 = 1.0f - static_cast<float>(std::pow(0.9, static_cast<double>(t)));
       const float bc2 = 1.0f - static_cast<float>(std::pow(0.999, static_cast<double>(t)));

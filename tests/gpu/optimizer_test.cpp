@@ -96,10 +96,22 @@ TEST_F(CudaOptimizer, MultiTensorStepsEqualPerTensorStepsBitForBit) {
     for (Tensor& t : v) r.push_back(t.f32());
     return r;
   };
+  auto const_ptrs = [](std::vector<Tensor>& v) {
+    std::vector<const float*> r;
+    for (Tensor& t : v) r.push_back(t.f32());
+    return r;
+  };
   for (int rule = 0; rule < 4; ++rule) {
-    Set one = make(1000), many = make(1000);
+    // many: updated in place; moved: read from moved.p, written to fresh
+    // tensors (a stage keeping its old weight version), moved.p untouched.
+    Set one = make(1000), many = make(1000), moved = make(1000), original = make(1000);
+    std::vector<Tensor> fresh;
+    for (size_t k = 0; k < count; ++k) fresh.push_back(gpu_zeros(static_cast<size_t>(sizes[k])));
     std::vector<float*> p = ptrs(many.p), a = ptrs(many.a), b = ptrs(many.b), gm = ptrs(many.g);
     std::vector<const float*> g(gm.begin(), gm.end());
+    std::vector<const float*> p_in(p.begin(), p.end());
+    std::vector<const float*> moved_in = const_ptrs(moved.p), moved_g = const_ptrs(moved.g);
+    std::vector<float*> moved_out = ptrs(fresh), moved_a = ptrs(moved.a), moved_b = ptrs(moved.b);
     for (size_t k = 0; k < count; ++k) {
       if (rule < 2)
         ops->sgd_step(sizes[k], 0.1f, 0.9f, 0.01f, rule == 1, one.p[k].f32(), one.g[k].f32(), one.a[k].f32());
@@ -107,17 +119,25 @@ TEST_F(CudaOptimizer, MultiTensorStepsEqualPerTensorStepsBitForBit) {
         ops->adam_step(sizes[k], 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, rule == 3, 5, one.p[k].f32(), one.g[k].f32(),
                        one.a[k].f32(), one.b[k].f32());
     }
-    if (rule < 2)
-      ops->sgd_step_multi(static_cast<int64_t>(count), sizes.data(), p.data(), g.data(), a.data(), 0.1f, 0.9f, 0.01f,
-                          rule == 1);
-    else
-      ops->adam_step_multi(static_cast<int64_t>(count), sizes.data(), p.data(), g.data(), a.data(), b.data(), 1e-3f,
-                           0.9f, 0.999f, 1e-8f, 0.01f, rule == 3, 5);
+    const auto n = static_cast<int64_t>(count);
+    if (rule < 2) {
+      ops->sgd_step_multi(n, sizes.data(), p_in.data(), p.data(), g.data(), a.data(), 0.1f, 0.9f, 0.01f, rule == 1);
+      ops->sgd_step_multi(n, sizes.data(), moved_in.data(), moved_out.data(), moved_g.data(), moved_a.data(), 0.1f,
+                          0.9f, 0.01f, rule == 1);
+    } else {
+      ops->adam_step_multi(n, sizes.data(), p_in.data(), p.data(), g.data(), a.data(), b.data(), 1e-3f, 0.9f, 0.999f,
+                           1e-8f, 0.01f, rule == 3, 5);
+      ops->adam_step_multi(n, sizes.data(), moved_in.data(), moved_out.data(), moved_g.data(), moved_a.data(),
+                           moved_b.data(), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, rule == 3, 5);
+    }
     for (size_t k = 0; k < count; ++k) {
       if (sizes[k] == 0) continue;
       ASSERT_EQ(host(one.p[k]), host(many.p[k])) << "rule " << rule << " tensor " << k;
       ASSERT_EQ(host(one.a[k]), host(many.a[k])) << "rule " << rule << " tensor " << k;
       if (rule >= 2) ASSERT_EQ(host(one.b[k]), host(many.b[k])) << "rule " << rule << " tensor " << k;
+      ASSERT_EQ(host(one.p[k]), host(fresh[k])) << "out of place, rule " << rule << " tensor " << k;
+      ASSERT_EQ(host(one.a[k]), host(moved.a[k])) << "out of place, rule " << rule << " tensor " << k;
+      ASSERT_EQ(host(original.p[k]), host(moved.p[k])) << "out of place changed its source, rule " << rule;
     }
   }
 }
