@@ -161,14 +161,7 @@ class TextDataset final : public Dataset {
 
  private:
   Tensor window(std::span<const int64_t> idx, int64_t shift) const {
-    Tensor out = Tensor::empty({static_cast<int64_t>(idx.size()), t_}, DType::I32);
-    int32_t* p = out.data<int32_t>();
-    for (size_t i = 0; i < idx.size(); ++i) {
-      PD_CHECK(idx[i] >= 0 && idx[i] < size(), "sample index out of range");
-      const auto* src = reinterpret_cast<const unsigned char*>(text_.data() + idx[i] * t_ + shift);
-      for (int64_t k = 0; k < t_; ++k) p[static_cast<int64_t>(i) * t_ + k] = src[k];
-    }
-    return out;
+    return data::token_windows(reinterpret_cast<const unsigned char*>(text_.data()), size(), t_, idx, shift);
   }
   std::string name_, text_;
   int64_t t_;

@@ -3,9 +3,11 @@
 // what they share with the built-in datasets. Internal to models/.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "models/dataset.h"
 
 namespace pd::data {
@@ -22,5 +24,20 @@ std::unique_ptr<Dataset> in_memory_dataset(std::string name, Tensor inputs, Tens
 // UserError when val is outside (0, 0.5].
 int64_t held_out_stride(double val);
 inline bool is_held_out(int64_t i, int64_t stride) { return i % stride == stride - 1; }
+
+// Samples idx of a token stream cut into non-overlapping windows of T
+// tokens, as int32 [idx.size(), T]; shift 1 gives the next-token targets.
+// `windows` is the stream's window count ((tokens - 1) / T).
+template <class Token>
+Tensor token_windows(const Token* stream, int64_t windows, int64_t T, std::span<const int64_t> idx, int64_t shift) {
+  Tensor out = Tensor::empty({static_cast<int64_t>(idx.size()), T}, DType::I32);
+  int32_t* p = out.data<int32_t>();
+  for (size_t i = 0; i < idx.size(); ++i) {
+    PD_CHECK(idx[i] >= 0 && idx[i] < windows, "sample index out of range");
+    const Token* src = stream + idx[i] * T + shift;
+    for (int64_t k = 0; k < T; ++k) p[static_cast<int64_t>(i) * T + k] = static_cast<int32_t>(src[k]);
+  }
+  return out;
+}
 
 }  // namespace pd::data
