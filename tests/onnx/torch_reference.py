@@ -26,6 +26,8 @@ losses of 5 plain SGD steps, in a safetensors file the C++ test compares:
                          cancellation by a scale symmetry (scale_symmetric)
                          its module's largest gradient
   torch_error/<name>     PyTorch's own float32 error (printed by the test)
+  grad64/<name>          (--float64-gradients) the float64 gradient at the
+                         initial weights, rounded to float32
   weight_final/<name>    the parameter after the `steps` updates
   weight_scale/<name>    what its error is normalised by: its max-abs (in
                          float64 where that runs), or its module's largest
@@ -248,7 +250,13 @@ def main():
     ap.add_argument("--pretrain-lr", type=float, default=0.02)
     ap.add_argument("--native-conv", action="store_true",
                     help="also run float32 with mkldnn off: PyTorch's other convolution, another summation order")
+    ap.add_argument("--float64-gradients", action="store_true",
+                    help="also record the float64 gradients (the test then holds ours to float64 where they miss "
+                         "PyTorch's float32 by more than 1e-3)")
     args = ap.parse_args()
+    if args.float64_gradients and (args.no_float64 or args.native_conv):
+        sys.exit("torch_reference.py: --float64-gradients needs the float64 run as PyTorch's only other run "
+                 "(no --no-float64, no --native-conv)")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "args.json"), "w") as f:
         json.dump(vars(args), f)  # for relu_flip_audit.py
@@ -283,6 +291,9 @@ def main():
     tolerances(out, "", grads, grads64, exact[0], initial_weights)
     tolerances(out, "_final", final, final64, exact[1], exact[3])
     weight_entries(out, weights, weights64, exact[3])
+    if args.float64_gradients:
+        for name, g in exact[0].items():
+            out[f"grad64/{name}"] = g.float()
     out["losses"] = torch.tensor(losses, dtype=torch.float32)
     for key, k, bound in (("loss0", 0, 1e-4), ("loss", -1, 1e-3)):
         err32 = abs(losses[k] - losses64[k]) / abs(losses64[k]) if losses64 else 0.0
