@@ -60,7 +60,7 @@ class TorchNumerics : public ::testing::TestWithParam<Case> {};
 // error on that tensor, or PyTorch's own worst in the model, whichever is
 // largest: a zero-initialised bias after 5 steps is the sum of 5 of its
 // gradients, and where PyTorch's own two float32 runs part (DenseNet,
-// SqueezeNet, VGG: a ReLU or pool choice flipped after a step), so do ours,
+// SqueezeNet, ResNet-18: a ReLU choice flipped after a step), so do ours,
 // the differences carried from tensor to tensor by the steps, as for the
 // gradients after them.
 struct WeightErrors {
