@@ -4,7 +4,8 @@
 # 4` equals `--reference` bit for bit, and the training step time at one
 # thread against PyTorch CPU eager on the same batch (forward, loss,
 # backward, SGD step; medians over 10 steps after 3). The numerics against
-# PyTorch are tests/onnx/torch_numerics_test.cpp's (ctest -R TorchNumerics).
+# PyTorch (loss, gradients, and every weight after 5 SGD steps) are
+# tests/onnx/torch_numerics_test.cpp's (ctest -R TorchNumerics).
 #
 #   bench/onnx_zoo.sh [BUILD_DIR] [MODEL...]     (default: the whole zoo)
 set -euo pipefail

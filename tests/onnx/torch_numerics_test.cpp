@@ -12,12 +12,17 @@
 // (--pretrain). A gradient beyond 1e-3 passes only where
 // relu_flip_audit.py shows one ReLU within a rounding of zero decides it
 // (float64 with that ReLU flipped equals ours within 1e-4 everywhere).
+// efficientnet_b0 (no ReLU) is held to float64 instead: ours within 5x
+// PyTorch float32's own error (--float64-gradients). Every parameter after
+// the 5 steps is compared with PyTorch's by initializer name (the weights'
+// 5-step error; compare_weights has its bound).
 // The gradients after the 5 steps are compared too where
 // PyTorch's own float32 trajectory is reproducible, to 3x its own error
 // where that is larger than 1e-3. The figures are printed (docs/measurements.md
 // keeps them).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -47,6 +52,97 @@ struct Case {
 void PrintTo(const Case& c, std::ostream* os) { *os << c.model; }
 
 class TorchNumerics : public ::testing::TestWithParam<Case> {};
+
+// Our parameters after the SGD steps against PyTorch's, by initializer
+// name: max |ours - torch| over the tensor's scale (torch_reference.py's
+// weight_scale: its max-abs, or its module's largest for one that stays
+// zero in exact arithmetic). Each within 1e-4, or 3x PyTorch's own float32
+// error on that tensor, or PyTorch's own worst in the model, whichever is
+// largest: a zero-initialised bias after 5 steps is the sum of 5 of its
+// gradients, and where PyTorch's own two float32 runs part (DenseNet,
+// SqueezeNet, ResNet-18: a ReLU choice flipped after a step), so do ours,
+// the differences carried from tensor to tensor by the steps, as for the
+// gradients after them.
+struct WeightErrors {
+  double worst = 0, torch_own_at_worst = 0;  // ours, and PyTorch's own float32 error on that tensor
+  double torch_own = 0;                      // PyTorch's own worst over the model
+  std::string worst_name, torch_own_name;
+};
+
+constexpr double kWeightTolerance = 1e-4;
+
+// Ours against PyTorch's float64 gradients (torch_reference.py
+// --float64-gradients), over the same scales: each within 1e-3, or within
+// kFloat64Ratio times PyTorch float32's own error against float64 on that
+// tensor (torch_error: float64 is its only other run in these cases).
+constexpr double kFloat64Ratio = 5;
+
+struct Float64Errors {
+  std::vector<std::string> misses;
+  int beyond = 0;  // parameters of ours beyond 1e-3 of float64
+  double worst_ratio = 0, ours_at_worst = 0, torch_at_worst = 0;
+  std::string worst_name;
+};
+
+Float64Errors compare_with_float64(const ParameterStore& w, const ParameterStore& grads,
+                                   const std::map<std::string, Tensor>& ref) {
+  Float64Errors e;
+  for (size_t k = 0; k < w.param_names().size(); ++k) {
+    const std::string& full = w.param_names()[k];
+    const std::string name = full.substr(full.find('.') + 1);
+    const Tensor& g = grads.all_params()[k];
+    const Tensor& exact = ref.at("grad64/" + name);
+    double diff = 0;
+    for (int64_t i = 0; i < g.numel(); ++i) diff = std::max(diff, double(std::fabs(g.f32()[i] - exact.f32()[i])));
+    const double ours = diff / std::max(double(ref.at("scale/" + name).f32()[0]), 1e-30);
+    const double torch_own = ref.at("torch_error/" + name).f32()[0];
+    if (ours <= 1e-3) continue;
+    ++e.beyond;
+    const double ratio = ours / std::max(torch_own, 1e-30);
+    if (ratio > kFloat64Ratio)
+      e.misses.push_back(cat(name, ": against float64 ", ours, " of its scale, ", ratio,
+                             "x PyTorch float32's own error ", torch_own));
+    if (ratio >= e.worst_ratio) e.worst_ratio = ratio, e.worst_name = name, e.ours_at_worst = ours, e.torch_at_worst = torch_own;
+  }
+  return e;
+}
+
+WeightErrors compare_weights(const ParameterStore& w, const std::map<std::string, Tensor>& ref) {
+  WeightErrors e;
+  for (const auto& [name, t] : ref)
+    if (name.rfind("weight_torch_error/", 0) == 0 && t.f32()[0] >= e.torch_own)
+      e.torch_own = t.f32()[0], e.torch_own_name = name.substr(name.find('/') + 1);
+  int compared = 0;
+  for (size_t k = 0; k < w.param_names().size(); ++k) {
+    const std::string& full = w.param_names()[k];
+    const std::string name = full.substr(full.find('.') + 1);
+    auto it = ref.find("weight_final/" + name);
+    if (it == ref.end()) {
+      ADD_FAILURE() << "no PyTorch weights after the steps for parameter " << name;
+      continue;
+    }
+    const Tensor& ours = w.all_params()[k];
+    const Tensor& want = it->second;
+    if (ours.numel() != want.numel()) {
+      ADD_FAILURE() << name << ": " << ours.numel() << " values, PyTorch's " << want.numel();
+      continue;
+    }
+    double diff = 0;
+    for (int64_t i = 0; i < ours.numel(); ++i) diff = std::max(diff, double(std::fabs(ours.f32()[i] - want.f32()[i])));
+    const double err = diff / std::max(double(ref.at("weight_scale/" + name).f32()[0]), 1e-30);
+    const double torch_own = ref.at("weight_torch_error/" + name).f32()[0];
+    const double tol = std::max({kWeightTolerance, 3 * torch_own, e.torch_own});
+    EXPECT_LE(err, tol) << name << " after the steps: max |ours - torch| " << diff << ", " << err << " of its scale "
+                        << ref.at("weight_scale/" + name).f32()[0] << " (PyTorch's own float32 error there " << torch_own
+                        << ", its worst in the model " << e.torch_own << ")";
+    if (err >= e.worst) e.worst = err, e.worst_name = name, e.torch_own_at_worst = torch_own;
+    ++compared;
+  }
+  int torch_params = 0;
+  for (const auto& [name, t] : ref) torch_params += name.rfind("weight_final/", 0) == 0;
+  EXPECT_EQ(compared, torch_params) << "every PyTorch parameter is a parameter of the import";
+  return e;
+}
 
 TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   PD_SKIP_WITHOUT_TORCH();
@@ -165,15 +261,34 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
   // single flip that makes float64 equal ours within 1e-4 on every
   // gradient (another summation order - im2col on AVX2-only hosts - flips
   // inception's Mixed_6c.branch7x7_1 at 75x75; docs/measurements.md).
+  // A case run with --float64-gradients holds the gradients beyond 1e-3
+  // against float64 instead, to kFloat64Ratio times PyTorch float32's own
+  // error on each: efficientnet_b0 (no ReLU to flip), whose batch gradient
+  // is the ~10x smaller difference of its samples' gradients, which lie
+  // along one direction, so that both float32 runs' rounding is amplified
+  // into an error along the gradient itself (float64_audit.py).
   std::string explained;
-  if (!initial.misses.empty()) {
+  const bool float64_recorded = ref.count("grad64/" + w.param_names()[0].substr(w.param_names()[0].find('.') + 1)) > 0;
+  if (!initial.misses.empty()) {  // for relu_flip_audit.py and float64_audit.py
     NamedTensors ours;
     for (size_t k = 0; k < w.param_names().size(); ++k) ours.emplace_back(w.param_names()[k], grads.all_params()[k]);
     save_safetensors(dir + "/ours.safetensors", ours);
+  }
+  if (!initial.misses.empty() && float64_recorded) {
+    const Float64Errors e = compare_with_float64(w, grads, ref);
+    for (const std::string& m : e.misses) ADD_FAILURE() << m;
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "against float64 ours are within %gx PyTorch float32's own error on each of the %d beyond 1e-3 "
+                  "(worst %.2fx, %s: ours %.2e, PyTorch float32 %.2e of max-abs)\n",
+                  kFloat64Ratio, e.beyond, e.worst_ratio, e.worst_name.c_str(), e.ours_at_worst, e.torch_at_worst);
+    explained = line;
+  } else if (!initial.misses.empty()) {
     const std::string audit = dir + "/audit.txt";
     if (testing::run_python(cat("tests/onnx/relu_flip_audit.py ", dir), audit)) {
       explained = testing::read_text(audit);
-      explained = explained.substr(explained.rfind('\n', explained.size() - 2) + 1);
+      explained = "all from one ReLU within a rounding of zero (relu_flip_audit.py): " +
+                  explained.substr(explained.rfind('\n', explained.size() - 2) + 1);
     } else {
       for (const std::string& m : initial.misses) ADD_FAILURE() << m;
       ADD_FAILURE() << initial.misses.size() << " gradients miss the bound and no single flipped ReLU explains them ("
@@ -192,6 +307,7 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
     opt->step(w.all_params(), grads.all_params(), st, oc.lr);
     loss = step(k);
   }
+  const WeightErrors weights = compare_weights(w, ref);
   const float want = losses.f32()[steps];
   const double loss_tol = 1e-3;
   // The gradients after the steps are compared where the trajectory is
@@ -210,12 +326,15 @@ TEST_P(TorchNumerics, LossGradientsAndFiveSgdStepsMatchPyTorch) {
               ref.at("loss0_error32").f32()[0]);
   report("gradients", initial);
   if (!explained.empty())
-    std::printf("  %zu gradients beyond 1e-3, all from one ReLU within a rounding of zero (relu_flip_audit.py): %s",
+    std::printf("  %zu gradients beyond 1e-3 of PyTorch's float32, %s",
                 initial.misses.size(), explained.c_str());
   if (trajectory_reproducible) report(cat("gradients after ", steps, " steps").c_str(), final);
   else
     std::printf("  gradients after %d steps not compared: PyTorch's own float32 trajectory is not reproducible "
                 "(its final gradients up to %.2e off)\n", steps, torch_final_error);
+  std::printf("  weights after %d steps: worst error %.2e of max-abs (%s; PyTorch's own float32 error there %.2e), "
+              "PyTorch's own worst %.2e (%s)\n", steps, weights.worst, weights.worst_name.c_str(),
+              weights.torch_own_at_worst, weights.torch_own, weights.torch_own_name.c_str());
   std::printf("  loss after %d SGD steps %.7f (torch %.7f, relative error %.2e, PyTorch's own %.2e)\n", steps, loss,
               want, std::fabs(loss - want) / std::fabs(want), ref.at("loss_error32").f32()[0]);
   EXPECT_NEAR(loss, want, loss_tol * std::fabs(want)) << "loss after " << steps << " SGD steps (initial " << loss0 << ")";
@@ -266,17 +385,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"scripts/torch_models/transformer_lm.py:Llama", "--tokens 32", 0.05f}),
     case_name);
 // The zoo's large models (28M and 86M parameters; 40 and 80 s on one core)
-// and efficientnet_b0 (2 minutes; see the comment):
+// and efficientnet_b0 (40 s on a quiet host: 100 pretraining steps and a float64 run):
 // run with --gtest_also_run_disabled_tests --gtest_filter='*ZooLarge*'.
 INSTANTIATE_TEST_SUITE_P(
     DISABLED_ZooLarge, TorchNumerics,
     ::testing::Values(Case{"convnext_tiny", "--input 3,32,32 --classes 10", 0.001f},
                       Case{"vit_b_16", "--input 3,32,32 --classes 10 --kwargs '{\"image_size\": 32}'", 0.001f},
-                      // Misses the bounds: at 32x32 its last BatchNorms normalise 4
-                      // values each and PyTorch's own float32 loss after 5 steps is
-                      // 15% off float64; at 64x64 after 100 steps of training the
-                      // initial gradients are 1.7e-3 off (onnx/README.md's zoo).
-                      Case{"efficientnet_b0", "--input 3,64,64 --classes 10 --pretrain 100", 0.0001f}),
+                      // At 32x32 its last BatchNorms normalise 4 values each and
+                      // PyTorch's own float32 loss after 5 steps is 15% off float64.
+                      // At 64x64 after 100 steps of training every gradient of
+                      // PyTorch float32 is 7e-4 off float64 and ours 2.4e-3, 3.3x
+                      // that on every tensor: held to float64 (onnx/README.md's zoo).
+                      Case{"efficientnet_b0", "--input 3,64,64 --classes 10 --pretrain 100 --float64-gradients", 0.0001f}),
     case_name);
 
 }  // namespace

@@ -26,6 +26,16 @@ losses of 5 plain SGD steps, in a safetensors file the C++ test compares:
                          cancellation by a scale symmetry (scale_symmetric)
                          its module's largest gradient
   torch_error/<name>     PyTorch's own float32 error (printed by the test)
+  grad64/<name>          (--float64-gradients) the float64 gradient at the
+                         initial weights, rounded to float32
+  weight_final/<name>    the parameter after the `steps` updates
+  weight_scale/<name>    what its error is normalised by: its max-abs (in
+                         float64 where that runs), or its module's largest
+                         where that is below 1e-10 of the module's (a
+                         zero-initialised bias whose gradient is zero in
+                         exact arithmetic stays 0)
+  weight_torch_error/<name>
+                         PyTorch's own float32 error on it (as torch_error)
   loss_tolerance, loss0_tolerance, loss_error32, loss0_error32
                          the same for the loss after the SGD steps and the
                          initial loss (1e-3 and 1e-4 unless PyTorch's own
@@ -130,17 +140,18 @@ def pretrain(model, args):
     return prototypes[y] + torch.randn([args.batch] + shape, generator=g), y  # the batch compared: the same task
 
 
-def worst_of(alternatives, grads, final, losses):
+def worst_of(alternatives, grads, final, losses, weights):
     """One alternative run whose every entry is the one furthest from ours (None if there are none)."""
     if not alternatives:
-        return None, None, None
+        return None, None, None, None
     def far(mine, theirs):
         out = {}
         for name, g in mine.items():
             out[name] = max((t[name] for t in theirs), key=lambda t: max_abs_diff(t, g))
         return out
     lost = [max((a[2][k] for a in alternatives), key=lambda v: abs(v - losses[k])) for k in range(len(losses))]
-    return far(grads, [a[0] for a in alternatives]), far(final, [a[1] for a in alternatives]), lost
+    return (far(grads, [a[0] for a in alternatives]), far(final, [a[1] for a in alternatives]), lost,
+            far(weights, [a[3] for a in alternatives]))
 
 
 def scale_symmetric(name, grads, weights):
@@ -187,6 +198,25 @@ def tolerances(out, suffix, grads, far, exact, weights):
         out[f"torch_error{suffix}/{name}"] = torch.tensor([err32], dtype=torch.float32)
 
 
+def weight_entries(out, weights, far, exact):
+    """weight_final, weight_scale and weight_torch_error entries: `weights`
+    after the steps, `far` PyTorch's other run furthest from them per tensor,
+    `exact` the float64 one (None: not run)."""
+    module_max = {}
+    for name, w in (exact or weights).items():
+        module = name.rsplit(".", 1)[0]
+        module_max[module] = max(module_max.get(module, 0.0), max_abs(w))
+    for name, w in weights.items():
+        out[f"weight_final/{name}"] = w
+        scale = max_abs((exact or weights)[name])
+        module = name.rsplit(".", 1)[0]
+        if scale < 1e-10 * module_max[module]:
+            scale = module_max[module]  # stays zero in exact arithmetic
+        err32 = max_abs_diff(far[name], w) / max(scale, 1e-300) if far else 0.0
+        out[f"weight_scale/{name}"] = torch.tensor([scale], dtype=torch.float32)
+        out[f"weight_torch_error/{name}"] = torch.tensor([err32], dtype=torch.float32)
+
+
 def compared_model(args):
     """The model at the weights compared (pretrained if asked), and the
     pretraining task's batch (None without pretraining). Deterministic: the
@@ -220,7 +250,13 @@ def main():
     ap.add_argument("--pretrain-lr", type=float, default=0.02)
     ap.add_argument("--native-conv", action="store_true",
                     help="also run float32 with mkldnn off: PyTorch's other convolution, another summation order")
+    ap.add_argument("--float64-gradients", action="store_true",
+                    help="also record the float64 gradients (the test then holds ours to float64 where they miss "
+                         "PyTorch's float32 by more than 1e-3)")
     args = ap.parse_args()
+    if args.float64_gradients and (args.no_float64 or args.native_conv):
+        sys.exit("torch_reference.py: --float64-gradients needs the float64 run as PyTorch's only other run "
+                 "(no --no-float64, no --native-conv)")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "args.json"), "w") as f:
         json.dump(vars(args), f)  # for relu_flip_audit.py
@@ -239,7 +275,7 @@ def main():
     else:
         y = torch.randint(0, args.classes, (args.batch,), generator=g)
 
-    grads, final, losses, _ = train(copy.deepcopy(reference), x, y, args)
+    grads, final, losses, weights = train(copy.deepcopy(reference), x, y, args)
     # PyTorch's own float32 error: against float64, and/or against its other
     # float32 convolution (--native-conv: mkldnn off, another summation order).
     alternatives, exact = [], (None, None, None, None)
@@ -249,11 +285,15 @@ def main():
     if args.native_conv:
         with torch.backends.mkldnn.flags(enabled=False):
             alternatives.append(train(copy.deepcopy(reference), x, y, args))
-    grads64, final64, losses64 = worst_of(alternatives, grads, final, losses)
+    grads64, final64, losses64, weights64 = worst_of(alternatives, grads, final, losses, weights)
     out = {"input": x.to(torch.int32) if args.tokens else x, "labels": y.to(torch.int32)}
     initial_weights = {n: p.detach().double() for n, p in reference.named_parameters()} if exact[0] is not None else None
     tolerances(out, "", grads, grads64, exact[0], initial_weights)
     tolerances(out, "_final", final, final64, exact[1], exact[3])
+    weight_entries(out, weights, weights64, exact[3])
+    if args.float64_gradients:
+        for name, g in exact[0].items():
+            out[f"grad64/{name}"] = g.float()
     out["losses"] = torch.tensor(losses, dtype=torch.float32)
     for key, k, bound in (("loss0", 0, 1e-4), ("loss", -1, 1e-3)):
         err32 = abs(losses[k] - losses64[k]) / abs(losses64[k]) if losses64 else 0.0
