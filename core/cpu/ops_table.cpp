@@ -20,7 +20,8 @@
 #include "core/cpu/gemm.h"
 #include "core/cpu/layernorm_kernels.h"
 #include "core/cpu/linear_kernels.h"
-#include "core/cpu/pool_general_kernels.h"
+#include "core/cpu/pool_kernels.h"
+#include "core/cpu/pool_general_kernels.h"  // every Pool2dGeometry
 #include "core/cpu/residual_kernels.h"
 #include "core/device_ops.h"
 
