@@ -24,35 +24,11 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "core/geometry.h"  // Conv2dGeometry, Pool2dGeometry, PoolKind
 #include "core/precision.h"
 #include "core/tensor.h"
 
 namespace pd {
-
-// NCHW convolution geometry; weight is [out_channels, in_channels, k_h, k_w].
-// The one geometry type of both backends (the CPU kernels, which take
-// square kernels only, call it cpu::ConvShape).
-struct Conv2dGeometry {
-  int64_t batch = 0, in_channels = 0, in_h = 0, in_w = 0;
-  int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;
-  int64_t stride = 1, padding = 0;
-  int64_t out_h() const { return (in_h + 2 * padding - kernel_h) / stride + 1; }
-  int64_t out_w() const { return (in_w + 2 * padding - kernel_w) / stride + 1; }
-  int64_t patch() const { return in_channels * kernel_h * kernel_w; }  // rows of an im2col matrix
-};
-
-enum class PoolKind : uint8_t { Max, Average };
-
-// Pooling geometry. Max pooling treats padding as -infinity; average
-// pooling divides by the full window including padding (PyTorch's
-// count_include_pad=True) unless count_include_pad is false.
-struct Pool2dGeometry {
-  int64_t batch = 0, channels = 0, in_h = 0, in_w = 0;
-  int64_t kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, padding = 0;
-  bool count_include_pad = true;
-  int64_t out_h() const { return (in_h + 2 * padding - kernel_h) / stride_h + 1; }
-  int64_t out_w() const { return (in_w + 2 * padding - kernel_w) / stride_w + 1; }
-};
 
 // Key of a dropout mask, the same as cpu::DropoutKey (core/cpu/dropout_kernels.h):
 // element i is kept iff uniform01 of word i%4 of Philox block
@@ -124,6 +100,11 @@ struct DeviceOps {
                                        const float* dy, float* dw, float* db) = nullptr;
 
   // --- convolution (cuDNN; CPU: im2col + GEMM); bias may be null ---
+  // Any Conv2dGeometry: groups, rectangular kernels, per-axis strides and
+  // per-side pads. The CPU runs the core layers' case (square window, one
+  // group) on its fast kernels and the rest on im2col + GEMM per sample and
+  // group; CUDA runs cuDNN, on a zero-padded copy of x where the pads differ
+  // before and after an axis.
   void (*conv2d_forward)(const Conv2dGeometry& g, const float* x, const float* w, const float* bias,
                          float* y) = nullptr;
   void (*conv2d_backward_data)(const Conv2dGeometry& g, const float* w, const float* dy,
@@ -133,6 +114,9 @@ struct DeviceOps {
                                        float* dw, float* dbias) = nullptr;
 
   // --- pooling (cuDNN; CPU: own kernels) ---
+  // Any Pool2dGeometry. CUDA runs cuDNN where the pads are symmetric per
+  // axis and the mode is floor, its own kernels otherwise (backward: each
+  // input cell sums its windows in output order, no atomics).
   void (*pool2d_forward)(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y) = nullptr;
   void (*pool2d_backward)(PoolKind kind, const Pool2dGeometry& g, const float* x, const float* y,
                           const float* dy, float* dx) = nullptr;

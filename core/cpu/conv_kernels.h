@@ -10,13 +10,23 @@
 // sample.
 #include <cstdint>
 
-#include "core/device_ops.h"
+#include "core/geometry.h"
 
 namespace pd::cpu {
 
-// The devices' one convolution geometry. These kernels take square
-// kernels only (kernel_w == kernel_h; the CPU's DeviceOps table checks).
-using ConvShape = Conv2dGeometry;
+// What these kernels take: the core layers' convolutions, one group with a
+// square window (kernel_h == kernel_w, one stride, the same padding on
+// every side). The other Conv2dGeometry cases run in
+// conv_general_kernels.h.
+struct ConvShape {
+  int64_t batch = 0, in_channels = 0, in_h = 0, in_w = 0;
+  int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;
+  int64_t stride = 1, padding = 0;
+  int64_t out_h() const { return (in_h + 2 * padding - kernel_h) / stride + 1; }
+  int64_t out_w() const { return (in_w + 2 * padding - kernel_w) / stride + 1; }
+  int64_t patch() const { return in_channels * kernel_h * kernel_w; }  // rows of an im2col matrix
+};
+
 
 // x [N, C, H, W] -> col [C*k*k, n*OH*OW] for samples [first, first + n):
 // column j = sample (j / OH*OW), output pixel (j % OH*OW). Zero padding.

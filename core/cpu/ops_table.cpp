@@ -11,7 +11,7 @@
 
 #include "core/cpu/attention_kernels.h"
 #include "core/cpu/batchnorm_kernels.h"
-#include "core/cpu/conv_kernels.h"
+#include "core/cpu/conv_general_kernels.h"
 #include "core/cpu/cross_entropy_kernels.h"
 #include "core/cpu/dropout_kernels.h"
 #include "core/cpu/elementwise_kernels.h"
@@ -22,6 +22,7 @@
 #include "core/cpu/linear_kernels.h"
 #include "core/cpu/optimizer_kernels.h"
 #include "core/cpu/pool_kernels.h"
+#include "core/cpu/pool_general_kernels.h"  // every Pool2dGeometry
 #include "core/cpu/residual_kernels.h"
 #include "core/device_ops.h"
 
@@ -58,46 +59,25 @@ void linear_backward_params_accum(int64_t rows, int64_t in, int64_t out, const f
   if (db) cpu::add_column_sums(dy, rows, out, db);
 }
 
-// --- convolution: the CPU kernels take square kernels ---
-const Conv2dGeometry& square(const Conv2dGeometry& g) {
-  PD_CHECK(g.kernel_h == g.kernel_w, "CPU convolution needs a square kernel, got ", g.kernel_h, "x", g.kernel_w);
-  return g;
-}
+// --- convolution: every geometry (conv_general_kernels.h routes the core
+// layers' case to conv_kernels.h as it stands) ---
 void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias, float* y) {
-  cpu::conv2d_forward(square(g), x, w, bias, y);
+  cpu::conv2d_forward_general(g, x, w, bias, y);
 }
 void conv2d_backward_data(const Conv2dGeometry& g, const float* w, const float* dy, float* dx) {
-  cpu::conv2d_backward_input(square(g), w, dy, dx);
+  cpu::conv2d_backward_input_general(g, w, dy, dx);
 }
 void conv2d_backward_params_accum(const Conv2dGeometry& g, const float* x, const float* dy, float* dw, float* dbias) {
-  cpu::conv2d_backward_params(square(g), x, dy, dw, dbias);
+  cpu::conv2d_backward_params_general(g, x, dy, dw, dbias);
 }
 
 // --- pooling: the CPU routes max pooling's gradient through its argmax ---
-cpu::PoolShape pool_shape(const Pool2dGeometry& g) {
-  PD_CHECK(g.kernel_h == g.kernel_w && g.stride_h == g.stride_w && g.count_include_pad,
-           "CPU pooling needs square windows and strides, and padding counted in averages");
-  cpu::PoolShape s;
-  s.planes = g.batch * g.channels;
-  s.height = g.in_h;
-  s.width = g.in_w;
-  s.kernel = static_cast<int>(g.kernel_h);
-  s.stride = static_cast<int>(g.stride_h);
-  s.padding = static_cast<int>(g.padding);
-  return s;
-}
 void pool2d_forward_indexed(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y, int32_t* argmax) {
-  const cpu::PoolShape s = pool_shape(g);
-  if (kind == PoolKind::Average) return cpu::avgpool2d_forward(s, x, y);
-  PD_CHECK(argmax, "CPU max pooling needs an argmax buffer");
-  cpu::maxpool2d_forward(s, x, y, argmax);
+  cpu::pool2d_forward_general(kind, g, x, y, argmax);
 }
 void pool2d_backward_indexed(PoolKind kind, const Pool2dGeometry& g, const float*, const float*, const int32_t* argmax,
                              const float* dy, float* dx) {
-  const cpu::PoolShape s = pool_shape(g);
-  if (kind == PoolKind::Average) return cpu::avgpool2d_backward(s, dy, dx);
-  PD_CHECK(argmax, "CPU max pooling backward needs the forward's argmax");
-  cpu::maxpool2d_backward(s, dy, argmax, dx);
+  cpu::pool2d_backward_general(kind, g, argmax, dy, dx);
 }
 // The cuDNN-shaped entries: the argmax is recomputed from x.
 void pool2d_forward(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y) {
@@ -110,7 +90,7 @@ void pool2d_backward(PoolKind kind, const Pool2dGeometry& g, const float* x, con
   std::vector<int32_t> argmax(kind == PoolKind::Max ? outputs : 0);
   if (kind == PoolKind::Max) {
     std::vector<float> y(outputs);
-    cpu::maxpool2d_forward(pool_shape(g), x, y.data(), argmax.data());
+    cpu::pool2d_forward_general(kind, g, x, y.data(), argmax.data());
   }
   pool2d_backward_indexed(kind, g, nullptr, nullptr, argmax.empty() ? nullptr : argmax.data(), dy, dx);
 }

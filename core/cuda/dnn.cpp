@@ -9,6 +9,58 @@
 #include "core/cuda/allocator.h"
 #include "core/cuda/check.h"
 #include "core/cuda/context.h"
+#include "core/cuda/window_kernels.h"
+
+namespace pd::cuda {
+
+namespace {
+
+// What cuDNN's pooling computes: floor mode, each axis padded the same on
+// both sides. The rest runs on window.cu's kernels.
+bool pool_fits_cudnn(const Pool2dGeometry& g) { return g.pad.is_symmetric() && !g.ceil_mode; }
+
+kernels::PoolWindow pool_window(const Pool2dGeometry& g) {
+  const Pads2d& p = g.pad;
+  // Pads below the window leave an input cell in every window (ONNX requires it).
+  PD_CHECK(p.top < g.kernel_h && p.bottom < g.kernel_h && p.left < g.kernel_w && p.right < g.kernel_w,
+           "pooling pads must be below the window size ", g.kernel_h, "x", g.kernel_w);
+  kernels::PoolWindow w;
+  w.planes = g.batch * g.channels;
+  w.H = g.in_h;
+  w.W = g.in_w;
+  w.OH = g.out_h();
+  w.OW = g.out_w();
+  w.kernel_h = g.kernel_h;
+  w.kernel_w = g.kernel_w;
+  w.stride_h = g.stride_h;
+  w.stride_w = g.stride_w;
+  w.top = p.top;
+  w.left = p.left;
+  w.bottom = p.bottom;
+  w.right = p.right;
+  w.count_include_pad = g.count_include_pad;
+  return w;
+}
+
+void pool2d_forward_direct(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y) {
+  const kernels::PoolWindow p = pool_window(g);
+  if (kind == PoolKind::Max) return kernels::pool_max_forward(p, x, y, nullptr, context().compute);
+  kernels::pool_avg_forward(p, x, y, context().compute);
+}
+
+// Max pooling's routing is recomputed from x, as cuDNN's backward does.
+void pool2d_backward_direct(PoolKind kind, const Pool2dGeometry& g, const float* x, const float* dy, float* dx) {
+  const kernels::PoolWindow p = pool_window(g);
+  cudaStream_t s = context().compute;
+  if (kind == PoolKind::Average) return kernels::pool_avg_backward(p, dy, dx, s);
+  auto argmax = device_allocator().allocate(static_cast<size_t>(p.planes * p.OH * p.OW) * sizeof(int32_t));
+  kernels::pool_max_forward(p, x, nullptr, static_cast<int32_t*>(argmax->data), s);
+  kernels::pool_max_backward(p, static_cast<const int32_t*>(argmax->data), dy, dx, s);
+}
+
+}  // namespace
+
+}  // namespace pd::cuda
 
 #if defined(PIPEDREAM_HAVE_CUDNN)
 
@@ -51,11 +103,14 @@ struct FilterDesc {
 
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
-  ConvDesc(int64_t pad, int64_t stride) {
+  // cuDNN pads each axis the same before and after: g.pad is symmetric here.
+  explicit ConvDesc(const Conv2dGeometry& g) {
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
     // Cross-correlation, as every DL framework (and the CPU kernel) computes.
-    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d, to_int(pad), to_int(pad), to_int(stride), to_int(stride), 1, 1,
-                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d, to_int(g.pad.top), to_int(g.pad.left), to_int(g.stride_h),
+                                                to_int(g.stride_w), 1, 1, CUDNN_CROSS_CORRELATION,
+                                                CUDNN_DATA_FLOAT));
+    if (g.groups != 1) CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, to_int(g.groups)));
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
   ConvDesc(const ConvDesc&) = delete;
@@ -70,7 +125,7 @@ struct PoolDesc {
                               : g.count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
                                                     : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
     CUDNN_CHECK(cudnnSetPooling2dDescriptor(d, mode, CUDNN_PROPAGATE_NAN, to_int(g.kernel_h), to_int(g.kernel_w),
-                                            to_int(g.padding), to_int(g.padding), to_int(g.stride_h),
+                                            to_int(g.pad.top), to_int(g.pad.left), to_int(g.stride_h),
                                             to_int(g.stride_w)));
   }
   ~PoolDesc() { cudnnDestroyPoolingDescriptor(d); }
@@ -92,11 +147,13 @@ struct ConvPlan {
       : x(g.batch, g.in_channels, g.in_h, g.in_w),
         y(g.batch, g.out_channels, g.out_h(), g.out_w()),
         bias(1, g.out_channels, 1, 1),
-        w(g.out_channels, g.in_channels, g.kernel_h, g.kernel_w),
-        conv(g.padding, g.stride) {}
+        w(g.out_channels, g.group_in_channels(), g.kernel_h, g.kernel_w),
+        conv(g) {}
 };
 
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool>;
+// The geometry (pads symmetric: top and left stand for their axes) and the math modes.
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, bool, bool>;
 
 std::mutex g_plans_mu;
 std::map<PlanKey, std::unique_ptr<ConvPlan>> g_plans;
@@ -121,8 +178,9 @@ const Perf* pick(const std::vector<Perf>& perfs, int count, bool deterministic, 
 
 ConvPlan& plan_for(const Conv2dGeometry& g) {
   Context& c = context();
-  PlanKey key{g.batch, g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h, g.kernel_w, g.stride, g.padding,
-              c.deterministic, tensor_math(c)};
+  PD_CHECK(g.pad.is_symmetric(), "cuDNN convolution needs the same pad before and after each axis");
+  PlanKey key{g.batch,    g.in_channels, g.in_h,    g.in_w,     g.out_channels, g.kernel_h,      g.kernel_w,
+              g.stride_h, g.stride_w,    g.pad.top, g.pad.left, g.groups,       c.deterministic, tensor_math(c)};
   std::lock_guard<std::mutex> lock(g_plans_mu);
   auto it = g_plans.find(key);
   if (it != g_plans.end()) return *it->second;
@@ -201,9 +259,30 @@ std::shared_ptr<Storage> workspace(size_t bytes) {
 
 const float kOne = 1.0f, kZero = 0.0f;
 
+// cuDNN pads symmetrically: a convolution with other pads runs unpadded on
+// a zero-padded copy of x (the same output size, the same sums).
+Conv2dGeometry on_padded_input(const Conv2dGeometry& g) {
+  Conv2dGeometry s = g;
+  s.in_h = g.in_h + g.pad.top + g.pad.bottom;
+  s.in_w = g.in_w + g.pad.left + g.pad.right;
+  s.pad = Pads2d{};
+  return s;
+}
+std::shared_ptr<Storage> padded_input(const Conv2dGeometry& g, const float* x) {
+  const Conv2dGeometry s = on_padded_input(g);
+  auto xp = workspace(static_cast<size_t>(s.batch * s.in_channels * s.in_h * s.in_w) * sizeof(float));
+  kernels::pad_planes(g.batch * g.in_channels, g.in_h, g.in_w, g.pad.top, g.pad.left, g.pad.bottom, g.pad.right, x,
+                      static_cast<float*>(xp->data), context().compute);
+  return xp;
+}
+
 }  // namespace
 
 void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias, float* y) {
+  if (!g.pad.is_symmetric()) {
+    auto xp = padded_input(g, x);
+    return conv2d_forward(on_padded_input(g), static_cast<const float*>(xp->data), w, bias, y);
+  }
   ConvPlan& p = plan_for(g);
   Context& c = context();
   auto ws = workspace(p.fwd_ws);
@@ -214,6 +293,14 @@ void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w, con
 }
 
 void conv2d_backward_data(const Conv2dGeometry& g, const float* w, const float* dy, float* dx) {
+  if (!g.pad.is_symmetric()) {
+    const Conv2dGeometry s = on_padded_input(g);
+    auto dxp = workspace(static_cast<size_t>(s.batch * s.in_channels * s.in_h * s.in_w) * sizeof(float));
+    conv2d_backward_data(s, w, dy, static_cast<float*>(dxp->data));
+    kernels::crop_planes(g.batch * g.in_channels, g.in_h, g.in_w, g.pad.top, g.pad.left, g.pad.bottom, g.pad.right,
+                         static_cast<const float*>(dxp->data), dx, context().compute);
+    return;
+  }
   ConvPlan& p = plan_for(g);
   Context& c = context();
   auto ws = workspace(p.bwd_data_ws);
@@ -224,6 +311,10 @@ void conv2d_backward_data(const Conv2dGeometry& g, const float* w, const float* 
 
 void conv2d_backward_params_accum(const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
                                   float* dbias) {
+  if (!g.pad.is_symmetric()) {
+    auto xp = padded_input(g, x);
+    return conv2d_backward_params_accum(on_padded_input(g), static_cast<const float*>(xp->data), dy, dw, dbias);
+  }
   ConvPlan& p = plan_for(g);
   Context& c = context();
   auto ws = workspace(p.bwd_filter_ws);
@@ -235,6 +326,7 @@ void conv2d_backward_params_accum(const Conv2dGeometry& g, const float* x, const
 }
 
 void pool2d_forward(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y) {
+  if (!pool_fits_cudnn(g)) return pool2d_forward_direct(kind, g, x, y);
   Context& c = context();
   PoolDesc pool(kind, g);
   TensorDesc xd(g.batch, g.channels, g.in_h, g.in_w), yd(g.batch, g.channels, g.out_h(), g.out_w());
@@ -243,6 +335,7 @@ void pool2d_forward(PoolKind kind, const Pool2dGeometry& g, const float* x, floa
 
 void pool2d_backward(PoolKind kind, const Pool2dGeometry& g, const float* x, const float* y, const float* dy,
                      float* dx) {
+  if (!pool_fits_cudnn(g)) return pool2d_backward_direct(kind, g, x, dy, dx);
   Context& c = context();
   PoolDesc pool(kind, g);
   TensorDesc xd(g.batch, g.channels, g.in_h, g.in_w), yd(g.batch, g.channels, g.out_h(), g.out_w());
@@ -319,8 +412,14 @@ namespace {
 void conv2d_forward(const Conv2dGeometry&, const float*, const float*, const float*, float*) { no_cudnn(); }
 void conv2d_backward_data(const Conv2dGeometry&, const float*, const float*, float*) { no_cudnn(); }
 void conv2d_backward_params_accum(const Conv2dGeometry&, const float*, const float*, float*, float*) { no_cudnn(); }
-void pool2d_forward(PoolKind, const Pool2dGeometry&, const float*, float*) { no_cudnn(); }
-void pool2d_backward(PoolKind, const Pool2dGeometry&, const float*, const float*, const float*, float*) { no_cudnn(); }
+void pool2d_forward(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y) {
+  if (pool_fits_cudnn(g)) no_cudnn();
+  pool2d_forward_direct(kind, g, x, y);
+}
+void pool2d_backward(PoolKind kind, const Pool2dGeometry& g, const float* x, const float*, const float* dy, float* dx) {
+  if (pool_fits_cudnn(g)) no_cudnn();
+  pool2d_backward_direct(kind, g, x, dy, dx);
+}
 void batchnorm_forward_train(int64_t, int64_t, int64_t, int64_t, const float*, const float*, const float*, float,
                              float, float*, float*, float*, float*, float*) { no_cudnn(); }
 void batchnorm_forward_eval(int64_t, int64_t, int64_t, int64_t, const float*, const float*, const float*,

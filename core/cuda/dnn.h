@@ -2,7 +2,9 @@
 // cuDNN-backed convolution, pooling and batch norm (contracts in
 // core/device_ops.h). Convolution algorithms are chosen once per shape by
 // cuDNN's heuristics and cached; in deterministic mode only algorithms
-// cuDNN reports as deterministic are eligible.
+// cuDNN reports as deterministic are eligible. cuDNN pads each axis
+// symmetrically: convolutions with uneven pads run on a zero-padded copy
+// of x, and pools with uneven pads or in ceil mode on window.cu's kernels.
 #include <cstddef>
 #include <cstdint>
 

@@ -86,9 +86,7 @@ class Conv2d : public SplitBackwardLayer {
     g.in_h = chw[1];
     g.in_w = chw[2];
     g.out_channels = out_;
-    g.kernel_h = g.kernel_w = kernel_;
-    g.stride = stride_;
-    g.padding = padding_;
+    g.square_window(kernel_, stride_, padding_);
     return g;
   }
   Conv2dGeometry geometry(const Tensor& x) const { return geometry(x.dim(0), {x.dim(1), x.dim(2), x.dim(3)}); }

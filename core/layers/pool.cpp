@@ -102,10 +102,7 @@ class WindowPool : public Layer {
     g.channels = nchw[1];
     g.in_h = nchw[2];
     g.in_w = nchw[3];
-    g.kernel_h = g.kernel_w = kernel_;
-    g.stride_h = g.stride_w = stride_;
-    g.padding = padding_;
-    g.count_include_pad = true;
+    g.square_window(kernel_, stride_, padding_);
     return g;
   }
 

@@ -1,9 +1,9 @@
 // MaxPool and AveragePool where the core pools do not fit: ceil_mode
 // (SqueezeNet), rectangular windows, per-side pads, count_include_pad=0.
-// Output sizes and divisors follow PyTorch, whose exports these are.
-#include <algorithm>
-#include <cmath>
-
+// One Pool2dGeometry describes the node (output sizes and divisors follow
+// PyTorch, whose exports these are), and the DeviceOps pooling entries of
+// the input's device compute it.
+#include "core/device_ops.h"
 #include "onnx/ops/op_util.h"
 #include "onnx/ops/ops.h"
 
@@ -11,58 +11,25 @@ namespace pd::onnx {
 
 namespace {
 
-struct Geometry : Window2d {
-  bool ceil = false, include_pad = false;
-
-  int64_t out(int64_t size, int64_t k, int64_t s, int64_t before, int64_t after) const {
-    const int64_t span = size + before + after - k;
-    int64_t o = (ceil ? (span + s - 1) / s : span / s) + 1;
-    if (ceil && (o - 1) * s >= size + before) --o;  // the last window must start inside the input or its leading pad
-    return o;
-  }
-  int64_t oh(int64_t H) const { return out(H, kh, sh, top, bottom); }
-  int64_t ow(int64_t W) const { return out(W, kw, sw, left, right); }
-};
-
 class PoolOp : public Op {
  public:
-  PoolOp(std::string type, Geometry g) : type_(std::move(type)), g_(g) {}
+  // window: kernel, strides, pads and modes; the sizes come from each call's input.
+  PoolOp(std::string type, Pool2dGeometry window) : type_(std::move(type)), window_(window) {}
   std::string type() const override { return type_; }
 
   std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo&, LayerContext& ctx) const override {
     const Tensor& x = in[0];
-    require_cpu_f32(x, type_.c_str());
-    const int64_t planes = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3), OH = g_.oh(H), OW = g_.ow(W);
-    Tensor y = Tensor::empty({x.dim(0), x.dim(1), OH, OW});
-    const bool max = type_ == "MaxPool";
-    Tensor arg = max ? Tensor::empty(y.shape(), DType::I32) : Tensor();
-    for (int64_t p = 0; p < planes; ++p) {
-      const float* xp = x.f32() + p * H * W;
-      for (int64_t i = 0; i < OH; ++i)
-        for (int64_t j = 0; j < OW; ++j) {
-          const int64_t o = p * OH * OW + i * OW + j;
-          Window w = window(i, j, H, W);
-          if (max) {
-            float best = -INFINITY;
-            int32_t at = -1;
-            for (int64_t r = w.h0; r < w.h1; ++r)
-              for (int64_t c = w.w0; c < w.w1; ++c)
-                if (xp[r * W + c] > best || at < 0) {
-                  best = xp[r * W + c];
-                  at = static_cast<int32_t>(r * W + c);
-                }
-            y.f32()[o] = best;
-            arg.data<int32_t>()[o] = at;
-          } else {
-            float sum = 0;
-            for (int64_t r = w.h0; r < w.h1; ++r)
-              for (int64_t c = w.w0; c < w.w1; ++c) sum += xp[r * W + c];
-            y.f32()[o] = sum / static_cast<float>(w.divisor);
-          }
-        }
-    }
-    std::vector<int32_t> d(x.shape().begin(), x.shape().end());
-    ctx.saved = {Tensor::from_ints(d, {4}), arg};
+    const DeviceOps& ops = device_ops(x.device());
+    const Pool2dGeometry g = geometry(x.shape());
+    Tensor y = Tensor::empty({g.batch, g.channels, g.out_h(), g.out_w()}, DType::F32, x.device());
+    // The argmax where the backend routes max pooling's gradient through
+    // one, x and y where its backward reads those instead.
+    Tensor argmax = kind() == PoolKind::Max && !ops.pool_backward_reads_tensors
+                        ? Tensor::empty(y.shape(), DType::I32, x.device())
+                        : Tensor();
+    ops.pool2d_forward_indexed(kind(), g, x.f32(), y.f32(), argmax.defined() ? argmax.data<int32_t>() : nullptr);
+    ctx.saved = {shape_tensor(x.shape()), argmax};
+    if (ops.pool_backward_reads_tensors) ctx.saved.insert(ctx.saved.end(), {x, y});
     return {y};
   }
 
@@ -70,26 +37,15 @@ class PoolOp : public Op {
                                LayerContext& ctx) const override {
     std::vector<Tensor> g(need.size());
     if (need[0]) {
-      const int32_t* d = ctx.saved[0].data<int32_t>();
       const Tensor& dy = dys[0];
-      const int64_t planes = int64_t(d[0]) * d[1], H = d[2], W = d[3], OH = dy.dim(2), OW = dy.dim(3);
-      Tensor dx = Tensor::zeros({d[0], d[1], d[2], d[3]});
-      const bool max = type_ == "MaxPool";
-      for (int64_t p = 0; p < planes; ++p) {
-        float* dp = dx.f32() + p * H * W;
-        for (int64_t i = 0; i < OH; ++i)
-          for (int64_t j = 0; j < OW; ++j) {
-            const int64_t o = p * OH * OW + i * OW + j;
-            if (max) {
-              dp[ctx.saved[1].data<int32_t>()[o]] += dy.f32()[o];
-            } else {
-              Window w = window(i, j, H, W);
-              const float v = dy.f32()[o] / static_cast<float>(w.divisor);
-              for (int64_t r = w.h0; r < w.h1; ++r)
-                for (int64_t c = w.w0; c < w.w1; ++c) dp[r * W + c] += v;
-            }
-          }
-      }
+      const DeviceOps& ops = device_ops(dy.device());
+      const Shape x_shape = shape_from_tensor(ctx.saved[0]);
+      const Tensor& argmax = ctx.saved[1];
+      const bool tensors = ctx.saved.size() > 2;
+      Tensor dx = Tensor::empty(x_shape, DType::F32, dy.device());
+      ops.pool2d_backward_indexed(kind(), geometry(x_shape), tensors ? ctx.saved[2].f32() : nullptr,
+                                  tensors ? ctx.saved[3].f32() : nullptr,
+                                  argmax.defined() ? argmax.data<int32_t>() : nullptr, dy.f32(), dx.f32());
       g[0] = dx;
     }
     ctx.clear();
@@ -97,23 +53,17 @@ class PoolOp : public Op {
   }
 
  private:
-  struct Window {
-    int64_t h0, h1, w0, w1, divisor;
-  };
-  // As PyTorch's avg_pool2d: the divisor counts the padded window (clipped
-  // to the padded input) or only the real cells.
-  Window window(int64_t i, int64_t j, int64_t H, int64_t W) const {
-    int64_t h0 = i * g_.sh - g_.top, w0 = j * g_.sw - g_.left;
-    int64_t h1 = std::min(h0 + g_.kh, H + g_.bottom), w1 = std::min(w0 + g_.kw, W + g_.right);
-    const int64_t padded = (h1 - h0) * (w1 - w0);
-    h0 = std::max<int64_t>(h0, 0);
-    w0 = std::max<int64_t>(w0, 0);
-    h1 = std::min(h1, H);
-    w1 = std::min(w1, W);
-    return {h0, h1, w0, w1, std::max<int64_t>(1, g_.include_pad ? padded : (h1 - h0) * (w1 - w0))};
+  PoolKind kind() const { return type_ == "MaxPool" ? PoolKind::Max : PoolKind::Average; }
+  Pool2dGeometry geometry(const Shape& nchw) const {
+    Pool2dGeometry g = window_;
+    g.batch = nchw[0];
+    g.channels = nchw[1];
+    g.in_h = nchw[2];
+    g.in_w = nchw[3];
+    return g;
   }
   std::string type_;
-  Geometry g_;
+  Pool2dGeometry window_;
 };
 
 }  // namespace
@@ -127,13 +77,22 @@ OpPtr make_pool_op(const Node& n, const OpInputs& in) {
   for (int64_t v : d)
     if (v != 1) unsupported(n, "dilation is not supported");
   if (k.size() != 2 || k[0] < 1 || k[1] < 1) unsupported(n, "kernel_shape must have two positive sizes");
-  Geometry g;
-  g.kh = k[0];
-  g.kw = k[1];
-  read_strides_and_pads(n, /*pads_below_kernel=*/true, g);
-  g.ceil = n.int_attr("ceil_mode", 0) != 0;
-  g.include_pad = n.int_attr("count_include_pad", 0) != 0;
-  if (g.oh(x.dim(2)) < 1 || g.ow(x.dim(3)) < 1) unsupported(n, cat("the window does not fit the input ", shape_str(x.shape())));
+  Window2d win;
+  win.kh = k[0];
+  win.kw = k[1];
+  read_strides_and_pads(n, /*pads_below_kernel=*/true, win);
+  Pool2dGeometry g;
+  g.kernel_h = win.kh;
+  g.kernel_w = win.kw;
+  g.stride_h = win.sh;
+  g.stride_w = win.sw;
+  g.pad = {win.top, win.left, win.bottom, win.right};
+  g.ceil_mode = n.int_attr("ceil_mode", 0) != 0;
+  g.count_include_pad = n.int_attr("count_include_pad", 0) != 0;  // ONNX's default, unlike PyTorch's
+  g.in_h = x.dim(2);
+  g.in_w = x.dim(3);
+  if (g.in_h + g.pad.top + g.pad.bottom < g.kernel_h || g.in_w + g.pad.left + g.pad.right < g.kernel_w)
+    unsupported(n, cat("the window does not fit the input ", shape_str(x.shape())));
   return std::make_unique<PoolOp>(n.op_type, g);
 }
 

@@ -25,8 +25,7 @@ TEST_F(CudaCnnStep, ForwardBackwardSgdMatchesCpuComposition) {
   cg.in_channels = 1;
   cg.in_h = cg.in_w = 12;
   cg.out_channels = 4;
-  cg.kernel_h = cg.kernel_w = 5;
-  cg.padding = 2;
+  cg.square_window(5, 1, 2);
   Pool2dGeometry pg;
   pg.batch = N;
   pg.channels = 4;

@@ -23,9 +23,7 @@ Conv2dGeometry geometry(int64_t stride, int64_t padding) {
   g.in_h = 11;
   g.in_w = 9;
   g.out_channels = 6;
-  g.kernel_h = g.kernel_w = 3;
-  g.stride = stride;
-  g.padding = padding;
+  g.square_window(3, stride, padding);
   return g;
 }
 
@@ -142,7 +140,7 @@ TEST_F(CudaPool, MaxAndAverageForwardBackward) {
       g.in_w = 8;
       g.kernel_h = g.kernel_w = c.k;
       g.stride_h = g.stride_w = c.s;
-      g.padding = c.pad;
+      g.pad = Pads2d::uniform(c.pad);
       auto x = random_floats(g.batch * g.channels * g.in_h * g.in_w, 5);
       auto dy = random_floats(g.batch * g.channels * g.out_h() * g.out_w(), 6);
       Tensor dx_ = on_gpu(x), ddy = on_gpu(dy), y = gpu_zeros(dy.size()), dx = gpu_zeros(x.size());

@@ -33,21 +33,31 @@ inline D gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, c
   return out;
 }
 
+// Input cell of output (oh, ow) and kernel tap (kh, kw); false in the padding.
+inline bool conv_input(const Conv2dGeometry& g, int64_t oh, int64_t ow, int64_t kh, int64_t kw, int64_t* ih,
+                       int64_t* iw) {
+  *ih = oh * g.stride_h - g.pad.top + kh;
+  *iw = ow * g.stride_w - g.pad.left + kw;
+  return *ih >= 0 && *ih < g.in_h && *iw >= 0 && *iw < g.in_w;
+}
+
+// Output channel o reads input channels [group * C/groups, (group + 1) * C/groups).
 inline D conv2d_forward(const Conv2dGeometry& g, const V& x, const V& w, const V& bias) {
-  int64_t OH = g.out_h(), OW = g.out_w();
+  const int64_t OH = g.out_h(), OW = g.out_w(), Cg = g.in_channels / g.groups, Og = g.out_channels / g.groups;
   D y(g.batch * g.out_channels * OH * OW);
   for (int64_t n = 0; n < g.batch; ++n)
     for (int64_t o = 0; o < g.out_channels; ++o)
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) {
           double acc = bias.empty() ? 0.0 : bias[o];
-          for (int64_t c = 0; c < g.in_channels; ++c)
+          for (int64_t cg = 0; cg < Cg; ++cg)
             for (int64_t kh = 0; kh < g.kernel_h; ++kh)
               for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-                int64_t ih = oh * g.stride - g.padding + kh, iw = ow * g.stride - g.padding + kw;
-                if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
+                int64_t ih, iw;
+                if (!conv_input(g, oh, ow, kh, kw, &ih, &iw)) continue;
+                const int64_t c = o / Og * Cg + cg;
                 acc += double(x[((n * g.in_channels + c) * g.in_h + ih) * g.in_w + iw]) *
-                       w[((o * g.in_channels + c) * g.kernel_h + kh) * g.kernel_w + kw];
+                       w[((o * Cg + cg) * g.kernel_h + kh) * g.kernel_w + kw];
               }
           y[((n * g.out_channels + o) * OH + oh) * OW + ow] = acc;
         }
@@ -59,7 +69,7 @@ struct ConvGrads {
   D dx, dw, db;
 };
 inline ConvGrads conv2d_backward(const Conv2dGeometry& g, const V& x, const V& w, const V& dy) {
-  int64_t OH = g.out_h(), OW = g.out_w();
+  const int64_t OH = g.out_h(), OW = g.out_w(), Cg = g.in_channels / g.groups, Og = g.out_channels / g.groups;
   ConvGrads r{D(x.size()), D(w.size()), D(g.out_channels)};
   for (int64_t n = 0; n < g.batch; ++n)
     for (int64_t o = 0; o < g.out_channels; ++o)
@@ -67,17 +77,38 @@ inline ConvGrads conv2d_backward(const Conv2dGeometry& g, const V& x, const V& w
         for (int64_t ow = 0; ow < OW; ++ow) {
           double d = dy[((n * g.out_channels + o) * OH + oh) * OW + ow];
           r.db[o] += d;
-          for (int64_t c = 0; c < g.in_channels; ++c)
+          for (int64_t cg = 0; cg < Cg; ++cg)
             for (int64_t kh = 0; kh < g.kernel_h; ++kh)
               for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-                int64_t ih = oh * g.stride - g.padding + kh, iw = ow * g.stride - g.padding + kw;
-                if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
+                int64_t ih, iw;
+                if (!conv_input(g, oh, ow, kh, kw, &ih, &iw)) continue;
+                const int64_t c = o / Og * Cg + cg;
                 int64_t xi = ((n * g.in_channels + c) * g.in_h + ih) * g.in_w + iw;
-                int64_t wi = ((o * g.in_channels + c) * g.kernel_h + kh) * g.kernel_w + kw;
+                int64_t wi = ((o * Cg + cg) * g.kernel_h + kh) * g.kernel_w + kw;
                 r.dx[xi] += d * w[wi];
                 r.dw[wi] += d * x[xi];
               }
         }
+  return r;
+}
+
+// The cells of output (oh, ow)'s window: input cells, and the divisor of
+// its average (the window's cells inside the padded input when padding
+// counts - a ceil-mode window may overhang it - else its input cells).
+struct PoolCells {
+  std::vector<int64_t> inside;  // in-plane indices, row-major window order
+  int64_t divisor = 0;
+};
+inline PoolCells pool_cells(const Pool2dGeometry& g, int64_t oh, int64_t ow) {
+  PoolCells r;
+  int64_t padded = 0;
+  for (int64_t kh = 0; kh < g.kernel_h; ++kh)
+    for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
+      const int64_t ih = oh * g.stride_h - g.pad.top + kh, iw = ow * g.stride_w - g.pad.left + kw;
+      if (ih < g.in_h + g.pad.bottom && iw < g.in_w + g.pad.right) ++padded;
+      if (ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w) r.inside.push_back(ih * g.in_w + iw);
+    }
+  r.divisor = g.count_include_pad ? padded : static_cast<int64_t>(r.inside.size());
   return r;
 }
 
@@ -90,22 +121,18 @@ inline D pool2d_forward(PoolKind kind, const Pool2dGeometry& g, const V& x, std:
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < OW; ++ow) {
         double best = -std::numeric_limits<double>::infinity(), sum = 0;
-        int64_t best_i = -1, count = 0;
-        for (int64_t kh = 0; kh < g.kernel_h; ++kh)
-          for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-            int64_t ih = oh * g.stride_h - g.padding + kh, iw = ow * g.stride_w - g.padding + kw;
-            bool inside = ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w;
-            if (inside || g.count_include_pad) ++count;
-            if (!inside) continue;
-            int64_t xi = (nc * g.in_h + ih) * g.in_w + iw;
-            sum += x[xi];
-            if (x[xi] > best) {
-              best = x[xi];
-              best_i = xi;
-            }
+        int64_t best_i = -1;
+        const PoolCells cells = pool_cells(g, oh, ow);
+        for (int64_t at : cells.inside) {
+          int64_t xi = nc * g.in_h * g.in_w + at;
+          sum += x[xi];
+          if (x[xi] > best) {
+            best = x[xi];
+            best_i = xi;
           }
+        }
         int64_t yi = (nc * OH + oh) * OW + ow;
-        y[yi] = kind == PoolKind::Max ? best : sum / double(count);
+        y[yi] = kind == PoolKind::Max ? best : sum / double(cells.divisor);
         if (argmax) (*argmax)[yi] = best_i;
       }
   return y;
@@ -124,18 +151,8 @@ inline D pool2d_backward(PoolKind kind, const Pool2dGeometry& g, const V& x, con
           dx[am[yi]] += dy[yi];
           continue;
         }
-        int64_t count = 0;
-        for (int64_t kh = 0; kh < g.kernel_h; ++kh)
-          for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-            int64_t ih = oh * g.stride_h - g.padding + kh, iw = ow * g.stride_w - g.padding + kw;
-            bool inside = ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w;
-            if (inside || g.count_include_pad) ++count;
-          }
-        for (int64_t kh = 0; kh < g.kernel_h; ++kh)
-          for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-            int64_t ih = oh * g.stride_h - g.padding + kh, iw = ow * g.stride_w - g.padding + kw;
-            if (ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w) dx[(nc * g.in_h + ih) * g.in_w + iw] += dy[yi] / count;
-          }
+        const PoolCells cells = pool_cells(g, oh, ow);
+        for (int64_t at : cells.inside) dx[nc * g.in_h * g.in_w + at] += dy[yi] / cells.divisor;
       }
   return dx;
 }

@@ -217,6 +217,10 @@ TEST(OnnxOpGradcheck, CoreLayerAdapters) {
         {{rnd({2, 3, 4, 5}, 54)}, {rnd({2, 3, 1, 3}, 55, 0.3f)}, {rnd({2}, 56)}});
   check(node("Conv", 2, {ints_attribute("kernel_shape", {3, 2}), ints_attribute("strides", {2, 1}), ints_attribute("pads", {1, 0, 0, 1})}),
         {{rnd({2, 2, 5, 4}, 57)}, {rnd({3, 2, 3, 2}, 58, 0.3f)}});
+  // Groups with a rectangular kernel, per-axis strides and uneven pads (TensorFlow-style "same" depthwise).
+  check(node("Conv", 3, {ints_attribute("kernel_shape", {3, 2}), ints_attribute("strides", {2, 1}), ints_attribute("pads", {0, 0, 1, 1}),
+                         int_attribute("group", 2)}),
+        {{rnd({2, 4, 5, 4}, 62)}, {rnd({6, 2, 3, 2}, 63, 0.3f)}, {rnd({6}, 64)}});
   check(node("Gemm", 3, {int_attribute("transB", 1)}), {{rnd({3, 5}, 36)}, {rnd({4, 5}, 37)}, {rnd({4}, 38)}});
   check(node("LayerNormalization", 3, {int_attribute("axis", -1), float_attribute("epsilon", 1e-5f)}),
         {{rnd({2, 3, 6}, 39)}, {positive({6}, 40)}, {rnd({6}, 41)}});
