@@ -3,10 +3,13 @@
 #include <cstring>
 
 #include "core/cpu/parallel.h"
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/strided_dims.h"
 
 namespace pd::cpu {
+
+static_assert(StridedDims::kMaxRank == kMaxStridedRank);
 
 namespace {
 

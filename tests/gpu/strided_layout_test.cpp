@@ -47,6 +47,8 @@ void expect_same_copy(const DeviceOps& gpu, const CopyCase& c, uint32_t key) {
 }  // namespace
 
 TEST_F(CudaLayout, StridedCopyMatchesTheCpuOnEveryLayoutOpsPattern) {
+  ASSERT_TRUE(ops->strided_copy && ops->index_select_forward && ops->index_select_backward_accum)
+      << "the CUDA table lacks a layout entry";
   std::vector<CopyCase> cases;
   {  // Transpose [2, 3, 4, 5] by (0, 2, 3, 1): y contiguous, x at permuted strides.
     const Shape xs{2, 3, 4, 5};
