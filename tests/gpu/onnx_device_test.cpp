@@ -21,6 +21,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <ostream>
 #include <string>
 
 #include "core/safetensors.h"
@@ -72,6 +73,7 @@ struct ImportedModel {
   std::string name;
   std::string export_args;  // scripts/export_torch.py arguments before -o
 };
+void PrintTo(const ImportedModel& m, std::ostream* os) { *os << m.name; }
 
 // The tensors of a safetensors file by name, as host floats.
 std::map<std::string, std::vector<float>> load(const std::string& path) {
