@@ -313,7 +313,29 @@ struct DeviceOps {
   // (end of pointwise)
 
   // --- layout: strided copies (Transpose, Slice, Concat, Split, Pad, Expand), index selection ---
-
+  // y[sum_d i_d * y_strides[d]] = x[sum_d i_d * x_strides[d]] for every
+  // index (i_0, ..., i_{rank-1}) of `shape` (rank 0 .. kMaxStridedRank;
+  // rank 0 copies one element, an empty shape nothing). x and y point at
+  // the element of index 0, possibly inside a larger tensor (a slice's
+  // start, a concatenation's slab); x's strides may be 0 (broadcast:
+  // Expand) or negative (Slice with negative steps); y's reach each element
+  // at most once; x and y do not overlap.
+  void (*strided_copy)(int rank, const int64_t* shape, const float* x, const int64_t* x_strides, float* y,
+                       const int64_t* y_strides) = nullptr;
+  // Selection along one axis (Gather): x viewed as [outer, len, inner], y
+  // as [outer, count, inner]; y[o, j, :] = x[o, index[j], :], a negative
+  // index counting from the end (numpy). index: `count` integers of
+  // index_dtype (I32 or I64) in the table's memory. Returns whether every
+  // index lies in [-len, len) (y is unspecified where one does not);
+  // synchronises on CUDA to tell.
+  bool (*index_select_forward)(int64_t outer, int64_t len, int64_t inner, int64_t count, DType index_dtype,
+                               const void* index, const float* x, float* y) = nullptr;
+  // Its backward: dx[o, k, :] += dy[o, j, :] for every j whose index
+  // resolves to k, added in increasing j (deterministic, no atomics: the
+  // same bits on every backend). Indices out of range: RuntimeFailure.
+  // Synchronises on CUDA (the positions are grouped by index on the host).
+  void (*index_select_backward_accum)(int64_t outer, int64_t len, int64_t inner, int64_t count, DType index_dtype,
+                                      const void* index, const float* dy, float* dx) = nullptr;
   // (end of layout)
 };
 

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <memory>
+#include <mutex>
 
-#include "core/cpu/elementwise_kernels.h"
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "models/model_graph.h"
+#include "onnx/ops/strided.h"
 
 namespace pd::onnx {
 
@@ -14,9 +17,17 @@ namespace {
 
 Tensor sum_of(const Tensor& a, const Tensor& b) {
   PD_CHECK(a.shape() == b.shape(), "gradient shapes differ: ", shape_str(a.shape()), " vs ", shape_str(b.shape()));
-  Tensor s = a.clone();  // never in place: a gradient may alias another tensor's
-  cpu::add_into(s.numel(), s.f32(), b.f32());
+  Tensor s = Tensor::empty(a.shape(), DType::F32, a.device());  // never in place: a gradient may alias another tensor's
+  device_ops(a.device()).add(s.numel(), a.f32(), b.f32(), s.f32());
   return s;
+}
+
+// Copies rows of `cols` floats between a [batch, cols] tensor and the
+// columns [offset, offset + cols) of a [batch, row] one.
+void copy_columns(int64_t batch, int64_t cols, const Tensor& from, int64_t from_offset, int64_t from_row, Tensor& to,
+                  int64_t to_offset, int64_t to_row) {
+  const Shape shape{batch, cols};
+  copy_strided(shape, from, from_offset, {from_row, 1}, to, to_offset, {to_row, 1});
 }
 
 // Splits a packed boundary [batch, F] into its tensors; one tensor is the boundary itself.
@@ -30,30 +41,32 @@ void unpack(const Tensor& packed, const std::vector<BoundaryTensor>& parts, std:
   for (const BoundaryTensor& b : parts) {
     Shape shape = b.sample;
     shape.insert(shape.begin(), batch);
-    Tensor t = Tensor::empty(shape);
+    Tensor t = Tensor::empty(shape, DType::F32, packed.device());
     const int64_t n = shape_numel(b.sample);
-    for (int64_t i = 0; i < batch; ++i)
-      std::copy_n(packed.f32() + i * row + offset, n, t.f32() + i * n);
+    copy_columns(batch, n, packed, offset, row, t, 0, n);
     slots[size_t(b.slot)] = std::move(t);
     offset += n;
   }
 }
 
 // The inverse: packs the slots' tensors per sample (an absent one, a
-// gradient nobody produced, as zeros).
-Tensor pack(const std::vector<Tensor>& slots, const std::vector<BoundaryTensor>& parts, int64_t batch) {
+// gradient nobody produced, as zeros) on `device`.
+Tensor pack(const std::vector<Tensor>& slots, const std::vector<BoundaryTensor>& parts, int64_t batch, Device device) {
   if (parts.size() == 1) return slots[size_t(parts[0].slot)];
   int64_t row = 0;
-  for (const BoundaryTensor& b : parts) row += shape_numel(b.sample);
-  Tensor packed = Tensor::zeros({batch, row});
+  bool complete = true;
+  for (const BoundaryTensor& b : parts) {
+    row += shape_numel(b.sample);
+    complete = complete && slots[size_t(b.slot)].defined();
+  }
+  Tensor packed = complete ? Tensor::empty({batch, row}, DType::F32, device) : Tensor::zeros({batch, row}, DType::F32, device);
   int64_t offset = 0;
   for (const BoundaryTensor& b : parts) {
     const int64_t n = shape_numel(b.sample);
     const Tensor& t = slots[size_t(b.slot)];
     if (t.defined()) {
       PD_CHECK(t.numel() == batch * n, "boundary tensor of ", t.numel(), " values, expected ", batch * n);
-      for (int64_t i = 0; i < batch; ++i)
-        std::copy_n(t.f32() + i * n, n, packed.f32() + i * row + offset);
+      copy_columns(batch, n, t, 0, n, packed, offset, row);
     }
     offset += n;
   }
@@ -122,12 +135,16 @@ class OnnxSegment : public Layer {
     unpack(x, s_.inputs, slots);
     ctx.saved.clear();
     ctx.children.assign(s_.nodes.size(), LayerContext{});
+    const std::vector<std::vector<Tensor>>& constants = constants_on(x.device());
     UnitClock* clock = UnitClock::active();
     std::vector<Tensor> in;
     for (size_t j = 0; j < s_.nodes.size(); ++j) {
       const SegmentNode& n = s_.nodes[j];
       in.clear();
-      for (const InputRef& r : n.inputs) in.push_back(resolve(r, slots, a.params, a.buffers, x.dim(0)));
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        const InputRef& r = n.inputs[k];
+        in.push_back(r.kind == InputRef::Constant ? constants[j][k] : resolve(r, slots, a.params, a.buffers, x.dim(0)));
+      }
       const Clock::time_point start = clock ? Clock::now() : Clock::time_point{};  // read only when profiling
       std::vector<Tensor> out = n.op->forward(in, node_step(a.step, n), ctx.children[j]);
       if (clock) {
@@ -144,7 +161,7 @@ class OnnxSegment : public Layer {
         if (r.kind == InputRef::Slot && last_use_[size_t(r.index)] == static_cast<int>(j) && !is_output_[size_t(r.index)])
           slots[size_t(r.index)] = Tensor();
     }
-    return pack(slots, s_.outputs, x.dim(0));
+    return pack(slots, s_.outputs, x.dim(0), x.device());
   }
 
   Tensor backward(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
@@ -181,7 +198,9 @@ class OnnxSegment : public Layer {
         const InputRef& r = n.inputs[k];
         if (r.kind == InputRef::Param) {
           Tensor& p = a.grads[size_t(r.index)];
-          cpu::add_into(p.numel(), p.f32(), g[k].f32());
+          PD_CHECK(p.numel() == g[k].numel(), n.label, ": parameter gradient ", shape_str(g[k].shape()), " for ",
+                   shape_str(p.shape()));
+          device_ops(p.device()).add(p.numel(), p.f32(), g[k].f32(), p.f32());  // p += g
         } else {
           Tensor& s = grads[size_t(r.index)];
           s = s.defined() ? sum_of(s, g[k]) : g[k];
@@ -189,7 +208,7 @@ class OnnxSegment : public Layer {
       }
     }
     ctx.clear();
-    return a.need_input_grad ? pack(grads, s_.inputs, dy.dim(0)) : Tensor();
+    return a.need_input_grad ? pack(grads, s_.inputs, dy.dim(0), dy.device()) : Tensor();
   }
 
  private:
@@ -208,6 +227,25 @@ class OnnxSegment : public Layer {
       case InputRef::Constant: return r.constant;
     }
     return Tensor();
+  }
+  // The import-time constants (host tensors) as the ops get them: on the
+  // activations' device, copied there once and kept; [node][input], an
+  // undefined Tensor where the input is no constant.
+  const std::vector<std::vector<Tensor>>& constants_on(Device d) const {
+    std::lock_guard<std::mutex> lock(constants_mu_);
+    for (const auto& c : device_constants_)
+      if (c->device == d) return c->tensors;
+    auto c = std::make_unique<DeviceConstants>();
+    c->device = d;
+    for (const SegmentNode& n : s_.nodes) {
+      std::vector<Tensor>& row = c->tensors.emplace_back(n.inputs.size());
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        const Tensor& t = n.inputs[k].constant;
+        if (n.inputs[k].kind == InputRef::Constant && t.defined()) row[k] = t.device() == d ? t : t.to(d);
+      }
+    }
+    device_constants_.push_back(std::move(c));
+    return device_constants_.back()->tensors;
   }
   static StepInfo node_step(const StepInfo& s, const SegmentNode& n) {
     StepInfo t = s;
@@ -230,6 +268,12 @@ class OnnxSegment : public Layer {
   }
 
   SegmentSpec s_;
+  struct DeviceConstants {
+    Device device;
+    std::vector<std::vector<Tensor>> tensors;
+  };
+  mutable std::mutex constants_mu_;
+  mutable std::vector<std::unique_ptr<DeviceConstants>> device_constants_;  // one per device used (boxed: stable)
   std::vector<int> last_use_;
   std::vector<bool> is_output_;  // boundary outputs live to the end
   std::vector<bool> requires_grad_[2];

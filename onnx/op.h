@@ -5,7 +5,10 @@
 // parameters, buffers, import-time constants) come in through `inputs`, in
 // the node's input order. Backward returns one gradient per input, an
 // undefined Tensor where none is needed; the segment adds them up.
-// CPU only for now.
+// Ops run on whatever device their inputs live on: they allocate there and
+// reach kernels through device_ops(x.device()) (core/device_ops.h), with
+// no per-device branch; shape metadata they keep for backward (small i32
+// tensors) and the batch size stay on the host.
 #include <memory>
 #include <optional>
 #include <span>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one command of about 5 minutes on one
+# Everything that needs a GPU, in one command of about 6 minutes on one
 # H100/H200 with --skip-build (a kit from ../shared/tools/gpu-kit/pack.sh):
 #  1. throughput, pipedream against PyTorch on the same GPU in the same run:
 #     `pipedream-bench core --device cuda` on cnn, vgg-mini, resnet50
@@ -9,6 +9,9 @@
 #     (TF32 off), with --amp (bf16 autocast, SDPA, channels_last + TF32)
 #     and with --allow-tf32: one "compare" line per workload and recipe
 #     (scripts/gpu_summary.py ratios: fp32/fp32, bf16/amp, tf32/tf32);
+#     and two imported ONNX models (scripts/export_torch.py at batch 4:
+#     transformer_lm.py's GPT2 and resnet50 at 64x64) timed the same way
+#     in fp32 at batch 64, workloads onnx-gpt2 and onnx-resnet50;
 #  2. `pipedream profile --device cuda` on gpt-mini at batch 64, fp32 and
 #     bf16: LayerNorm ln_f's backward / forward;
 #  3. 2-rank staged pipelines (cnn, fp32 and bf16) against `run --reference`,
@@ -17,8 +20,9 @@
 #     32 MB all-reduce, with OMPI_MCA_btl_vader_single_copy_mechanism=none
 #     (as the GPU machines set it) and without it (MPI's single copy);
 #     NCCL too with 2+ GPUs;
-#  5. the GPU tests: test_gpu, then test_gpu_pipeline under mpirun.
-# Each step has a time limit and the whole a budget (--budget, 300 s): a
+#  5. the GPU tests: test_gpu (imported ONNX models trained on the GPU
+#     against the CPU among them), then test_gpu_pipeline under mpirun.
+# Each step has a time limit and the whole a budget (--budget, 380 s): a
 # step that would start past the budget is skipped and listed as such.
 #
 # Output: JSON lines - one {"check": ...} line per step (exit code,
@@ -41,7 +45,7 @@ build="$here/build"
 skip_build=0
 steps=20
 warmup=5
-budget=300
+budget=380
 python="${PYTHON:-python3}"
 [[ -x /opt/pdkit/python3 ]] && python=/opt/pdkit/python3
 while [[ $# -gt 0 ]]; do
@@ -52,7 +56,7 @@ while [[ $# -gt 0 ]]; do
     --warmup) warmup="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     --python) python="$2"; shift 2 ;;
-    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -146,6 +150,24 @@ core_recipe() {
     "${precision[@]}"
 }
 core_recipe fp32
+# Imported ONNX models: the segment interpreter's ops on the GPU. Exported
+# with any PyTorch (CPU is enough), at batch 4; trained at batch 64.
+onnx_dir="$out/onnx"
+if timeout 60 "$python" -c 'import torch, torchvision' > "$out/logs/onnx_torch_probe.log" 2>&1; then
+  mkdir -p "$onnx_dir"
+  lm="$here/scripts/torch_models/transformer_lm.py"
+  if step onnx_export 90 bash -c "'$python' '$here/scripts/export_torch.py' '$lm:GPT2' --tokens 32 --batch 4 --dropout 0 \
+        -o '$onnx_dir/onnx-gpt2.onnx' && '$python' '$here/scripts/export_torch.py' resnet50 --input 3,64,64 \
+        --classes 10 --batch 4 --dropout 0 -o '$onnx_dir/onnx-resnet50.onnx'"; then
+    for m in gpt2 resnet50; do
+      bench_step "core_fp32_onnx_${m}_b64" 30 '"recipe": "fp32", ' "$bin/pipedream-bench" core \
+        --model "$onnx_dir/onnx-$m.onnx" --batch 64 "${common[@]}"
+    done
+  fi
+else
+  emit "$(printf '{"check": "onnx_export", "skipped": "%s cannot import torch and torchvision (logs/onnx_torch_probe.log)"}' "$python")"
+  skipped+=(onnx_export)
+fi
 core_recipe bf16
 peer_workloads=cnn:64,vgg-mini:64,resnet50:64,gpt-mini:64,gpt-mini:8,gpt:8
 have_torch=0
@@ -235,7 +257,7 @@ fi
 # 5. GPU tests: kernels/layers/optimizers against the CPU, the cnn step, the
 #    CLI on the GPU; then pipelines under mpirun (staged bitwise against
 #    --reference, NCCL skips with one GPU).
-step test_gpu 90 "$build/tests/test_gpu" --gtest_color=no --gtest_output="json:$out/test_gpu.json"
+step test_gpu 150 "$build/tests/test_gpu" --gtest_color=no --gtest_output="json:$out/test_gpu.json"
 gtest_counts test_gpu
 step test_gpu_pipeline 60 "${mpirun_cmd[@]}" -np 2 "$build/tests/test_gpu_pipeline" --gtest_color=no
 gtest_counts test_gpu_pipeline

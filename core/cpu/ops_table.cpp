@@ -19,6 +19,7 @@
 #include "core/cpu/gelu_kernels.h"
 #include "core/cpu/gemm.h"
 #include "core/cpu/layernorm_kernels.h"
+#include "core/cpu/layout_kernels.h"
 #include "core/cpu/linear_kernels.h"
 #include "core/cpu/optimizer_kernels.h"
 #include "core/cpu/pool_kernels.h"
@@ -312,7 +313,9 @@ DeviceOps make_table() {
 
   // (end of pointwise)
   // layout (strided tensors)
-
+  o.strided_copy = &cpu::strided_copy;
+  o.index_select_forward = &cpu::index_select_forward;
+  o.index_select_backward_accum = &cpu::index_select_backward_accum;
   // (end of layout)
   return o;
 }

@@ -13,6 +13,7 @@
 #include "core/cuda/dnn.h"
 #include "core/cuda/fused_attention.h"
 #include "core/cuda/kernels.h"
+#include "core/cuda/layout_ops.h"
 #include "core/device_ops.h"
 
 namespace pd::cuda {
@@ -498,7 +499,9 @@ DeviceOps make_table() {
 
   // (end of pointwise)
   // layout (strided tensors)
-
+  o.strided_copy = &cuda::strided_copy;
+  o.index_select_forward = &cuda::index_select_forward;
+  o.index_select_backward_accum = &cuda::index_select_backward_accum;
   // (end of layout)
   return o;
 }

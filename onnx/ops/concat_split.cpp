@@ -4,6 +4,7 @@
 
 #include "onnx/ops/op_util.h"
 #include "onnx/ops/ops.h"
+#include "onnx/ops/strided.h"
 
 namespace pd::onnx {
 
@@ -16,37 +17,43 @@ void around(const Shape& s, int axis, int64_t& outer, int64_t& inner) {
   for (size_t d = size_t(axis) + 1; d < s.size(); ++d) inner *= s[d];
 }
 
-// Copies parts (sizes[k] along axis each) into/out of one tensor.
+// Copies parts (sizes[k] along axis each) into their slabs of `whole`; an
+// undefined part leaves its slab as it is (zeros, for Split's backward).
+void join_into(const std::vector<Tensor>& parts, const std::vector<int64_t>& sizes, int axis, Tensor& whole) {
+  int64_t outer, inner;
+  around(whole.shape(), axis, outer, inner);
+  const std::vector<int64_t> ws = contiguous_strides(whole.shape());
+  int64_t at = 0;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const Tensor& p = parts[k];
+    if (p.defined()) copy_strided(p.shape(), p, 0, contiguous_strides(p.shape()), whole, at * inner, ws);
+    at += sizes[k];
+  }
+}
+
 Tensor join(const std::vector<Tensor>& parts, int axis) {
   Shape out = parts[0].shape();
   out[size_t(axis)] = 0;
   for (const Tensor& p : parts) out[size_t(axis)] += p.dim(axis);
-  Tensor y = Tensor::empty(out);
-  int64_t outer, inner;
-  around(out, axis, outer, inner);
-  const int64_t row = out[size_t(axis)] * inner;
-  int64_t at = 0;
-  for (const Tensor& p : parts) {
-    const int64_t w = p.dim(axis) * inner;
-    for (int64_t o = 0; o < outer; ++o) std::copy(p.f32() + o * w, p.f32() + (o + 1) * w, y.f32() + o * row + at);
-    at += w;
-  }
+  std::vector<int64_t> sizes;
+  for (const Tensor& p : parts) sizes.push_back(p.dim(axis));
+  Tensor y = Tensor::empty(out, DType::F32, parts[0].device());
+  join_into(parts, sizes, axis, y);
   return y;
 }
 
 std::vector<Tensor> cut(const Tensor& x, int axis, const std::vector<int64_t>& sizes) {
   int64_t outer, inner;
   around(x.shape(), axis, outer, inner);
-  const int64_t row = x.dim(axis) * inner;
+  const std::vector<int64_t> xs = contiguous_strides(x.shape());
   std::vector<Tensor> parts;
   int64_t at = 0;
   for (int64_t s : sizes) {
     Shape ps = x.shape();
     ps[size_t(axis)] = s;
-    Tensor p = Tensor::empty(ps);
-    const int64_t w = s * inner;
-    for (int64_t o = 0; o < outer; ++o) std::copy(x.f32() + o * row + at, x.f32() + o * row + at + w, p.f32() + o * w);
-    at += w;
+    Tensor p = Tensor::empty(ps, DType::F32, x.device());
+    copy_strided(ps, x, at * inner, xs, p, 0, contiguous_strides(ps));
+    at += s;
     parts.push_back(p);
   }
   return parts;
@@ -58,7 +65,6 @@ class ConcatOp : public Op {
   std::string type() const override { return "Concat"; }
   std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo&, LayerContext& ctx) const override {
     std::vector<Tensor> parts(in.begin(), in.end());
-    for (const Tensor& p : parts) require_cpu_f32(p, "Concat");
     const int axis = axis_ + parts[0].ndim();
     std::vector<int32_t> sizes;
     for (const Tensor& p : parts) sizes.push_back(static_cast<int32_t>(p.dim(axis)));
@@ -85,7 +91,6 @@ class SplitOp : public Op {
   SplitOp(int axis_from_end, std::vector<int64_t> sizes) : axis_(axis_from_end), sizes_(std::move(sizes)) {}
   std::string type() const override { return "Split"; }
   std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo&, LayerContext& ctx) const override {
-    require_cpu_f32(in[0], "Split");
     ctx.saved.clear();
     return cut(in[0], axis_ + in[0].ndim(), sizes_);
   }
@@ -95,21 +100,20 @@ class SplitOp : public Op {
     if (need[0]) {
       // A part no gradient reached contributes zeros.
       const Tensor* any = nullptr;
-      for (const Tensor& d : dys)
+      bool all = true;
+      for (const Tensor& d : dys) {
         if (d.defined()) any = &d;
+        all = all && d.defined();
+      }
       PD_CHECK(any, "Split backward without any gradient");
       const int axis = axis_ + any->ndim();
-      std::vector<Tensor> parts;
-      for (size_t k = 0; k < dys.size(); ++k) {
-        if (dys[k].defined()) {
-          parts.push_back(dys[k]);
-        } else {
-          Shape s = any->shape();
-          s[size_t(axis)] = sizes_[k];
-          parts.push_back(Tensor::zeros(s));
-        }
-      }
-      g[0] = join(parts, axis);
+      Shape whole = any->shape();
+      whole[size_t(axis)] = 0;
+      for (int64_t s : sizes_) whole[size_t(axis)] += s;
+      Tensor dx = all ? Tensor::empty(whole, DType::F32, any->device()) : Tensor::zeros(whole, DType::F32, any->device());
+      std::vector<Tensor> parts(dys.begin(), dys.end());
+      join_into(parts, sizes_, axis, dx);
+      g[0] = dx;
     }
     ctx.clear();
     return g;
@@ -122,6 +126,7 @@ class SplitOp : public Op {
 
 // The axis counted from the end: the same at any batch size.
 int axis_from_end(const Node& n, const Tensor& x, int batch_axis) {
+  if (x.ndim() > kMaxStridedRank) unsupported(n, cat("rank ", x.ndim(), " is above the ", kMaxStridedRank, " supported"));
   const int axis = normalize_axis(n, n.int_attr("axis", 0), x.ndim());
   if (axis == batch_axis) unsupported(n, "along the batch dimension is not supported");
   return axis - x.ndim();

@@ -1,5 +1,6 @@
 // ONNX nodes whose semantics match a core layer exactly run that layer:
-// the same kernels, and so the same speed, as the zoo's models.
+// the same kernels, and so the same speed, as the zoo's models, on any
+// device the layers run on.
 #include <functional>
 
 #include "core/layers.h"
@@ -20,7 +21,6 @@ class CoreLayerOp : public Op {
   std::string type() const override { return type_; }
 
   std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo& step, LayerContext& ctx) const override {
-    require_cpu_f32(in[0], type_.c_str());
     std::vector<Tensor> p, b;
     for (int k : params_) p.push_back(in[static_cast<size_t>(k)]);
     for (int k : buffers_) b.push_back(in[static_cast<size_t>(k)]);  // shared storage: updated in place
@@ -42,7 +42,7 @@ class CoreLayerOp : public Op {
       ctx.saved.pop_back();
     }
     std::vector<Tensor> grads;
-    for (const Tensor& p : ctx.saved) grads.push_back(Tensor::zeros(p.shape()));
+    for (const Tensor& p : ctx.saved) grads.push_back(Tensor::zeros(p.shape(), DType::F32, p.device()));
     Tensor dx = layer_->backward({ctx.saved, grads, step, need[0]}, as_map_ ? map_view(dys[0]) : dys[0], ctx.children[0]);
     if (as_map_ && dx.defined()) dx = dx.reshape(x_shape);
     std::vector<Tensor> out(need.size());

@@ -6,6 +6,7 @@
 // input's shape.
 #include "onnx/ops/op_util.h"
 #include "onnx/ops/ops.h"
+#include "onnx/ops/strided.h"
 
 namespace pd::onnx {
 
@@ -21,16 +22,12 @@ class ExpandOp : public Op {
 
   std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo&, LayerContext& ctx) const override {
     const Tensor& x = in[0];
-    require_cpu_f32(x, "Expand");
     Shape t = target_;
     if (creates_batch_) t[0] = in.back().data<int64_t>()[0];
     if (batch_axis_ >= 0) t[size_t(batch_axis_)] = 1;  // broadcasts to the input's
     const Shape out = broadcast_shapes_rt(x.shape(), t);
-    Tensor y = Tensor::empty(out);
-    const auto s = broadcast_strides(x.shape(), out);
-    const float* xp = x.f32();
-    float* yp = y.f32();
-    for_each_broadcast(out, s, s, [&](int64_t i, int64_t o, int64_t) { yp[i] = xp[o]; });
+    Tensor y = Tensor::empty(out, DType::F32, x.device());
+    copy_strided(out, x, 0, broadcast_strides(x.shape(), out), y, 0, contiguous_strides(out));
     ctx.saved = {shape_tensor(x.shape())};
     return {y};
   }
@@ -66,6 +63,8 @@ OpPtr make_expand_op(const Node& n, const OpInputs& in) {
   if (x.dtype() != DType::F32) unsupported(n, "expanding an integer tensor at run time is not supported");
   const std::vector<int64_t> target = const_ints(n, in, 1);
   const Shape out = broadcast_shapes(n, x.shape(), target);
+  if (static_cast<int>(out.size()) > kMaxStridedRank)
+    unsupported(n, cat("rank ", out.size(), " is above the ", kMaxStridedRank, " supported"));
   int64_t elements = 1;
   for (int64_t d : out) {
     if (d < 0 || (d > 0 && elements > (int64_t(1) << 28) / d)) unsupported(n, cat("the target shape ", shape_str(out), " is implausibly large"));

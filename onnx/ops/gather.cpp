@@ -1,16 +1,14 @@
 // Gather along one axis: embedding lookups (a parameter table indexed by
-// run-time token ids) and constant position indices. The gradient of the
-// data is a scatter-add; indices get none.
+// run-time token ids) and constant position indices, as an index selection
+// (DeviceOps::index_select_*). The gradient of the data is a scatter-add in
+// index order; indices get none.
+#include "core/device_ops.h"
 #include "onnx/ops/op_util.h"
 #include "onnx/ops/ops.h"
 
 namespace pd::onnx {
 
 namespace {
-
-int64_t index_at(const Tensor& idx, int64_t i) {
-  return idx.dtype() == DType::I64 ? idx.data<int64_t>()[i] : idx.data<int32_t>()[i];
-}
 
 class GatherOp : public Op {
  public:
@@ -19,21 +17,16 @@ class GatherOp : public Op {
 
   std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo&, LayerContext& ctx) const override {
     const Tensor &data = in[0], &idx = in[1];
-    require_cpu_f32(data, "Gather");
     int64_t outer, len, inner;
     split(data.shape(), outer, len, inner);
     Shape out(data.shape().begin(), data.shape().begin() + axis_);
     out.insert(out.end(), idx.shape().begin(), idx.shape().end());
     out.insert(out.end(), data.shape().begin() + axis_ + 1, data.shape().end());
-    Tensor y = Tensor::empty(out);
-    const int64_t m = idx.numel();
-    const float* dp = data.f32();
-    float* yp = y.f32();
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t j = 0; j < m; ++j) {
-        const int64_t k = resolve(index_at(idx, j), len);
-        std::copy(dp + (o * len + k) * inner, dp + (o * len + k + 1) * inner, yp + (o * m + j) * inner);
-      }
+    Tensor y = Tensor::empty(out, DType::F32, data.device());
+    PD_CHECK(idx.device() == data.device(), "Gather: indices on ", idx.device().str(), ", data on ", data.device().str());
+    if (!device_ops(data.device())
+             .index_select_forward(outer, len, inner, idx.numel(), idx.dtype(), idx.raw(), data.f32(), y.f32()))
+      throw UserError(cat("Gather: an index lies outside [", -len, ", ", len, ") (a token id beyond the vocabulary?)"));
     ctx.saved = {idx, shape_tensor(data.shape())};
     return {y};
   }
@@ -42,21 +35,13 @@ class GatherOp : public Op {
                                LayerContext& ctx) const override {
     std::vector<Tensor> g(2);
     if (need[0]) {
-      const Tensor &idx = ctx.saved[0], &dims = ctx.saved[1], &dy = dys[0];
-      Shape ds(dims.data<int32_t>(), dims.data<int32_t>() + dims.numel());
+      const Tensor &idx = ctx.saved[0], &dy = dys[0];
+      const Shape ds = shape_from_tensor(ctx.saved[1]);
       int64_t outer, len, inner;
       split(ds, outer, len, inner);
-      Tensor dd = Tensor::zeros(ds);
-      const int64_t m = idx.numel();
-      const float* gp = dy.f32();
-      float* dp = dd.f32();
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t j = 0; j < m; ++j) {
-          const int64_t k = resolve(index_at(idx, j), len);
-          float* row = dp + (o * len + k) * inner;
-          const float* src = gp + (o * m + j) * inner;
-          for (int64_t e = 0; e < inner; ++e) row[e] += src[e];
-        }
+      Tensor dd = Tensor::zeros(ds, DType::F32, dy.device());
+      device_ops(dy.device())
+          .index_select_backward_accum(outer, len, inner, idx.numel(), idx.dtype(), idx.raw(), dy.f32(), dd.f32());
       g[0] = dd;
     }
     ctx.clear();
@@ -64,11 +49,6 @@ class GatherOp : public Op {
   }
 
  private:
-  static int64_t resolve(int64_t k, int64_t len) {
-    if (k < 0) k += len;
-    if (k < 0 || k >= len) throw UserError(cat("Gather: index ", k, " out of range [0, ", len, ") (a token id beyond the vocabulary?)"));
-    return k;
-  }
   void split(const Shape& s, int64_t& outer, int64_t& len, int64_t& inner) const {
     outer = inner = 1;
     for (int d = 0; d < axis_; ++d) outer *= s[size_t(d)];
@@ -83,7 +63,7 @@ class GatherOp : public Op {
 OpPtr make_gather_op(const Node& n, const OpInputs& in) {
   const Tensor &data = in.at(0), &idx = in.at(1);
   if (data.dtype() != DType::F32) unsupported(n, "gathering from an integer tensor at run time is not supported");
-  if (idx.dtype() == DType::F32) unsupported(n, "indices must be integers");
+  if (idx.dtype() != DType::I32 && idx.dtype() != DType::I64) unsupported(n, "indices must be integers");
   const int axis = normalize_axis(n, n.int_attr("axis", 0), data.ndim());
   if (axis == in.batch_axis(0)) unsupported(n, "gathering along the batch dimension is not supported");
   if (in.batched[0] && in.batched[1]) unsupported(n, "run-time indices into a run-time tensor are not supported");

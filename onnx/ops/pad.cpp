@@ -3,6 +3,7 @@
 // the inner window of dy.
 #include "onnx/ops/op_util.h"
 #include "onnx/ops/ops.h"
+#include "onnx/ops/strided.h"
 
 namespace pd::onnx {
 
@@ -16,14 +17,10 @@ class PadOp : public Op {
 
   std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo&, LayerContext& ctx) const override {
     const Tensor& x = in[0];
-    require_cpu_f32(x, "Pad");
     Shape out = x.shape();
     for (size_t d = 0; d < out.size(); ++d) out[d] += before_[d] + after_[d];
-    Tensor y = Tensor::full(out, value_);
-    const auto dst = inner_strides(out);
-    const float* xp = x.f32();
-    float* yp = y.f32() + offset(out);
-    for_each_broadcast(x.shape(), dst, dst, [&](int64_t i, int64_t o, int64_t) { yp[o] = xp[i]; });
+    Tensor y = Tensor::full(out, value_, x.device());
+    copy_strided(x.shape(), x, 0, contiguous_strides(x.shape()), y, offset(out), contiguous_strides(out));
     ctx.saved = {shape_tensor(x.shape())};
     return {y};
   }
@@ -34,10 +31,8 @@ class PadOp : public Op {
     if (need[0]) {
       const Shape in = shape_from_tensor(ctx.saved[0]);
       const Tensor& dy = dys[0];
-      Tensor dx = Tensor::empty(in);
-      const auto src = inner_strides(dy.shape());
-      const float* gp = dy.f32() + offset(dy.shape());
-      for_each_broadcast(in, src, src, [&](int64_t i, int64_t o, int64_t) { dx.f32()[i] = gp[o]; });
+      Tensor dx = Tensor::empty(in, DType::F32, dy.device());
+      copy_strided(in, dy, offset(dy.shape()), contiguous_strides(dy.shape()), dx, 0, contiguous_strides(in));
       g[0] = dx;
     }
     ctx.clear();
@@ -45,13 +40,9 @@ class PadOp : public Op {
   }
 
  private:
-  static std::vector<int64_t> inner_strides(const Shape& padded) {
-    std::vector<int64_t> s(padded.size(), 1);
-    for (size_t d = padded.size(); d-- > 1;) s[d - 1] = s[d] * padded[d];
-    return s;
-  }
+  // Where the input's first element lies in the padded tensor.
   int64_t offset(const Shape& padded) const {
-    const auto s = inner_strides(padded);
+    const std::vector<int64_t> s = contiguous_strides(padded);
     int64_t o = 0;
     for (size_t d = 0; d < padded.size(); ++d) o += before_[d] * s[d];
     return o;
@@ -69,6 +60,7 @@ OpPtr make_pad_op(const Node& n, const OpInputs& in) {
   if (mode && mode->s != "constant") unsupported(n, "mode " + mode->s + " is not supported (only constant)");
   const std::vector<int64_t> pads = const_ints(n, in, 1);
   const size_t r = static_cast<size_t>(x.ndim());
+  if (x.ndim() > kMaxStridedRank) unsupported(n, cat("rank ", r, " is above the ", kMaxStridedRank, " supported"));
   if (in.example.size() > 3 && in.example[3].defined()) unsupported(n, "the axes input is not supported");
   if (pads.size() != 2 * r) unsupported(n, cat("pads has ", pads.size(), " values for a rank-", r, " input"));
   std::vector<int64_t> before(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(r)),

@@ -1,10 +1,12 @@
-// Slice with constant starts/ends/axes/steps (positive steps), never
-// along the batch dimension. Backward scatters dy into zeros.
+// Slice with constant starts/ends/axes/steps (negative steps too), never
+// along the batch dimension: a strided copy. Backward copies dy into zeros
+// at the same strides.
 #include <algorithm>
 #include <climits>
 
 #include "onnx/ops/op_util.h"
 #include "onnx/ops/ops.h"
+#include "onnx/ops/strided.h"
 
 namespace pd::onnx {
 
@@ -22,15 +24,12 @@ class SliceOp : public Op {
 
   std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo&, LayerContext& ctx) const override {
     const Tensor& x = in[0];
-    require_cpu_f32(x, "Slice");
     Shape out;
     int64_t base;
     std::vector<int64_t> src;
     plan(x.shape(), out, base, src);
-    Tensor y = Tensor::empty(out);
-    const float* xp = x.f32() + base;
-    float* yp = y.f32();
-    for_each_broadcast(out, src, src, [&](int64_t i, int64_t o, int64_t) { yp[i] = xp[o]; });
+    Tensor y = Tensor::empty(out, DType::F32, x.device());
+    copy_strided(out, x, base, src, y, 0, contiguous_strides(out));
     ctx.saved = {shape_tensor(x.shape())};
     return {y};
   }
@@ -41,12 +40,10 @@ class SliceOp : public Op {
     if (need[0]) {
       Shape in = shape_from_tensor(ctx.saved[0]), out;
       int64_t base;
-      std::vector<int64_t> src;
-      plan(in, out, base, src);
-      Tensor dx = Tensor::zeros(in);
-      float* dp = dx.f32() + base;
-      const float* gp = dys[0].f32();
-      for_each_broadcast(out, src, src, [&](int64_t i, int64_t o, int64_t) { dp[o] = gp[i]; });
+      std::vector<int64_t> dst;
+      plan(in, out, base, dst);
+      Tensor dx = Tensor::zeros(in, DType::F32, dys[0].device());
+      copy_strided(out, dys[0], 0, contiguous_strides(out), dx, base, dst);
       g[0] = dx;
     }
     ctx.clear();
@@ -54,14 +51,14 @@ class SliceOp : public Op {
   }
 
  private:
+  // The slice of a tensor of shape `in`: its shape, the offset of its first
+  // element and its strides in the input.
   void plan(const Shape& in, Shape& out, int64_t& base, std::vector<int64_t>& src) const {
-    const size_t r = in.size();
-    std::vector<int64_t> stride(r, 1);
-    for (size_t d = r - 1; d > 0; --d) stride[d - 1] = stride[d] * in[d];
+    const std::vector<int64_t> stride = contiguous_strides(in);
     out = in;
     src = stride;
     base = 0;
-    for (size_t d = 0; d < r; ++d) {
+    for (size_t d = 0; d < in.size(); ++d) {
       const Range& g = ranges_[d];
       if (g.count < 0) continue;  // untouched axis
       out[d] = g.count;
@@ -72,12 +69,28 @@ class SliceOp : public Op {
   std::vector<Range> ranges_;  // count -1: whole axis
 };
 
+// ONNX's clamping: starts and ends count from the end when negative, then
+// lie in [0, len] (positive steps) or [-1, len - 1] (negative steps).
+Range resolve_range(int64_t start, int64_t end, int64_t step, int64_t len) {
+  int64_t s = start < 0 ? start + len : start;
+  int64_t e = end < 0 ? end + len : end;
+  if (step > 0) {
+    s = std::clamp<int64_t>(s, 0, len);
+    e = std::clamp<int64_t>(e, 0, len);
+    return {s, e > s ? 1 + (e - s - 1) / step : 0, step};
+  }
+  s = std::clamp<int64_t>(s, 0, len - 1);
+  e = std::clamp<int64_t>(e, -1, len - 1);
+  return {s, s > e ? 1 + (s - e - 1) / -step : 0, step};
+}
+
 }  // namespace
 
 OpPtr make_slice_op(const Node& n, const OpInputs& in) {
   const Tensor& x = in.at(0);
   if (x.dtype() != DType::F32) unsupported(n, "expects a float input");
   const int r = x.ndim();
+  if (r > kMaxStridedRank) unsupported(n, cat("rank ", r, " is above the ", kMaxStridedRank, " supported"));
   const std::vector<int64_t> starts = const_ints(n, in, 1), ends = const_ints(n, in, 2);
   std::vector<int64_t> axes, steps;
   if (in.example.size() > 3 && in.example[3].defined()) axes = const_ints(n, in, 3);
@@ -91,17 +104,14 @@ OpPtr make_slice_op(const Node& n, const OpInputs& in) {
   for (size_t k = 0; k < starts.size(); ++k) {
     const int a = normalize_axis(n, axes[k], r);
     const int64_t len = x.dim(a);
-    if (steps[k] <= 0) unsupported(n, "only positive steps are supported");
-    int64_t s = starts[k] < 0 ? starts[k] + len : starts[k];
-    int64_t e = ends[k] < 0 ? ends[k] + len : ends[k];
-    s = std::clamp<int64_t>(s, 0, len);
-    e = std::clamp<int64_t>(e, 0, len);
-    const int64_t count = e > s ? (e - s + steps[k] - 1) / steps[k] : 0;
+    if (steps[k] == 0) unsupported(n, "a step of 0");
+    if (steps[k] == INT64_MIN) unsupported(n, "a step out of range");
+    const Range g = len == 0 ? Range{0, 0, steps[k]} : resolve_range(starts[k], ends[k], steps[k], len);
     if (a == in.batch_axis(0)) {
-      if (s != 0 || count != len || steps[k] != 1) unsupported(n, "slicing the batch dimension is not supported");
+      if (g.start != 0 || g.count != len || g.step != 1) unsupported(n, "slicing the batch dimension is not supported");
       continue;
     }
-    ranges[size_t(a)] = Range{s, count, steps[k]};
+    ranges[size_t(a)] = g;
   }
   return std::make_unique<SliceOp>(ranges);
 }

@@ -1,26 +1,24 @@
 // Transpose: any permutation (the importer follows where the batch goes).
 #include "onnx/ops/op_util.h"
 #include "onnx/ops/ops.h"
+#include "onnx/ops/strided.h"
 
 namespace pd::onnx {
 
 namespace {
 
+// y = x with y's dimension d being x's dimension perm[d]: x read at permuted strides.
 Tensor permute(const Tensor& x, const std::vector<int>& perm) {
   const Shape& s = x.shape();
-  const int r = x.ndim();
-  std::vector<int64_t> in_stride(static_cast<size_t>(r), 1);
-  for (int d = r - 2; d >= 0; --d) in_stride[size_t(d)] = in_stride[size_t(d + 1)] * s[size_t(d + 1)];
-  Shape out(static_cast<size_t>(r));
-  std::vector<int64_t> src(static_cast<size_t>(r));
-  for (int d = 0; d < r; ++d) {
-    out[size_t(d)] = s[size_t(perm[size_t(d)])];
-    src[size_t(d)] = in_stride[size_t(perm[size_t(d)])];
+  const std::vector<int64_t> in_stride = contiguous_strides(s);
+  Shape out(s.size());
+  std::vector<int64_t> src(s.size());
+  for (size_t d = 0; d < s.size(); ++d) {
+    out[d] = s[size_t(perm[d])];
+    src[d] = in_stride[size_t(perm[d])];
   }
-  Tensor y = Tensor::empty(out);
-  const float* xp = x.f32();
-  float* yp = y.f32();
-  for_each_broadcast(out, src, src, [&](int64_t i, int64_t o, int64_t) { yp[i] = xp[o]; });
+  Tensor y = Tensor::empty(out, DType::F32, x.device());
+  copy_strided(out, x, 0, src, y, 0, contiguous_strides(out));
   return y;
 }
 
@@ -31,7 +29,6 @@ class TransposeOp : public Op {
   }
   std::string type() const override { return "Transpose"; }
   std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo&, LayerContext& ctx) const override {
-    require_cpu_f32(in[0], "Transpose");
     ctx.saved.clear();
     return {permute(in[0], perm_)};
   }
@@ -51,6 +48,7 @@ OpPtr make_transpose_op(const Node& n, const OpInputs& in) {
   const Tensor& x = in.at(0);
   if (x.dtype() != DType::F32) unsupported(n, "expects a float input");
   const int r = x.ndim();
+  if (r > kMaxStridedRank) unsupported(n, cat("rank ", r, " is above the ", kMaxStridedRank, " supported"));
   std::vector<int64_t> p = n.ints_attr("perm");
   std::vector<int> perm;
   if (p.empty())

@@ -4,6 +4,8 @@
 // parameters, so every input gradient is checked.
 #include <gtest/gtest.h>
 
+#include <climits>
+
 #include "core/error.h"
 #include "onnx/op.h"
 #include "tests/core/gradcheck.h"
@@ -186,9 +188,29 @@ TEST(OnnxOpGradcheck, ReduceMeanAndSum) {
 
 TEST(OnnxOpGradcheck, SliceSplitConcat) {
   check(node("Slice", 5), {{rnd({2, 6, 5}, 29)}, {ints({1, -4}), true}, {ints({5, 100}), true}, {ints({1, 2}), true}, {ints({2, 1}), true}});
+  // Negative steps: axis 1 from 4 down past 0 by 2, axis 2 reversed whole (torch.flip's INT64_MIN end).
+  check(node("Slice", 5), {{rnd({2, 6, 5}, 33)}, {ints({4, -1}), true}, {ints({-100, INT64_MIN}), true}, {ints({1, 2}), true}, {ints({-2, -1}), true}});
   for (size_t out = 0; out < 3; ++out)
     check(node("Split", 2, {int_attribute("axis", 2)}, 3), {{rnd({2, 3, 7}, 30)}, {ints({2, 4, 1}), true}}, 0, {}, out);
   check(node("Concat", 2, {int_attribute("axis", 1)}), {{rnd({2, 3, 4}, 31)}, {rnd({2, 2, 4}, 32), false, false, true}});
+}
+
+TEST(OnnxOpGradcheck, SliceWithNegativeStepsReadsBackwards) {
+  Tensor x = Tensor::empty({2, 6});
+  for (int64_t i = 0; i < 12; ++i) x.f32()[i] = static_cast<float>(i);
+  OpInputs info;
+  info.batch = 2;
+  info.example = {x, ints({5}), ints({0}), ints({1}), ints({-2})};
+  info.constant = {false, true, true, true, true};
+  info.batched = {true, false, false, false, false};
+  const OpPtr op = make_op(node("Slice", 5), info);
+  LayerContext ctx;
+  const Tensor y = op->forward(info.example, StepInfo{}, ctx)[0];  // columns 5, 3, 1
+  EXPECT_EQ(y.shape(), (Shape{2, 3}));
+  EXPECT_EQ(y.to_floats(), (std::vector<float>{5, 3, 1, 11, 9, 7}));
+  const std::vector<Tensor> dy{Tensor::full({2, 3}, 1.0f)};
+  const Tensor dx = op->backward(dy, {true, false, false, false, false}, StepInfo{}, ctx)[0];
+  EXPECT_EQ(dx.to_floats(), (std::vector<float>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}));
 }
 
 TEST(OnnxOpGradcheck, PoolsBeyondTheCoreAndPad) {
