@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The end-to-end table on a cluster made here (scripts/cluster.sh, 2 hosts x
 # 2 workers): for each link rate, bench-comm measures the two-level
-# topology; for each model, the planner's plan, a straight pipeline, data
+# topology (with each level's all-reduce bus bandwidth, at 8 MB: the
+# simulator prices replicated stages with it); for each model, the
+# planner's plan, a straight pipeline, data
 # parallelism and one worker are predicted (simulate on the measured
 # topology, the 4 ranks sharing this machine's cores: --cores) and measured
 # (run, synthetic data, --no-eval, the middle half of the run: steady
@@ -57,7 +59,7 @@ measure() {  # plan model batch -> steady-state seconds per minibatch
 for rate in $RATES; do
   scripts/cluster.sh up --name ptab --hosts 2 --slots 2 --rate "$rate" >/dev/null
   scripts/cluster.sh mpirun --bind-to none -np 4 "$BIN" bench-comm --p2p-sizes 64KB,1MB,4MB \
-    --allreduce-sizes 4KB,1MB --latency-iters 50 -o "$WORK/topo.json" >/dev/null
+    --allreduce-sizes 4KB,1MB,8MB --latency-iters 50 -o "$WORK/topo.json" >/dev/null
   for model in $MODELS; do
     b=$(batch_of "$model")
     "$BIN" profile --model "$model" --batch "$b" --threads 1 --iters 5 -o "$WORK/prof.json" >/dev/null 2>&1
