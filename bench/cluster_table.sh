@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The end-to-end table on a cluster made here (scripts/cluster.sh, 2 hosts x
 # 2 workers): for each link rate, bench-comm measures the two-level
-# topology; for each model, the planner's plan, a straight pipeline, data
+# topology (with each level's all-reduce bus bandwidth, at 8 MB: the
+# simulator prices replicated stages with it); for each model, the
+# planner's plan, a straight pipeline, data
 # parallelism and one worker are predicted (simulate on the measured
-# topology, the 4 ranks sharing this machine's cores: --cores) and measured
+# topology, the 4 ranks sharing this machine's cores: --cores, and what
+# else they share: --contention, measured with 4 profiles at once) and measured
 # (run, synthetic data, --no-eval, the middle half of the run: steady
 # state), in ABBA order. One JSON line per row.
 #   bench/cluster_table.sh [--rates "1gbit 200mbit"] [--models "cnn gpt-mini"] [--minibatches N]
@@ -37,8 +40,21 @@ data_parallel_plan() {  # one.json topology.json out
                          | .config = "4" | del(.predicted) | del(.baselines)' "$1" > "$3"
 }
 
-predict() {  # plan -> seconds per minibatch (simulate, the ranks sharing the cores)
-  "$BIN" simulate --plan "$1" --cores "$CORES" --threads 1 --json 2>/dev/null | jq '.time_per_minibatch_s'
+predict() {  # plan contention -> seconds per minibatch (simulate, the ranks sharing the cores)
+  "$BIN" simulate --plan "$1" --cores "$CORES" --threads 1 --contention "$2" --json 2>/dev/null | jq '.time_per_minibatch_s'
+}
+
+# What the cores share besides themselves (simulate --contention, as
+# bench/shared_cores.sh measures it): the profiled step run by 4 processes
+# at once, each at its share of the cores, against the profile's.
+contention() {  # model batch profile -> contention (>= 0)
+  local k
+  for ((k = 0; k < 4; ++k)); do
+    "$BIN" profile --model "$1" --batch "$2" --threads 1 --iters 5 -o "$WORK/corun$k.json" >/dev/null 2>&1 &
+  done
+  wait
+  jq -n --slurpfile c <(cat "$WORK"/corun?.json) --slurpfile p "$3" --argjson share "$(awk -v c="$CORES" 'BEGIN { print (4 > c) ? c / 4 : 1 }')" \
+    '(($c | map(.step_forward_backward_ms) | add / length) * $share / $p[0].step_forward_backward_ms - 1) | if . < 0 then 0 else . end'
 }
 
 measure() {  # plan model batch -> steady-state seconds per minibatch
@@ -57,10 +73,11 @@ measure() {  # plan model batch -> steady-state seconds per minibatch
 for rate in $RATES; do
   scripts/cluster.sh up --name ptab --hosts 2 --slots 2 --rate "$rate" >/dev/null
   scripts/cluster.sh mpirun --bind-to none -np 4 "$BIN" bench-comm --p2p-sizes 64KB,1MB,4MB \
-    --allreduce-sizes 4KB,1MB --latency-iters 50 -o "$WORK/topo.json" >/dev/null
+    --allreduce-sizes 4KB,1MB,8MB --latency-iters 50 -o "$WORK/topo.json" >/dev/null
   for model in $MODELS; do
     b=$(batch_of "$model")
     "$BIN" profile --model "$model" --batch "$b" --threads 1 --iters 5 -o "$WORK/prof.json" >/dev/null 2>&1
+    c=$(contention "$model" "$b" "$WORK/prof.json")
     "$BIN" plan --profile "$WORK/prof.json" --topology "$WORK/topo.json" -o "$WORK/planned.json" >/dev/null
     "$BIN" plan --straight --profile "$WORK/prof.json" --topology "$WORK/topo.json" -o "$WORK/straight.json" >/dev/null
     "$BIN" plan --profile "$WORK/prof.json" --workers 1 --bandwidth 1 -o "$WORK/one.json" >/dev/null
@@ -72,13 +89,13 @@ for rate in $RATES; do
       sum[$kind]=$(awk -v a="${sum[$kind]:-0}" -v b="${t:-0}" 'BEGIN { printf "%.9f", a + b }')
     done
     for kind in planned straight dp one; do
-      predicted=$(predict "$WORK/$kind.json")
+      predicted=$(predict "$WORK/$kind.json" "$c")
       measured=$(awk -v a="${sum[$kind]}" 'BEGIN { printf "%.9f", a / 2 }')
       jq -cn --arg rate "$rate" --arg model "$model" --arg kind "$kind" --argjson batch "$b" \
         --arg config "$(jq -r .config "$WORK/$kind.json")" --slurpfile topo "$WORK/topo.json" \
-        --argjson predicted "$predicted" --argjson measured "$measured" \
+        --argjson predicted "$predicted" --argjson measured "$measured" --argjson contention "$c" \
         '{rate: $rate, model: $model, batch: $batch, plan: $kind, config: $config,
-          topology: $topo[0].levels, predicted_ms: ($predicted * 1000), measured_ms: ($measured * 1000),
+          topology: $topo[0].levels, contention: $contention, predicted_ms: ($predicted * 1000), measured_ms: ($measured * 1000),
           measured_over_predicted: ($measured / $predicted)}'
     done
     unset sum

@@ -222,6 +222,33 @@ json make_topology(Transport& tr, const std::vector<PairResult>& pairs, uint64_t
   return {{"levels", levels}, {"worker_memory_bytes", worker_memory}};
 }
 
+// Each level's all-reduce bus bandwidth (TopologyLevel::allreduce_GBps):
+// that of the largest measured group of first ranks the level spans (inside
+// host 0 for the innermost of several levels, across hosts for the outer),
+// at the largest size measured; none below 1 MB, where the messages'
+// latency, not the bandwidth, sets the time.
+void add_allreduce_bandwidths(Transport& tr, const std::vector<AllReduceResult>& ars, json& topo) {
+  std::map<std::string, int> per_host;
+  for (int r = 0; r < tr.world_size(); ++r) per_host[tr.host_of(r)]++;
+  int ranks_per_host = tr.world_size();
+  for (auto& [host, n] : per_host) ranks_per_host = std::min(ranks_per_host, n);
+  size_t largest_bytes = 0;
+  for (const auto& a : ars) largest_bytes = std::max(largest_bytes, a.bytes);
+  if (largest_bytes < 1000000) return;
+  json& levels = topo["levels"];
+  auto spans = [&](size_t level, int g) {
+    if (levels.size() == 1) return true;
+    return level == 0 ? g <= ranks_per_host : g > ranks_per_host;
+  };
+  for (size_t l = 0; l < levels.size(); ++l) {
+    const AllReduceResult* widest = nullptr;
+    for (const auto& a : ars)
+      if (a.bytes == largest_bytes && spans(l, a.group_size) && (!widest || a.group_size > widest->group_size))
+        widest = &a;
+    if (widest) levels[l]["allreduce_GBps"] = widest->busbw_GBps();
+  }
+}
+
 void print_tables(const std::vector<PairResult>& pairs, const std::vector<AllReduceResult>& ars,
                   CommTransport transport) {
   printf("point to point (transport: %s, tensors with header)\n", to_string(transport));
@@ -443,6 +470,7 @@ void run_bench_comm(BenchCommOptions o) {
   printf("same-host path: %s\n", mpi.shared_memory_on() ? "shared memory (shm)" : "MPI (mpi)");
   print_tables(pairs, ars, o.transport);
   json topo = make_topology(tr, pairs, worker_memory);
+  add_allreduce_bandwidths(tr, ars, topo);
   log({{"kind", "topology"}, {"topology", topo}});
   printf("\ntopology (median over pairs of the %s bandwidth): %s\n",
          human(*std::max_element(plan.p2p_sizes.begin(), plan.p2p_sizes.end())).c_str(), topo.dump().c_str());

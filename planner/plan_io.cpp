@@ -24,6 +24,7 @@ json topology_to_json(const Topology& t) {
   for (const auto& l : t.levels) {
     json level = {{"count", l.count}, {"bandwidth_GBps", l.bandwidth_GBps}};
     if (l.latency_us > 0) level["latency_us"] = l.latency_us;
+    if (l.allreduce_GBps > 0) level["allreduce_GBps"] = l.allreduce_GBps;
     levels.push_back(level);
   }
   return {{"levels", levels}, {"worker_memory_bytes", t.worker_memory_bytes}};

@@ -49,6 +49,13 @@ double Topology::group_bandwidth(const std::vector<int>& ranks) const {
   return slowest;
 }
 
+double Topology::group_allreduce_GBps(const std::vector<int>& ranks) const {
+  size_t widest = 0;
+  for (size_t i = 1; i < ranks.size(); ++i) widest = std::max(widest, common_level(*this, ranks[0], ranks[i]));
+  PD_CHECK(widest < levels.size(), "the group's ranks are outside the topology");
+  return ranks.size() > 1 ? levels[widest].allreduce_GBps : 0.0;
+}
+
 double Topology::latency_between(int rank_a, int rank_b) const {
   if (rank_a == rank_b) return 0;
   size_t l = common_level(*this, rank_a, rank_b);
@@ -111,7 +118,11 @@ Topology topology_from_json(const nlohmann::json& j, const std::string& where) {
     const double latency_us =
         level.contains("latency_us") ? checked::number(level["latency_us"], {at, "latency_us (microseconds per message)"}, 0, 1e9)
                                      : 0.0;
-    t.levels.push_back({count, bandwidth, latency_us});
+    const double allreduce_GBps =
+        level.contains("allreduce_GBps")
+            ? checked::number(level["allreduce_GBps"], {at, "allreduce_GBps (all-reduce bus bandwidth, 10^9 bytes/s)"}, 1e-9, 1e9)
+            : 0.0;
+    t.levels.push_back({count, bandwidth, latency_us, allreduce_GBps});
     total *= count;
     if (total > kMaxWorkers) throw UserError(cat(where, ": more than ", kMaxWorkers, " workers"));
   }

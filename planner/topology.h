@@ -14,6 +14,13 @@ struct TopologyLevel {
   // Fixed cost of one message at this level, whatever its size (measured by
   // bench-comm; 0 when not given): the simulator adds it to every transfer.
   double latency_us = 0;
+  // Bus bandwidth of an all-reduce over a group spanning this level, as
+  // bench-comm measures it (NCCL's convention: the time is 2(r-1)/r x bytes
+  // / allreduce_GBps for r members); 0 when not measured. It carries what
+  // the link's bandwidth alone does not: the runtime's algorithm and
+  // whether both directions of a link run at once. The simulator uses it
+  // when given (runtime/simulator/README.md, "Cost model").
+  double allreduce_GBps = 0;
 };
 
 struct Topology {
@@ -28,6 +35,9 @@ struct Topology {
   double group_latency(const std::vector<int>& ranks) const;
   // Bandwidth used by a group of ranks for all-reduce (its slowest link).
   double group_bandwidth(const std::vector<int>& ranks) const;
+  // The measured all-reduce bus bandwidth of the widest level the group
+  // spans (GB/s; 0 when that level has none).
+  double group_allreduce_GBps(const std::vector<int>& ranks) const;
 };
 
 Topology read_topology(const std::string& path);  // throws UserError

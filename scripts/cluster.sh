@@ -75,7 +75,13 @@ cmd_up() {
   parse_common "$@"
   [ "$(id -u)" -eq 0 ] || die "up needs root (network namespaces)"
   local burst; burst=$(burst_for "$RATE")
-  cmd_down >/dev/null 2>&1 || true
+  # A subshell: a cluster left behind that cannot be removed is reported
+  # here, not by a silent exit of this script.
+  local left_behind
+  if ! left_behind=$( (cmd_down) 2>&1 ); then
+    echo "cluster.sh: up: the cluster $NAME left behind could not be removed: $left_behind" >&2
+    exit 1
+  fi
   local sw; sw=$(switch_ns)
   local dir; dir=$(state_dir)
   mkdir -p "$dir"
@@ -209,10 +215,17 @@ cmd_down() {
   [ "$(id -u)" -eq 0 ] || die "down needs root"
   local ns
   for ns in $(namespaces); do kill_namespace "$ns"; done
-  # Deleting a namespace deletes its veth ends and their qdiscs.
-  for ns in $(namespaces); do
-    ip netns del "$ns" 2>/dev/null || true
-    rm -rf "/etc/netns/$ns"
+  # Deleting a namespace deletes its veth ends and their qdiscs. Right
+  # after its processes were killed a deletion can fail while they exit:
+  # tried again for up to 5 s.
+  local try
+  for try in $(seq 1 25); do
+    for ns in $(namespaces); do
+      ip netns del "$ns" 2>/dev/null || true
+      rm -rf "/etc/netns/$ns"
+    done
+    [ -z "$(namespaces)" ] && break
+    sleep 0.2
   done
   # munged, when up --slurm started it (it serves the whole machine).
   local munged_pid; munged_pid=$(cat "$(state_dir)/slurm/munged.pid" 2>/dev/null || true)
@@ -222,7 +235,7 @@ cmd_down() {
   rm -rf "$(state_dir)"
   rmdir /run/pipedream-cluster /etc/netns 2>/dev/null || true
   local left; left=$(namespaces)
-  [ -z "$left" ] || { echo "cluster.sh: could not remove namespaces: $left" >&2; exit 1; }
+  [ -z "$left" ] || { echo "cluster.sh: could not remove namespaces: $left ($(ip netns del "${left%%$'\n'*}" 2>&1))" >&2; exit 1; }
   echo "cluster $NAME down"
 }
 

@@ -88,6 +88,8 @@ struct ReplicaGroup {
   int64_t completed_round = -1;
   double round_start = 0, round_end = 0;
   double allreduce_s = 0;
+  // Replicas wait at the AllReduce action until it ends (wait_allreduce).
+  bool blocking = false;
   std::vector<int> waiting;  // ranks blocked at the OptimizerStep
 };
 
@@ -97,6 +99,19 @@ struct StageCost {
   uint64_t stashed_bytes;
   int forward_line = -1, backward_line = -1, weight_line = -1;  // the event queue's delay lines; -1: none
 };
+
+// One all-reduce of `bytes` over the group: with the level's measured bus
+// bandwidth, 2(r-1)/r x bytes at it (what bench-comm timed, whatever the
+// algorithm and the links' duplex); otherwise the planner's ring on links
+// whose bandwidth both directions share, 4(r-1)/r x bytes at the slowest
+// link. Either way 2(r-1) messages' latency.
+double allreduce_seconds(const Topology& topology, const std::vector<int>& ranks, double bytes) {
+  const double r = double(ranks.size());
+  const double measured = topology.group_allreduce_GBps(ranks);
+  const double transfer = measured > 0 ? 2.0 * (r - 1) / r * bytes / (measured * 1e9)
+                                       : 4.0 * (r - 1) / r * bytes / (topology.group_bandwidth(ranks) * 1e9);
+  return transfer + 2.0 * (r - 1) * topology.group_latency(ranks);
+}
 
 // More distinct compute times than this (a plan whose every stage differs)
 // use the event queue's radix heap: finding the earliest of many delay
@@ -156,11 +171,9 @@ class Simulation {
       ReplicaGroup g;
       g.size = st.replicas;
       if (st.replicas > 1) {
-        double r = st.replicas;
-        double bw = plan.topology.group_bandwidth(st.ranks) * 1e9;
-        // A ring: 2(r-1) steps, each a message with the slowest link's latency.
-        g.allreduce_s = 4.0 * (r - 1) / r * double(st.parameter_bytes) / bw +
-                        2.0 * (r - 1) * plan.topology.group_latency(st.ranks);
+        g.allreduce_s = allreduce_seconds(plan.topology, st.ranks, double(st.parameter_bytes));
+        // A measured all-reduce is the runtime's, whose replicas wait for it.
+        g.blocking = opt.realistic_latency || plan.topology.group_allreduce_GBps(st.ranks) > 0;
       }
       groups_.push_back(g);
     }
@@ -333,6 +346,8 @@ class Simulation {
         if (!receive(r, a.key)) return;
       } else if (a.kind == ActionKind::OptimizerStep) {
         if (!step(r, a)) return;
+      } else if (groups_[w.stage].blocking) {
+        if (!wait_allreduce(r, a)) return;
       } else {
         join_allreduce(r, a);
       }
@@ -538,6 +553,40 @@ class Simulation {
     g.waiting.clear();
   }
 
+  // What the runtime's AllReduce action does (realistic_latency, or an
+  // all-reduce whose bus bandwidth bench-comm measured). The
+  // round's gradients exist once every replica has ended its backward, so
+  // the all-reduce starts when the last one arrives (and its channel is
+  // free), and every replica waits at the action until it ends. (The
+  // runtime starts buckets while the backward runs; measured, that hides
+  // little: docs/measurements.md, "The 2 x 2 table's off rows".) True when
+  // the worker may go on.
+  bool wait_allreduce(int r, const PackedAction& a) {
+    WorkerState& w = workers_[r];
+    ReplicaGroup& g = groups_[w.stage];
+    if (g.completed_round < a.key) {
+      if (++g.arrived < g.size) {
+        g.waiting.push_back(r);
+        return false;
+      }
+      const double start = std::max(now_, g.channel_free);
+      const double end = start + g.allreduce_s;
+      g.channel_free = end;
+      g.round_start = start;
+      g.round_end = end;
+      g.completed_round = a.key;
+      g.arrived = 0;
+      if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(w.stage)[0], 0, a.key, start, end});
+      for (int m : g.waiting) wake(m, end);
+      g.waiting.clear();
+    }
+    if (g.round_end > now_) {
+      wake(r, g.round_end);
+      return false;
+    }
+    return true;
+  }
+
   bool step(int r, const PackedAction& a) {
     WorkerState& w = workers_[r];
     if (w.replicated) {
@@ -546,7 +595,7 @@ class Simulation {
         g.waiting.push_back(r);
         return false;
       }
-      const double usable = opt_.realistic_latency ? g.round_end : g.round_start;
+      const double usable = opt_.realistic_latency || g.blocking ? g.round_end : g.round_start;
       if (usable > now_) {
         wake(r, usable);
         return false;

@@ -268,3 +268,72 @@ TEST(Simulator, RefusesATopologyTooSmallForThePlan) {
 
 }  // namespace
 }  // namespace pd
+
+namespace pd {
+namespace {
+
+// Data parallelism over 4 workers, 1 s of forward and 2 s of backward, 3 GB
+// of parameters on 1 GB/s links: the planner's ring takes 4 (3/4) 3 = 9 s
+// per round and overlaps the round's 3 s of compute; an all-reduce whose
+// bus bandwidth bench-comm measured takes 2 (3/4) 3 GB / 0.5 GB/s = 9 s
+// too, but the replicas wait for it after their backward, as the runtime's
+// do: 3 + 9 s per round of 4 minibatches.
+TEST(Simulator, MeasuredAllReduceTakesItsBusBandwidthAndTheReplicasWaitForIt) {
+  Plan p = testing::make_plan({4}, 1.0, 2.0, 0, 3'000'000'000, 1.0);
+  SimulationOptions o;
+  o.schedule.minibatches = 400;
+  o.record_trace = true;
+  std::vector<TraceEvent> planner_trace, measured_trace;
+  const double planner = simulate(p, o, &planner_trace).time_per_minibatch_s;
+  EXPECT_NEAR(planner, 9.0 / 4, 1e-6);  // all-reduce-bound, compute hidden
+  p.topology.levels[0].allreduce_GBps = 0.5;
+  const SimulationReport measured = simulate(p, o, &measured_trace);
+  EXPECT_NEAR(measured.time_per_minibatch_s, (3.0 + 9.0) / 4, 1e-6);
+  int allreduces = 0;
+  for (const TraceEvent& e : measured_trace)
+    if (e.kind == ActionKind::AllReduce) {
+      EXPECT_NEAR(e.end_s - e.start_s, 9.0, 1e-9);
+      ++allreduces;
+    }
+  EXPECT_EQ(allreduces, 100);
+  // The replicas compute 3 s of every 12.
+  for (const WorkerReport& w : measured.workers) EXPECT_NEAR(w.busy_fraction, 0.25, 1e-6);
+  // Realistic latency prices the planner's ring the same way: it starts
+  // after the backward and the replicas wait at it.
+  p.topology.levels[0].allreduce_GBps = 0;
+  o.realistic_latency = true;
+  EXPECT_NEAR(simulate(p, o).time_per_minibatch_s, (3.0 + 9.0) / 4, 1e-6);
+}
+
+// Where the group spans a level with a measured all-reduce, that level's
+// figure prices it; a topology without the field keeps the ring of the
+// planner (the PipeDream comparisons' plans are priced as before).
+TEST(Simulator, AllReduceUsesTheWidestLevelTheGroupSpans) {
+  Topology t;
+  t.levels = {{2, 10.0, 0, 4.0}, {2, 1.0, 0, 0.25}};
+  EXPECT_DOUBLE_EQ(t.group_allreduce_GBps({0, 1}), 4.0);
+  EXPECT_DOUBLE_EQ(t.group_allreduce_GBps({0, 1, 2, 3}), 0.25);
+  EXPECT_DOUBLE_EQ(t.group_allreduce_GBps({1, 2}), 0.25);
+  EXPECT_DOUBLE_EQ(t.group_allreduce_GBps({2}), 0.0);
+  t.levels[1].allreduce_GBps = 0;
+  EXPECT_DOUBLE_EQ(t.group_allreduce_GBps({0, 1, 2, 3}), 0.0);
+  // Read from JSON and written back with a plan.
+  const Topology read = topology_from_json(
+      nlohmann::json::parse(R"({"levels": [{"count": 2, "bandwidth_GBps": 10, "allreduce_GBps": 4},
+                                           {"count": 2, "bandwidth_GBps": 1}]})"),
+      "test");
+  EXPECT_DOUBLE_EQ(read.levels[0].allreduce_GBps, 4.0);
+  EXPECT_DOUBLE_EQ(read.levels[1].allreduce_GBps, 0.0);
+  Plan p = testing::make_plan({2, 2});
+  p.topology = read;
+  const nlohmann::json written = plan_to_json(p)["topology"]["levels"];
+  EXPECT_EQ(written[0].value("allreduce_GBps", 0.0), 4.0);
+  EXPECT_FALSE(written[1].contains("allreduce_GBps"));
+  EXPECT_THROW(topology_from_json(nlohmann::json::parse(
+                                      R"({"levels": [{"count": 2, "bandwidth_GBps": 1, "allreduce_GBps": -1}]})"),
+                                  "test"),
+               UserError);
+}
+
+}  // namespace
+}  // namespace pd
