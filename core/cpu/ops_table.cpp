@@ -11,6 +11,7 @@
 
 #include "core/cpu/attention_kernels.h"
 #include "core/cpu/batchnorm_kernels.h"
+#include "core/cpu/broadcast_kernels.h"
 #include "core/cpu/conv_kernels.h"
 #include "core/cpu/cross_entropy_kernels.h"
 #include "core/cpu/dropout_kernels.h"
@@ -22,6 +23,7 @@
 #include "core/cpu/linear_kernels.h"
 #include "core/cpu/pool_kernels.h"
 #include "core/cpu/residual_kernels.h"
+#include "core/cpu/unary_kernels.h"
 #include "core/device_ops.h"
 
 namespace pd {
@@ -313,7 +315,15 @@ DeviceOps make_table() {
   // attention runs whole (attention_forward above) and the optimizers their
   // host loops (core/optimizer.cpp), which also update out of place.
   // pointwise (strided tensors)
-
+  o.broadcast_binary = &cpu::broadcast_binary;
+  o.broadcast_binary_backward = &cpu::broadcast_binary_backward;
+  o.reduce_sum_strided = &cpu::reduce_sum_strided;
+  o.unary_forward = &cpu::unary_forward;
+  o.unary_backward = &cpu::unary_backward;
+  o.where_forward = &cpu::where_forward;
+  o.where_backward = &cpu::where_backward;
+  o.softmax_axis_forward = &cpu::softmax_axis_forward;
+  o.softmax_axis_backward = &cpu::softmax_axis_backward;
   // (end of pointwise)
   // layout (strided tensors)
 

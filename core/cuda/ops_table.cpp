@@ -13,6 +13,7 @@
 #include "core/cuda/dnn.h"
 #include "core/cuda/fused_attention.h"
 #include "core/cuda/kernels.h"
+#include "core/cuda/pointwise_ops.h"
 #include "core/device_ops.h"
 
 namespace pd::cuda {
@@ -482,7 +483,7 @@ DeviceOps make_table() {
   o.sgd_step = &sgd_step;
   o.adam_step = &adam_step;
   // pointwise (strided tensors)
-
+  fill_pointwise_ops(o);
   // (end of pointwise)
   // layout (strided tensors)
 
