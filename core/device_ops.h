@@ -26,6 +26,7 @@
 #include "core/error.h"
 #include "core/geometry.h"  // Conv2dGeometry, Pool2dGeometry, PoolKind
 #include "core/precision.h"
+#include "core/strided_ops.h"
 #include "core/tensor.h"
 
 namespace pd {
@@ -309,6 +310,54 @@ struct DeviceOps {
   // a broadcast dimension).
 
   // --- pointwise: broadcasting arithmetic, unary maps, Where, reductions, softmax on one axis ---
+
+  // Operands are read at offset sum_d index[d] * strides[d] over the
+  // output's `shape` (rank dims, at most kMaxStridedRank; rank 0 is one
+  // element); outputs are dense row-major. Gradients of a broadcast operand
+  // are summed in increasing order of the output's flat index, from +0,
+  // on every backend (one fixed order per element: same bits every run).
+  // "Dense broadcast strides" of an operand: the row-major strides of its
+  // own dense shape, right-aligned to `shape`, 0 on every dimension it has
+  // size 1 or lacks (onnx broadcast_strides).
+
+  // y = a op b (op: Add, Sub, Mul, Div; IEEE division).
+  void (*broadcast_binary)(BinaryArith op, int rank, const int64_t* shape, const int64_t* a_strides,
+                           const int64_t* b_strides, const float* a, const float* b, float* y) = nullptr;
+  // The input gradients of Mul and Div (Add and Sub need only
+  // reduce_sum_strided): per element, Mul: dy * b to a, dy * a to b; Div:
+  // dy / b to a, -(dy * a / (b * b)) to b; each summed into the operand's
+  // element (da, db dense in the operands' shapes, overwritten; either may
+  // be null). a_strides, b_strides: dense broadcast strides.
+  void (*broadcast_binary_backward)(BinaryArith op, int rank, const int64_t* shape, const int64_t* a_strides,
+                                    const int64_t* b_strides, const float* a, const float* b, const float* dy,
+                                    float* da, float* db) = nullptr;
+  // y[offset(i)] = sum of x[i] over x dense in `shape`, with y_strides the
+  // dense broadcast strides of y's shape: sums over the dimensions where y
+  // has size 1 (a gradient down to a broadcast operand, ReduceSum); y
+  // overwritten, every element written (0 when nothing adds to it).
+  void (*reduce_sum_strided)(int rank, const int64_t* shape, const int64_t* y_strides, const float* x,
+                             float* y) = nullptr;
+  // y = f(x) elementwise; y may alias x.
+  void (*unary_forward)(UnaryParams f, int64_t n, const float* x, float* y) = nullptr;
+  // dx = dy * f'(x); saved is f's output when unary_backward_reads_output(f.fn)
+  // (core/strided_ops.h), else its input. dx may alias dy.
+  void (*unary_backward)(UnaryParams f, int64_t n, const float* saved, const float* dy, float* dx) = nullptr;
+  // out = cond ? x : y, cond one byte per element (nonzero: true), all three strided.
+  void (*where_forward)(int rank, const int64_t* shape, const int64_t* cond_strides, const int64_t* x_strides,
+                        const int64_t* y_strides, const uint8_t* cond, const float* x, const float* y,
+                        float* out) = nullptr;
+  // Full-shape gradients (dense in `shape`): dx = cond ? dout : 0,
+  // dy = cond ? 0 : dout; either may be null. Callers sum them to the
+  // operands' shapes with reduce_sum_strided.
+  void (*where_backward)(int rank, const int64_t* shape, const int64_t* cond_strides, const uint8_t* cond,
+                         const float* dout, float* dx, float* dy) = nullptr;
+  // Softmax over the middle dimension of x viewed [outer, len, inner]:
+  // max-shifted exponentials, their sum accumulated in double in k order,
+  // multiplied by float(1 / sum).
+  void (*softmax_axis_forward)(int64_t outer, int64_t len, int64_t inner, const float* x, float* y) = nullptr;
+  // dx = y * (dy - float(sum_k y dy)), the dot accumulated in double in k order.
+  void (*softmax_axis_backward)(int64_t outer, int64_t len, int64_t inner, const float* y, const float* dy,
+                                float* dx) = nullptr;
 
   // (end of pointwise)
 

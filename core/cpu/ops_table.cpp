@@ -11,7 +11,9 @@
 
 #include "core/cpu/attention_kernels.h"
 #include "core/cpu/batchnorm_kernels.h"
+#include "core/cpu/broadcast_kernels.h"
 #include "core/cpu/conv_general_kernels.h"
+#include "core/cpu/conv_kernels.h"
 #include "core/cpu/cross_entropy_kernels.h"
 #include "core/cpu/dropout_kernels.h"
 #include "core/cpu/elementwise_kernels.h"
@@ -25,6 +27,7 @@
 #include "core/cpu/pool_kernels.h"
 #include "core/cpu/pool_general_kernels.h"  // every Pool2dGeometry
 #include "core/cpu/residual_kernels.h"
+#include "core/cpu/unary_kernels.h"
 #include "core/device_ops.h"
 
 namespace pd {
@@ -310,7 +313,15 @@ DeviceOps make_table() {
   o.adam_step_multi = &cpu::adam_step_multi;
   // causal_softmax_*: null - attention runs whole (attention_forward above).
   // pointwise (strided tensors)
-
+  o.broadcast_binary = &cpu::broadcast_binary;
+  o.broadcast_binary_backward = &cpu::broadcast_binary_backward;
+  o.reduce_sum_strided = &cpu::reduce_sum_strided;
+  o.unary_forward = &cpu::unary_forward;
+  o.unary_backward = &cpu::unary_backward;
+  o.where_forward = &cpu::where_forward;
+  o.where_backward = &cpu::where_backward;
+  o.softmax_axis_forward = &cpu::softmax_axis_forward;
+  o.softmax_axis_backward = &cpu::softmax_axis_backward;
   // (end of pointwise)
   // layout (strided tensors)
   o.strided_copy = &cpu::strided_copy;

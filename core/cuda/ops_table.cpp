@@ -14,6 +14,7 @@
 #include "core/cuda/fused_attention.h"
 #include "core/cuda/kernels.h"
 #include "core/cuda/layout_ops.h"
+#include "core/cuda/pointwise_ops.h"
 #include "core/device_ops.h"
 
 namespace pd::cuda {
@@ -496,7 +497,7 @@ DeviceOps make_table() {
   o.sgd_step = &sgd_step;
   o.adam_step = &adam_step;
   // pointwise (strided tensors)
-
+  fill_pointwise_ops(o);
   // (end of pointwise)
   // layout (strided tensors)
   o.strided_copy = &cuda::strided_copy;

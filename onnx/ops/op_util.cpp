@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/device_ops.h"
+
 namespace pd::onnx {
 
 void unsupported(const Node& n, const std::string& why) {
@@ -96,17 +98,17 @@ std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
 
 Tensor reduce_to(const Tensor& g, const Shape& in) {
   if (g.shape() == in) return g;
-  Tensor r = Tensor::zeros(in);
-  const std::vector<int64_t> s = broadcast_strides(in, g.shape());
-  const float* gp = g.f32();
-  float* rp = r.f32();
-  for_each_broadcast(g.shape(), s, s, [&](int64_t i, int64_t o, int64_t) { rp[o] += gp[i]; });
+  const Shape& full = g.shape();
+  PD_CHECK(full.size() <= size_t(kMaxStridedRank), "reduce_to: rank ", full.size(), " above ", kMaxStridedRank);
+  Tensor r = Tensor::empty(in, DType::F32, g.device());
+  const std::vector<int64_t> s = broadcast_strides(in, full);
+  device_ops(g.device()).reduce_sum_strided(static_cast<int>(full.size()), full.data(), s.data(), g.f32(), r.f32());
   return r;
 }
 
-void require_cpu_f32(const Tensor& t, const char* op) {
-  if (!t.device().is_cpu()) throw UserError(cat("ONNX op ", op, " runs on the CPU only for now"));
-  PD_CHECK(t.dtype() == DType::F32, op, ": expects a float tensor, got ", dtype_name(t.dtype()));
+void check_strided_rank(const Node& n, const Shape& s) {
+  if (s.size() > size_t(kMaxStridedRank))
+    unsupported(n, cat("tensors of rank ", s.size(), " are not supported (at most ", kMaxStridedRank, ")"));
 }
 
 Tensor shape_tensor(const Shape& s) {

@@ -59,8 +59,14 @@ void for_each_broadcast(const Shape& out, const std::vector<int64_t>& sa, const 
   }
 }
 
-// Sums g (shaped `out`) down to `in` (a shape that broadcasts to out).
+// Sums g (shaped `out`) down to `in` (a shape that broadcasts to out), on
+// g's device, in a fixed order (DeviceOps::reduce_sum_strided); g itself
+// when the shapes are equal.
 Tensor reduce_to(const Tensor& g, const Shape& in);
+
+// Rejects (UserError naming the node) a shape with more dimensions than
+// the strided DeviceOps entries take.
+void check_strided_rank(const Node& n, const Shape& s);
 
 // A 2-D window (Conv, pools): kernel, strides and per-side pads.
 struct Window2d {
@@ -75,7 +81,5 @@ void read_strides_and_pads(const Node& n, bool pads_below_kernel, Window2d& w);
 Tensor shape_tensor(const Shape& s);
 Shape shape_from_tensor(const Tensor& t);
 
-// A float tensor on the host, a logic_error otherwise (CPU-only ops).
-void require_cpu_f32(const Tensor& t, const char* op);
 
 }  // namespace pd::onnx

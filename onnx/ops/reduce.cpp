@@ -3,6 +3,7 @@
 // Backward broadcasts dy back over the reduced axes.
 #include <algorithm>
 
+#include "core/device_ops.h"
 #include "onnx/ops/op_util.h"
 #include "onnx/ops/ops.h"
 
@@ -18,17 +19,20 @@ class ReduceOp : public Op {
 
   std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo&, LayerContext& ctx) const override {
     const Tensor& x = in[0];
-    require_cpu_f32(x, type_.c_str());
     const Shape kept = kept_shape(x.shape());
-    Tensor r = reduce_to(x, kept);  // sums
-    if (r.same_storage(x)) r = r.clone();
-    const float scale = type_ == "ReduceMean" ? static_cast<float>(kept_count(x.shape(), kept)) : 1.0f;
-    Tensor y = Tensor::empty(kept);
-    for (int64_t i = 0; i < y.numel(); ++i) y.f32()[i] = r.f32()[i] / scale;
+    Tensor y = reduce_to(x, kept);  // sums
+    if (type_ == "ReduceMean") {
+      Tensor mean = Tensor::empty(kept, DType::F32, x.device());
+      device_ops(x.device()).divide(y.numel(), count(x.shape(), kept), y.f32(), mean.f32());
+      y = mean;
+    } else if (y.same_storage(x)) {
+      y = y.clone();
+    }
     ctx.saved = {shape_tensor(x.shape())};
     return {keepdims_ ? y : y.reshape(dropped_shape(x.shape()))};
   }
 
+  // dx = dy broadcast over the reduced axes, divided by the count (1 for ReduceSum).
   std::vector<Tensor> backward(std::span<const Tensor> dys, const std::vector<bool>& need, const StepInfo&,
                                LayerContext& ctx) const override {
     std::vector<Tensor> g(need.size());
@@ -36,10 +40,12 @@ class ReduceOp : public Op {
       const Shape in = shape_from_tensor(ctx.saved[0]);
       const Shape kept = kept_shape(in);
       const Tensor dy = dys[0].reshape(kept);
-      const float scale = type_ == "ReduceMean" ? static_cast<float>(kept_count(in, kept)) : 1.0f;
-      Tensor dx = Tensor::empty(in);
-      const auto s = broadcast_strides(kept, in);
-      for_each_broadcast(in, s, s, [&](int64_t i, int64_t o, int64_t) { dx.f32()[i] = dy.f32()[o] / scale; });
+      const Device dev = dy.device();
+      const Tensor divisor = Tensor::full({1}, count(in, kept), dev);
+      const std::vector<int64_t> s = broadcast_strides(kept, in), scalar(in.size(), 0);
+      Tensor dx = Tensor::empty(in, DType::F32, dev);
+      device_ops(dev).broadcast_binary(BinaryArith::Div, static_cast<int>(in.size()), in.data(), s.data(),
+                                       scalar.data(), dy.f32(), divisor.f32(), dx.f32());
       g[0] = dx;
     }
     ctx.clear();
@@ -60,7 +66,11 @@ class ReduceOp : public Op {
       if (std::find(axes_.begin(), axes_.end(), d - r) == axes_.end()) out.push_back(s[size_t(d)]);
     return out;
   }
-  static int64_t kept_count(const Shape& in, const Shape& kept) { return shape_numel(in) / std::max<int64_t>(1, shape_numel(kept)); }
+  // What the sums are divided by: the elements per mean, 1 for ReduceSum.
+  float count(const Shape& in, const Shape& kept) const {
+    if (type_ != "ReduceMean") return 1.0f;
+    return static_cast<float>(shape_numel(in) / std::max<int64_t>(1, shape_numel(kept)));
+  }
   std::string type_;
   std::vector<int> axes_;  // negative: counted from the end
   bool keepdims_;
@@ -74,6 +84,7 @@ OpPtr make_reduce_op(const Node& n, const OpInputs& in) {
   std::vector<int64_t> axes = in.example.size() > 1 && in.example[1].defined() ? const_ints(n, in, 1) : n.ints_attr("axes");
   if (axes.empty()) unsupported(n, "reducing over every axis (the batch too) is not supported");
   if (n.int_attr("noop_with_empty_axes", 0) != 0) unsupported(n, "noop_with_empty_axes is not supported");
+  check_strided_rank(n, x.shape());
   std::vector<int> from_end;
   for (int64_t a : axes) {
     const int axis = normalize_axis(n, a, x.ndim());

@@ -1,6 +1,5 @@
 // Softmax over one axis (opset 13 semantics).
-#include <cmath>
-
+#include "core/device_ops.h"
 #include "onnx/ops/op_util.h"
 #include "onnx/ops/ops.h"
 
@@ -15,26 +14,10 @@ class SoftmaxOp : public Op {
 
   std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo&, LayerContext& ctx) const override {
     const Tensor& x = in[0];
-    require_cpu_f32(x, "Softmax");
     int64_t outer, len, inner;
     split(x.shape(), outer, len, inner);
-    Tensor y = Tensor::empty(x.shape());
-    const float* xp = x.f32();
-    float* yp = y.f32();
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i = 0; i < inner; ++i) {
-        const float* xr = xp + o * len * inner + i;
-        float* yr = yp + o * len * inner + i;
-        float m = -INFINITY;
-        for (int64_t k = 0; k < len; ++k) m = std::max(m, xr[k * inner]);
-        double sum = 0;
-        for (int64_t k = 0; k < len; ++k) {
-          yr[k * inner] = std::exp(xr[k * inner] - m);
-          sum += yr[k * inner];
-        }
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t k = 0; k < len; ++k) yr[k * inner] *= inv;
-      }
+    Tensor y = Tensor::empty(x.shape(), DType::F32, x.device());
+    device_ops(x.device()).softmax_axis_forward(outer, len, inner, x.f32(), y.f32());
     ctx.saved = {y};
     return {y};
   }
@@ -46,17 +29,8 @@ class SoftmaxOp : public Op {
       const Tensor &y = ctx.saved[0], &dy = dys[0];
       int64_t outer, len, inner;
       split(y.shape(), outer, len, inner);
-      Tensor dx = Tensor::empty(y.shape());
-      const float *yp = y.f32(), *gp = dy.f32();
-      float* dp = dx.f32();
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t i = 0; i < inner; ++i) {
-          const int64_t base = o * len * inner + i;
-          double dot = 0;
-          for (int64_t k = 0; k < len; ++k) dot += double(yp[base + k * inner]) * gp[base + k * inner];
-          for (int64_t k = 0; k < len; ++k)
-            dp[base + k * inner] = yp[base + k * inner] * (gp[base + k * inner] - static_cast<float>(dot));
-        }
+      Tensor dx = Tensor::empty(y.shape(), DType::F32, y.device());
+      device_ops(y.device()).softmax_axis_backward(outer, len, inner, y.f32(), dy.f32(), dx.f32());
       g[0] = dx;
     }
     ctx.clear();
