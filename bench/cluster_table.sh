@@ -2,7 +2,10 @@
 # The end-to-end table on a cluster made here (scripts/cluster.sh, 2 hosts x
 # 2 workers): for each link rate, bench-comm measures the two-level
 # topology (with each level's all-reduce bus bandwidth, at 8 MB: the
-# simulator prices replicated stages with it); for each model, the
+# simulator prices replicated stages with it), and again with every core
+# kept busy for the CPU its communication threads spend per message and
+# per byte (comm_cpu_*: what the shared cores lose to them, priced as the
+# run's 4 compute threads leave them); for each model, the
 # planner's plan, a straight pipeline, data
 # parallelism and one worker are predicted (simulate on the measured
 # topology, the 4 ranks sharing this machine's cores: --cores, and what
@@ -29,7 +32,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PD_CLUSTER_NAME=ptab
 CORES=$(nproc)
 WORK=$(mktemp -d /tmp/pipedream-cluster-table-XXXXXX)
-trap 'scripts/cluster.sh down --name ptab >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
+HOGS=()  # add_comm_cpu's spinning processes, while they run
+trap 'kill "${HOGS[@]}" 2>/dev/null || true; scripts/cluster.sh down --name ptab >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
 
 batch_of() { case "$1" in gpt-mini) echo 8 ;; *) echo 32 ;; esac; }
 
@@ -57,6 +61,24 @@ contention() {  # model batch profile -> contention (>= 0)
     '(($c | map(.step_forward_backward_ms) | add / length) * $share / $p[0].step_forward_backward_ms - 1) | if . < 0 then 0 else . end'
 }
 
+# The communication threads' CPU per level (TopologyLevel::comm_cpu_GBps,
+# comm_cpu_us_per_message) measured while one spinning process per rank
+# keeps the cores busy, as the run's compute threads do (cold caches,
+# contended cores), merged into the topology; its other figures stay the
+# idle-core ones.
+add_comm_cpu() {  # topology.json
+  local k
+  for ((k = 0; k < 4; ++k)); do (while :; do :; done) & HOGS+=($!); done
+  scripts/cluster.sh mpirun --bind-to none -np 4 "$BIN" bench-comm --p2p-sizes 4MB --allreduce-sizes 4KB \
+    --latency-iters 50 -o "$WORK/busy.json" >/dev/null
+  kill "${HOGS[@]}"
+  wait "${HOGS[@]}" 2>/dev/null || true
+  HOGS=()
+  jq --slurpfile b "$WORK/busy.json" '.levels |= [to_entries[] | .value + ($b[0].levels[.key]
+      | {comm_cpu_GBps, comm_cpu_us_per_message} | with_entries(select(.value != null)))]' "$1" > "$WORK/merged.json"
+  mv "$WORK/merged.json" "$1"
+}
+
 measure() {  # plan model batch -> steady-state seconds per minibatch
   local workers; workers=$(jq '[.stages[].replicas] | add' "$1")
   local args=(run --plan "$1" --model "$2" --batch "$3" --data synthetic --no-eval --threads-per-worker 1
@@ -74,6 +96,7 @@ for rate in $RATES; do
   scripts/cluster.sh up --name ptab --hosts 2 --slots 2 --rate "$rate" >/dev/null
   scripts/cluster.sh mpirun --bind-to none -np 4 "$BIN" bench-comm --p2p-sizes 64KB,1MB,4MB \
     --allreduce-sizes 4KB,1MB,8MB --latency-iters 50 -o "$WORK/topo.json" >/dev/null
+  add_comm_cpu "$WORK/topo.json"
   for model in $MODELS; do
     b=$(batch_of "$model")
     "$BIN" profile --model "$model" --batch "$b" --threads 1 --iters 5 -o "$WORK/prof.json" >/dev/null 2>&1

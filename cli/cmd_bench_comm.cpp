@@ -8,6 +8,8 @@
 // cuda` uses by default) or nccl (GPU tensors device to device, `run
 // --transport nccl`). The GPU transports put every buffer on the rank's GPU
 // (local rank modulo the visible GPUs) and need one GPU per rank for nccl.
+#include <dirent.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -86,11 +88,46 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// CPU seconds this process's communication threads (the MPI engine's
+// pd-comm, the shared-memory engine's pd-shm) have used so far: the CPU a
+// transfer takes from compute on shared cores, whatever the caller's thread
+// does while it waits. Read through each thread's CPU clock (nanoseconds).
+double comm_threads_cpu_s() {
+  double total = 0;
+  DIR* dir = opendir("/proc/self/task");
+  if (!dir) return 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream name_file(cat("/proc/self/task/", e->d_name, "/comm"));
+    std::string name;
+    std::getline(name_file, name);
+    if (name != "pd-comm" && name != "pd-shm") continue;
+    const pid_t tid = static_cast<pid_t>(std::atol(e->d_name));
+    // The kernel's clock id of another thread's CPU time (CPUCLOCK_SCHED, per thread).
+    const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6u);
+    timespec ts{};
+    if (clock_gettime(clock, &ts) == 0) total += double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+  }
+  closedir(dir);
+  return total;
+}
+
 struct PairResult {
   int a = 0, b = 0;
   bool same_host = true;
   double latency_us = 0;
   std::vector<std::pair<size_t, double>> bandwidth;  // (bytes, GB/s)
+  // The communication threads' CPU at one end (mean of a's and b's):
+  // microseconds per message of the latency loop, and per size the bytes
+  // streamed per CPU second (GB/s).
+  double cpu_us_per_message = 0;
+  std::vector<double> cpu_GBps;
+  double large_message_cpu_GBps() const {
+    size_t largest = 0;
+    for (size_t k = 0; k < bandwidth.size(); ++k)
+      if (bandwidth[k].first >= bandwidth[largest].first) largest = k;
+    return largest < cpu_GBps.size() ? cpu_GBps[largest] : 0.0;
+  }
   // The topology records the rate of the largest messages measured: the
   // planner uses it for activations and weights, which are large; small
   // messages fit in caches and would flatter the link.
@@ -111,8 +148,9 @@ struct AllReduceResult {
 };
 
 // Half a round trip of a one-float tensor (header + payload messages, as
-// every runtime transfer).
-double measure_latency_us(Transport& tr, Device dev, int a, int b, int iters) {
+// every runtime transfer). `cpu_s`: this rank's communication threads' CPU
+// over the timed round trips (each rank sends and receives `iters` tensors).
+double measure_latency_us(Transport& tr, Device dev, int a, int b, int iters, double& cpu_s) {
   Tensor x = Tensor::zeros({1}, DType::F32, dev);
   const int peer = tr.rank() == a ? b : a;
   auto round = [&] {
@@ -125,13 +163,17 @@ double measure_latency_us(Transport& tr, Device dev, int a, int b, int iters) {
     }
   };
   for (int i = 0; i < 10; ++i) round();
+  const double cpu0 = comm_threads_cpu_s();
   auto t0 = Clock::now();
   for (int i = 0; i < iters; ++i) round();
-  return seconds_since(t0) / (2.0 * iters) * 1e6;
+  const double wall = seconds_since(t0);
+  cpu_s = comm_threads_cpu_s() - cpu0;
+  return wall / (2.0 * iters) * 1e6;
 }
 
 // a streams `bytes`-sized tensors to b, a few in flight, then b acknowledges.
-double measure_bandwidth_GBps(Transport& tr, Device dev, int a, int b, size_t bytes) {
+// `cpu_GBps`: bytes streamed per CPU second of this rank's communication threads.
+double measure_bandwidth_GBps(Transport& tr, Device dev, int a, int b, size_t bytes, double& cpu_GBps) {
   const int64_t n = static_cast<int64_t>(std::max<size_t>(bytes / 4, 1));
   const int reps = static_cast<int>(std::clamp<size_t>((256u << 20) / (n * 4), 4, 200));
   constexpr int kWindow = 4;
@@ -155,23 +197,33 @@ double measure_bandwidth_GBps(Transport& tr, Device dev, int a, int b, size_t by
       tr.isend(ack, a, 3).wait();
   };
   stream(2);  // warm-up: first-touch of pages, connection setup
+  const double cpu0 = comm_threads_cpu_s();
   auto t0 = Clock::now();
   stream(reps);
-  return static_cast<double>(n) * 4 * reps / seconds_since(t0) / 1e9;
+  const double wall = seconds_since(t0), cpu = comm_threads_cpu_s() - cpu0;
+  const double streamed = static_cast<double>(n) * 4 * reps;
+  cpu_GBps = cpu > 0 ? streamed / cpu / 1e9 : 0.0;
+  return streamed / wall / 1e9;
 }
 
-double measure_allreduce_s(Transport& tr, Device dev, CommGroup& g, size_t bytes) {
+// The median time of an all-reduce; `cpu_s`: this rank's communication
+// threads' CPU per all-reduce (the mean over the timed ones).
+double measure_allreduce_s(Transport& tr, Device dev, CommGroup& g, size_t bytes, double& cpu_s) {
   const int64_t n = static_cast<int64_t>(std::max<size_t>(bytes / 4, 1));
   const int iters = static_cast<int>(std::clamp<size_t>((64u << 20) / (n * 4), 3, 50));
   Tensor x = Tensor::zeros({n}, DType::F32, dev);
   tr.all_reduce(g, {x}, ReduceOp::Sum);  // warm-up
   std::vector<double> times;
+  double cpu = 0;
   for (int i = 0; i < iters; ++i) {
     tr.barrier(g);
+    const double cpu0 = comm_threads_cpu_s();
     auto t0 = Clock::now();
     tr.all_reduce(g, {x}, ReduceOp::Sum);
     times.push_back(seconds_since(t0));
+    cpu += comm_threads_cpu_s() - cpu0;
   }
+  cpu_s = cpu / iters;
   return median(times);
 }
 
@@ -197,27 +249,40 @@ std::string human(size_t bytes) {
 json make_topology(Transport& tr, const std::vector<PairResult>& pairs, uint64_t worker_memory) {
   std::map<std::string, int> per_host;
   for (int r = 0; r < tr.world_size(); ++r) per_host[tr.host_of(r)]++;
-  std::vector<double> intra, inter, intra_latency, inter_latency;
+  std::vector<double> intra, inter, intra_latency, inter_latency, intra_cpu, inter_cpu, intra_cpu_us, inter_cpu_us;
   for (auto& p : pairs) {
     (p.same_host ? intra : inter).push_back(p.large_message_GBps());
     (p.same_host ? intra_latency : inter_latency).push_back(p.latency_us);
+    (p.same_host ? intra_cpu : inter_cpu).push_back(p.large_message_cpu_GBps());
+    (p.same_host ? intra_cpu_us : inter_cpu_us).push_back(p.cpu_us_per_message);
   }
   int ranks_per_host = tr.world_size();
   for (auto& [host, n] : per_host) ranks_per_host = std::min(ranks_per_host, n);
   json levels = json::array();
   auto round3 = [](double v) { return std::round(v * 1000) / 1000; };
+  // The communication threads' CPU per message and per byte at one end
+  // (TopologyLevel::comm_cpu_GBps): the latency loop's and the largest
+  // messages' stream.
+  auto add_cpu = [&](json& level, const std::vector<double>& per_byte, const std::vector<double>& per_message) {
+    if (median(per_byte) > 0) level["comm_cpu_GBps"] = round3(median(per_byte));
+    if (median(per_message) > 0) level["comm_cpu_us_per_message"] = round3(median(per_message));
+  };
   if (per_host.size() == 1) {
     levels.push_back({{"count", tr.world_size()}, {"bandwidth_GBps", round3(median(intra))},
                       {"latency_us", round3(median(intra_latency))}});
+    add_cpu(levels.back(), intra_cpu, intra_cpu_us);
   } else {
     if (ranks_per_host != tr.world_size() / static_cast<int>(per_host.size()))
       std::cerr << "warning: hosts run different numbers of ranks; the topology assumes "
                 << ranks_per_host << " per host\n";
-    if (ranks_per_host > 1)
+    if (ranks_per_host > 1) {
       levels.push_back({{"count", ranks_per_host}, {"bandwidth_GBps", round3(median(intra))},
                         {"latency_us", round3(median(intra_latency))}});
+      add_cpu(levels.back(), intra_cpu, intra_cpu_us);
+    }
     levels.push_back({{"count", static_cast<int>(per_host.size())}, {"bandwidth_GBps", round3(median(inter))},
                       {"latency_us", round3(median(inter_latency))}});
+    add_cpu(levels.back(), inter_cpu, inter_cpu_us);
   }
   return {{"levels", levels}, {"worker_memory_bytes", worker_memory}};
 }
@@ -357,20 +422,43 @@ std::unique_ptr<Transport> gpu_transport(CommTransport transport, MpiTransport& 
 // One pair: a and b measure; a's figures go to rank 0 (which fills p).
 void measure_pair(Transport& tr, const Device& dev, const BenchCommPlan& plan, int latency_iters, PairResult& p) {
   const int me = tr.rank(), a = p.a, b = p.b;
+  const size_t sizes = plan.p2p_sizes.size();
   if (me == a || me == b) {
-    p.latency_us = measure_latency_us(tr, dev, a, b, latency_iters);
-    for (size_t bytes : plan.p2p_sizes) p.bandwidth.push_back({bytes, measure_bandwidth_GBps(tr, dev, a, b, bytes)});
+    double latency_cpu_s = 0;
+    p.latency_us = measure_latency_us(tr, dev, a, b, latency_iters, latency_cpu_s);
+    p.cpu_us_per_message = latency_cpu_s / (2.0 * latency_iters) * 1e6;
+    for (size_t bytes : plan.p2p_sizes) {
+      double cpu_GBps = 0;
+      p.bandwidth.push_back({bytes, measure_bandwidth_GBps(tr, dev, a, b, bytes, cpu_GBps)});
+      p.cpu_GBps.push_back(cpu_GBps);
+    }
+    // One end's CPU: the mean of the two ends' (b's go to a).
+    std::vector<float> mine = {static_cast<float>(p.cpu_us_per_message)};
+    for (double c : p.cpu_GBps) mine.push_back(static_cast<float>(c));
+    if (me == b) {
+      tr.isend(Tensor::from_floats(mine, {static_cast<int64_t>(mine.size())}), a, 5).wait();
+    } else {
+      Request r = tr.irecv_any(b, 5);
+      r.wait();
+      const float* v = r.tensor().f32();
+      p.cpu_us_per_message = 0.5 * (p.cpu_us_per_message + v[0]);
+      for (size_t k = 0; k < sizes; ++k)
+        p.cpu_GBps[k] = p.cpu_GBps[k] > 0 && v[k + 1] > 0 ? 2.0 / (1.0 / p.cpu_GBps[k] + 1.0 / v[k + 1]) : 0.0;
+    }
   }
   if (a != 0 && me == a) {
-    std::vector<float> v = {static_cast<float>(p.latency_us)};
+    std::vector<float> v = {static_cast<float>(p.latency_us), static_cast<float>(p.cpu_us_per_message)};
     for (auto& [bytes, bw] : p.bandwidth) v.push_back(static_cast<float>(bw));
+    for (double c : p.cpu_GBps) v.push_back(static_cast<float>(c));
     tr.isend(Tensor::from_floats(v, {static_cast<int64_t>(v.size())}), 0, 4).wait();
   } else if (a != 0 && me == 0) {
     Request r = tr.irecv_any(a, 4);
     r.wait();
     const float* v = r.tensor().f32();
     p.latency_us = v[0];
-    for (size_t k = 0; k < plan.p2p_sizes.size(); ++k) p.bandwidth.push_back({plan.p2p_sizes[k], v[k + 1]});
+    p.cpu_us_per_message = v[1];
+    for (size_t k = 0; k < sizes; ++k) p.bandwidth.push_back({plan.p2p_sizes[k], v[k + 2]});
+    for (size_t k = 0; k < sizes; ++k) p.cpu_GBps.push_back(v[sizes + k + 2]);
   }
 }
 
@@ -386,10 +474,11 @@ std::vector<PairResult> measure_pairs(Transport& tr, const MpiTransport& mpi, co
       measure_pair(tr, dev, plan, o.latency_iters, p);
       if (tr.rank() != 0) continue;
       pairs.push_back(p);
-      for (auto& [bytes, bw] : p.bandwidth)
+      for (size_t k = 0; k < p.bandwidth.size(); ++k)
         log({{"kind", "p2p"}, {"transport", to_string(o.transport)}, {"path", path_among(tr, mpi, o.transport, {a, b})},
              {"src", a}, {"dst", b}, {"same_host", p.same_host},
-             {"bytes", bytes}, {"latency_us", p.latency_us}, {"bandwidth_GBps", bw}});
+             {"bytes", p.bandwidth[k].first}, {"latency_us", p.latency_us}, {"bandwidth_GBps", p.bandwidth[k].second},
+             {"comm_cpu_us_per_message", p.cpu_us_per_message}, {"comm_cpu_GBps", p.cpu_GBps[k]}});
     }
   }
   return pairs;
@@ -406,12 +495,16 @@ std::vector<AllReduceResult> measure_allreduces(Transport& tr, const MpiTranspor
     for (size_t bytes : plan.allreduce_sizes) {
       tr.barrier();
       if (!group) continue;
-      AllReduceResult r{g, bytes, measure_allreduce_s(tr, dev, *group, bytes)};
+      double cpu_s = 0;
+      AllReduceResult r{g, bytes, measure_allreduce_s(tr, dev, *group, bytes, cpu_s)};
       if (tr.rank() != 0) continue;
       ars.push_back(r);
+      // Rank 0's communication threads (a host's first rank: on 2 hosts it
+      // both copies through shared memory and sends over MPI).
       log({{"kind", "allreduce"}, {"transport", to_string(o.transport)},
            {"path", path_among(tr, mpi, o.transport, first_ranks(g))}, {"group_size", g}, {"bytes", bytes},
-           {"time_ms", r.time_s * 1e3}, {"algbw_GBps", r.algbw_GBps()}, {"busbw_GBps", r.busbw_GBps()}});
+           {"time_ms", r.time_s * 1e3}, {"algbw_GBps", r.algbw_GBps()}, {"busbw_GBps", r.busbw_GBps()},
+           {"rank0_comm_cpu_ms", cpu_s * 1e3}});
     }
   }
   return ars;

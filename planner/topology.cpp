@@ -56,6 +56,26 @@ double Topology::group_allreduce_GBps(const std::vector<int>& ranks) const {
   return ranks.size() > 1 ? levels[widest].allreduce_GBps : 0.0;
 }
 
+namespace {
+CommCpuCost level_comm_cpu(const TopologyLevel& l) {
+  return {l.comm_cpu_us_per_message * 1e-6, l.comm_cpu_GBps > 0 ? 1.0 / (l.comm_cpu_GBps * 1e9) : 0.0};
+}
+}  // namespace
+
+CommCpuCost Topology::comm_cpu_between(int rank_a, int rank_b) const {
+  if (rank_a == rank_b) return {};
+  size_t l = common_level(*this, rank_a, rank_b);
+  PD_CHECK(l < levels.size(), "ranks ", rank_a, " and ", rank_b, " are outside the topology");
+  return level_comm_cpu(levels[l]);
+}
+
+CommCpuCost Topology::group_comm_cpu(const std::vector<int>& ranks) const {
+  size_t widest = 0;
+  for (size_t i = 1; i < ranks.size(); ++i) widest = std::max(widest, common_level(*this, ranks[0], ranks[i]));
+  PD_CHECK(widest < levels.size(), "the group's ranks are outside the topology");
+  return ranks.size() > 1 ? level_comm_cpu(levels[widest]) : CommCpuCost{};
+}
+
 double Topology::latency_between(int rank_a, int rank_b) const {
   if (rank_a == rank_b) return 0;
   size_t l = common_level(*this, rank_a, rank_b);
@@ -122,7 +142,15 @@ Topology topology_from_json(const nlohmann::json& j, const std::string& where) {
         level.contains("allreduce_GBps")
             ? checked::number(level["allreduce_GBps"], {at, "allreduce_GBps (all-reduce bus bandwidth, 10^9 bytes/s)"}, 1e-9, 1e9)
             : 0.0;
-    t.levels.push_back({count, bandwidth, latency_us, allreduce_GBps});
+    const double comm_cpu_GBps =
+        level.contains("comm_cpu_GBps")
+            ? checked::number(level["comm_cpu_GBps"], {at, "comm_cpu_GBps (bytes per CPU second of the communication threads, 10^9)"}, 1e-9, 1e9)
+            : 0.0;
+    const double comm_cpu_us =
+        level.contains("comm_cpu_us_per_message")
+            ? checked::number(level["comm_cpu_us_per_message"], {at, "comm_cpu_us_per_message (CPU microseconds per message)"}, 0, 1e9)
+            : 0.0;
+    t.levels.push_back({count, bandwidth, latency_us, allreduce_GBps, comm_cpu_GBps, comm_cpu_us});
     total *= count;
     if (total > kMaxWorkers) throw UserError(cat(where, ": more than ", kMaxWorkers, " workers"));
   }

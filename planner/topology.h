@@ -21,6 +21,20 @@ struct TopologyLevel {
   // whether both directions of a link run at once. The simulator uses it
   // when given (runtime/simulator/README.md, "Cost model").
   double allreduce_GBps = 0;
+  // CPU a rank's communication threads spend on a message at this level, at
+  // each end (sender and receiver alike), as bench-comm measures it: bytes
+  // moved per CPU second (10^9 bytes/s) and a fixed cost per message. 0:
+  // not measured. With shared cores the simulator charges it to the cores
+  // (runtime/simulator/README.md, "Shared cores").
+  double comm_cpu_GBps = 0;
+  double comm_cpu_us_per_message = 0;
+};
+
+// CPU seconds one end of a message spends: per_message_s + bytes x per_byte_s.
+struct CommCpuCost {
+  double per_message_s = 0, per_byte_s = 0;
+  bool any() const { return per_message_s > 0 || per_byte_s > 0; }
+  double seconds(double bytes, double messages = 1) const { return messages * per_message_s + bytes * per_byte_s; }
 };
 
 struct Topology {
@@ -38,6 +52,11 @@ struct Topology {
   // The measured all-reduce bus bandwidth of the widest level the group
   // spans (GB/s; 0 when that level has none).
   double group_allreduce_GBps(const std::vector<int>& ranks) const;
+  // The communication threads' CPU per message between two ranks (their
+  // lowest common level's), and for a group's all-reduce (its widest
+  // level's). Zero when the level has no such measurement.
+  CommCpuCost comm_cpu_between(int rank_a, int rank_b) const;
+  CommCpuCost group_comm_cpu(const std::vector<int>& ranks) const;
 };
 
 Topology read_topology(const std::string& path);  // throws UserError

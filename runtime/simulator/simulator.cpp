@@ -88,6 +88,7 @@ struct ReplicaGroup {
   int64_t completed_round = -1;
   double round_start = 0, round_end = 0;
   double allreduce_s = 0;
+  double allreduce_cpu_s = 0;  // shared cores: CPU each member's communication threads spend on one
   // Replicas wait at the AllReduce action until it ends (wait_allreduce).
   bool blocking = false;
   std::vector<int> waiting;  // ranks blocked at the OptimizerStep
@@ -174,6 +175,10 @@ class Simulation {
         g.allreduce_s = allreduce_seconds(plan.topology, st.ranks, double(st.parameter_bytes));
         // A measured all-reduce is the runtime's, whose replicas wait for it.
         g.blocking = opt.realistic_latency || plan.topology.group_allreduce_GBps(st.ranks) > 0;
+        // Each member sends and receives 2(r-1)/r of the bytes in 2(r-1) messages each way.
+        const double r = double(st.replicas);
+        g.allreduce_cpu_s = plan.topology.group_comm_cpu(st.ranks)
+                                .seconds(2 * 2.0 * (r - 1) / r * double(st.parameter_bytes), 2 * 2.0 * (r - 1));
       }
       groups_.push_back(g);
     }
@@ -184,7 +189,9 @@ class Simulation {
       workers_[r].stage = schedule_.stage_of(r);
     }
     busy_at_mark_.resize(R);
-    if (shared_cores_) work_left_.assign(R, 0.0);
+    // Shared cores: ranks R..2R-1 of work_left_ are the workers' communication threads.
+    if (shared_cores_) work_left_.assign(2 * size_t(R), 0.0);
+    charges_comm_cpu_ = shared_cores_ && topology_charges_comm_cpu(plan.topology);
     spilled_.resize(R);
     link_free_.assign(R, 0.0);
     events_ = EventQueue(assign_delay_lines());
@@ -244,6 +251,11 @@ class Simulation {
           progress_to(now_);
           work_left_[first_done] = 0;
           computing_ranks_.erase(std::find(computing_ranks_.begin(), computing_ranks_.end(), first_done));
+          if (first_done >= schedule_.workers()) {  // a communication thread's CPU is spent: nothing waits on it
+            --comm_threads_busy_;
+            update_compute_rate();
+            continue;
+          }
           update_compute_rate();
           workers_[first_done].compute_end = now_;
           advance(first_done);
@@ -269,12 +281,35 @@ class Simulation {
   // run at min(1, C / (n T)) of their own-device speed, and slower by the
   // contention for what the busy cores share.
   void update_compute_rate() {
-    const double threads = double(computing_ranks_.size()) * opt_.threads_per_worker;
+    const double threads =
+        double(computing_ranks_.size() - comm_threads_busy_) * opt_.threads_per_worker + double(comm_threads_busy_);
     compute_rate_ = threads > opt_.cores ? opt_.cores / threads : 1.0;
     if (opt_.core_contention > 0 && opt_.cores > 1) {
       const double busy_beyond_one = std::max(0.0, std::min(threads, opt_.cores) - 1);
       compute_rate_ /= 1 + opt_.core_contention * busy_beyond_one / (opt_.cores - 1);
     }
+  }
+
+  static bool topology_charges_comm_cpu(const Topology& t) {
+    for (const TopologyLevel& l : t.levels)
+      if (l.comm_cpu_GBps > 0 || l.comm_cpu_us_per_message > 0) return true;
+    return false;
+  }
+
+  // Shared cores: `cpu_s` more for rank r's communication thread, one more
+  // thread on the cores until it is spent. It delays no message or
+  // all-reduce (their time on the link is priced already), only the
+  // computations it shares the cores with.
+  void charge_comm_cpu(int r, double cpu_s) {
+    if (!(cpu_s > 0)) return;
+    progress_to(now_);
+    const size_t thread = size_t(schedule_.workers()) + size_t(r);
+    if (std::find(computing_ranks_.begin(), computing_ranks_.end(), int(thread)) == computing_ranks_.end()) {
+      computing_ranks_.push_back(static_cast<int>(thread));
+      ++comm_threads_busy_;
+    }
+    work_left_[thread] += cpu_s;
+    update_compute_rate();
   }
 
   // One delay line per distinct compute time; returns how many.
@@ -504,6 +539,13 @@ class Simulation {
     const double start = std::max(now_, link_free_[downstream]);
     const double end = start + duration;
     link_free_[downstream] = end;
+    if (charges_comm_cpu_) {
+      const int stage = workers_[r].stage + a.chunk * schedule_.workers();
+      const double bytes = costs_[static_cast<size_t>(activation ? stage : stage - 1)].message_bytes;
+      const double cpu = plan_.topology.comm_cpu_between(r, a.peer).seconds(bytes);
+      charge_comm_cpu(r, cpu);       // the sender's thread, and
+      charge_comm_cpu(a.peer, cpu);  // the receiver's, both from the send on
+    }
     // Idealised: the link is a throughput limit only. A message is usable
     // at once unless the link's backlog ahead of it exceeds one transfer
     // (the other direction's message of the same minibatch), so the link's
@@ -548,6 +590,7 @@ class Simulation {
     g.round_start = start;
     g.completed_round = a.key;
     g.arrived = 0;
+    charge_allreduce_cpu(w.stage);
     if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(w.stage)[0], 0, a.key, start, end});
     for (int m : g.waiting) wake(m, opt_.realistic_latency ? end : start);
     g.waiting.clear();
@@ -576,6 +619,7 @@ class Simulation {
       g.round_end = end;
       g.completed_round = a.key;
       g.arrived = 0;
+      charge_allreduce_cpu(w.stage);
       if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(w.stage)[0], 0, a.key, start, end});
       for (int m : g.waiting) wake(m, end);
       g.waiting.clear();
@@ -585,6 +629,13 @@ class Simulation {
       return false;
     }
     return true;
+  }
+
+  // The round's all-reduce is decided: every member's communication thread
+  // spends its CPU from now on.
+  void charge_allreduce_cpu(int stage) {
+    if (!charges_comm_cpu_) return;
+    for (int m : schedule_.ranks(stage)) charge_comm_cpu(m, groups_[stage].allreduce_cpu_s);
   }
 
   bool step(int r, const PackedAction& a) {
@@ -650,6 +701,9 @@ class Simulation {
   std::vector<double> work_left_;      // per rank: own-device seconds its computation still needs
   double compute_rate_ = 1.0;          // speed of every computation now (1: own device)
   double progress_time_ = 0;           // when work_left_ was last brought up to date
+  // The topology prices the communication threads' CPU (TopologyLevel::comm_cpu_GBps).
+  bool charges_comm_cpu_ = false;
+  size_t comm_threads_busy_ = 0;       // communication threads in computing_ranks_
   std::vector<StageCost> costs_;
   std::vector<ReplicaGroup> groups_;
   std::vector<WorkerState> workers_;

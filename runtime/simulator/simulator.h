@@ -95,11 +95,13 @@ struct SimulationOptions {
   // shares the cores fairly (processor sharing): while n workers compute and
   // n x threads > C, every computation advances at C / (n x threads) of its
   // profiled speed, so a computation's remaining time is re-timed whenever a
-  // worker starts or ends one. Waiting workers take no core, nor do
-  // transfers: the runtime's communication threads took 5% of the workers'
-  // CPU in the runs measured (runtime/simulator/README.md). With C >=
-  // workers x threads no computation is ever slowed, and the replay is the
-  // default one, bit for bit.
+  // worker starts or ends one. Waiting workers take no core. Transfers
+  // take none unless the topology gives the communication threads' CPU
+  // (TopologyLevel::comm_cpu_GBps, comm_cpu_us_per_message): then each end
+  // of a message, and each member of an all-reduce, runs that CPU as one
+  // more thread on the cores (runtime/simulator/README.md, "Shared cores").
+  // With C >= workers x threads no computation is ever slowed, and the
+  // replay is the default one, bit for bit.
   double cores = 0;
   int threads_per_worker = 1;
   // With cores: what the cores share besides themselves (memory bandwidth,

@@ -40,12 +40,18 @@ TEST(CommBench, WritesTopologyInDesignFormatAndJsonLines) {
   EXPECT_EQ(t["levels"][0]["count"], 3);
   EXPECT_GT(t["levels"][0]["bandwidth_GBps"].get<double>(), 0.0);
   EXPECT_GT(t["worker_memory_bytes"].get<double>(), 0.0);
+  // The communication threads' CPU per byte and per message at one end
+  // (what simulate --cores charges to the shared cores).
+  EXPECT_GT(t["levels"][0].value("comm_cpu_GBps", 0.0), 0.0) << t;
+  EXPECT_GT(t["levels"][0].value("comm_cpu_us_per_message", 0.0), 0.0) << t;
 
   std::ifstream in(lines);
   int p2p = 0, allreduce = 0, topology = 0;
   for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line);
     p2p += j["kind"] == "p2p";
+    if (j["kind"] == "p2p") EXPECT_TRUE(j.contains("comm_cpu_GBps") && j.contains("comm_cpu_us_per_message")) << j;
+    if (j["kind"] == "allreduce") EXPECT_GE(j.value("rank0_comm_cpu_ms", -1.0), 0.0) << j;
     allreduce += j["kind"] == "allreduce";
     topology += j["kind"] == "topology";
   }
