@@ -48,6 +48,23 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
+std::vector<int64_t> contiguous_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+  return st;
+}
+
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> s(out.size(), 0);
+  int64_t stride = 1;
+  for (size_t k = 0; k < in.size(); ++k) {
+    const size_t i = in.size() - 1 - k, o = out.size() - 1 - k;
+    s[o] = in[i] == 1 ? 0 : stride;
+    stride *= in[i];
+  }
+  return s;
+}
+
 std::string shape_str(const Shape& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);

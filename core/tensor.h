@@ -30,6 +30,11 @@ struct Device {
 using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);  // "[64, 1, 28, 28]"
+// Row-major strides (in elements) of a contiguous tensor of shape s.
+std::vector<int64_t> contiguous_strides(const Shape& s);
+// Strides of a contiguous `in` read as the numpy broadcast to `out` (in
+// right-aligned to out): 0 on the dimensions in lacks or has size 1.
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
 
 // Raw bytes on one device. Allocators hand these out (CPU: aligned malloc;
 // CUDA: the caching allocator in core/cuda).

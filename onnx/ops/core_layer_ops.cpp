@@ -120,7 +120,7 @@ OpPtr conv(const Node& n, const OpInputs& in) {
   if (!core_window_fits(n)) return make_general_conv_op(n, in);
   const Window win = square_window(n);
   if (w.ndim() != 4 || w.dim(2) != win.kernel || w.dim(3) != win.kernel) unsupported(n, "weight shape does not match the kernel");
-  if (n.int_attr("group", 1) != 1) return make_grouped_conv_op(n, in, win.kernel, win.stride, win.padding);
+  if (n.int_attr("group", 1) != 1) return make_general_conv_op(n, in);
   if (w.dim(1) != x.dim(1)) unsupported(n, "weight shape does not match the input");
   const bool bias = in.example.size() > 2 && in.example[2].defined();
   std::vector<int> params{1};

@@ -68,27 +68,17 @@ class ConvOp : public Op {
 
 OpPtr make_general_conv_op(const Node& n, const OpInputs& in) {
   const Tensor &x = in.at(0), &w = in.at(1);
-  const std::vector<int64_t> k = n.ints_attr("kernel_shape"), d = n.ints_attr("dilations");
-  const Attribute* pad_mode = n.attribute("auto_pad");
-  if (pad_mode && pad_mode->s != "NOTSET") unsupported(n, "auto_pad " + pad_mode->s + " is not supported (use explicit pads)");
-  for (int64_t v : d)
-    if (v != 1) unsupported(n, "dilation is not supported");
+  const std::vector<int64_t> k = n.ints_attr("kernel_shape");
   if (!k.empty() && (k.size() != 2 || k[0] < 1 || k[1] < 1)) unsupported(n, "kernel_shape must have two positive sizes");
   const int64_t groups = n.int_attr("group", 1);
   if (w.ndim() != 4 || groups < 1 || x.dim(1) % groups != 0 || w.dim(0) % groups != 0 || w.dim(1) * groups != x.dim(1))
     unsupported(n, cat("group ", groups, " does not fit the channels (input ", shape_str(x.shape()), ", weight ",
                        shape_str(w.shape()), ")"));
-  Window2d win;
-  win.kh = k.empty() ? w.dim(2) : k[0];
-  win.kw = k.empty() ? w.dim(3) : k[1];
-  if (w.dim(2) != win.kh || w.dim(3) != win.kw) unsupported(n, "weight shape does not match the kernel");
-  read_strides_and_pads(n, /*pads_below_kernel=*/false, win);
   Conv2dGeometry g;
-  g.kernel_h = win.kh;
-  g.kernel_w = win.kw;
-  g.stride_h = win.sh;
-  g.stride_w = win.sw;
-  g.pad = {win.top, win.left, win.bottom, win.right};
+  g.kernel_h = k.empty() ? w.dim(2) : k[0];
+  g.kernel_w = k.empty() ? w.dim(3) : k[1];
+  if (w.dim(2) != g.kernel_h || w.dim(3) != g.kernel_w) unsupported(n, "weight shape does not match the kernel");
+  read_window(n, /*pads_below_kernel=*/false, g);
   g.groups = groups;
   g.in_h = x.dim(2);
   g.in_w = x.dim(3);
@@ -96,8 +86,5 @@ OpPtr make_general_conv_op(const Node& n, const OpInputs& in) {
     unsupported(n, cat("the kernel does not fit the input ", shape_str(x.shape())));
   return std::make_unique<ConvOp>(g);
 }
-
-// The node's attributes describe the same square window the caller read.
-OpPtr make_grouped_conv_op(const Node& n, const OpInputs& in, int, int, int) { return make_general_conv_op(n, in); }
 
 }  // namespace pd::onnx

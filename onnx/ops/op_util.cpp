@@ -85,17 +85,6 @@ Shape broadcast_shapes_rt(const Shape& a, const Shape& b) {
   return out;
 }
 
-std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
-  std::vector<int64_t> s(out.size(), 0);
-  int64_t stride = 1;
-  for (size_t k = 0; k < in.size(); ++k) {
-    const size_t i = in.size() - 1 - k, o = out.size() - 1 - k;
-    s[o] = in[i] == 1 ? 0 : stride;
-    stride *= in[i];
-  }
-  return s;
-}
-
 Tensor reduce_to(const Tensor& g, const Shape& in) {
   if (g.shape() == in) return g;
   const Shape& full = g.shape();
@@ -118,23 +107,28 @@ Tensor shape_tensor(const Shape& s) {
 
 Shape shape_from_tensor(const Tensor& t) { return Shape(t.data<int32_t>(), t.data<int32_t>() + t.numel()); }
 
-void read_strides_and_pads(const Node& n, bool pads_below_kernel, Window2d& w) {
+template <class Geometry>
+void read_window(const Node& n, bool pads_below_kernel, Geometry& g) {
+  const Attribute* pad_mode = n.attribute("auto_pad");
+  if (pad_mode && pad_mode->s != "NOTSET") unsupported(n, "auto_pad " + pad_mode->s + " is not supported (use explicit pads)");
+  for (int64_t v : n.ints_attr("dilations"))
+    if (v != 1) unsupported(n, "dilation is not supported");
   const std::vector<int64_t> s = n.ints_attr("strides"), p = n.ints_attr("pads");
   if (!s.empty()) {
     if (s.size() != 2 || s[0] < 1 || s[1] < 1) unsupported(n, "strides must have two positive values");
-    w.sh = s[0];
-    w.sw = s[1];
+    g.stride_h = s[0];
+    g.stride_w = s[1];
   }
   if (p.empty()) return;
   if (p.size() != 4) unsupported(n, "pads must have four values");
   for (int64_t v : p) {
     if (v < 0) unsupported(n, "negative pads are not supported");
-    if (pads_below_kernel && v >= std::max(w.kh, w.kw)) unsupported(n, "pads must be below the kernel size");
+    if (pads_below_kernel && v >= std::max(g.kernel_h, g.kernel_w)) unsupported(n, "pads must be below the kernel size");
   }
-  w.top = p[0];
-  w.left = p[1];
-  w.bottom = p[2];
-  w.right = p[3];
+  g.pad = {p[0], p[1], p[2], p[3]};
 }
+
+template void read_window(const Node&, bool, Conv2dGeometry&);
+template void read_window(const Node&, bool, Pool2dGeometry&);
 
 }  // namespace pd::onnx

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/geometry.h"
 #include "core/tensor.h"
 #include "onnx/op.h"
 #include "onnx/onnx_proto.h"
@@ -31,8 +32,7 @@ std::optional<BatchLayout> reshaped_layout(const Shape& in, const BatchLayout& l
 // numpy broadcasting of two shapes (UserError naming the node when they do not broadcast).
 Shape broadcast_shapes(const Node& n, const Shape& a, const Shape& b);
 Shape broadcast_shapes_rt(const Shape& a, const Shape& b);  // at run time: logic_error
-// Strides (in elements) of `in` viewed with the rank of `out`, 0 on broadcast dims.
-std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
+// broadcast_strides and contiguous_strides: core/tensor.h.
 
 // Calls f(out_index, in_offset...) for every element of `out`, with the
 // offsets of the broadcast inputs advanced incrementally (an odometer).
@@ -68,14 +68,13 @@ Tensor reduce_to(const Tensor& g, const Shape& in);
 // the strided DeviceOps entries take.
 void check_strided_rank(const Node& n, const Shape& s);
 
-// A 2-D window (Conv, pools): kernel, strides and per-side pads.
-struct Window2d {
-  int64_t kh = 1, kw = 1, sh = 1, sw = 1, top = 0, left = 0, bottom = 0, right = 0;
-};
-// Reads the node's `strides` and `pads` into w (kernel already set): two
-// positive strides, four non-negative pads, each below the kernel when
-// pads_below_kernel (pools); UserError naming the node otherwise.
-void read_strides_and_pads(const Node& n, bool pads_below_kernel, Window2d& w);
+// The window attributes Conv and the pools share, read into g (a
+// Conv2dGeometry or Pool2dGeometry whose kernel is already set): refuses
+// auto_pad other than NOTSET and dilations other than 1; reads `strides`
+// (two positive values) and `pads` (four non-negative values, each below
+// the kernel when pads_below_kernel: pools). UserError naming the node.
+template <class Geometry>
+void read_window(const Node& n, bool pads_below_kernel, Geometry& g);
 
 // A shape kept in a LayerContext for backward (a small i32 tensor), and back.
 Tensor shape_tensor(const Shape& s);

@@ -26,8 +26,6 @@ OpPtr make_where_op(const Node& n, const OpInputs& in);
 OpPtr make_slice_op(const Node& n, const OpInputs& in);
 OpPtr make_split_op(const Node& n, const OpInputs& in);
 OpPtr make_concat_op(const Node& n, const OpInputs& in);
-// Conv with group > 1 on a square window: the same op as make_general_conv_op.
-OpPtr make_grouped_conv_op(const Node& n, const OpInputs& in, int kernel, int stride, int padding);
 // Conv beyond the core conv2d: groups, rectangular kernels, per-axis strides, per-side pads.
 OpPtr make_general_conv_op(const Node& n, const OpInputs& in);
 // MaxPool / AveragePool beyond the core pools: ceil_mode, rectangular

@@ -71,22 +71,12 @@ class PoolOp : public Op {
 OpPtr make_pool_op(const Node& n, const OpInputs& in) {
   const Tensor& x = in.at(0);
   if (x.ndim() != 4) unsupported(n, "only 2-d pooling (NCHW) is supported");
-  const std::vector<int64_t> k = n.ints_attr("kernel_shape"), d = n.ints_attr("dilations");
-  const Attribute* pad_mode = n.attribute("auto_pad");
-  if (pad_mode && pad_mode->s != "NOTSET") unsupported(n, "auto_pad " + pad_mode->s + " is not supported (use explicit pads)");
-  for (int64_t v : d)
-    if (v != 1) unsupported(n, "dilation is not supported");
+  const std::vector<int64_t> k = n.ints_attr("kernel_shape");
   if (k.size() != 2 || k[0] < 1 || k[1] < 1) unsupported(n, "kernel_shape must have two positive sizes");
-  Window2d win;
-  win.kh = k[0];
-  win.kw = k[1];
-  read_strides_and_pads(n, /*pads_below_kernel=*/true, win);
   Pool2dGeometry g;
-  g.kernel_h = win.kh;
-  g.kernel_w = win.kw;
-  g.stride_h = win.sh;
-  g.stride_w = win.sw;
-  g.pad = {win.top, win.left, win.bottom, win.right};
+  g.kernel_h = k[0];
+  g.kernel_w = k[1];
+  read_window(n, /*pads_below_kernel=*/true, g);
   g.ceil_mode = n.int_attr("ceil_mode", 0) != 0;
   g.count_include_pad = n.int_attr("count_include_pad", 0) != 0;  // ONNX's default, unlike PyTorch's
   g.in_h = x.dim(2);

@@ -10,13 +10,6 @@
 
 namespace pd::onnx {
 
-// Row-major strides (in elements) of a contiguous tensor of shape s.
-inline std::vector<int64_t> contiguous_strides(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
-  return st;
-}
-
 // y (+ y_offset) at y_strides = x (+ x_offset) at x_strides over `shape`, on x's device.
 inline void copy_strided(const Shape& shape, const Tensor& x, int64_t x_offset, const std::vector<int64_t>& x_strides,
                          Tensor& y, int64_t y_offset, const std::vector<int64_t>& y_strides) {

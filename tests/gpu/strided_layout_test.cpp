@@ -22,12 +22,6 @@ struct CopyCase {
   int64_t x_size = 0, y_size = 0;  // elements of the buffers the copy reads and writes
 };
 
-std::vector<int64_t> contiguous(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
-  return st;
-}
-
 // Runs one copy on the CPU and on the GPU from the same x into the same
 // starting y (random, so untouched elements are compared too).
 void expect_same_copy(const DeviceOps& gpu, const CopyCase& c, uint32_t key) {
@@ -52,46 +46,46 @@ TEST_F(CudaLayout, StridedCopyMatchesTheCpuOnEveryLayoutOpsPattern) {
   std::vector<CopyCase> cases;
   {  // Transpose [2, 3, 4, 5] by (0, 2, 3, 1): y contiguous, x at permuted strides.
     const Shape xs{2, 3, 4, 5};
-    const auto st = contiguous(xs);
+    const auto st = contiguous_strides(xs);
     const Shape out{2, 4, 5, 3};
-    cases.push_back({"transpose", out, {st[0], st[2], st[3], st[1]}, contiguous(out), 0, 0, 120, 120});
+    cases.push_back({"transpose", out, {st[0], st[2], st[3], st[1]}, contiguous_strides(out), 0, 0, 120, 120});
   }
   {  // Slice [6, 10] rows 1..5 step 2, columns 9 down to 1 step -3 (negative step).
     const Shape out{3, 3};
-    cases.push_back({"slice negative step", out, {20, -3}, contiguous(out), 1 * 10 + 9, 0, 60, 9});
+    cases.push_back({"slice negative step", out, {20, -3}, contiguous_strides(out), 1 * 10 + 9, 0, 60, 9});
   }
   {  // Concat: a [4, 2, 3] part into the middle of a [4, 7, 3] whole (offset 3 rows of 3).
     const Shape part{4, 2, 3};
-    cases.push_back({"concat slab", part, contiguous(part), {21, 3, 1}, 0, 9, 24, 84});
+    cases.push_back({"concat slab", part, contiguous_strides(part), {21, 3, 1}, 0, 9, 24, 84});
   }
   {  // Split: the same slab out of the whole.
     const Shape part{4, 2, 3};
-    cases.push_back({"split slab", part, {21, 3, 1}, contiguous(part), 9, 0, 84, 24});
+    cases.push_back({"split slab", part, {21, 3, 1}, contiguous_strides(part), 9, 0, 84, 24});
   }
   {  // Pad's interior: [3, 4, 5] into [3, 6, 9] at (0, 1, 2); its backward reads it back.
     const Shape in{3, 4, 5};
-    cases.push_back({"pad interior", in, contiguous(in), {54, 9, 1}, 0, 11, 60, 162});
-    cases.push_back({"pad backward", in, {54, 9, 1}, contiguous(in), 11, 0, 162, 60});
+    cases.push_back({"pad interior", in, contiguous_strides(in), {54, 9, 1}, 0, 11, 60, 162});
+    cases.push_back({"pad backward", in, {54, 9, 1}, contiguous_strides(in), 11, 0, 162, 60});
   }
   {  // Expand [1, 5, 1] to [4, 5, 6]: zero strides on the broadcast dimensions.
     const Shape out{4, 5, 6};
-    cases.push_back({"expand", out, {0, 1, 0}, contiguous(out), 0, 0, 5, 120});
+    cases.push_back({"expand", out, {0, 1, 0}, contiguous_strides(out), 0, 0, 5, 120});
   }
   {  // A contiguous copy (one memcpy) and a scalar (rank 0).
     const Shape s{7, 11};
-    cases.push_back({"contiguous", s, contiguous(s), contiguous(s), 0, 0, 77, 77});
+    cases.push_back({"contiguous", s, contiguous_strides(s), contiguous_strides(s), 0, 0, 77, 77});
     cases.push_back({"scalar", {}, {}, {}, 3, 2, 5, 4});
   }
   {  // Rank 8 (kMaxStridedRank), reversed dimension order, size-1 dimensions among them.
     const Shape xs{2, 1, 3, 2, 1, 2, 3, 2};
-    const auto st = contiguous(xs);
+    const auto st = contiguous_strides(xs);
     Shape out(8);
     std::vector<int64_t> src(8);
     for (int d = 0; d < 8; ++d) {
       out[size_t(d)] = xs[size_t(7 - d)];
       src[size_t(d)] = st[size_t(7 - d)];
     }
-    cases.push_back({"rank 8", out, src, contiguous(out), 0, 0, 144, 144});
+    cases.push_back({"rank 8", out, src, contiguous_strides(out), 0, 0, 144, 144});
   }
   {  // Packing a boundary: [5, 6] into columns 4..9 of [5, 13], and back.
     cases.push_back({"pack", {5, 6}, {6, 1}, {13, 1}, 0, 4, 30, 65});
@@ -99,7 +93,7 @@ TEST_F(CudaLayout, StridedCopyMatchesTheCpuOnEveryLayoutOpsPattern) {
   }
   {  // Large enough for many blocks: a [64, 33, 65] transpose of the last two dimensions.
     const Shape out{64, 65, 33};
-    cases.push_back({"large transpose", out, {33 * 65, 1, 65}, contiguous(out), 0, 0, 64 * 33 * 65, 64 * 33 * 65});
+    cases.push_back({"large transpose", out, {33 * 65, 1, 65}, contiguous_strides(out), 0, 0, 64 * 33 * 65, 64 * 33 * 65});
   }
   uint32_t key = 1;
   for (const CopyCase& c : cases) expect_same_copy(*ops, c, key++);

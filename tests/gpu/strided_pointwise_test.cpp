@@ -23,18 +23,6 @@ struct Case {
   Shape out, a, b;
 };
 
-// Dense strides of `in` right-aligned to `out`, 0 where in has size 1 or lacks the dimension.
-std::vector<int64_t> strides_of(const Shape& in, const Shape& out) {
-  std::vector<int64_t> s(out.size(), 0);
-  int64_t stride = 1;
-  for (size_t k = 0; k < in.size(); ++k) {
-    const size_t i = in.size() - 1 - k, o = out.size() - 1 - k;
-    s[o] = in[i] == 1 ? 0 : stride;
-    stride *= in[i];
-  }
-  return s;
-}
-
 std::vector<Case> cases() {
   return {
       {{5}, {5}, {1}},                                   // rank 1, scalar-like operand
@@ -89,7 +77,7 @@ TEST_F(CudaStridedPointwise, BroadcastBinaryIsTheCpusArithmetic) {
     for (BinaryArith op : {BinaryArith::Add, BinaryArith::Sub, BinaryArith::Mul, BinaryArith::Div}) {
       SCOPED_TRACE(::testing::Message() << "out " << shape_str(c.out) << " a " << shape_str(c.a) << " b "
                                         << shape_str(c.b) << " op " << int(op));
-      const auto sa = strides_of(c.a, c.out), sb = strides_of(c.b, c.out);
+      const auto sa = broadcast_strides(c.a, c.out), sb = broadcast_strides(c.b, c.out);
       const auto a = operand(c.a, key++, false), b = operand(c.b, key++, op == BinaryArith::Div);
       std::vector<float> want(count(c.out));
       cpu.broadcast_binary(op, rank_of(c), c.out.data(), sa.data(), sb.data(), a.data(), b.data(), want.data());
@@ -106,7 +94,7 @@ TEST_F(CudaStridedPointwise, MulAndDivGradientsMatchTheCpuAndRepeat) {
     for (BinaryArith op : {BinaryArith::Mul, BinaryArith::Div}) {
       SCOPED_TRACE(::testing::Message() << "out " << shape_str(c.out) << " a " << shape_str(c.a) << " b "
                                         << shape_str(c.b) << " op " << int(op));
-      const auto sa = strides_of(c.a, c.out), sb = strides_of(c.b, c.out);
+      const auto sa = broadcast_strides(c.a, c.out), sb = broadcast_strides(c.b, c.out);
       const auto a = operand(c.a, key++, false), b = operand(c.b, key++, op == BinaryArith::Div);
       const auto dy = random_floats(count(c.out), key++);
       std::vector<float> wa(count(c.a)), wb(count(c.b));
@@ -138,7 +126,7 @@ TEST_F(CudaStridedPointwise, StridedSumsMatchTheCpuAndRepeatBitForBit) {
   for (const Case& c : cases())
     for (const Shape& to : {c.a, c.b}) {
       SCOPED_TRACE(::testing::Message() << shape_str(c.out) << " summed to " << shape_str(to));
-      const auto st = strides_of(to, c.out);
+      const auto st = broadcast_strides(to, c.out);
       const auto x = random_floats(count(c.out), key++);
       std::vector<float> want(count(to), 5.0f);  // overwritten, zeros where nothing adds
       cpu.reduce_sum_strided(rank_of(c), c.out.data(), st.data(), x.data(), want.data());
@@ -173,7 +161,7 @@ TEST_F(CudaStridedPointwise, WhereSelectsAndRoutesGradientsLikeTheCpu) {
   // The condition broadcasts like operand a, X like b, Y with the full shape.
   for (const Case& c : cases()) {
     SCOPED_TRACE(shape_str(c.out));
-    const auto sc = strides_of(c.a, c.out), sx = strides_of(c.b, c.out), sy = strides_of(c.out, c.out);
+    const auto sc = broadcast_strides(c.a, c.out), sx = broadcast_strides(c.b, c.out), sy = broadcast_strides(c.out, c.out);
     std::vector<uint8_t> cond(count(c.a));
     const auto bits = random_ints(cond.size(), key++, 2);
     for (size_t i = 0; i < cond.size(); ++i) cond[i] = static_cast<uint8_t>(bits[i] * (1 + int(i % 3)));  // nonzero: true
