@@ -5,9 +5,15 @@
 # microbatch count, runs ABCCBA-alternated; next to `pipedream simulate`'s
 # prediction on the profiled plans.
 #   bench/schedules_measured.sh [--out DIR] [--steps N] [--models "cnn gpt-mini"]
-# Profiles each model once at the whole batch (M x microbatch; the simulator
-# divides a stage's time by M), plans it straight on 4 workers (1f1b-flush,
-# zb-h1) and on 8 (interleaved: stage k on worker k mod 4), then runs.
+# Profiles each model once at the whole batch and at its microbatch (profile
+# --microbatches M: the simulator costs a microbatch as measured, not as
+# 1/M of the batch), measures this host's links (bench-comm over the 4
+# ranks: bandwidth, latency, the communication threads' CPU with the cores
+# kept busy) and what the cores share (--contention: 4 profiles at once),
+# plans it straight on 4 workers (1f1b-flush, zb-h1) and on 8 (interleaved:
+# stage k on worker k mod 4) over that topology, then runs. Measured: the
+# steady state (the middle half of the steps, as simulate's); predicted:
+# simulate --cores (this host's) --threads 1 --contention C.
 # Prints JSON lines (one per run, then one per model and schedule with the
 # medians) and a Markdown table; DIR (default runs/schedules-measured) keeps
 # profiles, plans, metrics. Environment: BUILD_DIR (default build).
@@ -15,14 +21,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out=runs/schedules-measured
-steps=12
+steps=32
 models="cnn gpt-mini"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=${2:?}; shift 2 ;;
     --steps) steps=${2:?}; shift 2 ;;
     --models) models=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "schedules_measured.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -50,15 +56,55 @@ schedule_args() {  # schedule -> plan suffix and flags
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 cores=$(nproc)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+HOGS=()
+trap '[ ${#HOGS[@]} -eq 0 ] || kill "${HOGS[@]}" 2>/dev/null || true' EXIT
+
+# This host's one level, measured by the 4 ranks a run has: bandwidth and
+# latency on idle cores, then the communication threads' CPU per message
+# and per byte with one spinning process per rank keeping the cores busy,
+# as the runs' compute threads do (bench/cluster_table.sh does the same).
+measure_topology() {  # out.json
+  mpirun --bind-to none -np 4 "$pipedream" bench-comm --p2p-sizes 64KB,1MB,4MB --allreduce-sizes 4KB,1MB,8MB \
+    --latency-iters 50 -o "$1" > /dev/null
+  local k
+  for ((k = 0; k < 4; ++k)); do (while :; do :; done) & HOGS+=($!); done
+  mpirun --bind-to none -np 4 "$pipedream" bench-comm --p2p-sizes 4MB --allreduce-sizes 4KB \
+    --latency-iters 50 -o "$out/busy.json" > /dev/null
+  kill "${HOGS[@]}"
+  wait "${HOGS[@]}" 2> /dev/null || true
+  HOGS=()
+  jq --slurpfile b "$out/busy.json" '.levels |= [to_entries[] | .value + ($b[0].levels[.key]
+      | {comm_cpu_GBps, comm_cpu_us_per_message} | with_entries(select(.value != null)))]' "$1" > "$out/merged.json"
+  mv "$out/merged.json" "$1"
+}
+
+# What the cores share besides themselves (simulate --contention): the
+# profiled step run by 4 processes at once, each at its share of the cores,
+# against the profile's.
+contention() {  # model-args batch profile -> contention (>= 0)
+  local k
+  for ((k = 0; k < 4; ++k)); do
+    # shellcheck disable=SC2086
+    "$pipedream" profile $1 --batch "$2" --threads 1 --iters 5 --min-time 3 -o "$out/corun$k.json" > /dev/null 2>&1 &
+  done
+  wait
+  jq -n --slurpfile c <(cat "$out"/corun?.json) --slurpfile p "$3" --argjson share "$(awk -v c="$cores" 'BEGIN { print (4 > c) ? c / 4 : 1 }')" \
+    '(($c | map(.step_forward_backward_ms) | add / length) * $share / $p[0].step_forward_backward_ms - 1) | if . < 0 then 0 else . end'
+}
+
+measure_topology "$out/topology.json"
 table="| model | schedule | measured samples/s (runs) | simulated samples/s | measured / simulated | cores bound (${cores} cores) | measured / cores bound |\n|---|---|---|---|---|---|---|\n"
 for model in $models; do
   b=$(micro "$model")
   batch=$((M * b))
   # shellcheck disable=SC2046
   "$pipedream" profile $(model_args "$model") --batch "$batch" --threads 1 --warmup 1 --iters 5 --min-time 3 \
-    -o "$out/$model.profile.json" > /dev/null
+    --microbatches "$M" -o "$out/$model.profile.json" > /dev/null 2>&1
+  c=$(contention "$(model_args "$model")" "$batch" "$out/$model.profile.json")
   for w in 4 8; do
-    "$pipedream" plan --profile "$out/$model.profile.json" --workers "$w" --straight --bandwidth 10 \
+    jq --argjson w "$w" '.levels[0].count = $w' "$out/topology.json" > "$out/topology$w.json"
+    "$pipedream" plan --profile "$out/$model.profile.json" --topology "$out/topology$w.json" --straight \
       -o "$out/$model.plan$w.json" > /dev/null
   done
   for schedule in 1f1b-flush interleaved-1f1b zb-h1 zb-h1 interleaved-1f1b 1f1b-flush; do
@@ -68,15 +114,15 @@ for model in $models; do
     "$pipedream" run --plan "$out/$model.plan$w.json" $(model_args "$model") --data synthetic $flags --microbatches "$M" \
       --batch "$batch" --minibatches "$steps" --no-eval --threads-per-worker 1 --timeout 300 --metrics "$metrics" \
       > /dev/null 2> "$metrics.log"
-    sps=$(jq -r 'select(.event == "summary") | .samples_per_s' "$metrics")
-    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"samples_per_s\": $sps}"
+    sps=$(jq -r 'select(.event == "summary") | .steady_samples_per_s' "$metrics")
+    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"steady_samples_per_s\": $sps}"
     echo "$sps" >> "$out/$model.$schedule.sps"
   done
   for schedule in 1f1b-flush interleaved-1f1b zb-h1; do
     read -r w flags <<< "$(schedule_args "$schedule")"
     # shellcheck disable=SC2086
     sim=$("$pipedream" simulate --plan "$out/$model.plan$w.json" --profile "$out/$model.profile.json" $flags \
-      --microbatches "$M" --minibatches 16 --json | jq -r '.throughput_samples_per_s')
+      --microbatches "$M" --minibatches 16 --cores "$cores" --threads 1 --contention "$c" --json | jq -r '.throughput_samples_per_s')
     # With more workers than cores, the cores bound a batch: its whole
     # compute (every stage's F + B) spread over them.
     bound=$(jq -r --argjson c "$cores" --argjson n "$batch" '($n * $c) / ([.stages[] | .forward_s + .backward_s] | add)' \
@@ -86,7 +132,7 @@ for model in $models; do
     rm "$out/$model.$schedule.sps"
     ratio=$(awk -v m="$med" -v s="$sim" 'BEGIN { printf "%.2f", m / s }')
     bound_ratio=$(awk -v m="$med" -v s="$bound" 'BEGIN { printf "%.2f", m / s }')
-    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"median_samples_per_s\": $med, \"simulated_samples_per_s\": $sim, \"ratio\": $ratio, \"cores_bound_samples_per_s\": $bound}"
+    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"median_steady_samples_per_s\": $med, \"simulated_samples_per_s\": $sim, \"ratio\": $ratio, \"contention\": $c, \"cores_bound_samples_per_s\": $bound}"
     runs=$(for x in $runs; do printf '%.0f ' "$x"; done)
     table+="| $model | $schedule | $(printf '%.0f' "$med") (${runs% }) | $(printf '%.0f' "$sim") | $ratio | $(printf '%.0f' "$bound") | $bound_ratio |\n"
   done
