@@ -88,30 +88,6 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// CPU seconds this process's communication threads (the MPI engine's
-// pd-comm, the shared-memory engine's pd-shm) have used so far: the CPU a
-// transfer takes from compute on shared cores, whatever the caller's thread
-// does while it waits. Read through each thread's CPU clock (nanoseconds).
-double comm_threads_cpu_s() {
-  double total = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (!dir) return 0;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] == '.') continue;
-    std::ifstream name_file(cat("/proc/self/task/", e->d_name, "/comm"));
-    std::string name;
-    std::getline(name_file, name);
-    if (name != "pd-comm" && name != "pd-shm") continue;
-    const pid_t tid = static_cast<pid_t>(std::atol(e->d_name));
-    // The kernel's clock id of another thread's CPU time (CPUCLOCK_SCHED, per thread).
-    const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6u);
-    timespec ts{};
-    if (clock_gettime(clock, &ts) == 0) total += double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
-  }
-  closedir(dir);
-  return total;
-}
-
 struct PairResult {
   int a = 0, b = 0;
   bool same_host = true;
@@ -204,6 +180,30 @@ double measure_bandwidth_GBps(Transport& tr, Device dev, int a, int b, size_t by
   const double streamed = static_cast<double>(n) * 4 * reps;
   cpu_GBps = cpu > 0 ? streamed / cpu / 1e9 : 0.0;
   return streamed / wall / 1e9;
+}
+
+// a sends one `bytes`-sized tensor to b, b answers with one float, again
+// and again: a pipeline's pattern (one activation or gradient at a time,
+// its receiver waiting for it), not the stream's (several in flight, the
+// communication threads never idle between them). Returns this rank's
+// communication threads' CPU per round (one message end of each size).
+double measure_one_at_a_time_cpu_s(Transport& tr, Device dev, int a, int b, size_t bytes) {
+  const int64_t n = static_cast<int64_t>(std::max<size_t>(bytes / 4, 1));
+  const int rounds = static_cast<int>(std::clamp<size_t>((32u << 20) / (n * 4), 4, 50));
+  Tensor buf = Tensor::zeros({n}, DType::F32, dev), ack = Tensor::zeros({1}, DType::F32, dev);
+  auto round = [&] {
+    if (tr.rank() == a) {
+      tr.isend(buf, b, 6).wait();
+      tr.irecv(ack, b, 7).wait();
+    } else {
+      tr.irecv(buf, a, 6).wait();
+      tr.isend(ack, a, 7).wait();
+    }
+  };
+  round();  // warm-up
+  const double cpu0 = comm_threads_cpu_s();
+  for (int i = 0; i < rounds; ++i) round();
+  return (comm_threads_cpu_s() - cpu0) / rounds;
 }
 
 // The median time of an all-reduce; `cpu_s`: this rank's communication
@@ -428,9 +428,14 @@ void measure_pair(Transport& tr, const Device& dev, const BenchCommPlan& plan, i
     p.latency_us = measure_latency_us(tr, dev, a, b, latency_iters, latency_cpu_s);
     p.cpu_us_per_message = latency_cpu_s / (2.0 * latency_iters) * 1e6;
     for (size_t bytes : plan.p2p_sizes) {
-      double cpu_GBps = 0;
-      p.bandwidth.push_back({bytes, measure_bandwidth_GBps(tr, dev, a, b, bytes, cpu_GBps)});
-      p.cpu_GBps.push_back(cpu_GBps);
+      double streamed_cpu_GBps = 0;
+      p.bandwidth.push_back({bytes, measure_bandwidth_GBps(tr, dev, a, b, bytes, streamed_cpu_GBps)});
+      // The CPU per byte a run pays: one message at a time, less the two
+      // message ends' per-message CPU (the latency loop's). A stream moves
+      // bytes for less (its threads poll hot between back-to-back messages).
+      const double round_cpu_s = measure_one_at_a_time_cpu_s(tr, dev, a, b, bytes);
+      const double per_bytes_s = round_cpu_s - 2e-6 * p.cpu_us_per_message;
+      p.cpu_GBps.push_back(per_bytes_s > 0 ? double(bytes) / per_bytes_s / 1e9 : streamed_cpu_GBps);
     }
     // One end's CPU: the mean of the two ends' (b's go to a).
     std::vector<float> mine = {static_cast<float>(p.cpu_us_per_message)};

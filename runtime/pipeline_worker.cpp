@@ -248,7 +248,7 @@ void checkpoint_inside(const Segment& seg, const RunSpec& spec, const Model& mod
 
 // What one rank did, for the reporter's metrics line of it.
 nlohmann::json rank_stats(const RunSpec& spec, const WorkerRole& role, const ExecutorStats& total, double wall,
-                          double resident_before) {
+                          double comm_cpu_s, double resident_before) {
   const Allocator& alloc = allocator_for(spec.device);
   return {{"event", "rank"},
           {"rank", role.rank},
@@ -256,6 +256,7 @@ nlohmann::json rank_stats(const RunSpec& spec, const WorkerRole& role, const Exe
           {"busy_fraction", wall > 0 ? total.busy_s / wall : 0.0},
           {"busy_s", total.busy_s},
           {"busy_cpu_s", total.busy_cpu_s},
+          {"comm_cpu_s", comm_cpu_s},
           {"wait_s", total.wait_s},
           {"data_s", total.data_s},
           {"actions", total.actions},
@@ -273,6 +274,7 @@ struct TrainingOutcome {
   ExecutorStats total;
   std::vector<ActionSpan> events;  // trace spans, when tracing
   double wall_s = 0;
+  double comm_cpu_s = 0;  // the communication threads' CPU over the same span
 };
 
 TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const DataSplits& data,
@@ -282,7 +284,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
   const std::vector<int64_t> eval_points = evaluation_points(spec, data.train->size());
   const int64_t common = replica_count_lcm(spec);
   t.barrier();  // everyone built its stage: start the common clock
-  const double zero = steady_now();
+  const double zero = steady_now(), comm_cpu_zero = comm_threads_cpu_s();
   TrainingOutcome out;
   for (const Segment& seg : run_segments(spec, from.in_flight ? 0 : from.step)) {
     ScheduleOptions o = spec.schedule;
@@ -330,6 +332,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
     checkpoint_after(seg, spec, model, role, state, t, bar);
   }
   out.wall_s = steady_now() - zero;
+  out.comm_cpu_s = comm_threads_cpu_s() - comm_cpu_zero;
   bar.finish();
   return out;
 }
@@ -538,7 +541,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   const TrainingOutcome trained =
       train_segments(spec, model, data, role, states, training, from, report, bar, t);
 
-  const nlohmann::json mine = rank_stats(spec, role, trained.total, trained.wall_s, resident_before);
+  const nlohmann::json mine = rank_stats(spec, role, trained.total, trained.wall_s, trained.comm_cpu_s, resident_before);
   WorkerSummary out;
   if (!role.reporter) {
     send_results(spec, role, mine, trained.events, states, t, reporter);

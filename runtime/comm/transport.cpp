@@ -6,9 +6,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <dirent.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <string>
+
 #include "core/error.h"
+#include "core/text.h"
 
 namespace pd {
 
@@ -140,6 +146,27 @@ bool launched_under_mpi() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
     if (std::getenv(var)) return true;
   return false;
+}
+
+// Through each thread's CPU clock (nanoseconds).
+double comm_threads_cpu_s() {
+  double total = 0;
+  DIR* dir = opendir("/proc/self/task");
+  if (!dir) return 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream name_file(cat("/proc/self/task/", e->d_name, "/comm"));
+    std::string name;
+    std::getline(name_file, name);
+    if (name != "pd-comm" && name != "pd-shm") continue;
+    const pid_t tid = static_cast<pid_t>(std::atol(e->d_name));
+    // The kernel's clock id of another thread's CPU time (CPUCLOCK_SCHED, per thread).
+    const clockid_t clock = static_cast<clockid_t>((~static_cast<unsigned>(tid) << 3) | 6u);
+    timespec ts{};
+    if (clock_gettime(clock, &ts) == 0) total += double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+  }
+  closedir(dir);
+  return total;
 }
 
 }  // namespace pd

@@ -168,4 +168,10 @@ void reduce_in_rank_order(const std::vector<const float*>& in, float* out, size_
 // PMI/PMIx): decided from the launcher's environment, before MPI_Init.
 bool launched_under_mpi();
 
+// CPU seconds this process's communication threads (the MPI engine's
+// pd-comm, the shared-memory engine's pd-shm) have used so far: the CPU a
+// transfer takes from compute on shared cores, whatever the caller's thread
+// does while it waits. 0 where /proc is not readable.
+double comm_threads_cpu_s();
+
 }  // namespace pd

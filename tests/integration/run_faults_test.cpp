@@ -155,6 +155,7 @@ TEST(RunOutputs, MetricsEvaluationAndTraceCoverEveryRank) {
   EXPECT_EQ(metric_lines(dir + "/m.jsonl", "eval").size(), 2u);
   auto ranks = metric_lines(dir + "/m.jsonl", "rank");
   ASSERT_EQ(ranks.size(), 4u);
+  const double run_seconds = metric_lines(dir + "/m.jsonl", "summary").at(0)["seconds"].get<double>();
   for (const auto& l : ranks) {
     EXPECT_GT(l["busy_fraction"].get<double>(), 0.0);
     EXPECT_LE(l["busy_fraction"].get<double>(), 1.0);
@@ -162,6 +163,10 @@ TEST(RunOutputs, MetricsEvaluationAndTraceCoverEveryRank) {
     // The CPU a rank got inside its actions: never more than their wall time.
     EXPECT_GT(l["busy_cpu_s"].get<double>(), 0.0);
     EXPECT_LE(l["busy_cpu_s"].get<double>(), l["busy_s"].get<double>() * 1.01 + 0.01);
+    // Every rank sends or receives through its communication threads, which
+    // take some CPU, and less than the whole run on one core.
+    EXPECT_GT(l["comm_cpu_s"].get<double>(), 0.0);
+    EXPECT_LT(l["comm_cpu_s"].get<double>(), run_seconds);
   }
   // Steady state: the middle half of the 40 steps, evaluations included.
   auto summary = metric_lines(dir + "/m.jsonl", "summary");
