@@ -21,7 +21,9 @@ Tensor add(const Tensor& a, const Tensor& b) {
 // branches (substreams 1 and 2 of the block's key), not to attention
 // probabilities. The backward splits like its parts: the B pass runs every
 // part's backward_input, the W pass every part's backward_weights. Init: the MLP uses GPT-2's N(0, 0.02); each part draws
-// from its own stream, keyed by the block's rng and the part index.
+// from its own stream, keyed by the block's rng and the part index. ln1,
+// ln2 (with their residual adds) and fc1 + GELU run on the fused DeviceOps
+// entries (core/README.md), their parts kept for parameters and init.
 class TransformerBlock : public SplitBackwardLayer {
   enum Part { kLn1, kAttn, kDrop1, kLn2, kFc1, kGelu, kFc2, kDrop2, kParts };
   struct Slot {
