@@ -17,7 +17,7 @@
 //   every entry: the same bits on a second run;
 //   the block: FP32 relative L2 error 1e-4 and largest error 1e-3 of the
 //     largest value (cuBLAS accumulation order); BF16
-//     relative L2 error 2e-2 and largest error 1e-1 of the largest value
+//     relative L2 error 3e-2 and largest error 1e-1 of the largest value
 //     (bf16 GEMMs and cuDNN's fused attention against the CPU's FP32
 //     products of the same bf16 operands).
 #if defined(PIPEDREAM_HAVE_CUDA)  // the whole file needs the CUDA backend
@@ -289,7 +289,7 @@ TEST_F(FusedBlockOps, TransformerBlockOnCudaMatchesCpuUnderBothPrecisions) {
       if (p == Precision::FP32)
         EXPECT_TRUE(close_l2(got, want, 1e-4, 1e-3)) << what;
       else
-        EXPECT_TRUE(close_l2(got, want, 2e-2, 1e-1)) << what;
+        EXPECT_TRUE(close_l2(got, want, 3e-2, 1e-1)) << what;
     };
     check(g.y, c.y, "y");
     check(g.dx, c.dx, "dx");
