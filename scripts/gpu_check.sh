@@ -201,7 +201,7 @@ done
 
 # 2b. Per-layer profile of the zoo's gpt at batch 8 x 1024 tokens, fp32 next
 #     to bf16: every layer's forward and backward ms into the summary's
-#     per-layer table, to see where bf16's time goes (~10 s each).
+#     per-layer table, to see where bf16's time goes (each capped at 12 s).
 for recipe in fp32 bf16; do
   precision=()
   [[ $recipe == bf16 ]] && precision=(--precision bf16)
