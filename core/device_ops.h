@@ -386,6 +386,28 @@ struct DeviceOps {
   void (*index_select_backward_accum)(int64_t outer, int64_t len, int64_t inner, int64_t count, DType index_dtype,
                                       const void* index, const float* dy, float* dx) = nullptr;
   // (end of layout)
+
+  // --- fused transformer-block pieces: one pass where the unfused sequence
+  // makes several. Each gives the values of the sequence it names, with
+  // the rounding to bf16 (round_bf16) at the same points under BF16 and no
+  // rounding under FP32; the CPU runs exactly that sequence (same bits). ---
+  // pre = x Wᵀ + b (linear_forward; b not null), y = gelu(pre); under BF16 pre is
+  // rounded before the GELU and y after it. pre is what backward reads.
+  void (*linear_gelu_forward)(Precision p, int64_t rows, int64_t in, int64_t out, const float* x, const float* w,
+                              const float* b, float* pre, float* y) = nullptr;
+  // dx = dy * gelu'(pre) (gelu_backward), rounded under BF16. dx must not alias pre or dy.
+  void (*gelu_backward_rounded)(Precision p, int64_t n, const float* pre, const float* dy, float* dx) = nullptr;
+  // s = a + r (add; r null: no add, s unused and may be null), then
+  // layernorm_forward of s (of a when r is null) into y, mean, rstd; y
+  // rounded under BF16, s never (the residual stream stays FP32).
+  void (*add_layernorm_forward)(Precision p, int64_t rows, int64_t dim, const float* a, const float* r,
+                                const float* gamma, const float* beta, float eps, float* s, float* y,
+                                float* save_mean, float* save_rstd) = nullptr;
+  // dx = dres + round(layernorm_backward_input(...)) under BF16, without the
+  // rounding under FP32; dres null: no add. dx may alias dres.
+  void (*layernorm_backward_input_add)(Precision p, int64_t rows, int64_t dim, const float* x, const float* dy,
+                                       const float* gamma, const float* save_mean, const float* save_rstd,
+                                       const float* dres, float* dx) = nullptr;
 };
 
 namespace detail {

@@ -13,7 +13,8 @@
 #     transformer_lm.py's GPT2 and resnet50 at 64x64) timed the same way
 #     in fp32 at batch 64, workloads onnx-gpt2 and onnx-resnet50;
 #  2. `pipedream profile --device cuda` on gpt-mini at batch 64, fp32 and
-#     bf16: LayerNorm ln_f's backward / forward;
+#     bf16: LayerNorm ln_f's backward / forward; on the zoo's gpt at batch
+#     8, fp32 and bf16: every layer's forward and backward;
 #  3. 2-rank staged pipelines (cnn, fp32 and bf16) against `run --reference`,
 #     bit for bit, and `train` on the GPU;
 #  4. `bench-comm --transport staged`, 2 ranks: 16 MB point-to-point and a
@@ -195,6 +196,21 @@ for recipe in fp32 bf16; do
   if step "profile_$recipe" 30 "$bin/pipedream" profile --model gpt-mini --batch 64 --device cuda --warmup 2 \
        --iters 10 --min-time 0 "${precision[@]}" -o "$prof"; then
     "$python" "$summary_py" layer "$prof" --recipe "$recipe" --layer ln_f | tee -a "$jsonl"
+  fi
+done
+
+# 2b. Per-layer profile of the zoo's gpt at batch 8 x 1024 tokens, fp32 next
+#     to bf16: every layer's forward and backward ms into the summary's
+#     per-layer table, to see where bf16's time goes (each capped at 12 s).
+for recipe in fp32 bf16; do
+  precision=()
+  [[ $recipe == bf16 ]] && precision=(--precision bf16)
+  prof="$out/profile-gpt-b8-$recipe.json"
+  if step "profile_gpt_b8_$recipe" 12 "$bin/pipedream" profile --model gpt --batch 8 --device cuda --warmup 1 \
+       --iters 3 --min-time 0 "${precision[@]}" -o "$prof"; then
+    for layer in $("$python" -c 'import json, sys; print(" ".join(n["name"] for n in json.load(open(sys.argv[1]))["nodes"]))' "$prof"); do
+      "$python" "$summary_py" layer "$prof" --recipe "$recipe" --layer "$layer" | tee -a "$jsonl"
+    done
   fi
 done
 

@@ -208,6 +208,45 @@ void layernorm_backward_params_accum(int64_t rows, int64_t dim, const float* x, 
   cpu::layernorm_backward_params(x, save_mean, save_rstd, dy, dgamma, dbeta, rows, dim);
 }
 
+// --- fused transformer-block pieces: the unfused sequence itself, so the bits are its bits ---
+void linear_gelu_forward(Precision p, int64_t rows, int64_t in, int64_t out, const float* x, const float* w,
+                         const float* b, float* pre, float* y) {
+  const int64_t n = rows * out;
+  if (n == 0) return;
+  cpu::linear_forward(x, w, b, pre, rows, in, out);
+  if (p == Precision::BF16) round_bf16(n, pre, pre);
+  cpu::gelu_forward(pre, y, n);
+  if (p == Precision::BF16) round_bf16(n, y, y);
+}
+void gelu_backward_rounded(Precision p, int64_t n, const float* pre, const float* dy, float* dx) {
+  cpu::gelu_backward(pre, dy, dx, n);
+  if (p == Precision::BF16) round_bf16(n, dx, dx);
+}
+void add_layernorm_forward(Precision p, int64_t rows, int64_t dim, const float* a, const float* r, const float* gamma,
+                           const float* beta, float eps, float* s, float* y, float* save_mean, float* save_rstd) {
+  const float* x = a;
+  if (r) {
+    cpu::residual_add(a, r, s, rows * dim);
+    x = s;
+  }
+  cpu::layernorm_forward(x, gamma, beta, y, save_mean, save_rstd, rows, dim, eps);
+  if (p == Precision::BF16) round_bf16(rows * dim, y, y);
+}
+void layernorm_backward_input_add(Precision p, int64_t rows, int64_t dim, const float* x, const float* dy,
+                                  const float* gamma, const float* save_mean, const float* save_rstd, const float* dres,
+                                  float* dx) {
+  const int64_t n = rows * dim;
+  if (dres && dx == dres) {  // the kernel overwrites dx: compute aside, then add
+    std::vector<float> t(static_cast<size_t>(n));
+    layernorm_backward_input_add(p, rows, dim, x, dy, gamma, save_mean, save_rstd, nullptr, t.data());
+    cpu::residual_add(dres, t.data(), dx, n);
+    return;
+  }
+  cpu::layernorm_backward_input(x, gamma, save_mean, save_rstd, dy, dx, rows, dim);
+  if (p == Precision::BF16) round_bf16(n, dx, dx);
+  if (dres) cpu::residual_add(dres, dx, dx, n);
+}
+
 // --- attention ---
 // set_precision: under BF16 the fused attention rounds its internal GEMM
 // operands (probabilities, dS); every other CPU entry is plain FP32.
@@ -328,6 +367,10 @@ DeviceOps make_table() {
   o.index_select_forward = &cpu::index_select_forward;
   o.index_select_backward_accum = &cpu::index_select_backward_accum;
   // (end of layout)
+  o.linear_gelu_forward = &linear_gelu_forward;
+  o.gelu_backward_rounded = &gelu_backward_rounded;
+  o.add_layernorm_forward = &add_layernorm_forward;
+  o.layernorm_backward_input_add = &layernorm_backward_input_add;
   return o;
 }
 

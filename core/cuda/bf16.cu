@@ -3,20 +3,13 @@
 // already bf16 values, for tensor-core GEMMs and convolutions.
 #include <cuda_bf16.h>
 
+#include "core/cuda/bf16_round.cuh"
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.cuh"
 
 namespace pd::cuda::kernels {
 
 namespace {
-
-// Same rule as pd::round_to_bf16 (core/precision.h), bit for bit.
-__device__ inline float round_bf16_rne(float x) {
-  uint32_t u = __float_as_uint(x);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return x;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return __uint_as_float(u & 0xffff0000u);
-}
 
 __global__ void round_bf16_kernel(int64_t n, const float* x, float* y) {
   PD_GRID_STRIDE(i, n) y[i] = round_bf16_rne(x[i]);

@@ -45,6 +45,23 @@ void layernorm_param_grads(int64_t rows, int64_t dim, const float* x, const floa
                            const float* mean, const float* rstd, float* dgamma, float* dbeta,
                            float* workspace, cudaStream_t s);  // column_sum.cu, 2 outputs
 
+// Fused transformer-block kernels (fused_block.cu); `round`: the outputs
+// named are rounded to bf16 (round_bf16_rne) in the kernel.
+// pre[r, c] = round(pre[r, c] + bias[c]) in place; y = round(gelu(pre)).
+void bias_gelu_forward(int64_t rows, int64_t cols, const float* bias, bool round, float* pre, float* y,
+                       cudaStream_t s);
+// dx = round(dy * gelu'(pre)).
+void gelu_backward_rounded(int64_t n, bool round, const float* pre, const float* dy, float* dx, cudaStream_t s);
+// s = a + r (r null: x = a, s untouched), y = round(layernorm(s)), mean and rstd per row;
+// the same arithmetic as layernorm_forward.
+void add_layernorm_forward(int64_t rows, int64_t dim, const float* a, const float* r, const float* gamma,
+                           const float* beta, float eps, bool round, float* s_out, float* y, float* mean,
+                           float* rstd, cudaStream_t s);
+// dx = dres + round(layernorm_backward_input(...)) (dres null: no add; dx may alias dres).
+void layernorm_backward_input_add(int64_t rows, int64_t dim, const float* x, const float* dy, const float* gamma,
+                                  const float* mean, const float* rstd, bool round, const float* dres, float* dx,
+                                  cudaStream_t s);
+
 // Per-row loss and correctness; bad_label set to 1 on a label out of range.
 void softmax_cross_entropy(int64_t rows, int64_t classes, const float* logits,
                            const int32_t* labels, float grad_scale, float* grad, float* row_loss,

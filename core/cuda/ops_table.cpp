@@ -264,6 +264,31 @@ void linear_backward_params_accum(int64_t rows, int64_t in, int64_t out, const f
   if (db) sum_rows_accum(rows, out, dy, db);
 }
 
+// Fused transformer-block pieces: the GEMM, then one pass that adds the
+// bias, applies GELU and rounds (under BF16) where linear_forward,
+// round_bf16, gelu_forward and round_bf16 made four.
+void linear_gelu_forward(Precision p, int64_t rows, int64_t in, int64_t out, const float* x, const float* w,
+                         const float* b, float* pre, float* y) {
+  if (rows * out == 0) return;
+  PD_CHECK(b != nullptr, "linear_gelu_forward needs a bias");
+  gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, pre, out);
+  kernels::bias_gelu_forward(rows, out, b, p == Precision::BF16, pre, y, cs());
+}
+void gelu_backward_rounded(Precision p, int64_t n, const float* pre, const float* dy, float* dx) {
+  kernels::gelu_backward_rounded(n, p == Precision::BF16, pre, dy, dx, cs());
+}
+void add_layernorm_forward(Precision p, int64_t rows, int64_t dim, const float* a, const float* r, const float* gamma,
+                           const float* beta, float eps, float* s, float* y, float* save_mean, float* save_rstd) {
+  kernels::add_layernorm_forward(rows, dim, a, r, gamma, beta, eps, p == Precision::BF16, s, y, save_mean, save_rstd,
+                                 cs());
+}
+void layernorm_backward_input_add(Precision p, int64_t rows, int64_t dim, const float* x, const float* dy,
+                                  const float* gamma, const float* save_mean, const float* save_rstd, const float* dres,
+                                  float* dx) {
+  kernels::layernorm_backward_input_add(rows, dim, x, dy, gamma, save_mean, save_rstd, p == Precision::BF16, dres, dx,
+                                        cs());
+}
+
 // cuDNN pooling reads x and y in backward; it keeps no argmax.
 void pool2d_forward_indexed(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y, int32_t*) {
   pool2d_forward(kind, g, x, y);
@@ -484,6 +509,10 @@ DeviceOps make_table() {
   o.layernorm_backward = &layernorm_backward;
   o.layernorm_backward_input = &layernorm_backward_input;
   o.layernorm_backward_params_accum = &layernorm_backward_params_accum;
+  o.linear_gelu_forward = &linear_gelu_forward;
+  o.gelu_backward_rounded = &gelu_backward_rounded;
+  o.add_layernorm_forward = &add_layernorm_forward;
+  o.layernorm_backward_input_add = &layernorm_backward_input_add;
   o.attention_forward = &attention_forward;
   o.attention_backward = &attention_backward;
   o.fused_attention_supported = &fused_attention_supported;

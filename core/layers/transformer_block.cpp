@@ -21,7 +21,9 @@ Tensor add(const Tensor& a, const Tensor& b) {
 // branches (substreams 1 and 2 of the block's key), not to attention
 // probabilities. The backward splits like its parts: the B pass runs every
 // part's backward_input, the W pass every part's backward_weights. Init: the MLP uses GPT-2's N(0, 0.02); each part draws
-// from its own stream, keyed by the block's rng and the part index.
+// from its own stream, keyed by the block's rng and the part index. ln1,
+// ln2 (with their residual adds) and fc1 + GELU run on the fused DeviceOps
+// entries (core/README.md), their parts kept for parameters and init.
 class TransformerBlock : public SplitBackwardLayer {
   enum Part { kLn1, kAttn, kDrop1, kLn2, kFc1, kGelu, kFc2, kDrop2, kParts };
   struct Slot {
@@ -66,6 +68,10 @@ class TransformerBlock : public SplitBackwardLayer {
   }
   Shape output_shape(const Shape& in) const override { return slots_[kAttn].layer->output_shape(in); }
 
+  // The sub-layers run attention, the dropouts and fc2; the block runs
+  // ln1, ln2 (each joined with its residual add) and fc1 + GELU itself on
+  // the fused entries, which round their outputs under BF16 (device_ops.h),
+  // with the values of the parts' sequence.
   Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const override {
     ctx.saved.clear();
     ctx.children.assign(kParts, LayerContext{});
@@ -76,8 +82,10 @@ class TransformerBlock : public SplitBackwardLayer {
       round_in_place_if_bf16(a.step.precision, out);  // bf16: every part's output
       return out;
     };
-    Tensor x1 = add(x, run(kDrop1, run(kAttn, run(kLn1, x))));
-    Tensor m = run(kDrop2, run(kFc2, run(kGelu, run(kFc1, run(kLn2, x1)))));
+    Tensor x1 = Tensor::empty(x.shape(), DType::F32, x.device());
+    Tensor h1 = add_layernorm(a, kLn1, x, Tensor(), nullptr, ctx.children[kLn1]);
+    Tensor h2 = add_layernorm(a, kLn2, x, run(kDrop1, run(kAttn, h1)), &x1, ctx.children[kLn2]);
+    Tensor m = run(kDrop2, run(kFc2, linear_gelu(a, h2, ctx.children[kFc1])));
     return add(x1, m);
   }
   // Each part keeps in its own context what its weight gradient needs.
@@ -88,24 +96,110 @@ class TransformerBlock : public SplitBackwardLayer {
       round_in_place_if_bf16(a.step.precision, dx);  // bf16: every part's input gradient
       return dx;
     };
-    Tensor dx1 = add(dy, back(kLn2, back(kFc1, back(kGelu, back(kFc2, back(kDrop2, dy))))));
-    Tensor dln1 = back(kLn1, back(kAttn, back(kDrop1, dx1)), a.need_input_grad);
-    return a.need_input_grad ? add(dx1, dln1) : Tensor();
+    Tensor dh2 = linear_gelu_backward_input(a, back(kFc2, back(kDrop2, dy)), ctx.children[kFc1]);
+    Tensor dx1 = layernorm_backward_input_add(a, kLn2, dh2, dy, true, ctx.children[kLn2]);
+    return layernorm_backward_input_add(a, kLn1, back(kAttn, back(kDrop1, dx1)), dx1, a.need_input_grad,
+                                        ctx.children[kLn1]);
   }
   void backward_weights(const BackwardArgs& a, LayerContext& ctx) const override {
     PD_CHECK(ctx.children.size() == kParts, describe(), ": weight backward without its input backward");
-    for (size_t p = kParts; p-- > 0;)
-      slots_[p].layer->backward_weights(part_args(a, static_cast<Part>(p), false), ctx.children[p]);
+    for (size_t p = kParts; p-- > 0;) {
+      const Part part = static_cast<Part>(p);
+      if (part == kGelu) continue;  // no parameters; run with fc1
+      if (part == kFc1)
+        linear_gelu_backward_weights(a, ctx.children[p]);
+      else if (part == kLn1 || part == kLn2)
+        layernorm_backward_weights(a, part, ctx.children[p]);
+      else
+        slots_[p].layer->backward_weights(part_args(a, part, false), ctx.children[p]);
+    }
     ctx.clear();
   }
 
  private:
+  // ln (kLn1 or kLn2) of x + r (of x when r is undefined): *s receives the
+  // sum; ctx.saved = {the normalised tensor, mean, rstd}, then dy.
+  Tensor add_layernorm(const ForwardArgs& a, Part ln, const Tensor& x, const Tensor& r, Tensor* s,
+                       LayerContext& ctx) const {
+    const Device dev = x.device();
+    const int64_t rows = rows_over_last_dim(x, dim_, "transformer block");
+    const Tensor* gb = a.params.data() + slots_[ln].first_param;
+    Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
+    Tensor mean = Tensor::empty({rows}, DType::F32, dev), rstd = Tensor::empty({rows}, DType::F32, dev);
+    device_ops(dev).add_layernorm_forward(a.step.precision, rows, dim_, x.f32(), r.defined() ? r.f32() : nullptr,
+                                          gb[0].f32(), gb[1].f32(), kLayerNormEps, r.defined() ? s->f32() : nullptr,
+                                          y.f32(), mean.f32(), rstd.f32());
+    ctx.saved = {r.defined() ? *s : x, mean, rstd};
+    return y;
+  }
+  // dres + the input gradient of ln (rounded under BF16); appends dy to ctx.saved.
+  Tensor layernorm_backward_input_add(const BackwardArgs& a, Part ln, const Tensor& dy, const Tensor& dres,
+                                      bool need_input_grad, LayerContext& ctx) const {
+    PD_CHECK(ctx.saved.size() == 3, describe(), ": backward without forward");
+    const Tensor& x = ctx.saved[0];
+    Tensor dx;
+    if (need_input_grad) {
+      dx = Tensor::empty(x.shape(), DType::F32, x.device());
+      device_ops(x.device()).layernorm_backward_input_add(
+          a.step.precision, rows_over_last_dim(x, dim_, "transformer block"), dim_, x.f32(), dy.f32(),
+          a.params[slots_[ln].first_param].f32(), ctx.saved[1].f32(), ctx.saved[2].f32(), dres.f32(), dx.f32());
+    }
+    ctx.saved.push_back(dy);
+    return dx;
+  }
+  void layernorm_backward_weights(const BackwardArgs& a, Part ln, LayerContext& ctx) const {
+    PD_CHECK(ctx.saved.size() == 4, describe(), ": weight backward without its input backward");
+    const Tensor& x = ctx.saved[0];
+    const size_t k = slots_[ln].first_param;
+    device_ops(x.device()).layernorm_backward_params_accum(rows_over_last_dim(x, dim_, "transformer block"), dim_,
+                                                           x.f32(), ctx.saved[3].f32(), ctx.saved[1].f32(),
+                                                           ctx.saved[2].f32(), a.grads[k].f32(), a.grads[k + 1].f32());
+  }
+  // gelu(fc1(x)); ctx.saved = {x, pre} (pre: fc1's output, GELU's input), then dpre.
+  Tensor linear_gelu(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const {
+    const int64_t rows = rows_over_last_dim(x, dim_, "transformer block");
+    const size_t k = slots_[kFc1].first_param;
+    Shape ys = x.shape();
+    ys.back() = 4 * dim_;
+    Tensor pre = Tensor::empty(ys, DType::F32, x.device()), y = Tensor::empty(ys, DType::F32, x.device());
+    device_ops(x.device()).linear_gelu_forward(a.step.precision, rows, dim_, 4 * dim_, x.f32(), a.params[k].f32(),
+                                               a.params[k + 1].f32(), pre.f32(), y.f32());
+    ctx.saved = {x, pre};
+    return y;
+  }
+  // dx of fc1 (rounded under BF16 like every part's input gradient) from dy of GELU.
+  Tensor linear_gelu_backward_input(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const {
+    PD_CHECK(ctx.saved.size() == 2, describe(), ": backward without forward");
+    const Tensor& x = ctx.saved[0];
+    const Tensor& pre = ctx.saved[1];
+    const int64_t rows = rows_over_last_dim(x, dim_, "transformer block");
+    const Device dev = x.device();
+    Tensor dpre = Tensor::empty(pre.shape(), DType::F32, dev), dx = Tensor::empty(x.shape(), DType::F32, dev);
+    device_ops(dev).gelu_backward_rounded(a.step.precision, pre.numel(), pre.f32(), dy.f32(), dpre.f32());
+    if (rows > 0)
+      device_ops(dev).linear_backward_input(rows, dim_, 4 * dim_, dpre.f32(), a.params[slots_[kFc1].first_param].f32(),
+                                            dx.f32());
+    round_in_place_if_bf16(a.step.precision, dx);
+    ctx.saved.push_back(dpre);
+    return dx;
+  }
+  void linear_gelu_backward_weights(const BackwardArgs& a, LayerContext& ctx) const {
+    PD_CHECK(ctx.saved.size() == 3, describe(), ": weight backward without its input backward");
+    const Tensor& x = ctx.saved[0];
+    const int64_t rows = rows_over_last_dim(x, dim_, "transformer block");
+    const size_t k = slots_[kFc1].first_param;
+    if (rows > 0)
+      device_ops(x.device()).linear_backward_params_accum(rows, dim_, 4 * dim_, x.f32(), ctx.saved[2].f32(),
+                                                          a.grads[k].f32(), a.grads[k + 1].f32());
+  }
+
   BackwardArgs part_args(const BackwardArgs& a, Part p, bool need_input_grad) const {
     const Slot& s = slots_[p];
     return {a.params.subspan(s.first_param, s.num_params), a.grads.subspan(s.first_param, s.num_params), a.step,
             need_input_grad};
   }
 
+  static constexpr float kLayerNormEps = 1e-5f;  // make_layernorm's default, the parts' eps
   int64_t dim_, heads_;
   float p_;
   std::array<Slot, kParts> slots_;

@@ -35,7 +35,10 @@ TEST(DeviceOps, CpuTableFillsEveryEntryTheLayersCall) {
       reinterpret_cast<const void*>(o.layernorm_backward_input),
       reinterpret_cast<const void*>(o.layernorm_backward_params_accum),
       reinterpret_cast<const void*>(o.attention_forward), reinterpret_cast<const void*>(o.attention_backward),
-      reinterpret_cast<const void*>(o.embedding_forward), reinterpret_cast<const void*>(o.embedding_backward_accum)};
+      reinterpret_cast<const void*>(o.embedding_forward), reinterpret_cast<const void*>(o.embedding_backward_accum),
+      reinterpret_cast<const void*>(o.linear_gelu_forward), reinterpret_cast<const void*>(o.gelu_backward_rounded),
+      reinterpret_cast<const void*>(o.add_layernorm_forward),
+      reinterpret_cast<const void*>(o.layernorm_backward_input_add)};
   for (size_t i = 0; i < sizeof entries / sizeof entries[0]; ++i) EXPECT_NE(entries[i], nullptr) << "entry " << i;
 }
 
