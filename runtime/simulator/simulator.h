@@ -163,6 +163,11 @@ struct TraceEvent {
   int chunk = 0;  // interleaved-1f1b: the worker's chunk
 };
 
+// 1F1B-RR's period in minibatches: lcm of the stages' replica counts (minibatch
+// i runs on replica i mod r of each stage); above kMaxReplicaPeriod, that + 1.
+constexpr int64_t kMaxReplicaPeriod = 1 << 20;
+int64_t replica_period(const std::vector<int>& replicas);
+
 // Throws UserError when the topology does not cover the plan's ranks.
 // See timeline_svg.h for the paper-style picture of the trace.
 SimulationReport simulate(const Plan& plan, const SimulationOptions& options,
