@@ -37,7 +37,10 @@
 //    B takes (backward_s + optimizer_s) / microbatches.
 // Steady state: time per minibatch is measured between the completions
 // (end of stage 0's backward; flush: end of stage 0 replica 0's step) of
-// minibatch K/4 and 3K/4, busy fractions over the same window.
+// minibatch K/4 and the last one at or before 3K/4 a whole number of the
+// schedule's periods later (1f1b-rr: lcm of the stages' replica counts, or
+// stage 0's replica count where that period exceeds the window; flush: 1),
+// busy fractions over the same window.
 #include <cstdint>
 #include <iosfwd>
 #include <string>
