@@ -41,10 +41,21 @@ Plan one_worker_plan(const Profile& profile, const Topology& topology, const Pla
 
 }  // namespace
 
+constexpr int64_t kMaxReplayMinibatches = 20000;
+
 int64_t replay_minibatches(const Plan& plan) {
   int widest = 1;
-  for (const auto& s : plan.stages) widest = std::max(widest, s.replicas);
-  return std::max<int64_t>(1000, 8 * int64_t(widest));
+  std::vector<int> replicas;
+  for (const auto& s : plan.stages) {
+    widest = std::max(widest, s.replicas);
+    replicas.push_back(s.replicas);
+  }
+  // The steady-state window (the middle half) spans whole periods of the
+  // schedule: at least two where that stays within kMaxReplayMinibatches.
+  const int64_t period = replica_period(replicas);
+  int64_t minibatches = std::max<int64_t>(1000, 8 * int64_t(widest));
+  if (period <= kMaxReplayMinibatches / 4) minibatches = std::max(minibatches, 4 * period + 8);
+  return minibatches;
 }
 
 double replay_time(const Plan& plan, int64_t minibatches) {

@@ -31,8 +31,9 @@ struct PlanSearch {
 
 // The minibatches a plan is replayed for, here and by `simulate` unless
 // told otherwise (so that `simulate` on the emitted plan reproduces the
-// prediction): 1,000, and four rounds of the widest stage at least, which
-// the steady state needs.
+// prediction): 1,000, eight rounds of the widest stage, and four periods of
+// the schedule (replica_period) + 8 where the period is at most 5,000,
+// whichever is most: the steady-state window then spans whole periods.
 int64_t replay_minibatches(const Plan& plan);
 // Above this many workers the closed-form optimum is returned unreplayed.
 constexpr int kMaxReplayWorkers = 1024;

@@ -37,7 +37,10 @@
 //    B takes (backward_s + optimizer_s) / microbatches.
 // Steady state: time per minibatch is measured between the completions
 // (end of stage 0's backward; flush: end of stage 0 replica 0's step) of
-// minibatch K/4 and 3K/4, busy fractions over the same window.
+// minibatch K/4 and the last one at or before 3K/4 a whole number of the
+// schedule's periods later (1f1b-rr: lcm of the stages' replica counts, or
+// stage 0's replica count where that period exceeds the window; flush: 1),
+// busy fractions over the same window.
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -162,6 +165,11 @@ struct TraceEvent {
   double start_s, end_s;
   int chunk = 0;  // interleaved-1f1b: the worker's chunk
 };
+
+// 1F1B-RR's period in minibatches: lcm of the stages' replica counts (minibatch
+// i runs on replica i mod r of each stage); above kMaxReplicaPeriod, that + 1.
+constexpr int64_t kMaxReplicaPeriod = 1 << 20;
+int64_t replica_period(const std::vector<int>& replicas);
 
 // Throws UserError when the topology does not cover the plan's ranks.
 // See timeline_svg.h for the paper-style picture of the trace.
