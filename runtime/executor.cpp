@@ -144,6 +144,7 @@ StageExecutor::Progress StageExecutor::step() {
   if (checkpoint_due_ && (window_.empty() || !window_.front().is_send())) maybe_checkpoint();
   if (eval_due_ && (window_.empty() || !window_.front().is_send())) maybe_evaluate();
   if (window_.empty()) {
+    finish_open_round();
     reap_sends(true);
     return Progress::Done;
   }
@@ -158,10 +159,12 @@ StageExecutor::Progress StageExecutor::step() {
 
 bool StageExecutor::ready(const Action& a) {
   if (a.is_recv()) return recvs_.at({a.kind == ActionKind::RecvGradient, item_key(a)}).test();
-  if (a.kind == ActionKind::AllReduce && buckets_) {
-    buckets_->start_all();  // if the backward did not
-    return buckets_->test();
-  }
+  // The AllReduce action only starts the round's buckets; the step waits
+  // for them. In between the worker runs its next forward, so a replica a
+  // few milliseconds behind its partners costs them nothing: the step's
+  // gradients are not touched by a forward (and a backward first ends the
+  // round: finish_open_round).
+  if (a.kind == ActionKind::OptimizerStep && round_open_) return buckets_->test();
   return true;
 }
 
@@ -171,8 +174,8 @@ void StageExecutor::wait_until_ready() {
   const SpanStart t0 = span_start();
   if (a.is_recv()) {
     recvs_.at({a.kind == ActionKind::RecvGradient, item_key(a)}).wait();
-  } else if (a.kind == ActionKind::AllReduce && buckets_) {
-    buckets_->wait();  // starts the buckets if the backward did not
+  } else if (a.kind == ActionKind::OptimizerStep && round_open_) {
+    buckets_->wait();
   }
   record("wait", a.is_recv() ? item_key(a) : -1, t0);
 }
@@ -318,6 +321,7 @@ bool StageExecutor::round_completes_after(size_t i) const {
 }
 
 void StageExecutor::backward(const Action& a) {
+  finish_open_round();  // its gradients accumulate into the ones in flight
   const SpanStart t0 = span_start();
   const int64_t key = item_key(a);
   Pending& p = pending_.at(key);
@@ -365,6 +369,7 @@ void StageExecutor::backward(const Action& a) {
 }
 
 void StageExecutor::backward_weight(const Action& a) {
+  finish_open_round();
   const SpanStart t0 = span_start();
   const int64_t key = item_key(a);
   auto it = pending_.find(key);
@@ -387,8 +392,17 @@ void StageExecutor::backward_weight(const Action& a) {
 
 void StageExecutor::all_reduce(const Action& a) {
   const SpanStart t0 = span_start();
-  if (buckets_) buckets_->end_round();
+  if (buckets_) {
+    buckets_->start_all();  // the buckets the backward did not start
+    round_open_ = true;
+  }
   record("allreduce", a.round, t0);
+}
+
+void StageExecutor::finish_open_round() {
+  if (!round_open_) return;
+  buckets_->end_round();
+  round_open_ = false;
 }
 
 int64_t StageExecutor::oldest_needed() const {
@@ -406,6 +420,7 @@ int64_t StageExecutor::oldest_needed() const {
 }
 
 void StageExecutor::optimizer_step(const Action& a) {
+  finish_open_round();  // done already: the step was not ready before
   const SpanStart t0 = span_start();
   average_gradients(grads_.all_params(), a.gradient_count);
   // The LR schedule counts minibatches absorbed (flush: batches), the same

@@ -217,6 +217,8 @@ class StageExecutor {
   ParameterStore grads_;
   std::shared_ptr<CommGroup> group_;
   std::unique_ptr<GradientBuckets> buckets_;  // a replicated stage's gradient all-reduce
+  bool round_open_ = false;                  // its AllReduce ran, its step has not yet
+  void finish_open_round();                  // waits for the round's all-reduce
   int64_t forwards_done_ = 0;
   int tag_modulus_ = 1;
   StageEvaluation eval_;

@@ -90,7 +90,8 @@ struct ReplicaGroup {
   double round_start = 0, round_end = 0;
   double allreduce_s = 0;
   double allreduce_cpu_s = 0;  // shared cores: CPU each member's communication threads spend on one
-  // Replicas wait at the AllReduce action until it ends (wait_allreduce).
+  // The all-reduce starts when the last replica reaches the AllReduce
+  // action and the replicas' steps wait until it ends (start_allreduce).
   bool blocking = false;
   std::vector<int> waiting;  // ranks blocked at the OptimizerStep
 };
@@ -395,7 +396,7 @@ class Simulation {
       } else if (a.kind == ActionKind::OptimizerStep) {
         if (!step(r, a)) return;
       } else if (groups_[w.stage].blocking) {
-        if (!wait_allreduce(r, a)) return;
+        start_allreduce(r, a);
       } else {
         join_allreduce(r, a);
       }
@@ -610,38 +611,29 @@ class Simulation {
   }
 
   // What the runtime's AllReduce action does (realistic_latency, or an
-  // all-reduce whose bus bandwidth bench-comm measured). The
-  // round's gradients exist once every replica has ended its backward, so
-  // the all-reduce starts when the last one arrives (and its channel is
-  // free), and every replica waits at the action until it ends. (The
-  // runtime starts buckets while the backward runs; measured, that hides
-  // little: docs/measurements.md, "The 2 x 2 table's off rows".) True when
-  // the worker may go on.
-  bool wait_allreduce(int r, const PackedAction& a) {
+  // all-reduce whose bus bandwidth bench-comm measured). The round's
+  // gradients exist once every replica has ended its backward, so the
+  // all-reduce starts when the last one arrives at the action (and its
+  // channel is free). The action does not block: each replica goes on
+  // with its next forward, and its optimizer step waits until the
+  // all-reduce ends (step()). (The runtime starts buckets while the
+  // backward runs; measured, that hides little: docs/measurements.md,
+  // "The 2 x 2 table's off rows".)
+  void start_allreduce(int r, const PackedAction& a) {
     WorkerState& w = workers_[r];
     ReplicaGroup& g = groups_[w.stage];
-    if (g.completed_round < a.key) {
-      if (++g.arrived < g.size) {
-        g.waiting.push_back(r);
-        return false;
-      }
-      const double start = std::max(now_, g.channel_free);
-      const double end = start + g.allreduce_s;
-      g.channel_free = end;
-      g.round_start = start;
-      g.round_end = end;
-      g.completed_round = a.key;
-      g.arrived = 0;
-      charge_allreduce_cpu(w.stage);
-      if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(w.stage)[0], 0, a.key, start, end});
-      for (int m : g.waiting) wake(m, end);
-      g.waiting.clear();
-    }
-    if (g.round_end > now_) {
-      wake(r, g.round_end);
-      return false;
-    }
-    return true;
+    if (++g.arrived < g.size) return;
+    const double start = std::max(now_, g.channel_free);
+    const double end = start + g.allreduce_s;
+    g.channel_free = end;
+    g.round_start = start;
+    g.round_end = end;
+    g.completed_round = a.key;
+    g.arrived = 0;
+    charge_allreduce_cpu(w.stage);
+    if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(w.stage)[0], 0, a.key, start, end});
+    for (int m : g.waiting) wake(m, end);
+    g.waiting.clear();
   }
 
   // The round's all-reduce is decided: every member's communication thread

@@ -80,22 +80,23 @@ TEST(SimulatorCommCpu, SaturatedCoresCountTheCommunicationCpu) {
 // An all-reduce's members each send and receive 2(r-1)/r of the
 // parameters: 2 replicas, 1 GB, 1 GB per CPU second: 2 s each. Rounds of
 // 2 minibatches on one core: F [0, 2], B [2, 6] (both replicas at half
-// speed), the all-reduce [6, 7] (1 GB at a measured 1 GB/s bus bandwidth,
-// the replicas wait). Its CPU: both threads at half speed in [6, 7], 1.5 s
-// left each; the next round's F (1 s each) shares the core four ways until
-// 11, the B (2 s each) until the threads end at 13, then at half speed:
-// 1.5 s left, ends at 16 (13 without the charge).
+// speed), the all-reduce [6, 7] (1 GB at a measured 1 GB/s bus bandwidth),
+// the replicas' next F beside it and their steps after it. Without the
+// charge: F [6, 8], B [8, 12]. With it, both threads spend their 2 s from
+// 6: four threads share the core, the F (1 s each) end at 10 with 1 s left
+// to each thread; the B (2 s each) share it four ways until the threads
+// end at 14, then at half speed: 1 s left, ends at 16.
 TEST(SimulatorCommCpu, AllReduceMembersSpendCpuOnTheirShare) {
   Plan p = make_plan({2}, 1.0, 2.0, 0, 1'000'000'000, 1.0);
   p.topology.levels[0].allreduce_GBps = 1.0;
   std::vector<TraceEvent> plain, charged;
   simulate(p, on_cores(1, 4), &plain);
-  EXPECT_DOUBLE_EQ(find(plain, 0, ActionKind::Backward, 2).end_s, 13.0);
+  EXPECT_DOUBLE_EQ(find(plain, 0, ActionKind::Backward, 2).end_s, 12.0);
   p.topology.levels[0].comm_cpu_GBps = 1.0;
   simulate(p, on_cores(1, 4), &charged);
   EXPECT_DOUBLE_EQ(find(charged, 0, ActionKind::Backward, 0).end_s, 6.0);
-  EXPECT_DOUBLE_EQ(find(charged, 0, ActionKind::Forward, 2).start_s, 7.0);
-  EXPECT_DOUBLE_EQ(find(charged, 0, ActionKind::Forward, 2).end_s, 11.0);
+  EXPECT_DOUBLE_EQ(find(charged, 0, ActionKind::Forward, 2).start_s, 6.0);
+  EXPECT_DOUBLE_EQ(find(charged, 0, ActionKind::Forward, 2).end_s, 10.0);
   EXPECT_DOUBLE_EQ(find(charged, 0, ActionKind::Backward, 2).end_s, 16.0);
   EXPECT_DOUBLE_EQ(find(charged, 1, ActionKind::Backward, 3).end_s, 16.0);
 }

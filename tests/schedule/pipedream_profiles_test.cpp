@@ -101,7 +101,9 @@ TEST(SimulatorOnPipeDreamProfiles, ReplayOfGoldenPartitionsMatchesThePaperModel)
     EXPECT_NEAR(simulated / model_s, 1.0, 0.05)
         << model << " " << config << " on " << g["workers_per_level"][0] << " workers: simulated " << simulated
         << " s, paper model " << model_s << " s";
-    EXPECT_GE(with_latency, simulated * (1 - 1e-9));
+    // Never faster than the idealised replay, up to where the steady-state
+    // window's edges fall (the next forward now runs beside an all-reduce).
+    EXPECT_GE(with_latency, simulated * (1 - 1e-4));
     std::printf("%-8s %-16s %2d workers: paper model %.4f s, replay %.4f s (%+.1f%%), %.4f s (%+.1f%%) "
                 "with realistic latency\n",
                 model.c_str(), config.c_str(), int(g["workers_per_level"][0]), model_s, simulated,
