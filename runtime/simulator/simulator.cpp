@@ -592,21 +592,29 @@ class Simulation {
     return false;
   }
 
+  // The planner's idealised all-reduce: it may overlap the round's compute
+  // from its members' round_start, and their steps wait only for its start.
   void join_allreduce(int r, const PackedAction& a) {
     WorkerState& w = workers_[r];
     ReplicaGroup& g = groups_[w.stage];
     g.ready = g.arrived == 0 ? w.round_start : std::max(g.ready, w.round_start);
     if (++g.arrived < g.size) return;
-    double start = std::max(g.ready, g.channel_free);
-    double end = std::max(start + g.allreduce_s, now_);
+    const double start = std::max(g.ready, g.channel_free);
+    run_allreduce(w.stage, a.key, start, std::max(start + g.allreduce_s, now_), start);
+  }
+
+  // The last member is in: the round's all-reduce runs over [start, end];
+  // the members waiting at their step go on at `wake_at`.
+  void run_allreduce(int stage, int64_t round, double start, double end, double wake_at) {
+    ReplicaGroup& g = groups_[stage];
     g.channel_free = end;
-    g.round_end = end;
     g.round_start = start;
-    g.completed_round = a.key;
+    g.round_end = end;
+    g.completed_round = round;
     g.arrived = 0;
-    charge_allreduce_cpu(w.stage);
-    if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(w.stage)[0], 0, a.key, start, end});
-    for (int m : g.waiting) wake(m, opt_.realistic_latency ? end : start);
+    charge_allreduce_cpu(stage);
+    if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(stage)[0], 0, round, start, end});
+    for (int m : g.waiting) wake(m, wake_at);
     g.waiting.clear();
   }
 
@@ -624,16 +632,7 @@ class Simulation {
     ReplicaGroup& g = groups_[w.stage];
     if (++g.arrived < g.size) return;
     const double start = std::max(now_, g.channel_free);
-    const double end = start + g.allreduce_s;
-    g.channel_free = end;
-    g.round_start = start;
-    g.round_end = end;
-    g.completed_round = a.key;
-    g.arrived = 0;
-    charge_allreduce_cpu(w.stage);
-    if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(w.stage)[0], 0, a.key, start, end});
-    for (int m : g.waiting) wake(m, end);
-    g.waiting.clear();
+    run_allreduce(w.stage, a.key, start, start + g.allreduce_s, start + g.allreduce_s);
   }
 
   // The round's all-reduce is decided: every member's communication thread
@@ -651,7 +650,7 @@ class Simulation {
         g.waiting.push_back(r);
         return false;
       }
-      const double usable = opt_.realistic_latency || g.blocking ? g.round_end : g.round_start;
+      const double usable = g.blocking ? g.round_end : g.round_start;
       if (usable > now_) {
         wake(r, usable);
         return false;
