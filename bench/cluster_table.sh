@@ -32,7 +32,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PD_CLUSTER_NAME=ptab
 CORES=$(nproc)
 WORK=$(mktemp -d /tmp/pipedream-cluster-table-XXXXXX)
-HOGS=()  # add_comm_cpu's spinning processes, while they run
+# shellcheck source=bench/host_measures.sh
+. bench/host_measures.sh
 trap 'kill "${HOGS[@]}" 2>/dev/null || true; scripts/cluster.sh down --name ptab >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
 
 batch_of() { case "$1" in gpt-mini) echo 8 ;; *) echo 32 ;; esac; }
@@ -46,37 +47,6 @@ data_parallel_plan() {  # one.json topology.json out
 
 predict() {  # plan contention -> seconds per minibatch (simulate, the ranks sharing the cores)
   "$BIN" simulate --plan "$1" --cores "$CORES" --threads 1 --contention "$2" --json 2>/dev/null | jq '.time_per_minibatch_s'
-}
-
-# What the cores share besides themselves (simulate --contention, as
-# bench/shared_cores.sh measures it): the profiled step run by 4 processes
-# at once, each at its share of the cores, against the profile's.
-contention() {  # model batch profile -> contention (>= 0)
-  local k
-  for ((k = 0; k < 4; ++k)); do
-    "$BIN" profile --model "$1" --batch "$2" --threads 1 --iters 5 -o "$WORK/corun$k.json" >/dev/null 2>&1 &
-  done
-  wait
-  jq -n --slurpfile c <(cat "$WORK"/corun?.json) --slurpfile p "$3" --argjson share "$(awk -v c="$CORES" 'BEGIN { print (4 > c) ? c / 4 : 1 }')" \
-    '(($c | map(.step_forward_backward_ms) | add / length) * $share / $p[0].step_forward_backward_ms - 1) | if . < 0 then 0 else . end'
-}
-
-# The communication threads' CPU per level (TopologyLevel::comm_cpu_GBps,
-# comm_cpu_us_per_message) measured while one spinning process per rank
-# keeps the cores busy, as the run's compute threads do (cold caches,
-# contended cores), merged into the topology; its other figures stay the
-# idle-core ones.
-add_comm_cpu() {  # topology.json
-  local k
-  for ((k = 0; k < 4; ++k)); do (while :; do :; done) & HOGS+=($!); done
-  scripts/cluster.sh mpirun --bind-to none -np 4 "$BIN" bench-comm --p2p-sizes 4MB --allreduce-sizes 4KB \
-    --latency-iters 50 -o "$WORK/busy.json" >/dev/null
-  kill "${HOGS[@]}"
-  wait "${HOGS[@]}" 2>/dev/null || true
-  HOGS=()
-  jq --slurpfile b "$WORK/busy.json" '.levels |= [to_entries[] | .value + ($b[0].levels[.key]
-      | {comm_cpu_GBps, comm_cpu_us_per_message} | with_entries(select(.value != null)))]' "$1" > "$WORK/merged.json"
-  mv "$WORK/merged.json" "$1"
 }
 
 measure() {  # plan model batch -> steady-state seconds per minibatch
@@ -96,11 +66,11 @@ for rate in $RATES; do
   scripts/cluster.sh up --name ptab --hosts 2 --slots 2 --rate "$rate" >/dev/null
   scripts/cluster.sh mpirun --bind-to none -np 4 "$BIN" bench-comm --p2p-sizes 64KB,1MB,4MB \
     --allreduce-sizes 4KB,1MB,8MB --latency-iters 50 -o "$WORK/topo.json" >/dev/null
-  add_comm_cpu "$WORK/topo.json"
+  add_busy_comm_cpu "$WORK/topo.json" "$WORK" scripts/cluster.sh mpirun --bind-to none -np 4 "$BIN"
   for model in $MODELS; do
     b=$(batch_of "$model")
     "$BIN" profile --model "$model" --batch "$b" --threads 1 --iters 5 -o "$WORK/prof.json" >/dev/null 2>&1
-    c=$(contention "$model" "$b" "$WORK/prof.json")
+    c=$(corun_contention "$BIN" "$WORK" "$CORES" "$WORK/prof.json" --model "$model" --batch "$b" --iters 5)
     "$BIN" plan --profile "$WORK/prof.json" --topology "$WORK/topo.json" -o "$WORK/planned.json" >/dev/null
     "$BIN" plan --straight --profile "$WORK/prof.json" --topology "$WORK/topo.json" -o "$WORK/straight.json" >/dev/null
     "$BIN" plan --profile "$WORK/prof.json" --workers 1 --bandwidth 1 -o "$WORK/one.json" >/dev/null

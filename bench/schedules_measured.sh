@@ -57,40 +57,17 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] 
 
 cores=$(nproc)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-HOGS=()
+# shellcheck source=bench/host_measures.sh
+. bench/host_measures.sh
 trap '[ ${#HOGS[@]} -eq 0 ] || kill "${HOGS[@]}" 2>/dev/null || true' EXIT
 
 # This host's one level, measured by the 4 ranks a run has: bandwidth and
-# latency on idle cores, then the communication threads' CPU per message
-# and per byte with one spinning process per rank keeping the cores busy,
-# as the runs' compute threads do (bench/cluster_table.sh does the same).
+# latency on idle cores, then the communication threads' CPU with the
+# cores busy (bench/host_measures.sh).
 measure_topology() {  # out.json
   mpirun --bind-to none -np 4 "$pipedream" bench-comm --p2p-sizes 64KB,1MB,4MB --allreduce-sizes 4KB,1MB,8MB \
     --latency-iters 50 -o "$1" > /dev/null
-  local k
-  for ((k = 0; k < 4; ++k)); do (while :; do :; done) & HOGS+=($!); done
-  mpirun --bind-to none -np 4 "$pipedream" bench-comm --p2p-sizes 4MB --allreduce-sizes 4KB \
-    --latency-iters 50 -o "$out/busy.json" > /dev/null
-  kill "${HOGS[@]}"
-  wait "${HOGS[@]}" 2> /dev/null || true
-  HOGS=()
-  jq --slurpfile b "$out/busy.json" '.levels |= [to_entries[] | .value + ($b[0].levels[.key]
-      | {comm_cpu_GBps, comm_cpu_us_per_message} | with_entries(select(.value != null)))]' "$1" > "$out/merged.json"
-  mv "$out/merged.json" "$1"
-}
-
-# What the cores share besides themselves (simulate --contention): the
-# profiled step run by 4 processes at once, each at its share of the cores,
-# against the profile's.
-contention() {  # model-args batch profile -> contention (>= 0)
-  local k
-  for ((k = 0; k < 4; ++k)); do
-    # shellcheck disable=SC2086
-    "$pipedream" profile $1 --batch "$2" --threads 1 --iters 5 --min-time 3 -o "$out/corun$k.json" > /dev/null 2>&1 &
-  done
-  wait
-  jq -n --slurpfile c <(cat "$out"/corun?.json) --slurpfile p "$3" --argjson share "$(awk -v c="$cores" 'BEGIN { print (4 > c) ? c / 4 : 1 }')" \
-    '(($c | map(.step_forward_backward_ms) | add / length) * $share / $p[0].step_forward_backward_ms - 1) | if . < 0 then 0 else . end'
+  add_busy_comm_cpu "$1" "$out" mpirun --bind-to none -np 4 "$pipedream"
 }
 
 measure_topology "$out/topology.json"
@@ -101,7 +78,9 @@ for model in $models; do
   # shellcheck disable=SC2046
   "$pipedream" profile $(model_args "$model") --batch "$batch" --threads 1 --warmup 1 --iters 5 --min-time 3 \
     --microbatches "$M" -o "$out/$model.profile.json" > /dev/null 2>&1
-  c=$(contention "$(model_args "$model")" "$batch" "$out/$model.profile.json")
+  # shellcheck disable=SC2046
+  c=$(corun_contention "$pipedream" "$out" "$cores" "$out/$model.profile.json" $(model_args "$model") \
+    --batch "$batch" --iters 5 --min-time 3)
   for w in 4 8; do
     jq --argjson w "$w" '.levels[0].count = $w' "$out/topology.json" > "$out/topology$w.json"
     "$pipedream" plan --profile "$out/$model.profile.json" --topology "$out/topology$w.json" --straight \

@@ -1,0 +1,40 @@
+# Sourced by bench/cluster_table.sh and bench/schedules_measured.sh: what
+# this host's cores cost a run besides the profile, measured the same way
+# for both. The callers kill "${HOGS[@]}" in their EXIT trap.
+HOGS=()
+
+# The communication threads' CPU per level (TopologyLevel::comm_cpu_GBps,
+# comm_cpu_us_per_message) measured while one spinning process per rank
+# keeps the cores busy, as a run's compute threads do (cold caches,
+# contended cores), merged into the topology; its other figures stay the
+# idle-core ones.
+#   add_busy_comm_cpu TOPOLOGY WORKDIR LAUNCHER... (LAUNCHER: how 4 ranks start, ending in the pipedream binary)
+add_busy_comm_cpu() {
+  local topology=$1 work=$2 k
+  shift 2
+  for ((k = 0; k < 4; ++k)); do (while :; do :; done) & HOGS+=($!); done
+  "$@" bench-comm --p2p-sizes 4MB --allreduce-sizes 4KB --latency-iters 50 -o "$work/busy.json" > /dev/null
+  kill "${HOGS[@]}"
+  wait "${HOGS[@]}" 2> /dev/null || true
+  HOGS=()
+  jq --slurpfile b "$work/busy.json" '.levels |= [to_entries[] | .value + ($b[0].levels[.key]
+      | {comm_cpu_GBps, comm_cpu_us_per_message} | with_entries(select(.value != null)))]' "$topology" \
+    > "$work/merged.json"
+  mv "$work/merged.json" "$topology"
+}
+
+# What the cores share besides themselves (simulate --contention): the
+# profiled step run by 4 processes at once, each at its share of the cores,
+# against the profile's. Prints the contention (>= 0).
+#   corun_contention PIPEDREAM WORKDIR CORES PROFILE PROFILE-ARGS...
+corun_contention() {
+  local bin=$1 work=$2 cores=$3 profile=$4 k
+  shift 4
+  for ((k = 0; k < 4; ++k)); do
+    "$bin" profile "$@" --threads 1 -o "$work/corun$k.json" > /dev/null 2>&1 &
+  done
+  wait
+  jq -n --slurpfile c <(cat "$work"/corun?.json) --slurpfile p "$profile" \
+    --argjson share "$(awk -v c="$cores" 'BEGIN { print (4 > c) ? c / 4 : 1 }')" \
+    '(($c | map(.step_forward_backward_ms) | add / length) * $share / $p[0].step_forward_backward_ms - 1) | if . < 0 then 0 else . end'
+}
