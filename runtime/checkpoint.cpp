@@ -84,21 +84,43 @@ void commit_checkpoint(const std::string& dir, int64_t step, const nlohmann::jso
   std::error_code ec;
   fs::remove_all(final_dir, ec);
   fs::rename(partial, final_dir);
+  // A commit killed while it wrote `latest` left its temporary file: the
+  // reporter alone writes `latest`, so any such file is stale.
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind("latest.tmp.", 0) == 0) fs::remove(e.path(), ec);
   write_file_atomically(dir + "/latest", step_name(step) + "\n");
 }
 
 namespace {
 
-// DIR/step-N itself, or the checkpoint DIR/latest names.
+// The largest N of DIR's whole checkpoints (a step-N folder holding
+// state.json, which the commit writes before the rename that names it);
+// -1: none.
+int64_t newest_whole_step(const std::string& dir) {
+  int64_t newest = -1;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= 5 || name.rfind("step-", 0) != 0) continue;
+    if (!std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; }) || name.size() > 23)
+      continue;
+    if (fs::exists(e.path() / "state.json", ec)) newest = std::max<int64_t>(newest, std::stoll(name.substr(5)));
+  }
+  return newest;
+}
+
+// DIR/step-N itself, or DIR's newest whole checkpoint. `latest` names it
+// too, except when the run was killed between the rename and that file's
+// update: the newer folder is whole all the same.
 std::string checkpoint_step_dir(const std::string& path) {
   if (fs::exists(path + "/state.json")) return path;
+  const int64_t newest = newest_whole_step(path);
+  if (newest >= 0) return cat(path, "/", step_name(newest));
   std::ifstream latest(path + "/latest");
   std::string name;
   if (!(latest >> name))
-    throw UserError(cat("--resume ", path, ": no checkpoint there (neither state.json nor a 'latest' file)"));
-  if (name.rfind("step-", 0) != 0 || name.find('/') != std::string::npos)
-    throw UserError(cat("--resume ", path, ": 'latest' must name a step-N folder, got '", name, "'"));
-  return cat(path, "/", name);
+    throw UserError(cat("--resume ", path, ": no checkpoint there (no step-N folder with a state.json)"));
+  throw UserError(cat("--resume ", path, ": 'latest' names ", name, ", which is not a whole checkpoint (no state.json)"));
 }
 
 nlohmann::json read_state(const std::string& file) {

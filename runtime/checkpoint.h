@@ -54,8 +54,9 @@ struct ResumePoint {
   nlohmann::json run;  // what commit_checkpoint was given
   int stages() const { return static_cast<int>(run["layers"].size()); }
 };
-// `path` is a checkpoint directory (DIR, whose `latest` is used) or one
-// checkpoint (DIR/step-N). UserError when there is none or it is
+// `path` is a checkpoint directory (DIR: its newest whole step-N, which
+// `latest` names unless a kill fell between the two) or one checkpoint
+// (DIR/step-N). UserError when there is none or it is
 // inconsistent (a stage file missing or of another step).
 ResumePoint find_checkpoint(const std::string& path);
 

@@ -129,12 +129,36 @@ TEST(CheckpointValidation, OverlappingDataOffsetsInAStageFileAreRefused) {
   EXPECT_NE(resume_error(d.root).find("overlap"), std::string::npos) << resume_error(d.root);
 }
 
-TEST(CheckpointValidation, LatestMustNameAStepFolder) {
-  CheckpointDir d("latest");
+// A run killed between a commit's rename and its update of `latest` left
+// `latest` one behind (and its temporary file): --resume DIR takes the
+// newest whole step-N all the same, and `latest` is never used as a path.
+TEST(CheckpointValidation, ResumeTakesTheNewestWholeCheckpointNotWhatLatestSays) {
+  CheckpointDir d("newest");
   d.fill(kState);
   std::ofstream(d.root / "latest") << "../../etc\n";
-  EXPECT_NE(resume_error(d.root).find("'latest' must name a step-N folder"), std::string::npos)
+  EXPECT_EQ(find_checkpoint(d.root.string()).dir, (d.root / "step-4").string());
+  // step-8 whole, step-12 still partial (no state.json), latest at step-4.
+  fs::create_directories(d.root / "step-8");
+  std::ofstream(d.root / "step-8" / "state.json") << with_step("8");
+  for (int s = 0; s < 2; ++s)
+    save_safetensors((d.root / "step-8" / ("stage-" + std::to_string(s) + ".safetensors")).string(),
+                     {{"w", Tensor::zeros({2})}},
+                     {{"stage", std::to_string(s)}, {"step", "8"}, {"optimizer_step", "8"}, {"updates", "8"}});
+  fs::create_directories(d.root / "step-12.partial");
+  fs::create_directories(d.root / "step-12");  // renamed before its state.json? never: ignored all the same
+  std::ofstream(d.root / "latest") << "step-4\n";
+  std::ofstream(d.root / "latest.tmp.abc123") << "step-";
+  const ResumePoint p = find_checkpoint(d.root.string());
+  EXPECT_EQ(p.step, 8);
+  EXPECT_EQ(p.dir, (d.root / "step-8").string());
+}
+
+TEST(CheckpointValidation, AFolderWithoutAWholeCheckpointIsRefused) {
+  CheckpointDir d("none");  // step-4 without state.json, latest naming it
+  EXPECT_NE(resume_error(d.root).find("'latest' names step-4, which is not a whole checkpoint"), std::string::npos)
       << resume_error(d.root);
+  fs::remove(d.root / "latest");
+  EXPECT_NE(resume_error(d.root).find("no checkpoint there"), std::string::npos) << resume_error(d.root);
 }
 
 }  // namespace
