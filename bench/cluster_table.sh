@@ -45,8 +45,10 @@ data_parallel_plan() {  # one.json topology.json out
                          | .config = "4" | del(.predicted) | del(.baselines)' "$1" > "$3"
 }
 
-predict() {  # plan contention -> seconds per minibatch (simulate, the ranks sharing the cores)
-  "$BIN" simulate --plan "$1" --cores "$CORES" --threads 1 --contention "$2" --json 2>/dev/null | jq '.time_per_minibatch_s'
+predict() {  # plan contention -> seconds per minibatch (simulate, the ranks sharing the cores; the
+              # profile: replicated stages' gradient buckets start during the backward, as run's do)
+  "$BIN" simulate --plan "$1" --profile "$WORK/prof.json" --cores "$CORES" --threads 1 --contention "$2" --json \
+    2>/dev/null | jq '.time_per_minibatch_s'
 }
 
 measure() {  # plan model batch -> steady-state seconds per minibatch

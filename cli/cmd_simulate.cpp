@@ -71,6 +71,14 @@ void check_profile_matches_plan(const Plan& plan, const Profile& profile) {
   }
 }
 
+// Whether a replicated stage's all-reduce is priced as the runtime's (a
+// measured one, or realistic latency), where the buckets matter.
+bool prices_runtime_allreduce(const Plan& plan, const SimulationOptions& opt) {
+  for (const PlanStage& st : plan.stages)
+    if (st.replicas > 1 && (opt.realistic_latency || plan.topology.group_allreduce_GBps(st.ranks) > 0)) return true;
+  return false;
+}
+
 int workers_of(const Plan& plan) {
   int workers = 0;
   for (const PlanStage& st : plan.stages) workers += st.replicas;
@@ -149,10 +157,15 @@ void run_simulate(const SimulateArgs& a) {
     stale = refresh_stale_plan(plan, &profile);
     check_profile_matches_plan(plan, profile);
     opt.stashed_bytes = stashed_bytes_from_profile(plan, profile);
+    opt.gradient_buckets = gradient_buckets_from_profile(plan, profile);
     if (M > 1 && profile.batch_size % M == 0)
       opt.microbatch_times = microbatch_times_from_profile(plan, profile, profile.batch_size / M);
     if (!opt.microbatch_times.empty()) microbatch = profile.batch_size / M;
   }
+  if (a.profile.empty() && prices_runtime_allreduce(plan, opt))
+    std::fprintf(stderr, "note: without --profile each replicated stage's all-reduce starts after its backward; "
+                         "`plan` and `simulate --profile` start its gradient buckets during the backward, as "
+                         "`run` does\n");
   opt.record_trace = !a.trace.empty() || !a.svg.empty();
   std::vector<TraceEvent> events;
   SimulationReport rep = simulate(plan, opt, &events);
@@ -203,7 +216,8 @@ void add_simulate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("simulate", "Replay a plan's schedule on its costs: throughput, bubbles, memory");
   cmd->add_option("--plan", args->plan, "plan.json from `pipedream plan`")->required()->check(CLI::ExistingFile);
   cmd->add_option("--profile", args->profile,
-                  "the plan's profile: exact stashed-activation bytes per stage")
+                  "the plan's profile: exact stashed-activation bytes per stage, microbatch times, and replicated "
+                  "stages' gradient buckets started during the backward (as `plan` prices them)")
       ->check(CLI::ExistingFile);
   auto* minibatches = cmd->add_option("--minibatches", args->minibatches,
                                       "minibatches to replay (batches for gpipe/1f1b-flush); default 1000, or 8 per replica of the widest stage");

@@ -4,23 +4,6 @@
 
 namespace pd {
 
-std::vector<GradientBucket> plan_gradient_buckets(const std::vector<std::vector<size_t>>& grad_bytes_by_layer,
-                                                  size_t bucket_bytes) {
-  std::vector<GradientBucket> plan;
-  GradientBucket open;
-  for (size_t pos = 0; pos < grad_bytes_by_layer.size(); ++pos) {
-    if (grad_bytes_by_layer[pos].empty()) continue;
-    open.layers.push_back(pos);
-    for (size_t b : grad_bytes_by_layer[pos]) open.bytes += b;
-    if (open.bytes >= bucket_bytes) {
-      plan.push_back(std::move(open));
-      open = GradientBucket{};
-    }
-  }
-  if (!open.layers.empty()) plan.push_back(std::move(open));
-  return plan;
-}
-
 namespace {
 std::vector<std::vector<size_t>> bytes_of(const std::vector<std::vector<Tensor>>& grads_by_layer) {
   std::vector<std::vector<size_t>> bytes(grads_by_layer.size());

@@ -3,14 +3,12 @@
 // buckets while backward is still running (as PyTorch DDP does). The
 // executor (runtime/executor.cpp) runs it.
 //
-// Buckets hold whole layers in the order backward finishes them (last
-// layer first). A bucket closes after the layer that brings it to at least
-// bucket_bytes, so each bucket is one all-reduce big enough to amortize its
-// latency, and the last takes what is left. The executor reports each layer
-// as its backward is done (layer_done); a bucket's all-reduce starts once
-// all its layers are done, and buckets start strictly in bucket order, so
-// every replica issues the same all-reduces in the same order whatever its
-// timing. end_round() before the optimizer step.
+// The buckets are runtime/schedule/gradient_bucket_plan.h's (whole layers
+// in backward order, each at least bucket_bytes). The executor reports
+// each layer as its backward is done (layer_done); a bucket's all-reduce
+// starts once all its layers are done, and buckets start strictly in
+// bucket order, so every replica issues the same all-reduces in the same
+// order whatever its timing. end_round() before the optimizer step.
 //
 // The reduction is a Sum: the optimizer step divides by the number of
 // gradients summed (replicas times microbatches) in one place.
@@ -19,22 +17,13 @@
 #include <vector>
 
 #include "runtime/comm/transport.h"
+#include "runtime/schedule/gradient_bucket_plan.h"
 
 namespace pd {
 
-struct GradientBucket {
-  std::vector<size_t> layers;  // positions in backward order, ascending
-  size_t bytes = 0;
-};
-
-// The buckets for layers whose gradients have these sizes, per layer in
-// backward order (an empty list: a layer without parameters, in no bucket).
-std::vector<GradientBucket> plan_gradient_buckets(const std::vector<std::vector<size_t>>& grad_bytes_by_layer,
-                                                  size_t bucket_bytes);
-
 class GradientBuckets {
  public:
-  static constexpr size_t kDefaultBucketBytes = 4u << 20;
+  static constexpr size_t kDefaultBucketBytes = kDefaultGradientBucketBytes;
 
   // grads_by_layer: the gradient tensors of each layer in backward order;
   // they are all-reduced in place.

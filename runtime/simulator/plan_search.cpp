@@ -58,10 +58,11 @@ int64_t replay_minibatches(const Plan& plan) {
   return minibatches;
 }
 
-double replay_time(const Plan& plan, int64_t minibatches) {
+double replay_time(const Plan& plan, int64_t minibatches, const Profile* profile) {
   SimulationOptions o;
   o.schedule.kind = plan.schedule;
   o.schedule.minibatches = minibatches > 0 ? minibatches : replay_minibatches(plan);
+  if (profile) o.gradient_buckets = gradient_buckets_from_profile(plan, *profile);
   return simulate(plan, o).time_per_minibatch_s;
 }
 
@@ -140,7 +141,7 @@ class Search {
   }
   void consider(const std::string& family, Plan plan) {
     plan.closed_form_s = plan.time_per_minibatch_s;
-    const double replayed = replay_time(plan, minibatches_);
+    const double replayed = replay_time(plan, minibatches_, &profile_);
     search_.candidates.push_back({family, plan.config, plan.closed_form_s, replayed});
     plans_.push_back(std::move(plan));
   }

@@ -43,7 +43,9 @@ constexpr int kMaxReplayWorkers = 1024;
 PlanSearch search_plan(const Profile& profile, const Topology& topology, const PlannerOptions& options,
                        int64_t minibatches = 0);  // 0: replay_minibatches(each plan)
 
-// The time per minibatch simulate reports for the plan (default timing).
-double replay_time(const Plan& plan, int64_t minibatches = 0);
+// The time per minibatch simulate reports for the plan (default timing;
+// with the profile, its gradient buckets priced as `simulate --profile`
+// does).
+double replay_time(const Plan& plan, int64_t minibatches = 0, const Profile* profile = nullptr);
 
 }  // namespace pd

@@ -1,5 +1,6 @@
 // Simulator outputs: JSON report, text summary, Chrome trace, and the
 // per-stage stash sizes taken from a profile.
+#include <algorithm>
 #include <iomanip>
 #include <map>
 #include <ostream>
@@ -66,6 +67,36 @@ std::vector<StageMicrobatchTimes> microbatch_times_from_profile(const Plan& plan
       t.forward_s += b->forward_ms / 1e3, t.backward_s += b->backward_ms / 1e3;
     }
     out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<std::vector<GradientBucketTiming>> gradient_buckets_from_profile(const Plan& plan, const Profile& profile,
+                                                                            size_t bucket_bytes) {
+  std::vector<std::vector<GradientBucketTiming>> out;
+  const auto all_nodes = stage_nodes(plan, profile);
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    std::vector<GradientBucketTiming> timings;
+    const std::vector<const ProfileNode*>& nodes = all_nodes[s];
+    if (plan.stages[s].replicas > 1) {
+      // Backward order: the stage's last layer first.
+      std::vector<std::vector<size_t>> bytes;
+      std::vector<double> done_ms;  // backward time once this layer is done
+      double total_ms = 0, total_bytes = 0;
+      for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+        total_ms += (*it)->backward_ms;
+        done_ms.push_back(total_ms);
+        bytes.push_back((*it)->parameter_bytes ? std::vector<size_t>{size_t((*it)->parameter_bytes)}
+                                               : std::vector<size_t>{});
+        total_bytes += double((*it)->parameter_bytes);
+      }
+      const double scale = total_bytes > 0 ? double(plan.stages[s].parameter_bytes) / total_bytes : 0;
+      for (const GradientBucket& b : plan_gradient_buckets(bytes, bucket_bytes)) {
+        const double fraction = total_ms > 0 ? done_ms[b.layers.back()] / total_ms : 1.0;
+        timings.push_back({std::clamp(fraction, 1e-9, 1.0), double(b.bytes) * scale});
+      }
+    }
+    out.push_back(std::move(timings));
   }
   return out;
 }

@@ -55,6 +55,7 @@ struct alignas(64) WorkerState {
   uint8_t head = 0, count = 0;  // pending[head] is the current action when head < count
   bool computing = false;
   bool replicated = false;      // its stage has replicas: steps wait for all-reduces
+  bool backward_just_done = false;  // its last action was a whole backward (the round's buckets went with it)
   int8_t forward_line = -1, backward_line = -1;  // the event queue's delay lines for its compute ends
   int stage = 0;
   double forward_s = 0, backward_s = 0, weight_s = 0;  // its stage's compute times (chunk 0)
@@ -94,6 +95,10 @@ struct ReplicaGroup {
   // action and the replicas' steps wait until it ends (start_allreduce).
   bool blocking = false;
   std::vector<int> waiting;  // ranks blocked at the OptimizerStep
+  // The runtime's buckets (SimulationOptions::gradient_buckets), in order:
+  // each one's seconds on the channel, how far into the backward it is
+  // ready, and this round's latest ready time over the members arrived.
+  std::vector<double> bucket_s, bucket_fraction, bucket_ready;
 };
 
 struct StageCost {
@@ -158,6 +163,9 @@ class Simulation {
     if (!opt.microbatch_times.empty() && opt.microbatch_times.size() != plan.stages.size())
       throw UserError(cat("microbatch times are given for ", opt.microbatch_times.size(), " stages, the plan has ",
                           plan.stages.size()));
+    if (!opt.gradient_buckets.empty() && opt.gradient_buckets.size() != plan.stages.size())
+      throw UserError(cat("gradient buckets are given for ", opt.gradient_buckets.size(), " stages, the plan has ",
+                          plan.stages.size()));
     for (size_t s = 0; s < plan.stages.size(); ++s) {
       const PlanStage& st = plan.stages[s];
       uint64_t stash = opt.stashed_bytes.empty() ? st.output_bytes : opt.stashed_bytes[s];
@@ -179,8 +187,11 @@ class Simulation {
         g.blocking = opt.realistic_latency || plan.topology.group_allreduce_GBps(st.ranks) > 0;
         // Each member sends and receives 2(r-1)/r of the bytes in 2(r-1) messages each way.
         const double r = double(st.replicas);
+        const size_t all_reduces = set_buckets(g, st, opt.gradient_buckets.empty() ? nullptr : &opt.gradient_buckets[s],
+                                               backward, st.optimizer_s / items);
         g.allreduce_cpu_s = plan.topology.group_comm_cpu(st.ranks)
-                                .seconds(2 * 2.0 * (r - 1) / r * double(st.parameter_bytes), 2 * 2.0 * (r - 1));
+                                .seconds(2 * 2.0 * (r - 1) / r * double(st.parameter_bytes),
+                                         2 * 2.0 * (r - 1) * double(all_reduces));
       }
       groups_.push_back(g);
     }
@@ -463,6 +474,7 @@ class Simulation {
     const bool fwd = a.kind == ActionKind::Forward;
     const auto [duration, line] = compute_cost(w, a);
     w.computing = true;
+    w.backward_just_done = false;
     w.compute_start = now_;
     if (shared_cores_) {
       // Its end is found by run_sharing_cores: until then it is unknown.
@@ -496,6 +508,7 @@ class Simulation {
     WorkerState& w = workers_[r];
     const PackedAction& a = w.action();
     w.computing = false;
+    w.backward_just_done = a.kind == ActionKind::Backward && !split_;
     w.busy += w.compute_end - w.compute_start;
     if (trace_) trace_->push_back({a.kind, r, a.sub, a.item, w.compute_start, w.compute_end, a.chunk});
     if (a.kind == ActionKind::Backward ? !split_ : a.kind == ActionKind::BackwardWeight) {
@@ -619,20 +632,65 @@ class Simulation {
   }
 
   // What the runtime's AllReduce action does (realistic_latency, or an
-  // all-reduce whose bus bandwidth bench-comm measured). The round's
-  // gradients exist once every replica has ended its backward, so the
-  // all-reduce starts when the last one arrives at the action (and its
-  // channel is free). The action does not block: each replica goes on
-  // with its next forward, and its optimizer step waits until the
-  // all-reduce ends (step()). (The runtime starts buckets while the
-  // backward runs; measured, that hides little: docs/measurements.md,
-  // "The 2 x 2 table's off rows".)
+  // all-reduce whose bus bandwidth bench-comm measured). Without buckets
+  // the round's gradients exist once every replica has ended its
+  // backward, so the all-reduce starts when the last one arrives at the
+  // action (and its channel is free); with them (gradient_buckets), each
+  // bucket starts once every replica's backward has done its layers, as
+  // the executor starts them. The action does not block: each replica
+  // goes on with its next forward, and its optimizer step waits until the
+  // all-reduce ends (step()).
   void start_allreduce(int r, const PackedAction& a) {
     WorkerState& w = workers_[r];
     ReplicaGroup& g = groups_[w.stage];
+    if (!g.bucket_s.empty()) note_buckets_ready(w, g);
     if (++g.arrived < g.size) return;
-    const double start = std::max(now_, g.channel_free);
-    run_allreduce(w.stage, a.key, start, start + g.allreduce_s, start + g.allreduce_s);
+    if (g.bucket_s.empty()) {
+      const double start = std::max(now_, g.channel_free);
+      run_allreduce(w.stage, a.key, start, start + g.allreduce_s, start + g.allreduce_s);
+      return;
+    }
+    // The buckets one after another on the channel, each from when every
+    // replica had it ready (possibly before now: during the backwards).
+    double first = 0, end = g.channel_free;
+    for (size_t i = 0; i < g.bucket_s.size(); ++i) {
+      const double start = std::max(g.bucket_ready[i], end);
+      if (i == 0) first = start;
+      end = start + g.bucket_s[i];
+    }
+    run_allreduce(w.stage, a.key, first, end, end);
+  }
+
+  // A member at the round's AllReduce action: when its buckets were ready.
+  // A whole backward just before it started them as it went (the executor's
+  // layer_done); otherwise (zb-h1's W last) the action starts them all.
+  void note_buckets_ready(const WorkerState& w, ReplicaGroup& g) {
+    for (size_t i = 0; i < g.bucket_s.size(); ++i) {
+      const double ready = w.backward_just_done
+                               ? w.compute_start + g.bucket_fraction[i] * (w.compute_end - w.compute_start)
+                               : now_;
+      g.bucket_ready[i] = g.arrived == 0 ? ready : std::max(g.bucket_ready[i], ready);
+    }
+  }
+
+  // The stage's buckets, if given: each priced as an all-reduce of its
+  // bytes, ready at its share of the backward (the profile's share of the
+  // layers' backward, scaled by the layers' part of the backward action,
+  // which also holds the optimizer step). Returns the all-reduces a round
+  // makes.
+  size_t set_buckets(ReplicaGroup& g, const PlanStage& st, const std::vector<GradientBucketTiming>* buckets,
+                     double backward_action_s, double optimizer_s) {
+    if (!buckets || buckets->empty()) return 1;
+    const double layers_share = backward_action_s > 0 ? (backward_action_s - optimizer_s) / backward_action_s : 1.0;
+    for (const GradientBucketTiming& b : *buckets) {
+      if (!(b.ready_fraction > 0 && b.ready_fraction <= 1) || !(b.bytes >= 0))
+        throw UserError(cat("stage ", st.index, ": a gradient bucket must be ready within its backward (0 < fraction <= 1) "
+                            "and hold bytes >= 0, got ", b.ready_fraction, " and ", b.bytes));
+      g.bucket_s.push_back(allreduce_seconds(plan_.topology, st.ranks, b.bytes));
+      g.bucket_fraction.push_back(std::clamp(b.ready_fraction * layers_share, 0.0, 1.0));
+    }
+    g.bucket_ready.assign(buckets->size(), 0.0);
+    return buckets->size();
   }
 
   // The round's all-reduce is decided: every member's communication thread

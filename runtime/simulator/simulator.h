@@ -49,6 +49,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "planner/plan.h"
+#include "runtime/schedule/gradient_bucket_plan.h"
 #include "runtime/schedule/schedule.h"
 
 namespace pd {
@@ -57,6 +58,14 @@ struct Profile;
 
 struct StageMicrobatchTimes {
   double forward_s = 0, backward_s = 0;
+};
+
+// One all-reduce of a replicated stage's round: the runtime starts it as
+// soon as the backward has done its layers (runtime/schedule/
+// gradient_bucket_plan.h), this far into the backward.
+struct GradientBucketTiming {
+  double ready_fraction = 1;  // of the backward's time, in (0, 1]
+  double bytes = 0;
 };
 
 struct SimulationOptions {
@@ -83,6 +92,13 @@ struct SimulationOptions {
   // Empty: the stage's minibatch times / microbatches, which undercounts
   // small microbatches (resnet18's 4 images cost 2.3x a linear share).
   std::vector<StageMicrobatchTimes> microbatch_times;
+  // Per stage, the all-reduces of a round as the runtime buckets them
+  // (gradient_buckets_from_profile). Used where the all-reduce is the
+  // runtime's (a measured all-reduce, or realistic_latency): each bucket
+  // starts once every replica's backward has done its layers, one after
+  // another on the group's channel. Empty (for a stage, or all): one
+  // all-reduce of the stage's parameters after the backward.
+  std::vector<std::vector<GradientBucketTiming>> gradient_buckets;
   // Replay these lists (one per rank, e.g. from a schedule file) instead of
   // generating them from `schedule`, which must still describe them (kind,
   // policy, microbatches, minibatches). The caller checks them first
@@ -128,6 +144,15 @@ std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile
 // the profile has no times at that batch. Throws UserError as above.
 std::vector<StageMicrobatchTimes> microbatch_times_from_profile(const Plan& plan, const Profile& profile,
                                                                int microbatch);
+
+// Each replicated stage's gradient buckets (runtime/schedule/
+// gradient_bucket_plan.h, at bucket_bytes): its layers' parameter bytes in
+// backward order, each bucket ready at the share of the stage's backward
+// time its layers take, the profile's; its bytes scaled so that a stage's
+// buckets sum to the plan's parameter_bytes. Unreplicated stages: empty.
+// Throws UserError as above.
+std::vector<std::vector<GradientBucketTiming>> gradient_buckets_from_profile(
+    const Plan& plan, const Profile& profile, size_t bucket_bytes = kDefaultGradientBucketBytes);
 
 // A plan whose stages were edited after planning (Plan::predictions_stale):
 // the planner's predictions (time per minibatch, throughput, speed-ups,

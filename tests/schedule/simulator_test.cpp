@@ -306,6 +306,88 @@ TEST(Simulator, MeasuredAllReduceTakesItsBusBandwidthAndTheReplicasWaitForIt) {
   EXPECT_NEAR(simulate(p, o).time_per_minibatch_s, (3.0 + 9.0 - 1.0) / 4, 1e-6);
 }
 
+// The same data parallelism with the runtime's buckets: 2 GB ready halfway
+// through the 2 s backward, the last 1 GB at its end. The first bucket
+// (2 (3/4) 2 GB / 0.5 GB/s = 6 s) starts 1 s into the backward, the second
+// (3 s) after it: a round from one step to the next is the backward's 1 s
+// before the first bucket, then 6 + 3 s, so 10 s per round of 4
+// minibatches instead of 11; the next forward still runs beside them.
+TEST(Simulator, GradientBucketsStartDuringTheBackwardAsTheRuntimeStartsThem) {
+  Plan p = testing::make_plan({4}, 1.0, 2.0, 0, 3'000'000'000, 1.0);
+  p.topology.levels[0].allreduce_GBps = 0.5;
+  SimulationOptions o;
+  o.schedule.minibatches = 400;
+  o.record_trace = true;
+  o.gradient_buckets = {{{0.5, 2e9}, {1.0, 1e9}}};
+  std::vector<TraceEvent> trace;
+  const SimulationReport rep = simulate(p, o, &trace);
+  EXPECT_NEAR(rep.time_per_minibatch_s, 10.0 / 4, 1e-6);
+  std::vector<TraceEvent> backwards, allreduces;
+  for (const TraceEvent& e : trace) {
+    if (e.kind == ActionKind::AllReduce) allreduces.push_back(e);
+    if (e.kind == ActionKind::Backward && e.rank == 0) backwards.push_back(e);
+  }
+  ASSERT_EQ(allreduces.size(), 100u);
+  ASSERT_EQ(backwards.size(), 100u);
+  for (size_t i = 1; i < 100; ++i) {  // round 0 starts at the same 1 s into its backward
+    EXPECT_NEAR(allreduces[i].start_s, backwards[i].start_s + 1.0, 1e-9) << "round " << i;
+    EXPECT_NEAR(allreduces[i].end_s, backwards[i].start_s + 10.0, 1e-9) << "round " << i;
+  }
+  // One bucket ready at the backward's end is the unbucketed all-reduce.
+  o.gradient_buckets = {{{1.0, 3e9}}};
+  EXPECT_NEAR(simulate(p, o).time_per_minibatch_s, (3.0 + 9.0 - 1.0) / 4, 1e-6);
+  // The planner's idealised all-reduce (no measured bus bandwidth) ignores them.
+  p.topology.levels[0].allreduce_GBps = 0;
+  o.gradient_buckets = {{{0.5, 2e9}, {1.0, 1e9}}};
+  EXPECT_NEAR(simulate(p, o).time_per_minibatch_s, 9.0 / 4, 1e-6);
+  o.gradient_buckets = {{}, {}};
+  EXPECT_THROW(simulate(p, o), UserError);
+  o.gradient_buckets = {{{0.0, 1e9}}};
+  p.topology.levels[0].allreduce_GBps = 0.5;
+  EXPECT_THROW(simulate(p, o), UserError);
+}
+
+// Buckets from a profile: whole layers in backward order, a bucket closing
+// at bucket_bytes, ready at its layers' share of the backward time.
+TEST(Simulator, GradientBucketsFromAProfileFollowTheRuntimesBucketPlan) {
+  Profile prof;
+  prof.batch_size = 8;
+  const double backward_ms[4] = {4, 1, 3, 2};
+  const uint64_t params[4] = {3'000'000, 0, 2'000'000, 3'000'000};
+  for (int i = 0; i < 4; ++i) {
+    ProfileNode n;
+    n.id = i;
+    n.name = "l" + std::to_string(i);
+    n.forward_ms = 1;
+    n.backward_ms = backward_ms[i];
+    n.parameter_bytes = params[i];
+    prof.nodes.push_back(n);
+  }
+  Plan p = testing::make_plan({2, 2});
+  p.stages[0].first_layer = 0, p.stages[0].last_layer = 1;
+  p.stages[1].first_layer = 2, p.stages[1].last_layer = 3;
+  p.stages[0].parameter_bytes = 3'000'000;
+  p.stages[1].parameter_bytes = 10'000'000;  // twice the profile's: the bytes scale with it
+  const auto b = gradient_buckets_from_profile(p, prof, 4'000'000);
+  ASSERT_EQ(b.size(), 2u);
+  // Stage 0 backward order: l1 (1 ms, no parameters), l0 (4 ms, 3 MB): one bucket at the end.
+  ASSERT_EQ(b[0].size(), 1u);
+  EXPECT_DOUBLE_EQ(b[0][0].ready_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(b[0][0].bytes, 3e6);
+  // Stage 1: l3 (2 ms, 3 MB) then l2 (3 ms, 2 MB): l3 alone is under 4 MB,
+  // so one bucket of both, ready at the end.
+  ASSERT_EQ(b[1].size(), 1u);
+  EXPECT_DOUBLE_EQ(b[1][0].bytes, 10e6);
+  const auto small = gradient_buckets_from_profile(p, prof, 2'500'000);
+  ASSERT_EQ(small[1].size(), 2u);
+  EXPECT_DOUBLE_EQ(small[1][0].ready_fraction, 2.0 / 5.0);
+  EXPECT_DOUBLE_EQ(small[1][0].bytes, 6e6);
+  EXPECT_DOUBLE_EQ(small[1][1].ready_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(small[1][1].bytes, 4e6);
+  p.stages[1].replicas = 1;
+  EXPECT_TRUE(gradient_buckets_from_profile(p, prof)[1].empty());
+}
+
 // Where the group spans a level with a measured all-reduce, that level's
 // figure prices it; a topology without the field keeps the ring of the
 // planner (the PipeDream comparisons' plans are priced as before).
