@@ -55,7 +55,7 @@ struct RunArgs {
   std::string metrics, save, trace, svg, checkpoint_dir, resume;
   std::vector<std::string> init;
   int64_t svg_minibatches = 0;
-  int64_t checkpoint_every = 0, log_every = 10, eval_every = 0, eval_batch = 500;
+  int64_t checkpoint_every = 0, keep_checkpoints = 0, log_every = 10, eval_every = 0, eval_batch = 500;
   bool evaluate = true, reference = false, progress = false, straight = false;
   std::string device = "cpu", transport = "staged";
   bool deterministic = false;
@@ -177,6 +177,8 @@ void set_outputs(const RunArgs& a, RunSpec& s) {
   s.checkpoint_dir = a.checkpoint_dir;
   s.checkpoint_every = a.checkpoint_every;
   if (s.checkpoint_every < 0) throw UserError("--checkpoint-every must be >= 0");
+  s.keep_checkpoints = a.keep_checkpoints;
+  if (a.keep_checkpoints > 0 && a.checkpoint_dir.empty()) throw UserError("--keep-checkpoints needs --checkpoint-dir");
   s.resume = a.resume;
   s.init = a.init;
   if (!s.resume.empty()) {
@@ -585,6 +587,10 @@ void add_run_command(CLI::App& app) {
                   "the result (gpipe, 1f1b-flush, zb-h1: taken between batches; 1f1b-rr with stash or vertical "
                   "weights: with minibatches in flight), except 1f1b-rr with --weights none, whose pipeline drains "
                   "there");
+  cmd->add_option("--keep-checkpoints", a->keep_checkpoints,
+                  "Keep only the newest N checkpoints in --checkpoint-dir, removing older ones after each is "
+                  "written (0: keep all)")
+      ->capture_default_str();
   auto* resume = cmd->add_option("--resume", a->resume,
                   "Continue from a checkpoint (a --checkpoint-dir or one step-N in it); --minibatches / --epochs "
                   "count the whole run, the checkpoint's steps included. The flush schedules (and 1f1b-rr from a "

@@ -63,6 +63,8 @@ class CliObserver final : public TrainObserver {
 
 void run_train(const TrainArgs& a) {
   if (a.log_every < 1) throw UserError(cat("--log-every must be >= 1, got ", a.log_every));
+  if (a.train.keep_checkpoints > 0 && a.train.checkpoint_dir.empty())
+    throw UserError("--keep-checkpoints needs --checkpoint-dir");
   check_output_file("--save", a.save);
   check_output_file("--metrics", a.metrics);
   require_compute_device(a.device);  // no CUDA build / no GPU: refused before reading data
@@ -173,6 +175,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--save", a->save, "Write the final weights (safetensors)");
   cmd->add_option("--checkpoint-dir", t.checkpoint_dir, "Write checkpoints here (every --checkpoint-every steps and at the end)");
   cmd->add_option("--checkpoint-every", t.checkpoint_every, "Steps between checkpoints (0: only at the end)");
+  cmd->add_option("--keep-checkpoints", t.keep_checkpoints,
+                  "Keep only the newest N checkpoints in --checkpoint-dir, removing older ones after each is "
+                  "written (0: keep all)")
+      ->capture_default_str();
   auto* resume = cmd->add_option("--resume", t.resume,
                   "Continue from a checkpoint (a --checkpoint-dir or one step-N in it); --minibatches / --epochs "
                   "count the whole run, the checkpoint's steps included");

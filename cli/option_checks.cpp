@@ -90,6 +90,7 @@ const OptionRule kRules[] = {
     {nullptr, "--eval-every", IntegerRule{0, kMaxCount}},
     {nullptr, "--log-every", IntegerRule{1, kMaxCount}},
     {nullptr, "--checkpoint-every", IntegerRule{0, kMaxCount}},
+    {nullptr, "--keep-checkpoints", IntegerRule{0, kMaxCount}},
     {nullptr, "--svg-minibatches", IntegerRule{1, kMaxCount}},
     {nullptr, "--gradient-delay", IntegerRule{0, 1 << 20}},
     {nullptr, "--warmup", IntegerRule{0, kMaxInt}},

@@ -74,7 +74,38 @@ void write_replica_versions(const std::string& dir, int64_t step, int stage, int
                    {{"stage", std::to_string(stage)}, {"step", std::to_string(step)}, {"older_versions", list}});
 }
 
-void commit_checkpoint(const std::string& dir, int64_t step, const nlohmann::json& run) {
+namespace {
+
+// DIR's step-N folders (whole or not: never the .partial of one being
+// written), by N.
+std::vector<std::pair<int64_t, fs::path>> step_folders(const std::string& dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= 5 || name.size() > 23 || name.rfind("step-", 0) != 0) continue;
+    if (!std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    found.emplace_back(std::stoll(name.substr(5)), e.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// The step-N folders before the keep newest up to `step` (the one just
+// committed, which `latest` names). Folders past it (a run resumed from an
+// earlier checkpoint into the same folder) are left alone.
+void remove_old_checkpoints(const std::string& dir, int64_t step, int64_t keep) {
+  auto found = step_folders(dir);
+  std::erase_if(found, [&](const auto& f) { return f.first > step; });
+  if (int64_t(found.size()) <= keep) return;
+  found.resize(found.size() - size_t(keep));
+  std::error_code ec;
+  for (const auto& [step, path] : found) fs::remove_all(path, ec);
+}
+
+}  // namespace
+
+void commit_checkpoint(const std::string& dir, int64_t step, const nlohmann::json& run, int64_t keep) {
   const std::string partial = checkpoint_partial_dir(dir, step);
   nlohmann::json state = run;
   state["format"] = kFormat;
@@ -89,6 +120,7 @@ void commit_checkpoint(const std::string& dir, int64_t step, const nlohmann::jso
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.path().filename().string().rfind("latest.tmp.", 0) == 0) fs::remove(e.path(), ec);
   write_file_atomically(dir + "/latest", step_name(step) + "\n");
+  if (keep > 0) remove_old_checkpoints(dir, step, keep);
 }
 
 namespace {
@@ -99,13 +131,8 @@ namespace {
 int64_t newest_whole_step(const std::string& dir) {
   int64_t newest = -1;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() <= 5 || name.rfind("step-", 0) != 0) continue;
-    if (!std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; }) || name.size() > 23)
-      continue;
-    if (fs::exists(e.path() / "state.json", ec)) newest = std::max<int64_t>(newest, std::stoll(name.substr(5)));
-  }
+  for (const auto& [step, path] : step_folders(dir))
+    if (fs::exists(path / "state.json", ec)) newest = step;
   return newest;
 }
 

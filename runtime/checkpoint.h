@@ -45,8 +45,9 @@ void write_stage_checkpoint(const std::string& dir, int64_t step, const StageChe
 void write_replica_versions(const std::string& dir, int64_t step, int stage, int replica,
                             const std::map<int64_t, const ParameterStore*>& older);
 // After every stage wrote its file: state.json (`run` plus format and
-// step), rename, DIR/latest.
-void commit_checkpoint(const std::string& dir, int64_t step, const nlohmann::json& run);
+// step), rename, DIR/latest; then, with keep > 0, the whole checkpoints
+// older than the keep newest are removed (--keep-checkpoints).
+void commit_checkpoint(const std::string& dir, int64_t step, const nlohmann::json& run, int64_t keep = 0);
 
 struct ResumePoint {
   std::string dir;  // DIR/step-N

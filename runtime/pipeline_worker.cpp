@@ -216,7 +216,7 @@ void write_checkpoint(int64_t step, const RunSpec& spec, const Model& model, con
   if (role.reporter) {
     nlohmann::json run = checkpoint_identity(spec, model);
     run["drained"] = drained;
-    commit_checkpoint(spec.checkpoint_dir, step, run);
+    commit_checkpoint(spec.checkpoint_dir, step, run, spec.keep_checkpoints);
     bar.message(cat("checkpoint: ", spec.checkpoint_dir, "/step-", step));
   }
 }

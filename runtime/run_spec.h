@@ -51,6 +51,7 @@ struct RunSpec {
   std::string svg;              // the measured timeline, drawn as `simulate --svg` draws it
   int64_t svg_minibatches = 0;  // minibatches (flush: batches) it spans; 0: a few
   int64_t checkpoint_every = 0;  // steps; 0: no periodic checkpoints
+  int64_t keep_checkpoints = 0;  // the newest kept in checkpoint_dir; 0: all
   int64_t log_every = 10;
   bool progress_bar = false;
 

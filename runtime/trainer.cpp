@@ -157,7 +157,7 @@ void checkpoint_training(const Model& m, const TrainOptions& o, int64_t done, in
   write_stage_checkpoint(o.checkpoint_dir, done,
                          StageCheckpoint{.stage = 0, .weights = &w, .optimizer = &opt, .updates = done,
                                          .newest_version = done});
-  commit_checkpoint(o.checkpoint_dir, done, train_checkpoint_identity(m, o));
+  commit_checkpoint(o.checkpoint_dir, done, train_checkpoint_identity(m, o), o.keep_checkpoints);
 }
 
 }  // namespace

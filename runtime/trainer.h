@@ -50,6 +50,7 @@ struct TrainOptions {
   // the whole run, the steps before the checkpoint included.
   std::string checkpoint_dir, resume;
   int64_t checkpoint_every = 0;
+  int64_t keep_checkpoints = 0;  // the newest kept in checkpoint_dir; 0: all
 };
 
 struct EvalResult {

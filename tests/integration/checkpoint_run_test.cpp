@@ -112,6 +112,19 @@ TEST(TrainCheckpoints, ResumedRunEqualsTheUninterruptedOne) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed at step 4"), std::string::npos) << resumed.output;
   EXPECT_TRUE(bitwise_equal_files(dir + "/plain.safetensors", dir + "/resumed.safetensors"));
+  // --keep-checkpoints 2: after each checkpoint only the newest two remain,
+  // and the result is the same bits.
+  JobResult kept = run_shell(train + " --checkpoint-every 2 --keep-checkpoints 2 --checkpoint-dir " + dir +
+                             "/kept --save " + dir + "/kept.safetensors");
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  for (const char* step : {"step-2", "step-4", "step-6"})
+    EXPECT_FALSE(std::filesystem::exists(dir + "/kept/" + step)) << step << " was kept";
+  for (const char* step : {"step-8", "step-10"})
+    EXPECT_TRUE(std::filesystem::exists(dir + "/kept/" + std::string(step) + "/state.json")) << step;
+  EXPECT_TRUE(bitwise_equal_files(dir + "/plain.safetensors", dir + "/kept.safetensors"));
+  JobResult no_dir = run_shell(train + " --keep-checkpoints 2");
+  EXPECT_EQ(no_dir.exit_code, 2) << no_dir.output;
+  EXPECT_NE(no_dir.output.find("--keep-checkpoints needs --checkpoint-dir"), std::string::npos) << no_dir.output;
   // Another batch size is refused naming it, as the last line.
   JobResult other = run_shell(common + " --batch 16 --resume " + dir + "/ck");
   EXPECT_EQ(other.exit_code, 2) << other.output;
@@ -133,6 +146,14 @@ TEST(RunCheckpoints, FlushSchedulesCheckpointWithoutChangingTheResult) {
     EXPECT_TRUE(bitwise_equal_files(plain, with)) << schedule << ": checkpoints changed the result";
     const std::string resumed = run(p, "1111", schedule + "_resumed", base + " --resume " + ck + "/step-2");
     EXPECT_TRUE(bitwise_equal_files(plain, resumed)) << schedule << ": the resumed run differs";
+    if (schedule != "gpipe") continue;
+    // --keep-checkpoints 1: the pipeline's reporter leaves the newest only.
+    const std::string kept_dir = p.dir + "/kept";
+    const std::string kept = run(p, "1111", "kept", base + " --checkpoint-every 2 --keep-checkpoints 1 --checkpoint-dir " + kept_dir);
+    EXPECT_TRUE(bitwise_equal_files(plain, kept));
+    EXPECT_FALSE(std::filesystem::exists(kept_dir + "/step-2"));
+    EXPECT_FALSE(std::filesystem::exists(kept_dir + "/step-4"));
+    EXPECT_TRUE(std::filesystem::exists(kept_dir + "/step-5/stage-3.safetensors"));
   }
 }
 
