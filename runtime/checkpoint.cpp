@@ -100,7 +100,7 @@ void remove_old_checkpoints(const std::string& dir, int64_t step, int64_t keep) 
   if (int64_t(found.size()) <= keep) return;
   found.resize(found.size() - size_t(keep));
   std::error_code ec;
-  for (const auto& [step, path] : found) fs::remove_all(path, ec);
+  for (const auto& [older, path] : found) fs::remove_all(path, ec);
 }
 
 }  // namespace

@@ -35,6 +35,22 @@ std::string one_stage_plan(const std::string& predicted) {
          predicted + "}";
 }
 
+// A profile of two layers, fc1 -> fc2 (batch 4, 8-byte activations), each
+// with these forward and backward ms and parameter bytes.
+struct LayerCosts {
+  int forward_ms, backward_ms;
+  uint64_t parameter_bytes;
+};
+std::string two_layer_profile(const LayerCosts& fc1, const LayerCosts& fc2) {
+  auto node = [](int id, const char* name, const LayerCosts& c) {
+    return nlohmann::json{{"id", id}, {"name", name}, {"forward_ms", c.forward_ms}, {"backward_ms", c.backward_ms},
+                          {"output_bytes", 8}, {"activation_bytes", 8}, {"parameter_bytes", c.parameter_bytes}};
+  };
+  return nlohmann::json{{"format", "pipedream-profile/1"}, {"model", "m"}, {"batch_size", 4},
+                        {"nodes", {node(0, "fc1", fc1), node(1, "fc2", fc2)}}, {"edges", {{0, 1}}}}
+      .dump();
+}
+
 std::string eight_stage_plan() {
   std::string stages;
   for (int s = 0; s < 8; ++s)
@@ -132,11 +148,7 @@ TEST_F(UserOutput, SummaryComparesWithThePlanOnlyWhereThatMeansSomething) {
 // predictions are stale and drops them, and recomputes the stages' costs
 // when it has the profile.
 TEST_F(UserOutput, AnEditedPlansPredictionsAreMarkedStaleOrRecomputed) {
-  write_text(dir_ + "/profile.json", R"({"format": "pipedream-profile/1", "model": "m", "batch_size": 4, "nodes": [
-    {"id": 0, "name": "fc1", "forward_ms": 1, "backward_ms": 2, "output_bytes": 8, "activation_bytes": 8,
-     "parameter_bytes": 4},
-    {"id": 1, "name": "fc2", "forward_ms": 3, "backward_ms": 6, "output_bytes": 8, "activation_bytes": 8,
-     "parameter_bytes": 4}], "edges": [[0, 1]]})");
+  write_text(dir_ + "/profile.json", two_layer_profile({1, 2, 4}, {3, 6, 4}));
   const JobResult planned = pipedream("plan --profile " + dir_ + "/profile.json --workers 3 --bandwidth 10 --straight "
                                       "--fewer-workers -o " + dir_ + "/plan.json");
   ASSERT_EQ(planned.exit_code, 0) << planned.output;
@@ -171,11 +183,7 @@ TEST_F(UserOutput, AnEditedPlansPredictionsAreMarkedStaleOrRecomputed) {
 // backward: slower here, where fc2's 8 MB are ready 2 ms into a 22 ms
 // backward and take 16 ms).
 TEST_F(UserOutput, PlanAndSimulateWithTheProfilePriceTheRuntimesGradientBuckets) {
-  write_text(dir_ + "/profile.json", R"({"format": "pipedream-profile/1", "model": "m", "batch_size": 4, "nodes": [
-    {"id": 0, "name": "fc1", "forward_ms": 10, "backward_ms": 20, "output_bytes": 8, "activation_bytes": 8,
-     "parameter_bytes": 400},
-    {"id": 1, "name": "fc2", "forward_ms": 1, "backward_ms": 2, "output_bytes": 8, "activation_bytes": 8,
-     "parameter_bytes": 8000000}], "edges": [[0, 1]]})");
+  write_text(dir_ + "/profile.json", two_layer_profile({10, 20, 400}, {1, 2, 8000000}));
   write_text(dir_ + "/topology.json",
              R"({"levels": [{"count": 2, "bandwidth_GBps": 10, "latency_us": 1, "allreduce_GBps": 0.5}]})");
   const JobResult planned =
@@ -186,7 +194,7 @@ TEST_F(UserOutput, PlanAndSimulateWithTheProfilePriceTheRuntimesGradientBuckets)
   const double predicted = plan["predicted"]["time_per_minibatch_s"].get<double>();
   const JobResult with = pipedream("simulate --json --plan " + dir_ + "/plan.json --profile " + dir_ + "/profile.json");
   ASSERT_EQ(with.exit_code, 0) << with.output;
-  const double replayed = nlohmann::json::parse(with.output.substr(with.output.find('{')))["time_per_minibatch_s"];
+  const double replayed = nlohmann::json::parse(with.output.substr(with.output.find("{\"")))["time_per_minibatch_s"];
   EXPECT_NEAR(replayed, predicted, 1e-9 * predicted);
   EXPECT_NEAR(replayed, 0.033 / 2, 1e-4);  // the all-reduce hidden in the backward
   const JobResult without = pipedream("simulate --json --plan " + dir_ + "/plan.json");
