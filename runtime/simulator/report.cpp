@@ -228,6 +228,7 @@ void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<Tr
       case ActionKind::Forward: name = "F" + item; colour = "thread_state_running"; break;   // green
       case ActionKind::Backward: name = "B" + item; colour = "thread_state_iowait"; break;   // orange
       case ActionKind::BackwardWeight: name = "W" + item; colour = "rail_animation"; break;   // purple
+      case ActionKind::OptimizerStep: name = "step " + item; colour = "yellow"; break;
       case ActionKind::AllReduce:
         name = cat("allreduce ", e.minibatch);
         colour = "grey";

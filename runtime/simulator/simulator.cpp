@@ -59,6 +59,7 @@ struct alignas(64) WorkerState {
   int8_t forward_line = -1, backward_line = -1;  // the event queue's delay lines for its compute ends
   int stage = 0;
   double forward_s = 0, backward_s = 0, weight_s = 0;  // its stage's compute times (chunk 0)
+  double step_s = 0;  // the optimizer step as its own compute (StageCost::step_s)
   int8_t weight_line = -1;
   double compute_start = 0, compute_end = 0;
   double busy = 0;
@@ -103,6 +104,11 @@ struct ReplicaGroup {
 
 struct StageCost {
   double forward_s, backward_s, weight_s;  // weight_s: zb-h1's W (backward_s is then B alone)
+  // The optimizer step, where it is a compute of its own: a stage whose
+  // replicas wait for the runtime's all-reduce steps after it ends, on the
+  // path to its next backward (and so to the next round's all-reduce).
+  // 0 elsewhere: the step is folded into the backward.
+  double step_s = 0;
   double message_bytes;
   uint64_t stashed_bytes;
   int forward_line = -1, backward_line = -1, weight_line = -1;  // the event queue's delay lines; -1: none
@@ -172,23 +178,24 @@ class Simulation {
       // A microbatch's compute: measured at its size, or a linear share of the minibatch's.
       const bool measured = !opt.microbatch_times.empty();
       const double forward = measured ? opt.microbatch_times[s].forward_s : st.forward_s / items;
-      // The optimizer step runs after a stage's last backward of a minibatch
-      // (flush: of a batch): it is folded into the backward, spread over the
-      // batch's microbatches.
-      const double backward =
-          (measured ? opt.microbatch_times[s].backward_s : st.backward_s / items) + st.optimizer_s / items;
-      costs_.push_back({forward, backward * (1 - w_share), backward * w_share,
-                        double(st.output_bytes) / items, static_cast<uint64_t>(std::llround(double(stash) / items))});
       ReplicaGroup g;
       g.size = st.replicas;
+      // A measured all-reduce is the runtime's, whose replicas wait for it.
+      g.blocking = st.replicas > 1 && (opt.realistic_latency || plan.topology.group_allreduce_GBps(st.ranks) > 0);
+      // The optimizer step runs after a stage's last backward of a minibatch
+      // (flush: of a batch). Where it waits for the all-reduce it is its own
+      // compute; elsewhere nothing waits on it, and it is folded into the
+      // backward, spread over the batch's microbatches.
+      const double folded_step = g.blocking ? 0.0 : st.optimizer_s / items;
+      const double backward = (measured ? opt.microbatch_times[s].backward_s : st.backward_s / items) + folded_step;
+      costs_.push_back({forward, backward * (1 - w_share), backward * w_share, g.blocking ? st.optimizer_s : 0.0,
+                        double(st.output_bytes) / items, static_cast<uint64_t>(std::llround(double(stash) / items))});
       if (st.replicas > 1) {
         g.allreduce_s = allreduce_seconds(plan.topology, st.ranks, double(st.parameter_bytes));
-        // A measured all-reduce is the runtime's, whose replicas wait for it.
-        g.blocking = opt.realistic_latency || plan.topology.group_allreduce_GBps(st.ranks) > 0;
         // Each member sends and receives 2(r-1)/r of the bytes in 2(r-1) messages each way.
         const double r = double(st.replicas);
         const size_t all_reduces = set_buckets(g, st, opt.gradient_buckets.empty() ? nullptr : &opt.gradient_buckets[s],
-                                               backward, st.optimizer_s / items);
+                                               backward, folded_step);
         g.allreduce_cpu_s = plan.topology.group_comm_cpu(st.ranks)
                                 .seconds(2 * 2.0 * (r - 1) / r * double(st.parameter_bytes),
                                          2 * 2.0 * (r - 1) * double(all_reduces));
@@ -213,6 +220,7 @@ class Simulation {
       w.forward_s = c.forward_s;
       w.backward_s = c.backward_s;
       w.weight_s = c.weight_s;
+      w.step_s = c.step_s;
       w.forward_line = static_cast<int8_t>(c.forward_line);
       w.backward_line = static_cast<int8_t>(c.backward_line);
       w.weight_line = static_cast<int8_t>(c.weight_line);
@@ -406,6 +414,10 @@ class Simulation {
         if (!receive(r, a.key)) return;
       } else if (a.kind == ActionKind::OptimizerStep) {
         if (!step(r, a)) return;
+        if (w.step_s > 0) {  // finish_compute moves past it
+          start_compute(r);
+          return;
+        }
       } else if (groups_[w.stage].blocking) {
         start_allreduce(r, a);
       } else {
@@ -453,6 +465,7 @@ class Simulation {
   // The duration and delay line of a computation: the worker's own stage's
   // (cached), or for an interleaved worker's other chunks that chunk's stage.
   std::pair<double, int> compute_cost(const WorkerState& w, const PackedAction& a) const {
+    if (a.kind == ActionKind::OptimizerStep) return {w.step_s, -1};
     if (a.chunk == 0) {
       if (a.kind == ActionKind::Forward) return {w.forward_s, w.forward_line};
       if (a.kind == ActionKind::Backward) return {w.backward_s, w.backward_line};
@@ -486,7 +499,8 @@ class Simulation {
     } else {
       w.compute_end = now_ + duration;
     }
-    if (fwd == !flush_ && a.kind != ActionKind::BackwardWeight) w.round_start = now_;
+    if (fwd == !flush_ && a.kind != ActionKind::BackwardWeight && a.kind != ActionKind::OptimizerStep)
+      w.round_start = now_;
     if (fwd) {
       const bool another_version = w.in_flight == 0 || a.key != w.newest_held;
       w.peak_in_flight = std::max(w.peak_in_flight, ++w.in_flight);

@@ -34,7 +34,10 @@
 //    all-reduce to start (default) or end (realistic_latency). The step's
 //    own compute (the stage's optimizer_s, from the profile's optimizer_ms;
 //    0 for profiles that do not measure it) is folded into the backward:
-//    B takes (backward_s + optimizer_s) / microbatches.
+//    B takes (backward_s + optimizer_s) / microbatches; where the step waits
+//    for the runtime's all-reduce to end (a measured all-reduce, or
+//    realistic_latency) it is a compute of its own after it, on the path to
+//    the next backward.
 // Steady state: time per minibatch is measured between the completions
 // (end of stage 0's backward; flush: end of stage 0 replica 0's step) of
 // minibatch K/4 and the last one at or before 3K/4 a whole number of the

@@ -70,11 +70,18 @@ struct Layout {
   double rows_bottom() const { return row_y(workers) - kRowGap; }
 };
 
+// F, B and W get boxes of their own; an all-reduce a strip along its
+// group's rows; an optimizer step (a compute where it waits for the
+// all-reduce) none: it is short, and its item is a round, not a minibatch.
+bool is_computation_box(ActionKind kind) {
+  return kind == ActionKind::Forward || kind == ActionKind::Backward || kind == ActionKind::BackwardWeight;
+}
+
 // The end of the first `minibatches` items' last computation.
 double window_end(const std::vector<TraceEvent>& events, int64_t minibatches) {
   double end = 0;
   for (const TraceEvent& e : events)
-    if (e.kind != ActionKind::AllReduce && (minibatches <= 0 || e.minibatch < minibatches)) end = std::max(end, e.end_s);
+    if (is_computation_box(e.kind) && (minibatches <= 0 || e.minibatch < minibatches)) end = std::max(end, e.end_s);
   return end;
 }
 
@@ -110,7 +117,7 @@ double left_margin(const std::vector<RowLabel>& rows) {
 Layout make_layout(const std::vector<TraceEvent>& events, double end, int workers, bool titled, double left) {
   double shortest = end;
   for (const TraceEvent& e : events)
-    if (e.kind != ActionKind::AllReduce && e.start_s < end && e.end_s > e.start_s)
+    if (is_computation_box(e.kind) && e.start_s < end && e.end_s > e.start_s)
       shortest = std::min(shortest, e.end_s - e.start_s);
   Layout l;
   l.workers = workers;
@@ -162,6 +169,7 @@ void draw_events(std::ostream& os, const Plan& plan, const std::vector<TraceEven
       }
       continue;
     }
+    if (!is_computation_box(e.kind)) continue;
     const bool forward = e.kind == ActionKind::Forward, weight = e.kind == ActionKind::BackwardWeight;
     const std::string item =
         (flush ? cat("batch ", e.minibatch, " microbatch ", e.microbatch) : cat("minibatch ", e.minibatch)) +
