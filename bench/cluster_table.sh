@@ -5,7 +5,8 @@
 # simulator prices replicated stages with it), and again with every core
 # kept busy for the CPU its communication threads spend per message and
 # per byte (comm_cpu_*: what the shared cores lose to them, priced as the
-# run's 4 compute threads leave them); for each model, the
+# run's 4 compute threads leave them) and for the all-reduce as it runs
+# beside compute (allreduce_busy_GBps); for each model, the
 # planner's plan, a straight pipeline, data
 # parallelism and one worker are predicted (simulate on the measured
 # topology, the 4 ranks sharing this machine's cores: --cores, and what
@@ -68,7 +69,7 @@ for rate in $RATES; do
   scripts/cluster.sh up --name ptab --hosts 2 --slots 2 --rate "$rate" >/dev/null
   scripts/cluster.sh mpirun --bind-to none -np 4 "$BIN" bench-comm --p2p-sizes 64KB,1MB,4MB \
     --allreduce-sizes 4KB,1MB,8MB --latency-iters 50 -o "$WORK/topo.json" >/dev/null
-  add_busy_comm_cpu "$WORK/topo.json" "$WORK" scripts/cluster.sh mpirun --bind-to none -np 4 "$BIN"
+  add_busy_cores_measures "$WORK/topo.json" "$WORK" scripts/cluster.sh mpirun --bind-to none -np 4 "$BIN"
   for model in $MODELS; do
     b=$(batch_of "$model")
     "$BIN" profile --model "$model" --batch "$b" --threads 1 --iters 5 -o "$WORK/prof.json" >/dev/null 2>&1

@@ -4,21 +4,23 @@
 HOGS=()
 
 # The communication threads' CPU per level (TopologyLevel::comm_cpu_GBps,
-# comm_cpu_us_per_message) measured while one spinning process per rank
+# comm_cpu_us_per_message) and the all-reduce bus bandwidth
+# (allreduce_busy_GBps, 8 MB) measured while one spinning process per rank
 # keeps the cores busy, as a run's compute threads do (cold caches,
-# contended cores), merged into the topology; its other figures stay the
-# idle-core ones.
-#   add_busy_comm_cpu TOPOLOGY WORKDIR LAUNCHER... (LAUNCHER: how 4 ranks start, ending in the pipedream binary)
-add_busy_comm_cpu() {
+# contended cores, time slices), merged into the topology; its other
+# figures stay the idle-core ones.
+#   add_busy_cores_measures TOPOLOGY WORKDIR LAUNCHER... (LAUNCHER: how 4 ranks start, ending in the pipedream binary)
+add_busy_cores_measures() {
   local topology=$1 work=$2 k
   shift 2
   for ((k = 0; k < 4; ++k)); do (while :; do :; done) & HOGS+=($!); done
-  "$@" bench-comm --p2p-sizes 4MB --allreduce-sizes 4KB --latency-iters 50 -o "$work/busy.json" > /dev/null
+  "$@" bench-comm --p2p-sizes 4MB --allreduce-sizes 4KB,8MB --latency-iters 50 -o "$work/busy.json" > /dev/null
   kill "${HOGS[@]}"
   wait "${HOGS[@]}" 2> /dev/null || true
   HOGS=()
   jq --slurpfile b "$work/busy.json" '.levels |= [to_entries[] | .value + ($b[0].levels[.key]
-      | {comm_cpu_GBps, comm_cpu_us_per_message} | with_entries(select(.value != null)))]' "$topology" \
+      | {comm_cpu_GBps, comm_cpu_us_per_message, allreduce_busy_GBps: .allreduce_GBps}
+      | with_entries(select(.value != null)))]' "$topology" \
     > "$work/merged.json"
   mv "$work/merged.json" "$topology"
 }

@@ -67,7 +67,7 @@ trap '[ ${#HOGS[@]} -eq 0 ] || kill "${HOGS[@]}" 2>/dev/null || true' EXIT
 measure_topology() {  # out.json
   mpirun --bind-to none -np 4 "$pipedream" bench-comm --p2p-sizes 64KB,1MB,4MB --allreduce-sizes 4KB,1MB,8MB \
     --latency-iters 50 -o "$1" > /dev/null
-  add_busy_comm_cpu "$1" "$out" mpirun --bind-to none -np 4 "$pipedream"
+  add_busy_cores_measures "$1" "$out" mpirun --bind-to none -np 4 "$pipedream"
 }
 
 measure_topology "$out/topology.json"

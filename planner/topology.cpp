@@ -49,11 +49,13 @@ double Topology::group_bandwidth(const std::vector<int>& ranks) const {
   return slowest;
 }
 
-double Topology::group_allreduce_GBps(const std::vector<int>& ranks) const {
+double Topology::group_allreduce_GBps(const std::vector<int>& ranks, bool cores_busy) const {
   size_t widest = 0;
   for (size_t i = 1; i < ranks.size(); ++i) widest = std::max(widest, common_level(*this, ranks[0], ranks[i]));
   PD_CHECK(widest < levels.size(), "the group's ranks are outside the topology");
-  return ranks.size() > 1 ? levels[widest].allreduce_GBps : 0.0;
+  if (ranks.size() < 2) return 0.0;
+  const TopologyLevel& l = levels[widest];
+  return cores_busy && l.allreduce_busy_GBps > 0 ? l.allreduce_busy_GBps : l.allreduce_GBps;
 }
 
 namespace {
@@ -150,7 +152,16 @@ Topology topology_from_json(const nlohmann::json& j, const std::string& where) {
         level.contains("comm_cpu_us_per_message")
             ? checked::number(level["comm_cpu_us_per_message"], {at, "comm_cpu_us_per_message (CPU microseconds per message)"}, 0, 1e9)
             : 0.0;
-    t.levels.push_back({count, bandwidth, latency_us, allreduce_GBps, comm_cpu_GBps, comm_cpu_us});
+    const double allreduce_busy_GBps =
+        level.contains("allreduce_busy_GBps")
+            ? checked::number(level["allreduce_busy_GBps"],
+                              {at, "allreduce_busy_GBps (all-reduce bus bandwidth with the cores busy, 10^9 bytes/s)"},
+                              1e-9, 1e9)
+            : 0.0;
+    if (allreduce_busy_GBps > 0 && allreduce_GBps == 0)
+      throw UserError(cat(at, ": allreduce_busy_GBps is the all-reduce measured again with the cores busy; "
+                              "give allreduce_GBps (measured on idle cores) too"));
+    t.levels.push_back({count, bandwidth, latency_us, allreduce_GBps, comm_cpu_GBps, comm_cpu_us, allreduce_busy_GBps});
     total *= count;
     if (total > kMaxWorkers) throw UserError(cat(where, ": more than ", kMaxWorkers, " workers"));
   }

@@ -28,6 +28,14 @@ struct TopologyLevel {
   // (runtime/simulator/README.md, "Shared cores").
   double comm_cpu_GBps = 0;
   double comm_cpu_us_per_message = 0;
+  // The all-reduce bus bandwidth again, measured while every core is kept
+  // busy (bench-comm beside one spinning process per rank, as
+  // bench/host_measures.sh runs it): what a run's all-reduce gets when its
+  // ranks' compute shares the cores with it, its communication threads and
+  // the network stack waiting for time slices. 0: not measured. A replay
+  // whose workers share the cores (simulate --cores) prices all-reduces
+  // with it; otherwise allreduce_GBps. Given only with allreduce_GBps.
+  double allreduce_busy_GBps = 0;
 };
 
 // CPU seconds one end of a message spends: per_message_s + bytes x per_byte_s.
@@ -50,8 +58,9 @@ struct Topology {
   // Bandwidth used by a group of ranks for all-reduce (its slowest link).
   double group_bandwidth(const std::vector<int>& ranks) const;
   // The measured all-reduce bus bandwidth of the widest level the group
-  // spans (GB/s; 0 when that level has none).
-  double group_allreduce_GBps(const std::vector<int>& ranks) const;
+  // spans (GB/s; 0 when that level has none); with `cores_busy`, the one
+  // measured with the cores kept busy where the level has it.
+  double group_allreduce_GBps(const std::vector<int>& ranks, bool cores_busy = false) const;
   // The communication threads' CPU per message between two ranks (their
   // lowest common level's), and for a group's all-reduce (its widest
   // level's). Zero when the level has no such measurement.

@@ -118,10 +118,12 @@ struct StageCost {
 // bandwidth, 2(r-1)/r x bytes at it (what bench-comm timed, whatever the
 // algorithm and the links' duplex); otherwise the planner's ring on links
 // whose bandwidth both directions share, 4(r-1)/r x bytes at the slowest
-// link. Either way 2(r-1) messages' latency.
-double allreduce_seconds(const Topology& topology, const std::vector<int>& ranks, double bytes) {
+// link. Either way 2(r-1) messages' latency. With `cores_busy` (the
+// workers share the cores) the bus bandwidth measured with the cores busy,
+// where the topology has it.
+double allreduce_seconds(const Topology& topology, const std::vector<int>& ranks, double bytes, bool cores_busy) {
   const double r = double(ranks.size());
-  const double measured = topology.group_allreduce_GBps(ranks);
+  const double measured = topology.group_allreduce_GBps(ranks, cores_busy);
   const double transfer = measured > 0 ? 2.0 * (r - 1) / r * bytes / (measured * 1e9)
                                        : 4.0 * (r - 1) / r * bytes / (topology.group_bandwidth(ranks) * 1e9);
   return transfer + 2.0 * (r - 1) * topology.group_latency(ranks);
@@ -191,7 +193,7 @@ class Simulation {
       costs_.push_back({forward, backward * (1 - w_share), backward * w_share, g.blocking ? st.optimizer_s : 0.0,
                         double(st.output_bytes) / items, static_cast<uint64_t>(std::llround(double(stash) / items))});
       if (st.replicas > 1) {
-        g.allreduce_s = allreduce_seconds(plan.topology, st.ranks, double(st.parameter_bytes));
+        g.allreduce_s = allreduce_seconds(plan.topology, st.ranks, double(st.parameter_bytes), shared_cores_);
         // Each member sends and receives 2(r-1)/r of the bytes in 2(r-1) messages each way.
         const double r = double(st.replicas);
         const size_t all_reduces = set_buckets(g, st, opt.gradient_buckets.empty() ? nullptr : &opt.gradient_buckets[s],
@@ -700,7 +702,7 @@ class Simulation {
       if (!(b.ready_fraction > 0 && b.ready_fraction <= 1) || !(b.bytes >= 0))
         throw UserError(cat("stage ", st.index, ": a gradient bucket must be ready within its backward (0 < fraction <= 1) "
                             "and hold bytes >= 0, got ", b.ready_fraction, " and ", b.bytes));
-      g.bucket_s.push_back(allreduce_seconds(plan_.topology, st.ranks, b.bytes));
+      g.bucket_s.push_back(allreduce_seconds(plan_.topology, st.ranks, b.bytes, shared_cores_));
       g.bucket_fraction.push_back(std::clamp(b.ready_fraction * layers_share, 0.0, 1.0));
     }
     g.bucket_ready.assign(buckets->size(), 0.0);

@@ -453,5 +453,53 @@ TEST(Simulator, AllReduceUsesTheWidestLevelTheGroupSpans) {
                UserError);
 }
 
+
+// The all-reduce measured with the cores kept busy prices a replay whose
+// workers share the cores; other replays keep the idle-core figure. The
+// same data parallelism as above: 2 (3/4) 3 GB at 0.5 GB/s = 9 s idle, at
+// 0.25 GB/s = 18 s busy.
+TEST(Simulator, SharedCoresPriceTheAllReduceMeasuredWithTheCoresBusy) {
+  Topology t;
+  t.levels = {{2, 10.0, 0, 4.0}, {2, 1.0, 0, 0.25}};
+  t.levels[1].allreduce_busy_GBps = 0.125;
+  EXPECT_DOUBLE_EQ(t.group_allreduce_GBps({0, 1, 2, 3}), 0.25);
+  EXPECT_DOUBLE_EQ(t.group_allreduce_GBps({0, 1, 2, 3}, true), 0.125);
+  EXPECT_DOUBLE_EQ(t.group_allreduce_GBps({0, 1}, true), 4.0);  // no busy figure at that level
+
+  Plan p = testing::make_plan({4}, 1.0, 2.0, 0, 3'000'000'000, 1.0);
+  p.topology.levels[0].allreduce_GBps = 0.5;
+  p.topology.levels[0].allreduce_busy_GBps = 0.25;
+  SimulationOptions o;
+  o.schedule.minibatches = 40;
+  o.record_trace = true;
+  auto allreduce_durations = [&](const SimulationOptions& opt) {
+    std::vector<TraceEvent> trace;
+    simulate(p, opt, &trace);
+    std::vector<double> d;
+    for (const TraceEvent& e : trace)
+      if (e.kind == ActionKind::AllReduce) d.push_back(e.end_s - e.start_s);
+    return d;
+  };
+  for (double d : allreduce_durations(o)) EXPECT_NEAR(d, 9.0, 1e-9);
+  o.cores = 2;  // 4 workers on 2 cores
+  const std::vector<double> shared = allreduce_durations(o);
+  ASSERT_EQ(shared.size(), 10u);
+  for (double d : shared) EXPECT_NEAR(d, 18.0, 1e-9);
+  o.cores = 4;  // a core per worker: nothing shared
+  for (double d : allreduce_durations(o)) EXPECT_NEAR(d, 9.0, 1e-9);
+
+  // Read from JSON, written back with a plan; never without the idle figure.
+  const Topology read = topology_from_json(nlohmann::json::parse(R"({"levels": [{"count": 2, "bandwidth_GBps": 1,
+      "allreduce_GBps": 0.5, "allreduce_busy_GBps": 0.25}]})"), "test");
+  EXPECT_DOUBLE_EQ(read.levels[0].allreduce_busy_GBps, 0.25);
+  Plan q = testing::make_plan({2});
+  q.topology = read;
+  EXPECT_EQ(plan_to_json(q)["topology"]["levels"][0].value("allreduce_busy_GBps", 0.0), 0.25);
+  EXPECT_THROW(topology_from_json(nlohmann::json::parse(
+                                      R"({"levels": [{"count": 2, "bandwidth_GBps": 1, "allreduce_busy_GBps": 0.25}]})"),
+                                  "test"),
+               UserError);
+}
+
 }  // namespace
 }  // namespace pd
