@@ -12,7 +12,9 @@
 # topology, the 4 ranks sharing this machine's cores: --cores, and what
 # else they share: --contention, measured with 4 profiles at once) and measured
 # (run, synthetic data, --no-eval, the middle half of the run: steady
-# state), in ABBA order. One JSON line per row.
+# state), in ABBA order. One JSON line per row; at the end, on stderr, the
+# rows within 15% of their prediction and, per rate and model, the pairs
+# whose measured order is not the predicted one (bench/cluster_table_summary.jq).
 #   bench/cluster_table.sh [--rates "1gbit 200mbit"] [--models "cnn gpt-mini"] [--minibatches N]
 # Needs root (network namespaces). Leaves no cluster behind.
 set -euo pipefail
@@ -92,9 +94,11 @@ for rate in $RATES; do
         --argjson predicted "$predicted" --argjson measured "$measured" --argjson contention "$c" \
         '{rate: $rate, model: $model, batch: $batch, plan: $kind, config: $config,
           topology: $topo[0].levels, contention: $contention, predicted_ms: ($predicted * 1000), measured_ms: ($measured * 1000),
-          measured_over_predicted: ($measured / $predicted)}'
+          measured_over_predicted: ($measured / $predicted)}' | tee -a "$WORK/rows.jsonl"
     done
     unset sum
   done
   scripts/cluster.sh down --name ptab >/dev/null
 done
+# On stderr: rows within 15%, and per group whether the measured order is the predicted one.
+jq -rs -f bench/cluster_table_summary.jq "$WORK/rows.jsonl" >&2
