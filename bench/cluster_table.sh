@@ -15,18 +15,22 @@
 # state), in ABBA order. One JSON line per row; at the end, on stderr, the
 # rows within 15% of their prediction and, per rate and model, the pairs
 # whose measured order is not the predicted one (bench/cluster_table_summary.jq).
-#   bench/cluster_table.sh [--rates "1gbit 200mbit"] [--models "cnn gpt-mini"] [--minibatches N]
+#   bench/cluster_table.sh [--rates "1gbit 200mbit"] [--models "cnn gpt-mini"] [--minibatches N] [--repeats R]
+# --repeats R runs the ABBA sequence R times (default 1: two runs per row);
+# a row's measured time is the median of its 2R runs (runs in the JSON).
 # Needs root (network namespaces). Leaves no cluster behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RATES="1gbit 200mbit"
 MODELS="cnn gpt-mini"
 MINIBATCHES=60
+REPEATS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --rates) RATES=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
     --minibatches) MINIBATCHES=$2; shift 2 ;;
+    --repeats) REPEATS=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -80,23 +84,27 @@ for rate in $RATES; do
     "$BIN" plan --straight --profile "$WORK/prof.json" --topology "$WORK/topo.json" -o "$WORK/straight.json" >/dev/null
     "$BIN" plan --profile "$WORK/prof.json" --workers 1 --bandwidth 1 -o "$WORK/one.json" >/dev/null
     data_parallel_plan "$WORK/one.json" "$WORK/topo.json" "$WORK/dp.json"
-    declare -A sum=()
-    order="planned straight dp one one dp straight planned"  # ABBA
-    for kind in $order; do
-      t=$(measure "$WORK/$kind.json" "$model" "$b")
-      sum[$kind]=$(awk -v a="${sum[$kind]:-0}" -v b="${t:-0}" 'BEGIN { printf "%.9f", a + b }')
+    declare -A runs=()
+    for ((k = 0; k < REPEATS; ++k)); do
+      for kind in planned straight dp one one dp straight planned; do  # ABBA
+        t=$(measure "$WORK/$kind.json" "$model" "$b")
+        runs[$kind]="${runs[$kind]:-} ${t:-0}"
+      done
     done
     for kind in planned straight dp one; do
       predicted=$(predict "$WORK/$kind.json" "$c")
-      measured=$(awk -v a="${sum[$kind]}" 'BEGIN { printf "%.9f", a / 2 }')
+      # shellcheck disable=SC2086  # the runs are one word each
+      measured=$(printf '%s\n' ${runs[$kind]} | jq -s 'sort | if length % 2 == 1 then .[length / 2 | floor]
+                                                           else (.[length / 2 - 1] + .[length / 2]) / 2 end')
       jq -cn --arg rate "$rate" --arg model "$model" --arg kind "$kind" --argjson batch "$b" \
         --arg config "$(jq -r .config "$WORK/$kind.json")" --slurpfile topo "$WORK/topo.json" \
         --argjson predicted "$predicted" --argjson measured "$measured" --argjson contention "$c" \
+        --argjson runs "$(printf '%s\n' ${runs[$kind]} | jq -s 'map(. * 1000)')" \
         '{rate: $rate, model: $model, batch: $batch, plan: $kind, config: $config,
           topology: $topo[0].levels, contention: $contention, predicted_ms: ($predicted * 1000), measured_ms: ($measured * 1000),
-          measured_over_predicted: ($measured / $predicted)}' | tee -a "$WORK/rows.jsonl"
+          measured_runs_ms: $runs, measured_over_predicted: ($measured / $predicted)}' | tee -a "$WORK/rows.jsonl"
     done
-    unset sum
+    unset runs
   done
   scripts/cluster.sh down --name ptab >/dev/null
 done
