@@ -94,15 +94,16 @@ for rate in $RATES; do
     for kind in planned straight dp one; do
       predicted=$(predict "$WORK/$kind.json" "$c")
       # shellcheck disable=SC2086  # the runs are one word each
-      measured=$(printf '%s\n' ${runs[$kind]} | jq -s 'sort | if length % 2 == 1 then .[length / 2 | floor]
-                                                           else (.[length / 2 - 1] + .[length / 2]) / 2 end')
+      runs_s=$(printf '%s\n' ${runs[$kind]} | jq -cs .)
       jq -cn --arg rate "$rate" --arg model "$model" --arg kind "$kind" --argjson batch "$b" \
         --arg config "$(jq -r .config "$WORK/$kind.json")" --slurpfile topo "$WORK/topo.json" \
-        --argjson predicted "$predicted" --argjson measured "$measured" --argjson contention "$c" \
-        --argjson runs "$(printf '%s\n' ${runs[$kind]} | jq -s 'map(. * 1000)')" \
-        '{rate: $rate, model: $model, batch: $batch, plan: $kind, config: $config,
-          topology: $topo[0].levels, contention: $contention, predicted_ms: ($predicted * 1000), measured_ms: ($measured * 1000),
-          measured_runs_ms: $runs, measured_over_predicted: ($measured / $predicted)}' | tee -a "$WORK/rows.jsonl"
+        --argjson predicted "$predicted" --argjson runs "$runs_s" --argjson contention "$c" \
+        '($runs | sort | if length % 2 == 1 then .[length / 2 | floor]
+                         else (.[length / 2 - 1] + .[length / 2]) / 2 end) as $measured
+         | {rate: $rate, model: $model, batch: $batch, plan: $kind, config: $config,
+            topology: $topo[0].levels, contention: $contention, predicted_ms: ($predicted * 1000),
+            measured_ms: ($measured * 1000), measured_runs_ms: ($runs | map(. * 1000)),
+            measured_over_predicted: ($measured / $predicted)}' | tee -a "$WORK/rows.jsonl"
     done
     unset runs
   done

@@ -71,11 +71,11 @@ void check_profile_matches_plan(const Plan& plan, const Profile& profile) {
   }
 }
 
-// Whether a replicated stage's all-reduce is priced as the runtime's (a
-// measured one, or realistic latency), where the buckets matter.
+// Whether a replicated stage's all-reduce is priced as the runtime's, where
+// the buckets matter.
 bool prices_runtime_allreduce(const Plan& plan, const SimulationOptions& opt) {
   for (const PlanStage& st : plan.stages)
-    if (st.replicas > 1 && (opt.realistic_latency || plan.topology.group_allreduce_GBps(st.ranks) > 0)) return true;
+    if (waits_for_runtime_allreduce(plan, st, opt)) return true;
   return false;
 }
 

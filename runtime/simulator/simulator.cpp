@@ -182,8 +182,7 @@ class Simulation {
       const double forward = measured ? opt.microbatch_times[s].forward_s : st.forward_s / items;
       ReplicaGroup g;
       g.size = st.replicas;
-      // A measured all-reduce is the runtime's, whose replicas wait for it.
-      g.blocking = st.replicas > 1 && (opt.realistic_latency || plan.topology.group_allreduce_GBps(st.ranks) > 0);
+      g.blocking = waits_for_runtime_allreduce(plan, st, opt);
       // The optimizer step runs after a stage's last backward of a minibatch
       // (flush: of a batch). Where it waits for the all-reduce it is its own
       // compute; elsewhere nothing waits on it, and it is folded into the
@@ -809,6 +808,10 @@ int64_t replica_period(const std::vector<int>& replicas) {
     if (period > kMaxReplicaPeriod) return kMaxReplicaPeriod + 1;
   }
   return period;
+}
+
+bool waits_for_runtime_allreduce(const Plan& plan, const PlanStage& stage, const SimulationOptions& options) {
+  return stage.replicas > 1 && (options.realistic_latency || plan.topology.group_allreduce_GBps(stage.ranks) > 0);
 }
 
 SimulationReport simulate(const Plan& plan, const SimulationOptions& options, std::vector<TraceEvent>* trace) {

@@ -148,6 +148,13 @@ std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile
 std::vector<StageMicrobatchTimes> microbatch_times_from_profile(const Plan& plan, const Profile& profile,
                                                                int microbatch);
 
+// Whether the stage's replicas wait for the runtime's all-reduce (a
+// measured all-reduce bus bandwidth, or realistic_latency): then its
+// buckets start during the backward and its optimizer step waits for the
+// all-reduce's end. False for unreplicated stages and for the planner's
+// idealised all-reduce.
+bool waits_for_runtime_allreduce(const Plan& plan, const PlanStage& stage, const SimulationOptions& options);
+
 // Each replicated stage's gradient buckets (runtime/schedule/
 // gradient_bucket_plan.h, at bucket_bytes): its layers' parameter bytes in
 // backward order, each bucket ready at the share of the stage's backward

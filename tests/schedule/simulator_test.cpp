@@ -306,6 +306,21 @@ TEST(Simulator, MeasuredAllReduceTakesItsBusBandwidthAndTheReplicasWaitForIt) {
   EXPECT_NEAR(simulate(p, o).time_per_minibatch_s, (3.0 + 9.0 - 1.0) / 4, 1e-6);
 }
 
+// The data parallelism above with its all-reduce measured at 0.5 GB/s.
+Plan measured_data_parallel_plan() {
+  Plan p = testing::make_plan({4}, 1.0, 2.0, 0, 3'000'000'000, 1.0);
+  p.topology.levels[0].allreduce_GBps = 0.5;
+  return p;
+}
+
+// The trace's events of one kind, on one rank (-1: on any).
+std::vector<TraceEvent> events_of(const std::vector<TraceEvent>& trace, ActionKind kind, int rank = -1) {
+  std::vector<TraceEvent> out;
+  for (const TraceEvent& e : trace)
+    if (e.kind == kind && (rank < 0 || e.rank == rank)) out.push_back(e);
+  return out;
+}
+
 // The same data parallelism with the runtime's buckets: 2 GB ready halfway
 // through the 2 s backward, the last 1 GB at its end. The first bucket
 // (2 (3/4) 2 GB / 0.5 GB/s = 6 s) starts 1 s into the backward, the second
@@ -313,8 +328,7 @@ TEST(Simulator, MeasuredAllReduceTakesItsBusBandwidthAndTheReplicasWaitForIt) {
 // before the first bucket, then 6 + 3 s, so 10 s per round of 4
 // minibatches instead of 11; the next forward still runs beside them.
 TEST(Simulator, GradientBucketsStartDuringTheBackwardAsTheRuntimeStartsThem) {
-  Plan p = testing::make_plan({4}, 1.0, 2.0, 0, 3'000'000'000, 1.0);
-  p.topology.levels[0].allreduce_GBps = 0.5;
+  Plan p = measured_data_parallel_plan();
   SimulationOptions o;
   o.schedule.minibatches = 400;
   o.record_trace = true;
@@ -322,11 +336,8 @@ TEST(Simulator, GradientBucketsStartDuringTheBackwardAsTheRuntimeStartsThem) {
   std::vector<TraceEvent> trace;
   const SimulationReport rep = simulate(p, o, &trace);
   EXPECT_NEAR(rep.time_per_minibatch_s, 10.0 / 4, 1e-6);
-  std::vector<TraceEvent> backwards, allreduces;
-  for (const TraceEvent& e : trace) {
-    if (e.kind == ActionKind::AllReduce) allreduces.push_back(e);
-    if (e.kind == ActionKind::Backward && e.rank == 0) backwards.push_back(e);
-  }
+  const std::vector<TraceEvent> backwards = events_of(trace, ActionKind::Backward, 0);
+  const std::vector<TraceEvent> allreduces = events_of(trace, ActionKind::AllReduce);
   ASSERT_EQ(allreduces.size(), 100u);
   ASSERT_EQ(backwards.size(), 100u);
   for (size_t i = 1; i < 100; ++i) {  // round 0 starts at the same 1 s into its backward
@@ -353,8 +364,7 @@ TEST(Simulator, GradientBucketsStartDuringTheBackwardAsTheRuntimeStartsThem) {
 // as it is where nothing waits on it, it would hide behind the all-reduce
 // (10 s). A replica computes 1 + 2 + 0.5 s of each round.
 TEST(Simulator, TheOptimizerStepAfterTheRuntimesAllReduceIsOnThePathToTheNextRound) {
-  Plan p = testing::make_plan({4}, 1.0, 2.0, 0, 3'000'000'000, 1.0);
-  p.topology.levels[0].allreduce_GBps = 0.5;
+  Plan p = measured_data_parallel_plan();
   p.stages[0].optimizer_s = 0.5;
   SimulationOptions o;
   o.schedule.minibatches = 400;
@@ -364,11 +374,8 @@ TEST(Simulator, TheOptimizerStepAfterTheRuntimesAllReduceIsOnThePathToTheNextRou
   const SimulationReport rep = simulate(p, o, &trace);
   EXPECT_NEAR(rep.time_per_minibatch_s, 10.5 / 4, 1e-6);
   for (const WorkerReport& w : rep.workers) EXPECT_NEAR(w.busy_fraction, 3.5 / 10.5, 1e-6);
-  std::vector<TraceEvent> steps, allreduces;
-  for (const TraceEvent& e : trace) {
-    if (e.kind == ActionKind::AllReduce) allreduces.push_back(e);
-    if (e.kind == ActionKind::OptimizerStep && e.rank == 0) steps.push_back(e);
-  }
+  const std::vector<TraceEvent> steps = events_of(trace, ActionKind::OptimizerStep, 0);
+  const std::vector<TraceEvent> allreduces = events_of(trace, ActionKind::AllReduce);
   ASSERT_EQ(steps.size(), 100u);
   for (size_t i = 1; i < 99; ++i) {
     EXPECT_NEAR(steps[i].start_s, allreduces[i].end_s, 1e-9) << "round " << i;
@@ -466,8 +473,7 @@ TEST(Simulator, SharedCoresPriceTheAllReduceMeasuredWithTheCoresBusy) {
   EXPECT_DOUBLE_EQ(t.group_allreduce_GBps({0, 1, 2, 3}, true), 0.125);
   EXPECT_DOUBLE_EQ(t.group_allreduce_GBps({0, 1}, true), 4.0);  // no busy figure at that level
 
-  Plan p = testing::make_plan({4}, 1.0, 2.0, 0, 3'000'000'000, 1.0);
-  p.topology.levels[0].allreduce_GBps = 0.5;
+  Plan p = measured_data_parallel_plan();
   p.topology.levels[0].allreduce_busy_GBps = 0.25;
   SimulationOptions o;
   o.schedule.minibatches = 40;
@@ -476,8 +482,7 @@ TEST(Simulator, SharedCoresPriceTheAllReduceMeasuredWithTheCoresBusy) {
     std::vector<TraceEvent> trace;
     simulate(p, opt, &trace);
     std::vector<double> d;
-    for (const TraceEvent& e : trace)
-      if (e.kind == ActionKind::AllReduce) d.push_back(e.end_s - e.start_s);
+    for (const TraceEvent& e : events_of(trace, ActionKind::AllReduce)) d.push_back(e.end_s - e.start_s);
     return d;
   };
   for (double d : allreduce_durations(o)) EXPECT_NEAR(d, 9.0, 1e-9);
