@@ -10,12 +10,17 @@
 # planner's plan, a straight pipeline, data
 # parallelism and one worker are predicted (simulate on the measured
 # topology, the 4 ranks sharing this machine's cores: --cores, and what
-# else they share: --contention, measured with 4 profiles at once) and measured
+# else they share: --contention, 4 profiles at once against one alone, taken
+# alternately; the plans are made from the mean of the lone profiles) and measured
 # (run, synthetic data, --no-eval, the middle half of the run: steady
-# state), in ABBA order. One JSON line per row; at the end, on stderr, the
+# state), in ABBA order. A lone profile is taken before every run, and each
+# plan is priced on the mean of all the lone profiles (simulate --recost):
+# the host's speed drifts 10-20% over minutes, and a prediction from one
+# profile taken minutes before the runs carries that drift. One JSON line per row; at the end, on stderr, the
 # rows within 15% of their prediction and, per rate and model, the pairs
 # whose measured order is not the predicted one (bench/cluster_table_summary.jq).
 #   bench/cluster_table.sh [--rates "1gbit 200mbit"] [--models "cnn gpt-mini"] [--minibatches N] [--repeats R]
+# --minibatches N: per run (default 240 for cnn, 60 for gpt-mini).
 # --repeats R runs the ABBA sequence R times (default 1: two runs per row);
 # a row's measured time is the median of its 2R runs (runs in the JSON).
 # Needs root (network namespaces). Leaves no cluster behind.
@@ -23,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RATES="1gbit 200mbit"
 MODELS="cnn gpt-mini"
-MINIBATCHES=60
+MINIBATCHES=
 REPEATS=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,6 +49,9 @@ WORK=$(mktemp -d /tmp/pipedream-cluster-table-XXXXXX)
 trap 'kill "${HOGS[@]}" 2>/dev/null || true; scripts/cluster.sh down --name ptab >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
 
 batch_of() { case "$1" in gpt-mini) echo 8 ;; *) echo 32 ;; esac; }
+# Minibatches per run unless --minibatches: the steady state (the middle
+# half) spans 2-4 s of either model, not a few of the scheduler's slices.
+minibatches_of() { if [ -n "$MINIBATCHES" ]; then echo "$MINIBATCHES"; else case "$1" in gpt-mini) echo 60 ;; *) echo 240 ;; esac; fi; }
 
 # Data parallelism: the one-worker plan's stage (its costs) on 4 replicas
 # of the measured topology.
@@ -53,15 +61,17 @@ data_parallel_plan() {  # one.json topology.json out
 }
 
 predict() {  # plan contention -> seconds per minibatch (simulate, the ranks sharing the cores; the
-              # profile: replicated stages' gradient buckets start during the backward, as run's do)
-  "$BIN" simulate --plan "$1" --profile "$WORK/prof.json" --cores "$CORES" --threads 1 --contention "$2" --json \
-    2>/dev/null | jq '.time_per_minibatch_s'
+              # plan's split priced on the mean of the lone profiles taken between the runs, so that
+              # prediction and measurement sample the host's drift alike; the profile also starts
+              # replicated stages' gradient buckets during the backward, as run's do)
+  "$BIN" simulate --plan "$1" --profile "$WORK/prof_mean.json" --recost --cores "$CORES" --threads 1 \
+    --contention "$2" --json 2>/dev/null | jq '.time_per_minibatch_s'
 }
 
 measure() {  # plan model batch -> steady-state seconds per minibatch
   local workers; workers=$(jq '[.stages[].replicas] | add' "$1")
   local args=(run --plan "$1" --model "$2" --batch "$3" --data synthetic --no-eval --threads-per-worker 1
-              --minibatches "$MINIBATCHES" --timeout 120 --metrics "$WORK/m.jsonl")
+              --minibatches "$(minibatches_of "$2")" --timeout 120 --metrics "$WORK/m.jsonl")
   if [ "$workers" -eq 1 ]; then
     "$BIN" "${args[@]}" >/dev/null 2>&1
   else
@@ -78,19 +88,24 @@ for rate in $RATES; do
   add_busy_cores_measures "$WORK/topo.json" "$WORK" scripts/cluster.sh mpirun --bind-to none -np 4 "$BIN"
   for model in $MODELS; do
     b=$(batch_of "$model")
-    "$BIN" profile --model "$model" --batch "$b" --threads 1 --iters 5 -o "$WORK/prof.json" >/dev/null 2>&1
-    c=$(corun_contention "$BIN" "$WORK" "$CORES" "$WORK/prof.json" --model "$model" --batch "$b" --iters 5)
+    c=$(profile_with_contention "$BIN" "$WORK" "$CORES" "$WORK/prof.json" --model "$model" --batch "$b" \
+      --iters 5 --min-time 5)
     "$BIN" plan --profile "$WORK/prof.json" --topology "$WORK/topo.json" -o "$WORK/planned.json" >/dev/null
     "$BIN" plan --straight --profile "$WORK/prof.json" --topology "$WORK/topo.json" -o "$WORK/straight.json" >/dev/null
     "$BIN" plan --profile "$WORK/prof.json" --workers 1 --bandwidth 1 -o "$WORK/one.json" >/dev/null
     data_parallel_plan "$WORK/one.json" "$WORK/topo.json" "$WORK/dp.json"
     declare -A runs=()
+    n=0
+    rm -f "$WORK"/lone.*.json
     for ((k = 0; k < REPEATS; ++k)); do
       for kind in planned straight dp one one dp straight planned; do  # ABBA
+        "$BIN" profile --model "$model" --batch "$b" --threads 1 --iters 5 --min-time 2 \
+          -o "$WORK/lone.$k.$kind.$((++n)).json" >/dev/null 2>&1
         t=$(measure "$WORK/$kind.json" "$model" "$b")
         runs[$kind]="${runs[$kind]:-} ${t:-0}"
       done
     done
+    mean_profile "$WORK/prof_mean.json" "$WORK"/alone?.json "$WORK"/lone.*.json
     for kind in planned straight dp one; do
       predicted=$(predict "$WORK/$kind.json" "$c")
       # shellcheck disable=SC2086  # the runs are one word each

@@ -25,18 +25,37 @@ add_busy_cores_measures() {
   mv "$work/merged.json" "$topology"
 }
 
-# What the cores share besides themselves (simulate --contention): the
-# profiled step run by 4 processes at once, each at its share of the cores,
-# against the profile's. Prints the contention (>= 0).
-#   corun_contention PIPEDREAM WORKDIR CORES PROFILE PROFILE-ARGS...
-corun_contention() {
-  local bin=$1 work=$2 cores=$3 profile=$4 k
+# The profile a table predicts from, and what the cores share besides
+# themselves (simulate --contention), measured alternately so that the
+# host's drift (10-20%, in phases of seconds to minutes) falls on both
+# alike: one profile alone, 4 at once (each at its share of the cores),
+# 4 at once again, one alone. Writes OUT, the mean of the two lone
+# profiles (every *_ms field), and prints the contention (>= 0): the
+# mean step of the 4-at-once profiles at their share against the lone ones'.
+#   profile_with_contention PIPEDREAM WORKDIR CORES OUT PROFILE-ARGS...
+profile_with_contention() {
+  local bin=$1 work=$2 cores=$3 out=$4 k round
   shift 4
-  for ((k = 0; k < 4; ++k)); do
-    "$bin" profile "$@" --threads 1 -o "$work/corun$k.json" > /dev/null 2>&1 &
+  "$bin" profile "$@" --threads 1 -o "$work/alone1.json" > /dev/null 2>&1
+  for round in 1 2; do
+    for ((k = 0; k < 4; ++k)); do
+      "$bin" profile "$@" --threads 1 -o "$work/corun$round.$k.json" > /dev/null 2>&1 &
+    done
+    wait
   done
-  wait
-  jq -n --slurpfile c <(cat "$work"/corun?.json) --slurpfile p "$profile" \
+  "$bin" profile "$@" --threads 1 -o "$work/alone2.json" > /dev/null 2>&1
+  mean_profile "$out" "$work/alone1.json" "$work/alone2.json"
+  jq -n --slurpfile c <(cat "$work"/corun?.?.json) --slurpfile p "$out" \
     --argjson share "$(awk -v c="$cores" 'BEGIN { print (4 > c) ? c / 4 : 1 }')" \
     '(($c | map(.step_forward_backward_ms) | add / length) * $share / $p[0].step_forward_backward_ms - 1) | if . < 0 then 0 else . end'
+}
+
+# Profiles of one model taken at different times, as one: every *_ms field
+# the mean of theirs.
+#   mean_profile OUT PROFILE...
+mean_profile() {
+  local out=$1
+  shift
+  jq -s '. as $ps | $ps[0] | reduce (paths(numbers) | select(.[-1] | type == "string" and endswith("_ms"))) as $p
+           (.; setpath($p; $ps | map(getpath($p)) | add / length))' "$@" > "$out"
 }

@@ -76,11 +76,8 @@ for model in $models; do
   b=$(micro "$model")
   batch=$((M * b))
   # shellcheck disable=SC2046
-  "$pipedream" profile $(model_args "$model") --batch "$batch" --threads 1 --warmup 1 --iters 5 --min-time 3 \
-    --microbatches "$M" -o "$out/$model.profile.json" > /dev/null 2>&1
-  # shellcheck disable=SC2046
-  c=$(corun_contention "$pipedream" "$out" "$cores" "$out/$model.profile.json" $(model_args "$model") \
-    --batch "$batch" --iters 5 --min-time 3)
+  c=$(profile_with_contention "$pipedream" "$out" "$cores" "$out/$model.profile.json" $(model_args "$model") \
+    --batch "$batch" --warmup 1 --iters 5 --min-time 3 --microbatches "$M")
   for w in 4 8; do
     jq --argjson w "$w" '.levels[0].count = $w' "$out/topology.json" > "$out/topology$w.json"
     "$pipedream" plan --profile "$out/$model.profile.json" --topology "$out/topology$w.json" --straight \

@@ -33,7 +33,7 @@ struct SimulateArgs {
   bool threads_given = false, weight_share_given = false;
   double contention = 0;
   double weight_gradient_share = 0.5;
-  bool json = false, realistic_latency = false;
+  bool json = false, realistic_latency = false, recost = false;
 };
 
 ScheduleOptions schedule_options(const Plan& plan, const SimulateArgs& a, int64_t minibatches) {
@@ -144,6 +144,8 @@ void run_simulate(const SimulateArgs& a) {
   const int M = opt.schedule.microbatches;
   int microbatch = 0;  // the microbatch size the profile measured, when it did
   std::string stale;   // what was done about a plan edited after planning
+  if (a.recost && a.profile.empty())
+    throw UserError("--recost prices the plan's stages from a profile: give --profile too");
   if (a.profile.empty()) {
     stale = refresh_stale_plan(plan, nullptr);
     if (!stale.empty()) stale += "; the stages' compute times are the stored ones, as stale: pass --profile to recompute them";
@@ -156,6 +158,7 @@ void run_simulate(const SimulateArgs& a) {
     // from the profile again before the two are compared.
     stale = refresh_stale_plan(plan, &profile);
     check_profile_matches_plan(plan, profile);
+    if (a.recost) recost_plan(plan, profile);
     opt.stashed_bytes = stashed_bytes_from_profile(plan, profile);
     opt.gradient_buckets = gradient_buckets_from_profile(plan, profile);
     if (M > 1 && profile.batch_size % M == 0)
@@ -259,6 +262,9 @@ void add_simulate_command(CLI::App& app) {
                   "and caches the cores share; in proportion when fewer are busy); measure F as the slowdown of the "
                   "profiled step run on every core at once (bench/shared_cores.sh does); default 0");
   cmd->add_option("--trace", args->trace, "write a Chrome-trace timeline (Perfetto, chrome://tracing)");
+  cmd->add_flag("--recost", args->recost,
+                "the stages' compute times and sizes from --profile, not the ones stored at planning: the same "
+                "split priced on another profile of the model (e.g. one taken nearer the run)");
   cmd->add_flag("--json", args->json, "print the report as one JSON object");
   cmd->add_flag("--realistic-latency", args->realistic_latency,
                 "messages arrive when their last byte does and steps wait for their all-reduce to end "

@@ -101,20 +101,19 @@ std::vector<std::vector<GradientBucketTiming>> gradient_buckets_from_profile(con
   return out;
 }
 
-std::string refresh_stale_plan(Plan& plan, const Profile* profile) {
-  if (!plan.predictions_stale()) return "";
+namespace {
+void drop_predictions(Plan& plan) {
   plan.time_per_minibatch_s = plan.throughput_samples_per_s = 0;
   plan.speedup_vs_single = plan.speedup_vs_data_parallel = 0;
   plan.closed_form_s = plan.closed_form_bound_s = plan.shared_cores_bound_s = 0;
   plan.single_worker_s = plan.data_parallel_s = 0;
   for (PlanStage& st : plan.stages) st.memory_bytes = 0, st.sync_s = st.transfer_s = st.time_s = 0;
-  const std::string edited = "its stages were edited after it was planned: its stored predictions (time per "
-                             "minibatch, speed-ups, per-stage memory) describe another plan and are dropped";
-  if (!profile) {
-    plan.predictions_for = stage_fingerprint(plan);
-    return edited;
-  }
-  const auto nodes = stage_nodes(plan, *profile);
+}
+}  // namespace
+
+void recost_plan(Plan& plan, const Profile& profile) {
+  drop_predictions(plan);
+  const auto nodes = stage_nodes(plan, profile);
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     PlanStage& st = plan.stages[s];
     st.forward_s = st.backward_s = st.optimizer_s = 0;
@@ -129,6 +128,18 @@ std::string refresh_stale_plan(Plan& plan, const Profile* profile) {
     if (!nodes[s].empty()) st.output_bytes = nodes[s].back()->output_bytes;
   }
   plan.predictions_for = stage_fingerprint(plan);
+}
+
+std::string refresh_stale_plan(Plan& plan, const Profile* profile) {
+  if (!plan.predictions_stale()) return "";
+  const std::string edited = "its stages were edited after it was planned: its stored predictions (time per "
+                             "minibatch, speed-ups, per-stage memory) describe another plan and are dropped";
+  if (!profile) {
+    drop_predictions(plan);
+    plan.predictions_for = stage_fingerprint(plan);
+    return edited;
+  }
+  recost_plan(plan, *profile);
   return cat(edited, "; every stage's compute times and sizes are recomputed from ", profile->source_path);
 }
 

@@ -171,6 +171,12 @@ std::vector<std::vector<GradientBucketTiming>> gradient_buckets_from_profile(
 // what was done, for the user; "" when the plan is not stale.
 std::string refresh_stale_plan(Plan& plan, const Profile* profile);
 
+// Every stage's compute times and parameter and output sizes from the
+// profile's layers instead of the ones stored at planning, and the
+// planner's predictions dropped: the same plan priced on another profile of
+// the same model (`simulate --recost`).
+void recost_plan(Plan& plan, const Profile& profile);
+
 struct WorkerReport {
   int rank = 0, stage = 0;
   double busy_fraction = 0, bubble_fraction = 0;  // steady-state window

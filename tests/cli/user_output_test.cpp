@@ -176,6 +176,32 @@ TEST_F(UserOutput, AnEditedPlansPredictionsAreMarkedStaleOrRecomputed) {
       << recomputed.output;
 }
 
+// `simulate --recost` prices the plan's split on another profile of the
+// model: here every layer twice as slow, so the straight 2-stage pipeline
+// (fc2 the slower stage, 9 ms a minibatch) takes 18 ms; without it the
+// stored costs stand.
+TEST_F(UserOutput, RecostPricesThePlansSplitOnAnotherProfile) {
+  write_text(dir_ + "/profile.json", two_layer_profile({1, 2, 4}, {3, 6, 4}));
+  write_text(dir_ + "/slower.json", two_layer_profile({2, 4, 4}, {6, 12, 4}));
+  const JobResult planned = pipedream("plan --profile " + dir_ + "/profile.json --workers 2 --bandwidth 1000 "
+                                      "--straight -o " + dir_ + "/plan.json");
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  auto replay = [&](const std::string& extra) {
+    const JobResult r = pipedream("simulate --json --plan " + dir_ + "/plan.json" + extra);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output.substr(r.output.find("{\""))).at("time_per_minibatch_s").get<double>();
+  };
+  EXPECT_NEAR(replay(" --profile " + dir_ + "/slower.json"), 0.009, 1e-5);
+  EXPECT_NEAR(replay(" --profile " + dir_ + "/slower.json --recost"), 0.018, 1e-5);
+  EXPECT_NEAR(replay(" --profile " + dir_ + "/profile.json --recost"), 0.009, 1e-5);
+
+  const JobResult alone = pipedream("simulate --plan " + dir_ + "/plan.json --recost");
+  EXPECT_EQ(alone.exit_code, 2) << alone.output;
+  EXPECT_NE(alone.output.find("--recost prices the plan's stages from a profile: give --profile too"),
+            std::string::npos)
+      << alone.output;
+}
+
 // On a topology whose all-reduce bench-comm measured, `plan` prices a
 // replicated stage's gradient buckets started during the backward, as the
 // runtime starts them; `simulate --profile` reproduces that prediction, and
