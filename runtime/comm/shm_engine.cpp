@@ -455,9 +455,11 @@ class ShmEngineImpl {
         out.head += kHeaderBytes;
       } else if (m.written - kHeaderBytes < m.h.nbytes) {
         const uint64_t sent = m.written - kHeaderBytes, left = m.h.nbytes - sent;
-        // Wait for room for a decent chunk rather than trickling bytes.
+        // Wait for room for a decent chunk rather than trickling bytes; a
+        // decent chunk is at most a whole one (with rings over 8 chunks,
+        // waiting for an eighth of the ring would wait forever).
         const uint64_t n = std::min({space, left, kChunkMax});
-        if (n < std::min(left, out.ring.bytes / 8)) break;
+        if (n < std::min({left, out.ring.bytes / 8, kChunkMax})) break;
         ring_write(out.ring, out.head, m.data + sent, n);
         m.written += n;
         out.head += n;
