@@ -32,6 +32,8 @@ add_busy_cores_measures() {
 # 4 at once again, one alone. Writes OUT, the mean of the two lone
 # profiles (every *_ms field), and prints the contention (>= 0): the
 # mean step of the 4-at-once profiles at their share against the lone ones'.
+# The lone profiles stay in WORKDIR as alone1.json and alone2.json
+# (cluster_table.sh averages them with the ones it takes between its runs).
 #   profile_with_contention PIPEDREAM WORKDIR CORES OUT PROFILE-ARGS...
 profile_with_contention() {
   local bin=$1 work=$2 cores=$3 out=$4 k round
