@@ -19,6 +19,8 @@
 # profile taken minutes before the runs carries that drift. One JSON line per row; at the end, on stderr, the
 # rows within 15% of their prediction and, per rate and model, the pairs
 # whose measured order is not the predicted one (bench/cluster_table_summary.jq).
+# Each row also sets the communication threads' CPU per minibatch (all
+# ranks) that simulate priced beside the runs' measured one (comm_cpu_s).
 #   bench/cluster_table.sh [--rates "1gbit 200mbit"] [--models "cnn gpt-mini"] [--minibatches N] [--repeats R]
 # --minibatches N: per run (default 240 for cnn, 60 for gpt-mini).
 # --repeats R runs the ABBA sequence R times (default 1: two runs per row);
@@ -60,12 +62,12 @@ data_parallel_plan() {  # one.json topology.json out
                          | .config = "4" | del(.predicted) | del(.baselines)' "$1" > "$3"
 }
 
-predict() {  # plan contention -> seconds per minibatch (simulate, the ranks sharing the cores; the
+predict() {  # plan contention -> the simulate report's JSON (the ranks sharing the cores; the
               # plan's split priced on the mean of the lone profiles taken between the runs, so that
               # prediction and measurement sample the host's drift alike; the profile also starts
               # replicated stages' gradient buckets during the backward, as run's do)
   "$BIN" simulate --plan "$1" --profile "$WORK/prof_mean.json" --recost --cores "$CORES" --threads 1 \
-    --contention "$2" --json 2>/dev/null | jq '.time_per_minibatch_s'
+    --contention "$2" --json 2>/dev/null
 }
 
 measure() {  # plan model batch -> steady-state seconds per minibatch
@@ -81,6 +83,11 @@ measure() {  # plan model batch -> steady-state seconds per minibatch
     "$WORK/m.jsonl"
 }
 
+measured_comm_cpu() {  # -> the last run's communication threads' CPU per minibatch, all ranks (s)
+  jq -s '(map(select(.event == "summary"))[0].steps) as $n
+         | if $n then (map(select(.event == "rank") | .comm_cpu_s // 0) | add // 0) / $n else 0 end' "$WORK/m.jsonl"
+}
+
 for rate in $RATES; do
   scripts/cluster.sh up --name ptab --hosts 2 --slots 2 --rate "$rate" >/dev/null
   scripts/cluster.sh mpirun --bind-to none -np 4 "$BIN" bench-comm --p2p-sizes 64KB,1MB,4MB \
@@ -94,7 +101,7 @@ for rate in $RATES; do
     "$BIN" plan --straight --profile "$WORK/prof.json" --topology "$WORK/topo.json" -o "$WORK/straight.json" >/dev/null
     "$BIN" plan --profile "$WORK/prof.json" --workers 1 --bandwidth 1 -o "$WORK/one.json" >/dev/null
     data_parallel_plan "$WORK/one.json" "$WORK/topo.json" "$WORK/dp.json"
-    declare -A runs=()
+    declare -A runs=() comm=()
     n=0
     rm -f "$WORK"/lone.*.json
     for ((k = 0; k < REPEATS; ++k)); do
@@ -103,24 +110,29 @@ for rate in $RATES; do
           -o "$WORK/lone.$k.$kind.$((++n)).json" >/dev/null 2>&1
         t=$(measure "$WORK/$kind.json" "$model" "$b")
         runs[$kind]="${runs[$kind]:-} ${t:-0}"
+        comm[$kind]="${comm[$kind]:-} $(measured_comm_cpu)"
       done
     done
     mean_profile "$WORK/prof_mean.json" "$WORK"/alone?.json "$WORK"/lone.*.json
     for kind in planned straight dp one; do
-      predicted=$(predict "$WORK/$kind.json" "$c")
+      predict "$WORK/$kind.json" "$c" > "$WORK/sim.json"
       # shellcheck disable=SC2086  # the runs are one word each
       runs_s=$(printf '%s\n' ${runs[$kind]} | jq -cs .)
+      # shellcheck disable=SC2086
+      comm_s=$(printf '%s\n' ${comm[$kind]} | jq -cs .)
       jq -cn --arg rate "$rate" --arg model "$model" --arg kind "$kind" --argjson batch "$b" \
         --arg config "$(jq -r .config "$WORK/$kind.json")" --slurpfile topo "$WORK/topo.json" \
-        --argjson predicted "$predicted" --argjson runs "$runs_s" --argjson contention "$c" \
-        '($runs | sort | if length % 2 == 1 then .[length / 2 | floor]
-                         else (.[length / 2 - 1] + .[length / 2]) / 2 end) as $measured
+        --slurpfile sim "$WORK/sim.json" --argjson runs "$runs_s" --argjson comm "$comm_s" --argjson contention "$c" \
+        'def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+         ($runs | median) as $measured | $sim[0].time_per_minibatch_s as $predicted
          | {rate: $rate, model: $model, batch: $batch, plan: $kind, config: $config,
             topology: $topo[0].levels, contention: $contention, predicted_ms: ($predicted * 1000),
             measured_ms: ($measured * 1000), measured_runs_ms: ($runs | map(. * 1000)),
-            measured_over_predicted: ($measured / $predicted)}' | tee -a "$WORK/rows.jsonl"
+            measured_over_predicted: ($measured / $predicted),
+            predicted_comm_cpu_ms: (($sim[0].comm_cpu_per_minibatch_s // 0) * 1000),
+            measured_comm_cpu_ms: (($comm | median) * 1000)}' | tee -a "$WORK/rows.jsonl"
     done
-    unset runs
+    unset runs comm
   done
   scripts/cluster.sh down --name ptab >/dev/null
 done

@@ -154,12 +154,14 @@ nlohmann::json report_to_json(const SimulationReport& rep) {
                        {"peak_held", w.peak_held},
                        {"peak_activation_bytes", w.peak_activation_bytes},
                        {"peak_weight_versions", w.peak_weight_versions}});
-  return {{"schedule", to_string(rep.schedule)},
-          {"minibatches", rep.minibatches},
-          {"makespan_s", rep.makespan_s},
-          {"time_per_minibatch_s", rep.time_per_minibatch_s},
-          {"throughput_samples_per_s", rep.throughput_samples_per_s},
-          {"workers", workers}};
+  nlohmann::json j = {{"schedule", to_string(rep.schedule)},
+                      {"minibatches", rep.minibatches},
+                      {"makespan_s", rep.makespan_s},
+                      {"time_per_minibatch_s", rep.time_per_minibatch_s},
+                      {"throughput_samples_per_s", rep.throughput_samples_per_s},
+                      {"workers", workers}};
+  if (rep.comm_cpu_per_minibatch_s > 0) j["comm_cpu_per_minibatch_s"] = rep.comm_cpu_per_minibatch_s;
+  return j;
 }
 
 namespace {
@@ -182,6 +184,9 @@ std::string format_report(const SimulationReport& rep) {
      << " (steady state): " << rep.time_per_minibatch_s << " s, throughput ";
   if (rep.throughput_samples_per_s > 0) os << rep.throughput_samples_per_s << " samples/s\n";
   else os << "unknown\n";
+  if (rep.comm_cpu_per_minibatch_s > 0)
+    os << "communication threads' CPU: " << rep.comm_cpu_per_minibatch_s * 1e3 << " ms per "
+       << (per_minibatch ? "minibatch" : "batch") << ", all ranks\n";
   // zb-h1 holds a microbatch's tensors from F to W, past its B: a column
   // for that peak when it differs from the F-to-B one.
   bool held = false;

@@ -331,6 +331,7 @@ class Simulation {
       ++comm_threads_busy_;
     }
     work_left_[thread] += cpu_s;
+    comm_cpu_charged_s_ += cpu_s;
     update_compute_rate();
   }
 
@@ -378,6 +379,7 @@ class Simulation {
 
   void mark(int which) {
     mark_time_[which] = now_;
+    comm_cpu_at_mark_[which] = comm_cpu_charged_s_;
     for (size_t r = 0; r < workers_.size(); ++r) {
       const WorkerState& w = workers_[r];
       double partial = w.computing ? std::max(0.0, std::min(now_, w.compute_end) - w.compute_start) : 0.0;
@@ -747,6 +749,7 @@ class Simulation {
     rep.time_per_minibatch_s = window / double(count);
     if (rep.time_per_minibatch_s > 0)
       rep.throughput_samples_per_s = plan_.profile.batch_size / rep.time_per_minibatch_s;
+    if (count > 0) rep.comm_cpu_per_minibatch_s = (comm_cpu_at_mark_[1] - comm_cpu_at_mark_[0]) / double(count);
     for (int r = 0; r < schedule_.workers(); ++r) {
       const WorkerState& w = workers_[r];
       WorkerReport wr;
@@ -796,6 +799,11 @@ class Simulation {
   double now_ = 0;
   int64_t mark_index_[2] = {-1, 0};
   double mark_time_[2] = {0, 0};
+  // The communication threads' CPU charged so far, and at the two marks
+  // (charged when a message or all-reduce starts: the window counts the
+  // ones that start inside it).
+  double comm_cpu_charged_s_ = 0;
+  double comm_cpu_at_mark_[2] = {0, 0};
   int mark_rank_ = 0;
 };
 

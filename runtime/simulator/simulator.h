@@ -194,6 +194,10 @@ struct SimulationReport {
   double makespan_s = 0;            // first action to last
   double time_per_minibatch_s = 0;  // steady state (flush: per batch)
   double throughput_samples_per_s = 0;  // 0 when the plan's batch size is unknown
+  // Shared cores with the communication threads' CPU priced: the CPU all
+  // ranks' communication threads spend per minibatch (flush: per batch) in
+  // the steady state, to set beside a run's measured comm_cpu_s. 0 otherwise.
+  double comm_cpu_per_minibatch_s = 0;
   std::vector<WorkerReport> workers;
 };
 

@@ -72,9 +72,14 @@ TEST(SimulatorCommCpu, EachEndOfAMessageSharesTheCoresWithCompute) {
 // messages x 2 ends x 0.25 s add 3 s.
 TEST(SimulatorCommCpu, SaturatedCoresCountTheCommunicationCpu) {
   Plan p = make_plan({1, 1, 1, 1}, 1.0, 2.0, 1'000'000'000, 0, 1.0);
-  EXPECT_NEAR(simulate(p, on_cores(1, 400)).time_per_minibatch_s, 12.0, 12.0 * 1e-3);
+  const SimulationReport plain = simulate(p, on_cores(1, 400));
+  EXPECT_NEAR(plain.time_per_minibatch_s, 12.0, 12.0 * 1e-3);
+  EXPECT_EQ(plain.comm_cpu_per_minibatch_s, 0.0);
   p.topology.levels[0].comm_cpu_GBps = 4.0;
-  EXPECT_NEAR(simulate(p, on_cores(1, 400)).time_per_minibatch_s, 15.0, 15.0 * 1e-3);
+  const SimulationReport charged = simulate(p, on_cores(1, 400));
+  EXPECT_NEAR(charged.time_per_minibatch_s, 15.0, 15.0 * 1e-3);
+  // The report says what it charged: the 3 s, per minibatch of the steady state.
+  EXPECT_NEAR(charged.comm_cpu_per_minibatch_s, 3.0, 3.0 * 1e-2);
 }
 
 // An all-reduce's members each send and receive 2(r-1)/r of the
