@@ -5,11 +5,13 @@
 # simulator prices replicated stages with it), and again with every core
 # kept busy for the CPU its communication threads spend per message and
 # per byte (comm_cpu_*: what the shared cores lose to them, priced as the
-# run's 4 compute threads leave them) and for the all-reduce as it runs
-# beside compute (allreduce_busy_GBps); for each model, the
+# run's 4 compute threads leave them), for the all-reduce as it runs
+# beside compute (allreduce_busy_GBps) and for a message's latency
+# (latency_busy_us: its receiver waits for a time slice); for each model, the
 # planner's plan, a straight pipeline, data
 # parallelism and one worker are predicted (simulate on the measured
-# topology, the 4 ranks sharing this machine's cores: --cores, and what
+# topology, messages arriving with their last byte: --realistic-latency,
+# the 4 ranks sharing this machine's cores: --cores, and what
 # else they share: --contention, 4 profiles at once against one alone, taken
 # alternately; the plans are made from the mean of the lone profiles) and measured
 # (run, synthetic data, --no-eval, the middle half of the run: steady
@@ -62,12 +64,13 @@ data_parallel_plan() {  # one.json topology.json out
                          | .config = "4" | del(.predicted) | del(.baselines)' "$1" > "$3"
 }
 
-predict() {  # plan contention -> the simulate report's JSON (the ranks sharing the cores; the
+predict() {  # plan contention -> the simulate report's JSON (the ranks sharing the cores, messages
+              # arriving with their last byte after the latency measured with the cores busy; the
               # plan's split priced on the mean of the lone profiles taken between the runs, so that
               # prediction and measurement sample the host's drift alike; the profile also starts
               # replicated stages' gradient buckets during the backward, as run's do)
   "$BIN" simulate --plan "$1" --profile "$WORK/prof_mean.json" --recost --cores "$CORES" --threads 1 \
-    --contention "$2" --json 2>/dev/null
+    --contention "$2" --realistic-latency --json 2>/dev/null
 }
 
 measure() {  # plan model batch -> steady-state seconds per minibatch

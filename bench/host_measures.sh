@@ -4,8 +4,9 @@
 HOGS=()
 
 # The communication threads' CPU per level (TopologyLevel::comm_cpu_GBps,
-# comm_cpu_us_per_message) and the all-reduce bus bandwidth
-# (allreduce_busy_GBps, 8 MB) measured while one spinning process per rank
+# comm_cpu_us_per_message), the all-reduce bus bandwidth
+# (allreduce_busy_GBps, 8 MB) and the per-message latency
+# (latency_busy_us) measured while one spinning process per rank
 # keeps the cores busy, as a run's compute threads do (cold caches,
 # contended cores, time slices), merged into the topology; its other
 # figures stay the idle-core ones.
@@ -19,7 +20,7 @@ add_busy_cores_measures() {
   wait "${HOGS[@]}" 2> /dev/null || true
   HOGS=()
   jq --slurpfile b "$work/busy.json" '.levels |= [to_entries[] | .value + ($b[0].levels[.key]
-      | {comm_cpu_GBps, comm_cpu_us_per_message, allreduce_busy_GBps: .allreduce_GBps}
+      | {comm_cpu_GBps, comm_cpu_us_per_message, allreduce_busy_GBps: .allreduce_GBps, latency_busy_us: .latency_us}
       | with_entries(select(.value != null)))]' "$topology" \
     > "$work/merged.json"
   mv "$work/merged.json" "$topology"

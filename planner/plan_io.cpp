@@ -26,6 +26,7 @@ json topology_to_json(const Topology& t) {
     if (l.latency_us > 0) level["latency_us"] = l.latency_us;
     if (l.allreduce_GBps > 0) level["allreduce_GBps"] = l.allreduce_GBps;
     if (l.allreduce_busy_GBps > 0) level["allreduce_busy_GBps"] = l.allreduce_busy_GBps;
+    if (l.latency_busy_us > 0) level["latency_busy_us"] = l.latency_busy_us;
     if (l.comm_cpu_GBps > 0) level["comm_cpu_GBps"] = l.comm_cpu_GBps;
     if (l.comm_cpu_us_per_message > 0) level["comm_cpu_us_per_message"] = l.comm_cpu_us_per_message;
     levels.push_back(level);

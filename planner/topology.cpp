@@ -58,6 +58,13 @@ double Topology::group_allreduce_GBps(const std::vector<int>& ranks, bool cores_
   return cores_busy && l.allreduce_busy_GBps > 0 ? l.allreduce_busy_GBps : l.allreduce_GBps;
 }
 
+double Topology::busy_latency_between(int rank_a, int rank_b) const {
+  if (rank_a == rank_b) return 0.0;
+  size_t l = common_level(*this, rank_a, rank_b);
+  PD_CHECK(l < levels.size(), "ranks ", rank_a, " and ", rank_b, " are outside the topology");
+  return levels[l].latency_busy_us * 1e-6;
+}
+
 namespace {
 CommCpuCost level_comm_cpu(const TopologyLevel& l) {
   return {l.comm_cpu_us_per_message * 1e-6, l.comm_cpu_GBps > 0 ? 1.0 / (l.comm_cpu_GBps * 1e9) : 0.0};
@@ -161,7 +168,12 @@ Topology topology_from_json(const nlohmann::json& j, const std::string& where) {
     if (allreduce_busy_GBps > 0 && allreduce_GBps == 0)
       throw UserError(cat(at, ": allreduce_busy_GBps is the all-reduce measured again with the cores busy; "
                               "give allreduce_GBps (measured on idle cores) too"));
-    t.levels.push_back({count, bandwidth, latency_us, allreduce_GBps, comm_cpu_GBps, comm_cpu_us, allreduce_busy_GBps});
+    const double latency_busy_us =
+        level.contains("latency_busy_us")
+            ? checked::number(level["latency_busy_us"], {at, "latency_busy_us (microseconds per message with the cores busy)"}, 0, 1e9)
+            : 0.0;
+    t.levels.push_back(
+        {count, bandwidth, latency_us, allreduce_GBps, comm_cpu_GBps, comm_cpu_us, allreduce_busy_GBps, latency_busy_us});
     total *= count;
     if (total > kMaxWorkers) throw UserError(cat(where, ": more than ", kMaxWorkers, " workers"));
   }

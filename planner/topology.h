@@ -36,6 +36,14 @@ struct TopologyLevel {
   // whose workers share the cores (simulate --cores) prices all-reduces
   // with it; otherwise allreduce_GBps. Given only with allreduce_GBps.
   double allreduce_busy_GBps = 0;
+  // The per-message latency again, measured while every core is kept busy
+  // (half a round trip of bench-comm's latency loop beside one spinning
+  // process per rank): a message waits for its receiver's communication
+  // thread to get a time slice. 0: not measured. A replay whose workers
+  // share the cores and whose messages arrive with their last byte
+  // (simulate --cores --realistic-latency) delivers each message that much
+  // later than its link frees; the link is busy for latency_us as before.
+  double latency_busy_us = 0;
 };
 
 // CPU seconds one end of a message spends: per_message_s + bytes x per_byte_s.
@@ -53,6 +61,9 @@ struct Topology {
   double bandwidth_between(int rank_a, int rank_b) const;  // GB/s
   // Per-message latency between two ranks, in seconds (0 for a rank and itself).
   double latency_between(int rank_a, int rank_b) const;
+  // latency_busy_us between two ranks (their lowest common level's), in
+  // seconds; 0 when that level has none.
+  double busy_latency_between(int rank_a, int rank_b) const;
   // The largest per-message latency between the first rank and the others.
   double group_latency(const std::vector<int>& ranks) const;
   // Bandwidth used by a group of ranks for all-reduce (its slowest link).

@@ -312,6 +312,14 @@ class Simulation {
     }
   }
 
+  // Shared cores: what a message waits beyond its link for the receiving
+  // communication thread's time slice (TopologyLevel::latency_busy_us,
+  // beyond latency_us, which the link's time holds already).
+  double busy_latency(int from, int to) const {
+    if (!shared_cores_) return 0.0;
+    return std::max(0.0, plan_.topology.busy_latency_between(from, to) - plan_.topology.latency_between(from, to));
+  }
+
   static bool topology_charges_comm_cpu(const Topology& t) {
     for (const TopologyLevel& l : t.levels)
       if (l.comm_cpu_GBps > 0 || l.comm_cpu_us_per_message > 0) return true;
@@ -595,7 +603,7 @@ class Simulation {
     // (the other direction's message of the same minibatch), so the link's
     // busy time still bounds throughput at 2 C per minibatch but an
     // activation never waits behind a gradient.
-    const double arrival = opt_.realistic_latency ? end : std::max(now_, start - duration);
+    const double arrival = opt_.realistic_latency ? end + busy_latency(r, a.peer) : std::max(now_, start - duration);
     WorkerState& dst = workers_[a.peer];
     dst.mailbox.push_back({a.key, arrival}, spilled_[a.peer]);
     if (dst.mailbox.wait_tag == a.key) {

@@ -506,5 +506,43 @@ TEST(Simulator, SharedCoresPriceTheAllReduceMeasuredWithTheCoresBusy) {
                UserError);
 }
 
+// Two stages (F 1 s, B 2 s) on one core, one minibatch, a 1 GB activation
+// on a 1 GB/s link: the link is busy [1, 2]. Measured with the cores busy,
+// a message waits 0.5 s more for its receiver's time slice: with shared
+// cores and messages arriving with their last byte, rank 1's F starts at
+// 2.5, not 2; on own cores, or in the planner's steady state (a message is
+// usable at once), nothing changes.
+TEST(Simulator, SharedCoresDeliverMessagesAfterTheLatencyMeasuredWithTheCoresBusy) {
+  Plan p = testing::make_plan({1, 1}, 1.0, 2.0, 1'000'000'000, 0, 1.0);
+  p.topology.levels[0].latency_busy_us = 500'000;
+  auto rank1_forward_start = [&](double cores, bool realistic) {
+    SimulationOptions o;
+    o.schedule = testing::schedule_options(ScheduleKind::OneFOneBRoundRobin, 1);
+    o.cores = cores;
+    o.realistic_latency = realistic;
+    o.record_trace = true;
+    std::vector<TraceEvent> trace;
+    simulate(p, o, &trace);
+    return events_of(trace, ActionKind::Forward, 1).at(0).start_s;
+  };
+  EXPECT_DOUBLE_EQ(rank1_forward_start(1, true), 2.5);
+  EXPECT_DOUBLE_EQ(rank1_forward_start(2, true), 2.0);  // a core per worker: not shared
+  EXPECT_DOUBLE_EQ(rank1_forward_start(1, false), 1.0);
+  EXPECT_DOUBLE_EQ(p.topology.busy_latency_between(0, 1), 0.5);
+  EXPECT_DOUBLE_EQ(p.topology.busy_latency_between(1, 1), 0.0);
+
+  // Read from JSON and written back with a plan.
+  const Topology read = topology_from_json(
+      nlohmann::json::parse(R"({"levels": [{"count": 2, "bandwidth_GBps": 1, "latency_busy_us": 4500}]})"), "test");
+  EXPECT_DOUBLE_EQ(read.levels[0].latency_busy_us, 4500);
+  Plan q = testing::make_plan({2});
+  q.topology = read;
+  EXPECT_EQ(plan_to_json(q)["topology"]["levels"][0].value("latency_busy_us", 0.0), 4500);
+  EXPECT_THROW(topology_from_json(nlohmann::json::parse(
+                                      R"({"levels": [{"count": 2, "bandwidth_GBps": 1, "latency_busy_us": -1}]})"),
+                                  "test"),
+               UserError);
+}
+
 }  // namespace
 }  // namespace pd
