@@ -58,13 +58,6 @@ double Topology::group_allreduce_GBps(const std::vector<int>& ranks, bool cores_
   return cores_busy && l.allreduce_busy_GBps > 0 ? l.allreduce_busy_GBps : l.allreduce_GBps;
 }
 
-double Topology::busy_latency_between(int rank_a, int rank_b) const {
-  if (rank_a == rank_b) return 0.0;
-  size_t l = common_level(*this, rank_a, rank_b);
-  PD_CHECK(l < levels.size(), "ranks ", rank_a, " and ", rank_b, " are outside the topology");
-  return levels[l].latency_busy_us * 1e-6;
-}
-
 namespace {
 CommCpuCost level_comm_cpu(const TopologyLevel& l) {
   return {l.comm_cpu_us_per_message * 1e-6, l.comm_cpu_GBps > 0 ? 1.0 / (l.comm_cpu_GBps * 1e9) : 0.0};
@@ -85,11 +78,12 @@ CommCpuCost Topology::group_comm_cpu(const std::vector<int>& ranks) const {
   return ranks.size() > 1 ? level_comm_cpu(levels[widest]) : CommCpuCost{};
 }
 
-double Topology::latency_between(int rank_a, int rank_b) const {
+double Topology::latency_between(int rank_a, int rank_b, bool cores_busy) const {
   if (rank_a == rank_b) return 0;
   size_t l = common_level(*this, rank_a, rank_b);
   PD_CHECK(l < levels.size(), "ranks ", rank_a, " and ", rank_b, " are outside the topology");
-  return levels[l].latency_us * 1e-6;
+  const TopologyLevel& level = levels[l];
+  return (cores_busy && level.latency_busy_us > 0 ? level.latency_busy_us : level.latency_us) * 1e-6;
 }
 
 double Topology::group_latency(const std::vector<int>& ranks) const {

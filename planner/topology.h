@@ -59,11 +59,10 @@ struct Topology {
   int total_workers() const;
   // Bandwidth between two ranks: the level of their lowest common group.
   double bandwidth_between(int rank_a, int rank_b) const;  // GB/s
-  // Per-message latency between two ranks, in seconds (0 for a rank and itself).
-  double latency_between(int rank_a, int rank_b) const;
-  // latency_busy_us between two ranks (their lowest common level's), in
-  // seconds; 0 when that level has none.
-  double busy_latency_between(int rank_a, int rank_b) const;
+  // Per-message latency between two ranks, in seconds (0 for a rank and
+  // itself); with `cores_busy`, the one measured with the cores busy
+  // (latency_busy_us) where their lowest common level has it.
+  double latency_between(int rank_a, int rank_b, bool cores_busy = false) const;
   // The largest per-message latency between the first rank and the others.
   double group_latency(const std::vector<int>& ranks) const;
   // Bandwidth used by a group of ranks for all-reduce (its slowest link).

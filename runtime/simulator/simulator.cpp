@@ -317,7 +317,8 @@ class Simulation {
   // beyond latency_us, which the link's time holds already).
   double busy_latency(int from, int to) const {
     if (!shared_cores_) return 0.0;
-    return std::max(0.0, plan_.topology.busy_latency_between(from, to) - plan_.topology.latency_between(from, to));
+    const Topology& t = plan_.topology;
+    return std::max(0.0, t.latency_between(from, to, true) - t.latency_between(from, to));
   }
 
   static bool topology_charges_comm_cpu(const Topology& t) {

@@ -528,8 +528,9 @@ TEST(Simulator, SharedCoresDeliverMessagesAfterTheLatencyMeasuredWithTheCoresBus
   EXPECT_DOUBLE_EQ(rank1_forward_start(1, true), 2.5);
   EXPECT_DOUBLE_EQ(rank1_forward_start(2, true), 2.0);  // a core per worker: not shared
   EXPECT_DOUBLE_EQ(rank1_forward_start(1, false), 1.0);
-  EXPECT_DOUBLE_EQ(p.topology.busy_latency_between(0, 1), 0.5);
-  EXPECT_DOUBLE_EQ(p.topology.busy_latency_between(1, 1), 0.0);
+  EXPECT_DOUBLE_EQ(p.topology.latency_between(0, 1, true), 0.5);
+  EXPECT_DOUBLE_EQ(p.topology.latency_between(1, 1, true), 0.0);
+  EXPECT_DOUBLE_EQ(testing::make_plan({1, 1}).topology.latency_between(0, 1, true), 0.0);  // none measured: the idle one
 
   // Read from JSON and written back with a plan.
   const Topology read = topology_from_json(
