@@ -35,6 +35,7 @@
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/loss.h"
+#include "core/op_times.h"
 #include "core/optimizer.h"
 #include "core/precision_names.h"
 #include "core/rng.h"
@@ -74,6 +75,7 @@ struct CoreOptions {
   std::string model, model_options;  // --model: time this model instead of the workloads
   std::string precision_flag = "fp32";
   Precision precision = Precision::FP32;  // parsed from precision_flag
+  bool op_times = false;  // --op-times: a core_ops line per DeviceOps entry
 };
 
 std::vector<CoreWorkload> select_workloads(const std::string& list) {
@@ -136,7 +138,11 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-nlohmann::json run_workload(const Model& m, const CoreWorkload& w, const CoreOptions& o, Device device) {
+// The median step's lines: the workload's, then with --op-times one line
+// per DeviceOps entry over as many steps again, timed per entry
+// (core/op_times.h) - those steps are slower by the timing's events and
+// not in the median.
+std::vector<nlohmann::json> run_workload(const Model& m, const CoreWorkload& w, const CoreOptions& o, Device device) {
   ParameterStore weights = ParameterStore::create(m, o.seed, device);
   ParameterStore grads = weights.zeros_like_params();
   OptimizerConfig oc;
@@ -149,12 +155,8 @@ nlohmann::json run_workload(const Model& m, const CoreWorkload& w, const CoreOpt
   if (device.is_cuda()) b.inputs = b.inputs.to(device);
   const int last = m.size() - 1;
 
-  std::vector<double> step_ms, step_cpu_ms;
   float loss = 0;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
-    synchronize_device(device);
-    const double c0 = process_cpu_ms();
-    const auto t0 = std::chrono::steady_clock::now();
+  auto one_step = [&](int s) {
     grads.zero_params();
     StepInfo step{.training = true, .seed = o.seed, .layer_index = 0, .minibatch_id = static_cast<uint64_t>(s),
                   .precision = o.precision};
@@ -163,17 +165,24 @@ nlohmann::json run_workload(const Model& m, const CoreWorkload& w, const CoreOpt
     const LossResult r = softmax_cross_entropy(logits, b.labels, true);
     backward_layers(m, weights, grads, 0, last, r.grad, step, ctx, false);
     optimizer->step(weights.all_params(), grads.all_params(), opt_state, oc.lr);
+    loss = r.loss;
+  };
+  std::vector<double> step_ms, step_cpu_ms;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    synchronize_device(device);
+    const double c0 = process_cpu_ms();
+    const auto t0 = std::chrono::steady_clock::now();
+    one_step(s);
     synchronize_device(device);
     const auto t1 = std::chrono::steady_clock::now();
     const double c1 = process_cpu_ms();
-    loss = r.loss;
     if (s < o.warmup) continue;
     step_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     step_cpu_ms.push_back(c1 - c0);
   }
   const double med = median(step_ms);
   const double min = *std::min_element(step_ms.begin(), step_ms.end());
-  return {{"suite", "core"},
+  std::vector<nlohmann::json> lines{{{"suite", "core"},
           {"workload", w.name},
           {"batch", w.batch},
           {"threads", o.threads},
@@ -187,7 +196,27 @@ nlohmann::json run_workload(const Model& m, const CoreWorkload& w, const CoreOpt
           {"min_step_ms", min},
           {"median_step_cpu_ms", median(step_cpu_ms)},
           {"samples_per_s", static_cast<double>(w.batch) * 1000.0 / med},
-          {"final_loss", loss}};
+          {"final_loss", loss}}};
+  if (!o.op_times) return lines;
+  synchronize_device(device);
+  start_op_timing();
+  for (int s = 0; s < o.steps; ++s) one_step(o.warmup + o.steps + s);
+  const std::vector<OpTime> times = stop_op_timing();
+  double total = 0;
+  for (const OpTime& t : times) total += t.ms;
+  for (const OpTime& t : times)
+    lines.push_back({{"suite", "core_ops"},
+                     {"workload", w.name},
+                     {"batch", w.batch},
+                     {"device", device.str()},
+                     {"precision", to_string(o.precision)},
+                     {"allow_tf32", o.allow_tf32},
+                     {"op", t.op},
+                     {"calls_per_step", static_cast<double>(t.calls) / o.steps},
+                     {"ms_per_step", t.ms / o.steps},
+                     {"share_of_ops", total > 0 ? t.ms / total : 0.0},
+                     {"median_step_ms", med}});
+  return lines;
 }
 
 void run_core_with(const CoreOptions& o);
@@ -213,10 +242,11 @@ void run_core_with(const CoreOptions& o) {
     const Device device = open_compute_device(o.device, o.deterministic, o.allow_tf32);
     device_ops(device).set_precision(o.precision);
     cpu::set_compute_threads(o.threads);
-    nlohmann::json line = run_workload(m, {m.name, o.batch}, o, device);
-    line["model"] = o.model;
-    line["model_options"] = o.model_options;
-    std::cout << line.dump() << std::endl;
+    for (nlohmann::json& line : run_workload(m, {m.name, o.batch}, o, device)) {
+      line["model"] = o.model;
+      line["model_options"] = o.model_options;
+      std::cout << line.dump() << std::endl;
+    }
     return;
   }
   if (!o.model_options.empty()) throw UserError("--model-options needs --model");
@@ -227,7 +257,8 @@ void run_core_with(const CoreOptions& o) {
   device_ops(device).set_precision(o.precision);
   cpu::set_compute_threads(o.threads);
   for (const CoreWorkload& w : selected)
-    std::cout << run_workload(resolve_model(w.name), w, o, device).dump() << std::endl;
+    for (const nlohmann::json& line : run_workload(resolve_model(w.name), w, o, device))
+      std::cout << line.dump() << std::endl;
 }
 
 }  // namespace
@@ -252,6 +283,8 @@ void add_core_suite(CLI::App& app) {
                 "GPU: TF32 tensor cores for FP32 matrix multiplies and convolutions (refused with --device cpu)");
   cmd->add_option("--seed", o->seed, "seed of the initial weights and synthetic data")->capture_default_str();
   cmd->add_option("--precision", o->precision_flag, "fp32 | bf16 (mixed precision)")->capture_default_str();
+  cmd->add_flag("--op-times", o->op_times,
+                "then as many steps again with each DeviceOps entry timed: a \"core_ops\" line per entry");
   cmd->callback([o] { run_core(*o); });
 }
 

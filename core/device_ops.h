@@ -25,6 +25,7 @@
 
 #include "core/error.h"
 #include "core/geometry.h"  // Conv2dGeometry, Pool2dGeometry, PoolKind
+#include "core/op_times.h"
 #include "core/precision.h"
 #include "core/strided_ops.h"
 #include "core/tensor.h"
@@ -428,14 +429,21 @@ const DeviceOps& cpu_device_ops();
 
 inline bool has_device_ops(Device d) { return d.is_cpu() || detail::cuda_ops_slot() != nullptr; }
 
-// The kernels for tensors on device d.
+namespace detail {
+// The table that times `backend`'s entries (core/op_times.cpp).
+const DeviceOps& timed_device_ops(const DeviceOps& backend);
+}  // namespace detail
+
+// The kernels for tensors on device d (their timed copy while op timing is
+// on, core/op_times.h).
 inline const DeviceOps& device_ops(Device d) {
-  if (d.is_cpu()) return cpu_device_ops();
-  const DeviceOps* ops = detail::cuda_ops_slot();
+  const DeviceOps* ops = d.is_cpu() ? &cpu_device_ops() : detail::cuda_ops_slot();
   if (!ops)
     throw UserError("a tensor is on " + d.str() +
                     " but the CUDA backend is not initialised (built without CUDA, no GPU "
                     "visible, or pd::cuda::initialize_backend() was not called): use --device cpu");
+  if (op_timing_active()) [[unlikely]]
+    return detail::timed_device_ops(*ops);
   return *ops;
 }
 

@@ -15,6 +15,9 @@
 #  2. `pipedream profile --device cuda` on gpt-mini at batch 64, fp32 and
 #     bf16: LayerNorm ln_f's backward / forward; on the zoo's gpt at batch
 #     8, fp32 and bf16: every layer's forward and backward;
+#     and `pipedream-bench core --op-times` on the zoo's gpt (batch 8) and
+#     resnet50 (batch 64) in bf16 and fp32: device time per DeviceOps entry
+#     (GEMMs with their bf16 operand packing, rounding, norms, ...);
 #  3. 2-rank staged pipelines (cnn, fp32 and bf16) against `run --reference`,
 #     bit for bit, and `train` on the GPU;
 #  4. `bench-comm --transport staged`, 2 ranks: 16 MB point-to-point and a
@@ -212,6 +215,17 @@ for recipe in fp32 bf16; do
       "$python" "$summary_py" layer "$prof" --recipe "$recipe" --layer "$layer" | tee -a "$jsonl"
     done
   fi
+done
+
+# 2c. Device time per DeviceOps entry (core/op_times.h) over 5 steps, to see
+#     what inside the layers keeps bf16 from PyTorch's speed.
+for recipe in bf16 fp32; do
+  precision=()
+  [[ $recipe == bf16 ]] && precision=(--precision bf16)
+  bench_step "op_times_gpt_b8_$recipe" 25 "\"recipe\": \"$recipe\", " "$bin/pipedream-bench" core --model gpt \
+    --batch 8 --device cuda --warmup 2 --steps 5 --op-times "${precision[@]}"
+  bench_step "op_times_resnet50_b64_$recipe" 25 "\"recipe\": \"$recipe\", " "$bin/pipedream-bench" core \
+    --workloads resnet50 --batch 64 --device cuda --warmup 2 --steps 5 --op-times "${precision[@]}"
 done
 
 # 3. Pipelines on the GPU: a 2-rank staged cnn run against its --reference,

@@ -56,7 +56,7 @@ def ours_recipe(line):
 def ratios(lines):
     ours, peer = {}, {}
     for l in lines:
-        if l.get("suite") == "core":
+        if l.get("suite") == "core" and not l.get("step", "").startswith("op_times"):  # timed runs: fewer steps
             ours[(l["workload"], l["batch"], ours_recipe(l))] = l
         elif l.get("suite") == "torch-peer":
             peer[(l["workload"], l["batch"], l.get("recipe", "fp32"))] = l
@@ -154,6 +154,22 @@ def table(lines):
         for l in layers:
             print(f"| {l['profile']} | {l['batch']} | {l['recipe']} | {l['layer']} | {fmt(l['forward_ms'], 3)} | "
                   f"{fmt(l['backward_ms'], 3)} | {fmt(l['backward_over_forward'], 2)} |")
+
+    ops = [l for l in lines if l.get("suite") == "core_ops"]
+    if ops:
+        print("\nDevice time per DeviceOps entry (`pipedream-bench core --op-times`, the 10 largest per run):\n")
+        print("| workload | batch | precision | entry | calls per step | ms per step | share of entries' time |")
+        print("|---|---|---|---|---|---|---|")
+        runs = sorted({(l["workload"], l["batch"], l["precision"]) for l in ops})
+        for run in runs:
+            mine = sorted((l for l in ops if (l["workload"], l["batch"], l["precision"]) == run),
+                          key=lambda l: -l["ms_per_step"])
+            for l in mine[:10]:
+                print(f"| {run[0]} | {run[1]} | {run[2]} | {l['op']} | {fmt(l['calls_per_step'], 1)} | "
+                      f"{fmt(l['ms_per_step'], 3)} | {fmt(l['share_of_ops'], 3)} |")
+            total = sum(l["ms_per_step"] for l in mine)
+            print(f"| {run[0]} | {run[1]} | {run[2]} | (all {len(mine)} entries; the step untimed: "
+                  f"{fmt(mine[0]['median_step_ms'], 2)} ms) | | {fmt(total, 2)} | 1 |")
 
     equal = [l for l in lines if "tensors" in l and "differ" in l]
     if equal:

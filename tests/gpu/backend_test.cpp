@@ -4,6 +4,7 @@
 #include "core/cuda/backend.h"
 #include "core/cuda/context.h"
 #include "core/error.h"
+#include "core/op_times.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace pd::gputest {
@@ -103,6 +104,27 @@ TEST_F(CudaBackend, EventsMeasureNonNegativeTime) {
   e2.record(cuda::comm_stream());
   EXPECT_GE(e2.elapsed_ms_since(e1), 0.0f);
   EXPECT_TRUE(e2.done());
+}
+
+// Op timing on the GPU: CUDA events around each entry, the GEMM's time
+// counted (well above zero for 1024^3), the results unchanged.
+TEST_F(CudaBackend, OpTimingTimesTheGpuEntriesWithTheirResults) {
+  const int64_t n = 1024;
+  Tensor a = on_gpu(random_floats(n * n, 1)), b = on_gpu(random_floats(n * n, 2));
+  Tensor plain = gpu_zeros(n * n), timed = gpu_zeros(n * n);
+  ops->gemm(false, false, n, n, n, 1.0f, a.f32(), n, b.f32(), n, 0.0f, plain.f32(), n);
+  start_op_timing();
+  for (int k = 0; k < 3; ++k)
+    device_ops(Device::cuda(0)).gemm(false, false, n, n, n, 1.0f, a.f32(), n, b.f32(), n, 0.0f, timed.f32(), n);
+  device_ops(Device::cuda(0)).add(n * n, timed.f32(), timed.f32(), timed.f32());
+  const std::vector<OpTime> t = stop_op_timing();
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].op, "gemm");
+  EXPECT_EQ(t[0].calls, 3);
+  EXPECT_GT(t[0].ms, 0.01) << "three 2-GFLOP GEMMs";
+  EXPECT_EQ(t[1].op, "add");
+  const std::vector<float> p = host(plain), q = host(timed);
+  for (size_t i = 0; i < p.size(); i += 4099) ASSERT_EQ(q[i], 2.0f * p[i]) << i;
 }
 
 }  // namespace pd::gputest
