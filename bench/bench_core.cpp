@@ -34,6 +34,7 @@
 #include "core/cpu/gemm.h"
 #include "core/device_ops.h"
 #include "core/error.h"
+#include "core/bf16_rounding.h"
 #include "core/loss.h"
 #include "core/op_times.h"
 #include "core/optimizer.h"
@@ -182,12 +183,14 @@ std::vector<nlohmann::json> run_workload(const Model& m, const CoreWorkload& w, 
   }
   const double med = median(step_ms);
   const double min = *std::min_element(step_ms.begin(), step_ms.end());
+  const bool bf16_storage = o.precision == Precision::BF16 && uses_bf16_storage(device_ops(device));
   std::vector<nlohmann::json> lines{{{"suite", "core"},
           {"workload", w.name},
           {"batch", w.batch},
           {"threads", o.threads},
           {"device", device.str()},
           {"precision", to_string(o.precision)},
+          {"bf16_storage", bf16_storage},
           {"allow_tf32", o.allow_tf32},
           {"parameters", m.parameter_count()},
           {"warmup", o.warmup},
@@ -210,6 +213,7 @@ std::vector<nlohmann::json> run_workload(const Model& m, const CoreWorkload& w, 
                      {"batch", w.batch},
                      {"device", device.str()},
                      {"precision", to_string(o.precision)},
+                     {"bf16_storage", bf16_storage},
                      {"allow_tf32", o.allow_tf32},
                      {"op", t.op},
                      {"calls_per_step", static_cast<double>(t.calls) / o.steps},

@@ -1,6 +1,11 @@
 #include "core/bf16_rounding.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
 #include "core/device_ops.h"
+#include "core/error.h"
 
 namespace pd {
 
@@ -26,6 +31,33 @@ std::span<const Tensor> operand_params(Precision p, std::span<const Tensor> para
   storage.reserve(params.size());
   for (const Tensor& t : params) storage.push_back(rounded_copy_if_bf16(p, t));
   return storage;
+}
+
+namespace {
+std::atomic<Bf16Storage>& storage_mode() {
+  static std::atomic<Bf16Storage> mode{[] {
+    const char* v = std::getenv("PIPEDREAM_BF16_STORAGE");
+    const std::string s = v ? v : "";
+    if (s.empty()) return Bf16Storage::WhereItPays;
+    if (s == "1") return Bf16Storage::Always;
+    if (s == "0") return Bf16Storage::Never;
+    throw UserError(cat("PIPEDREAM_BF16_STORAGE=", s, ": use 1 (always), 0 (never) or leave it unset"));
+  }()};
+  return mode;
+}
+}  // namespace
+
+void set_bf16_storage(Bf16Storage mode) { storage_mode().store(mode); }
+bool uses_bf16_storage(const DeviceOps& ops) {
+  const Bf16Storage m = storage_mode().load(std::memory_order_relaxed);
+  return m == Bf16Storage::Always || (m == Bf16Storage::WhereItPays && ops.bf16_storage_pays);
+}
+
+Tensor packed_bf16(const Tensor& t) {
+  PD_CHECK(t.dtype() == DType::F32, "packed_bf16 takes an f32 tensor, got ", dtype_name(t.dtype()));
+  Tensor r = Tensor::empty(t.shape(), DType::BF16, t.device());
+  if (t.numel() > 0) device_ops(t.device()).pack_bf16(t.numel(), t.f32(), r.bf16());
+  return r;
 }
 
 }  // namespace pd

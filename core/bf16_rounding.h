@@ -10,6 +10,8 @@
 
 namespace pd {
 
+struct DeviceOps;
+
 // Rounds t's elements to bf16 in place (device_ops().round_bf16) when p is
 // BF16 and t is a defined F32 tensor; integer tensors (token ids) are left alone.
 void round_in_place_if_bf16(Precision p, Tensor& t);
@@ -21,5 +23,20 @@ Tensor rounded_copy_if_bf16(Precision p, const Tensor& t);
 // The tensors a layer computes with: `params` itself under FP32; under BF16
 // rounded copies in `storage` (the master weights are never rounded).
 std::span<const Tensor> operand_params(Precision p, std::span<const Tensor> params, std::vector<Tensor>& storage);
+
+// Whether layers that can keep their bf16 activations in bf16 storage
+// (DType::BF16, the DeviceOps *_bf16 entries) do so under BF16: the same
+// values and bits in half the bytes. By default where the backend says it
+// pays (DeviceOps::bf16_storage_pays: the GPU, where those layers are
+// memory-bound; not the CPU, whose entries unpack and pack around its FP32
+// kernels); PIPEDREAM_BF16_STORAGE=1 or 0 in the environment, or a caller,
+// forces it on or off everywhere (to test the CPU entries, or to measure
+// the difference). One setting per process.
+enum class Bf16Storage : uint8_t { WhereItPays, Always, Never };
+void set_bf16_storage(Bf16Storage mode);
+bool uses_bf16_storage(const DeviceOps& ops);
+
+// A bf16 copy of t (F32) on t's device, rounded to nearest even.
+Tensor packed_bf16(const Tensor& t);
 
 }  // namespace pd

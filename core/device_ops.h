@@ -409,6 +409,54 @@ struct DeviceOps {
   void (*layernorm_backward_input_add)(Precision p, int64_t rows, int64_t dim, const float* x, const float* dy,
                                        const float* gamma, const float* save_mean, const float* save_rstd,
                                        const float* dres, float* dx) = nullptr;
+
+  // --- bf16 storage (--precision bf16): the transformer block's MLP keeps
+  // its activations and their gradients as bf16 (uint16_t: the upper half
+  // of the float's bits, core/precision.h), half the bytes of the FP32
+  // tensors holding the same values. Each entry gives the values (and
+  // rounding points) of the BF16 entry it names, reading and writing bf16
+  // where it says; the CPU runs exactly that entry between unpacking and
+  // packing (same bits). Weights, biases, LayerNorm's inputs and
+  // statistics and the residual stream stay FP32. ---
+  // Whether layers should use these entries by default (core/bf16_rounding.h).
+  bool bf16_storage_pays = false;
+  // y = bf16 of x (round_to_bf16: nearest, ties to even) / x as floats (exact).
+  void (*pack_bf16)(int64_t n, const float* x, uint16_t* y) = nullptr;
+  void (*unpack_bf16)(int64_t n, const uint16_t* x, float* y) = nullptr;
+  // linear_forward of a bf16 x rounded to bf16, into y (FP32 storage) or
+  // y16 (bf16): exactly one of them is not null.
+  void (*linear_forward_bf16)(int64_t rows, int64_t in, int64_t out, const uint16_t* x, const float* w,
+                              const float* b, float* y, uint16_t* y16) = nullptr;
+  // linear_gelu_forward under BF16 of a bf16 x into bf16 pre and y.
+  void (*linear_gelu_forward_bf16)(int64_t rows, int64_t in, int64_t out, const uint16_t* x, const float* w,
+                                   const float* b, uint16_t* pre, uint16_t* y) = nullptr;
+  // dx = bf16 of linear_backward_input(dy, w).
+  void (*linear_backward_input_bf16)(int64_t rows, int64_t in, int64_t out, const uint16_t* dy, const float* w,
+                                     uint16_t* dx) = nullptr;
+  // linear_backward_params_accum of bf16 x and dy (dw, db FP32; db may be null).
+  void (*linear_backward_params_accum_bf16)(int64_t rows, int64_t in, int64_t out, const uint16_t* x,
+                                            const uint16_t* dy, float* dw, float* db) = nullptr;
+  // gelu_backward_rounded under BF16, all three bf16 (dx must not alias pre or dy).
+  void (*gelu_backward_bf16)(int64_t n, const uint16_t* pre, const uint16_t* dy, uint16_t* dx) = nullptr;
+  // add_layernorm_forward under BF16 with y bf16 (s, mean, rstd FP32).
+  void (*add_layernorm_forward_bf16)(int64_t rows, int64_t dim, const float* a, const float* r, const float* gamma,
+                                     const float* beta, float eps, float* s, uint16_t* y, float* save_mean,
+                                     float* save_rstd) = nullptr;
+  // layernorm_backward_input_add under BF16 of a bf16 dy (dx, dres FP32).
+  void (*layernorm_backward_input_add_bf16)(int64_t rows, int64_t dim, const float* x, const uint16_t* dy,
+                                            const float* gamma, const float* save_mean, const float* save_rstd,
+                                            const float* dres, float* dx) = nullptr;
+  // layernorm_backward_params_accum of a bf16 dy.
+  void (*layernorm_backward_params_accum_bf16)(int64_t rows, int64_t dim, const float* x, const uint16_t* dy,
+                                               const float* save_mean, const float* save_rstd, float* dgamma,
+                                               float* dbeta) = nullptr;
+  // fused_attention_forward/backward with qkv, att, datt and dqkv bf16
+  // (stats FP32); null where fused_attention_* are (the CPU).
+  void (*fused_attention_forward_bf16)(int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
+                                       const uint16_t* qkv, uint16_t* att, float* stats) = nullptr;
+  void (*fused_attention_backward_bf16)(int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
+                                        const uint16_t* qkv, const uint16_t* att, const float* stats,
+                                        const uint16_t* datt, uint16_t* dqkv) = nullptr;
 };
 
 namespace detail {

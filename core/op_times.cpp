@@ -33,13 +33,17 @@ namespace {
   T(adam_step_multi) T(broadcast_binary) T(broadcast_binary_backward) T(reduce_sum_strided) T(unary_forward)   \
   T(unary_backward) T(where_forward) T(where_backward) T(softmax_axis_forward) T(softmax_axis_backward)        \
   T(strided_copy) T(index_select_forward) T(index_select_backward_accum) T(linear_gelu_forward)                \
-  T(gelu_backward_rounded) T(add_layernorm_forward) T(layernorm_backward_input_add)
+  T(gelu_backward_rounded) T(add_layernorm_forward) T(layernorm_backward_input_add) T(pack_bf16) T(unpack_bf16)   \
+  T(linear_forward_bf16) T(linear_gelu_forward_bf16) T(linear_backward_input_bf16)                               \
+  T(linear_backward_params_accum_bf16) T(gelu_backward_bf16) T(add_layernorm_forward_bf16)                      \
+  T(layernorm_backward_input_add_bf16) T(layernorm_backward_params_accum_bf16) T(fused_attention_forward_bf16)     \
+  T(fused_attention_backward_bf16)
 
 #define PD_COUNT(e) +1
 constexpr int kEntries = 0 PD_DEVICE_OPS_ENTRIES(PD_COUNT, PD_COUNT);
 #undef PD_COUNT
-// The entries, `name` and the padded `pool_backward_reads_tensors`.
-static_assert(sizeof(DeviceOps) == (kEntries + 2) * sizeof(void (*)()),
+// The entries, `name`, and the padded `pool_backward_reads_tensors` and `bf16_storage_pays`.
+static_assert(sizeof(DeviceOps) == (kEntries + 3) * sizeof(void (*)()),
               "a DeviceOps member is missing from PD_DEVICE_OPS_ENTRIES (core/op_times.cpp)");
 
 enum Entry : int {

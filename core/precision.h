@@ -25,4 +25,20 @@ inline float round_to_bf16(float x) {
   return r;
 }
 
+// The bfloat16 nearest to x (round_to_bf16) as its 16 bits: the upper half of the float's.
+inline uint16_t bf16_bits(float x) {
+  const float r = round_to_bf16(x);
+  uint32_t u;
+  std::memcpy(&u, &r, sizeof u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// The float a bfloat16's bits stand for (exact).
+inline float bf16_value(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
 }  // namespace pd

@@ -29,6 +29,7 @@ const char* st_dtype(DType t) {
     case DType::F32: return "F32";
     case DType::I32: return "I32";
     case DType::I64: return "I64";
+    case DType::BF16: return "BF16";
   }
   return "?";
 }
@@ -37,6 +38,7 @@ bool parse_dtype(const std::string& s, DType* out) {
   if (s == "F32") *out = DType::F32;
   else if (s == "I32") *out = DType::I32;
   else if (s == "I64") *out = DType::I64;
+  else if (s == "BF16") *out = DType::BF16;
   else return false;
   return true;
 }

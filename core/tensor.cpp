@@ -5,6 +5,7 @@
 
 #include "core/cpu/host_allocator.h"
 #include "core/error.h"
+#include "core/precision.h"
 
 namespace pd {
 
@@ -13,6 +14,7 @@ size_t dtype_size(DType t) {
     case DType::F32: return 4;
     case DType::I32: return 4;
     case DType::I64: return 8;
+    case DType::BF16: return 2;
   }
   return 0;
 }
@@ -22,6 +24,7 @@ const char* dtype_name(DType t) {
     case DType::F32: return "f32";
     case DType::I32: return "i32";
     case DType::I64: return "i64";
+    case DType::BF16: return "bf16";
   }
   return "?";
 }
@@ -205,6 +208,9 @@ void Tensor::fill(float v) {
   } else if (dtype_ == DType::I32) {
     int32_t* p = data<int32_t>();
     for (int64_t i = 0; i < n; ++i) p[i] = static_cast<int32_t>(v);
+  } else if (dtype_ == DType::BF16) {
+    uint16_t* p = bf16();
+    for (int64_t i = 0; i < n; ++i) p[i] = bf16_bits(v);
   } else {
     int64_t* p = data<int64_t>();
     for (int64_t i = 0; i < n; ++i) p[i] = static_cast<int64_t>(v);
@@ -227,6 +233,9 @@ std::vector<float> Tensor::to_floats() const {
   } else if (dtype_ == DType::I32) {
     const int32_t* p = h.data<int32_t>();
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(p[i]);
+  } else if (dtype_ == DType::BF16) {
+    const uint16_t* p = h.bf16();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_value(p[i]);
   } else {
     const int64_t* p = h.data<int64_t>();
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(p[i]);

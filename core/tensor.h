@@ -9,7 +9,9 @@
 
 namespace pd {
 
-enum class DType : uint8_t { F32, I32, I64 };
+// BF16: bfloat16 storage for --precision bf16's activations (uint16_t, the
+// upper half of the float's bits; core/precision.h bf16_bits/bf16_value).
+enum class DType : uint8_t { F32, I32, I64, BF16 };
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
@@ -81,6 +83,8 @@ class Tensor {
   template <class T> const T* data() const;
   float* f32() { return data<float>(); }
   const float* f32() const { return data<float>(); }
+  uint16_t* bf16() { return data<uint16_t>(); }
+  const uint16_t* bf16() const { return data<uint16_t>(); }
 
   // Same storage, new shape (numel must match).
   Tensor reshape(const Shape& s) const;
@@ -107,6 +111,7 @@ template <class T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::F32; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::I64; }
+template <> constexpr DType dtype_of<uint16_t>() { return DType::BF16; }
 
 // The CUDA backend registers cross-device copies (any pair of devices other
 // than cpu-cpu; copies to the host complete before returning) and device

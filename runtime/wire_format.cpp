@@ -11,20 +11,6 @@ namespace {
 
 constexpr int32_t kPackedBf16Marker = 0x42463136;  // "BF16"
 
-uint16_t upper_half(float x) {
-  const float r = round_to_bf16(x);  // exact for the bf16 values stages send
-  uint32_t u;
-  std::memcpy(&u, &r, sizeof u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float from_upper_half(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
-
 }  // namespace
 
 Tensor pack_for_wire(const Tensor& t, Precision p) {
@@ -43,8 +29,8 @@ Tensor pack_for_wire(const Tensor& t, Precision p) {
   const float* x = host.f32();
   uint32_t* payload = reinterpret_cast<uint32_t*>(w + head);
   for (int64_t i = 0; i + 1 < n; i += 2)
-    payload[i / 2] = static_cast<uint32_t>(upper_half(x[i])) | (static_cast<uint32_t>(upper_half(x[i + 1])) << 16);
-  if (n % 2) payload[n / 2] = upper_half(x[n - 1]);
+    payload[i / 2] = static_cast<uint32_t>(bf16_bits(x[i])) | (static_cast<uint32_t>(bf16_bits(x[i + 1])) << 16);
+  if (n % 2) payload[n / 2] = bf16_bits(x[n - 1]);
   return out;
 }
 
@@ -62,7 +48,7 @@ Tensor unpack_from_wire(const Tensor& t) {
   PD_CHECK(host.numel() == 2 + ndim + (n + 1) / 2, "malformed packed bf16 message");
   const uint32_t* payload = reinterpret_cast<const uint32_t*>(w + 2 + ndim);
   float* y = out.f32();
-  for (int64_t i = 0; i < n; ++i) y[i] = from_upper_half(static_cast<uint16_t>(payload[i / 2] >> (16 * (i % 2))));
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_value(static_cast<uint16_t>(payload[i / 2] >> (16 * (i % 2))));
   return out;
 }
 

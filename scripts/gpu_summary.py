@@ -160,10 +160,11 @@ def table(lines):
         print("\nDevice time per DeviceOps entry (`pipedream-bench core --op-times`, the 10 largest per run):\n")
         print("| workload | batch | precision | entry | calls per step | ms per step | share of entries' time |")
         print("|---|---|---|---|---|---|---|")
-        runs = sorted({(l["workload"], l["batch"], l["precision"]) for l in ops})
-        for run in runs:
-            mine = sorted((l for l in ops if (l["workload"], l["batch"], l["precision"]) == run),
-                          key=lambda l: -l["ms_per_step"])
+        def key(l):
+            storage = " (bf16 storage)" if l.get("bf16_storage") else ""
+            return (l["workload"], l["batch"], l["precision"] + storage)
+        for run in sorted({key(l) for l in ops}):
+            mine = sorted((l for l in ops if key(l) == run), key=lambda l: -l["ms_per_step"])
             for l in mine[:10]:
                 print(f"| {run[0]} | {run[1]} | {run[2]} | {l['op']} | {fmt(l['calls_per_step'], 1)} | "
                       f"{fmt(l['ms_per_step'], 3)} | {fmt(l['share_of_ops'], 3)} |")

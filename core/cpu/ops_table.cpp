@@ -247,6 +247,69 @@ void layernorm_backward_input_add(Precision p, int64_t rows, int64_t dim, const 
   if (dres) cpu::residual_add(dres, dx, dx, n);
 }
 
+// --- bf16 storage: the BF16 entries above between unpacking and packing, so the bits are theirs ---
+void pack_bf16(int64_t n, const float* x, uint16_t* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_bits(x[i]);
+}
+void unpack_bf16(int64_t n, const uint16_t* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_value(x[i]);
+}
+std::vector<float> unpacked(int64_t n, const uint16_t* x) {
+  std::vector<float> v(static_cast<size_t>(n));
+  unpack_bf16(n, x, v.data());
+  return v;
+}
+void linear_forward_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* x, const float* w, const float* b,
+                         float* y, uint16_t* y16) {
+  PD_CHECK((y == nullptr) != (y16 == nullptr), "linear_forward_bf16 writes y or y16");
+  std::vector<float> y32(y16 ? static_cast<size_t>(rows * out) : 0);
+  float* to = y ? y : y32.data();
+  cpu::linear_forward(unpacked(rows * in, x).data(), w, b, to, rows, in, out);
+  if (y) round_bf16(rows * out, y, y);
+  else pack_bf16(rows * out, to, y16);
+}
+void linear_gelu_forward_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* x, const float* w,
+                              const float* b, uint16_t* pre, uint16_t* y) {
+  const int64_t n = rows * out;
+  std::vector<float> pre32(static_cast<size_t>(n)), y32(static_cast<size_t>(n));
+  linear_gelu_forward(Precision::BF16, rows, in, out, unpacked(rows * in, x).data(), w, b, pre32.data(), y32.data());
+  pack_bf16(n, pre32.data(), pre);
+  pack_bf16(n, y32.data(), y);
+}
+void linear_backward_input_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* dy, const float* w,
+                                uint16_t* dx) {
+  std::vector<float> dx32(static_cast<size_t>(rows * in));
+  linear_backward_input(rows, in, out, unpacked(rows * out, dy).data(), w, dx32.data());
+  pack_bf16(rows * in, dx32.data(), dx);
+}
+void linear_backward_params_accum_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* x, const uint16_t* dy,
+                                       float* dw, float* db) {
+  linear_backward_params_accum(rows, in, out, unpacked(rows * in, x).data(), unpacked(rows * out, dy).data(), dw, db);
+}
+void gelu_backward_bf16(int64_t n, const uint16_t* pre, const uint16_t* dy, uint16_t* dx) {
+  std::vector<float> dx32(static_cast<size_t>(n));
+  gelu_backward_rounded(Precision::BF16, n, unpacked(n, pre).data(), unpacked(n, dy).data(), dx32.data());
+  pack_bf16(n, dx32.data(), dx);
+}
+void add_layernorm_forward_bf16(int64_t rows, int64_t dim, const float* a, const float* r, const float* gamma,
+                                const float* beta, float eps, float* s, uint16_t* y, float* save_mean,
+                                float* save_rstd) {
+  std::vector<float> y32(static_cast<size_t>(rows * dim));
+  add_layernorm_forward(Precision::BF16, rows, dim, a, r, gamma, beta, eps, s, y32.data(), save_mean, save_rstd);
+  pack_bf16(rows * dim, y32.data(), y);
+}
+void layernorm_backward_input_add_bf16(int64_t rows, int64_t dim, const float* x, const uint16_t* dy,
+                                       const float* gamma, const float* save_mean, const float* save_rstd,
+                                       const float* dres, float* dx) {
+  layernorm_backward_input_add(Precision::BF16, rows, dim, x, unpacked(rows * dim, dy).data(), gamma, save_mean,
+                               save_rstd, dres, dx);
+}
+void layernorm_backward_params_accum_bf16(int64_t rows, int64_t dim, const float* x, const uint16_t* dy,
+                                          const float* save_mean, const float* save_rstd, float* dgamma,
+                                          float* dbeta) {
+  layernorm_backward_params_accum(rows, dim, x, unpacked(rows * dim, dy).data(), save_mean, save_rstd, dgamma, dbeta);
+}
+
 // --- attention ---
 // set_precision: under BF16 the fused attention rounds its internal GEMM
 // operands (probabilities, dS); every other CPU entry is plain FP32.
@@ -371,6 +434,16 @@ DeviceOps make_table() {
   o.gelu_backward_rounded = &gelu_backward_rounded;
   o.add_layernorm_forward = &add_layernorm_forward;
   o.layernorm_backward_input_add = &layernorm_backward_input_add;
+  o.pack_bf16 = &pack_bf16;
+  o.unpack_bf16 = &unpack_bf16;
+  o.linear_forward_bf16 = &linear_forward_bf16;
+  o.linear_gelu_forward_bf16 = &linear_gelu_forward_bf16;
+  o.linear_backward_input_bf16 = &linear_backward_input_bf16;
+  o.linear_backward_params_accum_bf16 = &linear_backward_params_accum_bf16;
+  o.gelu_backward_bf16 = &gelu_backward_bf16;
+  o.add_layernorm_forward_bf16 = &add_layernorm_forward_bf16;
+  o.layernorm_backward_input_add_bf16 = &layernorm_backward_input_add_bf16;
+  o.layernorm_backward_params_accum_bf16 = &layernorm_backward_params_accum_bf16;
   return o;
 }
 

@@ -58,6 +58,10 @@ void device_fill(Tensor& t, float v) {
     case DType::F32: kernels::fill_f32(t.f32(), t.numel(), v, s); break;
     case DType::I32: kernels::fill_i32(t.data<int32_t>(), t.numel(), static_cast<int32_t>(v), s); break;
     case DType::I64: kernels::fill_i64(t.data<int64_t>(), t.numel(), static_cast<int64_t>(v), s); break;
+    case DType::BF16:  // activations' storage: only ever zeroed
+      PD_CHECK(v == 0.0f, "bf16 tensors on the GPU are filled with zeros only, not ", v);
+      CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), s));
+      break;
   }
 }
 

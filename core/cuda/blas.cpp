@@ -24,18 +24,21 @@ int64_t span(bool trans, int64_t rows, int64_t cols, int64_t ld) {
   return r == 0 || c == 0 ? 0 : (r - 1) * ld + c;
 }
 
-// A bf16 copy of n floats (exact under --precision bf16: the layers have
-// rounded every operand), kept alive until the GEMM is queued; the caching
-// allocator orders its reuse on the compute stream.
-struct Bf16Operand {
-  std::shared_ptr<Storage> s;
-  Bf16Operand(const float* x, int64_t n) : s(device_allocator().allocate(static_cast<size_t>(n > 0 ? n : 1) * 2)) {
-    kernels::pack_bf16(n, x, static_cast<uint16_t*>(s->data), context().compute);
-  }
-  const void* get() const { return s->data; }
-};
-
 }  // namespace
+
+Bf16Copy::Bf16Copy(const float* x, int64_t n)
+    : s_(device_allocator().allocate(static_cast<size_t>(n > 0 ? n : 1) * 2)) {
+  kernels::pack_bf16(n, x, static_cast<uint16_t*>(s_->data), context().compute);
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+               int64_t lda, const uint16_t* B, int64_t ldb, float beta, void* C, bool c_bf16, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  CUBLAS_CHECK(cublasGemmEx(context().cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            to_int(N, "N"), to_int(M, "M"), to_int(K, "K"), &alpha, B, CUDA_R_16BF, to_int(ldb, "ldb"),
+                            A, CUDA_R_16BF, to_int(lda, "lda"), &beta, C, c_bf16 ? CUDA_R_16BF : CUDA_R_32F,
+                            to_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
 // operands and M/N, keep the transposition flags.
@@ -44,7 +47,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   if (M == 0 || N == 0) return;
   Context& c = context();
   if (c.precision == Precision::BF16 && K > 0) {
-    Bf16Operand a(A, span(trans_a, M, K, lda)), b(B, span(trans_b, K, N, ldb));
+    Bf16Copy a(A, span(trans_a, M, K, lda)), b(B, span(trans_b, K, N, ldb));
     CUBLAS_CHECK(cublasGemmEx(c.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                               to_int(N, "N"), to_int(M, "M"), to_int(K, "K"), &alpha, b.get(), CUDA_R_16BF,
                               to_int(ldb, "ldb"), a.get(), CUDA_R_16BF, to_int(lda, "lda"), &beta, C, CUDA_R_32F,
@@ -62,7 +65,7 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
   if (M == 0 || N == 0 || batch == 0) return;
   Context& c = context();
   if (c.precision == Precision::BF16 && K > 0) {
-    Bf16Operand a(A, (batch - 1) * stride_a + span(trans_a, M, K, lda)),
+    Bf16Copy a(A, (batch - 1) * stride_a + span(trans_a, M, K, lda)),
         b(B, (batch - 1) * stride_b + span(trans_b, K, N, ldb));
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         c.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(N, "N"),

@@ -523,57 +523,69 @@ bool fused_attention_supported(int64_t batch, int64_t T, int64_t heads, int64_t 
   return plan_for(s, FusedPass::Forward, det)->plan && plan_for(s, FusedPass::Backward, det)->plan;
 }
 
-void fused_attention_forward(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
-                             float* att, float* stats) {
+void fused_attention_forward_bf16(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const uint16_t* qkv,
+                                  uint16_t* att, float* stats) {
   const AttentionShape s{batch, T, heads, head_dim};
   const std::shared_ptr<PlanEntry> p = require_plan(s, FusedPass::Forward, false);
-  const cudaStream_t st = context().compute;
-  const int64_t n_qkv = batch * T * 3 * heads * head_dim, n_att = batch * T * heads * head_dim;
-  Buffer qkv16(static_cast<size_t>(n_qkv) * 2), o16(static_cast<size_t>(n_att) * 2);
-  kernels::pack_bf16(n_qkv, qkv, qkv16.as<uint16_t>(), st);
-  uint16_t* base = qkv16.as<uint16_t>();
+  uint16_t* base = const_cast<uint16_t*>(qkv);  // cuDNN's variant pack takes void*; it only reads q, k, v
   float scale = softmax_scale(head_dim), neg_inf = mask_value();
   execute(*p, {{kQ, base + qkv_part_view(s, 0).offset},
               {kK, base + qkv_part_view(s, 1).offset},
               {kV, base + qkv_part_view(s, 2).offset},
-              {kO, o16.as<uint16_t>()},
+              {kO, att},
               {kStats, stats},
               {kScale, &scale},
               {kNegInf, &neg_inf}});
+}
+
+void fused_attention_backward_bf16(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const uint16_t* qkv,
+                                   const uint16_t* att, const float* stats, const uint16_t* datt, uint16_t* dqkv) {
+  const AttentionShape s{batch, T, heads, head_dim};
+  const bool det = context().deterministic;
+  const std::shared_ptr<PlanEntry> p = require_plan(s, FusedPass::Backward, det);
+  const cudaStream_t st = context().compute;
+  const int64_t n_att = batch * T * heads * head_dim, n_rows = batch * heads * T;
+  Buffer softmax_sum(static_cast<size_t>(n_rows) * sizeof(float));
+  Buffer dq_accum(det ? 0 : static_cast<size_t>(n_att) * sizeof(float));
+  // cuDNN >= 9.6 clears the accumulator itself; clearing it here costs one memset and holds for any version.
+  if (!det) CUDA_CHECK(cudaMemsetAsync(dq_accum.as<void>(), 0, static_cast<size_t>(n_att) * sizeof(float), st));
+  uint16_t* in = const_cast<uint16_t*>(qkv);  // read only, as att, datt and stats
+  float scale = softmax_scale(head_dim), neg_inf = mask_value(), one = 1.0f;
+  std::vector<std::pair<int64_t, void*>> bindings = {
+      {kQ, in + qkv_part_view(s, 0).offset},    {kK, in + qkv_part_view(s, 1).offset},
+      {kV, in + qkv_part_view(s, 2).offset},    {kO, const_cast<uint16_t*>(att)},
+      {kDO, const_cast<uint16_t*>(datt)},       {kStats, const_cast<float*>(stats)},
+      {kDQ, dqkv + qkv_part_view(s, 0).offset}, {kDK, dqkv + qkv_part_view(s, 1).offset},
+      {kDV, dqkv + qkv_part_view(s, 2).offset}, {kSoftmaxSum, softmax_sum.as<float>()},
+      {kScale, &scale},                         {kNegInf, &neg_inf},
+      {kOne, &one}};
+  if (!det) bindings.push_back({kDQAccum, dq_accum.as<float>()});
+  execute(*p, bindings);
+}
+
+// The FP32-storage entries: the bf16 ones between packing and unpacking.
+void fused_attention_forward(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
+                             float* att, float* stats) {
+  const cudaStream_t st = context().compute;
+  const int64_t n_qkv = batch * T * 3 * heads * head_dim, n_att = batch * T * heads * head_dim;
+  Buffer qkv16(static_cast<size_t>(n_qkv) * 2), o16(static_cast<size_t>(n_att) * 2);
+  kernels::pack_bf16(n_qkv, qkv, qkv16.as<uint16_t>(), st);
+  fused_attention_forward_bf16(batch, T, heads, head_dim, qkv16.as<uint16_t>(), o16.as<uint16_t>(), stats);
   kernels::unpack_bf16(n_att, o16.as<uint16_t>(), att, st);
 }
 
 void fused_attention_backward(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
                               const float* att, const float* stats, const float* datt, float* dqkv) {
-  const AttentionShape s{batch, T, heads, head_dim};
-  const bool det = context().deterministic;
-  const std::shared_ptr<PlanEntry> p = require_plan(s, FusedPass::Backward, det);
   const cudaStream_t st = context().compute;
   const int64_t n_qkv = batch * T * 3 * heads * head_dim, n_att = batch * T * heads * head_dim;
-  const int64_t n_rows = batch * heads * T;
   Buffer qkv16(static_cast<size_t>(n_qkv) * 2), dqkv16(static_cast<size_t>(n_qkv) * 2);
   Buffer o16(static_cast<size_t>(n_att) * 2), do16(static_cast<size_t>(n_att) * 2);
-  Buffer softmax_sum(static_cast<size_t>(n_rows) * sizeof(float));
-  Buffer dq_accum(det ? 0 : static_cast<size_t>(n_att) * sizeof(float));
   kernels::pack_bf16(n_qkv, qkv, qkv16.as<uint16_t>(), st);
   kernels::pack_bf16(n_att, att, o16.as<uint16_t>(), st);
   kernels::pack_bf16(n_att, datt, do16.as<uint16_t>(), st);
-  // cuDNN >= 9.6 clears the accumulator itself; clearing it here costs one memset and holds for any version.
-  if (!det) CUDA_CHECK(cudaMemsetAsync(dq_accum.as<void>(), 0, static_cast<size_t>(n_att) * sizeof(float), st));
-  uint16_t* in = qkv16.as<uint16_t>();
-  uint16_t* out = dqkv16.as<uint16_t>();
-  float scale = softmax_scale(head_dim), neg_inf = mask_value(), one = 1.0f;
-  std::vector<std::pair<int64_t, void*>> bindings = {
-      {kQ, in + qkv_part_view(s, 0).offset},   {kK, in + qkv_part_view(s, 1).offset},
-      {kV, in + qkv_part_view(s, 2).offset},   {kO, o16.as<uint16_t>()},
-      {kDO, do16.as<uint16_t>()},              {kStats, const_cast<float*>(stats)},
-      {kDQ, out + qkv_part_view(s, 0).offset}, {kDK, out + qkv_part_view(s, 1).offset},
-      {kDV, out + qkv_part_view(s, 2).offset}, {kSoftmaxSum, softmax_sum.as<float>()},
-      {kScale, &scale},                        {kNegInf, &neg_inf},
-      {kOne, &one}};
-  if (!det) bindings.push_back({kDQAccum, dq_accum.as<float>()});
-  execute(*p, bindings);
-  kernels::unpack_bf16(n_qkv, out, dqkv, st);
+  fused_attention_backward_bf16(batch, T, heads, head_dim, qkv16.as<uint16_t>(), o16.as<uint16_t>(), stats,
+                                do16.as<uint16_t>(), dqkv16.as<uint16_t>());
+  kernels::unpack_bf16(n_qkv, dqkv16.as<uint16_t>(), dqkv, st);
 }
 
 std::vector<std::string> fused_attention_graph_errors(int64_t batch, int64_t T, int64_t heads, int64_t head_dim) {

@@ -36,6 +36,11 @@ void fused_attention_forward(int64_t batch, int64_t T, int64_t heads, int64_t he
                              float* att, float* stats);
 void fused_attention_backward(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
                               const float* att, const float* stats, const float* datt, float* dqkv);
+// The same on bf16 storage (uint16_t): no packing around cuDNN's graphs.
+void fused_attention_forward_bf16(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const uint16_t* qkv,
+                                  uint16_t* att, float* stats);
+void fused_attention_backward_bf16(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const uint16_t* qkv,
+                                   const uint16_t* att, const float* stats, const uint16_t* datt, uint16_t* dqkv);
 
 // For tests and diagnostics: plans cached (built or refused), and a line
 // describing the cached plan of a shape (engine index, workspace bytes) or

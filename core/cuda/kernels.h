@@ -62,6 +62,29 @@ void layernorm_backward_input_add(int64_t rows, int64_t dim, const float* x, con
                                   const float* mean, const float* rstd, bool round, const float* dres, float* dx,
                                   cudaStream_t s);
 
+// bf16 storage (uint16_t: the float's upper half), the BF16 forms of the
+// kernels above (always rounding): pre = round(acc + bias), y =
+// round(gelu(pre)) as bf16; gelu's backward on bf16; the layer norm's y,
+// and its backward's dy, as bf16.
+void bias_gelu_forward_bf16(int64_t rows, int64_t cols, const float* acc, const float* bias, uint16_t* pre,
+                            uint16_t* y, cudaStream_t s);
+void gelu_backward_bf16(int64_t n, const uint16_t* pre, const uint16_t* dy, uint16_t* dx, cudaStream_t s);
+void add_layernorm_forward_bf16(int64_t rows, int64_t dim, const float* a, const float* r, const float* gamma,
+                                const float* beta, float eps, float* s_out, uint16_t* y, float* mean, float* rstd,
+                                cudaStream_t s);
+void layernorm_backward_input_add_bf16(int64_t rows, int64_t dim, const float* x, const uint16_t* dy,
+                                       const float* gamma, const float* mean, const float* rstd, const float* dres,
+                                       float* dx, cudaStream_t s);
+// y = round(y + bias[col]) in place (bias null: round only), and y16 = bf16
+// of acc + bias[col] (bias null: of acc), bf16.cu.
+void bias_round(int64_t rows, int64_t cols, const float* bias, float* y, cudaStream_t s);
+void bias_pack_bf16(int64_t rows, int64_t cols, const float* acc, const float* bias, uint16_t* y16, cudaStream_t s);
+// Column sums of bf16 rows, and layer norm's parameter gradients of a bf16 dy (column_sum.cu).
+void sum_rows_accum_bf16(int64_t rows, int64_t cols, const uint16_t* x, float* out, float* workspace,
+                         cudaStream_t s);
+void layernorm_param_grads_bf16(int64_t rows, int64_t dim, const float* x, const uint16_t* dy, const float* mean,
+                                const float* rstd, float* dgamma, float* dbeta, float* workspace, cudaStream_t s);
+
 // Per-row loss and correctness; bad_label set to 1 on a label out of range.
 void softmax_cross_entropy(int64_t rows, int64_t classes, const float* logits,
                            const int32_t* labels, float grad_scale, float* grad, float* row_loss,

@@ -289,6 +289,67 @@ void layernorm_backward_input_add(Precision p, int64_t rows, int64_t dim, const 
                                         cs());
 }
 
+// bf16 storage: GEMMs read the bf16 activations as they are (the weights
+// packed per call) and write FP32 only where a pass after them needs it.
+void pack_bf16(int64_t n, const float* x, uint16_t* y) { kernels::pack_bf16(n, x, y, cs()); }
+void unpack_bf16(int64_t n, const uint16_t* x, float* y) { kernels::unpack_bf16(n, x, y, cs()); }
+void linear_forward_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* x, const float* w, const float* b,
+                         float* y, uint16_t* y16) {
+  PD_CHECK((y == nullptr) != (y16 == nullptr), "linear_forward_bf16 writes y or y16");
+  if (rows * out == 0) return;
+  Bf16Copy w16(w, out * in);
+  if (y) {
+    gemm_bf16(false, true, rows, out, in, 1.0f, x, in, w16.get(), in, 0.0f, y, false, out);
+    kernels::bias_round(rows, out, b, y, cs());
+    return;
+  }
+  Scratch acc(static_cast<size_t>(rows * out) * sizeof(float));
+  gemm_bf16(false, true, rows, out, in, 1.0f, x, in, w16.get(), in, 0.0f, acc.as<float>(), false, out);
+  kernels::bias_pack_bf16(rows, out, acc.as<float>(), b, y16, cs());
+}
+void linear_gelu_forward_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* x, const float* w,
+                              const float* b, uint16_t* pre, uint16_t* y) {
+  if (rows * out == 0) return;
+  PD_CHECK(b != nullptr, "linear_gelu_forward_bf16 needs a bias");
+  Bf16Copy w16(w, out * in);
+  Scratch acc(static_cast<size_t>(rows * out) * sizeof(float));
+  gemm_bf16(false, true, rows, out, in, 1.0f, x, in, w16.get(), in, 0.0f, acc.as<float>(), false, out);
+  kernels::bias_gelu_forward_bf16(rows, out, acc.as<float>(), b, pre, y, cs());
+}
+void linear_backward_input_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* dy, const float* w,
+                                uint16_t* dx) {
+  if (rows * in == 0) return;
+  Bf16Copy w16(w, out * in);
+  gemm_bf16(false, false, rows, in, out, 1.0f, dy, out, w16.get(), in, 0.0f, dx, true, in);
+}
+void linear_backward_params_accum_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* x, const uint16_t* dy,
+                                       float* dw, float* db) {
+  gemm_bf16(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, false, in);
+  if (db) {
+    Scratch ws = column_workspace(rows, out, 1);
+    kernels::sum_rows_accum_bf16(rows, out, dy, db, ws.as<float>(), cs());
+  }
+}
+void gelu_backward_bf16(int64_t n, const uint16_t* pre, const uint16_t* dy, uint16_t* dx) {
+  kernels::gelu_backward_bf16(n, pre, dy, dx, cs());
+}
+void add_layernorm_forward_bf16(int64_t rows, int64_t dim, const float* a, const float* r, const float* gamma,
+                                const float* beta, float eps, float* s, uint16_t* y, float* save_mean,
+                                float* save_rstd) {
+  kernels::add_layernorm_forward_bf16(rows, dim, a, r, gamma, beta, eps, s, y, save_mean, save_rstd, cs());
+}
+void layernorm_backward_input_add_bf16(int64_t rows, int64_t dim, const float* x, const uint16_t* dy,
+                                       const float* gamma, const float* save_mean, const float* save_rstd,
+                                       const float* dres, float* dx) {
+  kernels::layernorm_backward_input_add_bf16(rows, dim, x, dy, gamma, save_mean, save_rstd, dres, dx, cs());
+}
+void layernorm_backward_params_accum_bf16(int64_t rows, int64_t dim, const float* x, const uint16_t* dy,
+                                          const float* save_mean, const float* save_rstd, float* dgamma,
+                                          float* dbeta) {
+  Scratch ws = column_workspace(rows, dim, 2);
+  kernels::layernorm_param_grads_bf16(rows, dim, x, dy, save_mean, save_rstd, dgamma, dbeta, ws.as<float>(), cs());
+}
+
 // cuDNN pooling reads x and y in backward; it keeps no argmax.
 void pool2d_forward_indexed(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y, int32_t*) {
   pool2d_forward(kind, g, x, y);
@@ -513,11 +574,24 @@ DeviceOps make_table() {
   o.gelu_backward_rounded = &gelu_backward_rounded;
   o.add_layernorm_forward = &add_layernorm_forward;
   o.layernorm_backward_input_add = &layernorm_backward_input_add;
+  o.bf16_storage_pays = true;
+  o.pack_bf16 = &pack_bf16;
+  o.unpack_bf16 = &unpack_bf16;
+  o.linear_forward_bf16 = &linear_forward_bf16;
+  o.linear_gelu_forward_bf16 = &linear_gelu_forward_bf16;
+  o.linear_backward_input_bf16 = &linear_backward_input_bf16;
+  o.linear_backward_params_accum_bf16 = &linear_backward_params_accum_bf16;
+  o.gelu_backward_bf16 = &gelu_backward_bf16;
+  o.add_layernorm_forward_bf16 = &add_layernorm_forward_bf16;
+  o.layernorm_backward_input_add_bf16 = &layernorm_backward_input_add_bf16;
+  o.layernorm_backward_params_accum_bf16 = &layernorm_backward_params_accum_bf16;
   o.attention_forward = &attention_forward;
   o.attention_backward = &attention_backward;
   o.fused_attention_supported = &fused_attention_supported;
   o.fused_attention_forward = &fused_attention_forward;
   o.fused_attention_backward = &fused_attention_backward;
+  o.fused_attention_forward_bf16 = &fused_attention_forward_bf16;
+  o.fused_attention_backward_bf16 = &fused_attention_backward_bf16;
   o.softmax_cross_entropy = &softmax_cross_entropy;
   o.causal_softmax_forward = &causal_softmax_forward;
   o.causal_softmax_backward = &causal_softmax_backward;

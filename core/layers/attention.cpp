@@ -56,6 +56,7 @@ class CausalSelfAttention : public SplitBackwardLayer {
   // their row statistics [B, H, T]) and the pre-projection output att [B, T, D].
   Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const override {
     check_input(x);
+    if (x.dtype() == DType::BF16) return forward_bf16(a, x, ctx);
     const int64_t B = x.dim(0), T = x.dim(1), rows = B * T, hd = dim_ / heads_;
     const Device dev = x.device();
     const DeviceOps& ops = device_ops(dev);
@@ -83,6 +84,7 @@ class CausalSelfAttention : public SplitBackwardLayer {
   // ctx.saved becomes {x, att, dy, dqkv}.
   Tensor backward_input(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override {
     PD_CHECK(ctx.saved.size() == 4, describe(), ": backward without forward");
+    if (ctx.saved[1].dtype() == DType::BF16) return backward_input_bf16(a, dy, ctx);
     const Tensor x = ctx.saved[0], qkv = ctx.saved[1], probs = ctx.saved[2], att = ctx.saved[3];
     const int64_t B = x.dim(0), T = x.dim(1), rows = B * T;
     const Device dev = x.device();
@@ -109,7 +111,12 @@ class CausalSelfAttention : public SplitBackwardLayer {
     const Tensor& x = ctx.saved[0];
     const int64_t rows = x.dim(0) * x.dim(1);
     const DeviceOps& ops = device_ops(x.device());
-    if (rows > 0) {
+    if (rows > 0 && x.dtype() == DType::BF16) {
+      ops.linear_backward_params_accum_bf16(rows, dim_, dim_, ctx.saved[1].bf16(), ctx.saved[2].bf16(),
+                                            a.grads[2].f32(), a.grads[3].f32());
+      ops.linear_backward_params_accum_bf16(rows, dim_, 3 * dim_, x.bf16(), ctx.saved[3].bf16(), a.grads[0].f32(),
+                                            a.grads[1].f32());
+    } else if (rows > 0) {
       ops.linear_backward_params_accum(rows, dim_, dim_, ctx.saved[1].f32(), ctx.saved[2].f32(), a.grads[2].f32(),
                                        a.grads[3].f32());
       ops.linear_backward_params_accum(rows, dim_, 3 * dim_, x.f32(), ctx.saved[3].f32(), a.grads[0].f32(),
@@ -119,6 +126,69 @@ class CausalSelfAttention : public SplitBackwardLayer {
   }
 
  private:
+  // On bf16 storage (x bf16: a transformer block under bf16 storage hands
+  // ln1's output so): qkv, att, dy, datt, dqkv and dx are bf16 tensors
+  // with the values forward/backward_input above hold, y FP32 holding bf16
+  // values. Without fused attention the FP32 core runs between unpacking
+  // and packing. Saves {x, qkv, probs or stats, att}, then {x, att, dy, dqkv}.
+  Tensor forward_bf16(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const {
+    const int64_t B = x.dim(0), T = x.dim(1), rows = B * T, hd = dim_ / heads_;
+    const Device dev = x.device();
+    const DeviceOps& ops = device_ops(dev);
+    const bool fused = use_fused_attention(ops, a.step.precision, B, T, heads_, hd) &&
+                       ops.fused_attention_forward_bf16 && ops.fused_attention_backward_bf16;
+    Tensor qkv = Tensor::empty({B, T, 3 * dim_}, DType::BF16, dev);
+    Tensor probs = fused ? Tensor::empty({B, heads_, T}, DType::F32, dev)
+                         : Tensor::empty({B, heads_, T, T}, DType::F32, dev);
+    Tensor att = Tensor::empty({B, T, dim_}, DType::BF16, dev);
+    Tensor y = Tensor::empty({B, T, dim_}, DType::F32, dev);
+    if (rows > 0) {
+      ops.linear_forward_bf16(rows, dim_, 3 * dim_, x.bf16(), a.params[0].f32(), a.params[1].f32(), nullptr,
+                              qkv.bf16());
+      if (fused) {
+        ops.fused_attention_forward_bf16(B, T, heads_, hd, qkv.bf16(), att.bf16(), probs.f32());
+      } else {
+        Tensor att32 = Tensor::empty({B, T, dim_}, DType::F32, dev);
+        ops.attention_forward(B, T, heads_, hd, unpacked(qkv).f32(), probs.f32(), att32.f32());
+        ops.pack_bf16(att32.numel(), att32.f32(), att.bf16());
+      }
+      ops.linear_forward_bf16(rows, dim_, dim_, att.bf16(), a.params[2].f32(), a.params[3].f32(), y.f32(), nullptr);
+    }
+    ctx.saved = {x, qkv, probs, att};
+    return y;
+  }
+  // dy: FP32 holding bf16 values (the block rounds what it hands back).
+  Tensor backward_input_bf16(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const {
+    const Tensor x = ctx.saved[0], qkv = ctx.saved[1], probs = ctx.saved[2], att = ctx.saved[3];
+    const int64_t B = x.dim(0), T = x.dim(1), rows = B * T, hd = dim_ / heads_;
+    const Device dev = x.device();
+    const DeviceOps& ops = device_ops(dev);
+    const Tensor dy16 = packed_bf16(dy);
+    Tensor datt = Tensor::empty({B, T, dim_}, DType::BF16, dev);
+    Tensor dqkv = Tensor::empty({B, T, 3 * dim_}, DType::BF16, dev);
+    Tensor dx = a.need_input_grad ? Tensor::empty(x.shape(), DType::BF16, dev) : Tensor();
+    if (rows > 0) {
+      ops.linear_backward_input_bf16(rows, dim_, dim_, dy16.bf16(), a.params[2].f32(), datt.bf16());
+      if (saved_fused_stats(probs)) {
+        ops.fused_attention_backward_bf16(B, T, heads_, hd, qkv.bf16(), att.bf16(), probs.f32(), datt.bf16(),
+                                          dqkv.bf16());
+      } else {
+        Tensor dqkv32 = Tensor::empty({B, T, 3 * dim_}, DType::F32, dev);
+        ops.attention_backward(B, T, heads_, hd, unpacked(qkv).f32(), probs.f32(), unpacked(datt).f32(),
+                               dqkv32.f32());
+        ops.pack_bf16(dqkv32.numel(), dqkv32.f32(), dqkv.bf16());
+      }
+      if (dx.defined()) ops.linear_backward_input_bf16(rows, dim_, 3 * dim_, dqkv.bf16(), a.params[0].f32(), dx.bf16());
+    }
+    ctx.saved = {x, att, dy16, dqkv};
+    return dx;
+  }
+  static Tensor unpacked(const Tensor& t16) {
+    Tensor t = Tensor::empty(t16.shape(), DType::F32, t16.device());
+    device_ops(t16.device()).unpack_bf16(t16.numel(), t16.bf16(), t.f32());
+    return t;
+  }
+
   void check_input(const Tensor& x) const {
     PD_CHECK(x.ndim() == 3 && x.dim(2) == dim_, describe(), " expects [batch, T, ", dim_, "], got ",
              shape_str(x.shape()));

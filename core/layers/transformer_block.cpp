@@ -83,6 +83,16 @@ class TransformerBlock : public SplitBackwardLayer {
       return out;
     };
     Tensor x1 = Tensor::empty(x.shape(), DType::F32, x.device());
+    if (keeps_bf16(device_ops(x.device()), a.step.precision)) {
+      // Attention's output comes back rounded already: no run() around it.
+      Tensor h1 = add_layernorm_bf16(a, kLn1, x, Tensor(), nullptr, ctx.children[kLn1]);
+      const Slot& at = slots_[kAttn];
+      Tensor o = at.layer->forward({a.params.subspan(at.first_param, at.num_params), {}, a.step}, h1,
+                                   ctx.children[kAttn]);
+      Tensor h2 = add_layernorm_bf16(a, kLn2, x, run(kDrop1, o), &x1, ctx.children[kLn2]);
+      Tensor g = linear_gelu_bf16(a, h2, ctx.children[kFc1]);
+      return add(x1, run(kDrop2, fc2_forward_bf16(a, g, ctx.children[kFc2])));
+    }
     Tensor h1 = add_layernorm(a, kLn1, x, Tensor(), nullptr, ctx.children[kLn1]);
     Tensor h2 = add_layernorm(a, kLn2, x, run(kDrop1, run(kAttn, h1)), &x1, ctx.children[kLn2]);
     Tensor m = run(kDrop2, run(kFc2, linear_gelu(a, h2, ctx.children[kFc1])));
@@ -96,6 +106,13 @@ class TransformerBlock : public SplitBackwardLayer {
       round_in_place_if_bf16(a.step.precision, dx);  // bf16: every part's input gradient
       return dx;
     };
+    if (saved_bf16(ctx.children[kFc1], 0)) {  // bf16 storage; attention's input gradient is bf16 too
+      Tensor dg = fc2_backward_input_bf16(a, packed_bf16(back(kDrop2, dy)), ctx.children[kFc2]);
+      Tensor dh2 = linear_gelu_backward_input_bf16(a, dg, ctx.children[kFc1]);
+      Tensor dx1 = layernorm_backward_input_add_bf16(a, kLn2, dh2, dy, true, ctx.children[kLn2]);
+      return layernorm_backward_input_add_bf16(a, kLn1, back(kAttn, back(kDrop1, dx1)), dx1, a.need_input_grad,
+                                               ctx.children[kLn1]);
+    }
     Tensor dh2 = linear_gelu_backward_input(a, back(kFc2, back(kDrop2, dy)), ctx.children[kFc1]);
     Tensor dx1 = layernorm_backward_input_add(a, kLn2, dh2, dy, true, ctx.children[kLn2]);
     return layernorm_backward_input_add(a, kLn1, back(kAttn, back(kDrop1, dx1)), dx1, a.need_input_grad,
@@ -106,7 +123,11 @@ class TransformerBlock : public SplitBackwardLayer {
     for (size_t p = kParts; p-- > 0;) {
       const Part part = static_cast<Part>(p);
       if (part == kGelu) continue;  // no parameters; run with fc1
-      if (part == kFc1)
+      if ((part == kFc1 || part == kFc2) && saved_bf16(ctx.children[p], 0))
+        linear_backward_weights_bf16(a, part, ctx.children[p]);
+      else if ((part == kLn1 || part == kLn2) && saved_bf16(ctx.children[p], 3))
+        layernorm_backward_weights_bf16(a, part, ctx.children[p]);
+      else if (part == kFc1)
         linear_gelu_backward_weights(a, ctx.children[p]);
       else if (part == kLn1 || part == kLn2)
         layernorm_backward_weights(a, part, ctx.children[p]);
@@ -191,6 +212,115 @@ class TransformerBlock : public SplitBackwardLayer {
     if (rows > 0)
       device_ops(x.device()).linear_backward_params_accum(rows, dim_, 4 * dim_, x.f32(), ctx.saved[2].f32(),
                                                           a.grads[k].f32(), a.grads[k + 1].f32());
+  }
+
+  // --- bf16 storage (DeviceOps *_bf16): ln1's and ln2's outputs,
+  // attention's insides (attention.cpp), fc1's pre-activation and GELU's
+  // output, and their gradients, are DType::BF16 tensors with the values the
+  // FP32-storage path above holds; the residual stream stays FP32. ---
+  static bool keeps_bf16(const DeviceOps& o, Precision p) {
+    return p == Precision::BF16 && uses_bf16_storage(o) && o.pack_bf16 && o.unpack_bf16 &&
+           o.add_layernorm_forward_bf16 && o.linear_gelu_forward_bf16 && o.linear_forward_bf16 &&
+           o.linear_backward_input_bf16 && o.linear_backward_params_accum_bf16 && o.gelu_backward_bf16 &&
+           o.layernorm_backward_input_add_bf16 && o.layernorm_backward_params_accum_bf16;
+  }
+  static bool saved_bf16(const LayerContext& c, size_t i) {
+    return c.saved.size() > i && c.saved[i].dtype() == DType::BF16;
+  }
+  int64_t rows_of(const Tensor& t) const { return t.numel() / t.shape().back(); }
+  Shape with_last(const Tensor& t, int64_t last) const {
+    Shape s = t.shape();
+    s.back() = last;
+    return s;
+  }
+  // add_layernorm with its output in bf16.
+  Tensor add_layernorm_bf16(const ForwardArgs& a, Part ln, const Tensor& x, const Tensor& r, Tensor* s,
+                            LayerContext& ctx) const {
+    const Device dev = x.device();
+    const int64_t rows = rows_over_last_dim(x, dim_, "transformer block");
+    const Tensor* gb = a.params.data() + slots_[ln].first_param;
+    Tensor y = Tensor::empty(x.shape(), DType::BF16, dev);
+    Tensor mean = Tensor::empty({rows}, DType::F32, dev), rstd = Tensor::empty({rows}, DType::F32, dev);
+    device_ops(dev).add_layernorm_forward_bf16(rows, dim_, x.f32(), r.defined() ? r.f32() : nullptr, gb[0].f32(),
+                                               gb[1].f32(), kLayerNormEps, r.defined() ? s->f32() : nullptr,
+                                               y.bf16(), mean.f32(), rstd.f32());
+    ctx.saved = {r.defined() ? *s : x, mean, rstd};
+    return y;
+  }
+  // gelu(fc1(x)) of a bf16 x into bf16; ctx.saved = {x, pre}, then dpre.
+  Tensor linear_gelu_bf16(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const {
+    const size_t k = slots_[kFc1].first_param;
+    Tensor pre = Tensor::empty(with_last(x, 4 * dim_), DType::BF16, x.device());
+    Tensor y = Tensor::empty(pre.shape(), DType::BF16, x.device());
+    device_ops(x.device()).linear_gelu_forward_bf16(rows_of(x), dim_, 4 * dim_, x.bf16(), a.params[k].f32(),
+                                                    a.params[k + 1].f32(), pre.bf16(), y.bf16());
+    ctx.saved = {x, pre};
+    return y;
+  }
+  // fc2 of a bf16 x, FP32 output rounded to bf16 values; ctx.saved = {x}, then dy (bf16).
+  Tensor fc2_forward_bf16(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const {
+    const size_t k = slots_[kFc2].first_param;
+    Tensor y = Tensor::empty(with_last(x, dim_), DType::F32, x.device());
+    device_ops(x.device()).linear_forward_bf16(rows_of(x), 4 * dim_, dim_, x.bf16(), a.params[k].f32(),
+                                               a.params[k + 1].f32(), y.f32(), nullptr);
+    ctx.saved = {x};
+    return y;
+  }
+  Tensor fc2_backward_input_bf16(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const {
+    PD_CHECK(ctx.saved.size() == 1, describe(), ": backward without forward");
+    const Tensor& x = ctx.saved[0];
+    Tensor dx = Tensor::empty(x.shape(), DType::BF16, x.device());
+    device_ops(x.device()).linear_backward_input_bf16(rows_of(x), 4 * dim_, dim_, dy.bf16(),
+                                                      a.params[slots_[kFc2].first_param].f32(), dx.bf16());
+    ctx.saved.push_back(dy);
+    return dx;
+  }
+  // dx of fc1 (bf16) from dy of GELU (bf16); appends dpre to ctx.saved.
+  Tensor linear_gelu_backward_input_bf16(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const {
+    PD_CHECK(ctx.saved.size() == 2, describe(), ": backward without forward");
+    const Tensor& x = ctx.saved[0];
+    const Tensor& pre = ctx.saved[1];
+    const DeviceOps& o = device_ops(x.device());
+    Tensor dpre = Tensor::empty(pre.shape(), DType::BF16, x.device());
+    Tensor dx = Tensor::empty(x.shape(), DType::BF16, x.device());
+    o.gelu_backward_bf16(pre.numel(), pre.bf16(), dy.bf16(), dpre.bf16());
+    o.linear_backward_input_bf16(rows_of(x), dim_, 4 * dim_, dpre.bf16(), a.params[slots_[kFc1].first_param].f32(),
+                                 dx.bf16());
+    ctx.saved.push_back(dpre);
+    return dx;
+  }
+  // layernorm_backward_input_add of a bf16 dy.
+  Tensor layernorm_backward_input_add_bf16(const BackwardArgs& a, Part ln, const Tensor& dy, const Tensor& dres,
+                                           bool need_input_grad, LayerContext& ctx) const {
+    PD_CHECK(ctx.saved.size() == 3, describe(), ": backward without forward");
+    const Tensor& x = ctx.saved[0];
+    Tensor dx;
+    if (need_input_grad) {
+      dx = Tensor::empty(x.shape(), DType::F32, x.device());
+      device_ops(x.device()).layernorm_backward_input_add_bf16(
+          rows_of(x), dim_, x.f32(), dy.bf16(), a.params[slots_[ln].first_param].f32(), ctx.saved[1].f32(),
+          ctx.saved[2].f32(), dres.f32(), dx.f32());
+    }
+    ctx.saved.push_back(dy);
+    return dx;
+  }
+  // fc1 or fc2: ctx.saved = {x, ..., dy} with x and dy bf16 (fc1 keeps pre between them).
+  void linear_backward_weights_bf16(const BackwardArgs& a, Part part, LayerContext& ctx) const {
+    const size_t expected = part == kFc1 ? 3 : 2;
+    PD_CHECK(ctx.saved.size() == expected, describe(), ": weight backward without its input backward");
+    const Tensor& x = ctx.saved[0];
+    const Tensor& dy = ctx.saved.back();
+    const size_t k = slots_[part].first_param;
+    const int64_t in = part == kFc1 ? dim_ : 4 * dim_, out = part == kFc1 ? 4 * dim_ : dim_;
+    device_ops(x.device()).linear_backward_params_accum_bf16(rows_of(x), in, out, x.bf16(), dy.bf16(),
+                                                             a.grads[k].f32(), a.grads[k + 1].f32());
+  }
+  void layernorm_backward_weights_bf16(const BackwardArgs& a, Part ln, LayerContext& ctx) const {
+    const Tensor& x = ctx.saved[0];
+    const size_t k = slots_[ln].first_param;
+    device_ops(x.device()).layernorm_backward_params_accum_bf16(rows_of(x), dim_, x.f32(), ctx.saved[3].bf16(),
+                                                                ctx.saved[1].f32(), ctx.saved[2].f32(),
+                                                                a.grads[k].f32(), a.grads[k + 1].f32());
   }
 
   BackwardArgs part_args(const BackwardArgs& a, Part p, bool need_input_grad) const {
