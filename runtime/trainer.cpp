@@ -102,7 +102,6 @@ int64_t planned_steps(const TrainOptions& o, int64_t train_size) {
   if (o.gradient_delay < 0) throw UserError(cat("--gradient-delay must be >= 0, got ", o.gradient_delay));
   if (o.microbatches < 1 || o.batch % o.microbatches != 0)
     throw UserError(cat("--microbatches must be >= 1 and divide --batch ", o.batch, ", got ", o.microbatches));
-  if (o.microbatches > 1 && !o.device.is_cpu()) throw UserError("--microbatches runs on the CPU only (for now)");
   const int64_t per_epoch = train_size / o.batch;
   if (per_epoch == 0)
     throw UserError(cat("--batch ", o.batch, " is larger than the training set (", train_size, " samples)"));

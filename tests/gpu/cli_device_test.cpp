@@ -4,12 +4,14 @@
 // missing; where a GPU is visible, the same commands run on it.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "../integration/run_job.h"
+#include "core/safetensors.h"
 
 #if defined(PIPEDREAM_HAVE_CUDA)
 #include "core/cuda/backend.h"
@@ -94,6 +96,30 @@ TEST(CliDevice, CommandsRunOnTheGpu) {
   for (const Command& c : device_commands()) {
     const testing::JobResult r = run(c.line);
     EXPECT_EQ(r.exit_code, 0) << c.line << "\n" << r.output;
+  }
+}
+
+// Gradient accumulation on the GPU: `train --microbatches 2` on cuda ends at
+// the CPU's weights within FP32 tolerance (cuDNN and cuBLAS sum in another
+// order; atol 1e-4, rtol 1e-3 as the layer tests).
+TEST(CliDevice, TrainWithMicrobatchesOnTheGpuEndsAtTheCpusWeights) {
+  if (visible_gpus() == 0) GTEST_SKIP() << "no GPU visible (cudaGetDeviceCount reports none)";
+  const std::string d = scratch();
+  for (const std::string dev : {"cpu", "cuda"}) {
+    const testing::JobResult r = run(bin("pipedream") + "train --model cnn --data synthetic --minibatches 3 --batch 16 "
+                                     "--microbatches 2 --no-eval --device " + dev + " --save " + d + "/mb_" + dev +
+                                     ".safetensors");
+    ASSERT_EQ(r.exit_code, 0) << dev << "\n" << r.output;
+  }
+  const NamedTensors cpu = load_safetensors(d + "/mb_cpu.safetensors"), gpu = load_safetensors(d + "/mb_cuda.safetensors");
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    ASSERT_EQ(cpu[i].first, gpu[i].first);
+    const std::vector<float> a = cpu[i].second.to_floats(), b = gpu[i].second.to_floats();
+    ASSERT_EQ(a.size(), b.size());
+    int bad = 0;
+    for (size_t k = 0; k < a.size(); ++k) bad += !(std::fabs(a[k] - b[k]) <= 1e-4 + 1e-3 * std::fabs(a[k]));
+    EXPECT_EQ(bad, 0) << cpu[i].first;
   }
 }
 
