@@ -160,7 +160,7 @@ std::vector<nlohmann::json> run_workload(const Model& m, const CoreWorkload& w, 
   auto one_step = [&](int s) {
     grads.zero_params();
     StepInfo step{.training = true, .seed = o.seed, .layer_index = 0, .minibatch_id = static_cast<uint64_t>(s),
-                  .precision = o.precision};
+                  .precision = o.precision, .output_to_loss = true};
     RangeContext ctx;
     const Tensor logits = forward_layers(m, weights, 0, last, b.inputs, step, ctx);
     const LossResult r = softmax_cross_entropy(logits, b.labels, true);

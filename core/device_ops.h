@@ -430,9 +430,10 @@ struct DeviceOps {
   // linear_gelu_forward under BF16 of a bf16 x into bf16 pre and y.
   void (*linear_gelu_forward_bf16)(int64_t rows, int64_t in, int64_t out, const uint16_t* x, const float* w,
                                    const float* b, uint16_t* pre, uint16_t* y) = nullptr;
-  // dx = bf16 of linear_backward_input(dy, w).
+  // linear_backward_input(dy, w) rounded to bf16, into dx (FP32 storage) or
+  // dx16 (bf16): exactly one of them is not null.
   void (*linear_backward_input_bf16)(int64_t rows, int64_t in, int64_t out, const uint16_t* dy, const float* w,
-                                     uint16_t* dx) = nullptr;
+                                     float* dx, uint16_t* dx16) = nullptr;
   // linear_backward_params_accum of bf16 x and dy (dw, db FP32; db may be null).
   void (*linear_backward_params_accum_bf16)(int64_t rows, int64_t in, int64_t out, const uint16_t* x,
                                             const uint16_t* dy, float* dw, float* db) = nullptr;
@@ -450,6 +451,10 @@ struct DeviceOps {
   void (*layernorm_backward_params_accum_bf16)(int64_t rows, int64_t dim, const float* x, const uint16_t* dy,
                                                const float* save_mean, const float* save_rstd, float* dgamma,
                                                float* dbeta) = nullptr;
+  // softmax_cross_entropy of bf16 logits, grad (may be null, may alias
+  // logits) bf16 rounded from the FP32 gradient.
+  void (*softmax_cross_entropy_bf16)(int64_t rows, int64_t classes, const uint16_t* logits, const int32_t* labels,
+                                     float grad_scale, uint16_t* grad, double* loss_sum, int64_t* correct) = nullptr;
   // fused_attention_forward/backward with qkv, att, datt and dqkv bf16
   // (stats FP32); null where fused_attention_* are (the CPU).
   void (*fused_attention_forward_bf16)(int64_t batch, int64_t T, int64_t heads, int64_t head_dim,

@@ -41,6 +41,12 @@ struct StepInfo {
   uint32_t layer_index = 0;    // top-level index in the model
   uint64_t minibatch_id = 0;
   Precision precision = Precision::FP32;  // --precision (core/precision.h)
+  // The caller hands this layer's output straight to softmax_cross_entropy
+  // (the model's last layer, when a range runner computes the loss), which
+  // reads bf16 logits: under bf16 storage (core/bf16_rounding.h) a layer
+  // may then return its output as a bf16 tensor. forward_layers passes it
+  // to the range's last layer only.
+  bool output_to_loss = false;
 };
 
 struct ForwardArgs {

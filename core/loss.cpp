@@ -9,6 +9,9 @@ namespace pd {
 // label is the user's data: UserError) and copied to the logits' device
 // when that is elsewhere; labels already on the device are checked by the
 // kernel (RuntimeFailure). The backend sums the rows' losses in row order.
+// bf16 logits (a last layer under bf16 storage, core/layer.h
+// StepInfo::output_to_loss) give a bf16 gradient: the FP32 one rounded, as
+// the range runner would round it.
 LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels, bool want_grad) {
   PD_CHECK(logits.ndim() >= 1, "softmax_cross_entropy: logits are a scalar");
   const int64_t C = logits.dim(-1);
@@ -27,12 +30,18 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels, boo
   if (labels.device() != dev) t = labels.to(dev);
   LossResult out;
   out.count = rows;
-  if (want_grad) out.grad = Tensor::empty(logits.shape(), DType::F32, dev);
+  const bool bf16 = logits.dtype() == DType::BF16;  // bf16 storage: so is the gradient
+  if (want_grad) out.grad = Tensor::empty(logits.shape(), bf16 ? DType::BF16 : DType::F32, dev);
   if (rows == 0) return out;
   const float inv_rows = 1.0f / static_cast<float>(rows);
   double total = 0;
-  device_ops(dev).softmax_cross_entropy(rows, C, logits.f32(), t.data<int32_t>(), inv_rows,
-                                        want_grad ? out.grad.f32() : nullptr, &total, &out.correct);
+  const DeviceOps& ops = device_ops(dev);
+  if (bf16)
+    ops.softmax_cross_entropy_bf16(rows, C, logits.bf16(), t.data<int32_t>(), inv_rows,
+                                   want_grad ? out.grad.bf16() : nullptr, &total, &out.correct);
+  else
+    ops.softmax_cross_entropy(rows, C, logits.f32(), t.data<int32_t>(), inv_rows,
+                              want_grad ? out.grad.f32() : nullptr, &total, &out.correct);
   out.loss = static_cast<float>(total / static_cast<double>(rows));
   return out;
 }

@@ -25,6 +25,7 @@ Tensor forward_layers(const Model& m, const ParameterStore& w, int first, int la
   for (int i = first; i <= last; ++i) {
     ForwardArgs a{operand_params(p, w.params(i), rounded), w.buffers(i), step};
     a.step.layer_index = static_cast<uint32_t>(i);
+    a.step.output_to_loss = step.output_to_loss && i == last;
     LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
     h = m.layer(i).forward(a, h, c);
     round_in_place_if_bf16(p, h);

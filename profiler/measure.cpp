@@ -135,6 +135,7 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
     if (facts) meter.emplace(allocator);
     ForwardArgs a{operand_params(precision, w.params(i), rounded), w.buffers(i), step};
     a.step.layer_index = static_cast<uint32_t>(i);
+    a.step.output_to_loss = i == n - 1;  // as forward_layers does for the trainer
     h = m.layer(i).forward(a, h, ctx[static_cast<size_t>(i)]);
     round_in_place_if_bf16(precision, h);
     Clock::time_point end = now_synced();
@@ -181,7 +182,9 @@ double timed_whole_step(const Model& m, const ParameterStore& w, ParameterStore&
   Clock::time_point start = now_synced();
   {
     RangeContext ctx;
-    Tensor logits = forward_layers(m, w, 0, last, b.inputs, step, ctx);
+    StepInfo to_loss = step;
+    to_loss.output_to_loss = true;
+    Tensor logits = forward_layers(m, w, 0, last, b.inputs, to_loss, ctx);
     Tensor g = softmax_cross_entropy(logits, b.labels, true).grad;
     logits = Tensor{};
     backward_layers(m, w, grads, 0, last, g, step, ctx, false);

@@ -283,7 +283,8 @@ void StageExecutor::forward(const Action& a) {
   }
   const ParameterStore& w = versions_.get(a.weight_version);
   const bool flush = is_flush(schedule_.options().kind);
-  const StepInfo info = training_step(a);
+  StepInfo info = training_step(a);
+  info.output_to_loss = last_stage_;
   Tensor y = forward_layers(*training_.model, w, state_.first_layer, state_.last_layer, x, info, p.ctx);
   pack_stash(p.ctx);
   p.version = a.weight_version;

@@ -24,7 +24,9 @@ StepLoss compute_gradients(const Model& m, const ParameterStore& w, ParameterSto
                            const StepInfo& step) {
   RangeContext ctx;
   const int last = m.size() - 1;
-  Tensor logits = forward_layers(m, w, 0, last, b.inputs, step, ctx);
+  StepInfo to_loss = step;
+  to_loss.output_to_loss = true;
+  Tensor logits = forward_layers(m, w, 0, last, b.inputs, to_loss, ctx);
   LossResult r = softmax_cross_entropy(logits, b.labels, true);
   require_finite_loss(r.loss, static_cast<int64_t>(step.minibatch_id));
   backward_layers(m, w, grads, 0, last, r.grad, step, ctx, false);

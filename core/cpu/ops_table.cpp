@@ -276,11 +276,14 @@ void linear_gelu_forward_bf16(int64_t rows, int64_t in, int64_t out, const uint1
   pack_bf16(n, pre32.data(), pre);
   pack_bf16(n, y32.data(), y);
 }
-void linear_backward_input_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* dy, const float* w,
-                                uint16_t* dx) {
-  std::vector<float> dx32(static_cast<size_t>(rows * in));
-  linear_backward_input(rows, in, out, unpacked(rows * out, dy).data(), w, dx32.data());
-  pack_bf16(rows * in, dx32.data(), dx);
+void linear_backward_input_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* dy, const float* w, float* dx,
+                                uint16_t* dx16) {
+  PD_CHECK((dx == nullptr) != (dx16 == nullptr), "linear_backward_input_bf16 writes dx or dx16");
+  std::vector<float> dx32(dx16 ? static_cast<size_t>(rows * in) : 0);
+  float* to = dx ? dx : dx32.data();
+  linear_backward_input(rows, in, out, unpacked(rows * out, dy).data(), w, to);
+  if (dx) round_bf16(rows * in, dx, dx);
+  else pack_bf16(rows * in, to, dx16);
 }
 void linear_backward_params_accum_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* x, const uint16_t* dy,
                                        float* dw, float* db) {
@@ -308,6 +311,15 @@ void layernorm_backward_params_accum_bf16(int64_t rows, int64_t dim, const float
                                           const float* save_mean, const float* save_rstd, float* dgamma,
                                           float* dbeta) {
   layernorm_backward_params_accum(rows, dim, x, unpacked(rows * dim, dy).data(), save_mean, save_rstd, dgamma, dbeta);
+}
+
+void softmax_cross_entropy_bf16(int64_t rows, int64_t classes, const uint16_t* logits, const int32_t* labels,
+                                float grad_scale, uint16_t* grad, double* loss_sum, int64_t* correct) {
+  const int64_t n = rows * classes;
+  std::vector<float> g32(grad ? static_cast<size_t>(n) : 0);
+  cpu::softmax_cross_entropy(rows, classes, unpacked(n, logits).data(), labels, grad_scale,
+                             grad ? g32.data() : nullptr, loss_sum, correct);
+  if (grad) pack_bf16(n, g32.data(), grad);
 }
 
 // --- attention ---
@@ -444,6 +456,7 @@ DeviceOps make_table() {
   o.add_layernorm_forward_bf16 = &add_layernorm_forward_bf16;
   o.layernorm_backward_input_add_bf16 = &layernorm_backward_input_add_bf16;
   o.layernorm_backward_params_accum_bf16 = &layernorm_backward_params_accum_bf16;
+  o.softmax_cross_entropy_bf16 = &softmax_cross_entropy_bf16;
   return o;
 }
 

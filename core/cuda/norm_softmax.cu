@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "core/cuda/bf16_round.cuh"
 #include "core/cuda/kernels.h"
 #include "core/cuda/reduce.cuh"
 
@@ -55,41 +56,42 @@ __global__ void layernorm_bwd_input_kernel(int64_t dim, const float* x, const fl
   }
 }
 
-__global__ void softmax_xent_kernel(int64_t classes, const float* logits, const int32_t* labels,
-                                    float grad_scale, float* grad, float* row_loss, int32_t* row_correct,
-                                    int32_t* bad_label) {
+// T: float, or uint16_t for bf16 logits and gradient (a bf16 store rounds).
+template <class T>
+__global__ void softmax_xent_kernel(int64_t classes, const T* logits, const int32_t* labels, float grad_scale,
+                                    T* grad, float* row_loss, int32_t* row_correct, int32_t* bad_label) {
   __shared__ float shv[kThreads];
   __shared__ int64_t shi[kThreads];
   int64_t r = blockIdx.x;
-  const float* x = logits + r * classes;
+  const T* x = logits + r * classes;
   float m = -FLT_MAX;
   int64_t arg = 0;
   bool first = true;
   for (int64_t i = threadIdx.x; i < classes; i += kThreads)
-    if (first || x[i] > m) {
-      m = x[i];
+    if (first || load_value(x, i) > m) {
+      m = load_value(x, i);
       arg = i;
       first = false;
     }
   if (first) arg = classes;  // this thread saw nothing
   int64_t amax = block_argmax(first ? -FLT_MAX : m, arg, shv, shi);
-  float mx = x[amax < classes ? amax : 0];
+  float mx = load_value(x, amax < classes ? amax : 0);
   float s = 0.0f;
-  for (int64_t i = threadIdx.x; i < classes; i += kThreads) s += expf(x[i] - mx);
+  for (int64_t i = threadIdx.x; i < classes; i += kThreads) s += expf(load_value(x, i) - mx);
   float sum = block_sum(s, shv);
   int32_t label = labels[r];
   bool ok = label >= 0 && label < classes;
   if (threadIdx.x == 0) {
     if (!ok) *bad_label = 1;
-    row_loss[r] = ok ? logf(sum) - (x[label] - mx) : 0.0f;
+    row_loss[r] = ok ? logf(sum) - (load_value(x, label) - mx) : 0.0f;
     row_correct[r] = ok && amax == label ? 1 : 0;
   }
   if (grad) {
     __syncthreads();  // every read of x above precedes any write: grad may alias logits
     float inv = 1.0f / sum;
     for (int64_t i = threadIdx.x; i < classes; i += kThreads) {
-      float p = expf(x[i] - mx) * inv;
-      grad[r * classes + i] = (p - (i == label ? 1.0f : 0.0f)) * grad_scale;
+      float p = expf(load_value(x, i) - mx) * inv;
+      store_value(grad, r * classes + i, (p - (i == label ? 1.0f : 0.0f)) * grad_scale);
     }
   }
 }
@@ -143,6 +145,15 @@ void layernorm_backward_input(int64_t rows, int64_t dim, const float* x, const f
 void softmax_cross_entropy(int64_t rows, int64_t classes, const float* logits, const int32_t* labels,
                            float grad_scale, float* grad, float* row_loss, int32_t* row_correct,
                            int32_t* bad_label, cudaStream_t s) {
+  if (rows == 0) return;
+  softmax_xent_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(classes, logits, labels, grad_scale, grad,
+                                                                      row_loss, row_correct, bad_label);
+  CUDA_CHECK_LAUNCH();
+}
+
+void softmax_cross_entropy_bf16(int64_t rows, int64_t classes, const uint16_t* logits, const int32_t* labels,
+                                float grad_scale, uint16_t* grad, float* row_loss, int32_t* row_correct,
+                                int32_t* bad_label, cudaStream_t s) {
   if (rows == 0) return;
   softmax_xent_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(classes, logits, labels, grad_scale, grad,
                                                                       row_loss, row_correct, bad_label);

@@ -160,12 +160,30 @@ void layernorm_backward(int64_t rows, int64_t dim, const float* x, const float* 
   layernorm_param_grads(rows, dim, x, dy, save_mean, save_rstd, dgamma, dbeta);
 }
 
+// The loss's per-row results on the host: summed in row order there.
+void finish_cross_entropy(int64_t rows, int64_t classes, const Scratch& row_loss, const Scratch& row_correct,
+                          const Scratch& bad, double* loss_sum, int64_t* correct);
+
 void softmax_cross_entropy(int64_t rows, int64_t classes, const float* logits, const int32_t* labels,
                            float grad_scale, float* grad, double* loss_sum, int64_t* correct) {
   Scratch row_loss(rows * sizeof(float)), row_correct(rows * sizeof(int32_t)), bad(sizeof(int32_t));
   kernels::fill_i32(bad.as<int32_t>(), 1, 0, cs());
   kernels::softmax_cross_entropy(rows, classes, logits, labels, grad_scale, grad, row_loss.as<float>(),
                                  row_correct.as<int32_t>(), bad.as<int32_t>(), cs());
+  finish_cross_entropy(rows, classes, row_loss, row_correct, bad, loss_sum, correct);
+}
+
+void softmax_cross_entropy_bf16(int64_t rows, int64_t classes, const uint16_t* logits, const int32_t* labels,
+                                float grad_scale, uint16_t* grad, double* loss_sum, int64_t* correct) {
+  Scratch row_loss(rows * sizeof(float)), row_correct(rows * sizeof(int32_t)), bad(sizeof(int32_t));
+  kernels::fill_i32(bad.as<int32_t>(), 1, 0, cs());
+  kernels::softmax_cross_entropy_bf16(rows, classes, logits, labels, grad_scale, grad, row_loss.as<float>(),
+                                      row_correct.as<int32_t>(), bad.as<int32_t>(), cs());
+  finish_cross_entropy(rows, classes, row_loss, row_correct, bad, loss_sum, correct);
+}
+
+void finish_cross_entropy(int64_t rows, int64_t classes, const Scratch& row_loss, const Scratch& row_correct,
+                          const Scratch& bad, double* loss_sum, int64_t* correct) {
   std::vector<float> l(static_cast<size_t>(rows));
   std::vector<int32_t> ok(static_cast<size_t>(rows));
   int32_t bad_host = 0;
@@ -316,11 +334,17 @@ void linear_gelu_forward_bf16(int64_t rows, int64_t in, int64_t out, const uint1
   gemm_bf16(false, true, rows, out, in, 1.0f, x, in, w16.get(), in, 0.0f, acc.as<float>(), false, out);
   kernels::bias_gelu_forward_bf16(rows, out, acc.as<float>(), b, pre, y, cs());
 }
-void linear_backward_input_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* dy, const float* w,
-                                uint16_t* dx) {
+void linear_backward_input_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* dy, const float* w, float* dx,
+                                uint16_t* dx16) {
+  PD_CHECK((dx == nullptr) != (dx16 == nullptr), "linear_backward_input_bf16 writes dx or dx16");
   if (rows * in == 0) return;
   Bf16Copy w16(w, out * in);
-  gemm_bf16(false, false, rows, in, out, 1.0f, dy, out, w16.get(), in, 0.0f, dx, true, in);
+  if (dx16) {
+    gemm_bf16(false, false, rows, in, out, 1.0f, dy, out, w16.get(), in, 0.0f, dx16, true, in);
+    return;
+  }
+  gemm_bf16(false, false, rows, in, out, 1.0f, dy, out, w16.get(), in, 0.0f, dx, false, in);
+  kernels::bias_round(rows, in, nullptr, dx, cs());
 }
 void linear_backward_params_accum_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* x, const uint16_t* dy,
                                        float* dw, float* db) {
@@ -585,6 +609,7 @@ DeviceOps make_table() {
   o.add_layernorm_forward_bf16 = &add_layernorm_forward_bf16;
   o.layernorm_backward_input_add_bf16 = &layernorm_backward_input_add_bf16;
   o.layernorm_backward_params_accum_bf16 = &layernorm_backward_params_accum_bf16;
+  o.softmax_cross_entropy_bf16 = &softmax_cross_entropy_bf16;
   o.attention_forward = &attention_forward;
   o.attention_backward = &attention_backward;
   o.fused_attention_supported = &fused_attention_supported;

@@ -168,7 +168,7 @@ class CausalSelfAttention : public SplitBackwardLayer {
     Tensor dqkv = Tensor::empty({B, T, 3 * dim_}, DType::BF16, dev);
     Tensor dx = a.need_input_grad ? Tensor::empty(x.shape(), DType::BF16, dev) : Tensor();
     if (rows > 0) {
-      ops.linear_backward_input_bf16(rows, dim_, dim_, dy16.bf16(), a.params[2].f32(), datt.bf16());
+      ops.linear_backward_input_bf16(rows, dim_, dim_, dy16.bf16(), a.params[2].f32(), nullptr, datt.bf16());
       if (saved_fused_stats(probs)) {
         ops.fused_attention_backward_bf16(B, T, heads_, hd, qkv.bf16(), att.bf16(), probs.f32(), datt.bf16(),
                                           dqkv.bf16());
@@ -178,7 +178,8 @@ class CausalSelfAttention : public SplitBackwardLayer {
                                dqkv32.f32());
         ops.pack_bf16(dqkv32.numel(), dqkv32.f32(), dqkv.bf16());
       }
-      if (dx.defined()) ops.linear_backward_input_bf16(rows, dim_, 3 * dim_, dqkv.bf16(), a.params[0].f32(), dx.bf16());
+      if (dx.defined())
+        ops.linear_backward_input_bf16(rows, dim_, 3 * dim_, dqkv.bf16(), a.params[0].f32(), nullptr, dx.bf16());
     }
     ctx.saved = {x, att, dy16, dqkv};
     return dx;

@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include "core/bf16_rounding.h"
 #include "core/device_ops.h"
 #include "core/layers.h"
 #include "core/layers/sequence_parts.h"
@@ -67,6 +68,7 @@ class Linear : public SplitBackwardLayer {
     const int64_t rows = rows_over_last_dim(x, in_, "linear");
     Shape ys = x.shape();
     ys.back() = out_;
+    if (logits_in_bf16(a.step, x)) return forward_to_loss_bf16(a, x, rows, ys, ctx);
     Tensor y = Tensor::empty(ys, DType::F32, x.device());
     if (rows > 0)
       device_ops(x.device()).linear_forward(rows, in_, out_, x.f32(), a.params[0].f32(),
@@ -79,6 +81,7 @@ class Linear : public SplitBackwardLayer {
     PD_CHECK(ctx.saved.size() == 1, describe(), ": backward without forward");
     const Tensor& x = ctx.saved[0];
     const int64_t rows = rows_over_last_dim(x, in_, "linear");
+    if (x.dtype() == DType::BF16) return backward_input_bf16(a, dy, rows, ctx);
     Tensor dx;
     if (a.need_input_grad) {
       dx = Tensor::empty(x.shape(), DType::F32, x.device());
@@ -92,13 +95,52 @@ class Linear : public SplitBackwardLayer {
     PD_CHECK(ctx.saved.size() == 2, describe(), ": weight backward without its input backward");
     const Tensor& x = ctx.saved[0];
     const int64_t rows = rows_over_last_dim(x, in_, "linear");
-    if (rows > 0)
+    if (rows > 0 && x.dtype() == DType::BF16)
+      device_ops(x.device()).linear_backward_params_accum_bf16(rows, in_, out_, x.bf16(), ctx.saved[1].bf16(),
+                                                               a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr);
+    else if (rows > 0)
       device_ops(x.device()).linear_backward_params_accum(rows, in_, out_, x.f32(), ctx.saved[1].f32(),
                                                           a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr);
     ctx.clear();
   }
 
  private:
+  // The model's last layer under bf16 storage hands the loss bf16 logits
+  // (half the bytes of the largest activation of a language model's head)
+  // and keeps its input as bf16; x holds bf16 values (the range rounds
+  // every layer's output).
+  static bool logits_in_bf16(const StepInfo& step, const Tensor& x) {
+    if (!step.output_to_loss || step.precision != Precision::BF16 || x.dtype() != DType::F32) return false;
+    const DeviceOps& o = device_ops(x.device());
+    return uses_bf16_storage(o) && o.pack_bf16 && o.linear_forward_bf16 && o.linear_backward_input_bf16 &&
+           o.linear_backward_params_accum_bf16 && o.softmax_cross_entropy_bf16;
+  }
+  Tensor forward_to_loss_bf16(const ForwardArgs& a, const Tensor& x, int64_t rows, const Shape& ys,
+                              LayerContext& ctx) const {
+    Tensor x16 = packed_bf16(x);
+    Tensor y = Tensor::empty(ys, DType::BF16, x.device());
+    if (rows > 0)
+      device_ops(x.device()).linear_forward_bf16(rows, in_, out_, x16.bf16(), a.params[0].f32(),
+                                                 bias_ ? a.params[1].f32() : nullptr, nullptr, y.bf16());
+    ctx.saved = {x16};
+    return y;
+  }
+  // dy: the loss's bf16 gradient (or FP32 holding bf16 values); dx FP32
+  // holding bf16 values. ctx.saved becomes {x, dy} with dy bf16.
+  Tensor backward_input_bf16(const BackwardArgs& a, const Tensor& dy, int64_t rows, LayerContext& ctx) const {
+    const Tensor& x = ctx.saved[0];
+    Tensor dy16 = dy.dtype() == DType::BF16 ? dy : packed_bf16(dy);
+    Tensor dx;
+    if (a.need_input_grad) {
+      dx = Tensor::empty(x.shape(), DType::F32, x.device());
+      if (rows > 0)
+        device_ops(x.device()).linear_backward_input_bf16(rows, in_, out_, dy16.bf16(), a.params[0].f32(), dx.f32(),
+                                                          nullptr);
+    }
+    ctx.saved.push_back(dy16);
+    return dx;
+  }
+
   int64_t in_, out_;
   bool bias_;
   LinearInit init_;

@@ -79,7 +79,9 @@ class TransformerBlock : public SplitBackwardLayer {
       const Slot& s = slots_[p];
       Tensor out = s.layer->forward({a.params.subspan(s.first_param, s.num_params), {}, a.step}, in,
                                     ctx.children[p]);
-      round_in_place_if_bf16(a.step.precision, out);  // bf16: every part's output
+      // bf16: every part's output; a part that hands back its input (dropout
+      // at p = 0, or in eval) hands back bf16 values already.
+      if (!out.same_storage(in)) round_in_place_if_bf16(a.step.precision, out);
       return out;
     };
     Tensor x1 = Tensor::empty(x.shape(), DType::F32, x.device());
@@ -271,7 +273,7 @@ class TransformerBlock : public SplitBackwardLayer {
     const Tensor& x = ctx.saved[0];
     Tensor dx = Tensor::empty(x.shape(), DType::BF16, x.device());
     device_ops(x.device()).linear_backward_input_bf16(rows_of(x), 4 * dim_, dim_, dy.bf16(),
-                                                      a.params[slots_[kFc2].first_param].f32(), dx.bf16());
+                                                      a.params[slots_[kFc2].first_param].f32(), nullptr, dx.bf16());
     ctx.saved.push_back(dy);
     return dx;
   }
@@ -285,7 +287,7 @@ class TransformerBlock : public SplitBackwardLayer {
     Tensor dx = Tensor::empty(x.shape(), DType::BF16, x.device());
     o.gelu_backward_bf16(pre.numel(), pre.bf16(), dy.bf16(), dpre.bf16());
     o.linear_backward_input_bf16(rows_of(x), dim_, 4 * dim_, dpre.bf16(), a.params[slots_[kFc1].first_param].f32(),
-                                 dx.bf16());
+                                 nullptr, dx.bf16());
     ctx.saved.push_back(dpre);
     return dx;
   }

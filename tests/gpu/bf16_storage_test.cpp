@@ -132,10 +132,13 @@ TEST_F(Bf16StorageOps, LinearEntriesMatchTheCpu) {
     EXPECT_TRUE(within_ulps(host(gact), floats_of(act), 1, 1e-6)) << "linear_gelu_forward_bf16: y";
 
     std::vector<uint16_t> dx(nx);
-    cpu.linear_backward_input_bf16(s.rows, s.in, s.out, dy16.data(), w.data(), dx.data());
+    cpu.linear_backward_input_bf16(s.rows, s.in, s.out, dy16.data(), w.data(), nullptr, dx.data());
     Tensor gdx = gpu_bf16_zeros(nx);
-    ops->linear_backward_input_bf16(s.rows, s.in, s.out, gdy.bf16(), gw.f32(), gdx.bf16());
+    ops->linear_backward_input_bf16(s.rows, s.in, s.out, gdy.bf16(), gw.f32(), nullptr, gdx.bf16());
     EXPECT_TRUE(within_ulps(host(gdx), floats_of(dx), 1, 0)) << "linear_backward_input_bf16";
+    Tensor gdx32 = gpu_zeros(nx);
+    ops->linear_backward_input_bf16(s.rows, s.in, s.out, gdy.bf16(), gw.f32(), gdx32.f32(), nullptr);
+    EXPECT_TRUE(within_ulps(host(gdx32), floats_of(dx), 1, 0)) << "linear_backward_input_bf16 into FP32 storage";
 
     std::vector<float> dw = sixteenths(nw, 5), db = sixteenths(static_cast<size_t>(s.out), 6);
     Tensor gdw = on_gpu(dw), gdb = on_gpu(db);
@@ -203,6 +206,32 @@ TEST_F(Bf16StorageOps, GeluAndLayerNormEntriesMatchTheCpu) {
                                               gdgamma.f32(), gdbeta.f32());
     EXPECT_TRUE(close(host(gdgamma), dgamma, 1e-3, 1e-4)) << "layernorm_backward_params_accum_bf16: dgamma";
     EXPECT_TRUE(close(host(gdbeta), dbeta, 1e-3, 1e-4)) << "layernorm_backward_params_accum_bf16: dbeta";
+  }
+}
+
+// The loss on bf16 logits (a language model's head under bf16 storage): the
+// loss and correct count as the CPU's, the gradient within one bf16 ulp +
+// 1e-9 (expf against the CPU's exp).
+TEST_F(Bf16StorageOps, CrossEntropyOnBf16LogitsMatchesTheCpu) {
+  const DeviceOps& cpu = cpu_device_ops();
+  for (const auto& [rows, classes] : {std::pair<int64_t, int64_t>{8 * 128, 1000}, {8 * 1024, 50304}, {37, 83}}) {
+    SCOPED_TRACE(::testing::Message() << "rows " << rows << " classes " << classes);
+    const size_t n = static_cast<size_t>(rows * classes);
+    const auto logits = rounded(random_floats(n, 31, -6.0f, 6.0f));
+    std::vector<int32_t> labels = random_ints(static_cast<size_t>(rows), 32, static_cast<int32_t>(classes));
+    std::vector<uint16_t> grad(n);
+    double loss = 0, gloss = 0;
+    int64_t correct = 0, gcorrect = 0;
+    const float scale = 1.0f / static_cast<float>(rows);
+    cpu.softmax_cross_entropy_bf16(rows, classes, bits(logits).data(), labels.data(), scale, grad.data(), &loss,
+                                   &correct);
+    const Tensor glogits = gpu_bf16(logits), glabels = on_gpu_ints(labels);
+    Tensor ggrad = gpu_bf16_zeros(n);
+    ops->softmax_cross_entropy_bf16(rows, classes, glogits.bf16(), glabels.data<int32_t>(), scale, ggrad.bf16(),
+                                    &gloss, &gcorrect);
+    EXPECT_NEAR(gloss, loss, 1e-5 * std::fabs(loss));
+    EXPECT_EQ(gcorrect, correct);
+    EXPECT_TRUE(within_ulps(host(ggrad), floats_of(grad), 1, 1e-9));
   }
 }
 

@@ -121,6 +121,32 @@ TEST_P(Bf16Step, LossAndGradientsWithinBf16ToleranceOfFp32) {
               worst);
 }
 
+// bf16 storage (core/bf16_rounding.h) forced on, as CUDA has it: the step's
+// loss and gradients are the FP32-storage step's bits, the logits reach the
+// loss as bf16 (the last layer's output_to_loss) and the blocks keep bf16.
+TEST_P(Bf16Step, Bf16StorageGivesTheBitsOfFp32Storage) {
+  const ModelCase c = GetParam();
+  const Model m = resolve_model(c.name, "", c.options);
+  const ParameterStore w = ParameterStore::create(m, 7);
+  const Batch b = synthetic(m, c.batch, 11);
+  set_bf16_storage(Bf16Storage::Never);
+  const StepResult fp32_storage = one_step(m, w, b, Precision::BF16);
+  set_bf16_storage(Bf16Storage::Always);
+  const StepResult bf16_storage = one_step(m, w, b, Precision::BF16);
+  device_ops(Device::cpu()).set_precision(Precision::BF16);
+  RangeContext ctx;
+  const Tensor logits = forward_layers(m, w, 0, m.size() - 1, b.inputs,
+                                       {.training = true, .precision = Precision::BF16, .output_to_loss = true}, ctx);
+  device_ops(Device::cpu()).set_precision(Precision::FP32);
+  set_bf16_storage(Bf16Storage::WhereItPays);
+  EXPECT_EQ(logits.dtype(), DType::BF16);
+  EXPECT_EQ(bf16_storage.loss, fp32_storage.loss) << c.name;
+  const auto& names = w.param_names();
+  for (size_t i = 0; i < names.size(); ++i)
+    EXPECT_EQ(relative_error(bf16_storage.grads.all_params()[i], fp32_storage.grads.all_params()[i]), 0.0)
+        << c.name << " gradient " << names[i];
+}
+
 TEST_P(Bf16Step, ActivationsAndInputGradientsAreBf16Values) {
   const ModelCase c = GetParam();
   const Model m = resolve_model(c.name, "", c.options);
