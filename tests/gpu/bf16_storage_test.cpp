@@ -20,6 +20,7 @@
 #include "core/bf16_rounding.h"
 #include "core/layers.h"
 #include "core/precision.h"
+#include "tests/gpu/bf16_compare.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace pd::gputest {
@@ -30,17 +31,6 @@ struct Shape3 {
   int64_t rows, in, out;
 };
 const Shape3 kShapes[] = {{8 * 128, 256, 1024}, {8 * 1024, 768, 3072}, {37, 20, 83}};
-
-std::vector<float> sixteenths(size_t n, uint32_t key) {
-  std::vector<float> v = random_floats(n, key, -8.5f, 8.5f);
-  for (float& x : v) x = std::round(x) / 16.0f;
-  return v;
-}
-
-std::vector<float> rounded(std::vector<float> v) {
-  for (float& x : v) x = round_to_bf16(x);
-  return v;
-}
 
 std::vector<uint16_t> bits(const std::vector<float>& v) {
   std::vector<uint16_t> b(v.size());
@@ -63,29 +53,6 @@ std::vector<float> floats_of(const std::vector<uint16_t>& b) {
   return v;
 }
 
-double bf16_ulp(double w) {
-  if (w == 0) return std::ldexp(1.0, -133);
-  int e = 0;
-  std::frexp(std::fabs(w), &e);
-  return std::ldexp(1.0, e - 1 - 7);
-}
-
-::testing::AssertionResult within_ulps(const std::vector<float>& got, const std::vector<float>& want, double ulps,
-                                       double atol) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
-  int bad = 0;
-  auto fail = ::testing::AssertionFailure();
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (!(err <= ulps * bf16_ulp(want[i]) + atol)) {
-      if (bad < 5) fail << "[" << i << "] got " << got[i] << " want " << want[i] << "\n";
-      ++bad;
-    }
-  }
-  if (bad) return fail << bad << " of " << got.size() << " elements beyond " << ulps << " bf16 ulp + " << atol;
-  return ::testing::AssertionSuccess();
-}
-
 }  // namespace
 
 using Bf16StorageOps = GpuTest;
@@ -98,7 +65,7 @@ TEST_F(Bf16StorageOps, PackRoundsToNearestEvenAndUnpackIsExactAsOnTheCpu) {
   Tensor g16 = gpu_bf16_zeros(x.size()), back = gpu_zeros(x.size());
   ops->pack_bf16(static_cast<int64_t>(x.size()), gx.f32(), g16.bf16());
   ops->unpack_bf16(static_cast<int64_t>(x.size()), g16.bf16(), back.f32());
-  EXPECT_EQ(host(back), rounded(x));
+  EXPECT_EQ(host(back), cpu_bf16(x));
 }
 
 TEST_F(Bf16StorageOps, LinearEntriesMatchTheCpu) {
@@ -129,16 +96,16 @@ TEST_F(Bf16StorageOps, LinearEntriesMatchTheCpu) {
     Tensor gpre = gpu_bf16_zeros(ny), gact = gpu_bf16_zeros(ny);
     ops->linear_gelu_forward_bf16(s.rows, s.in, s.out, gx.bf16(), gw.f32(), gb.f32(), gpre.bf16(), gact.bf16());
     EXPECT_EQ(host(gpre), floats_of(pre)) << "linear_gelu_forward_bf16: pre";
-    EXPECT_TRUE(within_ulps(host(gact), floats_of(act), 1, 1e-6)) << "linear_gelu_forward_bf16: y";
+    EXPECT_TRUE(within_bf16_ulps(host(gact), floats_of(act), 1, 1e-6)) << "linear_gelu_forward_bf16: y";
 
     std::vector<uint16_t> dx(nx);
     cpu.linear_backward_input_bf16(s.rows, s.in, s.out, dy16.data(), w.data(), nullptr, dx.data());
     Tensor gdx = gpu_bf16_zeros(nx);
     ops->linear_backward_input_bf16(s.rows, s.in, s.out, gdy.bf16(), gw.f32(), nullptr, gdx.bf16());
-    EXPECT_TRUE(within_ulps(host(gdx), floats_of(dx), 1, 0)) << "linear_backward_input_bf16";
+    EXPECT_TRUE(within_bf16_ulps(host(gdx), floats_of(dx), 1, 0)) << "linear_backward_input_bf16";
     Tensor gdx32 = gpu_zeros(nx);
     ops->linear_backward_input_bf16(s.rows, s.in, s.out, gdy.bf16(), gw.f32(), gdx32.f32(), nullptr);
-    EXPECT_TRUE(within_ulps(host(gdx32), floats_of(dx), 1, 0)) << "linear_backward_input_bf16 into FP32 storage";
+    EXPECT_TRUE(within_bf16_ulps(host(gdx32), floats_of(dx), 1, 0)) << "linear_backward_input_bf16 into FP32 storage";
 
     std::vector<float> dw = sixteenths(nw, 5), db = sixteenths(static_cast<size_t>(s.out), 6);
     Tensor gdw = on_gpu(dw), gdb = on_gpu(db);
@@ -162,9 +129,9 @@ TEST_F(Bf16StorageOps, GeluAndLayerNormEntriesMatchTheCpu) {
     cpu.gelu_backward_bf16(static_cast<int64_t>(n), bits(pre).data(), bits(gdy_v).data(), dgelu.data());
     Tensor gg16 = gpu_bf16_zeros(n);
     ops->gelu_backward_bf16(static_cast<int64_t>(n), gpu_bf16(pre).bf16(), gpu_bf16(gdy_v).bf16(), gg16.bf16());
-    EXPECT_TRUE(within_ulps(host(gg16), floats_of(dgelu), 1, 1e-6)) << "gelu_backward_bf16";
+    EXPECT_TRUE(within_bf16_ulps(host(gg16), floats_of(dgelu), 1, 1e-6)) << "gelu_backward_bf16";
 
-    const auto a = random_floats(n, 9, -3.0f, 2.0f), r = rounded(random_floats(n, 10)),
+    const auto a = random_floats(n, 9, -3.0f, 2.0f), r = cpu_bf16(random_floats(n, 10)),
                g = random_floats(static_cast<size_t>(dim), 11, 0.5f, 1.5f),
                be = random_floats(static_cast<size_t>(dim), 12);
     std::vector<float> sum(n), mean(nr), rstd(nr);
@@ -176,7 +143,7 @@ TEST_F(Bf16StorageOps, GeluAndLayerNormEntriesMatchTheCpu) {
     ops->add_layernorm_forward_bf16(rows, dim, ga.f32(), gr.f32(), gg.f32(), gbe.f32(), eps, gs.f32(), gy.bf16(),
                                     gm.f32(), grs.f32());
     EXPECT_EQ(host(gs), sum);
-    EXPECT_TRUE(within_ulps(host(gy), floats_of(y), 1, 1e-5)) << "add_layernorm_forward_bf16";
+    EXPECT_TRUE(within_bf16_ulps(host(gy), floats_of(y), 1, 1e-5)) << "add_layernorm_forward_bf16";
     EXPECT_TRUE(close(host(gm), mean, 1e-6, 1e-5));
     EXPECT_TRUE(close(host(grs), rstd, 1e-6, 1e-5));
 
@@ -217,7 +184,7 @@ TEST_F(Bf16StorageOps, CrossEntropyOnBf16LogitsMatchesTheCpu) {
   for (const auto& [rows, classes] : {std::pair<int64_t, int64_t>{8 * 128, 1000}, {8 * 1024, 50304}, {37, 83}}) {
     SCOPED_TRACE(::testing::Message() << "rows " << rows << " classes " << classes);
     const size_t n = static_cast<size_t>(rows * classes);
-    const auto logits = rounded(random_floats(n, 31, -6.0f, 6.0f));
+    const auto logits = cpu_bf16(random_floats(n, 31, -6.0f, 6.0f));
     std::vector<int32_t> labels = random_ints(static_cast<size_t>(rows), 32, static_cast<int32_t>(classes));
     std::vector<uint16_t> grad(n);
     double loss = 0, gloss = 0;
@@ -231,7 +198,7 @@ TEST_F(Bf16StorageOps, CrossEntropyOnBf16LogitsMatchesTheCpu) {
                                     &gloss, &gcorrect);
     EXPECT_NEAR(gloss, loss, 1e-5 * std::fabs(loss));
     EXPECT_EQ(gcorrect, correct);
-    EXPECT_TRUE(within_ulps(host(ggrad), floats_of(grad), 1, 1e-9));
+    EXPECT_TRUE(within_bf16_ulps(host(ggrad), floats_of(grad), 1, 1e-9));
   }
 }
 
@@ -266,21 +233,6 @@ BlockRun run_block_on_gpu(const Layer& block, const std::vector<Tensor>& params_
   return r;
 }
 
-::testing::AssertionResult close_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size mismatch";
-  double err2 = 0, ref2 = 0, max_err = 0, max_ref = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double e = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (!(e <= max_err)) max_err = std::isnan(e) ? INFINITY : e;
-    err2 += e * e;
-    ref2 += static_cast<double>(want[i]) * want[i];
-    max_ref = std::max(max_ref, std::fabs(static_cast<double>(want[i])));
-  }
-  const double l2 = std::sqrt(err2 / std::max(ref2, 1e-30)), mx = max_err / std::max(max_ref, 1e-30);
-  if (l2 <= 3e-2 && mx <= 1e-1) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "relative L2 " << l2 << ", largest " << mx;
-}
-
 }  // namespace
 
 TEST_F(Bf16StorageOps, TheBlockWithBf16StorageMatchesTheBlockWithoutAndSavesLess) {
@@ -290,17 +242,17 @@ TEST_F(Bf16StorageOps, TheBlockWithBf16StorageMatchesTheBlockWithoutAndSavesLess
   std::vector<Tensor> params;
   uint32_t key = 70;
   for (const ParamSpec& s : block->param_specs())
-    params.push_back(Tensor::from_floats(rounded(random_floats(static_cast<size_t>(shape_numel(s.shape)), key++, -0.2f, 0.2f)),
+    params.push_back(Tensor::from_floats(cpu_bf16(random_floats(static_cast<size_t>(shape_numel(s.shape)), key++, -0.2f, 0.2f)),
                                          s.shape));
-  const Tensor x = Tensor::from_floats(rounded(random_floats(static_cast<size_t>(B * T * dim), 41)), {B, T, dim});
-  const Tensor dy = Tensor::from_floats(rounded(random_floats(static_cast<size_t>(B * T * dim), 42)), {B, T, dim});
+  const Tensor x = Tensor::from_floats(cpu_bf16(random_floats(static_cast<size_t>(B * T * dim), 41)), {B, T, dim});
+  const Tensor dy = Tensor::from_floats(cpu_bf16(random_floats(static_cast<size_t>(B * T * dim), 42)), {B, T, dim});
   const BlockRun without = run_block_on_gpu(*block, params, x, dy, Bf16Storage::Never);
   const BlockRun with = run_block_on_gpu(*block, params, x, dy, Bf16Storage::Always);
-  EXPECT_TRUE(close_l2(with.y, without.y)) << "y";
-  EXPECT_TRUE(close_l2(with.dx, without.dx)) << "dx";
+  EXPECT_TRUE(close_l2(with.y, without.y, 3e-2, 1e-1)) << "y";
+  EXPECT_TRUE(close_l2(with.dx, without.dx, 3e-2, 1e-1)) << "dx";
   const std::vector<ParamSpec> specs = block->param_specs();
   for (size_t i = 0; i < specs.size(); ++i)
-    EXPECT_TRUE(close_l2(with.grads[i], without.grads[i])) << "gradient of " << specs[i].name;
+    EXPECT_TRUE(close_l2(with.grads[i], without.grads[i], 3e-2, 1e-1)) << "gradient of " << specs[i].name;
   EXPECT_EQ(without.saved_bytes - with.saved_bytes, static_cast<size_t>(B * T * 14 * dim * 2));
 }
 
