@@ -321,6 +321,10 @@ void linear_forward_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* 
     kernels::bias_round(rows, out, b, y, cs());
     return;
   }
+  if (!b) {  // cuBLAS rounds its FP32 sums into bf16 itself (a head's logits: no FP32 copy of them)
+    gemm_bf16(false, true, rows, out, in, 1.0f, x, in, w16.get(), in, 0.0f, y16, true, out);
+    return;
+  }
   Scratch acc(static_cast<size_t>(rows * out) * sizeof(float));
   gemm_bf16(false, true, rows, out, in, 1.0f, x, in, w16.get(), in, 0.0f, acc.as<float>(), false, out);
   kernels::bias_pack_bf16(rows, out, acc.as<float>(), b, y16, cs());

@@ -90,6 +90,10 @@ TEST_F(Bf16StorageOps, LinearEntriesMatchTheCpu) {
     Tensor gy16 = gpu_bf16_zeros(ny);
     ops->linear_forward_bf16(s.rows, s.in, s.out, gx.bf16(), gw.f32(), gb.f32(), nullptr, gy16.bf16());
     EXPECT_EQ(host(gy16), y) << "linear_forward_bf16 into bf16";
+    std::vector<uint16_t> y16_nobias(ny);  // no bias: cuBLAS writes bf16 itself
+    cpu.linear_forward_bf16(s.rows, s.in, s.out, x16.data(), w.data(), nullptr, nullptr, y16_nobias.data());
+    ops->linear_forward_bf16(s.rows, s.in, s.out, gx.bf16(), gw.f32(), nullptr, nullptr, gy16.bf16());
+    EXPECT_TRUE(within_bf16_ulps(host(gy16), floats_of(y16_nobias), 1, 0)) << "linear_forward_bf16 without bias";
 
     std::vector<uint16_t> pre(ny), act(ny);
     cpu.linear_gelu_forward_bf16(s.rows, s.in, s.out, x16.data(), w.data(), b.data(), pre.data(), act.data());
