@@ -20,7 +20,8 @@
 # the host's speed drifts 10-20% over minutes, and a prediction from one
 # profile taken minutes before the runs carries that drift. One JSON line per row; at the end, on stderr, the
 # rows within 15% of their prediction and, per rate and model, the pairs
-# whose measured order is not the predicted one (bench/cluster_table_summary.jq).
+# whose measured order is not the predicted one, each with whether the two
+# plans' runs overlap (bench/cluster_table_summary.jq).
 # Each row also sets the communication threads' CPU per minibatch (all
 # ranks) that simulate priced beside the runs' measured one (comm_cpu_s).
 #   bench/cluster_table.sh [--rates "1gbit 200mbit"] [--models "cnn gpt-mini"] [--minibatches N] [--repeats R]
