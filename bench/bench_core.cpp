@@ -162,8 +162,8 @@ std::vector<nlohmann::json> run_workload(const Model& m, const CoreWorkload& w, 
     StepInfo step{.training = true, .seed = o.seed, .layer_index = 0, .minibatch_id = static_cast<uint64_t>(s),
                   .precision = o.precision, .output_to_loss = true};
     RangeContext ctx;
-    const Tensor logits = forward_layers(m, weights, 0, last, b.inputs, step, ctx);
-    const LossResult r = softmax_cross_entropy(logits, b.labels, true);
+    Tensor logits = forward_layers(m, weights, 0, last, b.inputs, step, ctx);
+    const LossResult r = softmax_cross_entropy(std::move(logits), b.labels);
     backward_layers(m, weights, grads, 0, last, r.grad, step, ctx, false);
     optimizer->step(weights.all_params(), grads.all_params(), opt_state, oc.lr);
     loss = r.loss;

@@ -12,7 +12,10 @@ namespace pd {
 // bf16 logits (a last layer under bf16 storage, core/layer.h
 // StepInfo::output_to_loss) give a bf16 gradient: the FP32 one rounded, as
 // the range runner would round it.
-LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels, bool want_grad) {
+namespace {
+
+// grad: where the gradient goes (undefined: no gradient); may be the logits.
+LossResult cross_entropy(const Tensor& logits, const Tensor& labels, Tensor grad) {
   PD_CHECK(logits.ndim() >= 1, "softmax_cross_entropy: logits are a scalar");
   const int64_t C = logits.dim(-1);
   const int64_t rows = C > 0 ? logits.numel() / C : 0;
@@ -31,7 +34,8 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels, boo
   LossResult out;
   out.count = rows;
   const bool bf16 = logits.dtype() == DType::BF16;  // bf16 storage: so is the gradient
-  if (want_grad) out.grad = Tensor::empty(logits.shape(), bf16 ? DType::BF16 : DType::F32, dev);
+  const bool want_grad = grad.defined();
+  out.grad = grad;
   if (rows == 0) return out;
   const float inv_rows = 1.0f / static_cast<float>(rows);
   double total = 0;
@@ -44,6 +48,21 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels, boo
                               want_grad ? out.grad.f32() : nullptr, &total, &out.correct);
   out.loss = static_cast<float>(total / static_cast<double>(rows));
   return out;
+}
+
+}  // namespace
+
+LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels, bool want_grad) {
+  return cross_entropy(logits, labels, want_grad ? Tensor::empty(logits.shape(), logits.dtype(), logits.device())
+                                                 : Tensor());
+}
+
+LossResult softmax_cross_entropy(Tensor&& logits, const Tensor& labels) {
+  // The kernels read a row before writing its gradient: the gradient may alias the logits.
+  Tensor held = std::move(logits);
+  if (!held.sole_owner() || (held.dtype() != DType::F32 && held.dtype() != DType::BF16))
+    return softmax_cross_entropy(held, labels, true);
+  return cross_entropy(held, labels, held);
 }
 
 }  // namespace pd

@@ -98,6 +98,8 @@ class Tensor {
   std::vector<float> to_floats() const;  // copies to host
 
   bool same_storage(const Tensor& o) const { return storage_ == o.storage_; }
+  // Whether this tensor is the only holder of its storage (no other tensor or view).
+  bool sole_owner() const { return storage_ && storage_.use_count() == 1; }
 
  private:
   char* bytes() const;

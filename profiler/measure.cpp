@@ -145,8 +145,7 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
   }
   // The loss belongs to the last stage's backward: it starts when the
   // logits are there and produces the gradient the last layer consumes.
-  Tensor g = rounded_copy_if_bf16(precision, softmax_cross_entropy(h, b.labels, true).grad);
-  h = Tensor{};
+  Tensor g = rounded_copy_if_bf16(precision, softmax_cross_entropy(std::move(h), b.labels).grad);
   // As in backward_layers on a first stage: no layer below the lowest one
   // with parameters runs backward, and that one computes no input gradient.
   const int lowest = first_layer_with_params(m, 0, n - 1);
@@ -185,8 +184,7 @@ double timed_whole_step(const Model& m, const ParameterStore& w, ParameterStore&
     StepInfo to_loss = step;
     to_loss.output_to_loss = true;
     Tensor logits = forward_layers(m, w, 0, last, b.inputs, to_loss, ctx);
-    Tensor g = softmax_cross_entropy(logits, b.labels, true).grad;
-    logits = Tensor{};
+    Tensor g = softmax_cross_entropy(std::move(logits), b.labels).grad;
     backward_layers(m, w, grads, 0, last, g, step, ctx, false);
   }
   return ms_between(start, now_synced());

@@ -298,7 +298,7 @@ void StageExecutor::forward(const Action& a) {
     const double labels_start = steady_seconds();
     Tensor labels = training_.train->labels(idx);
     stats_.data_s += steady_seconds() - labels_start;
-    LossResult r = softmax_cross_entropy(y, labels, true);
+    LossResult r = softmax_cross_entropy(std::move(y), labels);
     require_finite_loss(r.loss, global_step(a));
     p.grad_in = std::move(r.grad);
     if (observer_) observer_->on_loss(global_step(a), a.microbatch, {r.loss, r.correct, r.count});

@@ -27,7 +27,7 @@ StepLoss compute_gradients(const Model& m, const ParameterStore& w, ParameterSto
   StepInfo to_loss = step;
   to_loss.output_to_loss = true;
   Tensor logits = forward_layers(m, w, 0, last, b.inputs, to_loss, ctx);
-  LossResult r = softmax_cross_entropy(logits, b.labels, true);
+  LossResult r = softmax_cross_entropy(std::move(logits), b.labels);
   require_finite_loss(r.loss, static_cast<int64_t>(step.minibatch_id));
   backward_layers(m, w, grads, 0, last, r.grad, step, ctx, false);
   return {r.loss, r.correct, r.count};

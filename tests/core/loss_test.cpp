@@ -6,6 +6,7 @@
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/loss.h"
+#include "core/precision.h"
 
 namespace pd {
 namespace {
@@ -69,6 +70,42 @@ TEST(SoftmaxCrossEntropy, GradientMatchesFiniteDifferences) {
     double lm = softmax_cross_entropy(logits, labels, false).loss;
     logits.f32()[i] = keep;
     EXPECT_NEAR(r.grad.f32()[i], (lp - lm) / (2 * h), 2e-3) << i;
+  }
+}
+
+// Handed-over logits that nothing else holds take their gradient in place,
+// with the bits of the copying form; logits still held elsewhere (a view, a
+// copy of the handle) are left as they were. F32 and bf16 logits alike.
+TEST(SoftmaxCrossEntropy, HandedOverLogitsTakeTheirGradientInPlace) {
+  const Tensor labels = Tensor::from_ints({2, 0, 1}, {3});
+  const std::vector<float> v{1.5f, -2.0f, 0.25f, 3.0f, 0.0f, -1.0f, 0.5f, 0.5f, 2.0f};
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    auto logits_of = [&] {
+      Tensor t = Tensor::empty({3, 3}, dt);
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (dt == DType::F32) t.f32()[i] = v[i];
+        else t.bf16()[i] = bf16_bits(v[i]);
+      }
+      return t;
+    };
+    const Tensor kept = logits_of();
+    const LossResult copying = softmax_cross_entropy(kept, labels);
+
+    Tensor sole = logits_of();
+    const void* storage = sole.raw();
+    const LossResult in_place = softmax_cross_entropy(std::move(sole), labels);
+    EXPECT_EQ(in_place.grad.raw(), storage) << "the gradient went elsewhere";
+    EXPECT_EQ(in_place.loss, copying.loss);
+    EXPECT_EQ(in_place.grad.dtype(), dt);
+    EXPECT_EQ(in_place.grad.to_floats(), copying.grad.to_floats());
+
+    Tensor shared = logits_of();
+    const Tensor view = shared.reshape({9});
+    const LossResult aside = softmax_cross_entropy(std::move(shared), labels);
+    EXPECT_NE(aside.grad.raw(), view.raw());
+    EXPECT_EQ(view.to_floats(), kept.to_floats()) << "logits held elsewhere were overwritten";
+    EXPECT_EQ(aside.grad.to_floats(), copying.grad.to_floats());
   }
 }
 
