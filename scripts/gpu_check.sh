@@ -23,9 +23,9 @@
 #     NCCL too with 2+ GPUs;
 #  5. the GPU tests: test_gpu (imported ONNX models trained on the GPU
 #     against the CPU among them), then test_gpu_pipeline under mpirun;
-#  6. `pipedream-bench core --op-times` on the zoo's gpt (batch 8: fp32,
-#     bf16, bf16 without bf16 storage) and resnet50 (batch 64: fp32, bf16):
-#     device time per DeviceOps entry, last so the budget cuts it first.
+#  6. `pipedream-bench core --op-times` in bf16 on the zoo's gpt (batch 8,
+#     with and without bf16 storage) and resnet50 (batch 64): device time
+#     per DeviceOps entry, last so the budget cuts it first.
 # Each step has a time limit and the whole a budget (--budget, 380 s): a
 # step that would start past the budget is skipped and listed as such.
 #
@@ -287,14 +287,10 @@ gtest_counts test_gpu_pipeline
 #     activations as FP32 tensors holding bf16 values), for the difference.
 bench_step op_times_gpt_b8_bf16_fp32_storage 25 '"recipe": "bf16", ' env PIPEDREAM_BF16_STORAGE=0 \
   "$bin/pipedream-bench" core --model gpt --batch 8 --device cuda --warmup 2 --steps 5 --op-times --precision bf16
-for recipe in bf16 fp32; do
-  precision=()
-  [[ $recipe == bf16 ]] && precision=(--precision bf16)
-  bench_step "op_times_gpt_b8_$recipe" 25 "\"recipe\": \"$recipe\", " "$bin/pipedream-bench" core --model gpt \
-    --batch 8 --device cuda --warmup 2 --steps 5 --op-times "${precision[@]}"
-  bench_step "op_times_resnet50_b64_$recipe" 25 "\"recipe\": \"$recipe\", " "$bin/pipedream-bench" core \
-    --workloads resnet50 --batch 64 --device cuda --warmup 2 --steps 5 --op-times "${precision[@]}"
-done
+bench_step op_times_gpt_b8_bf16 25 '"recipe": "bf16", ' "$bin/pipedream-bench" core --model gpt --batch 8 \
+  --device cuda --warmup 2 --steps 5 --op-times --precision bf16
+bench_step op_times_resnet50_b64_bf16 25 '"recipe": "bf16", ' "$bin/pipedream-bench" core --workloads resnet50 \
+  --batch 64 --device cuda --warmup 2 --steps 5 --op-times --precision bf16
 
 list=""
 for f in "${failed[@]}"; do list+="${list:+, }\"$f\""; done
