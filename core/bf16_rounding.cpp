@@ -60,4 +60,11 @@ Tensor packed_bf16(const Tensor& t) {
   return r;
 }
 
+Tensor unpacked_bf16(const Tensor& t) {
+  PD_CHECK(t.dtype() == DType::BF16, "unpacked_bf16 takes a bf16 tensor, got ", dtype_name(t.dtype()));
+  Tensor r = Tensor::empty(t.shape(), DType::F32, t.device());
+  if (t.numel() > 0) device_ops(t.device()).unpack_bf16(t.numel(), t.bf16(), r.f32());
+  return r;
+}
+
 }  // namespace pd

@@ -36,7 +36,9 @@ enum class Bf16Storage : uint8_t { WhereItPays, Always, Never };
 void set_bf16_storage(Bf16Storage mode);
 bool uses_bf16_storage(const DeviceOps& ops);
 
-// A bf16 copy of t (F32) on t's device, rounded to nearest even.
+// A bf16 copy of t (F32) on t's device, rounded to nearest even; and an
+// F32 copy of a bf16 t (exact).
 Tensor packed_bf16(const Tensor& t);
+Tensor unpacked_bf16(const Tensor& t);
 
 }  // namespace pd

@@ -90,9 +90,9 @@ void softmax_cross_entropy(int64_t rows, int64_t classes, const float* logits,
                            const int32_t* labels, float grad_scale, float* grad, float* row_loss,
                            int32_t* row_correct, int32_t* bad_label, cudaStream_t s);
 // The same on bf16 logits and gradient (the gradient rounded from FP32).
-void softmax_cross_entropy_bf16(int64_t rows, int64_t classes, const uint16_t* logits, const int32_t* labels,
-                                float grad_scale, uint16_t* grad, float* row_loss, int32_t* row_correct,
-                                int32_t* bad_label, cudaStream_t s);
+void softmax_cross_entropy(int64_t rows, int64_t classes, const uint16_t* logits, const int32_t* labels,
+                           float grad_scale, uint16_t* grad, float* row_loss, int32_t* row_correct,
+                           int32_t* bad_label, cudaStream_t s);
 void causal_softmax_forward(int64_t batch, int64_t T, float scale, const float* scores,
                             float* probs, cudaStream_t s);
 void causal_softmax_backward(int64_t batch, int64_t T, float scale, const float* probs,

@@ -151,9 +151,9 @@ void softmax_cross_entropy(int64_t rows, int64_t classes, const float* logits, c
   CUDA_CHECK_LAUNCH();
 }
 
-void softmax_cross_entropy_bf16(int64_t rows, int64_t classes, const uint16_t* logits, const int32_t* labels,
-                                float grad_scale, uint16_t* grad, float* row_loss, int32_t* row_correct,
-                                int32_t* bad_label, cudaStream_t s) {
+void softmax_cross_entropy(int64_t rows, int64_t classes, const uint16_t* logits, const int32_t* labels,
+                           float grad_scale, uint16_t* grad, float* row_loss, int32_t* row_correct,
+                           int32_t* bad_label, cudaStream_t s) {
   if (rows == 0) return;
   softmax_xent_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(classes, logits, labels, grad_scale, grad,
                                                                       row_loss, row_correct, bad_label);

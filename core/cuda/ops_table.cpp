@@ -160,30 +160,15 @@ void layernorm_backward(int64_t rows, int64_t dim, const float* x, const float* 
   layernorm_param_grads(rows, dim, x, dy, save_mean, save_rstd, dgamma, dbeta);
 }
 
-// The loss's per-row results on the host: summed in row order there.
-void finish_cross_entropy(int64_t rows, int64_t classes, const Scratch& row_loss, const Scratch& row_correct,
-                          const Scratch& bad, double* loss_sum, int64_t* correct);
-
-void softmax_cross_entropy(int64_t rows, int64_t classes, const float* logits, const int32_t* labels,
-                           float grad_scale, float* grad, double* loss_sum, int64_t* correct) {
+// The loss on FP32 or bf16 logits (T: float or uint16_t); the rows' losses
+// and correct counts are summed on the host, in row order.
+template <class T>
+void cross_entropy(int64_t rows, int64_t classes, const T* logits, const int32_t* labels, float grad_scale, T* grad,
+                   double* loss_sum, int64_t* correct) {
   Scratch row_loss(rows * sizeof(float)), row_correct(rows * sizeof(int32_t)), bad(sizeof(int32_t));
   kernels::fill_i32(bad.as<int32_t>(), 1, 0, cs());
   kernels::softmax_cross_entropy(rows, classes, logits, labels, grad_scale, grad, row_loss.as<float>(),
                                  row_correct.as<int32_t>(), bad.as<int32_t>(), cs());
-  finish_cross_entropy(rows, classes, row_loss, row_correct, bad, loss_sum, correct);
-}
-
-void softmax_cross_entropy_bf16(int64_t rows, int64_t classes, const uint16_t* logits, const int32_t* labels,
-                                float grad_scale, uint16_t* grad, double* loss_sum, int64_t* correct) {
-  Scratch row_loss(rows * sizeof(float)), row_correct(rows * sizeof(int32_t)), bad(sizeof(int32_t));
-  kernels::fill_i32(bad.as<int32_t>(), 1, 0, cs());
-  kernels::softmax_cross_entropy_bf16(rows, classes, logits, labels, grad_scale, grad, row_loss.as<float>(),
-                                      row_correct.as<int32_t>(), bad.as<int32_t>(), cs());
-  finish_cross_entropy(rows, classes, row_loss, row_correct, bad, loss_sum, correct);
-}
-
-void finish_cross_entropy(int64_t rows, int64_t classes, const Scratch& row_loss, const Scratch& row_correct,
-                          const Scratch& bad, double* loss_sum, int64_t* correct) {
   std::vector<float> l(static_cast<size_t>(rows));
   std::vector<int32_t> ok(static_cast<size_t>(rows));
   int32_t bad_host = 0;
@@ -613,7 +598,7 @@ DeviceOps make_table() {
   o.add_layernorm_forward_bf16 = &add_layernorm_forward_bf16;
   o.layernorm_backward_input_add_bf16 = &layernorm_backward_input_add_bf16;
   o.layernorm_backward_params_accum_bf16 = &layernorm_backward_params_accum_bf16;
-  o.softmax_cross_entropy_bf16 = &softmax_cross_entropy_bf16;
+  o.softmax_cross_entropy_bf16 = &cross_entropy<uint16_t>;
   o.attention_forward = &attention_forward;
   o.attention_backward = &attention_backward;
   o.fused_attention_supported = &fused_attention_supported;
@@ -621,7 +606,7 @@ DeviceOps make_table() {
   o.fused_attention_backward = &fused_attention_backward;
   o.fused_attention_forward_bf16 = &fused_attention_forward_bf16;
   o.fused_attention_backward_bf16 = &fused_attention_backward_bf16;
-  o.softmax_cross_entropy = &softmax_cross_entropy;
+  o.softmax_cross_entropy = &cross_entropy<float>;
   o.causal_softmax_forward = &causal_softmax_forward;
   o.causal_softmax_backward = &causal_softmax_backward;
   o.embedding_forward = &embedding_forward;

@@ -149,7 +149,7 @@ class CausalSelfAttention : public SplitBackwardLayer {
         ops.fused_attention_forward_bf16(B, T, heads_, hd, qkv.bf16(), att.bf16(), probs.f32());
       } else {
         Tensor att32 = Tensor::empty({B, T, dim_}, DType::F32, dev);
-        ops.attention_forward(B, T, heads_, hd, unpacked(qkv).f32(), probs.f32(), att32.f32());
+        ops.attention_forward(B, T, heads_, hd, unpacked_bf16(qkv).f32(), probs.f32(), att32.f32());
         ops.pack_bf16(att32.numel(), att32.f32(), att.bf16());
       }
       ops.linear_forward_bf16(rows, dim_, dim_, att.bf16(), a.params[2].f32(), a.params[3].f32(), y.f32(), nullptr);
@@ -174,7 +174,7 @@ class CausalSelfAttention : public SplitBackwardLayer {
                                           dqkv.bf16());
       } else {
         Tensor dqkv32 = Tensor::empty({B, T, 3 * dim_}, DType::F32, dev);
-        ops.attention_backward(B, T, heads_, hd, unpacked(qkv).f32(), probs.f32(), unpacked(datt).f32(),
+        ops.attention_backward(B, T, heads_, hd, unpacked_bf16(qkv).f32(), probs.f32(), unpacked_bf16(datt).f32(),
                                dqkv32.f32());
         ops.pack_bf16(dqkv32.numel(), dqkv32.f32(), dqkv.bf16());
       }
@@ -183,11 +183,6 @@ class CausalSelfAttention : public SplitBackwardLayer {
     }
     ctx.saved = {x, att, dy16, dqkv};
     return dx;
-  }
-  static Tensor unpacked(const Tensor& t16) {
-    Tensor t = Tensor::empty(t16.shape(), DType::F32, t16.device());
-    device_ops(t16.device()).unpack_bf16(t16.numel(), t16.bf16(), t.f32());
-    return t;
   }
 
   void check_input(const Tensor& x) const {

@@ -87,16 +87,16 @@ class TransformerBlock : public SplitBackwardLayer {
     Tensor x1 = Tensor::empty(x.shape(), DType::F32, x.device());
     if (keeps_bf16(device_ops(x.device()), a.step.precision)) {
       // Attention's output comes back rounded already: no run() around it.
-      Tensor h1 = add_layernorm_bf16(a, kLn1, x, Tensor(), nullptr, ctx.children[kLn1]);
+      Tensor h1 = add_layernorm(a, kLn1, x, Tensor(), nullptr, DType::BF16, ctx.children[kLn1]);
       const Slot& at = slots_[kAttn];
       Tensor o = at.layer->forward({a.params.subspan(at.first_param, at.num_params), {}, a.step}, h1,
                                    ctx.children[kAttn]);
-      Tensor h2 = add_layernorm_bf16(a, kLn2, x, run(kDrop1, o), &x1, ctx.children[kLn2]);
+      Tensor h2 = add_layernorm(a, kLn2, x, run(kDrop1, o), &x1, DType::BF16, ctx.children[kLn2]);
       Tensor g = linear_gelu_bf16(a, h2, ctx.children[kFc1]);
       return add(x1, run(kDrop2, fc2_forward_bf16(a, g, ctx.children[kFc2])));
     }
-    Tensor h1 = add_layernorm(a, kLn1, x, Tensor(), nullptr, ctx.children[kLn1]);
-    Tensor h2 = add_layernorm(a, kLn2, x, run(kDrop1, run(kAttn, h1)), &x1, ctx.children[kLn2]);
+    Tensor h1 = add_layernorm(a, kLn1, x, Tensor(), nullptr, DType::F32, ctx.children[kLn1]);
+    Tensor h2 = add_layernorm(a, kLn2, x, run(kDrop1, run(kAttn, h1)), &x1, DType::F32, ctx.children[kLn2]);
     Tensor m = run(kDrop2, run(kFc2, linear_gelu(a, h2, ctx.children[kFc1])));
     return add(x1, m);
   }
@@ -111,9 +111,9 @@ class TransformerBlock : public SplitBackwardLayer {
     if (saved_bf16(ctx.children[kFc1], 0)) {  // bf16 storage; attention's input gradient is bf16 too
       Tensor dg = fc2_backward_input_bf16(a, packed_bf16(back(kDrop2, dy)), ctx.children[kFc2]);
       Tensor dh2 = linear_gelu_backward_input_bf16(a, dg, ctx.children[kFc1]);
-      Tensor dx1 = layernorm_backward_input_add_bf16(a, kLn2, dh2, dy, true, ctx.children[kLn2]);
-      return layernorm_backward_input_add_bf16(a, kLn1, back(kAttn, back(kDrop1, dx1)), dx1, a.need_input_grad,
-                                               ctx.children[kLn1]);
+      Tensor dx1 = layernorm_backward_input_add(a, kLn2, dh2, dy, true, ctx.children[kLn2]);
+      return layernorm_backward_input_add(a, kLn1, back(kAttn, back(kDrop1, dx1)), dx1, a.need_input_grad,
+                                          ctx.children[kLn1]);
     }
     Tensor dh2 = linear_gelu_backward_input(a, back(kFc2, back(kDrop2, dy)), ctx.children[kFc1]);
     Tensor dx1 = layernorm_backward_input_add(a, kLn2, dh2, dy, true, ctx.children[kLn2]);
@@ -127,8 +127,6 @@ class TransformerBlock : public SplitBackwardLayer {
       if (part == kGelu) continue;  // no parameters; run with fc1
       if ((part == kFc1 || part == kFc2) && saved_bf16(ctx.children[p], 0))
         linear_backward_weights_bf16(a, part, ctx.children[p]);
-      else if ((part == kLn1 || part == kLn2) && saved_bf16(ctx.children[p], 3))
-        layernorm_backward_weights_bf16(a, part, ctx.children[p]);
       else if (part == kFc1)
         linear_gelu_backward_weights(a, ctx.children[p]);
       else if (part == kLn1 || part == kLn2)
@@ -140,32 +138,46 @@ class TransformerBlock : public SplitBackwardLayer {
   }
 
  private:
-  // ln (kLn1 or kLn2) of x + r (of x when r is undefined): *s receives the
-  // sum; ctx.saved = {the normalised tensor, mean, rstd}, then dy.
-  Tensor add_layernorm(const ForwardArgs& a, Part ln, const Tensor& x, const Tensor& r, Tensor* s,
+  // ln (kLn1 or kLn2) of x + r (of x when r is undefined), its output in
+  // `out` storage (F32, or BF16 under bf16 storage): *s receives the sum;
+  // ctx.saved = {the normalised tensor, mean, rstd}, then dy.
+  Tensor add_layernorm(const ForwardArgs& a, Part ln, const Tensor& x, const Tensor& r, Tensor* s, DType out,
                        LayerContext& ctx) const {
     const Device dev = x.device();
+    const DeviceOps& o = device_ops(dev);
     const int64_t rows = rows_over_last_dim(x, dim_, "transformer block");
     const Tensor* gb = a.params.data() + slots_[ln].first_param;
-    Tensor y = Tensor::empty(x.shape(), DType::F32, dev);
+    Tensor y = Tensor::empty(x.shape(), out, dev);
     Tensor mean = Tensor::empty({rows}, DType::F32, dev), rstd = Tensor::empty({rows}, DType::F32, dev);
-    device_ops(dev).add_layernorm_forward(a.step.precision, rows, dim_, x.f32(), r.defined() ? r.f32() : nullptr,
-                                          gb[0].f32(), gb[1].f32(), kLayerNormEps, r.defined() ? s->f32() : nullptr,
-                                          y.f32(), mean.f32(), rstd.f32());
+    const float* rp = r.defined() ? r.f32() : nullptr;
+    float* sp = r.defined() ? s->f32() : nullptr;
+    if (out == DType::BF16)
+      o.add_layernorm_forward_bf16(rows, dim_, x.f32(), rp, gb[0].f32(), gb[1].f32(), kLayerNormEps, sp, y.bf16(),
+                                   mean.f32(), rstd.f32());
+    else
+      o.add_layernorm_forward(a.step.precision, rows, dim_, x.f32(), rp, gb[0].f32(), gb[1].f32(), kLayerNormEps, sp,
+                              y.f32(), mean.f32(), rstd.f32());
     ctx.saved = {r.defined() ? *s : x, mean, rstd};
     return y;
   }
-  // dres + the input gradient of ln (rounded under BF16); appends dy to ctx.saved.
+  // dres + the input gradient of ln (rounded under BF16) from dy in either
+  // storage; appends dy to ctx.saved.
   Tensor layernorm_backward_input_add(const BackwardArgs& a, Part ln, const Tensor& dy, const Tensor& dres,
                                       bool need_input_grad, LayerContext& ctx) const {
     PD_CHECK(ctx.saved.size() == 3, describe(), ": backward without forward");
     const Tensor& x = ctx.saved[0];
     Tensor dx;
     if (need_input_grad) {
+      const DeviceOps& o = device_ops(x.device());
+      const int64_t rows = rows_over_last_dim(x, dim_, "transformer block");
+      const float* gamma = a.params[slots_[ln].first_param].f32();
       dx = Tensor::empty(x.shape(), DType::F32, x.device());
-      device_ops(x.device()).layernorm_backward_input_add(
-          a.step.precision, rows_over_last_dim(x, dim_, "transformer block"), dim_, x.f32(), dy.f32(),
-          a.params[slots_[ln].first_param].f32(), ctx.saved[1].f32(), ctx.saved[2].f32(), dres.f32(), dx.f32());
+      if (dy.dtype() == DType::BF16)
+        o.layernorm_backward_input_add_bf16(rows, dim_, x.f32(), dy.bf16(), gamma, ctx.saved[1].f32(),
+                                            ctx.saved[2].f32(), dres.f32(), dx.f32());
+      else
+        o.layernorm_backward_input_add(a.step.precision, rows, dim_, x.f32(), dy.f32(), gamma, ctx.saved[1].f32(),
+                                       ctx.saved[2].f32(), dres.f32(), dx.f32());
     }
     ctx.saved.push_back(dy);
     return dx;
@@ -173,17 +185,22 @@ class TransformerBlock : public SplitBackwardLayer {
   void layernorm_backward_weights(const BackwardArgs& a, Part ln, LayerContext& ctx) const {
     PD_CHECK(ctx.saved.size() == 4, describe(), ": weight backward without its input backward");
     const Tensor& x = ctx.saved[0];
+    const Tensor& dy = ctx.saved[3];
+    const DeviceOps& o = device_ops(x.device());
+    const int64_t rows = rows_over_last_dim(x, dim_, "transformer block");
     const size_t k = slots_[ln].first_param;
-    device_ops(x.device()).layernorm_backward_params_accum(rows_over_last_dim(x, dim_, "transformer block"), dim_,
-                                                           x.f32(), ctx.saved[3].f32(), ctx.saved[1].f32(),
-                                                           ctx.saved[2].f32(), a.grads[k].f32(), a.grads[k + 1].f32());
+    if (dy.dtype() == DType::BF16)
+      o.layernorm_backward_params_accum_bf16(rows, dim_, x.f32(), dy.bf16(), ctx.saved[1].f32(), ctx.saved[2].f32(),
+                                             a.grads[k].f32(), a.grads[k + 1].f32());
+    else
+      o.layernorm_backward_params_accum(rows, dim_, x.f32(), dy.f32(), ctx.saved[1].f32(), ctx.saved[2].f32(),
+                                        a.grads[k].f32(), a.grads[k + 1].f32());
   }
   // gelu(fc1(x)); ctx.saved = {x, pre} (pre: fc1's output, GELU's input), then dpre.
   Tensor linear_gelu(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const {
     const int64_t rows = rows_over_last_dim(x, dim_, "transformer block");
     const size_t k = slots_[kFc1].first_param;
-    Shape ys = x.shape();
-    ys.back() = 4 * dim_;
+    const Shape ys = with_last(x, 4 * dim_);
     Tensor pre = Tensor::empty(ys, DType::F32, x.device()), y = Tensor::empty(ys, DType::F32, x.device());
     device_ops(x.device()).linear_gelu_forward(a.step.precision, rows, dim_, 4 * dim_, x.f32(), a.params[k].f32(),
                                                a.params[k + 1].f32(), pre.f32(), y.f32());
@@ -229,32 +246,18 @@ class TransformerBlock : public SplitBackwardLayer {
   static bool saved_bf16(const LayerContext& c, size_t i) {
     return c.saved.size() > i && c.saved[i].dtype() == DType::BF16;
   }
-  int64_t rows_of(const Tensor& t) const { return t.numel() / t.shape().back(); }
   Shape with_last(const Tensor& t, int64_t last) const {
     Shape s = t.shape();
     s.back() = last;
     return s;
-  }
-  // add_layernorm with its output in bf16.
-  Tensor add_layernorm_bf16(const ForwardArgs& a, Part ln, const Tensor& x, const Tensor& r, Tensor* s,
-                            LayerContext& ctx) const {
-    const Device dev = x.device();
-    const int64_t rows = rows_over_last_dim(x, dim_, "transformer block");
-    const Tensor* gb = a.params.data() + slots_[ln].first_param;
-    Tensor y = Tensor::empty(x.shape(), DType::BF16, dev);
-    Tensor mean = Tensor::empty({rows}, DType::F32, dev), rstd = Tensor::empty({rows}, DType::F32, dev);
-    device_ops(dev).add_layernorm_forward_bf16(rows, dim_, x.f32(), r.defined() ? r.f32() : nullptr, gb[0].f32(),
-                                               gb[1].f32(), kLayerNormEps, r.defined() ? s->f32() : nullptr,
-                                               y.bf16(), mean.f32(), rstd.f32());
-    ctx.saved = {r.defined() ? *s : x, mean, rstd};
-    return y;
   }
   // gelu(fc1(x)) of a bf16 x into bf16; ctx.saved = {x, pre}, then dpre.
   Tensor linear_gelu_bf16(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const {
     const size_t k = slots_[kFc1].first_param;
     Tensor pre = Tensor::empty(with_last(x, 4 * dim_), DType::BF16, x.device());
     Tensor y = Tensor::empty(pre.shape(), DType::BF16, x.device());
-    device_ops(x.device()).linear_gelu_forward_bf16(rows_of(x), dim_, 4 * dim_, x.bf16(), a.params[k].f32(),
+    const int64_t rows = rows_over_last_dim(x, dim_, "transformer block");
+    device_ops(x.device()).linear_gelu_forward_bf16(rows, dim_, 4 * dim_, x.bf16(), a.params[k].f32(),
                                                     a.params[k + 1].f32(), pre.bf16(), y.bf16());
     ctx.saved = {x, pre};
     return y;
@@ -263,8 +266,9 @@ class TransformerBlock : public SplitBackwardLayer {
   Tensor fc2_forward_bf16(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const {
     const size_t k = slots_[kFc2].first_param;
     Tensor y = Tensor::empty(with_last(x, dim_), DType::F32, x.device());
-    device_ops(x.device()).linear_forward_bf16(rows_of(x), 4 * dim_, dim_, x.bf16(), a.params[k].f32(),
-                                               a.params[k + 1].f32(), y.f32(), nullptr);
+    const int64_t rows = rows_over_last_dim(x, 4 * dim_, "transformer block");
+    device_ops(x.device()).linear_forward_bf16(rows, 4 * dim_, dim_, x.bf16(), a.params[k].f32(), a.params[k + 1].f32(),
+                                               y.f32(), nullptr);
     ctx.saved = {x};
     return y;
   }
@@ -272,7 +276,8 @@ class TransformerBlock : public SplitBackwardLayer {
     PD_CHECK(ctx.saved.size() == 1, describe(), ": backward without forward");
     const Tensor& x = ctx.saved[0];
     Tensor dx = Tensor::empty(x.shape(), DType::BF16, x.device());
-    device_ops(x.device()).linear_backward_input_bf16(rows_of(x), 4 * dim_, dim_, dy.bf16(),
+    const int64_t rows = rows_over_last_dim(x, 4 * dim_, "transformer block");
+    device_ops(x.device()).linear_backward_input_bf16(rows, 4 * dim_, dim_, dy.bf16(),
                                                       a.params[slots_[kFc2].first_param].f32(), nullptr, dx.bf16());
     ctx.saved.push_back(dy);
     return dx;
@@ -286,24 +291,9 @@ class TransformerBlock : public SplitBackwardLayer {
     Tensor dpre = Tensor::empty(pre.shape(), DType::BF16, x.device());
     Tensor dx = Tensor::empty(x.shape(), DType::BF16, x.device());
     o.gelu_backward_bf16(pre.numel(), pre.bf16(), dy.bf16(), dpre.bf16());
-    o.linear_backward_input_bf16(rows_of(x), dim_, 4 * dim_, dpre.bf16(), a.params[slots_[kFc1].first_param].f32(),
-                                 nullptr, dx.bf16());
+    o.linear_backward_input_bf16(rows_over_last_dim(x, dim_, "transformer block"), dim_, 4 * dim_, dpre.bf16(),
+                                 a.params[slots_[kFc1].first_param].f32(), nullptr, dx.bf16());
     ctx.saved.push_back(dpre);
-    return dx;
-  }
-  // layernorm_backward_input_add of a bf16 dy.
-  Tensor layernorm_backward_input_add_bf16(const BackwardArgs& a, Part ln, const Tensor& dy, const Tensor& dres,
-                                           bool need_input_grad, LayerContext& ctx) const {
-    PD_CHECK(ctx.saved.size() == 3, describe(), ": backward without forward");
-    const Tensor& x = ctx.saved[0];
-    Tensor dx;
-    if (need_input_grad) {
-      dx = Tensor::empty(x.shape(), DType::F32, x.device());
-      device_ops(x.device()).layernorm_backward_input_add_bf16(
-          rows_of(x), dim_, x.f32(), dy.bf16(), a.params[slots_[ln].first_param].f32(), ctx.saved[1].f32(),
-          ctx.saved[2].f32(), dres.f32(), dx.f32());
-    }
-    ctx.saved.push_back(dy);
     return dx;
   }
   // fc1 or fc2: ctx.saved = {x, ..., dy} with x and dy bf16 (fc1 keeps pre between them).
@@ -314,17 +304,10 @@ class TransformerBlock : public SplitBackwardLayer {
     const Tensor& dy = ctx.saved.back();
     const size_t k = slots_[part].first_param;
     const int64_t in = part == kFc1 ? dim_ : 4 * dim_, out = part == kFc1 ? 4 * dim_ : dim_;
-    device_ops(x.device()).linear_backward_params_accum_bf16(rows_of(x), in, out, x.bf16(), dy.bf16(),
-                                                             a.grads[k].f32(), a.grads[k + 1].f32());
+    const int64_t rows = rows_over_last_dim(x, in, "transformer block");
+    device_ops(x.device()).linear_backward_params_accum_bf16(rows, in, out, x.bf16(), dy.bf16(), a.grads[k].f32(),
+                                                             a.grads[k + 1].f32());
   }
-  void layernorm_backward_weights_bf16(const BackwardArgs& a, Part ln, LayerContext& ctx) const {
-    const Tensor& x = ctx.saved[0];
-    const size_t k = slots_[ln].first_param;
-    device_ops(x.device()).layernorm_backward_params_accum_bf16(rows_of(x), dim_, x.f32(), ctx.saved[3].bf16(),
-                                                                ctx.saved[1].f32(), ctx.saved[2].f32(),
-                                                                a.grads[k].f32(), a.grads[k + 1].f32());
-  }
-
   BackwardArgs part_args(const BackwardArgs& a, Part p, bool need_input_grad) const {
     const Slot& s = slots_[p];
     return {a.params.subspan(s.first_param, s.num_params), a.grads.subspan(s.first_param, s.num_params), a.step,

@@ -13,6 +13,14 @@
 
 namespace pd::gputest {
 
+// The transformer block's shapes the entries are tested at: rows x in -> out
+// of gpt-mini (batch 8, context 128, width 256), the zoo gpt (batch 8,
+// context 1024, width 768) and a ragged one.
+struct BlockShape {
+  int64_t rows, in, out;
+};
+inline constexpr BlockShape kBlockShapes[] = {{8 * 128, 256, 1024}, {8 * 1024, 768, 3072}, {37, 20, 83}};
+
 // Multiples of 1/16 in [-0.5, 0.5]: bf16 values whose products are exact
 // multiples of 1/256 and whose sums over <= 3072 terms stay exact in FP32.
 inline std::vector<float> sixteenths(size_t n, uint32_t key) {

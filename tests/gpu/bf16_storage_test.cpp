@@ -27,11 +27,6 @@ namespace pd::gputest {
 
 namespace {
 
-struct Shape3 {
-  int64_t rows, in, out;
-};
-const Shape3 kShapes[] = {{8 * 128, 256, 1024}, {8 * 1024, 768, 3072}, {37, 20, 83}};
-
 std::vector<uint16_t> bits(const std::vector<float>& v) {
   std::vector<uint16_t> b(v.size());
   for (size_t i = 0; i < v.size(); ++i) b[i] = bf16_bits(v[i]);
@@ -70,7 +65,7 @@ TEST_F(Bf16StorageOps, PackRoundsToNearestEvenAndUnpackIsExactAsOnTheCpu) {
 
 TEST_F(Bf16StorageOps, LinearEntriesMatchTheCpu) {
   const DeviceOps& cpu = cpu_device_ops();
-  for (const Shape3& s : kShapes) {
+  for (const BlockShape& s : kBlockShapes) {
     SCOPED_TRACE(::testing::Message() << "rows " << s.rows << " in " << s.in << " out " << s.out);
     const size_t nx = static_cast<size_t>(s.rows * s.in), ny = static_cast<size_t>(s.rows * s.out),
                  nw = static_cast<size_t>(s.out * s.in);
@@ -123,7 +118,7 @@ TEST_F(Bf16StorageOps, LinearEntriesMatchTheCpu) {
 TEST_F(Bf16StorageOps, GeluAndLayerNormEntriesMatchTheCpu) {
   const DeviceOps& cpu = cpu_device_ops();
   const float eps = 1e-5f;
-  for (const Shape3& s : kShapes) {
+  for (const BlockShape& s : kBlockShapes) {
     const int64_t rows = s.rows, dim = s.in == 20 ? 83 : s.in;
     SCOPED_TRACE(::testing::Message() << "rows " << rows << " dim " << dim);
     const size_t n = static_cast<size_t>(rows * dim), nr = static_cast<size_t>(rows);

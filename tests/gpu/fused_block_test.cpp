@@ -33,12 +33,6 @@ namespace pd::gputest {
 
 namespace {
 
-struct Shape3 {
-  int64_t rows, in, out;
-};
-// gpt-mini (batch 8, context 128, width 256), zoo gpt (batch 8, context 1024, width 768), ragged.
-const Shape3 kShapes[] = {{8 * 128, 256, 1024}, {8 * 1024, 768, 3072}, {37, 20, 83}};
-
 const char* name(Precision p) { return p == Precision::BF16 ? "bf16" : "fp32"; }
 
 }  // namespace
@@ -47,7 +41,7 @@ using FusedBlockOps = GpuTest;
 
 TEST_F(FusedBlockOps, LinearGeluForwardMatchesTheCpuEntry) {
   const DeviceOps& cpu = cpu_device_ops();
-  for (const Shape3& s : kShapes) {
+  for (const BlockShape& s : kBlockShapes) {
     const auto x = sixteenths(static_cast<size_t>(s.rows * s.in), 1), w = sixteenths(static_cast<size_t>(s.out * s.in), 2),
                b = sixteenths(static_cast<size_t>(s.out), 3);
     const size_t n = static_cast<size_t>(s.rows * s.out);
@@ -76,7 +70,7 @@ TEST_F(FusedBlockOps, LinearGeluForwardMatchesTheCpuEntry) {
 
 TEST_F(FusedBlockOps, GeluBackwardRoundedMatchesTheCpuEntry) {
   const DeviceOps& cpu = cpu_device_ops();
-  for (const Shape3& s : kShapes) {
+  for (const BlockShape& s : kBlockShapes) {
     const size_t n = static_cast<size_t>(s.rows * s.out);
     const auto pre = cpu_bf16(random_floats(n, 4, -4.0f, 4.0f)), dy = cpu_bf16(random_floats(n, 5));
     const Tensor gpre = on_gpu(pre), gdy = on_gpu(dy);
@@ -101,7 +95,7 @@ TEST_F(FusedBlockOps, GeluBackwardRoundedMatchesTheCpuEntry) {
 TEST_F(FusedBlockOps, AddLayerNormForwardMatchesTheCpuEntry) {
   const DeviceOps& cpu = cpu_device_ops();
   const float eps = 1e-5f;
-  for (const Shape3& s : kShapes) {
+  for (const BlockShape& s : kBlockShapes) {
     const int64_t rows = s.rows, dim = s.in == 20 ? 83 : s.in;  // ragged: 83 features
     const size_t n = static_cast<size_t>(rows * dim);
     const auto a = random_floats(n, 6, -3.0f, 2.0f), r = cpu_bf16(random_floats(n, 7)),
@@ -140,7 +134,7 @@ TEST_F(FusedBlockOps, AddLayerNormForwardMatchesTheCpuEntry) {
 TEST_F(FusedBlockOps, LayerNormBackwardInputAddMatchesTheCpuEntry) {
   const DeviceOps& cpu = cpu_device_ops();
   const float eps = 1e-5f;
-  for (const Shape3& s : kShapes) {
+  for (const BlockShape& s : kBlockShapes) {
     const int64_t rows = s.rows, dim = s.in == 20 ? 83 : s.in;
     const size_t n = static_cast<size_t>(rows * dim), nr = static_cast<size_t>(rows);
     const auto x = random_floats(n, 10, -3.0f, 2.0f), dy = cpu_bf16(random_floats(n, 11)),
