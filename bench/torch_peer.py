@@ -32,6 +32,13 @@ blocks of 12 heads, 163M parameters) is a workload too, at batch 8.
 on a torchvision model (num_classes=N) instead of the workloads: the peer
 of `pipedream-bench core --model` on that model exported to ONNX
 (scripts/export_torch.py) or on the zoo's equivalent (bench/onnx_speed.sh).
+
+--op-times then runs --steps more steps under torch.profiler and prints,
+after each workload's line, one "suite": "torch_peer_ops" line per
+operator (aten::mm, aten::_flash_attention_backward, ...) with its calls
+and its own device time per step (CUDA kernel time on a GPU, CPU time on
+the CPU; a kernel counts in the operator that launched it): the peer of
+`pipedream-bench core --op-times`.
 """
 import argparse
 import json
@@ -240,16 +247,20 @@ def run(name, batch, args):
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model.train()
     times, cpu_times = [], []
-    loss = None
-    for s in range(args.warmup + args.steps):
-        sync()
-        c0, t0 = time.process_time(), time.perf_counter()
+
+    def step():
         opt.zero_grad()
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.amp):
             logits = model(inputs)
             loss = F.cross_entropy(logits.reshape(-1, classes), labels.to(dev, non_blocking=False).reshape(-1))
         loss.backward()
         opt.step()
+        return loss
+
+    for s in range(args.warmup + args.steps):
+        sync()
+        c0, t0 = time.process_time(), time.perf_counter()
+        loss = step()
         sync()
         t1, c1 = time.perf_counter(), time.process_time()
         if s >= args.warmup:
@@ -267,7 +278,54 @@ def run(name, batch, args):
         line["peak_memory_bytes"] = torch.cuda.max_memory_allocated(dev)
         torch.cuda.reset_peak_memory_stats(dev)
     line.update(recipe)
-    return line
+    if not args.op_times:
+        return [line]
+    return [line] + op_time_lines(line, step, sync, args)
+
+
+def self_time_us(event, device):
+    """An averaged profiler event's own time (its children's excluded) on
+    the device: CUDA kernel time on a GPU (named self_device_time_total
+    from PyTorch 2.4, self_cuda_time_total before), CPU time on the CPU."""
+    if device != "cuda":
+        return event.self_cpu_time_total
+    for name in ("self_device_time_total", "self_cuda_time_total"):
+        if hasattr(event, name):
+            return getattr(event, name)
+    return 0.0
+
+
+def op_time_lines(line, step, sync, args):
+    """--op-times: args.steps more steps under torch.profiler, one line per
+    operator with its own device time per step (kernels are counted in the
+    operator that launched them, so the lines add up to the device's busy
+    time without counting a kernel twice), largest first, as
+    `pipedream-bench core --op-times` prints per DeviceOps entry."""
+    from torch.profiler import ProfilerActivity, profile
+    device = "cuda" if args.device.startswith("cuda") else "cpu"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    sync()
+    with profile(activities=activities) as prof:
+        for _ in range(args.steps):
+            step()
+        sync()
+    ops = []
+    for event in prof.key_averages():
+        # Kernels appear twice: as their own events (device_type CUDA) and
+        # inside their operator's self device time. Keep the operators.
+        if str(event.device_type).endswith("CPU"):
+            us = self_time_us(event, device)
+            if us > 0:
+                ops.append((event.key, event.count, us))
+    total_us = sum(us for _, _, us in ops) or 1.0
+    out = []
+    for key, count, us in sorted(ops, key=lambda o: -o[2]):
+        out.append({"suite": "torch_peer_ops", "workload": line["workload"], "batch": line["batch"],
+                    "device": args.device, "recipe": line["recipe"], "op": key,
+                    "calls_per_step": count / args.steps, "ms_per_step": us / 1000.0 / args.steps,
+                    "share_of_ops": us / total_us, "median_step_ms": line["median_step_ms"],
+                    "torch": torch.__version__})
+    return out
 
 
 def main():
@@ -288,6 +346,9 @@ def main():
                    help="time this torchvision model instead of the workloads (needs --batch)")
     p.add_argument("--input", default="3,224,224", help="--torchvision: per-sample input shape C,H,W")
     p.add_argument("--classes", type=int, default=1000, help="--torchvision: num_classes")
+    p.add_argument("--op-times", action="store_true",
+                   help="then --steps more steps under torch.profiler: one \"torch_peer_ops\" line per operator "
+                        "with its own device time per step (the peer of pipedream-bench core --op-times)")
     args = p.parse_args()
     if args.device.startswith("cuda"):
         if not torch.cuda.is_available():
@@ -316,10 +377,11 @@ def main():
         if args.batch < 1 or args.classes < 1:
             print("error: --torchvision needs --batch B and --classes N positive", file=sys.stderr)
             return 2
-        line = run(args.torchvision, args.batch, args)
-        line["input"] = args.input
-        line["classes"] = args.classes
-        print(json.dumps(line), flush=True)
+        lines = run(args.torchvision, args.batch, args)
+        lines[0]["input"] = args.input
+        lines[0]["classes"] = args.classes
+        for line in lines:
+            print(json.dumps(line), flush=True)
         return 0
     selected = []
     for item in (w for w in args.workloads.split(",") if w):
@@ -335,7 +397,8 @@ def main():
         print("error: --workloads is empty", file=sys.stderr)
         return 2
     for name, batch in selected:
-        print(json.dumps(run(name, batch, args)), flush=True)
+        for line in run(name, batch, args):
+            print(json.dumps(line), flush=True)
     return 0
 
 

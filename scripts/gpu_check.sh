@@ -25,7 +25,9 @@
 #     against the CPU among them), then test_gpu_pipeline under mpirun;
 #  6. `pipedream-bench core --op-times` in bf16 on the zoo's gpt (batch 8,
 #     with and without bf16 storage) and resnet50 (batch 64): device time
-#     per DeviceOps entry, last so the budget cuts it first.
+#     per DeviceOps entry, and PyTorch's device time per operator for the
+#     same steps in its amp recipe (torch.profiler), last so the budget cuts
+#     them first.
 # Each step has a time limit and the whole a budget (--budget, 380 s): a
 # step that would start past the budget is skipped and listed as such.
 #
@@ -291,6 +293,12 @@ bench_step op_times_gpt_b8_bf16 25 '"recipe": "bf16", ' "$bin/pipedream-bench" c
   --device cuda --warmup 2 --steps 5 --op-times --precision bf16
 bench_step op_times_resnet50_b64_bf16 25 '"recipe": "bf16", ' "$bin/pipedream-bench" core --workloads resnet50 \
   --batch 64 --device cuda --warmup 2 --steps 5 --op-times --precision bf16
+# PyTorch's own per-operator device time for the same two steps in its amp
+# recipe, the other side of each table.
+if [[ $have_torch -eq 1 ]]; then
+  bench_step torch_op_times_amp 60 "" "$python" "$here/bench/torch_peer.py" --amp --device cuda \
+    --workloads gpt:8,resnet50:64 --warmup 2 --steps 5 --op-times
+fi
 
 list=""
 for f in "${failed[@]}"; do list+="${list:+, }\"$f\""; done

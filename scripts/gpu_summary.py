@@ -172,6 +172,22 @@ def table(lines):
             print(f"| {run[0]} | {run[1]} | {run[2]} | (all {len(mine)} entries; the step untimed: "
                   f"{fmt(mine[0]['median_step_ms'], 2)} ms) | | {fmt(total, 2)} | 1 |")
 
+    peer_ops = [l for l in lines if l.get("suite") == "torch_peer_ops"]
+    if peer_ops:
+        print("\nPyTorch's device time per operator (`bench/torch_peer.py --op-times`, torch.profiler, "
+              "the 10 largest per run):\n")
+        print("| workload | batch | recipe | operator | calls per step | ms per step | share of operators' time |")
+        print("|---|---|---|---|---|---|---|")
+        for run in sorted({(l["workload"], l["batch"], l["recipe"]) for l in peer_ops}):
+            mine = sorted((l for l in peer_ops if (l["workload"], l["batch"], l["recipe"]) == run),
+                          key=lambda l: -l["ms_per_step"])
+            for l in mine[:10]:
+                print(f"| {run[0]} | {run[1]} | {run[2]} | {l['op']} | {fmt(l['calls_per_step'], 1)} | "
+                      f"{fmt(l['ms_per_step'], 3)} | {fmt(l['share_of_ops'], 3)} |")
+            total = sum(l["ms_per_step"] for l in mine)
+            print(f"| {run[0]} | {run[1]} | {run[2]} | (all {len(mine)} operators; the step unprofiled: "
+                  f"{fmt(mine[0]['median_step_ms'], 2)} ms) | | {fmt(total, 2)} | 1 |")
+
     equal = [l for l in lines if "tensors" in l and "differ" in l]
     if equal:
         print("\nPipelines against `run --reference` (bit for bit):\n")
