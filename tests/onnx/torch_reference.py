@@ -33,7 +33,9 @@ losses of 5 plain SGD steps, in a safetensors file the C++ test compares:
                          float64 where that runs), or its module's largest
                          where that is below 1e-10 of the module's (a
                          zero-initialised bias whose gradient is zero in
-                         exact arithmetic stays 0)
+                         exact arithmetic stays 0), and at least a tenth
+                         of its module's largest (a bias moved by updates
+                         that nearly cancel)
   weight_torch_error/<name>
                          PyTorch's own float32 error on it (as torch_error)
   loss_tolerance, loss0_tolerance, loss_error32, loss0_error32
@@ -212,6 +214,15 @@ def weight_entries(out, weights, far, exact):
         module = name.rsplit(".", 1)[0]
         if scale < 1e-10 * module_max[module]:
             scale = module_max[module]  # stays zero in exact arithmetic
+        # No parameter is held tighter than its module's scale allows: a
+        # zero-initialised bias that the steps moved by a tiny fraction of
+        # its module's largest got there by updates that nearly cancel, and
+        # float32's summation order alone moves it by tens of percent of
+        # itself (densenet121's BatchNorm biases at ~1e-5 of their weights:
+        # 2e-6 apart from PyTorch's, 3x PyTorch's own spread, on AVX-512
+        # hosts). With the test's 1e-4 that is a floor of 1e-5 of the
+        # module's largest, float32 noise through a deep network.
+        scale = max(scale, 0.1 * module_max[module])
         err32 = max_abs_diff(far[name], w) / max(scale, 1e-300) if far else 0.0
         out[f"weight_scale/{name}"] = torch.tensor([scale], dtype=torch.float32)
         out[f"weight_torch_error/{name}"] = torch.tensor([err32], dtype=torch.float32)
