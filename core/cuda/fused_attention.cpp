@@ -640,6 +640,13 @@ void fused_attention_backward(int64_t, int64_t, int64_t, int64_t, const float*, 
                               const float*, float*) {
   throw RuntimeFailure("fused attention needs cuDNN, and this build has none");
 }
+void fused_attention_forward_bf16(int64_t, int64_t, int64_t, int64_t, const uint16_t*, uint16_t*, float*) {
+  throw RuntimeFailure("fused attention needs cuDNN, and this build has none");
+}
+void fused_attention_backward_bf16(int64_t, int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*,
+                                   const float*, const uint16_t*, uint16_t*) {
+  throw RuntimeFailure("fused attention needs cuDNN, and this build has none");
+}
 std::vector<std::string> fused_attention_graph_errors(int64_t, int64_t, int64_t, int64_t) {
   return {"this build has no cuDNN"};
 }
