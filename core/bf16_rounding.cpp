@@ -6,6 +6,7 @@
 
 #include "core/device_ops.h"
 #include "core/error.h"
+#include "core/layer.h"
 
 namespace pd {
 
@@ -23,6 +24,19 @@ Tensor rounded_copy_if_bf16(Precision p, const Tensor& t) {
   Tensor r = Tensor::empty(t.shape(), DType::F32, t.device());
   if (t.numel() > 0) device_ops(t.device()).round_bf16(t.numel(), t.f32(), r.f32());
   return r;
+}
+
+bool round_layer_output_if_bf16(Precision p, const Layer& l, const Layer* next, const LayerContext& ctx, Tensor& h,
+                                bool input_exact) {
+  if (p != Precision::BF16) return true;
+  if (l.forward_rounds_bf16() || (input_exact && l.forward_keeps_bf16())) return true;
+  if (next && next->forward_absorbs_input_rounding() && !ctx.keeps(h)) return false;
+  round_in_place_if_bf16(p, h);
+  return true;
+}
+
+void round_layer_input_grad_if_bf16(Precision p, const Layer& l, Tensor& g) {
+  if (!l.backward_keeps_bf16()) round_in_place_if_bf16(p, g);
 }
 
 std::span<const Tensor> operand_params(Precision p, std::span<const Tensor> params, std::vector<Tensor>& storage) {

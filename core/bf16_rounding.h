@@ -11,10 +11,26 @@
 namespace pd {
 
 struct DeviceOps;
+class Layer;
+struct LayerContext;
 
 // Rounds t's elements to bf16 in place (device_ops().round_bf16) when p is
 // BF16 and t is a defined F32 tensor; integer tensors (token ids) are left alone.
 void round_in_place_if_bf16(Precision p, Tensor& t);
+
+// The rounding of a chain of layers (a layer range, a composite's
+// sub-layers), given that the chain's input holds bf16 values. After layer
+// l computed h (from bf16 values iff input_exact), rounds h unless it
+// holds bf16 values already (l rounded it, or l.forward_keeps_bf16() and
+// its input did) or the rounding can be left to `next` (a layer whose
+// rounded output is the same for h and round(h): one pass instead of two),
+// which it may only when l's context does not keep h for backward. Returns
+// whether h holds bf16 values now. Under FP32 does nothing and returns true.
+bool round_layer_output_if_bf16(Precision p, const Layer& l, const Layer* next, const LayerContext& ctx, Tensor& h,
+                                bool input_exact);
+// Backward: rounds l's input gradient g unless l.backward_keeps_bf16()
+// (its output gradient holds bf16 values: every chain rounds its incoming one).
+void round_layer_input_grad_if_bf16(Precision p, const Layer& l, Tensor& g);
 
 // t itself under FP32 (or for non-F32 t); a rounded copy under BF16, for
 // tensors the caller must not change (a data batch, the loss gradient).

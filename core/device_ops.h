@@ -180,12 +180,19 @@ struct DeviceOps {
                                    float* dgamma, float* dbeta) = nullptr;
 
   // --- elementwise (own kernels); y may alias x ---
+  // y = x <= 0 ? +0 : x: NaN passes (as in PyTorch), and relu commutes
+  // with bf16 rounding bit for bit (core/layer.h).
   void (*relu_forward)(int64_t n, const float* x, float* y) = nullptr;
   // dx = dy where y > 0 (y is relu's output; the input works as well).
   void (*relu_backward)(int64_t n, const float* y, const float* dy, float* dx) = nullptr;
   void (*add)(int64_t n, const float* a, const float* b, float* y) = nullptr;        // y = a + b
   // y = max(a + b, 0): the residual join of ResNet blocks.
   void (*add_relu_forward)(int64_t n, const float* a, const float* b, float* y) = nullptr;
+  // The same with the result rounded to bf16 as it is written (one pass
+  // where relu then round_bf16 take two): round_bf16(relu(x)), which equals
+  // relu(round_bf16(x)), and round_bf16(relu(a + b)).
+  void (*relu_forward_rounded)(int64_t n, const float* x, float* y) = nullptr;
+  void (*add_relu_forward_rounded)(int64_t n, const float* a, const float* b, float* y) = nullptr;
   void (*scale)(int64_t n, float alpha, const float* x, float* y) = nullptr;        // y = alpha x
   void (*axpy)(int64_t n, float alpha, const float* x, float* y) = nullptr;         // y += alpha x
   void (*divide)(int64_t n, float d, const float* x, float* y) = nullptr;          // y = x / d (not x * (1/d))

@@ -20,6 +20,14 @@ size_t LayerContext::saved_bytes() const {
   return n;
 }
 
+bool LayerContext::keeps(const Tensor& t) const {
+  for (const Tensor& s : saved)
+    if (s.defined() && s.same_storage(t)) return true;
+  for (const LayerContext& c : children)
+    if (c.keeps(t)) return true;
+  return false;
+}
+
 void Layer::init(std::span<Tensor> params, std::span<Tensor> buffers, const CounterRng&) const {
   for (Tensor& p : params) p.zero();
   for (Tensor& b : buffers) b.zero();

@@ -30,6 +30,7 @@ struct LayerContext {
   std::vector<Tensor> saved;
   std::vector<LayerContext> children;
   size_t saved_bytes() const;  // this context and all children
+  bool keeps(const Tensor& t) const;  // t's storage saved here or in a child
   void clear() { saved.clear(); children.clear(); }
 };
 
@@ -98,6 +99,21 @@ class Layer {
     (void)ctx;
   }
   virtual bool splits_backward() const { return false; }
+
+  // Under --precision bf16 the callers round every layer's output and input
+  // gradient to bf16 (core/bf16_rounding.h). A layer that only selects or
+  // moves values (ReLU, max pooling, flatten) returns bf16 values when
+  // given them, and says so here: the rounding pass after it would change
+  // nothing, so the callers skip it.
+  virtual bool forward_keeps_bf16() const { return false; }
+  virtual bool backward_keeps_bf16() const { return false; }
+  // A layer that rounds its output as it writes it under bf16 (ReLU, the
+  // residual blocks' final add + ReLU) says so; if moreover its forward
+  // gives the same bits for x and for round_bf16(x) (ReLU:
+  // round(relu(x)) = relu(round(x))), the layer before it may leave its
+  // output unrounded: one pass does both roundings.
+  virtual bool forward_rounds_bf16() const { return false; }
+  virtual bool forward_absorbs_input_rounding() const { return false; }
 };
 
 // Base of the layers that split their backward for real (every layer with

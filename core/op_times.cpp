@@ -37,7 +37,8 @@ namespace {
   T(linear_forward_bf16) T(linear_gelu_forward_bf16) T(linear_backward_input_bf16)                               \
   T(linear_backward_params_accum_bf16) T(gelu_backward_bf16) T(add_layernorm_forward_bf16)                      \
   T(layernorm_backward_input_add_bf16) T(layernorm_backward_params_accum_bf16) T(fused_attention_forward_bf16)     \
-  T(fused_attention_backward_bf16) T(softmax_cross_entropy_bf16)
+  T(fused_attention_backward_bf16) T(softmax_cross_entropy_bf16) T(relu_forward_rounded)              \
+  T(add_relu_forward_rounded)
 
 #define PD_COUNT(e) +1
 constexpr int kEntries = 0 PD_DEVICE_OPS_ENTRIES(PD_COUNT, PD_COUNT);

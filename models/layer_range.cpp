@@ -22,13 +22,15 @@ Tensor forward_layers(const Model& m, const ParameterStore& w, int first, int la
   const Precision p = step.precision;
   Tensor h = rounded_copy_if_bf16(p, x.device() == w.device() ? x : x.to(w.device()));
   std::vector<Tensor> rounded;
+  bool exact = true;
   for (int i = first; i <= last; ++i) {
     ForwardArgs a{operand_params(p, w.params(i), rounded), w.buffers(i), step};
     a.step.layer_index = static_cast<uint32_t>(i);
     a.step.output_to_loss = step.output_to_loss && i == last;
     LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
     h = m.layer(i).forward(a, h, c);
-    round_in_place_if_bf16(p, h);
+    // The range's output is always rounded: it goes to the loss or a link.
+    exact = round_layer_output_if_bf16(p, m.layer(i), i < last ? &m.layer(i + 1) : nullptr, c, h, exact);
     if (!step.training) c.clear();
   }
   return h;
@@ -54,7 +56,7 @@ Tensor backward_pass(const Model& m, const ParameterStore& w, ParameterStore& gr
     if (ctx.unpack_layer) ctx.unpack_layer(c);
     const Layer& l = m.layer(i);
     g = input_only ? l.backward_input(a, g, c) : l.backward(a, g, c);
-    round_in_place_if_bf16(p, g);
+    round_layer_input_grad_if_bf16(p, l, g);
     if (!input_only || !l.splits_backward()) c.clear();
   }
   return need_input_grad ? g : Tensor{};

@@ -130,6 +130,7 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
   Tensor h = rounded_copy_if_bf16(precision, b.inputs);
   Allocator& allocator = allocator_for(b.inputs.device());
   Clock::time_point start = now_synced();
+  bool exact = true;
   for (int i = 0; i < n; ++i) {
     std::optional<WorkspaceMeter> meter;
     if (facts) meter.emplace(allocator);
@@ -137,7 +138,8 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
     a.step.layer_index = static_cast<uint32_t>(i);
     a.step.output_to_loss = i == n - 1;  // as forward_layers does for the trainer
     h = m.layer(i).forward(a, h, ctx[static_cast<size_t>(i)]);
-    round_in_place_if_bf16(precision, h);
+    exact = round_layer_output_if_bf16(precision, m.layer(i), i + 1 < n ? &m.layer(i + 1) : nullptr,
+                                       ctx[static_cast<size_t>(i)], h, exact);
     Clock::time_point end = now_synced();
     t.forward_ms[static_cast<size_t>(i)] = ms_between(start, end);
     if (facts) (*facts)[static_cast<size_t>(i)] = {h.nbytes(), ctx[static_cast<size_t>(i)].saved_bytes(), meter->bytes()};
@@ -161,7 +163,7 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
     BackwardArgs a{operand_params(precision, w.params(i), rounded), grads.params(i), step, i > lowest};
     a.step.layer_index = static_cast<uint32_t>(i);
     g = m.layer(i).backward(a, g, ctx[static_cast<size_t>(i)]);
-    round_in_place_if_bf16(precision, g);
+    round_layer_input_grad_if_bf16(precision, m.layer(i), g);
     if (facts) {
       uint64_t& ws = (*facts)[static_cast<size_t>(i)].workspace_bytes;
       ws = std::max(ws, received + meter->bytes());

@@ -6,7 +6,7 @@ namespace pd::cpu {
 
 void relu_forward(int64_t n, const float* x, float* y) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];  // NaN passes through, as in PyTorch
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] <= 0.0f ? 0.0f : x[i];  // NaN passes through, as in PyTorch; -0 -> +0
 }
 
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx) {

@@ -160,6 +160,14 @@ void divide(int64_t n, float d, const float* x, float* y) {
 void round_bf16(int64_t n, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = round_to_bf16(x[i]);
 }
+void relu_forward_rounded(int64_t n, const float* x, float* y) {
+  cpu::relu_forward(n, x, y);
+  round_bf16(n, y, y);
+}
+void add_relu_forward_rounded(int64_t n, const float* a, const float* b, float* y) {
+  cpu::add_relu_forward(n, a, b, y);
+  round_bf16(n, y, y);
+}
 void gelu_forward(int64_t n, const float* x, float* y) { cpu::gelu_forward(x, y, n); }
 void gelu_backward(int64_t n, const float* x, const float* dy, float* dx) { cpu::gelu_backward(x, dy, dx, n); }
 cpu::DropoutKey host_key(const DropoutKey& k) { return {k.seed, k.layer_index, k.minibatch_id, k.substream}; }
@@ -404,6 +412,8 @@ DeviceOps make_table() {
   o.scale = &scale;
   o.axpy = &axpy;
   o.round_bf16 = &round_bf16;
+  o.relu_forward_rounded = &relu_forward_rounded;
+  o.add_relu_forward_rounded = &add_relu_forward_rounded;
   o.gelu_forward = &gelu_forward;
   o.gelu_backward = &gelu_backward;
   o.dropout_forward = &dropout_apply;

@@ -2,6 +2,7 @@
 // dropout (Philox keyed like the CPU), bias rows, column sums, permute.
 #include <cmath>
 
+#include "core/cuda/bf16_round.cuh"
 #include "core/cuda/kernels.h"
 #include "core/cuda/launch.cuh"
 #include "core/rng.h"
@@ -16,11 +17,23 @@ __global__ void fill_kernel(T* p, int64_t n, T v) {
 }
 
 __global__ void relu_fwd_kernel(int64_t n, const float* x, float* y) {
-  PD_GRID_STRIDE(i, n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  PD_GRID_STRIDE(i, n) y[i] = x[i] <= 0.0f ? 0.0f : x[i];  // as the CPU: NaN passes, -0 -> +0
 }
 
 __global__ void relu_bwd_kernel(int64_t n, const float* y, const float* dy, float* dx) {
   PD_GRID_STRIDE(i, n) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+__global__ void relu_fwd_rounded_kernel(int64_t n, const float* x, float* y) {
+  PD_GRID_STRIDE(i, n) y[i] = round_bf16_rne(x[i] <= 0.0f ? 0.0f : x[i]);
+}
+
+// As the CPU's add_relu_forward: a NaN sum gives 0.
+__global__ void add_relu_kernel(int64_t n, const float* a, const float* b, float* y, bool round) {
+  PD_GRID_STRIDE(i, n) {
+    const float s = a[i] + b[i];
+    y[i] = round_bf16_if(round, s > 0.0f ? s : 0.0f);
+  }
 }
 
 __global__ void add_kernel(int64_t n, const float* a, const float* b, float* y) {
@@ -123,6 +136,16 @@ void fill_i64(int64_t* p, int64_t n, int64_t v, cudaStream_t s) {
 void relu_forward(int64_t n, const float* x, float* y, cudaStream_t s) {
   if (n == 0) return;
   relu_fwd_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+  CUDA_CHECK_LAUNCH();
+}
+void relu_forward_rounded(int64_t n, const float* x, float* y, cudaStream_t s) {
+  if (n == 0) return;
+  relu_fwd_rounded_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+  CUDA_CHECK_LAUNCH();
+}
+void add_relu_forward(int64_t n, const float* a, const float* b, float* y, bool round, cudaStream_t s) {
+  if (n == 0) return;
+  add_relu_kernel<<<grid_for(n), kThreads, 0, s>>>(n, a, b, y, round);
   CUDA_CHECK_LAUNCH();
 }
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx, cudaStream_t s) {

@@ -15,6 +15,9 @@ void fill_i64(int64_t* p, int64_t n, int64_t v, cudaStream_t s);
 void relu_forward(int64_t n, const float* x, float* y, cudaStream_t s);
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx, cudaStream_t s);
 void add(int64_t n, const float* a, const float* b, float* y, cudaStream_t s);
+// y = relu(x) or relu(a + b) in one pass, rounded to bf16 when `round`.
+void relu_forward_rounded(int64_t n, const float* x, float* y, cudaStream_t s);
+void add_relu_forward(int64_t n, const float* a, const float* b, float* y, bool round, cudaStream_t s);
 void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t s);
 void axpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t s);
 void divide(int64_t n, float d, const float* x, float* y, cudaStream_t s);

@@ -413,9 +413,12 @@ void batchnorm_backward_input(bool training, int64_t n, int64_t c, int64_t h, in
 }
 
 void add_relu_forward(int64_t n, const float* a, const float* b, float* y) {
-  kernels::add(n, a, b, y, cs());
-  kernels::relu_forward(n, y, y, cs());
+  kernels::add_relu_forward(n, a, b, y, false, cs());
 }
+void add_relu_forward_rounded(int64_t n, const float* a, const float* b, float* y) {
+  kernels::add_relu_forward(n, a, b, y, true, cs());
+}
+void relu_forward_rounded(int64_t n, const float* x, float* y) { kernels::relu_forward_rounded(n, x, y, cs()); }
 
 void layernorm_backward_input(int64_t rows, int64_t dim, const float* x, const float* dy, const float* gamma,
                               const float* save_mean, const float* save_rstd, float* dx) {
@@ -569,6 +572,8 @@ DeviceOps make_table() {
   o.scale = &scale;
   o.axpy = &axpy;
   o.round_bf16 = &round_bf16;
+  o.relu_forward_rounded = &relu_forward_rounded;
+  o.add_relu_forward_rounded = &add_relu_forward_rounded;
   o.divide = &divide;
   o.sgd_step_multi = &sgd_step_multi;
   o.adam_step_multi = &adam_step_multi;

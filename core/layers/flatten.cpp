@@ -12,6 +12,8 @@ namespace {
 class Flatten : public Layer {
  public:
   std::string type() const override { return "flatten"; }
+  bool forward_keeps_bf16() const override { return true; }
+  bool backward_keeps_bf16() const override { return true; }
   Shape output_shape(const Shape& in) const override {
     if (in.empty()) throw UserError("flatten expects a per-sample input with at least one dimension");
     return {shape_numel(in)};

@@ -57,6 +57,10 @@ class WindowPool : public Layer {
       throw UserError(cat(type(), ": padding must be between 0 and kernel/2 = ", kernel / 2, ", got ", padding));
   }
   std::string type() const override { return max_ ? "maxpool2d" : "avgpool2d"; }
+  // Max pooling picks one input per window; its backward puts each output
+  // gradient on one input, adding two only where windows overlap.
+  bool forward_keeps_bf16() const override { return max_; }
+  bool backward_keeps_bf16() const override { return max_ && kernel_ <= stride_; }
   std::string describe() const override {
     return cat(type(), "(k", kernel_, ", s", stride_, ", p", padding_, ")");
   }

@@ -11,10 +11,17 @@ namespace {
 class Relu : public Layer {
  public:
   std::string type() const override { return "relu"; }
+  bool forward_keeps_bf16() const override { return true; }
+  bool backward_keeps_bf16() const override { return true; }
+  // relu(x) = x <= 0 ? +0 : x on every backend, so relu(round(x)) and
+  // round(relu(x)) have the same bits, -0, subnormals and NaN included.
+  bool forward_rounds_bf16() const override { return true; }
+  bool forward_absorbs_input_rounding() const override { return true; }
   Shape output_shape(const Shape& in) const override { return in; }
-  Tensor forward(const ForwardArgs&, const Tensor& x, LayerContext& ctx) const override {
+  Tensor forward(const ForwardArgs& a, const Tensor& x, LayerContext& ctx) const override {
     Tensor y = Tensor::empty(x.shape(), DType::F32, x.device());
-    device_ops(x.device()).relu_forward(x.numel(), x.f32(), y.f32());
+    const DeviceOps& ops = device_ops(x.device());
+    (a.step.precision == Precision::BF16 ? ops.relu_forward_rounded : ops.relu_forward)(x.numel(), x.f32(), y.f32());
     ctx.saved = {y};
     return y;
   }

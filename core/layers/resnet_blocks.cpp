@@ -35,6 +35,7 @@ class ResidualBlock : public SplitBackwardLayer {
   std::string describe() const override { return describe_; }
   std::vector<ParamSpec> param_specs() const override { return specs(false); }
   std::vector<ParamSpec> buffer_specs() const override { return specs(true); }
+  bool forward_rounds_bf16() const override { return true; }  // add + ReLU + rounding in one pass
 
   // Each sub-layer draws from its own stream derived from the block's, so
   // init depends only on the block's rng.
@@ -65,7 +66,9 @@ class ResidualBlock : public SplitBackwardLayer {
     Tensor sc = run_forward(shortcut_, a, x, ctx, main_.size());
     PD_CHECK(h.shape() == sc.shape(), describe_, ": branch shapes differ");
     Tensor y = Tensor::empty(h.shape(), DType::F32, h.device());
-    device_ops(h.device()).add_relu_forward(y.numel(), h.f32(), sc.f32(), y.f32());
+    const DeviceOps& ops = device_ops(h.device());
+    (a.step.precision == Precision::BF16 ? ops.add_relu_forward_rounded : ops.add_relu_forward)(
+        y.numel(), h.f32(), sc.f32(), y.f32());
     ctx.saved = {y};
     return y;
   }
@@ -120,13 +123,19 @@ class ResidualBlock : public SplitBackwardLayer {
   Tensor run_forward(const std::vector<SubLayer>& seq, const ForwardArgs& a, const Tensor& x,
                      LayerContext& ctx, size_t first_child) const {
     Tensor h = x;
+    bool exact = true;  // the block's input holds bf16 values under bf16
     for (size_t k = 0; k < seq.size(); ++k) {
       const SubLayer& s = seq[k];
       ForwardArgs sub{a.params.subspan(s.param_offset, s.param_count),
                       a.buffers.subspan(s.buffer_offset, s.buffer_count), a.step};
-      h = s.layer->forward(sub, h, ctx.children[first_child + k]);
-      round_in_place_if_bf16(a.step.precision, h);  // the next conv's operand
+      LayerContext& c = ctx.children[first_child + k];
+      h = s.layer->forward(sub, h, c);
+      // Every sub-layer's output is rounded (the next conv's operand), a
+      // batch norm's by the ReLU after it.
+      const Layer* next = k + 1 < seq.size() ? seq[k + 1].layer.get() : nullptr;
+      exact = round_layer_output_if_bf16(a.step.precision, *s.layer, next, c, h, exact);
     }
+    PD_CHECK(exact, describe_, ": a branch ends unrounded");
     return h;
   }
 
@@ -143,7 +152,7 @@ class ResidualBlock : public SplitBackwardLayer {
     for (size_t k = seq.size(); k-- > 0;) {
       g = seq[k].layer->backward_input(sub_args(seq[k], a, k > 0 || a.need_input_grad), g,
                                        ctx.children[first_child + k]);
-      round_in_place_if_bf16(a.step.precision, g);  // the previous conv's operand
+      round_layer_input_grad_if_bf16(a.step.precision, *seq[k].layer, g);  // the previous conv's operand
     }
     return g;
   }

@@ -5,6 +5,8 @@
 // CounterRng, values with rtol 1e-6; column sums atol 1e-5 + rtol 1e-5
 // (atol 2e-3 over up to 100,003 rows).
 #if defined(PIPEDREAM_HAVE_CUDA)  // the whole file needs the CUDA backend
+#include <cstring>
+
 #include "tests/gpu/gpu_test.h"
 #include "tests/gpu/reference.h"
 
@@ -27,6 +29,43 @@ TEST_F(CudaElementwise, ReluForwardBackward) {
   EXPECT_EQ(host(dx), wdx);
   ops->relu_forward(n, dx_.f32(), dx_.f32());  // in place
   EXPECT_EQ(host(dx_), wy);
+}
+
+// relu, add + relu and their bf16-rounding forms give the CPU's bits,
+// zeros of both signs, subnormals, ties, infinities and NaN included (the
+// chain rounding of core/bf16_rounding.h relies on relu(round(x)) having
+// the bits of round(relu(x)) on every backend).
+TEST_F(CudaElementwise, ReluAndAddReluWithAndWithoutRoundingGiveTheCpusBits) {
+  std::vector<float> x = random_floats(4000, 40, -4.0f, 4.0f), b = random_floats(4000, 41, -4.0f, 4.0f);
+  for (uint32_t u : {0x00000000u, 0x80000000u, 0x00000001u, 0x80000001u, 0x80007FFFu, 0x80008000u, 0x3F808000u,
+                     0xBF818000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00000u, 0x7F7FFFFFu}) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+    b.push_back(0.0f);
+  }
+  const int64_t n = static_cast<int64_t>(x.size());
+  const DeviceOps& cpu = device_ops(Device::cpu());
+  Tensor dx = on_gpu(x), db = on_gpu(b), dy = gpu_zeros(x.size());
+  auto bits_equal = [&](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << what << " at " << i << ": x = " << x[i] << ", got "
+                                                       << got[i] << ", want " << want[i];
+  };
+  std::vector<float> want(x.size());
+  cpu.relu_forward(n, x.data(), want.data());
+  ops->relu_forward(n, dx.f32(), dy.f32());
+  bits_equal(host(dy), want, "relu_forward");
+  cpu.relu_forward_rounded(n, x.data(), want.data());
+  ops->relu_forward_rounded(n, dx.f32(), dy.f32());
+  bits_equal(host(dy), want, "relu_forward_rounded");
+  cpu.add_relu_forward(n, x.data(), b.data(), want.data());
+  ops->add_relu_forward(n, dx.f32(), db.f32(), dy.f32());
+  bits_equal(host(dy), want, "add_relu_forward");
+  cpu.add_relu_forward_rounded(n, x.data(), b.data(), want.data());
+  ops->add_relu_forward_rounded(n, dx.f32(), db.f32(), dy.f32());
+  bits_equal(host(dy), want, "add_relu_forward_rounded");
 }
 
 TEST_F(CudaElementwise, AddScaleAxpy) {
