@@ -177,10 +177,12 @@ TEST_F(Bf16StorageOps, GeluAndLayerNormEntriesMatchTheCpu) {
 
 // The loss on bf16 logits (a language model's head under bf16 storage): the
 // loss and correct count as the CPU's, the gradient within one bf16 ulp +
-// 1e-9 (expf against the CPU's exp).
+// 1e-9 (expf against the CPU's exp). The zoo gpt's vocabulary at 2 of its
+// 8 x 1024 rows: the rows are independent, and the host's share of the
+// test (random logits, the CPU's loss, the comparison) grows with them.
 TEST_F(Bf16StorageOps, CrossEntropyOnBf16LogitsMatchesTheCpu) {
   const DeviceOps& cpu = cpu_device_ops();
-  for (const auto& [rows, classes] : {std::pair<int64_t, int64_t>{8 * 128, 1000}, {8 * 1024, 50304}, {37, 83}}) {
+  for (const auto& [rows, classes] : {std::pair<int64_t, int64_t>{8 * 128, 1000}, {2 * 1024, 50304}, {37, 83}}) {
     SCOPED_TRACE(::testing::Message() << "rows " << rows << " classes " << classes);
     const size_t n = static_cast<size_t>(rows * classes);
     const auto logits = cpu_bf16(random_floats(n, 31, -6.0f, 6.0f));
