@@ -13,6 +13,17 @@ namespace {
 
 // Input 0 is the layer's input; params/buffers name the node inputs that
 // are the layer's parameters and buffers, in its param_specs order.
+
+// Under --precision bf16 an imported graph is rounded at its boundary only
+// (docs/design.md): the core layers inside it run as under FP32, so that
+// none of them rounds as it writes (ReLU would) or hands the next node
+// bf16 logits (a Gemm would, in the graph that feeds the loss).
+StepInfo inside_graph(StepInfo step) {
+  step.precision = Precision::FP32;
+  step.output_to_loss = false;
+  return step;
+}
+
 class CoreLayerOp : public Op {
  public:
   CoreLayerOp(std::string type, LayerPtr layer, std::vector<int> params, std::vector<int> buffers, bool as_map = false)
@@ -25,7 +36,7 @@ class CoreLayerOp : public Op {
     for (int k : params_) p.push_back(in[static_cast<size_t>(k)]);
     for (int k : buffers_) b.push_back(in[static_cast<size_t>(k)]);  // shared storage: updated in place
     ctx.children.resize(1);
-    Tensor y = layer_->forward({p, b, step}, as_map_ ? map_view(in[0]) : in[0], ctx.children[0]);
+    Tensor y = layer_->forward({p, b, inside_graph(step)}, as_map_ ? map_view(in[0]) : in[0], ctx.children[0]);
     ctx.saved = p;  // handles only: backward needs the same weight version
     if (as_map_) {
       ctx.saved.push_back(shape_tensor(in[0].shape()));
@@ -43,7 +54,8 @@ class CoreLayerOp : public Op {
     }
     std::vector<Tensor> grads;
     for (const Tensor& p : ctx.saved) grads.push_back(Tensor::zeros(p.shape(), DType::F32, p.device()));
-    Tensor dx = layer_->backward({ctx.saved, grads, step, need[0]}, as_map_ ? map_view(dys[0]) : dys[0], ctx.children[0]);
+    Tensor dx = layer_->backward({ctx.saved, grads, inside_graph(step), need[0]}, as_map_ ? map_view(dys[0]) : dys[0],
+                                 ctx.children[0]);
     if (as_map_ && dx.defined()) dx = dx.reshape(x_shape);
     std::vector<Tensor> out(need.size());
     out[0] = dx;

@@ -3,6 +3,8 @@
 // running at any batch size, and cuts only where one activation is live.
 #include <gtest/gtest.h>
 
+#include "core/bf16_rounding.h"
+#include "core/device_ops.h"
 #include "core/error.h"
 #include "models/layer_range.h"
 #include "models/parameters.h"
@@ -89,6 +91,30 @@ TEST(OnnxImport, CutsOnlyWhereOneActivationIsLive) {
   EXPECT_EQ(m.layer(2).describe(), "onnx(Gemm)");
   // A model exported for 6x6 images refuses other sizes with a message.
   EXPECT_THROW(m.layer(0).output_shape({2, 8, 8}), UserError);
+}
+
+// Under --precision bf16 an imported graph is rounded at its boundary
+// (its input, weights and output), not between its own nodes: its Relu
+// does not round as the core ReLU layer does in a chain of layers.
+TEST(OnnxImport, UnderBf16AGraphIsRoundedAtItsBoundaryOnly) {
+  const Model m = import_model(parse_model(encode(small_model()), "small.onnx"), "small");
+  ASSERT_EQ(m.layer(0).describe(), "onnx(Conv,Relu,Add)");
+  const ParameterStore w = ParameterStore::create(m, 0);
+  Tensor x = Tensor::empty({4, 2, 6, 6});
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = static_cast<float>((i * 37) % 23) / 7.0f - 1.6f;
+  const DeviceOps& ops = device_ops(Device::cpu());
+  ops.set_precision(Precision::BF16);
+  RangeContext ctx;
+  const Tensor got = forward_layers(m, w, 0, 0, x, {.training = true, .precision = Precision::BF16}, ctx);
+  ops.set_precision(Precision::FP32);
+  std::vector<Tensor> params;
+  for (const Tensor& p : w.params(0)) params.push_back(rounded_copy_if_bf16(Precision::BF16, p));
+  LayerContext c;
+  Tensor want = m.layer(0).forward({params, w.buffers(0), {.training = true}},
+                                   rounded_copy_if_bf16(Precision::BF16, x), c);
+  round_in_place_if_bf16(Precision::BF16, want);
+  ASSERT_EQ(got.shape(), want.shape());
+  for (int64_t i = 0; i < got.numel(); ++i) ASSERT_EQ(got.f32()[i], want.f32()[i]) << i;
 }
 
 }  // namespace
