@@ -15,10 +15,12 @@
 #if defined(PIPEDREAM_HAVE_CUDA)  // the whole file needs the CUDA backend
 #include <functional>
 
+#include "core/bf16_rounding.h"
 #include "core/error.h"
 #include "core/layers.h"
 #include "core/loss.h"
 #include "core/optimizer.h"
+#include "tests/gpu/bf16_compare.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace pd::gputest {
@@ -220,6 +222,33 @@ TEST_F(CudaLayers, ResNetBasicBlockWithProjection) {
 TEST_F(CudaLayers, ResNetBottleneckIdentityShortcutWithoutInputGradient) {
   expect_layer_matches(*make_resnet_bottleneck_block(8, 4, 8, 1), random_tensor({2, 8, 6, 6}, 26), kBlas,
                        training_step(), false);
+}
+
+// Under --precision bf16 a ResNet block rounds its sub-layers' outputs
+// (ReLU and the final add + ReLU as they write: relu_forward_rounded,
+// add_relu_forward_rounded) on both devices: the GPU's block stays within
+// bf16's tolerance of the CPU's (a conv sum in another order can round to
+// the neighbouring bf16 value, which the next layers carry on).
+TEST_F(CudaLayers, ResNetBottleneckWithProjectionUnderBf16) {
+  LayerPtr block = make_resnet_bottleneck_block(8, 4, 16, 2);
+  std::vector<Tensor> params, buffers;
+  random_params(*block, params, buffers);
+  for (Tensor& p : params) p = rounded_copy_if_bf16(Precision::BF16, p);  // as a layer range hands them over
+  const Tensor x = rounded_copy_if_bf16(Precision::BF16, random_tensor({2, 8, 9, 9}, 29));
+  StepInfo step = training_step();
+  step.precision = Precision::BF16;
+  ops->set_precision(Precision::BF16);
+  device_ops(Device::cpu()).set_precision(Precision::BF16);
+  const LayerRun cpu = run_layer(*block, Device::cpu(), params, buffers, x, step);
+  const LayerRun gpu = run_layer(*block, Device::cuda(0), params, buffers, x, step);
+  ops->set_precision(Precision::FP32);
+  device_ops(Device::cpu()).set_precision(Precision::FP32);
+  for (float v : gpu.y.to_floats()) ASSERT_EQ(v, round_to_bf16(v)) << "the block's output is bf16 values";
+  EXPECT_TRUE(close_l2(gpu.y.to_floats(), cpu.y.to_floats(), 3e-2, 1e-1)) << "output";
+  EXPECT_TRUE(close_l2(gpu.dx.to_floats(), cpu.dx.to_floats(), 3e-2, 1e-1)) << "input gradient";
+  for (size_t i = 0; i < cpu.grads.size(); ++i)
+    EXPECT_TRUE(close_l2(gpu.grads[i].to_floats(), cpu.grads[i].to_floats(), 3e-2, 1e-1))
+        << "gradient of " << block->param_specs()[i].name;
 }
 
 // Parameters allocated on the GPU get exactly the CPU's initial values.
