@@ -100,6 +100,29 @@ def fmt(x, digits=0):
     return str(x)
 
 
+def top_times_table(ops, setting, title, words):
+    """The 10 largest lines per (workload, batch, setting) of a per-entry
+    timing (pipedream's DeviceOps entries or PyTorch's operators), and
+    their total. words: the setting's column, the entry's column, the
+    entries' plural, what the step's median is."""
+    if not ops:
+        return
+    column, entry, plural, step = words
+    print(f"\n{title}:\n")
+    print(f"| workload | batch | {column} | {entry} | calls per step | ms per step | share of {plural}' time |")
+    print("|---|---|---|---|---|---|---|")
+    def key(l):
+        return (l["workload"], l["batch"], setting(l))
+    for run in sorted({key(l) for l in ops}):
+        mine = sorted((l for l in ops if key(l) == run), key=lambda l: -l["ms_per_step"])
+        for l in mine[:10]:
+            print(f"| {run[0]} | {run[1]} | {run[2]} | {l['op']} | {fmt(l['calls_per_step'], 1)} | "
+                  f"{fmt(l['ms_per_step'], 3)} | {fmt(l['share_of_ops'], 3)} |")
+        total = sum(l["ms_per_step"] for l in mine)
+        print(f"| {run[0]} | {run[1]} | {run[2]} | (all {len(mine)} {plural}; {step}: "
+              f"{fmt(mine[0]['median_step_ms'], 2)} ms) | | {fmt(total, 2)} | 1 |")
+
+
 def table(lines):
     compare = [l for l in lines if "compare" in l] or ratios(lines)
     by_key = {(c["compare"], c["batch"], c["recipe"]): c for c in compare}
@@ -155,38 +178,14 @@ def table(lines):
             print(f"| {l['profile']} | {l['batch']} | {l['recipe']} | {l['layer']} | {fmt(l['forward_ms'], 3)} | "
                   f"{fmt(l['backward_ms'], 3)} | {fmt(l['backward_over_forward'], 2)} |")
 
-    ops = [l for l in lines if l.get("suite") == "core_ops"]
-    if ops:
-        print("\nDevice time per DeviceOps entry (`pipedream-bench core --op-times`, the 10 largest per run):\n")
-        print("| workload | batch | precision | entry | calls per step | ms per step | share of entries' time |")
-        print("|---|---|---|---|---|---|---|")
-        def key(l):
-            storage = " (bf16 storage)" if l.get("bf16_storage") else ""
-            return (l["workload"], l["batch"], l["precision"] + storage)
-        for run in sorted({key(l) for l in ops}):
-            mine = sorted((l for l in ops if key(l) == run), key=lambda l: -l["ms_per_step"])
-            for l in mine[:10]:
-                print(f"| {run[0]} | {run[1]} | {run[2]} | {l['op']} | {fmt(l['calls_per_step'], 1)} | "
-                      f"{fmt(l['ms_per_step'], 3)} | {fmt(l['share_of_ops'], 3)} |")
-            total = sum(l["ms_per_step"] for l in mine)
-            print(f"| {run[0]} | {run[1]} | {run[2]} | (all {len(mine)} entries; the step untimed: "
-                  f"{fmt(mine[0]['median_step_ms'], 2)} ms) | | {fmt(total, 2)} | 1 |")
-
-    peer_ops = [l for l in lines if l.get("suite") == "torch_peer_ops"]
-    if peer_ops:
-        print("\nPyTorch's device time per operator (`bench/torch_peer.py --op-times`, torch.profiler, "
-              "the 10 largest per run):\n")
-        print("| workload | batch | recipe | operator | calls per step | ms per step | share of operators' time |")
-        print("|---|---|---|---|---|---|---|")
-        for run in sorted({(l["workload"], l["batch"], l["recipe"]) for l in peer_ops}):
-            mine = sorted((l for l in peer_ops if (l["workload"], l["batch"], l["recipe"]) == run),
-                          key=lambda l: -l["ms_per_step"])
-            for l in mine[:10]:
-                print(f"| {run[0]} | {run[1]} | {run[2]} | {l['op']} | {fmt(l['calls_per_step'], 1)} | "
-                      f"{fmt(l['ms_per_step'], 3)} | {fmt(l['share_of_ops'], 3)} |")
-            total = sum(l["ms_per_step"] for l in mine)
-            print(f"| {run[0]} | {run[1]} | {run[2]} | (all {len(mine)} operators; the step unprofiled: "
-                  f"{fmt(mine[0]['median_step_ms'], 2)} ms) | | {fmt(total, 2)} | 1 |")
+    def storage(l):
+        return l["precision"] + (" (bf16 storage)" if l.get("bf16_storage") else "")
+    top_times_table([l for l in lines if l.get("suite") == "core_ops"], storage,
+                    "Device time per DeviceOps entry (`pipedream-bench core --op-times`, the 10 largest per run)",
+                    ("precision", "entry", "entries", "the step untimed"))
+    top_times_table([l for l in lines if l.get("suite") == "torch_peer_ops"], lambda l: l["recipe"],
+                    "PyTorch's device time per operator (`bench/torch_peer.py --op-times`, torch.profiler, "
+                    "the 10 largest per run)", ("recipe", "operator", "operators", "the step unprofiled"))
 
     equal = [l for l in lines if "tensors" in l and "differ" in l]
     if equal:

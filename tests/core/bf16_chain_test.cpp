@@ -20,11 +20,7 @@ namespace pd {
 namespace {
 
 using testing::random_tensor;
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (a.defined() != b.defined()) return false;
-  return !a.defined() || (a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0);
-}
+using testing::same_bits;
 
 Tensor rounded(const Tensor& t) { return rounded_copy_if_bf16(Precision::BF16, t); }
 
@@ -88,17 +84,17 @@ TEST_F(Bf16Chain, OutputKeptForBackwardIsRoundedEvenBeforeARelu) {
     if (kept) ctx.saved = {h};
     const bool exact = round_layer_output_if_bf16(Precision::BF16, *conv, relu.get(), ctx, h, true);
     EXPECT_EQ(exact, kept);
-    EXPECT_EQ(bitwise_equal(h, rounded(x)), kept);
-    if (kept) EXPECT_TRUE(bitwise_equal(ctx.saved[0], rounded(x)));  // what backward will read
+    EXPECT_EQ(same_bits(h, rounded(x)), kept);
+    if (kept) EXPECT_TRUE(same_bits(ctx.saved[0], rounded(x)));  // what backward will read
     // Nothing to leave to the next layer: the output is rounded.
     Tensor last = x.clone();
     EXPECT_TRUE(round_layer_output_if_bf16(Precision::BF16, *conv, nullptr, LayerContext{}, last, true));
-    EXPECT_TRUE(bitwise_equal(last, rounded(x)));
+    EXPECT_TRUE(same_bits(last, rounded(x)));
   }
   // A ReLU's output holds bf16 values whatever its input; a max pool's only when its input does.
   LayerContext c;
   Tensor r = relu->forward({{}, {}, bf16}, x, c);
-  EXPECT_TRUE(bitwise_equal(r, rounded(r)));
+  EXPECT_TRUE(same_bits(r, rounded(r)));
   LayerPtr pool = make_maxpool2d(2, 2, 0);
   Tensor p = pool->forward({{}, {}, bf16}, x, c);
   EXPECT_FALSE(round_layer_output_if_bf16(Precision::BF16, *pool, relu.get(), LayerContext{}, p, false));
@@ -197,10 +193,10 @@ TEST_F(Bf16Chain, BottleneckBlockEqualsRoundingAfterEverySubLayerInFewerPasses) 
   const std::vector<OpTime> backward_ops = stop_op_timing();
 
   const ChainResult ref = reference_bottleneck(params, buffers, x, dy, step);
-  EXPECT_TRUE(bitwise_equal(y, ref.y));
-  EXPECT_TRUE(bitwise_equal(dx, ref.dx));
-  for (size_t k = 0; k < grads.size(); ++k) EXPECT_TRUE(bitwise_equal(grads[k], ref.grads[k])) << specs[k].name;
-  for (size_t k = 0; k < buffers.size(); ++k) EXPECT_TRUE(bitwise_equal(block_buffers[k], ref.buffers[k])) << k;
+  EXPECT_TRUE(same_bits(y, ref.y));
+  EXPECT_TRUE(same_bits(dx, ref.dx));
+  for (size_t k = 0; k < grads.size(); ++k) EXPECT_TRUE(same_bits(grads[k], ref.grads[k])) << specs[k].name;
+  for (size_t k = 0; k < buffers.size(); ++k) EXPECT_TRUE(same_bits(block_buffers[k], ref.buffers[k])) << k;
   // Ten sub-layers and the final add + ReLU. Forward: the ReLUs round for
   // their batch norms and the final add + ReLU for itself, as they write
   // (11 passes over the outputs were 6 and 3 fused). Backward: the ReLUs'

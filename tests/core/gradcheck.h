@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -26,6 +27,14 @@ inline Tensor random_tensor(const Shape& s, uint32_t key, float scale = 1.0f) {
   CounterRng rng(1234, key, 99);
   for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = scale * (2.0f * rng.uniform(i) - 1.0f);
   return t;
+}
+
+// Same definedness, shape and bytes (so -0 differs from +0, and a NaN
+// equals itself).
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  return !a.defined() || (a.shape() == b.shape() && a.nbytes() == b.nbytes() &&
+                          std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0);
 }
 
 struct GradCheckOptions {

@@ -17,11 +17,7 @@ namespace pd {
 namespace {
 
 using testing::random_tensor;
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (a.defined() != b.defined()) return false;
-  return !a.defined() || (a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0);
-}
+using testing::same_bits;
 
 Tensor rounded(const Tensor& t) { return rounded_copy_if_bf16(Precision::BF16, t); }
 
@@ -79,11 +75,11 @@ void expect_range_equals_every_layer_rounded(const Model& m, int64_t batch) {
   ParameterStore grads = w_range.zeros_like_params();
   const Tensor dx = backward_layers(m, w_range, grads, 0, m.size() - 1, dy, step, ctx, true);
   const ChainResult ref = every_layer_rounded(m, w, x, dy, step);
-  EXPECT_TRUE(bitwise_equal(y, ref.y));
-  EXPECT_TRUE(bitwise_equal(dx, ref.dx));
+  EXPECT_TRUE(same_bits(y, ref.y));
+  EXPECT_TRUE(same_bits(dx, ref.dx));
   const auto& names = grads.param_names();
   for (size_t k = 0; k < names.size(); ++k)
-    EXPECT_TRUE(bitwise_equal(grads.all_params()[k], ref.grads[k])) << names[k];
+    EXPECT_TRUE(same_bits(grads.all_params()[k], ref.grads[k])) << names[k];
 }
 
 TEST_F(Bf16Range, LayerRangesEqualRoundingAfterEveryLayer) {
