@@ -58,7 +58,7 @@ def ratios(lines):
     for l in lines:
         if l.get("suite") == "core" and not l.get("step", "").startswith("op_times"):  # timed runs: fewer steps
             ours[(l["workload"], l["batch"], ours_recipe(l))] = l
-        elif l.get("suite") == "torch-peer":
+        elif l.get("suite") == "torch-peer" and not l.get("step", "").startswith("torch_op_times"):
             peer[(l["workload"], l["batch"], l.get("recipe", "fp32"))] = l
     out = []
     for (workload, batch, recipe), a in sorted(ours.items()):
