@@ -85,6 +85,13 @@ class OnnxSegment : public Layer {
       for (const InputRef& r : s_.nodes[j].inputs)
         if (r.kind == InputRef::Slot) last_use_[size_t(r.index)] = static_cast<int>(j);
     for (const BoundaryTensor& b : s_.outputs) is_output_[size_t(b.slot)] = true;
+    // The node whose output is the segment's one output, read by no other
+    // node: the only one that may hand the loss its logits as it likes
+    // (bf16, under bf16 storage).
+    if (s_.outputs.size() == 1 && last_use_[size_t(s_.outputs[0].slot)] < 0)
+      for (size_t j = 0; j < s_.nodes.size(); ++j)
+        for (int o : s_.nodes[j].outputs)
+          if (o == s_.outputs[0].slot) loss_node_ = static_cast<int>(j);
     requires_grad_[0] = propagate(false);
     requires_grad_[1] = propagate(true);
   }
@@ -146,7 +153,7 @@ class OnnxSegment : public Layer {
         in.push_back(r.kind == InputRef::Constant ? constants[j][k] : resolve(r, slots, a.params, a.buffers, x.dim(0)));
       }
       const Clock::time_point start = clock ? Clock::now() : Clock::time_point{};  // read only when profiling
-      std::vector<Tensor> out = n.op->forward(in, node_step(a.step, n), ctx.children[j]);
+      std::vector<Tensor> out = n.op->forward(in, node_step(a.step, j), ctx.children[j]);
       if (clock) {
         clock->forward_ms[size_t(n.unit)] += ms_since(start);
         clock->saved_bytes[size_t(n.unit)] += ctx.children[j].saved_bytes();
@@ -191,7 +198,7 @@ class OnnxSegment : public Layer {
         continue;
       }
       const Clock::time_point start = clock ? Clock::now() : Clock::time_point{};  // read only when profiling
-      std::vector<Tensor> g = n.op->backward(dys, need, node_step(a.step, n), ctx.children[jj]);
+      std::vector<Tensor> g = n.op->backward(dys, need, node_step(a.step, jj), ctx.children[jj]);
       if (clock) clock->backward_ms[size_t(n.unit)] += ms_since(start);
       for (size_t k = 0; k < n.inputs.size() && k < g.size(); ++k) {
         if (!need[k] || !g[k].defined()) continue;
@@ -247,9 +254,10 @@ class OnnxSegment : public Layer {
     device_constants_.push_back(std::move(c));
     return device_constants_.back()->tensors;
   }
-  static StepInfo node_step(const StepInfo& s, const SegmentNode& n) {
+  StepInfo node_step(const StepInfo& s, size_t j) const {
     StepInfo t = s;
-    t.layer_index = n.key;  // one dropout stream per node, the same in whichever layer runs it
+    t.layer_index = s_.nodes[j].key;  // one dropout stream per node, the same in whichever layer runs it
+    t.output_to_loss = s.output_to_loss && static_cast<int>(j) == loss_node_;
     return t;
   }
   // Which slots carry a gradient: those that depend on a parameter, or on
@@ -276,6 +284,7 @@ class OnnxSegment : public Layer {
   mutable std::vector<std::unique_ptr<DeviceConstants>> device_constants_;  // one per device used (boxed: stable)
   std::vector<int> last_use_;
   std::vector<bool> is_output_;  // boundary outputs live to the end
+  int loss_node_ = -1;
   std::vector<bool> requires_grad_[2];
 };
 

@@ -16,11 +16,11 @@ namespace {
 
 // Under --precision bf16 an imported graph is rounded at its boundary only
 // (docs/design.md): the core layers inside it run as under FP32, so that
-// none of them rounds as it writes (ReLU would) or hands the next node
-// bf16 logits (a Gemm would, in the graph that feeds the loss).
+// none of them rounds as it writes (ReLU would). The node that writes the
+// logits (the segment gives only it output_to_loss) is at the boundary: it
+// keeps bf16, so that a Gemm there may hand the loss bf16 logits.
 StepInfo inside_graph(StepInfo step) {
-  step.precision = Precision::FP32;
-  step.output_to_loss = false;
+  if (!step.output_to_loss) step.precision = Precision::FP32;
   return step;
 }
 

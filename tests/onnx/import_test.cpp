@@ -6,6 +6,7 @@
 #include "core/bf16_rounding.h"
 #include "core/device_ops.h"
 #include "core/error.h"
+#include "core/loss.h"
 #include "models/layer_range.h"
 #include "models/parameters.h"
 #include "onnx/import.h"
@@ -115,6 +116,46 @@ TEST(OnnxImport, UnderBf16AGraphIsRoundedAtItsBoundaryOnly) {
   round_in_place_if_bf16(Precision::BF16, want);
   ASSERT_EQ(got.shape(), want.shape());
   for (int64_t i = 0; i < got.numel(); ++i) ASSERT_EQ(got.f32()[i], want.f32()[i]) << i;
+}
+
+// Under bf16 storage the node that writes an imported model's logits (a
+// Gemm) hands the loss bf16 logits, as the zoo's heads do, with the bits of
+// FP32 storage: the same loss and gradients.
+TEST(OnnxImport, UnderBf16StorageAnImportedHeadHandsTheLossBf16Logits) {
+  const Model m = import_model(parse_model(encode(small_model()), "small.onnx"), "small");
+  const int last = m.size() - 1;
+  ASSERT_EQ(m.layer(last).describe(), "onnx(Gemm)");
+  Tensor x = Tensor::empty({4, 2, 6, 6});
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = static_cast<float>((i * 29) % 19) / 6.0f - 1.5f;
+  const Tensor labels = Tensor::from_ints({0, 3, 1, 4}, {4});
+  const StepInfo step{.training = true, .precision = Precision::BF16, .output_to_loss = true};
+  device_ops(Device::cpu()).set_precision(Precision::BF16);
+  struct Result {
+    DType logits;
+    float loss;
+    ParameterStore grads;
+  };
+  auto run = [&](Bf16Storage storage) {
+    set_bf16_storage(storage);
+    const ParameterStore w = ParameterStore::create(m, 0);
+    Result r{DType::F32, 0, w.zeros_like_params()};
+    RangeContext ctx;
+    Tensor logits = forward_layers(m, w, 0, last, x, step, ctx);
+    r.logits = logits.dtype();
+    LossResult loss = softmax_cross_entropy(std::move(logits), labels);
+    r.loss = loss.loss;
+    backward_layers(m, w, r.grads, 0, last, loss.grad, step, ctx, false);
+    return r;
+  };
+  const Result bf16 = run(Bf16Storage::Always), fp32 = run(Bf16Storage::Never);
+  set_bf16_storage(Bf16Storage::WhereItPays);
+  device_ops(Device::cpu()).set_precision(Precision::FP32);
+  EXPECT_EQ(bf16.logits, DType::BF16);
+  EXPECT_EQ(fp32.logits, DType::F32);
+  EXPECT_EQ(bf16.loss, fp32.loss);
+  for (size_t k = 0; k < bf16.grads.all_params().size(); ++k)
+    EXPECT_EQ(bf16.grads.all_params()[k].to_floats(), fp32.grads.all_params()[k].to_floats())
+        << bf16.grads.param_names()[k];
 }
 
 }  // namespace
