@@ -16,16 +16,12 @@ __global__ void fill_kernel(T* p, int64_t n, T v) {
   PD_GRID_STRIDE(i, n) p[i] = v;
 }
 
-__global__ void relu_fwd_kernel(int64_t n, const float* x, float* y) {
-  PD_GRID_STRIDE(i, n) y[i] = x[i] <= 0.0f ? 0.0f : x[i];  // as the CPU: NaN passes, -0 -> +0
+__global__ void relu_fwd_kernel(int64_t n, const float* x, float* y, bool round) {
+  PD_GRID_STRIDE(i, n) y[i] = round_bf16_if(round, x[i] <= 0.0f ? 0.0f : x[i]);  // as the CPU: NaN passes, -0 -> +0
 }
 
 __global__ void relu_bwd_kernel(int64_t n, const float* y, const float* dy, float* dx) {
   PD_GRID_STRIDE(i, n) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-}
-
-__global__ void relu_fwd_rounded_kernel(int64_t n, const float* x, float* y) {
-  PD_GRID_STRIDE(i, n) y[i] = round_bf16_rne(x[i] <= 0.0f ? 0.0f : x[i]);
 }
 
 // As the CPU's add_relu_forward: a NaN sum gives 0.
@@ -133,14 +129,9 @@ void fill_i64(int64_t* p, int64_t n, int64_t v, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
-void relu_forward(int64_t n, const float* x, float* y, cudaStream_t s) {
+void relu_forward(int64_t n, const float* x, float* y, bool round, cudaStream_t s) {
   if (n == 0) return;
-  relu_fwd_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
-  CUDA_CHECK_LAUNCH();
-}
-void relu_forward_rounded(int64_t n, const float* x, float* y, cudaStream_t s) {
-  if (n == 0) return;
-  relu_fwd_rounded_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+  relu_fwd_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y, round);
   CUDA_CHECK_LAUNCH();
 }
 void add_relu_forward(int64_t n, const float* a, const float* b, float* y, bool round, cudaStream_t s) {

@@ -12,11 +12,10 @@ void fill_f32(float* p, int64_t n, float v, cudaStream_t s);
 void fill_i32(int32_t* p, int64_t n, int32_t v, cudaStream_t s);
 void fill_i64(int64_t* p, int64_t n, int64_t v, cudaStream_t s);
 
-void relu_forward(int64_t n, const float* x, float* y, cudaStream_t s);
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx, cudaStream_t s);
 void add(int64_t n, const float* a, const float* b, float* y, cudaStream_t s);
 // y = relu(x) or relu(a + b) in one pass, rounded to bf16 when `round`.
-void relu_forward_rounded(int64_t n, const float* x, float* y, cudaStream_t s);
+void relu_forward(int64_t n, const float* x, float* y, bool round, cudaStream_t s);
 void add_relu_forward(int64_t n, const float* a, const float* b, float* y, bool round, cudaStream_t s);
 void scale(int64_t n, float alpha, const float* x, float* y, cudaStream_t s);
 void axpy(int64_t n, float alpha, const float* x, float* y, cudaStream_t s);

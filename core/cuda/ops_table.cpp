@@ -103,7 +103,7 @@ void upload_release(uint64_t e) {
   CUDA_CHECK(cudaEventDestroy(ev));
 }
 
-void relu_forward(int64_t n, const float* x, float* y) { kernels::relu_forward(n, x, y, cs()); }
+void relu_forward(int64_t n, const float* x, float* y) { kernels::relu_forward(n, x, y, false, cs()); }
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx) { kernels::relu_backward(n, y, dy, dx, cs()); }
 void add(int64_t n, const float* a, const float* b, float* y) { kernels::add(n, a, b, y, cs()); }
 void scale(int64_t n, float alpha, const float* x, float* y) { kernels::scale(n, alpha, x, y, cs()); }
@@ -418,7 +418,7 @@ void add_relu_forward(int64_t n, const float* a, const float* b, float* y) {
 void add_relu_forward_rounded(int64_t n, const float* a, const float* b, float* y) {
   kernels::add_relu_forward(n, a, b, y, true, cs());
 }
-void relu_forward_rounded(int64_t n, const float* x, float* y) { kernels::relu_forward_rounded(n, x, y, cs()); }
+void relu_forward_rounded(int64_t n, const float* x, float* y) { kernels::relu_forward(n, x, y, true, cs()); }
 
 void layernorm_backward_input(int64_t rows, int64_t dim, const float* x, const float* dy, const float* gamma,
                               const float* save_mean, const float* save_rstd, float* dx) {
