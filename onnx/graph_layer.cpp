@@ -254,10 +254,15 @@ class OnnxSegment : public Layer {
     device_constants_.push_back(std::move(c));
     return device_constants_.back()->tensors;
   }
+  // Under --precision bf16 a segment is rounded at its boundary only
+  // (docs/design.md): its nodes run as under FP32, so that none rounds as it
+  // writes (a core ReLU would), except the node that writes the logits,
+  // which is at the boundary and may hand the loss bf16 logits (a Gemm).
   StepInfo node_step(const StepInfo& s, size_t j) const {
     StepInfo t = s;
     t.layer_index = s_.nodes[j].key;  // one dropout stream per node, the same in whichever layer runs it
     t.output_to_loss = s.output_to_loss && static_cast<int>(j) == loss_node_;
+    if (!t.output_to_loss) t.precision = Precision::FP32;
     return t;
   }
   // Which slots carry a gradient: those that depend on a parameter, or on

@@ -14,16 +14,6 @@ namespace {
 // Input 0 is the layer's input; params/buffers name the node inputs that
 // are the layer's parameters and buffers, in its param_specs order.
 
-// Under --precision bf16 an imported graph is rounded at its boundary only
-// (docs/design.md): the core layers inside it run as under FP32, so that
-// none of them rounds as it writes (ReLU would). The node that writes the
-// logits (the segment gives only it output_to_loss) is at the boundary: it
-// keeps bf16, so that a Gemm there may hand the loss bf16 logits.
-StepInfo inside_graph(StepInfo step) {
-  if (!step.output_to_loss) step.precision = Precision::FP32;
-  return step;
-}
-
 class CoreLayerOp : public Op {
  public:
   CoreLayerOp(std::string type, LayerPtr layer, std::vector<int> params, std::vector<int> buffers, bool as_map = false)
@@ -36,7 +26,7 @@ class CoreLayerOp : public Op {
     for (int k : params_) p.push_back(in[static_cast<size_t>(k)]);
     for (int k : buffers_) b.push_back(in[static_cast<size_t>(k)]);  // shared storage: updated in place
     ctx.children.resize(1);
-    Tensor y = layer_->forward({p, b, inside_graph(step)}, as_map_ ? map_view(in[0]) : in[0], ctx.children[0]);
+    Tensor y = layer_->forward({p, b, step}, as_map_ ? map_view(in[0]) : in[0], ctx.children[0]);
     ctx.saved = p;  // handles only: backward needs the same weight version
     if (as_map_) {
       ctx.saved.push_back(shape_tensor(in[0].shape()));
@@ -54,7 +44,7 @@ class CoreLayerOp : public Op {
     }
     std::vector<Tensor> grads;
     for (const Tensor& p : ctx.saved) grads.push_back(Tensor::zeros(p.shape(), DType::F32, p.device()));
-    Tensor dx = layer_->backward({ctx.saved, grads, inside_graph(step), need[0]}, as_map_ ? map_view(dys[0]) : dys[0],
+    Tensor dx = layer_->backward({ctx.saved, grads, step, need[0]}, as_map_ ? map_view(dys[0]) : dys[0],
                                  ctx.children[0]);
     if (as_map_ && dx.defined()) dx = dx.reshape(x_shape);
     std::vector<Tensor> out(need.size());
