@@ -47,6 +47,7 @@ struct RunArgs {
   int microbatches = 0, virtual_stages = 1;
   OptimizerConfig optimizer;
   LrSchedule lr;
+  float clip_grad_norm = 0;  // --clip-grad-norm; 0: off
   std::string optimizer_flag = "sgd", lr_schedule = "constant";  // parsed into optimizer.kind and lr.kind
   uint64_t seed = 0;
   int threads = 1;
@@ -244,6 +245,8 @@ RunSpec make_spec(const RunArgs& a, const Plan& plan, int64_t train_size) {
   s.optimizer = a.optimizer;
   s.lr = a.lr;
   s.lr.base_lr = a.optimizer.lr;
+  s.clip_grad_norm = a.clip_grad_norm;
+  require_clipping_supported(s);
   if (s.lr.total_steps == 0) s.lr.total_steps = s.steps();
   validate(s.lr);
   if (a.threads < 1) throw UserError(cat("--threads-per-worker must be >= 1, got ", a.threads));
@@ -575,6 +578,10 @@ void add_run_command(CLI::App& app) {
                   "host's slots in order")
       ->check(CLI::ExistingFile);
   cmd->add_option("--timeout", a->timeout, "Seconds a worker waits for a peer before the job fails")->capture_default_str();
+  cmd->add_option("--clip-grad-norm", a->clip_grad_norm,
+                  "Scale each step's gradient down to this global L2 norm when it is larger "
+                  "(torch.nn.utils.clip_grad_norm_; the stages exchange their norms): the synchronous schedules, "
+                  "or any schedule on a one-stage plan");
   cmd->add_option("--metrics", a->metrics, "Write JSON-lines metrics to this file");
   cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();
   cmd->add_option("--save", a->save, "Write the final weights of all stages to one safetensors file");

@@ -42,6 +42,9 @@ class CliObserver final : public TrainObserver {
   CliObserver(MetricsWriter& w, ProgressBar& bar, int64_t log_every, int64_t total)
       : w_(w), bar_(bar), every_(log_every), total_(total) {}
   void on_data_wait(int64_t, double ms) override { data_wait_ms_ = ms; }
+  void on_grad_norm(int64_t step, double norm, float factor) override {
+    if ((step + 1) % every_ == 0 || step + 1 == total_) w_.grad_norm(step, norm, factor);
+  }
   void on_step(int64_t step, int64_t epoch, float loss, double sps) override {
     if ((step + 1) % every_ == 0 || step + 1 == total_) w_.step(step, epoch, loss, sps, data_wait_ms_);
     bar_.update(step + 1, epoch, loss, sps);
@@ -170,6 +173,9 @@ void add_train_command(CLI::App& app) {
                   "Run each minibatch as M microbatches of batch/M, gradients accumulated (what a flush pipeline with "
                   "M microbatches computes; BatchNorm and dropout per microbatch)")
       ->capture_default_str();
+  cmd->add_option("--clip-grad-norm", t.clip_grad_norm,
+                  "Scale each step's gradient down to this global L2 norm when it is larger "
+                  "(torch.nn.utils.clip_grad_norm_); metrics get a grad_norm line per step line");
   cmd->add_option("--metrics", a->metrics, "Write JSON-lines metrics to this file");
   cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();
   cmd->add_option("--save", a->save, "Write the final weights (safetensors)");

@@ -105,6 +105,7 @@ const OptionRule kRules[] = {
     {nullptr, "--beta2", NumberRule{0, 1}},
     {nullptr, "--lr-gamma", NumberRule{0, kMaxFloat}},
     {nullptr, "--min-lr", NumberRule{0, kMaxFloat}},
+    {nullptr, "--clip-grad-norm", NumberRule{0, kMaxFloat, true}},
     {nullptr, "--timeout", NumberRule{0, 1e9, true}},
 };
 

@@ -312,6 +312,12 @@ struct DeviceOps {
                           float* const* params_out, const float* const* grads, float* const* m, float* const* v,
                           float lr, float beta1, float beta2, float eps, float weight_decay, bool decoupled,
                           int64_t step_count) = nullptr;
+  // Gradient clipping's norm: sums[i] = sum over k of double(x_i[k])^2,
+  // written to HOST memory (`sums` is a host array; a GPU synchronises).
+  // Each tensor is summed in fixed blocks whose partial sums are added in a
+  // fixed order, so a device gives the same bits whatever its thread count.
+  void (*sum_squares_multi)(int64_t count, const int64_t* sizes, const float* const* xs,
+                            double* sums) = nullptr;
 
   // ===== strided tensors: what the ONNX ops run on =====
   // Shapes of up to kMaxStridedRank dimensions; strides in elements (0 on

@@ -30,7 +30,8 @@ namespace {
   T(softmax_cross_entropy) T(causal_softmax_forward) T(causal_softmax_backward) T(attention_forward)           \
   T(attention_backward) P(fused_attention_supported) T(fused_attention_forward) T(fused_attention_backward)    \
   T(embedding_forward) T(embedding_backward_accum) T(sgd_step) T(adam_step) T(sgd_step_multi)                  \
-  T(adam_step_multi) T(broadcast_binary) T(broadcast_binary_backward) T(reduce_sum_strided) T(unary_forward)   \
+  T(adam_step_multi) T(sum_squares_multi) T(broadcast_binary) T(broadcast_binary_backward) T(reduce_sum_strided)  \
+  T(unary_forward)                                                                                            \
   T(unary_backward) T(where_forward) T(where_backward) T(softmax_axis_forward) T(softmax_axis_backward)        \
   T(strided_copy) T(index_select_forward) T(index_select_backward_accum) T(linear_gelu_forward)                \
   T(gelu_backward_rounded) T(add_layernorm_forward) T(layernorm_backward_input_add) T(pack_bf16) T(unpack_bf16)   \

@@ -171,6 +171,38 @@ float LrSchedule::lr_at(int64_t step) const {
   return base_lr;
 }
 
+std::vector<double> squared_norms(std::span<const Tensor> grads) {
+  std::vector<double> squares(grads.size(), 0.0);
+  if (grads.empty()) return squares;
+  std::vector<int64_t> sizes;
+  std::vector<const float*> xs;
+  for (const Tensor& g : grads) {
+    PD_CHECK(g.device() == grads[0].device(), "gradient norm of tensors on two devices: ", grads[0].device().str(),
+             " and ", g.device().str());
+    sizes.push_back(g.numel());
+    xs.push_back(g.f32());
+  }
+  device_ops(grads[0].device()).sum_squares_multi(static_cast<int64_t>(sizes.size()), sizes.data(), xs.data(),
+                                                  squares.data());
+  return squares;
+}
+
+double global_norm(std::vector<double> squares) {
+  std::sort(squares.begin(), squares.end());
+  double total = 0;
+  for (double s : squares) total += s;
+  return std::sqrt(total);
+}
+
+float clip_to_norm(std::span<Tensor> grads, double norm, float max_norm) {
+  PD_CHECK(max_norm > 0, "gradient clipping needs a positive max norm, got ", max_norm);
+  const double factor = static_cast<double>(max_norm) / (norm + 1e-6);
+  if (!(factor < 1.0)) return 1.0f;  // a NaN norm too: the gradients hold a NaN already
+  const float f = static_cast<float>(factor);
+  for (Tensor& g : grads) device_ops(g.device()).scale(g.numel(), f, g.f32(), g.f32());
+  return f;
+}
+
 void validate(const LrSchedule& s) {
   if (!(s.base_lr >= 0.0f)) throw UserError(cat("learning rate must be >= 0, got ", s.base_lr));
   if (s.warmup_steps < 0) throw UserError(cat("warm-up steps must be >= 0, got ", s.warmup_steps));

@@ -62,6 +62,19 @@ class Optimizer {
 // Throws UserError for a bad value.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c);
 
+// Gradient clipping by the global L2 norm (torch.nn.utils.clip_grad_norm_).
+// A pipeline stage computes its tensors' squares, the stages exchange them,
+// and every stage then gets the bits a single worker gets.
+//
+// Each tensor's sum of squares, in double (DeviceOps::sum_squares_multi).
+std::vector<double> squared_norms(std::span<const Tensor> grads);
+// The L2 norm from such sums, added smallest first: the same bits whatever
+// order the sums come in and however they were split between stages.
+double global_norm(std::vector<double> squares);
+// PyTorch's rule: grads *= max_norm / (norm + 1e-6) when that factor is
+// below 1, else grads stay as they are. Returns the factor (1: unchanged).
+float clip_to_norm(std::span<Tensor> grads, double norm, float max_norm);
+
 // Learning-rate schedules; step counts optimizer steps from 0.
 struct LrSchedule {
   LrScheduleKind kind = LrScheduleKind::constant;

@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <limits>
 #include <set>
@@ -55,8 +56,11 @@ StageExecutor::StageExecutor(const Schedule& schedule, int rank, StageState& sta
   PD_CHECK(training.model && training.train && training.optimizer, "incomplete StageTraining");
   grads_ = state_.weights.zeros_like_params();
   if (first_stage_ && training.loader_threads > 0) prefetch_ = std::make_unique<PrefetchPool>(training.loader_threads);
-  tag_modulus_ = transport.max_tag() - 1;
+  tag_modulus_ = transport.max_tag() - 3;
   if (replicas_ > 1) group_ = transport.make_group(schedule.ranks(stage_));
+  if (gathers_losses())
+    for (int r : schedule.ranks(stage_))
+      if (r != rank_) loss_sources_.push_back({r, transport.irecv_any(r, loss_tag(transport))});
 
   if (group_) {
     // Gradients layer by layer in the order backward finishes them.
@@ -140,11 +144,13 @@ void StageExecutor::fill_window() {
 }
 
 StageExecutor::Progress StageExecutor::step() {
+  if (!loss_sources_.empty()) receive_losses(false);
   fill_window();
   if (checkpoint_due_ && (window_.empty() || !window_.front().is_send())) maybe_checkpoint();
   if (eval_due_ && (window_.empty() || !window_.front().is_send())) maybe_evaluate();
   if (window_.empty()) {
     finish_open_round();
+    close_losses();
     reap_sends(true);
     return Progress::Done;
   }
@@ -164,7 +170,12 @@ bool StageExecutor::ready(const Action& a) {
   // few milliseconds behind its partners costs them nothing: the step's
   // gradients are not touched by a forward (and a backward first ends the
   // round: finish_open_round).
-  if (a.kind == ActionKind::OptimizerStep && round_open_) return buckets_->test();
+  if (a.kind == ActionKind::OptimizerStep) {
+    if (round_open_ && !buckets_->test()) return false;
+    if (!exchanges_norms()) return true;
+    prepare_step(a);
+    return norms_arrived();
+  }
   return true;
 }
 
@@ -174,8 +185,12 @@ void StageExecutor::wait_until_ready() {
   const SpanStart t0 = span_start();
   if (a.is_recv()) {
     recvs_.at({a.kind == ActionKind::RecvGradient, item_key(a)}).wait();
-  } else if (a.kind == ActionKind::OptimizerStep && round_open_) {
-    buckets_->wait();
+  } else if (a.kind == ActionKind::OptimizerStep) {
+    if (round_open_) buckets_->wait();
+    if (exchanges_norms()) {
+      prepare_step(a);
+      for (Request& r : norm_recvs_) r.wait();
+    }
   }
   record("wait", a.is_recv() ? item_key(a) : -1, t0);
 }
@@ -301,7 +316,7 @@ void StageExecutor::forward(const Action& a) {
     LossResult r = softmax_cross_entropy(std::move(y), labels);
     require_finite_loss(r.loss, global_step(a));
     p.grad_in = std::move(r.grad);
-    if (observer_) observer_->on_loss(global_step(a), a.microbatch, {r.loss, r.correct, r.count});
+    report_loss(global_step(a), a.microbatch, {r.loss, r.correct, r.count});
   } else {
     p.output = std::move(y);
   }
@@ -310,6 +325,58 @@ void StageExecutor::forward(const Action& a) {
   for (const auto& [k, q] : pending_) held += q.ctx.saved_bytes();
   stats_.peak_context_bytes = std::max(stats_.peak_context_bytes, held);
   record("F", key, t0);
+}
+
+// A loss message: [step, microbatch, the loss's bits, correct, count];
+// step -1 closes the sender's stream.
+void StageExecutor::report_loss(int64_t step, int microbatch, const StepLoss& loss) {
+  if (!sends_losses()) {
+    if (observer_) observer_->on_loss(step, microbatch, loss);
+    return;
+  }
+  Tensor msg = Tensor::empty({5}, DType::I64);
+  int64_t* m = msg.data<int64_t>();
+  uint32_t bits = 0;
+  std::memcpy(&bits, &loss.loss, sizeof bits);
+  m[0] = step;
+  m[1] = microbatch;
+  m[2] = bits;
+  m[3] = loss.correct;
+  m[4] = loss.count;
+  sends_.push_back(transport_.isend(msg, training_.loss_reporter, loss_tag(transport_)));
+}
+
+void StageExecutor::close_losses() {
+  if (losses_closed_) return;
+  losses_closed_ = true;
+  if (sends_losses()) {
+    Tensor end = Tensor::zeros({5}, DType::I64);
+    end.data<int64_t>()[0] = -1;
+    sends_.push_back(transport_.isend(end, training_.loss_reporter, loss_tag(transport_)));
+  }
+  if (!loss_sources_.empty()) receive_losses(true);
+}
+
+void StageExecutor::receive_losses(bool until_closed) {
+  for (LossSource& s : loss_sources_) {
+    while (!s.closed) {
+      if (until_closed) s.next.wait();
+      else if (!s.next.test()) break;
+      const Tensor t = s.next.tensor();
+      PD_CHECK(t.dtype() == DType::I64 && t.numel() == 5, "rank ", rank_, ": malformed loss message from rank ",
+               s.rank);
+      const int64_t* m = t.data<int64_t>();
+      if (m[0] < 0) {
+        s.closed = true;
+        break;
+      }
+      StepLoss loss{0, m[3], m[4]};
+      const uint32_t bits = static_cast<uint32_t>(m[2]);
+      std::memcpy(&loss.loss, &bits, sizeof bits);
+      observer_->on_loss(m[0], static_cast<int>(m[1]), loss);
+      s.next = transport_.irecv_any(s.rank, loss_tag(transport_));
+    }
+  }
 }
 
 bool StageExecutor::round_completes_after(size_t i) const {
@@ -420,10 +487,67 @@ int64_t StageExecutor::oldest_needed() const {
   return std::numeric_limits<int64_t>::max();
 }
 
-void StageExecutor::optimizer_step(const Action& a) {
-  finish_open_round();  // done already: the step was not ready before
-  const SpanStart t0 = span_start();
+void StageExecutor::prepare_step(const Action& a) {
+  if (step_prepared_) return;
+  finish_open_round();  // done already when ready() said so
   average_gradients(grads_.all_params(), a.gradient_count);
+  step_prepared_ = true;
+  if (training_.clip_grad_norm <= 0) return;
+  norm_squares_ = squared_norms(grads_.all_params());
+  if (!exchanges_norms()) return;
+  // meta: which step and stage the norms are, checked on arrival.
+  const int stages = schedule_.stages();
+  const int64_t meta = state_.updates * stages + stage_;
+  for (int t = 0; t < stages; ++t)
+    if (t != stage_) norm_recvs_.push_back(transport_.irecv_any(schedule_.ranks(t).front(), norm_tag(transport_)));
+  if (replica_ != 0) return;  // replicas hold the same gradients: one sends for all
+  // [count, the doubles' bits...]: never empty, though a stage may have no parameters.
+  const int64_t count = static_cast<int64_t>(norm_squares_.size());
+  Tensor msg = Tensor::empty({1 + count}, DType::I64);
+  msg.data<int64_t>()[0] = count;
+  std::memcpy(msg.data<int64_t>() + 1, norm_squares_.data(), norm_squares_.size() * sizeof(double));
+  for (int t = 0; t < stages; ++t)
+    if (t != stage_)
+      for (int peer : schedule_.ranks(t)) sends_.push_back(transport_.isend(msg, peer, norm_tag(transport_), meta));
+}
+
+bool StageExecutor::norms_arrived() {
+  for (Request& r : norm_recvs_)
+    if (!r.test()) return false;
+  return true;
+}
+
+// Every stage's squared norms in hand, each stage scales by the same norm.
+void StageExecutor::clip_gradients() {
+  const int stages = schedule_.stages();
+  std::vector<bool> seen(static_cast<size_t>(stages), false);
+  seen[static_cast<size_t>(stage_)] = true;
+  for (Request& r : norm_recvs_) {
+    r.wait();
+    const int64_t step = r.meta() / stages, from = r.meta() % stages;
+    PD_CHECK(step == state_.updates && !seen[static_cast<size_t>(from)], "stage ", stage_, " at step ",
+             state_.updates, " received the gradient norms of stage ", from, " at step ", step);
+    seen[static_cast<size_t>(from)] = true;
+    const Tensor t = r.tensor();
+    PD_CHECK(t.dtype() == DType::I64 && t.numel() >= 1 && t.data<int64_t>()[0] == t.numel() - 1,
+             "stage ", stage_, ": malformed gradient norms from stage ", from);
+    const size_t n = norm_squares_.size(), more = static_cast<size_t>(t.numel() - 1);
+    norm_squares_.resize(n + more);
+    std::memcpy(norm_squares_.data() + n, t.data<int64_t>() + 1, more * sizeof(double));
+  }
+  norm_recvs_.clear();
+  const double norm = global_norm(std::move(norm_squares_));
+  norm_squares_.clear();
+  const float factor = clip_to_norm(grads_.all_params(), norm, training_.clip_grad_norm);
+  if (observer_ && last_stage_ && replica_ == 0)
+    observer_->on_grad_norm(training_.first_item + versions_.newest_version(), norm, factor);
+}
+
+void StageExecutor::optimizer_step(const Action& a) {
+  const SpanStart t0 = span_start();
+  prepare_step(a);
+  if (training_.clip_grad_norm > 0) clip_gradients();
+  step_prepared_ = false;
   // The LR schedule counts minibatches absorbed (flush: batches), the same
   // index on every stage whatever its replication.
   const float lr = training_.lr.lr_at(training_.first_item + versions_.newest_version());

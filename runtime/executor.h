@@ -59,6 +59,15 @@ struct StageTraining {
   // look-ahead window ahead of them (0: each forward fetches its own).
   int loader_threads = 0;
   Precision precision = Precision::FP32;  // --precision: StepInfo::precision and the wire format
+  // --clip-grad-norm (0: off): at each optimizer step replica 0 of every
+  // stage sends its gradients' squared norms to every other stage's
+  // workers, and each scales by the whole model's norm (core/optimizer.h).
+  float clip_grad_norm = 0;
+  // MPI runs: the rank whose observer reports the losses (the last stage's
+  // first replica). The last stage's other replicas send it theirs, so its
+  // metrics and progress bar see every step. -1 (the reference, where every
+  // executor shares the observer): each reports its own.
+  int loss_reporter = -1;
 };
 
 // Test-set evaluation through the pipeline: when a stage's weights reach
@@ -78,6 +87,9 @@ class ExecutorObserver {
   virtual void on_loss(int64_t step, int microbatch, const StepLoss& loss) {}
   // Last stage, replica 0: an evaluation finished (version: schedule-local).
   virtual void on_eval(int64_t version, const EvalResult& result) {}
+  // Last stage, replica 0, with clipping on: a step's gradient norm before
+  // clipping and the factor applied (1: none); `step` as in on_loss.
+  virtual void on_grad_norm(int64_t step, double norm, float factor) {}
 };
 
 // One timed interval of the run, for the Chrome trace and busy fractions.
@@ -172,6 +184,25 @@ class StageExecutor {
   void backward_weight(const Action& a);
   void all_reduce(const Action& a);
   void optimizer_step(const Action& a);
+  // The optimizer step's first half, run once the step is next: the
+  // gradients averaged and, with clipping, this stage's squared norms sent
+  // to the other stages' workers and theirs awaited (norms_arrived).
+  void prepare_step(const Action& a);
+  bool exchanges_norms() const { return training_.clip_grad_norm > 0 && schedule_.stages() > 1; }
+  bool norms_arrived();
+  void clip_gradients();
+  // A loss for the observer: here, or sent to the loss reporter's rank.
+  void report_loss(int64_t step, int microbatch, const StepLoss& loss);
+  bool sends_losses() const {
+    return last_stage_ && training_.loss_reporter >= 0 && rank_ != training_.loss_reporter;
+  }
+  bool gathers_losses() const {
+    return last_stage_ && replicas_ > 1 && rank_ == training_.loss_reporter && observer_ != nullptr;
+  }
+  // The reporter: hands the other replicas' arrived losses to the observer;
+  // `until_closed`: waits for all of them (each replica closes with a marker).
+  void receive_losses(bool until_closed);
+  void close_losses();
   bool round_completes_after(size_t window_index) const;
   Tensor input_of(const Action& a, Pending& p);
   // The item's samples; *epoch: the epoch they are drawn in (keys augmentation).
@@ -218,6 +249,16 @@ class StageExecutor {
   std::shared_ptr<CommGroup> group_;
   std::unique_ptr<GradientBuckets> buckets_;  // a replicated stage's gradient all-reduce
   bool round_open_ = false;                  // its AllReduce ran, its step has not yet
+  bool step_prepared_ = false;               // prepare_step ran, the step has not yet
+  std::vector<double> norm_squares_;         // clipping: this stage's, then every stage's
+  std::vector<Request> norm_recvs_;          // the other stages' squared norms
+  struct LossSource {
+    int rank;
+    Request next;  // its next loss message
+    bool closed = false;
+  };
+  std::vector<LossSource> loss_sources_;  // gathers_losses(): the stage's other replicas
+  bool losses_closed_ = false;
   void finish_open_round();                  // waits for the round's all-reduce
   int64_t forwards_done_ = 0;
   int tag_modulus_ = 1;
@@ -243,8 +284,11 @@ class StageExecutor {
 bool run_chunks(const Schedule& schedule, int rank, const std::vector<StageExecutor*>& chunks,
                 bool (*should_stop)() = nullptr);
 
-// Tags above the schedule's: evaluation chunks and end-of-run gathers.
+// Tags above the schedule's: evaluation chunks, end-of-run gathers, the
+// clipping norms and the losses for the reporter.
 inline int eval_tag(const Transport& t) { return t.max_tag(); }
 inline int gather_tag(const Transport& t) { return t.max_tag() - 1; }
+inline int norm_tag(const Transport& t) { return t.max_tag() - 2; }  // --clip-grad-norm's exchange
+inline int loss_tag(const Transport& t) { return t.max_tag() - 3; }  // losses sent to the reporter
 
 }  // namespace pd

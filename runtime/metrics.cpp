@@ -56,6 +56,12 @@ void MetricsWriter::step(int64_t step, int64_t epoch, double loss, double sample
   write(line);
 }
 
+void MetricsWriter::grad_norm(int64_t step, double norm, double factor) {
+  // JSON has no NaN or infinity: such a norm is written as null.
+  write({{"event", "grad_norm"}, {"step", step}, {"grad_norm", std::isfinite(norm) ? nlohmann::json(norm) : nullptr},
+         {"clip_factor", factor}, {"seconds", seconds_since(opened_)}});
+}
+
 void MetricsWriter::eval(int64_t epoch, double test_loss, double test_accuracy) {
   write({{"event", "eval"}, {"epoch", epoch}, {"test_loss", test_loss}, {"test_accuracy", test_accuracy},
          {"seconds", seconds_since(opened_)}});

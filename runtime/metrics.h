@@ -31,6 +31,10 @@ class MetricsWriter {
   // {"event":"step","step","epoch","loss","samples_per_s","seconds"[,"data_wait_ms"]}:
   // data_wait_ms (this step's wait for its minibatch) when not negative.
   void step(int64_t step, int64_t epoch, double loss, double samples_per_s, double data_wait_ms = -1);
+  // {"event":"grad_norm","step","grad_norm","clip_factor","seconds"} with
+  // --clip-grad-norm: the step's gradient norm before clipping (null when
+  // not finite) and the factor it was scaled by (1: not clipped).
+  void grad_norm(int64_t step, double norm, double factor);
   // {"event":"eval","epoch","test_loss","test_accuracy","seconds"}
   void eval(int64_t epoch, double test_loss, double test_accuracy);
 

@@ -152,6 +152,8 @@ StageTraining training_of(const RunSpec& spec, const Model& model, const DataSpl
   training.lr = spec.lr;
   training.loader_threads = spec.loader_threads;
   training.precision = spec.precision;
+  training.clip_grad_norm = spec.clip_grad_norm;
+  training.loss_reporter = reporter_rank(spec);
   return training;
 }
 
@@ -453,12 +455,7 @@ std::string time_not_comparable(const RunSpec& spec, const RunReporter& report, 
                "` predicts it)");
   if (plan.profile.batch_size > 0 && spec.samples_per_step() != plan.profile.batch_size)
     return cat("the plan predicts batch ", plan.profile.batch_size, ", this run's is ", spec.samples_per_step());
-  if (steady <= 0) {
-    // The reporter (the last stage's first replica) sees 1 step in r.
-    const int64_t r = plan.stages.empty() ? 1 : std::max(1, plan.stages.back().replicas);
-    return cat("too few steps for a steady state (", 8 * r, " or more give one",
-               r > 1 ? cat(": the reporter sees 1 step in ", r, ", its stage's replicas") : std::string(), ")");
-  }
+  if (steady <= 0) return "too few steps for a steady state (8 or more give one)";
   if (const int n = report.evaluations_in_steady_window(); n > 0)
     return cat(n, " test-set evaluation", n > 1 ? "s" : "", " ran inside the steady window (--no-eval, or fewer "
                "--eval-every, measures training alone)");

@@ -49,6 +49,7 @@ void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observ
   t.precision = spec_.precision;
   t.optimizer = optimizer_.get();
   t.lr = spec_.lr;
+  t.clip_grad_norm = spec_.clip_grad_norm;
   t.first_item = seg.first;
   std::vector<Transport*> rank_transport;
   for (int r = 0; r < R; ++r) {

@@ -22,8 +22,8 @@ double RunReporter::seconds() const {
 }
 
 double RunReporter::samples_per_s() const {
-  // Every step up to the newest one seen counts: a replica of a replicated
-  // last stage sees only its own share of the losses.
+  // Every step up to the newest one seen counts (losses may arrive out of
+  // step order from the last stage's replicas).
   const double s = seconds();
   const int64_t steps = last_step_ < 0 ? 0 : last_step_ + 1 - first_step_;
   return s > 0 ? static_cast<double>(steps * samples_per_step_) / s : 0;
@@ -67,12 +67,18 @@ void RunReporter::on_loss(int64_t step, int microbatch, const StepLoss& l) {
   float loss = l.loss;
   int64_t correct = l.correct, count = l.count;
   if (microbatches_ > 1) {
+    // Microbatches arrive in any order (from the stage's replicas too), and
+    // are added in microbatch order: the same mean whatever the order.
     Partial& p = partial_[step];
-    p.loss += l.loss;
+    if (p.losses.empty()) p.losses.assign(static_cast<size_t>(microbatches_), 0.0f);
+    PD_CHECK(microbatch >= 0 && microbatch < microbatches_, "loss of microbatch ", microbatch, " of ", microbatches_);
+    p.losses[static_cast<size_t>(microbatch)] = l.loss;
     p.correct += l.correct;
     p.count += l.count;
     if (++p.parts < microbatches_) return;
-    loss = static_cast<float>(p.loss / microbatches_);
+    double sum = 0;
+    for (float x : p.losses) sum += x;
+    loss = static_cast<float>(sum / microbatches_);
     correct = p.correct;
     count = p.count;
     partial_.erase(step);
@@ -88,6 +94,10 @@ void RunReporter::on_loss(int64_t step, int microbatch, const StepLoss& l) {
                     {"accuracy", count > 0 ? static_cast<double>(correct) / static_cast<double>(count) : 0.0},
                     {"samples_per_s", sps}, {"seconds", seconds()}});
   if (bar_) bar_->update(step + 1, epoch, loss, sps);
+}
+
+void RunReporter::on_grad_norm(int64_t step, double norm, float factor) {
+  if ((step + 1) % log_every_ == 0 || step + 1 == total_) metrics_.grad_norm(step, norm, factor);
 }
 
 void RunReporter::on_eval(int64_t version, const EvalResult& r) {

@@ -41,6 +41,7 @@ class RunReporter final : public ExecutorObserver {
   void set_segment_start(int64_t step) { segment_start_ = step; }
   void on_loss(int64_t step, int microbatch, const StepLoss& loss) override;
   void on_eval(int64_t version, const EvalResult& result) override;
+  void on_grad_norm(int64_t step, double norm, float factor) override;
 
   const std::map<int64_t, float>& losses() const { return losses_; }
   const std::vector<std::pair<int64_t, EvalResult>>& evals() const { return evals_; }
@@ -53,7 +54,7 @@ class RunReporter final : public ExecutorObserver {
 
  private:
   struct Partial {
-    double loss = 0;
+    std::vector<float> losses;  // per microbatch
     int64_t correct = 0, count = 0;
     int parts = 0;
   };

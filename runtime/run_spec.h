@@ -30,6 +30,10 @@ struct RunSpec {
   uint64_t seed = 0;
   OptimizerConfig optimizer;
   LrSchedule lr;             // base_lr and total_steps filled in
+  // --clip-grad-norm (TrainOptions::clip_grad_norm); 0: off. Every stage
+  // scales by the whole model's norm, so the stages of a plan exchange
+  // their norms at each optimizer step.
+  float clip_grad_norm = 0;
   int threads = 1;           // compute threads per worker
   int loader_threads = 0;    // first stage: threads fetching its inputs ahead
   // Where each worker computes (a GPU: the process's own, initialised by
@@ -70,6 +74,12 @@ struct RunSpec {
 // stages: at multiples of every replica count). 1f1b-rr without weight
 // versions (--weights none) drains the pipeline at every checkpoint.
 bool checkpoints_inside_schedule(const RunSpec& spec);
+
+// UserError when --clip-grad-norm is set where no optimizer step sees the
+// whole model's gradient at once: 1f1b-rr and 2bw on several stages, whose
+// stages step each at their own time (2bw's would wait for the first
+// stage's backward), and interleaved-1f1b, not supported yet.
+void require_clipping_supported(const RunSpec& spec);
 
 // The run's segments, each one schedule from a drained pipeline: one when
 // checkpoints_inside_schedule, else a new one after every checkpoint.

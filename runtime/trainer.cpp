@@ -222,6 +222,11 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
     data_wait_seconds += waited;
     grads.zero_params();
     const StepLoss l = accumulate_gradients(m, versions.front(), grads, batch, s, o.seed, o.microbatches, o.precision);
+    if (o.clip_grad_norm > 0) {
+      const double norm = global_norm(squared_norms(grads.all_params()));
+      const float factor = clip_to_norm(grads.all_params(), norm, o.clip_grad_norm);
+      if (observer) observer->on_grad_norm(s, norm, factor);
+    }
     if (o.gradient_delay == 0) {
       optimizer->step(versions.back().all_params(), grads.all_params(), opt_state, schedule.lr_at(s));
     } else {

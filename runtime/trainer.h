@@ -36,6 +36,10 @@ struct TrainOptions {
   // microbatch), their gradients summed and divided by the count - what a
   // flush pipeline with as many microbatches of batch / microbatches computes.
   int microbatches = 1;
+  // Gradient clipping (--clip-grad-norm): when positive, each step's
+  // averaged gradient is scaled to this global L2 norm if it is larger
+  // (torch.nn.utils.clip_grad_norm_; core/optimizer.h). 0: off.
+  float clip_grad_norm = 0;
   Device device = Device::cpu();  // where weights, gradients and optimizer state live
   Precision precision = Precision::FP32;  // --precision: bf16 rounding points (core/bf16_rounding.h)
   bool evaluate = true;     // test split after every epoch and at the end
@@ -101,6 +105,9 @@ class TrainObserver {
   // Called before on_step: how long the step waited for its minibatch (with
   // no loader threads, the time to fetch it; on a GPU, until its copy was queued).
   virtual void on_data_wait(int64_t step, double ms) {}
+  // With clipping on, before on_step: the step's gradient norm before
+  // clipping, and the factor applied (1: none).
+  virtual void on_grad_norm(int64_t step, double norm, float factor) {}
 };
 
 struct TrainResult {

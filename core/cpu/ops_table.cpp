@@ -435,6 +435,7 @@ DeviceOps make_table() {
   o.adam_step = &adam_step;
   o.sgd_step_multi = &cpu::sgd_step_multi;
   o.adam_step_multi = &cpu::adam_step_multi;
+  o.sum_squares_multi = &cpu::sum_squares_multi;
   // causal_softmax_*: null - attention runs whole (attention_forward above).
   // pointwise (strided tensors)
   o.broadcast_binary = &cpu::broadcast_binary;

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
+#include "core/cpu/parallel.h"
 #include "core/error.h"
 
 namespace pd::cpu {
@@ -101,6 +103,29 @@ void adam_step_multi(int64_t count, const int64_t* sizes, const float* const* pa
       const float denom = std::sqrt(vi[k]) / bc2_sqrt + eps;
       return p - step_size * (mi[k] / denom);
     });
+  }
+}
+
+void sum_squares_multi(int64_t count, const int64_t* sizes, const float* const* xs, double* sums) {
+  // Blocks of a fixed size, whatever the thread count: each block's sum is
+  // one thread's, and the blocks are added in order.
+  constexpr int64_t kBlock = 4096;
+  std::vector<double> block_sums;
+  for (int64_t i = 0; i < count; ++i) {
+    const float* x = xs[i];
+    const int64_t n = sizes[i], blocks = (n + kBlock - 1) / kBlock;
+    block_sums.assign(static_cast<size_t>(blocks), 0.0);
+    parallel_ranges(blocks, n, [&](int64_t first, int64_t last) {
+      for (int64_t b = first; b < last; ++b) {
+        double acc = 0;
+        for (int64_t k = b * kBlock, end = std::min(n, k + kBlock); k < end; ++k)
+          acc += static_cast<double>(x[k]) * static_cast<double>(x[k]);
+        block_sums[static_cast<size_t>(b)] = acc;
+      }
+    });
+    double total = 0;
+    for (double b : block_sums) total += b;
+    sums[i] = total;
   }
 }
 

@@ -11,5 +11,6 @@ void sgd_step_multi(int64_t count, const int64_t* sizes, const float* const* par
 void adam_step_multi(int64_t count, const int64_t* sizes, const float* const* params_in, float* const* params_out,
                      const float* const* grads, float* const* m, float* const* v, float lr, float beta1, float beta2,
                      float eps, float weight_decay, bool decoupled, int64_t step_count);
+void sum_squares_multi(int64_t count, const int64_t* sizes, const float* const* xs, double* sums);
 
 }  // namespace pd::cpu

@@ -128,5 +128,13 @@ void sgd_step_multi(int64_t count, const int64_t* sizes, float* const* params, c
 void adam_step_multi(int64_t count, const int64_t* sizes, float* const* params, const float* const* grads,
                      float* const* m, float* const* v, float lr, float beta1, float beta2, float eps,
                      float weight_decay, bool decoupled, float bias_c1, float bias_c2, cudaStream_t s);
+// Sums of squares of `count` tensors into sums_dev[count] (multi_tensor.cu).
+// Tensor k is cut into ceil(sizes[k] / kSumSquaresChunk) chunks, whose sums
+// go to partials[first_partial_host[k] + chunk]; partials_index_dev holds
+// first_partial[0..count) then each tensor's chunk count.
+constexpr int64_t kSumSquaresChunk = 4096;
+void sum_squares_multi(int64_t count, const int64_t* sizes, const float* const* xs,
+                       const int64_t* first_partial_host, const int64_t* partials_index_dev, double* partials,
+                       double* sums_dev, cudaStream_t s);
 
 }  // namespace pd::cuda::kernels

@@ -1,6 +1,7 @@
 // The DeviceOps table of the CUDA backend: adapters from the device-neutral
 // signatures of core/device_ops.h to cuBLAS, cuDNN and the own kernels, all
 // on the compute stream.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -531,6 +532,27 @@ void adam_step_multi(int64_t count, const int64_t* sizes, const float* const* pa
                            c2, cs());
 }
 
+void sum_squares_multi(int64_t count, const int64_t* sizes, const float* const* xs, double* sums) {
+  if (count == 0) return;
+  // index: where each tensor's chunk sums start, then how many it has.
+  std::vector<int64_t> index(static_cast<size_t>(2 * count));
+  int64_t partials = 0;
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t chunks = (sizes[k] + kernels::kSumSquaresChunk - 1) / kernels::kSumSquaresChunk;
+    index[static_cast<size_t>(k)] = partials;
+    index[static_cast<size_t>(count + k)] = chunks;
+    partials += chunks;
+  }
+  Scratch index_dev(index.size() * sizeof(int64_t));
+  Scratch work(static_cast<size_t>(std::max<int64_t>(partials, 1) + count) * sizeof(double));
+  CUDA_CHECK(cudaMemcpyAsync(index_dev.as<int64_t>(), index.data(), index.size() * sizeof(int64_t),
+                             cudaMemcpyHostToDevice, cs()));
+  double* sums_dev = work.as<double>() + std::max<int64_t>(partials, 1);
+  kernels::sum_squares_multi(count, sizes, xs, index.data(), index_dev.as<int64_t>(), work.as<double>(), sums_dev,
+                             cs());
+  to_host(sums, sums_dev, static_cast<size_t>(count) * sizeof(double));
+}
+
 DeviceOps make_table() {
   DeviceOps o;
   o.name = "cuda";
@@ -577,6 +599,7 @@ DeviceOps make_table() {
   o.divide = &divide;
   o.sgd_step_multi = &sgd_step_multi;
   o.adam_step_multi = &adam_step_multi;
+  o.sum_squares_multi = &sum_squares_multi;
   o.gelu_forward = &gelu_forward;
   o.gelu_backward = &gelu_backward;
   o.dropout_forward = &dropout_forward;

@@ -2,8 +2,11 @@
 // from PyTorch's update rules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
+#include "core/cpu/gemm.h"
 #include "core/error.h"
 #include "core/optimizer.h"
 #include "core/rng.h"
@@ -182,6 +185,82 @@ TEST(Optimizer, StepIntoIsBitwiseCopyThenStepAndLeavesTheSourceAlone) {
       std::swap(source, target);
     }
   }
+}
+
+}  // namespace
+}  // namespace pd
+
+namespace pd {
+namespace {
+
+// Gradient clipping: the norm as torch.nn.utils.clip_grad_norm_ defines it,
+// the same bits however the tensors are split or ordered, and PyTorch's scaling.
+std::vector<Tensor> random_tensors(const std::vector<int64_t>& sizes, uint64_t seed) {
+  std::vector<Tensor> out;
+  const CounterRng rng(seed, 0, 0);
+  uint64_t next = 0;
+  for (int64_t n : sizes) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = 4.0f * rng.uniform(next++) - 2.0f;
+    out.push_back(Tensor::from_floats(v, {n}));
+  }
+  return out;
+}
+
+TEST(GradientClipping, SquaredNormsAreEachTensorsSumOfSquares) {
+  // 4096-element blocks: sizes below, at and across a block boundary, and empty.
+  const std::vector<int64_t> sizes{1, 4096, 4097, 3 * 4096 + 17, 0, 100'000};
+  const std::vector<Tensor> g = random_tensors(sizes, 7);
+  const std::vector<double> squares = squared_norms(g);
+  ASSERT_EQ(squares.size(), sizes.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    long double want = 0;
+    for (int64_t k = 0; k < g[i].numel(); ++k) want += static_cast<long double>(g[i].f32()[k]) * g[i].f32()[k];
+    EXPECT_NEAR(squares[i], static_cast<double>(want), 1e-12 * static_cast<double>(want) + 1e-30) << "tensor " << i;
+  }
+  EXPECT_EQ(squares[4], 0.0);
+}
+
+TEST(GradientClipping, SquaredNormsDoNotDependOnTheThreadCount) {
+  const std::vector<Tensor> g = random_tensors({1'000'003, 70'000}, 8);
+  const int before = cpu::compute_threads();
+  cpu::set_compute_threads(1);
+  const std::vector<double> one = squared_norms(g);
+  cpu::set_compute_threads(3);
+  const std::vector<double> two = squared_norms(g);
+  cpu::set_compute_threads(before);
+  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(double)), 0);
+}
+
+TEST(GradientClipping, GlobalNormIsTheSameBitsInAnyOrderOrSplit) {
+  std::vector<double> squares;
+  const CounterRng rng(9, 0, 0);
+  for (uint64_t i = 0; i < 200; ++i) squares.push_back(std::pow(10.0, -12.0 + 18.0 * rng.uniform(i)));
+  const double whole = global_norm(squares);
+  // Stages hand their sums over in another order: same bits.
+  std::vector<double> shuffled(squares.rbegin(), squares.rend());
+  std::rotate(shuffled.begin(), shuffled.begin() + 77, shuffled.end());
+  EXPECT_EQ(global_norm(shuffled), whole);
+  long double want = 0;
+  for (double s : squares) want += s;
+  EXPECT_NEAR(whole, std::sqrt(static_cast<double>(want)), 1e-12 * whole);
+}
+
+TEST(GradientClipping, ScalesByMaxNormOverNormOnlyWhenThatIsBelowOne) {
+  std::vector<Tensor> g{Tensor::from_floats({3.0f, 0.0f}, {2}), Tensor::from_floats({4.0f}, {1})};
+  const double norm = global_norm(squared_norms(g));
+  EXPECT_EQ(norm, 5.0);
+  // Above the norm: untouched, factor 1.
+  EXPECT_EQ(clip_to_norm(g, norm, 6.0f), 1.0f);
+  EXPECT_EQ(g[0].f32()[0], 3.0f);
+  // PyTorch: max_norm / (norm + 1e-6), applied to every tensor.
+  const float factor = clip_to_norm(g, norm, 1.0f);
+  EXPECT_EQ(factor, static_cast<float>(1.0 / (5.0 + 1e-6)));
+  EXPECT_EQ(g[0].f32()[0], 3.0f * factor);
+  EXPECT_EQ(g[0].f32()[1], 0.0f);
+  EXPECT_EQ(g[1].f32()[0], 4.0f * factor);
+  EXPECT_NEAR(global_norm(squared_norms(g)), 1.0, 1e-6);
+  EXPECT_THROW(clip_to_norm(g, norm, 0.0f), std::logic_error);
 }
 
 }  // namespace

@@ -142,6 +142,34 @@ TEST_F(CudaOptimizer, MultiTensorStepsEqualPerTensorStepsBitForBit) {
   }
 }
 
+// Gradient clipping's sums of squares: the CPU's within double rounding
+// (both sum in double, in different trees), the same bits on every call,
+// over sizes that are below, at and across the kernel's chunk, and empty.
+TEST_F(CudaOptimizer, SumSquaresMultiMatchesTheCpu) {
+  const std::vector<int64_t> sizes{1, 255, 4096, 4097, 0, 3 * 4096 + 5, 1'000'003};
+  std::vector<Tensor> on_device;
+  std::vector<std::vector<float>> values;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    values.push_back(random_floats(static_cast<size_t>(sizes[k]), 40 + static_cast<uint32_t>(k)));
+    on_device.push_back(sizes[k] > 0 ? on_gpu(values.back()) : gpu_zeros(1));
+  }
+  std::vector<const float*> dev, cpu;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    dev.push_back(on_device[k].f32());
+    cpu.push_back(values[k].data());
+  }
+  const auto n = static_cast<int64_t>(sizes.size());
+  std::vector<double> got(sizes.size(), -1.0), again(sizes.size(), -1.0), want(sizes.size(), -1.0);
+  ops->sum_squares_multi(n, sizes.data(), dev.data(), got.data());
+  ops->sum_squares_multi(n, sizes.data(), dev.data(), again.data());
+  device_ops(Device::cpu()).sum_squares_multi(n, sizes.data(), cpu.data(), want.data());
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    EXPECT_NEAR(got[k], want[k], 1e-12 * want[k]) << "tensor " << k << " of " << sizes[k];
+    EXPECT_EQ(got[k], again[k]) << "tensor " << k << ": not deterministic";
+  }
+  EXPECT_EQ(got[4], 0.0);
+}
+
 }  // namespace pd::gputest
 
 #endif  // PIPEDREAM_HAVE_CUDA
