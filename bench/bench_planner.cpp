@@ -275,7 +275,10 @@ void add_planner_suite(CLI::App& app) {
   auto repeats = std::make_shared<int>(5);
   auto binary = std::make_shared<std::string>();
   cmd->add_option("--data", *data, "folder holding pipedream-golden.jsonl and pipedream-profiles/ (default: tests/data of the source tree around build/)");
-  cmd->add_option("--case", *cases, "golden, chain-flat, chain-hierarchical, dag (default: all)")->take_all();
+  cmd->add_option("--case", *cases, "golden, chain-flat, chain-hierarchical, dag (default: all); several: space- or comma-separated")
+      ->take_all()
+      ->delimiter(',')
+      ->check(CLI::IsMember({"golden", "chain-flat", "chain-hierarchical", "dag"}));
   cmd->add_option("--pipedream", *binary, "the pipedream binary the golden rows run (default: the one beside pipedream-bench)");
   cmd->add_option("--repeats", *repeats, "runs per golden configuration, whole process and in process (medians)")
       ->check(CLI::Range(1, 1000));

@@ -232,6 +232,11 @@ def main():
     p.add_argument("--rounds", type=int, default=2, help="ABBA pairs")
     p.add_argument("--pipedream", default=os.path.join(os.path.dirname(__file__), "..", "build", "bin", "pipedream"))
     args = p.parse_args()
+    # Checked before our side runs: torch.distributed.pipelining came in 2.4.
+    if tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 4):
+        print(f"error: this peer needs PyTorch 2.4 or newer (torch.distributed.pipelining); "
+              f"this python3 has {torch.__version__}", file=sys.stderr)
+        sys.exit(2)
     spec_cmd = [args.pipedream, "models", "--model", args.model, "--spec"]
     spec = json.loads(subprocess.check_output(spec_cmd + (["--model-options", args.model_options] if args.model_options else [])))
     plan = json.load(open(args.plan))

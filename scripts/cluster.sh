@@ -16,6 +16,8 @@
 #   scripts/cluster.sh exec HOST -- CMD...     runs CMD on HOST (namespace,
 #       hostname, and the environment that lets mpirun reach the other hosts)
 #   scripts/cluster.sh mpirun ARGS...          mpirun on host 0 with the hostfile
+#       (of cluster $PD_CLUSTER_NAME, default pd: the commands below that
+#       take no --name read it too)
 #   scripts/cluster.sh hostfile                prints the hostfile's path
 #   scripts/cluster.sh kill HOST               kills every process on HOST (KILL)
 #   scripts/cluster.sh link HOST up|down       takes HOST's link down or up
@@ -263,6 +265,8 @@ mpi_environment() {
   export OMPI_MCA_oob_tcp_if_include="$SUBNET.0/24"
   export OMPI_MCA_btl_tcp_if_include="$SUBNET.0/24"
   export OMPI_MCA_btl="self,vader,tcp"
+  # The cluster needs root, and Open MPI refuses root without these.
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   # A host whose link goes down: mpirun notices its lost daemon within
   # seconds (TCP keepalive, 2 + 3 x 1 s) and ends the job, naming the host,
   # instead of waiting minutes to reach it.

@@ -37,7 +37,8 @@
 # BUILD/gpu_check/), logs in logs/; at the end a markdown summary
 # (summary.md, from scripts/gpu_summary.py table) to paste. Never stops at
 # a failing step: the summary line lists them and the skipped ones; the
-# exit code is 1 if any step failed or was skipped.
+# exit code is 1 if any step failed or was skipped, 2 for bad arguments or
+# when no GPU is visible.
 #
 # Usage: scripts/gpu_check.sh [--build-dir DIR] [--skip-build] [--steps K]
 #          [--warmup K] [--budget SECONDS] [--python PATH]
@@ -69,6 +70,12 @@ done
 for n in "$steps" "$warmup" "$budget"; do
   [[ "$n" =~ ^[0-9]+$ ]] || { echo "error: --steps, --warmup and --budget take whole numbers, got '$n'" >&2; exit 2; }
 done
+
+# Without a GPU every step would fail, one after another: say so at once.
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L 2> /dev/null | grep -q '^GPU'; then
+  echo "error: no GPU is visible (nvidia-smi -L lists none): scripts/gpu_check.sh runs on a GPU machine" >&2
+  exit 2
+fi
 
 out="${OUT:-$build/gpu_check}"
 rm -rf "$out/logs"  # no log of an earlier run may stand for a step skipped in this one

@@ -3,7 +3,8 @@
 #   scripts/profile_zoo_chain.sh [out-dir]   (default runs/zoo-chain)
 # Small batches and one measured iteration: this checks that the chain
 # works, not the numbers. WORKERS (default 4), BATCH (default 2), THREADS
-# (default 1) and MODELS (default: every zoo model) override. `gpt`
+# (default 1) and MODELS (space-separated names; default: every zoo
+# model) override. `gpt`
 # (163M parameters, 1024 tokens) takes a minute or more per step on a core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
