@@ -89,6 +89,7 @@ struct ReplicaGroup {
   double ready = 0;
   double channel_free = 0;
   int64_t completed_round = -1;
+  int64_t rounds_run = 0;  // all-reduces run over the whole replay
   double round_start = 0, round_end = 0;
   double allreduce_s = 0;
   double allreduce_cpu_s = 0;  // shared cores: CPU each member's communication threads spend on one
@@ -650,6 +651,7 @@ class Simulation {
     g.round_start = start;
     g.round_end = end;
     g.completed_round = round;
+    ++g.rounds_run;
     g.arrived = 0;
     charge_allreduce_cpu(stage);
     if (trace_) trace_->push_back({ActionKind::AllReduce, schedule_.ranks(stage)[0], 0, round, start, end});
@@ -748,6 +750,21 @@ class Simulation {
     return true;
   }
 
+  // The planner's idealised all-reduce lets a round's all-reduce start up
+  // to a round late (steps wait for its start only), so where it is slower
+  // than the round's compute the backlog grows for C / (A - C) rounds
+  // before it throttles the replicas: a replay of a few rounds would see
+  // the compute's pace. The channel must still run every round's
+  // all-reduce, so the steady state is no faster than its occupancy.
+  double allreduce_channel_bound() const {
+    double bound = 0;
+    if (opt_.schedule.minibatches <= 0) return 0;
+    for (const ReplicaGroup& g : groups_)
+      if (g.size > 1 && !g.blocking)
+        bound = std::max(bound, g.allreduce_s * double(g.rounds_run) / double(opt_.schedule.minibatches));
+    return bound;
+  }
+
   SimulationReport report() {
     SimulationReport rep;
     rep.schedule = opt_.schedule.kind;
@@ -755,7 +772,7 @@ class Simulation {
     rep.makespan_s = now_;
     double window = mark_time_[1] - mark_time_[0];
     int64_t count = mark_index_[1] - mark_index_[0];
-    rep.time_per_minibatch_s = window / double(count);
+    rep.time_per_minibatch_s = std::max(window / double(count), allreduce_channel_bound());
     if (rep.time_per_minibatch_s > 0)
       rep.throughput_samples_per_s = plan_.profile.batch_size / rep.time_per_minibatch_s;
     if (count > 0) rep.comm_cpu_per_minibatch_s = (comm_cpu_at_mark_[1] - comm_cpu_at_mark_[0]) / double(count);

@@ -167,6 +167,19 @@ TEST(Simulator, AllReduceOverlapsComputeLikeThePlannerAssumes) {
   EXPECT_NEAR(simulate(q, sim_options(ScheduleKind::OneFOneBRoundRobin, 200)).time_per_minibatch_s, 3.0, 0.05);
 }
 
+TEST(Simulator, AnAllReduceSlightlySlowerThanTheComputeSetsThePaceInAnyReplay) {
+  // 8 replicas: W = 4 (r-1)/r * 1 GB / 1 GB/s = 3.5 s per round against 3 s
+  // of compute. Steps wait for the all-reduce's start only, so its backlog
+  // grows 0.5 s a round and throttles the replicas after 6 rounds: a replay
+  // of 10 rounds measured the compute's 3 / 8 s per minibatch (the planner
+  // then printed a data-parallel plan faster than data parallelism).
+  Plan p = make_plan({8}, 1.0, 2.0, 0, 1'000'000'000ull, 1.0);
+  for (int64_t minibatches : {80, 400, 4000})
+    EXPECT_NEAR(simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, minibatches)).time_per_minibatch_s,
+                3.5 / 8, 0.01 * 3.5 / 8)
+        << minibatches << " minibatches";
+}
+
 TEST(Simulator, ActivationTransferCountsBothDirections) {
   // 2 C = 2 * 4 GB / 1 GB/s = 8 s per minibatch on the single link.
   Plan p = make_plan({1, 1}, 1.0, 2.0, 4'000'000'000ull, 0, 1.0);
