@@ -52,7 +52,8 @@ std::string layer_summary(const PlanStage& s) {
       names += " .. " + last;
     }
   }
-  return cat("layers ", s.first_layer, "-", s.last_layer, " (", s.layer_names.size(), " nodes: ", names, ")");
+  return cat("layers ", s.first_layer, "-", s.last_layer, " (",
+             counted(static_cast<long long>(s.layer_names.size()), "node", "nodes"), ": ", names, ")");
 }
 
 // "2.30x over data parallelism (28.258 ms)", or that it does not fit, or
@@ -101,8 +102,9 @@ void print_summary(const Plan& plan, const Topology& topology) {
     std::printf("  stage %d%s: %s\n", s.index, s.index == plan.bottleneck_stage ? " (bottleneck)" : "",
                 layer_summary(s).c_str());
     std::printf("    replicas %d on ranks %s; %s\n", s.replicas, rank_list(s.ranks).c_str(), stage_times_text(s).c_str());
-    std::printf("    memory %s per worker (%d minibatches in flight), sends %s per minibatch\n",
-                bytes_text(double(s.memory_bytes)).c_str(), s.in_flight, bytes_text(double(s.output_bytes)).c_str());
+    std::printf("    memory %s per worker (%s in flight), sends %s per minibatch\n",
+                bytes_text(double(s.memory_bytes)).c_str(), counted(s.in_flight, "minibatch", "minibatches").c_str(),
+                bytes_text(double(s.output_bytes)).c_str());
   }
   std::printf("config %s, NOAM %d\n", plan.config.c_str(), plan.noam);
   std::printf("predicted time per minibatch %s", seconds_text(plan.time_per_minibatch_s).c_str());

@@ -494,8 +494,12 @@ void run_command(const RunArgs& a) {
     if (ProgressBar::stderr_is_terminal() && !a.progress) own.push_back("--progress");
     const auto cmd = mpirun_command(R, own, a.hostfile);
     print_plan(plan, model, spec.schedule);
+    // mpirun's arguments up to the program (the hostfile's among them).
     std::string line;
-    for (size_t i = 0; i < 8 && i < cmd.size(); ++i) line += (i ? " " : "") + cmd[i];
+    for (size_t i = 0; i < cmd.size(); ++i) {
+      line += (i ? " " : "") + cmd[i];
+      if (cmd[i] == own.front()) break;
+    }
     std::fprintf(stderr, "launching %d workers: %s ...\n", R, line.c_str());
     std::fflush(stderr);
     std::fflush(stdout);

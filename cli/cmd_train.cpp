@@ -12,6 +12,7 @@
 #include "core/cuda_plugin.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "core/text.h"
 #include "models/loader.h"
 #include "runtime/metrics.h"
 #include "runtime/trainer.h"
@@ -109,9 +110,9 @@ void run_train(const TrainArgs& a) {
     std::printf("trained %lld steps in %.1f s (%.0f samples/s)", static_cast<long long>(r.steps), r.seconds,
                 r.samples_per_s);
   if (r.steps > r.first_step && r.seconds > 0)
-    std::printf(", data wait %.1f ms/step (%.1f%% of step time, %d loader threads)",
+    std::printf(", data wait %.1f ms/step (%.1f%% of step time, %s)",
                 1e3 * r.data_wait_s / static_cast<double>(r.steps - r.first_step), 100.0 * r.data_wait_s / r.seconds,
-                o.loader_threads);
+                counted(o.loader_threads, "loader thread", "loader threads").c_str());
   if (!r.evals.empty())
     std::printf(", test loss %.4f, test accuracy %.2f%%", r.evals.back().loss, 100.0 * r.evals.back().accuracy);
   std::printf("\n");

@@ -26,4 +26,9 @@ inline std::string seconds_text(double s) {
   return buf;
 }
 
+// (1, "node", "nodes") -> "1 node"; (3, ...) -> "3 nodes".
+inline std::string counted(long long n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
 }  // namespace pd

@@ -1,7 +1,5 @@
 #include "runtime/pipeline_worker.h"
 
-#include "core/text.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -437,7 +435,8 @@ void print_rank_lines(const RunSpec& spec, const std::vector<nlohmann::json>& pe
       std::printf(" (plan: %s, %+.0f%%)", bytes_text(double(st.memory_bytes)).c_str(),
                   100 * (peak / double(st.memory_bytes) - 1));
     planned = planned || st.memory_bytes > 0;
-    std::printf(", up to %d weight versions\n", line["peak_weight_versions"].get<int>());
+    const int versions = line["peak_weight_versions"].get<int>();
+    std::printf(", up to %s\n", counted(versions, "weight version", "weight versions").c_str());
   }
   if (planned && !not_comparable.empty())
     std::printf("  (peak memory not compared with the plan's: %s)\n", not_comparable.c_str());

@@ -102,13 +102,17 @@ TEST(CliDevice, CommandsRunOnTheGpu) {
 // Gradient accumulation on the GPU: `train --microbatches 2` on cuda ends at
 // the CPU's weights within FP32 tolerance (cuDNN and cuBLAS sum in another
 // order; atol 1e-4, rtol 1e-3 as the layer tests).
+// Also with --clip-grad-norm small enough to clip every step: the norm's
+// sums of squares come from the GPU's own reduction (sum_squares_multi).
 TEST(CliDevice, TrainWithMicrobatchesOnTheGpuEndsAtTheCpusWeights) {
   if (visible_gpus() == 0) GTEST_SKIP() << "no GPU visible (cudaGetDeviceCount reports none)";
   const std::string d = scratch();
+  for (const std::string clip : {"", " --clip-grad-norm 0.5"}) {
+  SCOPED_TRACE(clip.empty() ? "no clipping" : clip);
   for (const std::string dev : {"cpu", "cuda"}) {
     const testing::JobResult r = run(bin("pipedream") + "train --model cnn --data synthetic --minibatches 3 --batch 16 "
-                                     "--microbatches 2 --no-eval --device " + dev + " --save " + d + "/mb_" + dev +
-                                     ".safetensors");
+                                     "--microbatches 2 --no-eval --device " + dev + clip + " --save " + d + "/mb_" +
+                                     dev + ".safetensors");
     ASSERT_EQ(r.exit_code, 0) << dev << "\n" << r.output;
   }
   const NamedTensors cpu = load_safetensors(d + "/mb_cpu.safetensors"), gpu = load_safetensors(d + "/mb_cuda.safetensors");
@@ -120,6 +124,7 @@ TEST(CliDevice, TrainWithMicrobatchesOnTheGpuEndsAtTheCpusWeights) {
     int bad = 0;
     for (size_t k = 0; k < a.size(); ++k) bad += !(std::fabs(a[k] - b[k]) <= 1e-4 + 1e-3 * std::fabs(a[k]));
     EXPECT_EQ(bad, 0) << cpu[i].first;
+  }
   }
 }
 

@@ -144,9 +144,8 @@ struct RunFiles {
   std::string save, metrics;
 };
 
-// Two runs ended with the same weights, bit for bit, and the same loss at
-// each of their `steps` steps.
-inline void expect_same_bits(const RunFiles& a, const RunFiles& b, const std::string& what, size_t steps = 3) {
+// Two runs ended with the same weights, bit for bit.
+inline void expect_same_weights(const RunFiles& a, const RunFiles& b, const std::string& what) {
   auto wa = load_by_name(a.save), wb = load_by_name(b.save);
   ASSERT_FALSE(wa.empty()) << what;
   ASSERT_EQ(wa.size(), wb.size()) << what;
@@ -154,6 +153,11 @@ inline void expect_same_bits(const RunFiles& a, const RunFiles& b, const std::st
     ASSERT_TRUE(wb.count(n)) << what << ": " << n;
     EXPECT_TRUE(same_bits(t, wb[n])) << what << ": tensor " << n << " differs";
   }
+}
+
+// The same weights, and the same loss at each of their `steps` steps.
+inline void expect_same_bits(const RunFiles& a, const RunFiles& b, const std::string& what, size_t steps = 3) {
+  expect_same_weights(a, b, what);
   auto la = step_losses(a.metrics), lb = step_losses(b.metrics);
   EXPECT_EQ(la.size(), steps) << what;
   EXPECT_EQ(la, lb) << what << ": per-step losses differ";
