@@ -313,6 +313,7 @@ void run_reference(const RunSpec& spec, const Model& model, const DataSplits& da
   ProgressBar bar(spec.steps(), spec.progress_bar || ProgressBar::stderr_is_terminal());
   RunReporter report(metrics, &bar, spec.steps(), spec.steps_per_epoch(data.train->size()),
                      spec.schedule.microbatches, spec.samples_per_step(), spec.log_every);
+  report.set_learning_rates(spec.lr);
   ReferencePipeline ref(spec, model, *data.train);
   for (const Segment& seg : run_segments(spec, 0)) ref.run_segment(seg, &report);
   bar.finish();

@@ -43,11 +43,12 @@ class CliObserver final : public TrainObserver {
   CliObserver(MetricsWriter& w, ProgressBar& bar, int64_t log_every, int64_t total)
       : w_(w), bar_(bar), every_(log_every), total_(total) {}
   void on_data_wait(int64_t, double ms) override { data_wait_ms_ = ms; }
+  void on_learning_rate(int64_t, float lr) override { lr_ = lr; }
   void on_grad_norm(int64_t step, double norm, float factor) override {
     if ((step + 1) % every_ == 0 || step + 1 == total_) w_.grad_norm(step, norm, factor);
   }
   void on_step(int64_t step, int64_t epoch, float loss, double sps) override {
-    if ((step + 1) % every_ == 0 || step + 1 == total_) w_.step(step, epoch, loss, sps, data_wait_ms_);
+    if ((step + 1) % every_ == 0 || step + 1 == total_) w_.step(step, epoch, loss, sps, data_wait_ms_, lr_);
     bar_.update(step + 1, epoch, loss, sps);
   }
   void on_eval(int64_t epoch, const EvalResult& r) override {
@@ -62,7 +63,7 @@ class CliObserver final : public TrainObserver {
   MetricsWriter& w_;
   ProgressBar& bar_;
   int64_t every_, total_;
-  double data_wait_ms_ = -1;
+  double data_wait_ms_ = -1, lr_ = -1;
 };
 
 void run_train(const TrainArgs& a) {

@@ -49,10 +49,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 }  // namespace
 
-void MetricsWriter::step(int64_t step, int64_t epoch, double loss, double samples_per_s, double data_wait_ms) {
+void MetricsWriter::step(int64_t step, int64_t epoch, double loss, double samples_per_s, double data_wait_ms,
+                         double lr) {
   nlohmann::json line = {{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", loss},
                          {"samples_per_s", samples_per_s}, {"seconds", seconds_since(opened_)}};
   if (data_wait_ms >= 0) line["data_wait_ms"] = data_wait_ms;
+  if (lr >= 0) line["lr"] = lr;
   write(line);
 }
 

@@ -28,9 +28,11 @@ class MetricsWriter {
   ~MetricsWriter();
   bool enabled() const { return file_ != nullptr; }
   void write(const nlohmann::json& line);
-  // {"event":"step","step","epoch","loss","samples_per_s","seconds"[,"data_wait_ms"]}:
-  // data_wait_ms (this step's wait for its minibatch) when not negative.
-  void step(int64_t step, int64_t epoch, double loss, double samples_per_s, double data_wait_ms = -1);
+  // {"event":"step","step","epoch","loss","samples_per_s","seconds"[,"data_wait_ms"][,"lr"]}:
+  // data_wait_ms (this step's wait for its minibatch) and lr (the LR
+  // schedule's rate at the step) when not negative.
+  void step(int64_t step, int64_t epoch, double loss, double samples_per_s, double data_wait_ms = -1,
+            double lr = -1);
   // {"event":"grad_norm","step","grad_norm","clip_factor","seconds"} with
   // --clip-grad-norm: the step's gradient norm before clipping (null when
   // not finite) and the factor it was scaled by (1: not clipped).

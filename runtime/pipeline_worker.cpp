@@ -539,6 +539,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   ProgressBar bar(spec.steps(), role.reporter && spec.progress_bar);
   RunReporter report(metrics, &bar, spec.steps(), spec.steps_per_epoch(data.train->size()),
                      spec.schedule.microbatches, spec.samples_per_step(), spec.log_every);
+  report.set_learning_rates(spec.lr);
   StageTraining training = training_of(spec, model, data, *optimizer);
   device_ops(spec.device).set_precision(spec.precision);
   const TrainingOutcome trained =

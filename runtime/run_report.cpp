@@ -89,10 +89,13 @@ void RunReporter::on_loss(int64_t step, int microbatch, const StepLoss& l) {
   last_step_ = std::max(last_step_, step);
   const double sps = samples_per_s();
   const int64_t epoch = step / per_epoch_;
-  if ((step + 1) % log_every_ == 0 || step + 1 == total_)
-    metrics_.write({{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", static_cast<double>(loss)},
-                    {"accuracy", count > 0 ? static_cast<double>(correct) / static_cast<double>(count) : 0.0},
-                    {"samples_per_s", sps}, {"seconds", seconds()}});
+  if ((step + 1) % log_every_ == 0 || step + 1 == total_) {
+    nlohmann::json line = {{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", static_cast<double>(loss)},
+                           {"accuracy", count > 0 ? static_cast<double>(correct) / static_cast<double>(count) : 0.0},
+                           {"samples_per_s", sps}, {"seconds", seconds()}};
+    if (lr_) line["lr"] = lr_->lr_at(step);
+    metrics_.write(line);
+  }
   if (bar_) bar_->update(step + 1, epoch, loss, sps);
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "runtime/executor.h"
@@ -37,6 +38,10 @@ class RunReporter final : public ExecutorObserver {
   RunReporter(MetricsWriter& metrics, ProgressBar* bar, int64_t total_steps, int64_t steps_per_epoch,
               int microbatches, int64_t samples_per_step, int64_t log_every);
 
+  // Step lines then carry the schedule's learning rate at each step (a
+  // replicated 1f1b-rr stage updates once per replica count of steps, at
+  // the rate of the first).
+  void set_learning_rates(const LrSchedule& s) { lr_ = s; }
   // Versions arrive schedule-local: the caller sets the segment's first step.
   void set_segment_start(int64_t step) { segment_start_ = step; }
   void on_loss(int64_t step, int microbatch, const StepLoss& loss) override;
@@ -69,6 +74,7 @@ class RunReporter final : public ExecutorObserver {
   std::map<int64_t, float> losses_;
   std::map<int64_t, double> done_at_s_;  // when each step's loss arrived
   std::vector<std::pair<int64_t, EvalResult>> evals_;
+  std::optional<LrSchedule> lr_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 

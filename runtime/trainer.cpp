@@ -245,6 +245,7 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
     result.losses.push_back(l.loss);
     if (observer) {
       observer->on_data_wait(s, 1e3 * waited);
+      observer->on_learning_rate(s, schedule.lr_at(s));
       observer->on_step(s, ref.epoch, l.loss, static_cast<double>((s + 1 - first_step) * o.batch) / train_seconds);
     }
     checkpoint_training(m, o, s + 1, steps, versions.back(), opt_state);

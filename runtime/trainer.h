@@ -105,6 +105,8 @@ class TrainObserver {
   // Called before on_step: how long the step waited for its minibatch (with
   // no loader threads, the time to fetch it; on a GPU, until its copy was queued).
   virtual void on_data_wait(int64_t step, double ms) {}
+  // Called before on_step: the learning rate the step's update used.
+  virtual void on_learning_rate(int64_t step, float lr) {}
   // With clipping on, before on_step: the step's gradient norm before
   // clipping, and the factor applied (1: none).
   virtual void on_grad_norm(int64_t step, double norm, float factor) {}
