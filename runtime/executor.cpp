@@ -100,6 +100,12 @@ bool run_chunks(const Schedule& schedule, int rank, const std::vector<StageExecu
     if (should_stop && should_stop()) return false;
     if (a.kind == ActionKind::OptimizerStep || a.kind == ActionKind::AllReduce) {
       for (StageExecutor* ex : chunks) advance(*ex);
+      // Chunk c's test-set input comes from the rank before (or, for chunk
+      // c of rank 0, from chunk c - 1 of the last rank): in chunk order on
+      // every rank it arrives in the order it is sent. (The built-in lists
+      // start each batch with chunk 0 anyway; a schedule file need not.)
+      if (a.kind == ActionKind::OptimizerStep)
+        for (StageExecutor* ex : chunks) ex->run_due_evaluations();
     } else {
       advance(*chunks.at(static_cast<size_t>(a.chunk)));
     }

@@ -124,6 +124,12 @@ class StageExecutor {
                 Transport& transport, ExecutorObserver* observer = nullptr, int chunk = 0);
 
   void set_evaluation(const StageEvaluation& e) { eval_ = e; }
+  // Runs the evaluations the last optimizer step made due (run_chunks calls
+  // it on a rank's chunks in chunk order, so that every rank forwards its
+  // stages in the order the test set flows through them).
+  void run_due_evaluations() {
+    if (eval_due_) maybe_evaluate();
+  }
   // Calls `write` once the stage's weights reach each of `at_versions`
   // (schedule-local, ascending), after the optimizer step that made it and
   // the sends that follow it, before the next compute or receive: a point

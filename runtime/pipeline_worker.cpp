@@ -299,10 +299,12 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
       std::vector<std::unique_ptr<StageExecutor>> chunks;
       std::vector<StageExecutor*> drive;
       const bool last_rank = role.reporter;
+      const StageEvaluation ev = evaluation_in(seg, eval_points, common, spec, data);
       for (size_t c = 0; c < states.size(); ++c) {
         const bool last_stage = last_rank && c + 1 == states.size();
         chunks.push_back(std::make_unique<StageExecutor>(schedule, role.rank, states[c], training, t,
                                                          last_stage ? observer : nullptr, static_cast<int>(c)));
+        if (ev.test && !ev.at_versions.empty()) chunks.back()->set_evaluation(ev);
         if (spec.tracing()) chunks.back()->enable_trace(zero);
         drive.push_back(chunks.back().get());
       }

@@ -115,6 +115,37 @@ TEST(NewSchedulesRun, MatchTheReferenceOneFOneBFlushAndTrainOnTheWholeBatch) {
   }
 }
 
+// A rank of interleaved-1f1b runs several stages, and the test set flows
+// through them in stage order (rank 0's chunk 1 after the last rank's chunk
+// 0): the evaluations equal 1f1b-flush's on the 4-stage plan, bit for bit,
+// as the weights do.
+TEST(NewSchedulesRun, InterleavedRunsEvaluateThroughThePipelineAsOneFOneBFlushDoes) {
+  const ModelCase m = models().front();  // cnn
+  const std::string dir = scratch_dir("interleaved_eval");
+  write_text(dir + "/4.json", m.plan4);
+  write_text(dir + "/8.json", m.plan8);
+  auto run_eval = [&](const std::string& tag, const std::string& plan, const std::string& schedule) {
+    RunFiles f{dir + "/" + tag + ".safetensors", dir + "/" + tag + ".jsonl"};
+    JobResult r = run_shell(mpirun(4) + pipedream_binary() + " run --plan " + plan + model_args(m) +
+                            " --threads-per-worker 1 --log-every 1 --timeout 60 --minibatches 4 --microbatches 4"
+                            " --batch 16 --eval-every 2 --eval-batch 100 --schedule " + schedule + " --save " + f.save +
+                            " --metrics " + f.metrics);
+    EXPECT_EQ(r.exit_code, 0) << tag << ":\n" << r.output;
+    return f;
+  };
+  const RunFiles flush = run_eval("flush", dir + "/4.json", "1f1b-flush");
+  const RunFiles il = run_eval("il", dir + "/8.json", "interleaved-1f1b --virtual-stages 2");
+  expect_same_bits(il, flush, "interleaved-1f1b vs 1f1b-flush", 4);
+  const std::vector<nlohmann::json> a = metric_lines(il.metrics, "eval"), b = metric_lines(flush.metrics, "eval");
+  ASSERT_EQ(a.size(), 2u);  // after steps 2 and 4
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].at("step"), b[i].at("step"));
+    EXPECT_EQ(a[i].at("test_loss"), b[i].at("test_loss")) << "evaluation " << i;
+    EXPECT_EQ(a[i].at("test_accuracy"), b[i].at("test_accuracy")) << "evaluation " << i;
+  }
+}
+
 TEST(NewSchedulesRun, TwoBWEqualsTrainWithAGradientDelayOfOneBatch) {
   for (const ModelCase& m : models()) {
     const std::string dir = scratch_dir("two_bw_" + m.name);
