@@ -151,11 +151,6 @@ void set_schedule(const RunArgs& a, const Plan& plan, RunSpec& s) {
   if (s.schedule.kind == ScheduleKind::TwoBW && (!a.checkpoint_dir.empty() || !a.resume.empty()))
     // The pipeline drains at a checkpoint and would restart the version delay.
     throw UserError("2bw runs do not checkpoint or resume yet");
-  if (s.schedule.kind == ScheduleKind::Interleaved1F1B) {
-    // A rank runs several stages: its checkpoint files are per rank today.
-    if (!a.checkpoint_dir.empty() || !a.resume.empty())
-      throw UserError("interleaved-1f1b runs do not checkpoint or resume yet");
-  }
   if (!a.schedule_file.empty()) {
     s.schedule = file.options;  // schedule, weights, microbatches, steps
     s.schedule_lists = std::make_shared<const std::vector<std::vector<Action>>>(std::move(file.lists));

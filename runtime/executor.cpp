@@ -104,8 +104,11 @@ bool run_chunks(const Schedule& schedule, int rank, const std::vector<StageExecu
       // c of rank 0, from chunk c - 1 of the last rank): in chunk order on
       // every rank it arrives in the order it is sent. (The built-in lists
       // start each batch with chunk 0 anyway; a schedule file need not.)
-      if (a.kind == ActionKind::OptimizerStep)
+      // Checkpoints likewise: each chunk writes its stage, the last one commits.
+      if (a.kind == ActionKind::OptimizerStep) {
+        for (StageExecutor* ex : chunks) ex->run_due_checkpoints();
         for (StageExecutor* ex : chunks) ex->run_due_evaluations();
+      }
     } else {
       advance(*chunks.at(static_cast<size_t>(a.chunk)));
     }

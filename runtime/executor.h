@@ -130,6 +130,10 @@ class StageExecutor {
   void run_due_evaluations() {
     if (eval_due_) maybe_evaluate();
   }
+  // The same for checkpoints (set_checkpoints), before the evaluations as step() does.
+  void run_due_checkpoints() {
+    if (checkpoint_due_) maybe_checkpoint();
+  }
   // Calls `write` once the stage's weights reach each of `at_versions`
   // (schedule-local, ascending), after the optimizer step that made it and
   // the sends that follow it, before the next compute or receive: a point

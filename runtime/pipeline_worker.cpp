@@ -119,21 +119,29 @@ struct ResumeFrom {
   std::map<int64_t, ParameterStore> older;
 };
 
-ResumeFrom resume_if_asked(const RunSpec& spec, const Model& model, const WorkerRole& role, StageState& state) {
+// `states`: the rank's stages (interleaved-1f1b: its chunks', each loaded by name).
+ResumeFrom resume_if_asked(const RunSpec& spec, const Model& model, const WorkerRole& role,
+                           std::vector<StageState>& states) {
   ResumeFrom from;
   if (spec.resume.empty()) return from;
   const ResumePoint p = find_checkpoint(spec.resume);
   require_resumable(p, spec, model);
   const NamedTensors all = checkpoint_tensors(p);
-  load_checkpoint_state(all, p.dir, state.weights, state.optimizer);
-  // Optimizer steps this stage would have taken by then: one per batch
-  // (flush), one per round of `replicas` minibatches (1f1b-rr).
-  const int64_t replicas = role.stage->replicas;
-  state.updates = is_flush(spec.schedule.kind) ? p.step : (p.step + replicas - 1) / replicas;
-  state.optimizer.step = state.updates;
+  for (StageState& state : states) {
+    load_checkpoint_state(all, p.dir, state.weights, state.optimizer);
+    // Optimizer steps this stage would have taken by then: one per batch
+    // (flush), one per round of `replicas` minibatches (1f1b-rr).
+    const int64_t replicas = role.stage->replicas;
+    state.updates = is_flush(spec.schedule.kind) ? p.step : (p.step + replicas - 1) / replicas;
+    state.optimizer.step = state.updates;
+  }
   from.step = p.step;
   from.in_flight = !p.run.value("drained", false);
-  if (from.in_flight) from.older = load_older_versions(p, state.stage, role.replica, all, state.weights);
+  if (from.in_flight) {
+    PD_CHECK(states.size() == 1, "a checkpoint with minibatches in flight is 1f1b-rr's: one stage per rank");
+    StageState& state = states.front();
+    from.older = load_older_versions(p, state.stage, role.replica, all, state.weights);
+  }
   if (role.reporter)
     std::fprintf(stderr, "resuming from %s (step %lld of %lld%s)\n", p.dir.c_str(), static_cast<long long>(p.step),
                  static_cast<long long>(spec.steps()), from.in_flight ? ", minibatches in flight rebuilt" : "");
@@ -205,15 +213,19 @@ void add_stats(ExecutorStats& total, const ExecutorStats& segment) {
 // all stage files exist.
 // `versions`: a checkpoint inside the schedule, whose older versions are
 // stored unless the pipeline is drained there.
-void write_checkpoint(int64_t step, const RunSpec& spec, const Model& model, const WorkerRole& role,
-                      const StageState& state, const WeightVersionStore* versions, bool drained, Transport& t,
-                      ProgressBar& bar) {
+void write_stage_files(int64_t step, const RunSpec& spec, const WorkerRole& role, const StageState& state,
+                       const WeightVersionStore* versions, bool drained) {
   StageCheckpoint c{.stage = state.stage, .weights = &state.weights, .optimizer = &state.optimizer,
                     .updates = state.updates, .newest_version = versions ? versions->newest_version() : 0};
   if (versions && !drained)
     for (const auto& [v, w] : versions->older()) c.older.emplace(v, &w);
   if (role.leader) write_stage_checkpoint(spec.checkpoint_dir, step, c);
   else if (!c.older.empty()) write_replica_versions(spec.checkpoint_dir, step, state.stage, role.replica, c.older);
+}
+
+// Once every rank has written its files, the reporter commits the step.
+void commit_when_written(int64_t step, const RunSpec& spec, const Model& model, const WorkerRole& role, bool drained,
+                         Transport& t, ProgressBar& bar) {
   t.barrier();
   if (role.reporter) {
     nlohmann::json run = checkpoint_identity(spec, model);
@@ -221,6 +233,13 @@ void write_checkpoint(int64_t step, const RunSpec& spec, const Model& model, con
     commit_checkpoint(spec.checkpoint_dir, step, run, spec.keep_checkpoints);
     bar.message(cat("checkpoint: ", spec.checkpoint_dir, "/step-", step));
   }
+}
+
+void write_checkpoint(int64_t step, const RunSpec& spec, const Model& model, const WorkerRole& role,
+                      const StageState& state, const WeightVersionStore* versions, bool drained, Transport& t,
+                      ProgressBar& bar) {
+  write_stage_files(step, spec, role, state, versions, drained);
+  commit_when_written(step, spec, model, role, drained, t, bar);
 }
 
 bool checkpoint_step(const RunSpec& spec, int64_t step) {
@@ -237,15 +256,43 @@ void checkpoint_after(const Segment& seg, const RunSpec& spec, const Model& mode
 // Inside a segment: the checkpoints before its end, taken where the stage
 // passes them without changing the schedule (flush: between batches, where
 // the pipeline is drained; 1f1b-rr: with minibatches in flight).
-void checkpoint_inside(const Segment& seg, const RunSpec& spec, const Model& model, const WorkerRole& role,
-                       const StageState& state, Transport& t, ProgressBar& bar, StageExecutor& ex) {
+// The checkpoints strictly inside a segment, as its schedule's versions.
+std::vector<int64_t> checkpoint_versions_inside(const Segment& seg, const RunSpec& spec) {
   std::vector<int64_t> at;
   for (int64_t step = seg.first + 1; step < seg.end; ++step)
     if (checkpoint_step(spec, step)) at.push_back(step - seg.first);
+  return at;
+}
+
+void checkpoint_inside(const Segment& seg, const RunSpec& spec, const Model& model, const WorkerRole& role,
+                       const StageState& state, Transport& t, ProgressBar& bar, StageExecutor& ex) {
+  std::vector<int64_t> at = checkpoint_versions_inside(seg, spec);
   if (at.empty()) return;
   ex.set_checkpoints(std::move(at), [&, first = seg.first](int64_t version, const WeightVersionStore& versions) {
     write_checkpoint(first + version, spec, model, role, state, &versions, is_flush(spec.schedule.kind), t, bar);
   });
+}
+
+// interleaved-1f1b (flush, so drained between batches): every chunk writes
+// its stage's files, run_chunks calling them in chunk order, and the last
+// one commits; at the segment's end, the same for all of them.
+void checkpoint_chunks_inside(const Segment& seg, const RunSpec& spec, const Model& model, const WorkerRole& role,
+                              const std::vector<StageState>& states, Transport& t, ProgressBar& bar,
+                              const std::vector<StageExecutor*>& chunks) {
+  const std::vector<int64_t> at = checkpoint_versions_inside(seg, spec);
+  if (at.empty()) return;
+  for (size_t c = 0; c < chunks.size(); ++c)
+    chunks[c]->set_checkpoints(at, [&, c, first = seg.first](int64_t version, const WeightVersionStore& versions) {
+      write_stage_files(first + version, spec, role, states[c], &versions, true);
+      if (c + 1 == states.size()) commit_when_written(first + version, spec, model, role, true, t, bar);
+    });
+}
+
+void checkpoint_chunks_after(const Segment& seg, const RunSpec& spec, const Model& model, const WorkerRole& role,
+                             const std::vector<StageState>& states, Transport& t, ProgressBar& bar) {
+  if (!checkpoint_step(spec, seg.end)) return;
+  for (const StageState& state : states) write_stage_files(seg.end, spec, role, state, nullptr, true);
+  commit_when_written(seg.end, spec, model, role, true, t, bar);
 }
 
 // What one rank did, for the reporter's metrics line of it.
@@ -308,6 +355,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
         if (spec.tracing()) chunks.back()->enable_trace(zero);
         drive.push_back(chunks.back().get());
       }
+      checkpoint_chunks_inside(seg, spec, model, role, states, t, bar, drive);
       report.set_segment_start(seg.first);
       if (!run_chunks(schedule, role.rank, drive, &Transport::stop_requested)) {
         bar.finish();
@@ -317,7 +365,8 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
         add_stats(out.total, ex->stats());
         out.events.insert(out.events.end(), ex->trace().begin(), ex->trace().end());
       }
-      continue;  // interleaved runs do not checkpoint (refused by `run`)
+      checkpoint_chunks_after(seg, spec, model, role, states, t, bar);
+      continue;
     }
     StageState& state = states.front();
     StageExecutor ex(schedule, role.rank, state, training, t, observer);
@@ -534,7 +583,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
     states.push_back(make_stage_state(model, st->index, st->first_layer, st->last_layer, spec.seed, *optimizer,
                                       spec.device));
   load_initial_weights(spec, model, states);
-  ResumeFrom from = resume_if_asked(spec, model, role, states.front());
+  ResumeFrom from = resume_if_asked(spec, model, role, states);
   const int64_t start_step = from.step;
 
   MetricsWriter metrics(role.reporter ? spec.metrics : "");

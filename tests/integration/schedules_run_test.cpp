@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 
 #include "run_job.h"
@@ -144,6 +145,34 @@ TEST(NewSchedulesRun, InterleavedRunsEvaluateThroughThePipelineAsOneFOneBFlushDo
     EXPECT_EQ(a[i].at("test_loss"), b[i].at("test_loss")) << "evaluation " << i;
     EXPECT_EQ(a[i].at("test_accuracy"), b[i].at("test_accuracy")) << "evaluation " << i;
   }
+}
+
+// interleaved-1f1b checkpoints between batches, where its pipeline is
+// drained, every chunk writing its stage: writing them changes nothing, and
+// a run resumed from the middle one ends at the uninterrupted run's bits.
+TEST(NewSchedulesRun, InterleavedRunsCheckpointAndResumeToTheSameBits) {
+  const ModelCase m = models().back();  // gpt-mini
+  const std::string dir = scratch_dir("interleaved_checkpoint");
+  write_text(dir + "/8.json", m.plan8);
+  auto run_il = [&](const std::string& tag, const std::string& extra) {
+    RunFiles f{dir + "/" + tag + ".safetensors", dir + "/" + tag + ".jsonl"};
+    JobResult r = run_shell(mpirun(4) + pipedream_binary() + " run --plan " + dir + "/8.json" + model_args(m) +
+                            " --no-eval --threads-per-worker 1 --log-every 1 --timeout 60 --minibatches 6"
+                            " --microbatches 4 --batch 16 --schedule interleaved-1f1b --virtual-stages 2 --save " +
+                            f.save + " --metrics " + f.metrics + extra);
+    EXPECT_EQ(r.exit_code, 0) << tag << ":\n" << r.output;
+    return f;
+  };
+  const RunFiles whole = run_il("whole", "");
+  const RunFiles saved = run_il("saved", " --checkpoint-dir " + dir + "/ck --checkpoint-every 2");
+  expect_same_bits(saved, whole, "with checkpoints vs without", 6);
+  for (const char* step : {"step-2", "step-4", "step-6"})
+    EXPECT_TRUE(std::filesystem::exists(dir + "/ck/" + step + "/state.json")) << step;
+  const RunFiles resumed = run_il("resumed", " --resume " + dir + "/ck/step-4");
+  expect_same_weights(resumed, whole, "resumed at step 4 vs uninterrupted");
+  auto losses = step_losses(resumed.metrics), all = step_losses(whole.metrics);
+  ASSERT_EQ(losses.size(), 2u);
+  for (const auto& [step, loss] : losses) EXPECT_EQ(loss, all.at(step)) << "step " << step;
 }
 
 TEST(NewSchedulesRun, TwoBWEqualsTrainWithAGradientDelayOfOneBatch) {
