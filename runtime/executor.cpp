@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -56,7 +57,7 @@ StageExecutor::StageExecutor(const Schedule& schedule, int rank, StageState& sta
   PD_CHECK(training.model && training.train && training.optimizer, "incomplete StageTraining");
   grads_ = state_.weights.zeros_like_params();
   if (first_stage_ && training.loader_threads > 0) prefetch_ = std::make_unique<PrefetchPool>(training.loader_threads);
-  tag_modulus_ = transport.max_tag() - 3;
+  tag_modulus_ = transport.max_tag() - 2 - schedule.chunks();  // below every norm_tag
   if (replicas_ > 1) group_ = transport.make_group(schedule.ranks(stage_));
   if (gathers_losses())
     for (int r : schedule.ranks(stage_))
@@ -99,6 +100,9 @@ bool run_chunks(const Schedule& schedule, int rank, const std::vector<StageExecu
   while (all.next(a)) {
     if (should_stop && should_stop()) return false;
     if (a.kind == ActionKind::OptimizerStep || a.kind == ActionKind::AllReduce) {
+      // Clipping: every chunk hands its norms over before any waits for its siblings'.
+      if (a.kind == ActionKind::OptimizerStep)
+        for (StageExecutor* ex : chunks) ex->prepare_pending_step();
       for (StageExecutor* ex : chunks) advance(*ex);
       // Chunk c's test-set input comes from the rank before (or, for chunk
       // c of rank 0, from chunk c - 1 of the last rank): in chunk order on
@@ -507,22 +511,35 @@ void StageExecutor::prepare_step(const Action& a) {
   // meta: which step and stage the norms are, checked on arrival.
   const int stages = schedule_.stages();
   const int64_t meta = state_.updates * stages + stage_;
+  if (training_.local_norms) training_.local_norms->put(state_.updates, stage_, norm_squares_);
   for (int t = 0; t < stages; ++t)
-    if (t != stage_) norm_recvs_.push_back(transport_.irecv_any(schedule_.ranks(t).front(), norm_tag(transport_)));
+    if (t != stage_ && !local_stage(t))
+      norm_recvs_.push_back(transport_.irecv_any(schedule_.ranks(t).front(), norm_tag(transport_, chunk_)));
   if (replica_ != 0) return;  // replicas hold the same gradients: one sends for all
   // [count, the doubles' bits...]: never empty, though a stage may have no parameters.
   const int64_t count = static_cast<int64_t>(norm_squares_.size());
   Tensor msg = Tensor::empty({1 + count}, DType::I64);
   msg.data<int64_t>()[0] = count;
   std::memcpy(msg.data<int64_t>() + 1, norm_squares_.data(), norm_squares_.size() * sizeof(double));
-  for (int t = 0; t < stages; ++t)
-    if (t != stage_)
-      for (int peer : schedule_.ranks(t)) sends_.push_back(transport_.isend(msg, peer, norm_tag(transport_), meta));
+  for (int t = 0; t < stages; ++t) {
+    if (t == stage_ || local_stage(t)) continue;
+    const int chunk = t / schedule_.workers();  // stage t is chunk t div workers of its rank
+    for (int peer : schedule_.ranks(t)) sends_.push_back(transport_.isend(msg, peer, norm_tag(transport_, chunk), meta));
+  }
+}
+
+void StageExecutor::prepare_pending_step() {
+  fill_window();
+  if (window_.empty() || window_.front().kind != ActionKind::OptimizerStep || !exchanges_norms()) return;
+  if (round_open_ && !buckets_->test()) return;
+  prepare_step(window_.front());
 }
 
 bool StageExecutor::norms_arrived() {
   for (Request& r : norm_recvs_)
     if (!r.test()) return false;
+  for (int t = 0; t < schedule_.stages(); ++t)
+    if (t != stage_ && local_stage(t) && !training_.local_norms->find(state_.updates, t)) return false;
   return true;
 }
 
@@ -545,6 +562,16 @@ void StageExecutor::clip_gradients() {
     std::memcpy(norm_squares_.data() + n, t.data<int64_t>() + 1, more * sizeof(double));
   }
   norm_recvs_.clear();
+  for (int t = 0; t < stages; ++t) {
+    if (t == stage_ || !local_stage(t)) continue;
+    const std::vector<double>* theirs = training_.local_norms->find(state_.updates, t);
+    PD_CHECK(theirs && !seen[static_cast<size_t>(t)], "stage ", stage_, " at step ", state_.updates,
+             " lacks the gradient norms of stage ", t, " in this process");
+    seen[static_cast<size_t>(t)] = true;
+    norm_squares_.insert(norm_squares_.end(), theirs->begin(), theirs->end());
+  }
+  PD_CHECK(std::count(seen.begin(), seen.end(), true) == stages, "stage ", stage_, " at step ", state_.updates,
+           " is missing a stage's gradient norms");
   const double norm = global_norm(std::move(norm_squares_));
   norm_squares_.clear();
   const float factor = clip_to_norm(grads_.all_params(), norm, training_.clip_grad_norm);

@@ -44,6 +44,26 @@ struct StageState {
 StageState make_stage_state(const Model& m, int stage, int first_layer, int last_layer, uint64_t seed,
                             const Optimizer& optimizer, Device device = Device::cpu());
 
+// --clip-grad-norm's squared norms of the stages one process runs
+// (interleaved-1f1b's chunks), handed between their executors without
+// messages (a transport does not send to its own rank).
+class LocalNormBoard {
+ public:
+  // A stage's squares at optimizer step `step`; the stage's entry of two
+  // steps before goes (every sibling has read it by then).
+  void put(int64_t step, int stage, std::vector<double> squares) {
+    entries_.erase({step - 2, stage});
+    entries_[{step, stage}] = std::move(squares);
+  }
+  const std::vector<double>* find(int64_t step, int stage) const {
+    auto it = entries_.find({step, stage});
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  std::map<std::pair<int64_t, int>, std::vector<double>> entries_;
+};
+
 // Training settings shared by every stage.
 struct StageTraining {
   const Model* model = nullptr;
@@ -63,6 +83,9 @@ struct StageTraining {
   // stage sends its gradients' squared norms to every other stage's
   // workers, and each scales by the whole model's norm (core/optimizer.h).
   float clip_grad_norm = 0;
+  // Where a process runs several stages (interleaved-1f1b, and --reference),
+  // clipping hands their norms over here.
+  std::shared_ptr<LocalNormBoard> local_norms;
   // MPI runs: the rank whose observer reports the losses (the last stage's
   // first replica). The last stage's other replicas send it theirs, so its
   // metrics and progress bar see every step. -1 (the reference, where every
@@ -134,6 +157,10 @@ class StageExecutor {
   void run_due_checkpoints() {
     if (checkpoint_due_) maybe_checkpoint();
   }
+  // With clipping, when the next action is the optimizer step: averages the
+  // gradients and hands this stage's squared norms to the other stages, so
+  // that run_chunks can do it for all of a rank's chunks before any waits.
+  void prepare_pending_step();
   // Calls `write` once the stage's weights reach each of `at_versions`
   // (schedule-local, ascending), after the optimizer step that made it and
   // the sends that follow it, before the next compute or receive: a point
@@ -199,6 +226,8 @@ class StageExecutor {
   // to the other stages' workers and theirs awaited (norms_arrived).
   void prepare_step(const Action& a);
   bool exchanges_norms() const { return training_.clip_grad_norm > 0 && schedule_.stages() > 1; }
+  // Stage t runs in this process: its norms come from training_.local_norms.
+  bool local_stage(int t) const { return schedule_.ranks(t).front() == rank_ && training_.local_norms; }
   bool norms_arrived();
   void clip_gradients();
   // A loss for the observer: here, or sent to the loss reporter's rank.
@@ -298,7 +327,9 @@ bool run_chunks(const Schedule& schedule, int rank, const std::vector<StageExecu
 // clipping norms and the losses for the reporter.
 inline int eval_tag(const Transport& t) { return t.max_tag(); }
 inline int gather_tag(const Transport& t) { return t.max_tag() - 1; }
-inline int norm_tag(const Transport& t) { return t.max_tag() - 2; }  // --clip-grad-norm's exchange
-inline int loss_tag(const Transport& t) { return t.max_tag() - 3; }  // losses sent to the reporter
+inline int loss_tag(const Transport& t) { return t.max_tag() - 2; }  // losses sent to the reporter
+// --clip-grad-norm's exchange, one tag per receiving chunk (a rank's chunks
+// receive from the same ranks).
+inline int norm_tag(const Transport& t, int chunk) { return t.max_tag() - 3 - chunk; }
 
 }  // namespace pd

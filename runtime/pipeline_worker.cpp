@@ -347,6 +347,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
       std::vector<StageExecutor*> drive;
       const bool last_rank = role.reporter;
       const StageEvaluation ev = evaluation_in(seg, eval_points, common, spec, data);
+      if (training.clip_grad_norm > 0) training.local_norms = std::make_shared<LocalNormBoard>();
       for (size_t c = 0; c < states.size(); ++c) {
         const bool last_stage = last_rank && c + 1 == states.size();
         chunks.push_back(std::make_unique<StageExecutor>(schedule, role.rank, states[c], training, t,

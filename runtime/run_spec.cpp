@@ -13,15 +13,12 @@ bool checkpoints_inside_schedule(const RunSpec& spec) {
 
 void require_clipping_supported(const RunSpec& spec) {
   if (spec.clip_grad_norm <= 0 || spec.plan.stages.size() == 1) return;
-  if (spec.schedule.kind == ScheduleKind::Interleaved1F1B)
-    throw UserError("--clip-grad-norm does not support interleaved-1f1b yet (a rank runs several stages): use "
-                    "--schedule 1f1b-flush, gpipe or zb-h1");
   const ScheduleKind k = spec.schedule.kind;
   if (is_flush(k) && k != ScheduleKind::TwoBW) return;
   throw UserError(cat("--clip-grad-norm needs the whole model's gradient at each optimizer step, which ",
                       to_string(spec.schedule.kind), " on ", spec.plan.stages.size(),
                       " stages never has (each stage steps on its own minibatches): use a synchronous schedule "
-                      "(--schedule 1f1b-flush, gpipe or zb-h1), or a one-stage plan"));
+                      "(--schedule 1f1b-flush, gpipe, zb-h1 or interleaved-1f1b), or a one-stage plan"));
 }
 
 std::vector<Segment> run_segments(const RunSpec& spec, int64_t start_step) {

@@ -78,7 +78,7 @@ bool checkpoints_inside_schedule(const RunSpec& spec);
 // UserError when --clip-grad-norm is set where no optimizer step sees the
 // whole model's gradient at once: 1f1b-rr and 2bw on several stages, whose
 // stages step each at their own time (2bw's would wait for the first
-// stage's backward), and interleaved-1f1b, not supported yet.
+// stage's backward).
 void require_clipping_supported(const RunSpec& spec);
 
 // The run's segments, each one schedule from a drained pipeline: one when

@@ -23,6 +23,13 @@ constexpr const char* kPlan1111 = R"({"format": "pipedream-plan/1", "config": "1
   {"index": 2, "layers": [4, 5], "replicas": 1, "ranks": [2]},
   {"index": 3, "layers": [6, 9], "replicas": 1, "ranks": [3]}]})";
 
+// Eight stages on four workers (interleaved-1f1b, two chunks each).
+constexpr const char* kPlan8 = R"({"format": "pipedream-plan/1", "config": "1-1-1-1-1-1-1-1", "stages": [
+  {"index": 0, "layers": [0, 0], "replicas": 1, "ranks": [0]}, {"index": 1, "layers": [1, 1], "replicas": 1, "ranks": [1]},
+  {"index": 2, "layers": [2, 2], "replicas": 1, "ranks": [2]}, {"index": 3, "layers": [3, 3], "replicas": 1, "ranks": [3]},
+  {"index": 4, "layers": [4, 4], "replicas": 1, "ranks": [4]}, {"index": 5, "layers": [5, 5], "replicas": 1, "ranks": [5]},
+  {"index": 6, "layers": [6, 7], "replicas": 1, "ranks": [6]}, {"index": 7, "layers": [8, 9], "replicas": 1, "ranks": [7]}]})";
+
 // A small max norm: cnn's gradients at these settings have norms of 2 to 5,
 // so every step clips.
 const std::string kClip = " --clip-grad-norm 0.5";
@@ -79,6 +86,14 @@ TEST(ClipGradNormRun, SynchronousPipelinesEndAtTrainsBitsAndEveryStepClips) {
   const RunFiles unclipped = train(dir, "train_unclipped", " --batch 16 --microbatches 4");
   const RunFiles zb = run(dir, "zb_mpi", dir + "/1111.json", flush + "zb-h1" + kClip, false);
   const RunFiles gpipe = run(dir, "gpipe_ref", dir + "/1111.json", flush + "gpipe" + kClip, true);
+  // A rank's two chunks hand their norms over in process, the other ranks' arrive.
+  write_text(dir + "/8.json", kPlan8);
+  const std::string interleaved = flush + "interleaved-1f1b --virtual-stages 2" + kClip;
+  const RunFiles il = run(dir, "il_mpi", dir + "/8.json", interleaved, false);
+  const RunFiles il_ref = run(dir, "il_ref", dir + "/8.json", interleaved, true);
+  expect_same_weights(il, one, "interleaved-1f1b under mpirun vs train");
+  expect_same_weights(il_ref, one, "interleaved-1f1b --reference vs train");
+  EXPECT_EQ(grad_norms(il.metrics), grad_norms(one.metrics));
   // The four stages' norms, summed smallest first, give train's norm: the
   // same bits, so the same factor and the same weights (only the weights
   // compare: train and run round a step's microbatch mean differently).
