@@ -23,7 +23,7 @@ void add_evaluate_command(CLI::App& app) {
   cmd->callback([a] {
     check_output_file("--metrics", a->metrics);
     const Inference in = open_inference(a->in);
-    const EvalResult r = evaluate(in.model, in.weights, *in.data, a->in.batch);
+    const EvalResult r = evaluate(in.model, in.weights, *in.data, a->in.batch, in.precision);
     MetricsWriter metrics(a->metrics);
     metrics.write({{"event", "eval"}, {"split", a->in.split}, {"samples", in.data->size()}, {"test_loss", r.loss},
                    {"test_accuracy", r.accuracy}});

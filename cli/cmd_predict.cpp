@@ -81,7 +81,7 @@ void add_predict_command(CLI::App& app) {
     const Dataset& data = *in.data;
     std::vector<float> values;
     Shape shape;
-    const StepInfo eval{.training = false};
+    const StepInfo eval{.training = false, .precision = in.precision};
     RangeContext ctx;
     std::vector<int64_t> idx;
     for (int64_t first = 0; first < data.size(); first += a->in.batch) {

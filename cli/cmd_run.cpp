@@ -317,7 +317,7 @@ void run_reference(const RunSpec& spec, const Model& model, const DataSplits& da
   if (spec.evaluate && data.test) {
     ParameterStore w = ParameterStore::create(model, spec.seed, spec.device);
     w.load(merged, "the reference run");
-    const EvalResult e = evaluate(model, w, *data.test, spec.eval_batch);
+    const EvalResult e = evaluate(model, w, *data.test, spec.eval_batch, spec.precision);
     metrics.eval(spec.steps_per_epoch(data.train->size()) > 0 ? (spec.steps() - 1) / spec.steps_per_epoch(data.train->size()) : 0,
                  e.loss, e.accuracy);
     std::printf(", test loss %.4f, test accuracy %.2f%%", e.loss, 100.0 * e.accuracy);

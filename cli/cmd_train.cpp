@@ -14,6 +14,7 @@
 #include "core/safetensors.h"
 #include "core/text.h"
 #include "models/loader.h"
+#include "runtime/checkpoint.h"
 #include "runtime/metrics.h"
 #include "runtime/trainer.h"
 
@@ -89,10 +90,11 @@ void run_train(const TrainArgs& a) {
                model.name.c_str(), static_cast<long long>(model.parameter_count()), a.data.c_str(),
                static_cast<long long>(data.train->size()), static_cast<long long>(o.batch),
                static_cast<long long>(steps), to_string(o.optimizer.kind), o.optimizer.lr,
-               o.device.is_cpu() ? cat(cpu::compute_threads(), " threads").c_str() : o.device.str().c_str(),
+               o.device.is_cpu() ? counted(cpu::compute_threads(), "thread", "threads").c_str() : o.device.str().c_str(),
                o.precision == Precision::BF16 ? ", bf16" : "");
   if (!init.empty()) std::fprintf(stderr, "starting from --init weights (%zu tensors)\n", init.size());
-  MetricsWriter metrics(a.metrics);
+  // A resumed run's log continues the interrupted one's (runtime/metrics.h).
+  MetricsWriter metrics(a.metrics, o.resume.empty() ? 0 : find_checkpoint(o.resume).step);
   ProgressBar bar(steps);
   CliObserver observer(metrics, bar, a.log_every, steps);
   std::optional<ParameterStore> initial;

@@ -6,6 +6,7 @@
 #include "cli/option_checks.h"
 #include "core/cpu/gemm.h"
 #include "core/cuda_plugin.h"
+#include "core/device_ops.h"
 #include "core/error.h"
 
 namespace pd::cli {
@@ -27,6 +28,9 @@ void add_inference_options(CLI::App& cmd, InferenceArgs& a) {
   cmd.add_option("--device", a.device, "cpu | cuda | cuda:N")->capture_default_str();
   cmd.add_flag("--deterministic", a.deterministic, "GPU: deterministic cuDNN convolution algorithms only");
   add_allow_tf32_flag(cmd, a.allow_tf32);
+  cmd.add_option("--precision", a.precision,
+                 "fp32 | bf16 (the rounding points of a bf16 train or run: the numbers it reports for these weights)")
+      ->capture_default_str();
 }
 
 Inference open_inference(const InferenceArgs& a) {
@@ -39,10 +43,15 @@ Inference open_inference(const InferenceArgs& a) {
   DataSplits splits = open_dataset(a.data, a.data_dir, out.model);
   std::unique_ptr<Dataset>& split = a.split == "test" ? splits.test : splits.train;
   if (!split) throw UserError(cat("--data ", a.data, " has no ", a.split, " split"));
-  out.data = a.samples > 0 ? load_into_memory(*split, std::min(a.samples, split->size())) : std::move(split);
+  if (a.samples > split->size())
+    throw UserError(cat("--samples ", a.samples, ": the ", a.split, " split of ", split->name(), " has ",
+                        split->size(), " samples"));
+  out.data = a.samples > 0 ? load_into_memory(*split, a.samples) : std::move(split);
+  out.precision = parse_precision_flag(a.precision);
   const Device device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
   cpu::set_compute_threads(a.threads > 0 ? a.threads
                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  device_ops(device).set_precision(out.precision);
   out.weights = ParameterStore::create(out.model, 0, device);
   out.weights.load(w, "--weights");
   return out;

@@ -10,6 +10,7 @@
 
 #include "models/dataset.h"
 #include "models/model.h"
+#include "core/precision.h"
 #include "models/parameters.h"
 
 namespace pd::cli {
@@ -23,6 +24,7 @@ struct InferenceArgs {
   std::string device = "cpu";
   bool deterministic = false;
   bool allow_tf32 = false;
+  std::string precision = "fp32";  // --precision
 };
 
 // The flags of InferenceArgs (--weights required).
@@ -32,6 +34,7 @@ struct Inference {
   Model model;
   std::unique_ptr<Dataset> data;  // the split, cut to --samples
   ParameterStore weights;         // on the compute device
+  Precision precision = Precision::FP32;  // bf16: the rounding points a bf16 train/run evaluates with
 };
 // UserError for a bad model, data set, split or weight file.
 Inference open_inference(const InferenceArgs& a);

@@ -349,6 +349,13 @@ int64_t held_out_stride(double val) {
 }
 }  // namespace data
 
+void DataOptions::refuse_image_options(const std::string& reader) const {
+  for (const std::string& key : given)
+    if (key == "mean" || key == "std" || key == "augment")
+      throw UserError(cat("--data-options ", key, " applies to images: folders; --data ", reader,
+                          " reads its samples as they are (only val= applies)"));
+}
+
 DataOptions parse_data_options(const std::string& text) {
   DataOptions o;
   std::stringstream items(text);
@@ -371,6 +378,7 @@ DataOptions parse_data_options(const std::string& text) {
     if (eq == std::string::npos)
       throw UserError(cat("--data-options item '", item, "' is not KEY=VALUE (e.g. mean=0.5/0.5/0.5,val=0.2)"));
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    o.given.push_back(key);
     if (key == "mean" || key == "std") {
       std::vector<float>& out = key == "mean" ? o.mean : o.std;
       std::stringstream vs(value);

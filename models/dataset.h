@@ -55,6 +55,10 @@ struct DataOptions {
   std::vector<float> mean, std;  // empty: the default
   double val = 0.1;
   bool augment = true;
+  std::vector<std::string> given;  // the keys the user wrote, in order
+  // UserError when the user gave mean, std or augment to a reader without
+  // images (`reader`: "npy:", "tokens:").
+  void refuse_image_options(const std::string& reader) const;
 };
 // "mean=0.5/0.5/0.5,val=0.2"; UserError naming the bad item.
 DataOptions parse_data_options(const std::string& text);

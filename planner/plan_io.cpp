@@ -212,7 +212,8 @@ Plan plan_from_json(const json& j, const std::string& source) {
     s.nodes = optional_field<std::vector<int>>(js, "nodes", {}, where);
     s.replicas = field<int>(js, "replicas", where);
     s.ranks = field<std::vector<int>>(js, "ranks", where);
-    if (s.replicas < 1 || int(s.ranks.size()) != s.replicas)
+    if (s.replicas < 1) throw UserError(cat(where, ": \"replicas\" must be at least 1, got ", s.replicas));
+    if (int(s.ranks.size()) != s.replicas)
       throw UserError(cat(where, ": \"replicas\" (", s.replicas, ") must equal the number of \"ranks\" (", s.ranks.size(),
                           ")"));
     s.compute_s = optional_field<double>(js, "compute_s", 0, where);

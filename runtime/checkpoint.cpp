@@ -1,6 +1,7 @@
 #include "runtime/checkpoint.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -128,21 +129,38 @@ namespace {
 // The largest N of DIR's whole checkpoints (a step-N folder holding
 // state.json, which the commit writes before the rename that names it);
 // -1: none.
+// The whole checkpoint committed last: the newest state.json, not the
+// highest step. A run resumed from step-20 into a folder that still holds
+// an abandoned run's step-60 commits step-25 after it; and `latest` lags
+// when a run was killed between a commit's rename and that file's update.
 int64_t newest_whole_step(const std::string& dir) {
   int64_t newest = -1;
+  fs::file_time_type newest_time{};
   std::error_code ec;
-  for (const auto& [step, path] : step_folders(dir))
-    if (fs::exists(path / "state.json", ec)) newest = step;
+  for (const auto& [step, path] : step_folders(dir)) {
+    const auto t = fs::last_write_time(path / "state.json", ec);
+    if (ec) continue;
+    if (newest < 0 || t >= newest_time) newest = step, newest_time = t;
+  }
   return newest;
 }
 
-// DIR/step-N itself, or DIR's newest whole checkpoint. `latest` names it
-// too, except when the run was killed between the rename and that file's
-// update: the newer folder is whole all the same.
-std::string checkpoint_step_dir(const std::string& path) {
+// DIR/step-N itself, or DIR's last committed whole checkpoint (*note then
+// names whole checkpoints of higher steps left there by an earlier run).
+std::string checkpoint_step_dir(const std::string& path, std::string* note) {
   if (fs::exists(path + "/state.json")) return path;
   const int64_t newest = newest_whole_step(path);
-  if (newest >= 0) return cat(path, "/", step_name(newest));
+  if (newest >= 0) {
+    std::string later;
+    std::error_code ec;
+    for (const auto& [step, folder] : step_folders(path))
+      if (step > newest && fs::exists(folder / "state.json", ec)) later += (later.empty() ? "" : ", ") + step_name(step);
+    if (!later.empty() && note)
+      *note = cat("note: --resume ", path, " takes ", step_name(newest), ", the checkpoint committed last; ", later,
+                  " there ", later.find(',') == std::string::npos ? "is" : "are",
+                  " from an earlier run (give its folder to resume from it)");
+    return cat(path, "/", step_name(newest));
+  }
   std::ifstream latest(path + "/latest");
   std::string name;
   if (!(latest >> name))
@@ -198,7 +216,7 @@ void check_stage_files(const ResumePoint& p, size_t stages) {
 
 ResumePoint find_checkpoint(const std::string& path) {
   ResumePoint p;
-  p.dir = checkpoint_step_dir(path);
+  p.dir = checkpoint_step_dir(path, &p.note);
   const std::string file = p.dir + "/state.json";
   p.run = read_state(file);
   check_state_fields(p.run, file);
@@ -215,6 +233,28 @@ void require_same_run(const ResumePoint& p, const nlohmann::json& want, const st
                         p.run.contains(key) ? p.run[key].dump() : "(missing)", " but this run has ", mine.dump(),
                         "; resume with the same ", key));
   }
+}
+
+std::string model_fingerprint(const Model& m) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits: the same on every build
+  for (unsigned char c : m.spec.dump()) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+void require_same_model(const ResumePoint& p, const Model& m) {
+  if (!p.run.contains("model_spec") || p.run["model_spec"] == model_fingerprint(m)) return;
+  throw UserError(cat("--resume ", p.dir, ": the checkpoint was written by ", m.name,
+                      " with another spec (other --model-options, or another spec file): resume with the model it "
+                      "trained (`pipedream models --model ... --spec` prints a model's spec)"));
+}
+
+std::string precision_note(const ResumePoint& p, const std::string& precision) {
+  if (!p.run.contains("precision") || !p.run["precision"].is_string() || p.run["precision"] == precision) return "";
+  return cat("note: the checkpoint was trained with --precision ", p.run["precision"].get<std::string>(),
+             ", this run uses ", precision, ": it continues from the FP32 master weights, so its result differs from "
+             "an uninterrupted ", p.run["precision"].get<std::string>(), " run");
 }
 
 NamedTensors checkpoint_tensors(const ResumePoint& p) {

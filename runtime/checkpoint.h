@@ -53,11 +53,14 @@ struct ResumePoint {
   std::string dir;  // DIR/step-N
   int64_t step = 0;
   nlohmann::json run;  // what commit_checkpoint was given
+  // DIR given: a line naming whole checkpoints of higher steps than the one
+  // taken (an earlier run's), for the caller to print once; else empty.
+  std::string note;
   int stages() const { return static_cast<int>(run["layers"].size()); }
 };
-// `path` is a checkpoint directory (DIR: its newest whole step-N, which
-// `latest` names unless a kill fell between the two) or one checkpoint
-// (DIR/step-N). UserError when there is none or it is
+// `path` is a checkpoint directory (DIR: the whole step-N committed last,
+// by its state.json's time, which `latest` names unless a kill fell between
+// the two) or one checkpoint (DIR/step-N). UserError when there is none or it is
 // inconsistent (a stage file missing or of another step).
 ResumePoint find_checkpoint(const std::string& path);
 
@@ -65,6 +68,16 @@ ResumePoint find_checkpoint(const std::string& path);
 // `want`, what this run would record): a UserError naming the first one
 // that differs, with both values.
 void require_same_run(const ResumePoint& p, const nlohmann::json& want, const std::vector<std::string>& fields);
+// The model's resolved spec (zoo options expanded) as 16 hex digits, which
+// checkpoints record as "model_spec": two models of one name whose options
+// keep every tensor's shape (heads, dropout) differ there.
+std::string model_fingerprint(const Model& m);
+// UserError when the checkpoint records another model_spec (checkpoints
+// written before it was recorded are not checked).
+void require_same_model(const ResumePoint& p, const Model& m);
+// A line for the user when the checkpoint was trained in another precision
+// (allowed: master weights are FP32 either way), else empty.
+std::string precision_note(const ResumePoint& p, const std::string& precision);
 
 // Every tensor of every stage file, by name (replicas are stored once).
 NamedTensors checkpoint_tensors(const ResumePoint& p);

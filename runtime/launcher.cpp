@@ -1,6 +1,7 @@
 #include "runtime/launcher.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -189,9 +190,15 @@ int spawn_and_wait(const std::vector<std::string>& command) {
   std::vector<char*> argv;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw RuntimeFailure("fork failed while launching mpirun");
   if (pid == 0) {
+    // If this launcher dies (kill -9, a job manager killing one PID), mpirun
+    // gets SIGTERM and ends the workers: orphans would go on writing the
+    // checkpoints and outputs a resumed run writes too.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) std::_Exit(143);  // died before the prctl
     ::execvp(argv[0], argv.data());
     std::fprintf(stderr, "error: cannot run %s (is Open MPI installed? scripts/setup.sh)\n", argv[0]);
     std::_Exit(127);

@@ -7,13 +7,35 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <vector>
 
 #include "core/error.h"
 
 namespace pd {
 
-MetricsWriter::MetricsWriter(const std::string& path) {
+namespace {
+
+// The lines of the log a resumed run continues (the interrupted run's
+// F.partial, else F) whose "step" is before `step`.
+std::vector<std::string> lines_before_step(const std::string& path, int64_t step) {
+  std::error_code ec;
+  const std::string source = std::filesystem::exists(path + ".partial", ec) ? path + ".partial" : path;
+  std::ifstream in(source);
+  std::vector<std::string> kept;
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() < step)
+      kept.push_back(line);
+  }
+  return kept;
+}
+
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path, int64_t continues_at_step) {
   if (path.empty()) return;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
@@ -21,8 +43,12 @@ MetricsWriter::MetricsWriter(const std::string& path) {
   path_ = path;
   partial_path_ = path + ".partial";
   exceptions_at_open_ = std::uncaught_exceptions();
+  const std::vector<std::string> earlier =
+      continues_at_step > 0 ? lines_before_step(path, continues_at_step) : std::vector<std::string>{};
   file_.reset(std::fopen(partial_path_.c_str(), "w"));
   if (!file_) throw UserError(cat("cannot create metrics file ", partial_path_, ": ", std::strerror(errno)));
+  for (const std::string& line : earlier) std::fprintf(file_.get(), "%s\n", line.c_str());
+  std::fflush(file_.get());
 }
 
 MetricsWriter::~MetricsWriter() {

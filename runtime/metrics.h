@@ -22,7 +22,11 @@ namespace pd {
 class MetricsWriter {
  public:
   MetricsWriter() = default;
-  explicit MetricsWriter(const std::string& path);  // UserError when it cannot be created
+  // UserError when it cannot be created. `continues_at_step` > 0 (a resumed
+  // run): the log starts with the lines of the run it continues (its
+  // interrupted F.partial, else F) whose "step" is before that step, so a
+  // resumed run's log is the whole run's.
+  explicit MetricsWriter(const std::string& path, int64_t continues_at_step = 0);
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
   ~MetricsWriter();

@@ -35,13 +35,15 @@ nlohmann::json checkpoint_identity(const RunSpec& spec, const Model& model) {
           {"seed", spec.seed},
           {"optimizer", to_string(spec.optimizer.kind)},
           {"checkpoint_every", spec.checkpoint_every},
-          {"precision", to_string(spec.precision)},  // recorded, not checked: master weights are FP32 either way
+          {"precision", to_string(spec.precision)},  // a note on resume, not refused: master weights are FP32
+          {"model_spec", model_fingerprint(model)},
           {"drained", true}};
 }
 
 void require_resumable(const ResumePoint& p, const RunSpec& spec, const Model& model) {
   const nlohmann::json want = checkpoint_identity(spec, model);
   require_same_run(p, want, {"model", "schedule", "weights", "batch", "microbatches", "seed", "optimizer"});
+  require_same_model(p, model);
   const bool drained = p.run.value("drained", false);
   if (!drained) {
     // Minibatches in flight belong to the stages that hold them.
@@ -142,6 +144,9 @@ ResumeFrom resume_if_asked(const RunSpec& spec, const Model& model, const Worker
     StageState& state = states.front();
     from.older = load_older_versions(p, state.stage, role.replica, all, state.weights);
   }
+  if (role.reporter && !p.note.empty()) std::fprintf(stderr, "%s\n", p.note.c_str());
+  if (const std::string n = precision_note(p, to_string(spec.precision)); role.reporter && !n.empty())
+    std::fprintf(stderr, "%s\n", n.c_str());
   if (role.reporter)
     std::fprintf(stderr, "resuming from %s (step %lld of %lld%s)\n", p.dir.c_str(), static_cast<long long>(p.step),
                  static_cast<long long>(spec.steps()), from.in_flight ? ", minibatches in flight rebuilt" : "");
@@ -587,7 +592,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   ResumeFrom from = resume_if_asked(spec, model, role, states);
   const int64_t start_step = from.step;
 
-  MetricsWriter metrics(role.reporter ? spec.metrics : "");
+  MetricsWriter metrics(role.reporter ? spec.metrics : "", start_step);
   ProgressBar bar(spec.steps(), role.reporter && spec.progress_bar);
   RunReporter report(metrics, &bar, spec.steps(), spec.steps_per_epoch(data.train->size()),
                      spec.schedule.microbatches, spec.samples_per_step(), spec.log_every);

@@ -1,6 +1,7 @@
 #include "runtime/trainer.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <deque>
 
@@ -49,16 +50,20 @@ StepLoss accumulate_gradients(const Model& m, const ParameterStore& w, Parameter
                               int64_t step, uint64_t seed, int microbatches, Precision precision) {
   const int64_t b = batch.inputs.dim(0) / microbatches;
   StepLoss total{0, 0, 0};
+  // The mean of the microbatches' losses added in order in double: what a
+  // pipeline's reporter logs for the same batch (runtime/run_report.cpp).
+  double loss_sum = 0;
   for (int k = 0; k < microbatches; ++k) {
     const uint64_t id = static_cast<uint64_t>(microbatches > 1 ? step * microbatches + k : step);
     const Batch piece = microbatches == 1 ? batch
                                           : Batch{batch.inputs.slice_rows(k * b, (k + 1) * b),
                                                   batch.labels.slice_rows(k * b, (k + 1) * b)};
     const StepLoss l = compute_gradients(m, w, grads, piece, {.training = true, .seed = seed, .minibatch_id = id, .precision = precision});
-    total.loss += l.loss / static_cast<float>(microbatches);
+    loss_sum += l.loss;
     total.correct += l.correct;
     total.count += l.count;
   }
+  total.loss = static_cast<float>(loss_sum / microbatches);
   average_gradients(grads.all_params(), microbatches);
   return total;
 }
@@ -120,7 +125,8 @@ nlohmann::json train_checkpoint_identity(const Model& m, const TrainOptions& o) 
           {"seed", o.seed},
           {"optimizer", to_string(o.optimizer.kind)},
           {"checkpoint_every", o.checkpoint_every},
-          {"precision", to_string(o.precision)},  // recorded, not checked: master weights are FP32 either way
+          {"precision", to_string(o.precision)},  // a note on resume, not refused: master weights are FP32
+          {"model_spec", model_fingerprint(m)},
           {"drained", true}};
 }
 
@@ -139,7 +145,10 @@ int64_t resume_training(const Model& m, const TrainOptions& o, int64_t steps, Pa
                         OptimizerState& opt) {
   if (o.resume.empty()) return 0;
   const ResumePoint p = find_checkpoint(o.resume);
+  if (!p.note.empty()) std::fprintf(stderr, "%s\n", p.note.c_str());
   require_same_run(p, train_checkpoint_identity(m, o), {"model", "schedule", "microbatches", "batch", "seed", "optimizer"});
+  require_same_model(p, m);
+  if (const std::string n = precision_note(p, to_string(o.precision)); !n.empty()) std::fprintf(stderr, "%s\n", n.c_str());
   if (p.step > steps)
     throw UserError(cat("--resume ", p.dir, ": the checkpoint is at step ", p.step, ", past this run's ", steps,
                         " steps (--minibatches and --epochs count the whole run, the checkpoint's steps included)"));

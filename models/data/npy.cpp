@@ -1,6 +1,8 @@
 // npy:X.npy,Y.npy and npy:FILE.npz - NumPy arrays of samples and labels.
 #include <zlib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -197,6 +199,13 @@ Tensor to_inputs(const NpyArray& a, DType want) {
     else if (d == "|u1" || d == "<u1") each([&](int64_t i) { return static_cast<unsigned char>(p[i]) / 255.0f; });
     else throw UserError(cat("--data npy: ", a.source, " has dtype ", d, "; a model of float inputs reads f4, f8 or "
                              "u1 (scaled by 1/255)"));
+    // A NaN or infinity would surface as a diverged loss, blamed on --lr.
+    const float* x = t.f32();
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(x[i]))
+        throw UserError(cat("--data npy: ", a.source, " holds ", x[i], " in sample ",
+                            i / std::max<int64_t>(1, n / std::max<int64_t>(1, a.shape.empty() ? 1 : a.shape[0])),
+                            ": inputs must be finite numbers"));
   } else {
     if (!integer) throw UserError(cat("--data npy: ", a.source, " has dtype ", d, "; token inputs must be integers"));
     if (d == "<i4") std::memcpy(t.raw(), p, a.bytes.size());
@@ -257,6 +266,7 @@ void check_pair(const NpyArray& x, const NpyArray& y, const Model& m) {
 }  // namespace
 
 DataSplits open_npy(const std::string& files, const Model& m, const DataOptions& o) {
+  o.refuse_image_options("npy:");
   std::vector<std::string> parts;
   for (size_t at = 0; at <= files.size();) {
     const size_t comma = files.find(',', at);

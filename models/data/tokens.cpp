@@ -85,6 +85,7 @@ fs::path sibling_val(const fs::path& p) {
 
 DataSplits open_tokens(const std::string& file, const Model& m, const DataOptions& o) {
   if (file.empty()) throw UserError("--data tokens:FILE.bin needs a file");
+  o.refuse_image_options("tokens:");
   if (m.task != Task::LanguageModel)
     throw UserError(cat("--data tokens: trains language models; ", m.name, " is a classifier"));
   const fs::path path(file);
@@ -94,7 +95,7 @@ DataSplits open_tokens(const std::string& file, const Model& m, const DataOption
   if (!val.empty() && fs::exists(val)) {
     test = read_tokens(val, m.classes);
   } else {
-    if (!(o.val > 0 && o.val < 1)) throw UserError(cat("--data-options val must be in (0, 1), got ", o.val));
+    held_out_stride(o.val);  // the same range as every reader's: (0, 0.5]
     const size_t cut = train.size() - static_cast<size_t>(static_cast<double>(train.size()) * o.val);
     test.assign(train.begin() + static_cast<std::ptrdiff_t>(cut), train.end());
     train.resize(cut);

@@ -67,6 +67,8 @@ class BadInput : public ::testing::TestWithParam<std::tuple<std::string, std::st
     fs::remove_all(d);
     fs::create_directories(d / "folder");
     write_text((d / "plan.json").string(), kPlan);
+    write_text((d / "plan_no_replicas.json").string(), R"({"format": "pipedream-plan/1", "config": "1", "stages": [
+      {"index": 0, "layers": [0, 7], "replicas": 0, "ranks": []}]})");
     write_text((d / "topology_wraps.json").string(), R"({"levels": [{"count": 4294967298, "bandwidth_GBps": 1}]})");
     write_text((d / "topology_fraction.json").string(), R"({"levels": [{"count": 5.7, "bandwidth_GBps": 1}]})");
     write_text((d / "topology_huge_number.json").string(), R"({"levels": [{"count": 4, "bandwidth_GBps": 1e999}]})");
@@ -113,6 +115,9 @@ INSTANTIATE_TEST_SUITE_P(
     Issue14, BadInput,
     ::testing::Values(
         Case{"TrainLrNan", kTrain + " --minibatches 1 --lr nan", "--lr"},
+        Case{"RunPlanWithoutReplicas", "run --reference --plan {dir}/plan_no_replicas.json --model mlp --model-options "
+                                       "hidden=24,depth=3 --data synthetic --minibatches 1",
+             "\"replicas\" must be at least 1"},
         Case{"TrainMomentumNan", kTrain + " --minibatches 1 --momentum nan", "--momentum"},
         Case{"RunLrNan", kRun + " --minibatches 1 --lr nan", "--lr"},
         Case{"RunMomentumNan", kRun + " --minibatches 1 --momentum NaN", "--momentum"},

@@ -127,6 +127,50 @@ TEST(RunFaults, KilledRankEndsTheJobNamingIt) {
   EXPECT_LT(seconds, 60) << output;
 }
 
+// The processes whose command line holds `token` (a test's scratch path).
+std::vector<pid_t> processes_with(const std::string& token) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmdline(e.path() / "cmdline", std::ios::binary);
+    std::string c((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    std::ifstream stat(e.path() / "stat");
+    std::string fields;
+    std::getline(stat, fields);
+    const bool zombie = fields.find(") Z ") != std::string::npos;
+    if (!zombie && c.find(token) != std::string::npos) out.push_back(std::stoi(pid));
+  }
+  return out;
+}
+
+// kill -9 of the process `pipedream run` was (the launcher, which started
+// mpirun): the workers end too instead of writing on as orphans.
+TEST(RunFaults, KillingTheLauncherEndsItsWorkers) {
+  const std::string dir = scratch_dir("kill_launcher");
+  const std::string metrics = dir + "/m.jsonl", out = dir + "/out.txt";
+  const std::string cmd = pipedream_binary() + " run --plan " + plan_file(dir) + kModel +
+                          " --data synthetic --batch 8 --minibatches 100000 --no-eval --log-every 1 --metrics " + metrics;
+  const pid_t launcher = start_background_job(cmd, out);
+  ASSERT_GE(launcher, 0);
+  for (int i = 0; i < 600 && step_losses(metrics + ".partial").size() < 5; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(step_losses(metrics + ".partial").size(), 5u) << "training never started";
+  ASSERT_GE(processes_with(metrics).size(), 5u) << "the launcher, mpirun and 4 workers";
+  kill(launcher, SIGKILL);
+  int status = 0;
+  waitpid(launcher, &status, 0);
+  std::vector<pid_t> left = processes_with(metrics);
+  // mpirun gets SIGTERM at once and ends the workers well within 5 s
+  // (without that, orphans trained on for 10 s and more).
+  for (int i = 0; i < 50 && !left.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    left = processes_with(metrics);
+  }
+  EXPECT_TRUE(left.empty()) << left.size() << " processes of the run outlived its launcher by 5 s";
+  ::kill(-launcher, SIGKILL);  // whatever is left of its process group
+}
+
 TEST(RunCheckpoints, ResumeContinuesBitIdentically) {
   const std::string dir = scratch_dir("resume");
   const std::string plan = plan_file(dir);

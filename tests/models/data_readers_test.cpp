@@ -216,6 +216,16 @@ TEST(Npy, BadInputsNameTheFileAndWhatIsWrong) {
             std::string::npos);
   write_file(x, npy_bytes("<f4", {20, 3, 28, 28}, std::string(20 * 3 * 784 * 4, '\0')));
   EXPECT_NE(thrown([&] { open_dataset("npy:" + x + "," + y, "", m); }).find("takes [1, 28, 28]"), std::string::npos);
+  // A NaN input would surface as a diverged loss blamed on --lr.
+  std::vector<float> samples(20 * 784, 0.5f);
+  samples[3 * 784 + 5] = std::nanf("");
+  write_file(x, npy_bytes("<f4", {20, 1, 28, 28}, raw_bytes(samples)));
+  why = thrown([&] { open_dataset("npy:" + x + "," + y, "", m); });
+  EXPECT_NE(why.find("x.npy holds nan in sample 3: inputs must be finite"), std::string::npos) << why;
+  // Image options do nothing to arrays: refused, not ignored.
+  write_file(x, mlp_samples(20));
+  why = thrown([&] { open_dataset("npy:" + x + "," + y, "", m, parse_data_options("mean=0.5")); });
+  EXPECT_NE(why.find("--data-options mean applies to images: folders"), std::string::npos) << why;
 }
 
 Model gpt_tiny() {
@@ -276,6 +286,11 @@ TEST(Tokens, BadInputsNameTheFileAndWhatIsWrong) {
             std::string::npos);
   EXPECT_NE(thrown([&] { open_dataset("tokens:/nonexistent.bin", "", gpt_tiny()); }).find("not found"),
             std::string::npos);
+  write_file(f, raw_bytes(token_stream(1000)));
+  why = thrown([&] { open_dataset("tokens:" + f, "", gpt_tiny(), parse_data_options("val=0.6")); });
+  EXPECT_NE(why.find("val must be in (0, 0.5]"), std::string::npos) << why;
+  why = thrown([&] { open_dataset("tokens:" + f, "", gpt_tiny(), parse_data_options("augment=1")); });
+  EXPECT_NE(why.find("--data-options augment applies to images: folders"), std::string::npos) << why;
 }
 
 // Loader threads fetch at once: synthetic prototypes are made on first use
