@@ -364,6 +364,8 @@ void print_placement(const Plan& plan, const Transport& t) {
 }
 
 void run_mpi_worker(RunSpec& spec, const RunArgs& a, const Model& model, const DataSplits& data) {
+  // An abort's reason goes to the launcher, which prints the first one once.
+  set_abort_reporter(&report_error_to_launcher);
   MpiTransport t(spec.timeout_s);
   print_placement(spec.plan, t);
   if (spec.device.is_cpu()) {

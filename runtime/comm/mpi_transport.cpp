@@ -229,8 +229,10 @@ void MpiTransport::abort(const std::string& reason, int exit_code) {
   // Messages made here already start with "rank N: "; do not say it twice.
   const std::string prefix = cat("rank ", rank_, ": ");
   std::string why = reason.rfind(prefix, 0) == 0 ? reason : prefix + reason;
-  fprintf(stderr, "pipedream: error: %s\n", why.c_str());
-  fflush(stderr);
+  if (!(abort_reporter() && abort_reporter()(why, exit_code))) {
+    fprintf(stderr, "pipedream: error: %s\n", why.c_str());
+    fflush(stderr);
+  }
   const bool notify = !engine_->peers_notified_.exchange(true);
   engine_->submit([this, why, notify, exit_code] {
     if (notify) engine_->notify_peers(why, size_, std::chrono::milliseconds(300));

@@ -25,6 +25,13 @@ void Request::wait(double timeout_s) {
 Tensor Request::tensor() const { return state_ ? state_->tensor() : Tensor{}; }
 int64_t Request::meta() const { return state_ ? state_->meta() : 0; }
 
+namespace {
+AbortReporter g_abort_reporter = nullptr;
+}  // namespace
+
+void set_abort_reporter(AbortReporter reporter) { g_abort_reporter = reporter; }
+AbortReporter abort_reporter() { return g_abort_reporter; }
+
 void wait_all(std::vector<Request>& requests, double timeout_s) {
   for (auto& r : requests) r.wait(timeout_s);
 }

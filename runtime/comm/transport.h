@@ -14,7 +14,8 @@
 //    rank 3 ..."). The transport itself stays usable; the caller normally
 //    answers with abort(reason).
 //  - abort(reason) ends every rank of the job with a non-zero exit code; the
-//    aborting rank prints the reason, the others print that rank N aborted
+//    aborting rank prints the reason (or hands it to the abort reporter:
+//    the launching process then prints it once), the others print that rank N aborted
 //    and why (when they still can), then exit.
 //  - Destroying a transport while an exception is propagating, or after a
 //    failure, aborts the job instead of finalizing: a rank that leaves
@@ -66,6 +67,14 @@ class Request {
  private:
   std::shared_ptr<State> state_;
 };
+
+// Where Transport::abort hands its reason instead of printing it: `pipedream
+// run`'s launcher error folder (runtime/launcher.h report_error_to_launcher),
+// whose first report the launcher prints as its last line. Returns false
+// when it could not take it (then abort prints). Null: always print.
+using AbortReporter = bool (*)(const std::string& reason, int exit_code);
+void set_abort_reporter(AbortReporter reporter);
+AbortReporter abort_reporter();
 
 // Waits for all requests (in order; the first failure is thrown).
 void wait_all(std::vector<Request>& requests, double timeout_s = -1);
