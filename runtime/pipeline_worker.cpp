@@ -528,8 +528,9 @@ nlohmann::json print_summary(const RunSpec& spec, const RunReporter& report, con
                             {"samples_per_s", out.samples_per_s},
                             {"workers", world_size},
                             {"config", plan.config},
-                            {"schedule", to_string(spec.schedule.kind)},
-                            {"weights", to_string(spec.schedule.policy)}};
+                            {"schedule", to_string(spec.schedule.kind)}};
+  // The weight policy is 1f1b-rr's (the flush schedules have one version).
+  if (spec.schedule.kind == ScheduleKind::OneFOneBRoundRobin) summary["weights"] = to_string(spec.schedule.policy);
   std::printf("trained %lld steps on %d workers (plan %s, %s) in %.1f s: %.0f samples/s",
               static_cast<long long>(steps), world_size, plan.config.c_str(),
               schedule_summary(spec.schedule, spec.batch).c_str(), out.seconds, out.samples_per_s);
