@@ -1,6 +1,8 @@
 // `pipedream train`: single-worker training, the reference the pipelined
 // runtime is checked against (same flags and defaults as `run`).
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -37,6 +39,16 @@ struct TrainArgs {
   bool allow_tf32 = false;
 };
 
+// Ctrl-C or SIGTERM while training: the first asks the loop to stop before
+// its next step (train throws Interrupted); a second one kills at once.
+std::atomic<bool> g_stop{false};
+void request_stop(int sig) {
+  if (g_stop.exchange(true)) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+  }
+}
+
 // Metrics lines every `log_every` steps (and the last), evaluations always;
 // the bar on a terminal, plain evaluation lines otherwise.
 class CliObserver final : public TrainObserver {
@@ -45,6 +57,7 @@ class CliObserver final : public TrainObserver {
       : w_(w), bar_(bar), every_(log_every), total_(total) {}
   void on_data_wait(int64_t, double ms) override { data_wait_ms_ = ms; }
   void on_learning_rate(int64_t, float lr) override { lr_ = lr; }
+  bool stop_requested() override { return g_stop.load(); }
   void on_grad_norm(int64_t step, double norm, float factor) override {
     if ((step + 1) % every_ == 0 || step + 1 == total_) w_.grad_norm(step, norm, factor);
   }
@@ -97,6 +110,8 @@ void run_train(const TrainArgs& a) {
   MetricsWriter metrics(a.metrics, o.resume.empty() ? 0 : find_checkpoint(o.resume).step);
   ProgressBar bar(steps);
   CliObserver observer(metrics, bar, a.log_every, steps);
+  std::signal(SIGINT, request_stop);
+  std::signal(SIGTERM, request_stop);
   std::optional<ParameterStore> initial;
   if (!init.empty()) {
     initial = ParameterStore::create(model, o.seed, o.device);

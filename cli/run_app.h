@@ -1,7 +1,8 @@
 #pragma once
 // What `pipedream` and `pipedream-bench` share around their subcommands:
 // the OpenMP re-exec for commands that compute, and the mapping of errors to
-// exit codes (bad input 2 — a bad flag included — run-time failure 1). A
+// exit codes (bad input 2 — a bad flag included — run-time failure 1,
+// interrupted 130). A
 // worker started by `run`'s relaunch also leaves its error for the launching
 // process, which prints it last (runtime/launcher.h).
 #include <initializer_list>
@@ -31,6 +32,9 @@ inline int run_app(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // CLI11 returns 0 for --help/--version and its own codes for errors.
     return app.exit(e) == 0 ? 0 : 2;
+  } catch (const pd::Interrupted& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 130;
   } catch (const pd::UserError& e) {
     // A relaunched worker's error is printed once, by the launching process.
     if (!pd::report_error_to_launcher(e.what(), 2)) std::cerr << "error: " << e.what() << "\n";

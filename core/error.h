@@ -18,6 +18,11 @@ struct RuntimeFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The user stopped the work (Ctrl-C, SIGTERM): exit code 130, as a shell's.
+struct Interrupted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 namespace detail {
 inline void append_all(std::ostringstream&) {}
 template <class T, class... R>

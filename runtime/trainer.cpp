@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cmath>
 #include <deque>
+#include <filesystem>
 
 #include "core/device_ops.h"
 #include "core/error.h"
@@ -216,6 +217,13 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
 
   double train_seconds = 0, data_wait_seconds = 0;
   for (int64_t s = first_step; s < steps; ++s) {
+    if (observer && observer->stop_requested()) {
+      std::error_code ec;
+      const bool saved = !o.checkpoint_dir.empty() && std::filesystem::exists(o.checkpoint_dir + "/latest", ec);
+      throw Interrupted(cat("interrupted (Ctrl-C) before step ", s, " of ", steps,
+                            saved ? cat("; resume from the latest checkpoint with --resume ", o.checkpoint_dir)
+                                  : std::string(o.checkpoint_dir.empty() ? "" : "; no checkpoint written yet")));
+    }
     const auto t0 = std::chrono::steady_clock::now();
     const MinibatchRef ref = locate_minibatch(s, per_epoch);
     // On a GPU the next minibatch's copy is queued before this step's work.

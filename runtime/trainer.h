@@ -107,6 +107,9 @@ class TrainObserver {
   virtual void on_data_wait(int64_t step, double ms) {}
   // Called before on_step: the learning rate the step's update used.
   virtual void on_learning_rate(int64_t step, float lr) {}
+  // Polled before each step: true (Ctrl-C) ends training with Interrupted,
+  // naming the step and, with checkpoints, how to resume.
+  virtual bool stop_requested() { return false; }
   // With clipping on, before on_step: the step's gradient norm before
   // clipping, and the factor applied (1: none).
   virtual void on_grad_norm(int64_t step, double norm, float factor) {}

@@ -171,6 +171,30 @@ TEST(RunFaults, KillingTheLauncherEndsItsWorkers) {
   ::kill(-launcher, SIGKILL);  // whatever is left of its process group
 }
 
+// Ctrl-C on `train`: it stops before its next step, says where and how to
+// resume, exits 130 and leaves the log partial (as `run` does).
+TEST(TrainInterrupt, CtrlCStopsBeforeTheNextStepAndSaysHowToResume) {
+  const std::string dir = scratch_dir("train_interrupt");
+  const std::string ck = dir + "/ck", metrics = dir + "/m.jsonl", out = dir + "/out.txt";
+  const std::string args = " train --model mlp --model-options hidden=24,depth=3 --data synthetic --batch 8"
+                           " --threads 1 --no-eval --log-every 1 --checkpoint-dir " + ck + " --checkpoint-every 10";
+  const pid_t job = start_background_job(pipedream_binary() + args + " --minibatches 1000000 --metrics " + metrics, out);
+  ASSERT_GE(job, 0);
+  for (int i = 0; i < 600 && !std::filesystem::exists(ck + "/latest"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(job, SIGINT);
+  int status = 0;
+  ASSERT_TRUE(wait_background_job(job, 60, &status)) << "train did not stop on Ctrl-C";
+  std::ifstream f(out);
+  const std::string output((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << output;
+  EXPECT_NE(output.find("interrupted (Ctrl-C) before step "), std::string::npos) << output;
+  EXPECT_NE(output.find("resume from the latest checkpoint with --resume " + ck), std::string::npos) << output;
+  EXPECT_TRUE(std::filesystem::exists(metrics + ".partial"));
+  EXPECT_FALSE(std::filesystem::exists(metrics));
+}
+
 TEST(RunCheckpoints, ResumeContinuesBitIdentically) {
   const std::string dir = scratch_dir("resume");
   const std::string plan = plan_file(dir);
