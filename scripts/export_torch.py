@@ -38,14 +38,32 @@ def load_module(spec, kwargs):
         s.loader.exec_module(mod)
         if not hasattr(mod, cls):
             sys.exit(f"export_torch.py: {path} has no class {cls}")
-        return getattr(mod, cls)(**kwargs)
+        return construct(getattr(mod, cls), kwargs, f"{path}:{cls}")
     import torchvision
     if not hasattr(torchvision.models, spec):
         sys.exit(f"export_torch.py: torchvision has no model '{spec}' (or give file.py:Class)")
     if spec.startswith("inception"):
         kwargs.setdefault("aux_logits", False)
         kwargs.setdefault("init_weights", True)
-    return getattr(torchvision.models, spec)(**kwargs)
+    return construct(getattr(torchvision.models, spec), kwargs, spec)
+
+
+def construct(cls, kwargs, name):
+    """cls(**kwargs); a constructor that does not take them (--classes gives
+    num_classes, --kwargs the rest) exits 2 naming the arguments."""
+    import inspect
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        params = None
+    if params is not None and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        unknown = [k for k in kwargs if k not in params]
+        if unknown:
+            flag = "--classes" if unknown == ["num_classes"] else "--kwargs"
+            print(f"export_torch.py: {name}() takes no argument {', '.join(unknown)} (from {flag}); its arguments: "
+                  f"{', '.join(params) or 'none'}", file=sys.stderr)
+            sys.exit(2)
+    return cls(**kwargs)
 
 
 def example_input(args, model):

@@ -50,6 +50,21 @@ TEST(ExportTorch, NamesTheOpPyTorchCannotExport) {
   EXPECT_EQ(log.find("Traceback"), std::string::npos) << log;
 }
 
+// A model whose constructor takes no num_classes, given --classes: exit 2
+// naming the constructor's arguments, not a Python traceback.
+TEST(ExportTorch, NamesTheArgumentsAConstructorDoesNotTake) {
+  PD_SKIP_WITHOUT_TORCH();
+  const std::string d = pd::testing::scratch_dir("export_kwargs");
+  ASSERT_EQ(export_torch(cat(PD_SOURCE_DIR, "/tests/onnx/sibling_model/model.py:Model -o ", d,
+                             "/m.onnx --input 8 --classes 10"),
+                         d + "/export.log"),
+            2)
+      << read_text(d + "/export.log");
+  const std::string log = read_text(d + "/export.log");
+  EXPECT_NE(log.find("takes no argument num_classes (from --classes)"), std::string::npos) << log;
+  EXPECT_EQ(log.find("Traceback"), std::string::npos) << log;
+}
+
 // Exports `cls` and returns `pipedream models`' exit status, its output in `log`.
 int import_status(const std::string& cls, const std::string& input, std::string& log) {
   const std::string d = pd::testing::scratch_dir("refused_" + cls);
