@@ -350,8 +350,9 @@ int64_t held_out_stride(double val) {
 }  // namespace data
 
 void DataOptions::refuse_image_options(const std::string& reader) const {
+  // augment=0 asks for what these readers do anyway.
   for (const std::string& key : given)
-    if (key == "mean" || key == "std" || key == "augment")
+    if (key == "mean" || key == "std" || (key == "augment" && augment))
       throw UserError(cat("--data-options ", key, " applies to images: folders; --data ", reader,
                           " reads its samples as they are (only val= applies)"));
 }

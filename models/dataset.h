@@ -56,7 +56,7 @@ struct DataOptions {
   double val = 0.1;
   bool augment = true;
   std::vector<std::string> given;  // the keys the user wrote, in order
-  // UserError when the user gave mean, std or augment to a reader without
+  // UserError when the user gave mean, std or augment=1 to a reader without
   // images (`reader`: "npy:", "tokens:").
   void refuse_image_options(const std::string& reader) const;
 };
