@@ -6,7 +6,9 @@
       metrics files (--metrics), overlaid, against steps, wall time and/or
       epochs. Training loss is the line; test loss and test accuracy (the
       "eval" lines) are the markers; the training minibatch accuracy that
-      `run` writes is the faint line.
+      `run` writes is the faint line. When the files have them, a third row
+      draws the learning rate (the step lines' "lr") and, with
+      --clip-grad-norm, the gradient norm before clipping ("grad_norm" lines).
 
   plot.py throughput SIM.json [LABEL=SIM.json ...] -o throughput.png
       Bars of simulated throughput, one per `pipedream simulate --json`
@@ -60,9 +62,11 @@ def labelled_paths(items):
     return out
 
 
-def read_metrics(path):
-    """The step and eval lines of a metrics.jsonl, with x positions resolved."""
+def read_metrics(path, norms=None):
+    """The step and eval lines of a metrics.jsonl, with x positions resolved;
+    its grad_norm lines are appended to `norms` when given."""
     steps, evals = [], []
+    found_norms = []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             line = line.strip()
@@ -81,6 +85,8 @@ def read_metrics(path):
                 steps.append(j)
             elif j.get("event") == "eval":
                 evals.append(j)
+            elif j.get("event") == "grad_norm" and "step" in j:
+                found_norms.append(j)
     if not steps and not evals:
         raise InputError(f"{path}: no \"step\" or \"eval\" lines; is this a metrics.jsonl from "
                          "`pipedream train/run --metrics`?")
@@ -97,6 +103,10 @@ def read_metrics(path):
             e["_steps_done"] = e["step"]
         else:
             e["_steps_done"] = last_step_of_epoch.get(e.get("epoch", 0))
+    for n in found_norms:
+        n["_steps_done"] = n["step"] + 1
+    if norms is not None:
+        norms.extend(found_norms)
     return steps, evals
 
 
@@ -132,7 +142,13 @@ AXIS_TITLES = {"step": "step", "time": "wall time (s)", "epoch": "epoch"}
 
 
 def plot_curves(args, plt):
-    runs = [(label, *read_metrics(path)) for label, path in labelled_paths(args.inputs)]
+    norms = {}
+    runs = []
+    for label, path in labelled_paths(args.inputs):
+        norms[label] = []
+        runs.append((label, *read_metrics(path, norms[label])))
+    # A third row when any file has a learning rate or gradient norms.
+    with_rates = any(value(s, "lr") is not None for _, steps, _ in runs for s in steps) or any(norms.values())
     axes_wanted = list(dict.fromkeys(args.x))
     if "time" in axes_wanted:
         untimed = [label for label, steps, evals in runs if not any("seconds" in l for l in steps + evals)]
@@ -147,7 +163,8 @@ def plot_curves(args, plt):
                   "dropping the epoch axis", file=sys.stderr)
             axes_wanted = [a for a in axes_wanted if a != "epoch"] or ["step"]
 
-    fig, grid = plt.subplots(2, len(axes_wanted), figsize=(6 * len(axes_wanted), 8), squeeze=False)
+    rows = 3 if with_rates else 2
+    fig, grid = plt.subplots(rows, len(axes_wanted), figsize=(6 * len(axes_wanted), 4 * rows), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for col, axis in enumerate(axes_wanted):
         loss_ax, acc_ax = grid[0][col], grid[1][col]
@@ -172,6 +189,29 @@ def plot_curves(args, plt):
             xs, ys = points(evals, "test_accuracy")
             if xs:
                 acc_ax.plot(xs, ys, color=color, marker="o", linestyle="--", label=f"{label} test")
+            if with_rates:
+                lr_ax = grid[2][col]
+                xs, ys = points(steps, "lr")
+                if xs:
+                    lr_ax.plot(xs, ys, color=color, linewidth=1, label=f"{label} lr")
+                xs, ys = points(norms[label], "grad_norm")
+                if xs:
+                    norm_ax = lr_ax.twinx() if not hasattr(lr_ax, "_pd_norm_ax") else lr_ax._pd_norm_ax
+                    lr_ax._pd_norm_ax = norm_ax
+                    norm_ax.plot(xs, ys, color=color, linewidth=0.8, linestyle=":", label=f"{label} grad norm")
+                    norm_ax.set_ylabel("gradient norm before clipping (dotted)")
+        if with_rates:
+            lr_ax = grid[2][col]
+            lr_ax.set_title(f"learning rate and gradient norm against {AXIS_TITLES[axis]}")
+            lr_ax.set_ylabel("learning rate")
+            lr_ax.set_xlabel(AXIS_TITLES[axis])
+            lr_ax.grid(alpha=0.3)
+            handles, labels = lr_ax.get_legend_handles_labels()
+            if hasattr(lr_ax, "_pd_norm_ax"):
+                more = lr_ax._pd_norm_ax.get_legend_handles_labels()
+                handles, labels = handles + more[0], labels + more[1]
+            if handles:
+                lr_ax.legend(handles, labels, fontsize="small")
         loss_ax.set_title(f"loss against {AXIS_TITLES[axis]}")
         loss_ax.set_ylabel("loss")
         acc_ax.set_title(f"accuracy against {AXIS_TITLES[axis]}")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ctest `plot_script`: scripts/plot.py draws curves from a metrics file that
-# `pipedream train` writes and from a hand-written one in `run`'s format
+# `pipedream train --clip-grad-norm` writes (with its lr and grad_norm row) and from a hand-written one in `run`'s format
 # (evals that carry a step, minibatch accuracy, a diverged null loss), and a
 # throughput chart from `simulate --json`-shaped files; each must be a
 # non-empty PNG, and bands (mean and min-max over seeds) from a figure
@@ -27,7 +27,7 @@ expect_png() {
 }
 
 # A metrics file in the product's current format, so a renamed field fails here.
-"$pipedream" train --model cnn --data synthetic --minibatches 4 --batch 16 --log-every 1 \
+"$pipedream" train --model cnn --data synthetic --minibatches 4 --batch 16 --log-every 1 --clip-grad-norm 1 \
   --threads 1 --metrics "$work/train.jsonl" >"$work/train.log" 2>&1 || { cat "$work/train.log"; fail "pipedream train failed"; }
 
 cat >"$work/run.jsonl" <<'JSON'
