@@ -530,9 +530,9 @@ void StageExecutor::prepare_step(const Action& a) {
 
 void StageExecutor::prepare_pending_step() {
   fill_window();
-  if (window_.empty() || window_.front().kind != ActionKind::OptimizerStep || !exchanges_norms()) return;
-  if (round_open_ && !buckets_->test()) return;
-  prepare_step(window_.front());
+  // ready() prepares the step once its all-reduce is done; whether the
+  // other stages' norms are in yet does not matter here.
+  if (!window_.empty() && window_.front().kind == ActionKind::OptimizerStep) (void)ready(window_.front());
 }
 
 bool StageExecutor::norms_arrived() {

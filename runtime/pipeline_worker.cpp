@@ -258,9 +258,6 @@ void checkpoint_after(const Segment& seg, const RunSpec& spec, const Model& mode
   if (checkpoint_step(spec, seg.end)) write_checkpoint(seg.end, spec, model, role, state, nullptr, true, t, bar);
 }
 
-// Inside a segment: the checkpoints before its end, taken where the stage
-// passes them without changing the schedule (flush: between batches, where
-// the pipeline is drained; 1f1b-rr: with minibatches in flight).
 // The checkpoints strictly inside a segment, as its schedule's versions.
 std::vector<int64_t> checkpoint_versions_inside(const Segment& seg, const RunSpec& spec) {
   std::vector<int64_t> at;
@@ -269,6 +266,9 @@ std::vector<int64_t> checkpoint_versions_inside(const Segment& seg, const RunSpe
   return at;
 }
 
+// Inside a segment: the checkpoints before its end, taken where the stage
+// passes them without changing the schedule (flush: between batches, where
+// the pipeline is drained; 1f1b-rr: with minibatches in flight).
 void checkpoint_inside(const Segment& seg, const RunSpec& spec, const Model& model, const WorkerRole& role,
                        const StageState& state, Transport& t, ProgressBar& bar, StageExecutor& ex) {
   std::vector<int64_t> at = checkpoint_versions_inside(seg, spec);
