@@ -391,6 +391,11 @@ class Importer {
       if (axis < l.axis) o.axis += in.at(1).ndim() - 1;
       return o;
     }
+    if (t == "Gemm" && in.batched[0]) {  // the batch in op(A)'s rows (the op checked it): Y's rows
+      BatchLayout o = in.layout_of(0);
+      o.axis = 0;
+      return o;
+    }
     if ((t == "ReduceMean" || t == "ReduceSum") && n.int_attr("keepdims", 1) == 0) {
       BatchLayout o = l;
       std::vector<int64_t> axes = in.example.size() > 1 && in.example[1].defined() ? const_ints(n, in, 1) : n.ints_attr("axes");

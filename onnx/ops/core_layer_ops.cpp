@@ -164,15 +164,16 @@ OpPtr avgpool(const Node& n, const OpInputs& in) {
 OpPtr gemm(const Node& n, const OpInputs& in) {
   const Tensor& a = in.at(0);
   const Tensor& b = in.at(1);
-  if (n.int_attr("transA", 0) != 0 || n.int_attr("transB", 0) != 1 || n.float_attr("alpha", 1.0f) != 1.0f ||
-      n.float_attr("beta", 1.0f) != 1.0f)
-    unsupported(n, "only Gemm with transA=0, transB=1, alpha=beta=1 (a linear layer) is supported");
-  if (in.constant[1]) unsupported(n, "the weight must be an initializer");
-  require_rank(n, a, 2);
+  // A linear layer (a weight [out, in] and a bias [out], both initializers)
+  // runs the core layer; every other Gemm the general op (ops/gemm.cpp).
   const bool bias = in.example.size() > 2 && in.example[2].defined();
-  if (bias && (in.constant[2] || in.example[2].ndim() != 1 || in.example[2].dim(0) != b.dim(0)))
-    unsupported(n, "the bias C must be an initializer of shape [out]");
-  if (b.ndim() != 2 || b.dim(1) != a.dim(1)) unsupported(n, "weight shape does not match the input");
+  const bool linear = n.int_attr("transA", 0) == 0 && n.int_attr("transB", 0) == 1 &&
+                      n.float_attr("alpha", 1.0f) == 1.0f && n.float_attr("beta", 1.0f) == 1.0f && !in.constant[1] &&
+                      (in.batched.size() < 2 || !in.batched[1]) && a.ndim() == 2 && in.batch_axis(0) <= 0 &&
+                      b.ndim() == 2 && b.dim(1) == a.dim(1) &&
+                      (!bias || (!in.constant[2] && (in.batched.size() < 3 || !in.batched[2]) &&
+                                 in.example[2].ndim() == 1 && in.example[2].dim(0) == b.dim(0)));
+  if (!linear) return make_gemm_op(n, in);
   std::vector<int> params{1};
   if (bias) params.push_back(2);
   return wrap(n, make_linear(b.dim(1), b.dim(0), bias), params);

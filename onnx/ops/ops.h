@@ -17,6 +17,8 @@ OpPtr make_binary_op(const Node& n, const OpInputs& in);
 // Sin, Cos, Exp, Reciprocal, HardSigmoid, HardSwish.
 OpPtr make_unary_op(const Node& n, const OpInputs& in);
 OpPtr make_matmul_op(const Node& n, const OpInputs& in);
+// Gemm other than a linear layer: transA, transB, alpha, beta, C broadcast.
+OpPtr make_gemm_op(const Node& n, const OpInputs& in);
 OpPtr make_transpose_op(const Node& n, const OpInputs& in);
 // Reshape, Flatten, Squeeze, Unsqueeze: a new per-sample shape, same data.
 OpPtr make_view_op(const Node& n, const OpInputs& in);

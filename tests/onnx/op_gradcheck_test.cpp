@@ -34,6 +34,7 @@ struct In {
   bool constant = false;
   bool buffer = false;   // BatchNormalization's running statistics: passed as they are, no gradient
   bool batched = false;  // a parameter that carries the batch dimension too (Concat's second input)
+  int axis = 0;          // the dimension holding the batch, where batched (Gemm's transA: 1)
 };
 
 class OpAsLayer : public Layer {
@@ -46,6 +47,7 @@ class OpAsLayer : public Layer {
       info.example.push_back(in_[k].value);
       info.constant.push_back(in_[k].constant);
       info.batched.push_back(k == x_ || in_[k].batched);
+      info.layout.push_back(BatchLayout{in_[k].axis, 1, 1});
       if (k != x_ && !in_[k].constant && !in_[k].buffer && in_[k].value.defined()) params_.push_back(k);
     }
     op_ = make_op(node, info);
@@ -226,6 +228,25 @@ TEST(OnnxOpGradcheck, PoolsBeyondTheCoreAndPad) {
                                 int_attribute("ceil_mode", 1), ints_attribute("strides", {2, 2})}),
         {{rnd({2, 2, 6, 6}, 52)}});
   check(node("Pad", 2), {{rnd({2, 2, 3, 3}, 53)}, {ints({0, 0, 1, 2, 0, 0, 2, 1}), true}});
+}
+
+// Gemm beyond a linear layer: Y = alpha op(A) op(B) + beta C, C broadcast.
+TEST(OnnxOpGradcheck, GemmEveryForm) {
+  // Hugging Face's Conv1D: transB=0, a bias [N].
+  check(node("Gemm", 3), {{rnd({3, 5}, 70)}, {rnd({5, 4}, 71)}, {rnd({4}, 72)}});
+  // transA and transB, alpha and beta, a bias row [1, N]; A [K, M] holds the batch in dimension 1.
+  check(node("Gemm", 3, {int_attribute("transA", 1), int_attribute("transB", 1), float_attribute("alpha", 0.7f),
+                         float_attribute("beta", 1.3f)}),
+        {{.value = rnd({5, 3}, 73), .axis = 1}, {rnd({4, 5}, 74)}, {rnd({1, 4}, 75)}});
+  // A scalar C ([1]) scaled by beta, alpha on the product.
+  check(node("Gemm", 3, {float_attribute("alpha", 2.0f), float_attribute("beta", 0.5f)}),
+        {{rnd({3, 5}, 76)}, {rnd({5, 4}, 77)}, {rnd({1}, 78)}});
+  // No C; and a C of the whole [M, N] that holds the batch beside A.
+  check(node("Gemm", 2, {int_attribute("transB", 1)}), {{rnd({3, 5}, 79)}, {rnd({4, 5}, 80)}});
+  check(node("Gemm", 3, {float_attribute("beta", -1.5f)}),
+        {{rnd({3, 5}, 81)}, {rnd({5, 4}, 82)}, {.value = rnd({3, 4}, 83), .batched = true}});
+  // beta = 0: C does not reach Y (its gradient is zero).
+  check(node("Gemm", 3, {float_attribute("beta", 0.0f)}), {{rnd({3, 5}, 84)}, {rnd({5, 4}, 85)}, {rnd({4}, 86)}});
 }
 
 TEST(OnnxOpGradcheck, CoreLayerAdapters) {

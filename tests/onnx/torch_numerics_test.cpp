@@ -357,6 +357,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"scripts/torch_models/gpt_decoder.py:GPTDecoder", "--tokens 16", 0.05f},
                       // Opset 13: LayerNorm decomposed (ReduceMean, Sub, Pow, Sqrt, Div).
                       Case{"scripts/torch_models/gpt_decoder.py:GPTDecoder", "--tokens 16 --opset 13", 0.05f},
+                      // Hugging Face's layout: Conv1D exports as Gemm with transB=0.
+                      Case{"scripts/torch_models/hf_gpt2.py:GPT2Conv1D", "--tokens 16", 0.05f},
+                      // Gemm's every attribute: transA, transB, alpha, beta, a scalar and a row C.
+                      Case{"scripts/torch_models/hf_gpt2.py:GemmForms", "--input 16", 0.05f},
                       Case{"squeezenet1_0", "--input 3,64,64 --classes 10", 0.001f},
                       // At its random initial weights PyTorch's own float32 gradients are 17% off float64.
                       Case{"mobilenet_v2", "--input 3,64,64 --classes 10 --pretrain 100", 0.0001f},
