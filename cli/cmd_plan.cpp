@@ -1,6 +1,9 @@
 // `pipedream plan`: profile + topology -> the optimal pipeline (plan.json)
 // and a human summary.
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -102,15 +105,20 @@ void print_summary(const Plan& plan, const Topology& topology) {
     std::printf("  stage %d%s: %s\n", s.index, s.index == plan.bottleneck_stage ? " (bottleneck)" : "",
                 layer_summary(s).c_str());
     std::printf("    replicas %d on ranks %s; %s\n", s.replicas, rank_list(s.ranks).c_str(), stage_times_text(s).c_str());
-    std::printf("    memory %s per worker (%s in flight), sends %s per minibatch\n",
-                bytes_text(double(s.memory_bytes)).c_str(), counted(s.in_flight, "minibatch", "minibatches").c_str(),
-                bytes_text(double(s.output_bytes)).c_str());
+    const std::string held = plan.schedule == ScheduleKind::OneFOneBRoundRobin
+                                 ? counted(s.in_flight, "minibatch", "minibatches") + " in flight"
+                                 : cat(to_string(plan.schedule), ", ", plan.microbatches, " microbatches");
+    std::printf("    memory %s per worker (%s), sends %s per minibatch\n", bytes_text(double(s.memory_bytes)).c_str(),
+                held.c_str(), bytes_text(double(s.output_bytes)).c_str());
   }
   std::printf("config %s, NOAM %d\n", plan.config.c_str(), plan.noam);
   std::printf("predicted time per minibatch %s", seconds_text(plan.time_per_minibatch_s).c_str());
-  if (plan.predicted_by == PredictedBy::replay)
+  // The bound is the closed-form optimum's (0: none on these workers).
+  if (plan.predicted_by == PredictedBy::replay && plan.closed_form_bound_s > 0)
     std::printf(" (replayed; closed form %s, no plan's closed form below %s)", seconds_text(plan.closed_form_s).c_str(),
                 seconds_text(plan.closed_form_bound_s).c_str());
+  else if (plan.predicted_by == PredictedBy::replay && plan.closed_form_s > 0)
+    std::printf(" (replayed; closed form %s)", seconds_text(plan.closed_form_s).c_str());
   if (plan.throughput_samples_per_s > 0) std::printf(", %.1f samples/s", plan.throughput_samples_per_s);
   else if (plan.profile.batch_size <= 0)
     std::printf(" (samples/s unknown: the profile records no batch size; `simulate --batch-size N` gives them)");
@@ -122,11 +130,81 @@ void print_summary(const Plan& plan, const Topology& topology) {
                 "transfers only where shown)\n", to_string(plan.cost_model));
   std::printf("%s, %s\n", baseline_text("one worker", plan.single_worker_s, plan.speedup_vs_single).c_str(),
               baseline_text("data parallelism", plan.data_parallel_s, plan.speedup_vs_data_parallel).c_str());
+  if (plan.workers() < topology.total_workers())
+    std::printf("note: the plan uses %d of the %d workers (%d idle): no plan on more of them replays faster\n",
+                plan.workers(), topology.total_workers(), topology.total_workers() - plan.workers());
+}
+
+// A word as a POSIX shell reads it back: quoted when it holds anything
+// beyond letters, digits and -_./:=,+
+std::string shell_word(const std::string& w) {
+  const bool plain = !w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-_./:=,+", c);
+  });
+  if (plain) return w;
+  std::string out = "'";
+  for (char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string number_text(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.15g", v);
+  return text;
+}
+
+// This `plan` command again, with another --memory or --workers: what a
+// failure recommends, ready to paste.
+std::string plan_command(const PlanArgs& a, uint64_t memory, int workers) {
+  std::string c = "pipedream plan --profile " + shell_word(a.profile);
+  if (!a.topology.empty()) c += " --topology " + shell_word(a.topology);
+  else c += cat(" --workers ", workers > 0 ? workers : a.workers, " --bandwidth ", number_text(a.bandwidth));
+  if (a.cost_model != "paper") c += " --cost-model " + shell_word(a.cost_model);
+  if (a.straight) c += " --straight";
+  if (a.fewer) c += " --fewer-workers";
+  if (a.schedule != "1f1b-rr") c += " --schedule " + shell_word(a.schedule);
+  if (memory > 0) c += cat(" --memory ", memory);
+  else if (!a.memory.empty()) c += " --memory " + shell_word(a.memory);
+  if (a.compression) c += " --activation-compression-ratio " + number_text(*a.compression);
+  if (a.max_states != 20000) c += cat(" --max-antichain-states ", a.max_states);
+  if (a.closed_form) c += " --closed-form";
+  for (const std::string& b : a.baselines) c += " --baseline " + shell_word(b);
+  if (!a.output.empty()) c += " -o " + shell_word(a.output);
+  return c;
+}
+
+// A plan that does not fit, with the commands that do.
+[[noreturn]] void explain_with_commands(const PlanArgs& a, const std::string& why, uint64_t memory, int workers) {
+  std::string text = why;
+  if (memory > 0) text += cat("\n  fits: ", plan_command(a, memory, 0));
+  if (workers > 0 && a.topology.empty()) text += cat("\n  fits: ", plan_command(a, 0, workers));
+  throw UserError(text);
+}
+
+// The commands that run and replay --schedule auto's choice, as pasted
+// (the plan file records the schedule, microbatches and batch, which the
+// run command repeats so that it reads on its own).
+void print_recommendation(const PlanArgs& a, const Plan& plan, const ScheduleCandidate& c,
+                          const std::string& measured_profile) {
+  const std::string file = a.output.empty() ? std::string("plan.json") : a.output;
+  const std::string flags = cat("--schedule ", to_string(c.family), " --microbatches ", c.schedule.microbatches,
+                                c.schedule.virtual_stages > 1 ? cat(" --virtual-stages ", c.schedule.virtual_stages)
+                                                              : std::string());
+  if (a.output.empty()) std::printf("(give -o plan.json to write the plan the commands below read)\n");
+  std::printf("run it (batches of %d: %d microbatches of %d; plan.json records these flags; add the --model-options "
+              "you profiled with, and --data and a length):\n  pipedream run --plan %s "
+              "--model %s --batch %d %s\n",
+              plan.profile.batch_size, c.schedule.microbatches, plan.profile.batch_size / c.schedule.microbatches,
+              shell_word(file).c_str(), shell_word(plan.profile.model).c_str(), plan.profile.batch_size, flags.c_str());
+  // simulate prices microbatches as the search did only with the same profile.
+  std::printf("replay this prediction:\n  pipedream simulate --plan %s %s%s --minibatches %lld\n", shell_word(file).c_str(),
+              flags.c_str(), measured_profile.empty() ? "" : cat(" --profile ", shell_word(measured_profile)).c_str(),
+              static_cast<long long>(c.schedule.minibatches));
 }
 
 // --schedule auto: every family's best side by side, the fastest that fits
 // chosen; its plan is the one written.
-Plan choose_schedule(const Profile& profile, const Topology& topology, const PlannerOptions& options) {
+Plan choose_schedule(const PlanArgs& a, const Profile& profile, const Topology& topology, const PlannerOptions& options) {
   const ScheduleSearch search = search_schedules(profile, topology, options);
   std::printf("schedule families (each its best plan and microbatch count, replayed; memory: the fullest worker):\n");
   std::printf("  %-18s %-22s %12s %14s %12s\n", "family", "config", "microbatches", "samples/s", "memory");
@@ -152,23 +230,45 @@ Plan choose_schedule(const Profile& profile, const Topology& topology, const Pla
     std::printf("(microbatch compute measured at batch %s, the profile's at_batch times; 1/M of the minibatch's for "
                 "other sizes)\n", list.c_str());
   }
-  if (search.chosen < 0) throw UserError("no schedule family fits the memory limit: raise --memory or add workers");
+  if (search.chosen < 0) {
+    // The least memory any family needs (the fullest worker at its best count): that limit fits it.
+    double least = 0;
+    for (const ScheduleCandidate& c : search.families)
+      if (c.least_memory_bytes > 0) least = least > 0 ? std::min(least, c.least_memory_bytes) : c.least_memory_bytes;
+    uint64_t memory = least > 0 ? uint64_t(std::ceil(least)) : 0;
+    int workers = 0;
+    try {
+      std::rethrow_exception(search.families.front().failure);
+    } catch (const PlanDoesNotFit& e) {  // 1f1b-rr's own search for what fits
+      if (e.memory_that_fits > 0 && (memory == 0 || e.memory_that_fits < memory)) memory = e.memory_that_fits;
+      workers = e.workers_that_fit;
+    } catch (...) {
+    }
+    explain_with_commands(a, "no schedule family fits the memory limit", memory, workers);
+  }
   const ScheduleCandidate& c = search.families[static_cast<size_t>(search.chosen)];
   Plan plan = c.plan;
   plan.schedule = c.family;
   plan.throughput_samples_per_s = c.samples_per_s;
   if (c.schedule.kind != ScheduleKind::OneFOneBRoundRobin) {
-    plan.time_per_minibatch_s = c.samples_per_s > 0 ? plan.profile.batch_size / c.samples_per_s : 0;
-    plan.predicted_by = PredictedBy::replay;
-    const std::string flags = cat("--schedule ", to_string(c.family), " --microbatches ", c.schedule.microbatches,
-                                  c.schedule.virtual_stages > 1 ? cat(" --virtual-stages ", c.schedule.virtual_stages)
-                                                                : std::string());
-    // simulate prices microbatches as the search did only with the same profile.
-    const std::string profile_flag = sizes.empty() ? "" : cat(" --profile ", profile.source_path);
-    std::printf("run it with %s (a microbatch is the profile's minibatch / %d); `simulate %s%s --minibatches %lld` "
-                "replays this prediction\n",
-                flags.c_str(), c.schedule.microbatches, flags.c_str(), profile_flag.c_str(),
-                static_cast<long long>(c.schedule.minibatches));
+    // The baselines as 1f1b-rr's search replayed them (the straight plan's are closed forms).
+    const ScheduleCandidate& rr = search.families.front();
+    plan.single_worker_s = rr.plan.stages.empty() ? 0 : rr.plan.single_worker_s;
+    plan.data_parallel_s = rr.plan.stages.empty() ? 0 : rr.plan.data_parallel_s;
+    set_predicted_time(plan, c.samples_per_s > 0 ? plan.profile.batch_size / c.samples_per_s : 0, PredictedBy::replay);
+    plan.closed_form_s = plan.closed_form_bound_s = 0;  // the closed forms are 1f1b-rr's
+    plan.microbatches = c.schedule.microbatches;
+    plan.virtual_stages = c.schedule.virtual_stages;
+    plan.batch = plan.profile.batch_size;
+    // The memory printed and compared by `run` is this schedule's: stage k's worker's.
+    const int workers = static_cast<int>(c.worker_memory_bytes.size());
+    for (PlanStage& st : plan.stages) {
+      st.memory_bytes = workers > 0 ? uint64_t(c.worker_memory_bytes[static_cast<size_t>(st.index % workers)]) : 0;
+      st.in_flight = 0;
+    }
+    print_recommendation(a, plan, c, sizes.empty() ? "" : profile.source_path);
+  } else {
+    plan.batch = plan.profile.batch_size;
   }
   return plan;
 }
@@ -199,17 +299,21 @@ void run_plan(const PlanArgs& a) {
     std::fprintf(stderr, "%s was measured with --precision bf16: activations and messages planned at 2 bytes an element; "
                 "run the plan with --precision bf16\n", a.profile.c_str());
   Plan plan;
-  if (a.schedule == "auto") {
-    if (a.closed_form) throw UserError("--schedule auto replays every candidate: drop --closed-form");
-    plan = choose_schedule(profile, topology, options);
-  } else if (a.schedule != "1f1b-rr") {
-    throw UserError(cat("--schedule must be 1f1b-rr (default) or auto, got '", a.schedule, "'"));
-  } else if (a.closed_form) {
-    plan = plan_pipeline(profile, topology, options);
-  } else {
-    PlanSearch search = search_plan(profile, topology, options);
-    plan = search.plan;
-    if (options.cost_model == CostModel::paper) print_candidates(search);
+  try {
+    if (a.schedule == "auto") {
+      if (a.closed_form) throw UserError("--schedule auto replays every candidate: drop --closed-form");
+      plan = choose_schedule(a, profile, topology, options);
+    } else if (a.schedule != "1f1b-rr") {
+      throw UserError(cat("--schedule must be 1f1b-rr (default) or auto, got '", a.schedule, "'"));
+    } else if (a.closed_form) {
+      plan = plan_pipeline(profile, topology, options);
+    } else {
+      PlanSearch search = search_plan(profile, topology, options);
+      plan = search.plan;
+      if (options.cost_model == CostModel::paper) print_candidates(search);
+    }
+  } catch (const PlanDoesNotFit& e) {
+    explain_with_commands(a, e.what(), e.memory_that_fits, e.workers_that_fit);
   }
   nlohmann::json j = plan_to_json(plan);
   print_summary(plan, topology);

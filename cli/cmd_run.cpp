@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "core/safetensors.h"
+#include "planner/planner.h"
 #include "runtime/graph_stages.h"
 #include "runtime/auto_plan.h"
 #include "runtime/checkpoint.h"
@@ -42,9 +43,10 @@ struct RunArgs {
   std::string plan, plan_out = "plan-auto.json", model, spec_file, model_options, data = "fashion-mnist", data_dir,
       data_options;
   int workers = 0;
-  int64_t epochs = 0, minibatches = 0, batch = 64;
+  int64_t epochs = 0, minibatches = 0;
+  int64_t batch = 0;  // 0: not given (the plan's recorded batch, else kDefaultBatch)
   std::string schedule, weights = "stash", schedule_file;
-  int microbatches = 0, virtual_stages = 1;
+  int microbatches = 0, virtual_stages = 0;  // 0: not given (the plan's, else the default)
   OptimizerConfig optimizer;
   LrSchedule lr;
   float clip_grad_norm = 0;  // --clip-grad-norm; 0: off
@@ -56,7 +58,8 @@ struct RunArgs {
   std::string metrics, save, trace, svg, checkpoint_dir, resume;
   std::vector<std::string> init;
   int64_t svg_minibatches = 0;
-  int64_t checkpoint_every = 0, keep_checkpoints = 0, log_every = 10, eval_every = 0, eval_batch = 500;
+  int64_t checkpoint_every = 0, log_every = 10, eval_every = 0, eval_batch = 500;
+  int64_t keep_checkpoints = -1;  // not given: kDefaultKeepCheckpoints
   bool evaluate = true, reference = false, progress = false, straight = false;
   std::string device = "cpu", transport = "staged";
   bool deterministic = false;
@@ -64,6 +67,8 @@ struct RunArgs {
   std::string precision_flag = "fp32";
   bool allow_tf32 = false;
 };
+
+constexpr int64_t kDefaultBatch = 64;
 
 // Every way the plan can disagree with the model, as a UserError.
 void check_plan_fits_model(const Plan& plan, const Model& model, const std::string& source) {
@@ -127,7 +132,7 @@ void set_schedule(const RunArgs& a, const Plan& plan, RunSpec& s) {
     checked_schedule(plan, file, a.schedule_file);
     if (!a.checkpoint_dir.empty() || !a.resume.empty())
       throw UserError("--schedule-file runs its lists as one segment: it does not checkpoint or resume");
-    if (!a.schedule.empty() || a.microbatches != 0 || a.virtual_stages != 1 || a.weights != "stash")
+    if (!a.schedule.empty() || a.microbatches != 0 || a.virtual_stages > 1 || a.weights != "stash")
       throw UserError("--schedule-file sets the schedule, weights, microbatches and virtual stages: drop "
                       "--schedule, --weights, --microbatches and --virtual-stages");
   }
@@ -142,12 +147,19 @@ void set_schedule(const RunArgs& a, const Plan& plan, RunSpec& s) {
     throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b), "
                     "not 1f1b-rr");
   if (a.microbatches < 0) throw UserError(cat("--microbatches must be >= 1, got ", a.microbatches));
-  s.schedule.virtual_stages = a.schedule_file.empty() ? a.virtual_stages : file.options.virtual_stages;
+  // The plan's microbatches and virtual stages where it was made for this
+  // schedule (and the flags do not say otherwise).
+  const bool plans_this = s.schedule.kind == plan.schedule;
+  const int virtual_stages =
+      a.virtual_stages > 0 ? a.virtual_stages : plans_this && plan.virtual_stages > 0 ? plan.virtual_stages : 1;
+  s.schedule.virtual_stages = a.schedule_file.empty() ? virtual_stages : file.options.virtual_stages;
   const int workers = plan.workers() / std::max(1, s.schedule.virtual_stages);
+  const bool plan_microbatches = plans_this && plan.microbatches > 0 && (plan.batch == 0 || plan.batch == a.batch);
   s.schedule.microbatches =
       !flush ? 1
-             : a.microbatches > 0 ? a.microbatches
-                                  : default_microbatches(a.batch, workers, s.schedule.kind == ScheduleKind::Interleaved1F1B);
+      : a.microbatches > 0 ? a.microbatches
+      : plan_microbatches  ? plan.microbatches
+                           : default_microbatches(a.batch, workers, s.schedule.kind == ScheduleKind::Interleaved1F1B);
   if (s.schedule.kind == ScheduleKind::TwoBW && (!a.checkpoint_dir.empty() || !a.resume.empty()))
     // The pipeline drains at a checkpoint and would restart the version delay.
     throw UserError("2bw runs do not checkpoint or resume yet");
@@ -171,7 +183,7 @@ void set_outputs(const RunArgs& a, RunSpec& s) {
   s.checkpoint_dir = a.checkpoint_dir;
   s.checkpoint_every = a.checkpoint_every;
   if (s.checkpoint_every < 0) throw UserError("--checkpoint-every must be >= 0");
-  s.keep_checkpoints = a.keep_checkpoints;
+  s.keep_checkpoints = a.keep_checkpoints < 0 ? kDefaultKeepCheckpoints : a.keep_checkpoints;
   if (a.keep_checkpoints > 0 && a.checkpoint_dir.empty()) throw UserError("--keep-checkpoints needs --checkpoint-dir");
   s.resume = a.resume;
   s.init = a.init;
@@ -393,20 +405,38 @@ int auto_plan_microbatches(const RunArgs& a) {
   return default_microbatches(a.batch, a.workers, kind == ScheduleKind::Interleaved1F1B);
 }
 
-// The plan's prediction is 1f1b-rr's on minibatches of the profiled size; a
-// flush schedule runs batches of M such microbatches, whose replay differs.
-void print_flush_prediction(const RunArgs& a, const Plan& plan, int threads, int cores) {
-  if (a.schedule.empty() || !a.schedule_file.empty()) return;
+// --plan auto --schedule X (a flush schedule): the plan becomes X's, with
+// its microbatches, virtual stages and batch, and X's replayed prediction
+// (batches of M microbatches of the profiled size; interleaved-1f1b: none).
+void plan_for_schedule(Plan& plan, ScheduleKind kind, int microbatches, int virtual_stages, int64_t batch,
+                       int threads, int cores) {
+  plan.schedule = kind;
+  plan.microbatches = microbatches;
+  plan.virtual_stages = virtual_stages;
+  plan.batch = batch;
+  for (PlanStage& st : plan.stages) st.memory_bytes = 0;  // 1f1b-rr's figure, not X's: not computed
+  if (kind == ScheduleKind::Interleaved1F1B) {
+    set_predicted_time(plan, 0, PredictedBy::replay);
+    plan.throughput_samples_per_s = 0;
+    return;
+  }
   ScheduleOptions s;
-  s.kind = parse_schedule_kind(a.schedule);
-  if (!is_flush(s.kind) || s.kind == ScheduleKind::Interleaved1F1B) return;
-  s.microbatches = auto_plan_microbatches(a);
-  std::fprintf(stderr, "for %s (batches of %lld: %d microbatches of %d): predicted %.0f samples/s\n",
-               to_string(s.kind).c_str(), static_cast<long long>(a.batch), s.microbatches, plan.profile.batch_size,
-               flush_samples_per_s(plan, s, threads, cores));
+  s.kind = kind;
+  s.microbatches = microbatches;
+  const double samples_per_s = flush_samples_per_s(plan, s, threads, cores);
+  set_predicted_time(plan, samples_per_s > 0 ? double(batch) / samples_per_s : 0, PredictedBy::replay);
+  plan.throughput_samples_per_s = samples_per_s;
 }
 
-void run_command(const RunArgs& a) {
+void print_flush_prediction(const RunArgs& a, const Plan& plan) {
+  if (!is_flush(plan.schedule) || plan.schedule == ScheduleKind::Interleaved1F1B) return;
+  std::fprintf(stderr, "for %s (batches of %lld: %d microbatches of %d): predicted %.0f samples/s\n",
+               to_string(plan.schedule).c_str(), static_cast<long long>(a.batch), plan.microbatches,
+               plan.profile.batch_size, plan.throughput_samples_per_s);
+}
+
+void run_command(const RunArgs& given) {
+  RunArgs a = given;  // --batch resolved below, from the plan where it records one
   // Refused before any work: an output path that is a folder.
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--metrics", a.metrics},
                                    {"--save", a.save}, {"--trace", a.trace}, {"--svg", a.svg}, {"--plan-out", a.plan_out}})
@@ -422,6 +452,7 @@ void run_command(const RunArgs& a) {
       throw UserError("--plan auto profiles and plans before it starts the workers: run it without mpirun, "
                       "or plan first and give --plan plan.json");
     if (a.workers < 1) throw UserError("--plan auto needs --workers N");
+    if (a.batch == 0) a.batch = kDefaultBatch;
     const Device device = Device::parse(a.device);
     const int M = auto_plan_microbatches(a);
     const int64_t profiled = microbatch_size(a.batch, M);
@@ -435,10 +466,18 @@ void run_command(const RunArgs& a) {
     const int cores = int(std::thread::hardware_concurrency());
     // interleaved-1f1b: --workers workers run --virtual-stages stages each,
     // one worker per stage.
-    const bool interleaved = !a.schedule.empty() && parse_schedule_kind(a.schedule) == ScheduleKind::Interleaved1F1B;
-    const int stages = interleaved ? a.workers * a.virtual_stages : a.workers;
-    plan = plan_for_workers(profile, stages, a.straight || interleaved, device.is_cpu() ? a.threads : 1,
+    // A flush schedule (--schedule X): a straight plan balanced for its
+    // microbatches, recorded as X's with its microbatches and batch.
+    const ScheduleKind kind = a.schedule.empty() || !a.schedule_file.empty() ? ScheduleKind::OneFOneBRoundRobin
+                                                                             : parse_schedule_kind(a.schedule);
+    const bool interleaved = kind == ScheduleKind::Interleaved1F1B;
+    const int v = std::max(1, a.virtual_stages);
+    const int stages = interleaved ? a.workers * v : a.workers;
+    plan = plan_for_workers(profile, stages, a.straight || is_flush(kind), device.is_cpu() ? a.threads : 1,
                             device.is_cpu() ? cores : 0);
+    plan.batch = a.batch;
+    if (is_flush(kind)) plan_for_schedule(plan, kind, M, v, a.batch, device.is_cpu() ? a.threads : 1,
+                                          device.is_cpu() ? cores : 0);
     plan_path = a.plan_out;
     write_plan(plan, plan_path);
     if (plan.predicted_by == PredictedBy::shared_cores)
@@ -447,7 +486,7 @@ void run_command(const RunArgs& a) {
                    seconds_text(plan.shared_cores_bound_s * cores / a.threads).c_str(), cores);
     if (interleaved) {
       std::fprintf(stderr, "planned %d stages for %d workers x %d virtual stages: config %s; plan written to %s\n",
-                   stages, a.workers, a.virtual_stages, plan.config.c_str(), plan_path.c_str());
+                   stages, a.workers, v, plan.config.c_str(), plan_path.c_str());
     } else {
       // Graph-shaped (ONNX) profiles have no one-worker baseline.
       char speedup[64] = "";
@@ -455,11 +494,12 @@ void run_command(const RunArgs& a) {
       std::fprintf(stderr, "planned %d workers: config %s, predicted %.0f samples/s%s; plan written to %s\n",
                    a.workers, plan.config.c_str(), plan.throughput_samples_per_s, speedup, plan_path.c_str());
     }
-    print_flush_prediction(a, plan, device.is_cpu() ? a.threads : 1, device.is_cpu() ? cores : 0);
+    print_flush_prediction(a, plan);
   } else {
     if (a.workers != 0 || a.straight)
       throw UserError("--workers and --straight go with --plan auto (a plan file fixes the workers)");
     plan = read_plan(a.plan);
+    if (a.batch == 0) a.batch = plan.batch > 0 ? plan.batch : kDefaultBatch;
     const std::string stale = refresh_stale_plan(plan, nullptr);
     if (!stale.empty() && speaks_for_the_job())
       std::fprintf(stderr, "note: %s: %s; the run is not compared with them\n", a.plan.c_str(), stale.c_str());
@@ -473,6 +513,8 @@ void run_command(const RunArgs& a) {
   RunSpec spec = make_spec(args, plan, data.train->size());
   // Checked here, in the launcher too: a refusal is one line, before mpirun.
   if (!spec.resume.empty()) require_resumable(find_checkpoint(spec.resume), spec, model);
+  // An interrupted run's unfinished checkpoints, removed before any worker writes.
+  if (!under_mpi && !spec.checkpoint_dir.empty()) remove_partial_checkpoints(spec.checkpoint_dir);
   // Processes: one per worker (interleaved-1f1b: a worker runs v stages).
   const int R = Schedule(spec.plan, spec.schedule).workers();
   check_plan_topology(spec.plan, R, plan_path);
@@ -537,16 +579,16 @@ void add_run_command(CLI::App& app) {
   auto* mb = cmd->add_option("--minibatches", a->minibatches, "Optimizer steps (flush schedules: batches)");
   ep->excludes(mb);
   cmd->add_option("--batch", a->batch,
-                  "Minibatch size: the samples of one optimizer step (flush schedules: split into --microbatches)")
-      ->capture_default_str();
+                  "Minibatch size: the samples of one optimizer step (flush schedules: split into --microbatches); "
+                  "default: the batch the plan file records, else 64");
   cmd->add_option("--schedule", a->schedule,
                   "1f1b-rr | 1f1b-flush | gpipe | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
   cmd->add_option("--virtual-stages", a->virtual_stages,
                   "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)");
   cmd->add_option("--weights", a->weights, "1f1b-rr weight policy: stash | vertical | none")->capture_default_str();
   cmd->add_option("--microbatches", a->microbatches,
-                  "Flush schedules: microbatches --batch is split into (default: the workers, or the next count that "
-                  "divides --batch)");
+                  "Flush schedules: microbatches --batch is split into (default: the plan's, where it was made for "
+                  "this schedule and batch; else the workers, or the next count that divides --batch)");
   cmd->add_option("--schedule-file", a->schedule_file,
                   "run this schedule (JSON or CSV from `pipedream schedule --format`, possibly edited) once the "
                   "checker accepts it (a rejected one exits 2 naming its first bad action); it sets the schedule, "
@@ -595,9 +637,8 @@ void add_run_command(CLI::App& app) {
                   "weights: with minibatches in flight), except 1f1b-rr with --weights none, whose pipeline drains "
                   "there");
   cmd->add_option("--keep-checkpoints", a->keep_checkpoints,
-                  "Keep only the newest N checkpoints in --checkpoint-dir, removing older ones after each is "
-                  "written (0: keep all)")
-      ->capture_default_str();
+                  cat("Keep only the newest N checkpoints in --checkpoint-dir, removing older ones after each is "
+                      "written (default ", kDefaultKeepCheckpoints, "; 0: keep all)"));
   auto* resume = cmd->add_option("--resume", a->resume,
                   "Continue from a checkpoint (a --checkpoint-dir or one step-N in it); --minibatches / --epochs "
                   "count the whole run, the checkpoint's steps included. The flush schedules (and 1f1b-rr from a "

@@ -80,10 +80,12 @@ class CliObserver final : public TrainObserver {
   double data_wait_ms_ = -1, lr_ = -1;
 };
 
-void run_train(const TrainArgs& a) {
+void run_train(const TrainArgs& given) {
+  TrainArgs a = given;
   if (a.log_every < 1) throw UserError(cat("--log-every must be >= 1, got ", a.log_every));
   if (a.train.keep_checkpoints > 0 && a.train.checkpoint_dir.empty())
     throw UserError("--keep-checkpoints needs --checkpoint-dir");
+  if (a.train.keep_checkpoints < 0) a.train.keep_checkpoints = kDefaultKeepCheckpoints;  // not given
   check_output_file("--save", a.save);
   check_output_file("--metrics", a.metrics);
   require_compute_device(a.device);  // no CUDA build / no GPU: refused before reading data
@@ -93,6 +95,7 @@ void run_train(const TrainArgs& a) {
   DataSplits data = open_dataset(a.data, a.data_dir, model, parse_data_options(a.data_options));
   TrainOptions o = a.train;
   const int64_t steps = planned_steps(o, data.train->size());
+  if (!o.checkpoint_dir.empty()) remove_partial_checkpoints(o.checkpoint_dir);  // an interrupted run's
   const NamedTensors init = a.init.empty() ? NamedTensors{} : load_named_weights(model, a.init);
   o.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
   cpu::set_compute_threads(a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
@@ -200,10 +203,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--save", a->save, "Write the final weights (safetensors)");
   cmd->add_option("--checkpoint-dir", t.checkpoint_dir, "Write checkpoints here (every --checkpoint-every steps and at the end)");
   cmd->add_option("--checkpoint-every", t.checkpoint_every, "Steps between checkpoints (0: only at the end)");
+  t.keep_checkpoints = -1;  // not given: kDefaultKeepCheckpoints
   cmd->add_option("--keep-checkpoints", t.keep_checkpoints,
-                  "Keep only the newest N checkpoints in --checkpoint-dir, removing older ones after each is "
-                  "written (0: keep all)")
-      ->capture_default_str();
+                  cat("Keep only the newest N checkpoints in --checkpoint-dir, removing older ones after each is "
+                      "written (default ", kDefaultKeepCheckpoints, "; 0: keep all)"));
   auto* resume = cmd->add_option("--resume", t.resume,
                   "Continue from a checkpoint (a --checkpoint-dir or one step-N in it); --minibatches / --epochs "
                   "count the whole run, the checkpoint's steps included");

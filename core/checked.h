@@ -14,6 +14,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -146,6 +147,43 @@ inline int64_t product(int64_t a, int64_t b, const Field& f, int64_t limit) {
   if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r) || r > limit)
     throw f.error(cat("at most ", limit, " elements"), cat(a, " x ", b));
   return r;
+}
+
+// Edit distance (insertions, deletions, substitutions) of two short names.
+inline size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// Refuses a key of a JSON object whose fields are ours that is not among
+// `known` (a typo such as "schedul" would otherwise be ignored), naming it
+// and the nearest known key. Not an object: nothing to check here.
+inline void known_keys(const nlohmann::json& object, std::initializer_list<std::string_view> known,
+                       const std::string& where) {
+  if (!object.is_object()) return;
+  for (const auto& item : object.items()) {
+    const std::string& key = item.key();
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string_view nearest;
+    size_t best = SIZE_MAX;
+    for (std::string_view k : known)
+      if (const size_t d = edit_distance(key, k); d < best) best = d, nearest = k;
+    std::string shown = key.substr(0, 80);
+    if (key.size() > 80) shown += "...";
+    throw UserError(cat(where, ": unknown key \"", shown, "\"",
+                        nearest.empty() ? std::string() : cat(" (did you mean \"", nearest, "\"?)"),
+                        "; a misspelt key would be ignored"));
+  }
 }
 
 }  // namespace pd::checked

@@ -43,6 +43,12 @@ struct Plan {
   Topology topology;
   CostModel cost_model = CostModel::paper;
   ScheduleKind schedule = ScheduleKind::OneFOneBRoundRobin;
+  // What the schedule was chosen and predicted for (`plan --schedule auto`,
+  // `run --plan auto --schedule X`), which `run --plan` takes unless told
+  // otherwise: microbatches and virtual stages of a flush schedule, and the
+  // minibatch (--batch) they split. 0: not recorded.
+  int microbatches = 0, virtual_stages = 0;
+  int64_t batch = 0;
   std::string config;  // "7-1"
   int noam = 1;
   std::optional<StateSpaceKind> state_space;  // unset: not recorded ("" in plan.json)

@@ -141,7 +141,7 @@ json plan_to_json(const Plan& p) {
     if (!s.nodes.empty()) stage["nodes"] = s.nodes;
     stages.push_back(std::move(stage));
   }
-  return {{"format", p.format},
+  json out = {{"format", p.format},
           {"profile",
            {{"path", p.profile.path},
             {"sha256", p.profile.sha256},
@@ -168,10 +168,18 @@ json plan_to_json(const Plan& p) {
             {"for_stages", p.predictions_for.empty() ? stage_fingerprint(p) : p.predictions_for}}},
           {"baselines", {{"single_worker_s", baseline_to_json(p.single_worker_s)},
                          {"data_parallel_s", baseline_to_json(p.data_parallel_s)}}}};
+  if (p.microbatches > 0) out["microbatches"] = p.microbatches;
+  if (p.virtual_stages > 0) out["virtual_stages"] = p.virtual_stages;
+  if (p.batch > 0) out["batch"] = p.batch;
+  return out;
 }
 
 Plan plan_from_json(const json& j, const std::string& source) {
   if (!j.is_object()) throw UserError(cat(source, ": a plan must be a JSON object"));
+  checked::known_keys(j,
+                      {"format", "profile", "topology", "cost_model", "schedule", "microbatches", "virtual_stages",
+                       "batch", "config", "noam", "state_space", "stages", "predicted", "baselines"},
+                      source);
   Plan p;
   p.format = field<std::string>(j, "format", source);
   if (p.format != "pipedream-plan/1")
@@ -179,6 +187,7 @@ Plan plan_from_json(const json& j, const std::string& source) {
   if (j.contains("profile")) {
     const json& prof = j["profile"];
     std::string where = source + ": profile";
+    checked::known_keys(prof, {"path", "sha256", "model", "batch_size", "device"}, where);
     p.profile.path = optional_field<std::string>(prof, "path", "", where);
     p.profile.sha256 = optional_field<std::string>(prof, "sha256", "", where);
     p.profile.model = optional_field<std::string>(prof, "model", "", where);
@@ -189,6 +198,9 @@ Plan plan_from_json(const json& j, const std::string& source) {
   p.cost_model = kind_field(j, "cost_model", "paper", source, parse_cost_model, "\"paper\" or \"pipedream\"");
   p.schedule = kind_field(j, "schedule", "1f1b-rr", source, parse_plan_schedule,
                           "\"1f1b-rr\", \"gpipe\", \"1f1b-flush\", \"zb-h1\", \"interleaved-1f1b\" or \"2bw\"");
+  p.microbatches = optional_field<int>(j, "microbatches", 0, source);
+  p.virtual_stages = optional_field<int>(j, "virtual_stages", 0, source);
+  p.batch = optional_field<int64_t>(j, "batch", 0, source);
   p.config = optional_field<std::string>(j, "config", "", source);
   p.noam = optional_field<int>(j, "noam", 1, source);
   if (const std::string space = optional_field<std::string>(j, "state_space", "", source); !space.empty())
@@ -200,6 +212,11 @@ Plan plan_from_json(const json& j, const std::string& source) {
   for (size_t i = 0; i < j["stages"].size(); ++i) {
     const json& js = j["stages"][i];
     std::string where = cat(source, ": stages[", i, "]");
+    checked::known_keys(js,
+                        {"index", "layers", "layer_names", "nodes", "replicas", "ranks", "compute_s", "forward_s",
+                         "backward_s", "sync_s", "optimizer_s", "transfer_s", "time_s", "output_bytes",
+                         "parameter_bytes", "memory_bytes", "in_flight"},
+                        where);
     PlanStage s;
     s.index = optional_field<int>(js, "index", int(i), where);
     if (s.index != int(i)) throw UserError(cat(where, ": \"index\" must be ", i, ", got ", s.index));
@@ -251,6 +268,11 @@ Plan plan_from_json(const json& j, const std::string& source) {
   if (j.contains("predicted")) {
     const json& pr = j["predicted"];
     std::string where = source + ": predicted";
+    checked::known_keys(pr,
+                        {"time_per_minibatch_s", "throughput_samples_per_s", "speedup_vs_single",
+                         "speedup_vs_data_parallel", "bottleneck_stage", "by", "closed_form_s", "closed_form_bound_s",
+                         "shared_cores_bound_s", "for_stages"},
+                        where);
     p.time_per_minibatch_s = optional_field<double>(pr, "time_per_minibatch_s", 0, where);
     p.throughput_samples_per_s = optional_field<double>(pr, "throughput_samples_per_s", 0, where);
     p.speedup_vs_single = optional_field<double>(pr, "speedup_vs_single", 0, where);
@@ -265,6 +287,11 @@ Plan plan_from_json(const json& j, const std::string& source) {
   }
   if (j.contains("baselines")) {
     const json& b = j["baselines"];
+    // `plan --baseline straight|equal` adds those plans' times and configs.
+    checked::known_keys(b,
+                        {"single_worker_s", "data_parallel_s", "straight_s", "straight_config", "equal_s",
+                         "equal_config"},
+                        source + ": baselines");
     p.single_worker_s = baseline_from_json(b, "single_worker_s", source);
     p.data_parallel_s = baseline_from_json(b, "data_parallel_s", source);
   }

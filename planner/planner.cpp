@@ -118,23 +118,28 @@ bool fits(const PlanningGraph& g, const Topology& topology, const PlannerOptions
                                      const std::string& why) {
   uint64_t limit = options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes;
   std::string advice;
+  uint64_t memory_fits = 0, memory_short = 0;
+  int workers_fit = 0;
   if (limit > 0) {
     double everything = 0;
     for (const auto& n : g.nodes)
       everything += 2 * n.parameter_bytes + n.optimizer_state_bytes + n.activation_bytes + n.output_bytes;
-    uint64_t lo = std::max(limit, uint64_t(smallest_footprint(g))), hi = uint64_t(everything) + 1;
+    // lo does not fit (the limit given, or below the largest layer alone).
+    uint64_t lo = std::max(limit, uint64_t(std::max(1.0, smallest_footprint(g))) - 1), hi = uint64_t(everything) + 1;
     options.memory_bytes = hi;
     if (fits(g, topology, options)) {
-      // To 5%, for at most about two seconds: each probe is a whole
-      // memory-limited plan.
+      // To 0.05%, for at most about two seconds: each probe is a whole
+      // memory-limited plan. Both ends stay true: lo does not fit, hi does.
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-      while (hi - lo > 1 && double(hi - lo) > 0.05 * double(lo) && std::chrono::steady_clock::now() < deadline) {
+      while (hi - lo > 1 && double(hi - lo) > 0.0005 * double(lo) && std::chrono::steady_clock::now() < deadline) {
         uint64_t mid = lo + (hi - lo) / 2;
         options.memory_bytes = mid;
         (fits(g, topology, options) ? hi : lo) = mid;
       }
-      advice += cat("; with ", topology.total_workers(), " workers it needs at least ", bytes_text(double(lo)),
-                    " of memory per worker, and ", bytes_text(double(hi)), " fits (--memory ", hi, ")");
+      memory_fits = hi;
+      memory_short = lo;
+      advice += cat("; with ", topology.total_workers(), " workers the least memory per worker that fits is ",
+                    bytes_text(double(hi)), " (--memory ", hi, " fits, ", lo, " does not)");
     }
     options.memory_bytes = limit;
     if (topology.levels.size() == 1) {
@@ -146,12 +151,25 @@ bool fits(const PlanningGraph& g, const Topology& topology, const PlannerOptions
       for (int workers : tries)
         if (fits(g, flat_topology(workers, topology.levels[0].bandwidth_GBps), options)) {
           advice += cat("; with ", bytes_text(double(limit)), " per worker, ", workers, " workers would fit");
+          workers_fit = workers;
           break;
         }
     }
   }
   if (advice.empty()) advice = "; no memory limit or worker count up to 4x this one makes it fit";
-  throw UserError(cat(why, advice));
+  throw PlanDoesNotFit(cat(why, advice), memory_fits, memory_short, workers_fit);
+}
+
+// --straight puts one worker on each stage and a stage holds one layer or
+// more: without --fewer-workers it needs a layer per worker.
+void require_a_layer_per_worker(const Profile& profile, const PlanningGraph& g, const Topology& topology,
+                                const PlannerOptions& options) {
+  const int workers = topology.total_workers(), layers = static_cast<int>(g.nodes.size());
+  if (!options.straight || options.fewer_workers || options.stage_replicas > 1 || layers >= workers) return;
+  throw UserError(cat("--straight on ", workers, " workers needs ", workers, " stages of one layer or more, but ",
+                      profile.model.empty() ? std::string("the model") : profile.model, " has ", layers,
+                      layers == 1 ? " layer" : " layers", " to cut between: give --workers ", layers,
+                      " or fewer, or --fewer-workers to let the plan leave workers idle"));
 }
 
 }  // namespace
@@ -162,6 +180,7 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
   if (options.activation_compression_ratio && !(*options.activation_compression_ratio > 0))
     throw UserError("--activation-compression-ratio must be positive");
   PlanningGraph g = build_planning_graph(profile);
+  require_a_layer_per_worker(profile, g, topology, options);
   PlannedPipeline pipeline;
   try {
     const uint64_t limit = options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes;

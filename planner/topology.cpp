@@ -127,6 +127,7 @@ uint64_t parse_size(const std::string& s) {
 Topology topology_from_json(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object() || !j.contains("levels") || !j["levels"].is_array() || j["levels"].empty())
     throw UserError(cat(where, ": expected {\"levels\": [{\"count\": N, \"bandwidth_GBps\": B}, ...]}"));
+  checked::known_keys(j, {"levels", "worker_memory_bytes", "source"}, where);
   Topology t;
   int64_t total = 1;
   constexpr int64_t kMaxWorkers = int64_t{1} << 24;
@@ -134,6 +135,10 @@ Topology topology_from_json(const nlohmann::json& j, const std::string& where) {
     const auto& level = j["levels"][i];
     const std::string at = cat(where, ": levels[", i, "]");
     if (!level.is_object()) throw UserError(cat(at, " must be {\"count\": N, \"bandwidth_GBps\": B}"));
+    checked::known_keys(level,
+                        {"count", "bandwidth_GBps", "latency_us", "allreduce_GBps", "comm_cpu_GBps",
+                         "comm_cpu_us_per_message", "allreduce_busy_GBps", "latency_busy_us"},
+                        at);
     if (!level.contains("count") || !level.contains("bandwidth_GBps"))
       throw UserError(cat(at, " needs \"count\" and \"bandwidth_GBps\""));
     const int count = checked::integer_as<int>(level["count"], {at, "count"}, 1, kMaxWorkers);

@@ -92,6 +92,25 @@ std::vector<std::pair<int64_t, fs::path>> step_folders(const std::string& dir) {
   return found;
 }
 
+}  // namespace
+
+void remove_partial_checkpoints(const std::string& dir, int64_t before) {
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t digits = name.size() - std::min(name.size(), std::string(".partial").size());
+    if (name.size() <= 13 || name.size() > 31 || name.rfind("step-", 0) != 0 || name.substr(digits) != ".partial") continue;
+    if (!std::all_of(name.begin() + 5, name.begin() + static_cast<std::ptrdiff_t>(digits),
+                     [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    if (std::stoll(name.substr(5, digits - 5)) < before) stale.push_back(e.path());
+  }
+  for (const fs::path& p : stale) fs::remove_all(p, ec);
+}
+
+namespace {
+
 // The step-N folders before the keep newest up to `step` (the one just
 // committed, which `latest` names). Folders past it (a run resumed from an
 // earlier checkpoint into the same folder) are left alone.
@@ -121,6 +140,8 @@ void commit_checkpoint(const std::string& dir, int64_t step, const nlohmann::jso
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.path().filename().string().rfind("latest.tmp.", 0) == 0) fs::remove(e.path(), ec);
   write_file_atomically(dir + "/latest", step_name(step) + "\n");
+  // Every worker is past the steps before this one: their unfinished folders are an interrupted run's.
+  remove_partial_checkpoints(dir, step);
   if (keep > 0) remove_old_checkpoints(dir, step, keep);
 }
 
@@ -255,6 +276,19 @@ std::string precision_note(const ResumePoint& p, const std::string& precision) {
   return cat("note: the checkpoint was trained with --precision ", p.run["precision"].get<std::string>(),
              ", this run uses ", precision, ": it continues from the FP32 master weights, so its result differs from "
              "an uninterrupted ", p.run["precision"].get<std::string>(), " run");
+}
+
+std::string lr_schedule_note(const ResumePoint& p, const LrSchedule& lr) {
+  if (lr.kind != LrScheduleKind::cosine || !p.run.contains("lr_total_steps") || !p.run["lr_total_steps"].is_number_integer())
+    return "";
+  LrSchedule before = lr;
+  before.total_steps = p.run["lr_total_steps"].get<int64_t>();
+  if (before.total_steps == lr.total_steps || before.total_steps <= before.warmup_steps) return "";
+  char rates[96];
+  std::snprintf(rates, sizeof rates, "%g to %g", double(before.lr_at(p.step)), double(lr.lr_at(p.step)));
+  return cat("note: --lr-schedule cosine is stretched from the checkpoint run's ", before.total_steps, " steps to ",
+             lr.total_steps, ": the learning rate at step ", p.step, " goes from ", rates, " (--minibatches ",
+             before.total_steps, " keeps the original schedule)");
 }
 
 NamedTensors checkpoint_tensors(const ResumePoint& p) {

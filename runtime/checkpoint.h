@@ -13,6 +13,7 @@
 // weight versions as "version.{v}.{layer}.{name}". Any stage of any plan
 // finds its tensors by name in the union of the files.
 #include <cstdint>
+#include <climits>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,7 +37,16 @@ struct StageCheckpoint {
   std::map<int64_t, const ParameterStore*> older;
 };
 
+// --keep-checkpoints when not given: the newest 3, so that a long run does
+// not fill the disk (0 keeps every one).
+constexpr int64_t kDefaultKeepCheckpoints = 3;
+
 std::string checkpoint_partial_dir(const std::string& dir, int64_t step);
+// Removes DIR's step-N.partial folders with N < before: checkpoints an
+// interrupted run began and never committed (commit_checkpoint removes
+// those below the step it commits; a run's launcher all of them at its
+// start, before any worker writes).
+void remove_partial_checkpoints(const std::string& dir, int64_t before = INT64_MAX);
 // Creates DIR/step-N.partial (every writer may call it).
 void prepare_checkpoint(const std::string& dir, int64_t step);
 void write_stage_checkpoint(const std::string& dir, int64_t step, const StageCheckpoint& s);
@@ -78,6 +88,11 @@ void require_same_model(const ResumePoint& p, const Model& m);
 // A line for the user when the checkpoint was trained in another precision
 // (allowed: master weights are FP32 either way), else empty.
 std::string precision_note(const ResumePoint& p, const std::string& precision);
+// A line for the user when a cosine schedule decays over another number of
+// steps than the checkpoint's run planned (a larger --minibatches): the
+// rate at the checkpoint's step before and after; else empty. Checkpoints
+// that do not record it ("lr_total_steps") get none.
+std::string lr_schedule_note(const ResumePoint& p, const LrSchedule& lr);
 
 // Every tensor of every stage file, by name (replicas are stored once).
 NamedTensors checkpoint_tensors(const ResumePoint& p);

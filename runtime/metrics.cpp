@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -47,7 +48,11 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t continues_at_step)
       continues_at_step > 0 ? lines_before_step(path, continues_at_step) : std::vector<std::string>{};
   file_.reset(std::fopen(partial_path_.c_str(), "w"));
   if (!file_) throw UserError(cat("cannot create metrics file ", partial_path_, ": ", std::strerror(errno)));
-  for (const std::string& line : earlier) std::fprintf(file_.get(), "%s\n", line.c_str());
+  for (const std::string& line : earlier) {
+    std::fprintf(file_.get(), "%s\n", line.c_str());
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.contains("seconds") && j["seconds"].is_number()) clock_offset_s_ = std::max(clock_offset_s_, j["seconds"].get<double>());
+  }
   std::fflush(file_.get());
 }
 
@@ -69,16 +74,14 @@ void MetricsWriter::write(const nlohmann::json& line) {
   std::fflush(file_.get());
 }
 
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+double MetricsWriter::seconds() const {
+  return clock_offset_s_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - opened_).count();
 }
-}  // namespace
 
 void MetricsWriter::step(int64_t step, int64_t epoch, double loss, double samples_per_s, double data_wait_ms,
                          double lr) {
   nlohmann::json line = {{"event", "step"}, {"step", step}, {"epoch", epoch}, {"loss", loss},
-                         {"samples_per_s", samples_per_s}, {"seconds", seconds_since(opened_)}};
+                         {"samples_per_s", samples_per_s}, {"seconds", seconds()}};
   if (data_wait_ms >= 0) line["data_wait_ms"] = data_wait_ms;
   if (lr >= 0) line["lr"] = lr;
   write(line);
@@ -87,12 +90,12 @@ void MetricsWriter::step(int64_t step, int64_t epoch, double loss, double sample
 void MetricsWriter::grad_norm(int64_t step, double norm, double factor) {
   // JSON has no NaN or infinity: such a norm is written as null.
   write({{"event", "grad_norm"}, {"step", step}, {"grad_norm", std::isfinite(norm) ? nlohmann::json(norm) : nullptr},
-         {"clip_factor", factor}, {"seconds", seconds_since(opened_)}});
+         {"clip_factor", factor}, {"seconds", seconds()}});
 }
 
 void MetricsWriter::eval(int64_t epoch, double test_loss, double test_accuracy) {
   write({{"event", "eval"}, {"epoch", epoch}, {"test_loss", test_loss}, {"test_accuracy", test_accuracy},
-         {"seconds", seconds_since(opened_)}});
+         {"seconds", seconds()}});
 }
 
 std::string format_duration(double seconds) {

@@ -25,7 +25,8 @@ class MetricsWriter {
   // UserError when it cannot be created. `continues_at_step` > 0 (a resumed
   // run): the log starts with the lines of the run it continues (its
   // interrupted F.partial, else F) whose "step" is before that step, so a
-  // resumed run's log is the whole run's.
+  // resumed run's log is the whole run's; its "seconds" continue from the
+  // last kept line's (the clock of the run it continues).
   explicit MetricsWriter(const std::string& path, int64_t continues_at_step = 0);
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
@@ -51,6 +52,8 @@ class MetricsWriter {
   std::unique_ptr<std::FILE, Closer> file_;
   std::string path_, partial_path_;
   int exceptions_at_open_ = 0;  // std::uncaught_exceptions() when opened
+  double clock_offset_s_ = 0;    // a resumed run: the seconds of the run it continues
+  double seconds() const;
   std::chrono::steady_clock::time_point opened_ = std::chrono::steady_clock::now();
 };
 

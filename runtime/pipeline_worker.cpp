@@ -37,6 +37,7 @@ nlohmann::json checkpoint_identity(const RunSpec& spec, const Model& model) {
           {"checkpoint_every", spec.checkpoint_every},
           {"precision", to_string(spec.precision)},  // a note on resume, not refused: master weights are FP32
           {"model_spec", model_fingerprint(model)},
+          {"lr_total_steps", spec.lr.total_steps},  // a note on resume (lr_schedule_note), not refused
           {"drained", true}};
 }
 
@@ -147,6 +148,7 @@ ResumeFrom resume_if_asked(const RunSpec& spec, const Model& model, const Worker
   if (role.reporter && !p.note.empty()) std::fprintf(stderr, "%s\n", p.note.c_str());
   if (const std::string n = precision_note(p, to_string(spec.precision)); role.reporter && !n.empty())
     std::fprintf(stderr, "%s\n", n.c_str());
+  if (const std::string n = lr_schedule_note(p, spec.lr); role.reporter && !n.empty()) std::fprintf(stderr, "%s\n", n.c_str());
   if (role.reporter)
     std::fprintf(stderr, "resuming from %s (step %lld of %lld%s)\n", p.dir.c_str(), static_cast<long long>(p.step),
                  static_cast<long long>(spec.steps()), from.in_flight ? ", minibatches in flight rebuilt" : "");
@@ -453,13 +455,24 @@ void write_trace(const RunSpec& spec, const GatheredResults& g, Transport& t) {
 // Why the plan's per-stage memory says nothing about this run, or "": it is
 // 1f1b-rr's with stashed weights, at the profiled batch, for training alone.
 std::string memory_not_comparable(const RunSpec& spec, bool evaluated) {
-  if (spec.schedule.kind != ScheduleKind::OneFOneBRoundRobin || spec.schedule.policy != WeightPolicy::Stash)
-    return cat("the plan's figure is for 1f1b-rr with stashed weights, not ", to_string(spec.schedule.kind),
-               spec.schedule.kind == ScheduleKind::OneFOneBRoundRobin ? " with weights " + to_string(spec.schedule.policy)
-                                                                     : std::string());
-  if (spec.plan.profile.batch_size > 0 && spec.samples_per_step() != spec.plan.profile.batch_size)
-    return cat("the plan's figure is for batch ", spec.plan.profile.batch_size, ", this run's is ",
-               spec.samples_per_step());
+  const Plan& plan = spec.plan;
+  const bool flush = is_flush(spec.schedule.kind);
+  // The plan's figure is its schedule's: 1f1b-rr's with stashed weights, or
+  // the flush schedule's at the microbatches it records (`plan --schedule auto`).
+  const bool same = spec.schedule.kind == plan.schedule &&
+                    (flush ? plan.microbatches == spec.schedule.microbatches
+                           : spec.schedule.policy == WeightPolicy::Stash);
+  if (!same)
+    return cat("the plan's figure is for ", to_string(plan.schedule),
+               !is_flush(plan.schedule) ? std::string(" with stashed weights")
+               : plan.microbatches > 0  ? cat(" at ", plan.microbatches, " microbatches")
+                                        : std::string(),
+               ", not ", to_string(spec.schedule.kind),
+               !flush ? " with weights " + to_string(spec.schedule.policy)
+                      : cat(" at ", spec.schedule.microbatches, " microbatches"));
+  const int64_t planned_batch = plan.batch > 0 ? plan.batch : plan.profile.batch_size;
+  if (planned_batch > 0 && spec.samples_per_step() != planned_batch)
+    return cat("the plan's figure is for batch ", planned_batch, ", this run's is ", spec.samples_per_step());
   if (evaluated) return "the peak includes test-set evaluation; --no-eval measures training alone";
   return "";
 }
@@ -503,14 +516,28 @@ void print_rank_lines(const RunSpec& spec, const std::vector<nlohmann::json>& pe
 // state, or "".
 std::string time_not_comparable(const RunSpec& spec, const RunReporter& report, double steady) {
   const Plan& plan = spec.plan;
-  if (spec.schedule.kind != ScheduleKind::OneFOneBRoundRobin || plan.schedule != ScheduleKind::OneFOneBRoundRobin)
-    return cat("the plan predicts ", to_string(plan.schedule), ", this run is ", to_string(spec.schedule.kind),
-               " (`pipedream simulate --schedule ", to_string(spec.schedule.kind),
-               is_flush(spec.schedule.kind) ? cat(" --microbatches ", spec.schedule.microbatches) : std::string(),
+  // A flush schedule's prediction holds for the microbatches and virtual
+  // stages it was made for (plan.json records them).
+  const bool flush = is_flush(spec.schedule.kind);
+  const bool same_schedule =
+      spec.schedule.kind == plan.schedule &&
+      (!flush || (plan.microbatches == spec.schedule.microbatches &&
+                  std::max(1, plan.virtual_stages) == std::max(1, spec.schedule.virtual_stages)));
+  const std::string run_schedule =
+      cat(to_string(spec.schedule.kind), flush ? cat(" at ", spec.schedule.microbatches, " microbatches") : std::string(),
+          spec.schedule.virtual_stages > 1 ? cat(", ", spec.schedule.virtual_stages, " virtual stages") : std::string());
+  if (!same_schedule)
+    return cat("the plan predicts ", to_string(plan.schedule),
+               is_flush(plan.schedule) && plan.microbatches > 0 ? cat(" at ", plan.microbatches, " microbatches")
+                                                                : std::string(),
+               is_flush(plan.schedule) && plan.microbatches == 0 ? " (microbatches not recorded)" : "",
+               ", this run is ", run_schedule, " (`pipedream simulate --schedule ", to_string(spec.schedule.kind),
+               flush ? cat(" --microbatches ", spec.schedule.microbatches) : std::string(),
                spec.schedule.virtual_stages > 1 ? cat(" --virtual-stages ", spec.schedule.virtual_stages) : std::string(),
                "` predicts it)");
-  if (plan.profile.batch_size > 0 && spec.samples_per_step() != plan.profile.batch_size)
-    return cat("the plan predicts batch ", plan.profile.batch_size, ", this run's is ", spec.samples_per_step());
+  const int64_t planned_batch = plan.batch > 0 ? plan.batch : plan.profile.batch_size;
+  if (planned_batch > 0 && spec.samples_per_step() != planned_batch)
+    return cat("the plan predicts batch ", planned_batch, ", this run's is ", spec.samples_per_step());
   if (steady <= 0) return "too few steps for a steady state (8 or more give one)";
   if (const int n = report.evaluations_in_steady_window(); n > 0)
     return cat(n, " test-set evaluation", n > 1 ? "s" : "", " ran inside the steady window (--no-eval, or fewer "

@@ -128,6 +128,7 @@ nlohmann::json train_checkpoint_identity(const Model& m, const TrainOptions& o) 
           {"checkpoint_every", o.checkpoint_every},
           {"precision", to_string(o.precision)},  // a note on resume, not refused: master weights are FP32
           {"model_spec", model_fingerprint(m)},
+          {"lr_total_steps", o.schedule.total_steps},  // a note on resume (lr_schedule_note), not refused
           {"drained", true}};
 }
 
@@ -150,6 +151,9 @@ int64_t resume_training(const Model& m, const TrainOptions& o, int64_t steps, Pa
   require_same_run(p, train_checkpoint_identity(m, o), {"model", "schedule", "microbatches", "batch", "seed", "optimizer"});
   require_same_model(p, m);
   if (const std::string n = precision_note(p, to_string(o.precision)); !n.empty()) std::fprintf(stderr, "%s\n", n.c_str());
+  LrSchedule lr = o.schedule;
+  lr.base_lr = o.optimizer.lr;
+  if (const std::string n = lr_schedule_note(p, lr); !n.empty()) std::fprintf(stderr, "%s\n", n.c_str());
   if (p.step > steps)
     throw UserError(cat("--resume ", p.dir, ": the checkpoint is at step ", p.step, ", past this run's ", steps,
                         " steps (--minibatches and --epochs count the whole run, the checkpoint's steps included)"));
@@ -173,9 +177,11 @@ void checkpoint_training(const Model& m, const TrainOptions& o, int64_t done, in
 
 }  // namespace
 
-TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test_data, const TrainOptions& o,
+TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test_data, const TrainOptions& options,
                   TrainObserver* observer, const ParameterStore* initial) {
+  TrainOptions o = options;
   const int64_t steps = planned_steps(o, train_data.size());
+  if (o.schedule.total_steps == 0) o.schedule.total_steps = steps;  // checkpoints record it
   const int64_t per_epoch = train_data.size() / o.batch;
   LrSchedule schedule = o.schedule;
   schedule.base_lr = o.optimizer.lr;

@@ -62,10 +62,31 @@ def labelled_paths(items):
     return out
 
 
+class ResumedClock:
+    """A resumed run's "seconds" continue the interrupted run's (this build
+    writes them so); a log written before restarts at zero where the run
+    resumed. Where a line's seconds go back, the later lines are shifted by
+    the largest seconds seen before, so the time axis never runs backwards."""
+
+    def __init__(self):
+        self.offset = 0.0
+        self.latest = 0.0
+
+    def continue_(self, line):
+        t = value(line, "seconds")
+        if t is None:
+            return
+        if t + self.offset < self.latest:
+            self.offset = self.latest
+        line["seconds"] = t + self.offset
+        self.latest = max(self.latest, line["seconds"])
+
+
 def read_metrics(path, norms=None):
     """The step and eval lines of a metrics.jsonl, with x positions resolved;
     its grad_norm lines are appended to `norms` when given."""
     steps, evals = [], []
+    clock = ResumedClock()
     found_norms = []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
@@ -79,6 +100,7 @@ def read_metrics(path, norms=None):
                                  "`pipedream train/run --metrics`?") from None
             if not isinstance(j, dict):
                 continue
+            clock.continue_(j)
             if j.get("event") == "step":
                 if "step" not in j:
                     raise InputError(f"{path}:{number}: a step line without \"step\"")

@@ -93,6 +93,7 @@ std::vector<BatchTimes> at_batch_field(const json& node, int batch_size, const W
   for (const json& e : *it) {
     if (!e.is_object())
       throw UserError(cat(where(), ": each \"at_batch\" entry must be an object, got ", e.dump()));
+    checked::known_keys(e, {"batch", "forward_ms", "backward_ms"}, where() + ": at_batch");
     BatchTimes t;
     t.batch = int_field(e, "batch", where, true);
     if (t.batch < 1 || t.batch >= batch_size)
@@ -143,6 +144,11 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     throw UserError(cat(source, ": invalid JSON: ", e.what()));
   }
   if (!j.is_object()) throw UserError(cat(source, ":1: a profile must be a JSON object"));
+  checked::known_keys(j,
+                      {"format", "model", "batch_size", "device", "dtype", "precision", "threads",
+                       "step_forward_backward_ms", "warmup_iterations", "measured_iterations", "measured_seconds",
+                       "host_probe_ms", "nodes", "edges"},
+                      source);
   Profile p;
   p.source_path = source;
   p.source_kind = ProfileSource::json;
@@ -178,6 +184,11 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     std::string where = cat(source, ": nodes[", i, "]");
     if (!n.is_object() || !n.contains("id"))
       throw UserError(cat(where, ": each node needs an integer \"id\""));
+    checked::known_keys(n,
+                        {"id", "name", "op", "forward_ms", "backward_ms", "forward_p90_ms", "backward_p90_ms",
+                         "output_bytes", "activation_bytes", "parameter_bytes", "optimizer_state_bytes",
+                         "workspace_bytes", "optimizer_ms", "at_batch"},
+                        where);
     ProfileNode node;
     node.id = checked::integer_as<int>(n["id"], {where, "\"id\""}, 0);
     const Where node_where = [&] { return cat(node_location(text, source, node.id), ": node ", node.id); };

@@ -171,6 +171,8 @@ ScheduleFile parse_json(const std::string& text, const std::string& source) {
   if (j.is_discarded()) throw UserError(cat(source, ": not valid JSON"));
   ScheduleFile file;
   try {
+    checked::known_keys(j, {"format", "schedule", "weights", "microbatches", "minibatches", "virtual_stages", "workers"},
+                        source);
     if (j.value("format", "") != kFormat)
       throw UserError(cat(source, ": field 'format' must be '", kFormat, "'"));
     const auto& workers = j.at("workers");
@@ -186,11 +188,16 @@ ScheduleFile parse_json(const std::string& text, const std::string& source) {
                count("minibatches", std::nullopt), static_cast<int64_t>(workers.size()),
                count("virtual_stages", 1), source + ": ");
     for (const auto& w : workers) {
+      checked::known_keys(w, {"rank", "stage", "actions"}, cat(source, ": workers[]"));
       const int rank = w.at("rank").get<int>();
       const int stage = w.at("stage").get<int>();
       size_t index = 0;
       for (const auto& act : w.at("actions")) {
         const std::string where = cat(source, ": rank ", rank, " action ", index++, ": ");
+        checked::known_keys(act,
+                            {"action", kFieldNames[0], kFieldNames[1], kFieldNames[2], kFieldNames[3], kFieldNames[4],
+                             kFieldNames[5], kFieldNames[6], kFieldNames[7], kFieldNames[8], kFieldNames[9]},
+                            where.substr(0, where.size() - 2));
         Fields f;
         for (int i = 0; i < kFieldCount; ++i)
           if (act.contains(kFieldNames[i]) && !act[kFieldNames[i]].is_null())

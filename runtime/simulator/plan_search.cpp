@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -94,11 +95,17 @@ class Search {
       } catch (const UserError&) {
       }
     }
-    if (plans_.empty()) throw UserError(first_error_);
+    // Only the one-worker plan: a plan on the workers given is impossible,
+    // and leaving all but one idle is what --fewer-workers allows.
+    const bool only_one_worker = plans_.size() == 1 && search_.candidates[0].family == "one-worker";
+    if (first_failure_ && (plans_.empty() || (only_one_worker && !options_.fewer_workers)))
+      std::rethrow_exception(first_failure_);
+    if (plans_.empty()) throw UserError("no plan found");
     for (size_t i = 1; i < plans_.size(); ++i)
       if (search_.candidates[i].replayed_s < search_.candidates[search_.chosen].replayed_s) search_.chosen = i;
     search_.plan = std::move(plans_[search_.chosen]);
     search_.plan.closed_form_bound_s = bound_;
+    replayed_baselines(search_.plan);
     set_predicted_time(search_.plan, search_.candidates[search_.chosen].replayed_s, PredictedBy::replay);
     return std::move(search_);
   }
@@ -121,6 +128,26 @@ class Search {
       if (search_.candidates.back().closed_form_s >= best_replay()) return;
     }
   }
+  // The baselines as replayed, like the plan: one worker, and data
+  // parallelism's own plan (under --straight too, where it is no candidate).
+  void replayed_baselines(Plan& plan) {
+    for (const PlanCandidate& c : search_.candidates) {
+      if (c.family == "one-worker") plan.single_worker_s = c.replayed_s;
+      if (c.family == "data-parallel") plan.data_parallel_s = c.replayed_s;
+    }
+    const int workers = topology_.total_workers();
+    if (workers == 1) plan.data_parallel_s = plan.single_worker_s;
+    if (!options_.straight || workers == 1) return;
+    PlannerOptions dp = options_;
+    dp.straight = false;
+    dp.stage_replicas = workers;
+    dp.explain_infeasible = false;
+    try {
+      plan.data_parallel_s = replay_time(plan_pipeline(profile_, topology_, dp), minibatches_, &profile_);
+    } catch (const UserError&) {
+      plan.data_parallel_s = NAN;  // does not fit in worker memory
+    }
+  }
   bool tight() const {
     return !search_.candidates.empty() &&
            search_.candidates[0].replayed_s <= search_.candidates[0].closed_form_s * (1 + 1e-9);
@@ -134,8 +161,8 @@ class Search {
     try {
       consider(family, plan_pipeline(profile_, topology_, o));
       return true;
-    } catch (const UserError& e) {
-      if (first_error_.empty()) first_error_ = e.what();  // the unconstrained family's advice comes first
+    } catch (const UserError&) {
+      if (!first_failure_) first_failure_ = std::current_exception();  // the unconstrained family's advice comes first
       return false;
     }
   }
@@ -153,7 +180,7 @@ class Search {
   const int64_t minibatches_;
   PlanSearch search_;
   std::vector<Plan> plans_;
-  std::string first_error_;
+  std::exception_ptr first_failure_;
   double bound_ = 0;
 };
 

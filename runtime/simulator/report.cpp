@@ -15,8 +15,6 @@
 
 namespace pd {
 
-namespace {
-
 // The profile nodes of each plan stage: its node ids (DAG plans) or its layer range.
 std::vector<std::vector<const ProfileNode*>> stage_nodes(const Plan& plan, const Profile& profile) {
   std::map<int, const ProfileNode*> by_id;
@@ -43,8 +41,6 @@ std::vector<std::vector<const ProfileNode*>> stage_nodes(const Plan& plan, const
   }
   return out;
 }
-
-}  // namespace
 
 std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile& profile) {
   std::vector<uint64_t> out;

@@ -4,46 +4,64 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "planner/planning_graph.h"
 #include "runtime/simulator/plan_search.h"
 #include "runtime/simulator/simulator.h"
 
 namespace pd {
 namespace {
 
-// One stage's footprint from the profile (chain plans).
+// One stage's footprint from the profile (its layers, or its nodes in a DAG plan).
 struct Footprint {
   double parameters = 0, optimizer_state = 0, activations = 0, boundary = 0, workspace = 0;
 };
 
-Footprint footprint(const Profile& profile, const PlanStage& st) {
+Footprint footprint(const std::vector<const ProfileNode*>& nodes, const PlanStage& st) {
   Footprint f;
-  for (int l = st.first_layer; l <= st.last_layer; ++l) {
-    const ProfileNode& n = profile.nodes.at(static_cast<size_t>(l));
-    f.parameters += double(n.parameter_bytes);
-    f.optimizer_state += double(n.optimizer_state_bytes);
-    f.activations += double(n.activation_bytes);
-    f.workspace = std::max(f.workspace, double(n.workspace_bytes));
+  for (const ProfileNode* n : nodes) {
+    f.parameters += double(n->parameter_bytes);
+    f.optimizer_state += double(n->optimizer_state_bytes);
+    f.activations += double(n->activation_bytes);
+    f.workspace = std::max(f.workspace, double(n->workspace_bytes));
   }
   f.boundary = double(st.output_bytes);
   return f;
 }
 
-// The fullest worker's bytes under a synchronous (or 2bw) schedule.
-double peak_memory(const Profile& profile, const Plan& plan, const ScheduleOptions& o, const SimulationReport& rep) {
+// Each worker's bytes under a synchronous (or 2bw) schedule, by rank.
+std::vector<double> worker_memory(const Profile& profile, const Plan& plan, const ScheduleOptions& o,
+                                  const SimulationReport& rep) {
   const Schedule schedule(plan, o);
+  const auto nodes = stage_nodes(plan, profile);
   const double versions = o.kind == ScheduleKind::TwoBW ? 2 : 1, m = o.microbatches;
-  double peak = 0;
+  std::vector<double> bytes(rep.workers.size(), 0);
   for (const WorkerReport& w : rep.workers) {
     double fixed = 0, per_item = 0, workspace = 0;
     for (int c = 0; c < schedule.chunks(); ++c) {
-      const Footprint f = footprint(profile, plan.stages[static_cast<size_t>(schedule.stage_of(w.rank, c))]);
+      const size_t stage = static_cast<size_t>(schedule.stage_of(w.rank, c));
+      const Footprint f = footprint(nodes[stage], plan.stages[stage]);
       fixed += f.parameters * (versions + 1) + f.optimizer_state;
       per_item = std::max(per_item, (f.activations + 2 * f.boundary) / m);
       workspace = std::max(workspace, f.workspace / m);
     }
-    peak = std::max(peak, fixed + double(w.peak_held) * per_item + workspace);
+    bytes.at(static_cast<size_t>(w.rank)) = fixed + double(w.peak_held) * per_item + workspace;
   }
-  return peak;
+  return bytes;
+}
+
+// The microbatch counts searched: those of W, 2W and 4W and the divisors of
+// the batch between (interleaved: multiples of W only) that split the
+// profile's batch evenly, as `run --batch B --microbatches M` requires; the
+// smallest divisor above 4W (or the batch itself) where none does.
+std::vector<int> microbatch_counts(int batch, int workers, bool interleaved) {
+  std::vector<int> out;
+  if (batch <= 0) return {workers, 2 * workers, 4 * workers};  // not recorded: any count
+  for (int m = workers; m <= 4 * workers && m <= batch; ++m)
+    if (batch % m == 0 && (!interleaved || m % workers == 0)) out.push_back(m);
+  for (int m = 4 * workers + 1; out.empty() && m <= batch; ++m)
+    if (batch % m == 0 && (!interleaved || m % workers == 0)) out.push_back(m);
+  if (out.empty() && !interleaved) out.push_back(batch);  // fewer microbatches than workers
+  return out;
 }
 
 ScheduleCandidate one_f_one_b_rr(const Profile& profile, const Topology& topology, const PlannerOptions& options) {
@@ -58,6 +76,7 @@ ScheduleCandidate one_f_one_b_rr(const Profile& profile, const Topology& topolog
     c.fits = true;
   } catch (const UserError& e) {
     c.note = e.what();
+    c.failure = std::current_exception();
   }
   return c;
 }
@@ -76,9 +95,15 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, ScheduleK
                              int workers, double limit) {
   ScheduleCandidate best;
   best.family = kind;
+  const std::vector<int> counts = microbatch_counts(profile.batch_size, workers, virtual_stages > 1);
+  if (counts.empty()) {
+    best.note = cat("no multiple of the ", workers, " workers divides the profile's batch of ", profile.batch_size,
+                    " into microbatches");
+    return best;
+  }
   best.note = "no microbatch count fits the memory limit";
   const std::vector<uint64_t> stashed = stashed_bytes_from_profile(plan, profile);
-  for (int m : {workers, 2 * workers, 4 * workers}) {
+  for (int m : counts) {
     ScheduleCandidate c;
     c.family = best.family;
     c.plan = plan;
@@ -93,10 +118,16 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, ScheduleK
       so.microbatch_times = microbatch_times_from_profile(plan, profile, profile.batch_size / m);
     const SimulationReport rep = simulate(plan, so);
     c.samples_per_s = rep.throughput_samples_per_s;
-    c.peak_memory_bytes = peak_memory(profile, plan, c.schedule, rep);
+    c.worker_memory_bytes = worker_memory(profile, plan, c.schedule, rep);
+    for (double b : c.worker_memory_bytes) c.peak_memory_bytes = std::max(c.peak_memory_bytes, b);
+    best.least_memory_bytes = best.least_memory_bytes > 0 ? std::min(best.least_memory_bytes, c.peak_memory_bytes)
+                                                          : c.peak_memory_bytes;
     c.fits = limit <= 0 || c.peak_memory_bytes <= limit;
     if (!c.fits) continue;
-    if (!best.fits || c.samples_per_s > best.samples_per_s) best = c;
+    if (!best.fits || c.samples_per_s > best.samples_per_s) {
+      c.least_memory_bytes = best.least_memory_bytes;
+      best = c;
+    }
   }
   return best;
 }
@@ -117,17 +148,18 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
   } catch (const UserError& e) {
     why_not = e.what();
   }
-  const bool chain = !straight.stages.empty() && std::all_of(straight.stages.begin(), straight.stages.end(),
-                                                              [](const PlanStage& s) { return s.nodes.empty(); });
+  const int layers = static_cast<int>(build_planning_graph(profile).nodes.size());
   for (ScheduleKind kind : {ScheduleKind::TwoBW, ScheduleKind::OneFOneBFlush, ScheduleKind::Interleaved1F1B,
                             ScheduleKind::ZeroBubbleH1}) {
     ScheduleCandidate c;
     c.family = kind;
-    if (!chain) {
-      c.note = why_not.empty() ? "the synchronous families are searched for layer chains only" : why_not;
-    } else if (kind == ScheduleKind::Interleaved1F1B) {
+    if (kind == ScheduleKind::Interleaved1F1B) {
       if (topology.levels.size() != 1 || workers < 2) {
         c.note = "interleaved is searched on flat topologies of 2 or more workers only";
+      } else if (layers < 2 * workers) {
+        c.note = cat("2 stages on each of ", workers, " workers are ", 2 * workers, " stages, but ",
+                     profile.model.empty() ? std::string("the model") : profile.model, " has ", layers,
+                     " layers to cut between");
       } else {
         try {
           const Plan doubled =
@@ -137,6 +169,8 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
           c.note = cat("no plan of ", 2 * workers, " stages: ", e.what());
         }
       }
+    } else if (straight.stages.empty()) {
+      c.note = why_not;
     } else {
       c = best_flush(profile, straight, kind, 1, workers, limit);
     }

@@ -5,10 +5,12 @@
 // memory limit, each predicted by replaying it; the fastest that fits wins.
 //
 // The synchronous families and 2bw run straight pipelines here (zb-h1 and
-// interleaved run unreplicated plans only): the planner's straight optimum
-// on the workers (interleaved: on twice as many stages, stage k on worker
-// k mod W, flat topologies only), with M = W, 2W or 4W microbatches of the
-// profile's minibatch (the microbatch is minibatch / M samples; its compute
+// interleaved run unreplicated plans only), layer chains and DAG profiles
+// alike: the planner's straight optimum on the workers (interleaved: on
+// twice as many stages, stage k on worker k mod W, flat topologies only),
+// with M microbatches of the profile's minibatch, M between W and 4W
+// (interleaved: a multiple of W) and dividing the profile's batch, so that
+// `run --batch B --microbatches M` takes it (the microbatch is minibatch / M samples; its compute
 // as measured at that size where the profile has it, `profile
 // --microbatches`, a linear share of the minibatch's otherwise). A worker's
 // memory under them: the weights (2bw: two versions), the gradient and the
@@ -17,6 +19,7 @@
 // message buffers per microbatch, plus its layers' working memory per
 // microbatch - planner/stage_memory.h's terms, with 1F1B-RR's weight
 // stashing gone.
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -32,8 +35,11 @@ struct ScheduleCandidate {
   ScheduleOptions schedule;     // microbatches, virtual stages; minibatches: replayed
   double samples_per_s = 0;     // simulated steady state
   double peak_memory_bytes = 0; // the fullest worker
+  std::vector<double> worker_memory_bytes;  // by rank (the synchronous families and 2bw)
+  double least_memory_bytes = 0;  // the fullest worker at the count that needs least (0: not computed)
   bool fits = false;
   std::string note;             // why it does not fit, or is not considered
+  std::exception_ptr failure;   // 1f1b-rr: the planner's error (PlanDoesNotFit: what would fit)
 };
 
 struct ScheduleSearch {

@@ -58,6 +58,7 @@
 namespace pd {
 
 struct Profile;
+struct ProfileNode;
 
 struct StageMicrobatchTimes {
   double forward_s = 0, backward_s = 0;
@@ -135,6 +136,11 @@ struct SimulationOptions {
   // modelled.
   double core_contention = 0;
 };
+
+// The profile nodes of each plan stage: its node ids (DAG plans) or its
+// layer range (chains). Throws UserError if the plan's layers are not in
+// the profile.
+std::vector<std::vector<const ProfileNode*>> stage_nodes(const Plan& plan, const Profile& profile);
 
 // Stashed activation bytes per minibatch of each stage: the profile's
 // activation_bytes summed over the stage's layers (nodes for DAG plans).

@@ -75,6 +75,20 @@ set -e
 [ "$status" -eq 2 ] || fail "bands with a missing file exited $status, expected 2: $message"
 [[ "$message" == */nonexistent.jsonl* ]] || fail "the error does not name the missing file: $message"
 
+# A log whose clock restarts where the run resumed (written before `run`
+# and `train` continued it): the time axis continues the interrupted run's.
+cat >"$work/resumed.jsonl" <<'JSON'
+{"event":"step","step":0,"epoch":0,"loss":2.3,"samples_per_s":100,"seconds":1.0}
+{"event":"step","step":1,"epoch":0,"loss":2.1,"samples_per_s":100,"seconds":2.0}
+{"event":"step","step":2,"epoch":0,"loss":1.9,"samples_per_s":100,"seconds":0.5}
+{"event":"step","step":3,"epoch":0,"loss":1.7,"samples_per_s":100,"seconds":1.5}
+JSON
+times=$(cd "$source_dir/scripts" && /usr/bin/python3 -c '
+import sys, plot
+steps, _ = plot.read_metrics(sys.argv[1])
+print(",".join(str(s["seconds"]) for s in steps))' "$work/resumed.jsonl")
+[ "$times" = "1.0,2.0,2.5,3.5" ] || fail "a resumed log's seconds are $times, expected 1.0,2.0,2.5,3.5"
+
 echo 'not json' >"$work/broken.jsonl"
 set +e
 message=$("${plot[@]}" curves "$work/broken.jsonl" -o "$work/broken.png" 2>&1)
