@@ -23,7 +23,7 @@ namespace pd::cli {
 namespace {
 
 struct PlanArgs {
-  std::string profile, topology, output, cost_model = "paper", memory, schedule = "1f1b-rr";
+  std::string profile, topology, output, cost_model = "paper", memory, schedule = "1f1b-rr", recompute;
   int workers = -1;
   double bandwidth = -1;
   bool straight = false, fewer = false, closed_form = false;
@@ -110,6 +110,10 @@ void print_summary(const Plan& plan, const Topology& topology) {
                                  : cat(to_string(plan.schedule), ", ", plan.microbatches, " microbatches");
     std::printf("    memory %s per worker (%s), sends %s per minibatch\n", bytes_text(double(s.memory_bytes)).c_str(),
                 held.c_str(), bytes_text(double(s.output_bytes)).c_str());
+    if (!s.recompute_layers.empty())
+      std::printf("    recomputes %s before their backward (+%s per minibatch)\n",
+                  counted(static_cast<long long>(s.recompute_layers.size()), "layer", "layers").c_str(),
+                  seconds_text(s.recompute_s).c_str());
   }
   std::printf("config %s, NOAM %d\n", plan.config.c_str(), plan.noam);
   std::printf("predicted time per minibatch %s", seconds_text(plan.time_per_minibatch_s).c_str());
@@ -293,6 +297,12 @@ void run_plan(const PlanArgs& a) {
   if (!a.memory.empty()) options.memory_bytes = parse_size(a.memory);
   options.activation_compression_ratio = a.compression;
   options.max_antichain_states = a.max_states;
+  options.recompute = recompute_mode_option(a.recompute, options.memory_bytes > 0 || topology.worker_memory_bytes > 0);
+  if (options.cost_model == CostModel::pipedream) {
+    if (!a.recompute.empty() && options.recompute != RecomputeMode::none)
+      throw UserError("--recompute needs the paper cost model (the released optimizer has no recomputation)");
+    options.recompute = RecomputeMode::none;
+  }
   Profile profile = read_profile(a.profile);
   // The precision is the profile's: a bf16 profile's sizes are bf16's.
   if (profile.precision == Precision::BF16)
@@ -367,6 +377,9 @@ void add_plan_command(CLI::App& app) {
                   "1f1b-rr (default: the planner's pipeline with replication) | auto (the best of 1f1b-rr, 2bw, "
                   "1f1b-flush, interleaved-1f1b and zb-h1 with the microbatch count, under --memory)");
   cmd->add_option("--memory", args->memory, "memory per worker (4000000000, 16GB, 16GiB)");
+  cmd->add_option("--recompute", args->recompute,
+                  "activation recomputation: auto (the default with a memory limit: per stage, the fastest layers to "
+                  "recompute that make it fit), none (the default without), full, every-other");
   cmd->add_flag("--fewer-workers", args->fewer, "allow plans that leave workers idle");
   cmd->add_option("--activation-compression-ratio", args->compression, "PipeDream's activation compression ratio");
   cmd->add_option("--baseline", args->baselines, "also plan a comparison point: dp, straight, equal")->take_all();

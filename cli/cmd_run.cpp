@@ -66,6 +66,7 @@ struct RunArgs {
   Precision precision = Precision::FP32;  // --precision, parsed
   std::string precision_flag = "fp32";
   bool allow_tf32 = false;
+  std::string memory, recompute;  // --plan auto: the planner's memory limit and --recompute
 };
 
 constexpr int64_t kDefaultBatch = 64;
@@ -95,17 +96,19 @@ void check_plan_fits_model(const Plan& plan, const Model& model, const std::stri
 
 // The workers read the plan file the launcher wrote (--plan auto): the
 // same arguments with --plan FILE and without --workers / --straight /
-// --plan-out, which a plan file refuses.
+// --plan-out / --memory / --recompute, which a plan file refuses.
 std::vector<std::string> with_plan_file(const std::vector<std::string>& args, const std::string& plan_path) {
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& x = args[i];
-    if ((x == "--plan" || x == "--workers" || x == "--plan-out") && i + 1 < args.size()) {
+    if ((x == "--plan" || x == "--workers" || x == "--plan-out" || x == "--memory" || x == "--recompute") &&
+        i + 1 < args.size()) {
       if (x == "--plan") out.insert(out.end(), {"--plan", plan_path});
       ++i;
     } else if (x.rfind("--plan=", 0) == 0) {
       out.insert(out.end(), {"--plan", plan_path});
-    } else if (x.rfind("--workers=", 0) != 0 && x.rfind("--plan-out=", 0) != 0 && x != "--straight") {
+    } else if (x.rfind("--workers=", 0) != 0 && x.rfind("--plan-out=", 0) != 0 && x.rfind("--memory=", 0) != 0 &&
+               x.rfind("--recompute=", 0) != 0 && x != "--straight") {
       out.push_back(x);
     }
   }
@@ -473,8 +476,9 @@ void run_command(const RunArgs& given) {
     const bool interleaved = kind == ScheduleKind::Interleaved1F1B;
     const int v = std::max(1, a.virtual_stages);
     const int stages = interleaved ? a.workers * v : a.workers;
+    const uint64_t memory = a.memory.empty() ? 0 : parse_size(a.memory);
     plan = plan_for_workers(profile, stages, a.straight || is_flush(kind), device.is_cpu() ? a.threads : 1,
-                            device.is_cpu() ? cores : 0);
+                            device.is_cpu() ? cores : 0, 4.0, memory, recompute_mode_option(a.recompute, memory > 0));
     plan.batch = a.batch;
     if (is_flush(kind)) plan_for_schedule(plan, kind, M, v, a.batch, device.is_cpu() ? a.threads : 1,
                                           device.is_cpu() ? cores : 0);
@@ -496,8 +500,9 @@ void run_command(const RunArgs& given) {
     }
     print_flush_prediction(a, plan);
   } else {
-    if (a.workers != 0 || a.straight)
-      throw UserError("--workers and --straight go with --plan auto (a plan file fixes the workers)");
+    if (a.workers != 0 || a.straight || !a.memory.empty() || !a.recompute.empty())
+      throw UserError("--workers, --straight, --memory and --recompute go with --plan auto (a plan file fixes the "
+                      "workers and what each stage recomputes)");
     plan = read_plan(a.plan);
     if (a.batch == 0) a.batch = plan.batch > 0 ? plan.batch : kDefaultBatch;
     const std::string stale = refresh_stale_plan(plan, nullptr);
@@ -565,6 +570,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--workers", a->workers, "With --plan auto: the number of workers");
   cmd->add_option("--plan-out", a->plan_out, "With --plan auto: where to write the plan")->capture_default_str();
   cmd->add_flag("--straight", a->straight, "With --plan auto: no replication (one worker per stage)");
+  cmd->add_option("--memory", a->memory, "With --plan auto: memory per worker the plan must fit (16GB, 16GiB)");
+  cmd->add_option("--recompute", a->recompute,
+                  "With --plan auto: activation recomputation, as `plan --recompute` (auto, the default with "
+                  "--memory; none, the default without; full; every-other)");
   cmd->add_option("--model", a->model, "Zoo model (see `pipedream models`) or a spec .json file");
   cmd->add_option("--model-spec", a->spec_file, "JSON model spec file")->check(CLI::ExistingFile);
   cmd->add_option("--model-options", a->model_options, "Zoo model options, e.g. width=0.5,image_size=32");

@@ -5,16 +5,32 @@
 
 namespace pd {
 
+namespace {
+// A kept input is often another layer's saved tensor (a ReLU's output): count it once.
+bool keeps_storage(const std::vector<LayerContext>& layers, const Tensor& t) {
+  for (const LayerContext& c : layers)
+    if (c.keeps(t)) return true;
+  return false;
+}
+}  // namespace
+
 size_t RangeContext::saved_bytes() const {
   size_t n = 0;
   for (const LayerContext& c : layers) n += c.saved_bytes();
+  for (const DroppedLayer& d : dropped)
+    if (d.input.defined() && !keeps_storage(layers, d.input)) n += d.input.nbytes();
   return n;
 }
 
 Tensor forward_layers(const Model& m, const ParameterStore& w, int first, int last, const Tensor& x,
                       const StepInfo& step, RangeContext& ctx) {
   PD_CHECK(w.holds(first) && w.holds(last) && first <= last, "weights do not hold layers [", first, ", ", last, "]");
-  ctx.layers.assign(static_cast<size_t>(last - first + 1), LayerContext{});
+  const size_t count = static_cast<size_t>(last - first + 1);
+  ctx.layers.assign(count, LayerContext{});
+  PD_CHECK(ctx.recompute.empty() || ctx.recompute.size() == count, "recompute flags for ", ctx.recompute.size(),
+           " layers on a range of ", count);
+  const bool recomputes = step.training && !ctx.recompute.empty();
+  ctx.dropped.assign(recomputes ? count : 0, DroppedLayer{});
   // Inputs come from the data loader or a transport on the host; the layers
   // compute where the weights are.
   // Under bf16 (core/bf16_rounding.h) the range's input, every layer's
@@ -27,16 +43,32 @@ Tensor forward_layers(const Model& m, const ParameterStore& w, int first, int la
     ForwardArgs a{operand_params(p, w.params(i), rounded), w.buffers(i), step};
     a.step.layer_index = static_cast<uint32_t>(i);
     a.step.output_to_loss = step.output_to_loss && i == last;
-    LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
+    const size_t k = static_cast<size_t>(i - first);
+    LayerContext& c = ctx.layers[k];
+    const Layer* next = i < last ? &m.layer(i + 1) : nullptr;
+    const bool drop = recomputes && ctx.recompute[k];
+    if (drop) ctx.dropped[k] = {h, a.step, next, exact};
     h = m.layer(i).forward(a, h, c);
     // The range's output is always rounded: it goes to the loss or a link.
-    exact = round_layer_output_if_bf16(p, m.layer(i), i < last ? &m.layer(i + 1) : nullptr, c, h, exact);
-    if (!step.training) c.clear();
+    exact = round_layer_output_if_bf16(p, m.layer(i), next, c, h, exact);
+    if (!step.training || drop) c.clear();
   }
   return h;
 }
 
 namespace {
+// Layer i's forward again, as forward_layers ran it (its context dropped):
+// the same input, StepInfo and rounding; the running statistics it moves
+// are a copy, thrown away.
+void recompute_layer(const Model& m, const ParameterStore& w, int i, DroppedLayer& d, LayerContext& c) {
+  std::vector<Tensor> rounded, statistics;
+  for (const Tensor& b : w.buffers(i)) statistics.push_back(b.clone());
+  ForwardArgs a{operand_params(d.step.precision, w.params(i), rounded), statistics, d.step};
+  Tensor h = m.layer(i).forward(a, d.input, c);
+  round_layer_output_if_bf16(d.step.precision, m.layer(i), d.next, c, h, d.input_exact);
+  d = DroppedLayer{};
+}
+
 // The backward pass over [last .. lowest]: fused (each layer's ctx freed as
 // soon as it is done) or the B half of a split one (ctx kept for W).
 Tensor backward_pass(const Model& m, const ParameterStore& w, ParameterStore& grads, int first, int last,
@@ -53,7 +85,10 @@ Tensor backward_pass(const Model& m, const ParameterStore& w, ParameterStore& gr
     BackwardArgs a{operand_params(p, w.params(i), rounded), grads.params(i), step, need_input_grad || i > lowest};
     a.step.layer_index = static_cast<uint32_t>(i);
     LayerContext& c = ctx.layers[static_cast<size_t>(i - first)];
-    if (ctx.unpack_layer) ctx.unpack_layer(c);
+    if (!ctx.dropped.empty() && ctx.dropped[static_cast<size_t>(i - first)].input.defined())
+      recompute_layer(m, w, i, ctx.dropped[static_cast<size_t>(i - first)], c);
+    else if (ctx.unpack_layer)
+      ctx.unpack_layer(c);
     const Layer& l = m.layer(i);
     g = input_only ? l.backward_input(a, g, c) : l.backward(a, g, c);
     round_layer_input_grad_if_bf16(p, l, g);

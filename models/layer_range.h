@@ -9,17 +9,38 @@
 
 namespace pd {
 
+// What a recomputed layer's forward needs again: its input (undefined: the
+// layer's context was kept) and the call's facts - the StepInfo that keys
+// its dropout masks, the layer after it in the range (its bf16 rounding
+// depends on it) and whether its input held bf16 values.
+struct DroppedLayer {
+  Tensor input;
+  StepInfo step;
+  const Layer* next = nullptr;
+  bool input_exact = true;
+};
+
 // What forward saved for backward, one context per layer of the range.
 // Freed by backward_layers (or clear()) as soon as it is no longer needed.
 struct RangeContext {
   std::vector<LayerContext> layers;
+  // Activation recomputation (docs/design.md §6): which layers of the range
+  // (by offset from its first) forward drops the context of, keeping only
+  // their input; the backward re-runs their forward just before their own
+  // backward. Empty: none. A setting, kept by clear().
+  std::vector<bool> recompute;
+  // Per layer when any is recomputed, else empty.
+  std::vector<DroppedLayer> dropped;
   // Called on a layer's context just before its backward (or weight
   // backward) reads it, when set: a stage that keeps its stash packed
   // unpacks one layer at a time, so a backward holds one layer unpacked,
   // not the whole range.
   void (*unpack_layer)(LayerContext&) = nullptr;
-  size_t saved_bytes() const;
-  void clear() { layers.clear(); }
+  size_t saved_bytes() const;  // the contexts and the recomputed layers' inputs
+  void clear() {
+    layers.clear();
+    dropped.clear();
+  }
 };
 
 // Runs layers [first, last] on x with the weights in w (which must hold
@@ -27,6 +48,13 @@ struct RangeContext {
 // does backward's dy). step.layer_index is set per layer; step.training selects training
 // behaviour (dropout, BatchNorm batch statistics and running-stat updates -
 // the buffers are shared by all weight versions and updated in place).
+// When training, the layers ctx.recompute names keep their input instead
+// of their context; the backward passes below recompute the context with
+// the same StepInfo (so the same dropout masks) and on a copy of the
+// running statistics (so they move once per minibatch): the same bits as
+// without recomputation, in FP32 and bf16. A backward over a single layer
+// taken out of a wider range (a bucketed backward) moves its `dropped`
+// entry along with its context.
 Tensor forward_layers(const Model& m, const ParameterStore& w, int first, int last, const Tensor& x,
                       const StepInfo& step, RangeContext& ctx);
 

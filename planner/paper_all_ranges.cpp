@@ -54,7 +54,8 @@ void all_ranges_on_one_unit(const StageCosts& costs, bool straight, bool fewer, 
             const double stage = std::max(compute[x] - compute[y], costs.sync(y, x, mp)) / mp;
             if (stage >= best) break;
             if (!costs.fits(y, x, mp, r)) continue;
-            double t = std::max(prev[y], std::max(stage, costs.transfer(y, mp, r)));
+            double t = std::max(prev[y], costs.recomputes() ? costs.value(y, x, mp, r)
+                                                            : std::max(stage, costs.transfer(y, mp, r)));
             if (t < best) best = t;
           }
           for (int y = y0 + 1; y < x; ++y) {

@@ -22,6 +22,9 @@ constexpr int kMaxDownSets = 2000;
 LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, PaperAlgorithm algorithm) {
   // (The parametric search needs stage times that fall with replicas.)
   if (costs.uniform()) algorithm = PaperAlgorithm::table;
+  // (Recomputation makes a stage's time depend on its memory: the table DP
+  // asks every stage where it sits.)
+  if (costs.recomputes()) algorithm = PaperAlgorithm::table;
   const StateSpace& s = costs.space();
   double pairs = s.all_earlier_nest() ? 0.5 * s.size() * s.size() : 0;
   if (!s.all_earlier_nest())
@@ -44,8 +47,9 @@ LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, Pape
 // expansion into worker-level stages.
 class AlignedHierarchy {
  public:
-  AlignedHierarchy(const StateSpace& space, const Topology& topology, double memory, const PlannerOptions& options)
-      : space_(space), memory_(memory), straight_(options.straight), fewer_(options.fewer_workers),
+  AlignedHierarchy(const StateSpace& space, const Topology& topology, double memory, const PlannerOptions& options,
+                   const RecomputeChoices& recompute)
+      : space_(space), recompute_(recompute), memory_(memory), straight_(options.straight), fewer_(options.fewer_workers),
         total_workers_(topology.total_workers()), stage_replicas_(options.stage_replicas) {
     for (int l = 0, below = 1; l < int(topology.levels.size()); ++l) {
       units_.push_back(topology.levels[l].count);
@@ -82,6 +86,10 @@ class AlignedHierarchy {
         p.sync_s = c.sync(st.from, st.to, replicas);
         p.transfer_s = c.transfer(st.from, st.units, before);
         p.time_s = c.value(st.from, st.to, st.units, before);
+        if (const std::optional<Recomputation> r = c.recomputed_nodes(st.from, st.to, st.units, before)) {
+          p.recompute_nodes = r->nodes;
+          p.recompute_s = r->forward_s;
+        }
         out.push_back(std::move(p));
       }
       before += st.units;
@@ -94,12 +102,13 @@ class AlignedHierarchy {
   // first worker is rank `base`.
   StageCosts costs(int level, int entry_level, int base) const {
     Level l{level, units_[level], unit_workers_[level], bandwidth_[level], entry_level, bandwidth_[entry_level], base};
-    return StageCosts(space_, l, total_workers_, memory_, level > 0 ? &tiles_[level - 1] : nullptr, stage_replicas_);
+    return StageCosts(space_, l, total_workers_, memory_, level > 0 ? &tiles_[level - 1] : nullptr, stage_replicas_,
+                      &recompute_);
   }
   // The same group with no memory limit (its tiles must be the unlimited ones).
   StageCosts unlimited_costs(int level, int entry_level, const TileTables* tiles) const {
     Level l{level, units_[level], unit_workers_[level], bandwidth_[level], entry_level, bandwidth_[entry_level], 0};
-    return StageCosts(space_, l, total_workers_, 0, tiles, stage_replicas_);
+    return StageCosts(space_, l, total_workers_, 0, tiles, stage_replicas_, &recompute_);
   }
 
   // The optimum of every range starting at k, on one group.
@@ -168,6 +177,7 @@ class AlignedHierarchy {
   }
 
   const StateSpace& space_;
+  const RecomputeChoices& recompute_;
   const double memory_;
   const bool straight_, fewer_;
   const int total_workers_;
@@ -210,7 +220,8 @@ PlannedPipeline plan_paper(const PlanningGraph& g, const Topology& topology, con
                                            : 0.0;
   out.data_parallel_s = all_fit ? std::max(space.compute[n - 1], dp_sync) / total_workers : kNaN;
 
-  AlignedHierarchy hierarchy(space, topology, memory, options);
+  const RecomputeChoices recompute(g, space, options.recompute);
+  AlignedHierarchy hierarchy(space, topology, memory, options, recompute);
   LevelResult result = hierarchy.solve_top(algorithm);
   if (result.time == kInf) throw NoFeasiblePlan("no pipeline fits the memory limit (paper cost model)");
   hierarchy.expand(hierarchy.levels() - 1, result.stages, 0, hierarchy.levels() - 1, out.stages);

@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "planner/recompute.h"
 #include "planner/stage_memory.h"
 #include "planner/state_space.h"
 
@@ -59,9 +60,9 @@ struct TileTables {
 class StageCosts {
  public:
   StageCosts(const StateSpace& s, Level level, int total_workers, double memory, const TileTables* tiles,
-             int stage_replicas)
+             int stage_replicas, const RecomputeChoices* recompute = nullptr)
       : s_(s), level_(level), total_workers_(total_workers), memory_(memory), tiles_(tiles),
-        stage_replicas_(stage_replicas) {
+        stage_replicas_(stage_replicas), recompute_(recompute && recompute->enabled() ? recompute : nullptr) {
     if (tiles_ && !memory_limited()) {
       entry_tile_ = &tiles_->get(level_.entry_level, 0);
       inner_tile_ = &tiles_->get(level_.index, 0);
@@ -90,12 +91,44 @@ class StageCosts {
   double transfer_coefficient(int k) const {
     return s_.cut_bytes[k] * (2.0 / (level_.bandwidth * level_.unit_workers));
   }
-  StageFootprint footprint(int k, int j, int m) const {
-    return {s_.parameters[j] - s_.parameters[k], s_.optimizer_state[j] - s_.optimizer_state[k],
-            s_.activations[j] - s_.activations[k], s_.cut_bytes[j], m * level_.unit_workers, s_.workspace(k, j)};
+  // The stage's footprint with recomputation r (default: full and
+  // every-other's fixed set, nothing under auto and none).
+  StageFootprint footprint(int k, int j, int m) const { return footprint(k, j, m, fixed_recomputation(k, j)); }
+  StageFootprint footprint(int k, int j, int m, const Recomputation& r) const {
+    return {s_.parameters[j] - s_.parameters[k],
+            s_.optimizer_state[j] - s_.optimizer_state[k],
+            s_.activations[j] - s_.activations[k] - r.saved_bytes,
+            s_.cut_bytes[j],
+            m * level_.unit_workers,
+            s_.workspace(k, j),
+            r.transient_bytes};
   }
+  // What the stage recomputes where it sits (planner/recompute.h): full
+  // and every-other's fixed set; under auto the fastest set that brings it
+  // within the memory limit, nothing when it fits as it is; nullopt when no
+  // set does.
+  std::optional<Recomputation> recomputation(int k, int j, int m, int before) const {
+    if (!recompute_ || !recompute_->chosen_per_stage()) return fixed_recomputation(k, j);
+    if (!memory_limited()) return Recomputation{};
+    const int f = in_flight(m, before);
+    const double plain = stage_memory_bytes(footprint(k, j, m, {}), f);
+    if (plain <= memory_) return Recomputation{};
+    return recompute_->cheapest(k, j, (plain + recompute_->transient(k, j) - memory_) / f);
+  }
+  // The set's nodes, for the plan (nullopt: nothing fits).
+  std::optional<Recomputation> recomputed_nodes(int k, int j, int m, int before) const {
+    if (!recompute_) return Recomputation{};
+    const std::optional<Recomputation> r = recomputation(k, j, m, before);
+    if (!r || (r->forward_s == 0 && r->saved_bytes == 0)) return r;
+    const int f = in_flight(m, before);
+    const double plain = stage_memory_bytes(footprint(k, j, m, {}), f);
+    return recompute_->choose(k, j, (plain + recompute_->transient(k, j) - memory_) / f);
+  }
+  bool recomputes() const { return recompute_ != nullptr; }
+  bool recompute_per_stage() const { return recompute_ && recompute_->chosen_per_stage(); }
   double memory(int k, int j, int m, int before) const {
-    return stage_memory_bytes(footprint(k, j, m), in_flight(m, before));
+    const std::optional<Recomputation> r = recomputation(k, j, m, before);
+    return stage_memory_bytes(footprint(k, j, m, r ? *r : Recomputation{}), in_flight(m, before));
   }
   bool memory_limited() const { return memory_ > 0; }
   // A stage's value depends on where it sits (memory, or the group's entry link).
@@ -115,14 +148,24 @@ class StageCosts {
     if (before + m > level_.units) return kInf;  // (searches may ask past the group's end)
     if (m == 1 && tiles_) return tile(k, j, before);
     if (!allowed(m)) return kInf;
-    if (memory_limited() && memory(k, j, m, before) > memory_) return kInf;
-    return stage_time(k, j, m, before == 0);
+    if (!recompute_) {
+      if (memory_limited() && memory(k, j, m, before) > memory_) return kInf;
+      return stage_time(k, j, m, before == 0);
+    }
+    const std::optional<Recomputation> r = recomputation(k, j, m, before);
+    if (!r) return kInf;
+    if (memory_limited() && stage_memory_bytes(footprint(k, j, m, *r), in_flight(m, before)) > memory_) return kInf;
+    return stage_time(k, j, m, before == 0, r->forward_s);
   }
   // A stage's time wherever it sits, memory aside (first: entered over the
-  // group's entry link).
+  // group's entry link), with its fixed recomputation (full, every-other)
+  // or the given extra forward.
   double stage_time(int k, int j, int m, bool first) const {
+    return stage_time(k, j, m, first, fixed_recomputation(k, j).forward_s);
+  }
+  double stage_time(int k, int j, int m, bool first, double recompute_s) const {
     const int r = m * level_.unit_workers;
-    double t = std::max(raw_compute(k, j), sync(k, j, r)) / r;
+    double t = std::max(raw_compute(k, j) + recompute_s, sync(k, j, r)) / r;
     return std::max(t, transfer(k, m, first ? 0 : 1));
   }
   // The most minibatches in flight a stage on m units can hold in memory.
@@ -159,6 +202,10 @@ class StageCosts {
   const std::vector<double>* entry_tile_ = nullptr;
   const std::vector<double>* inner_tile_ = nullptr;
   const int stage_replicas_;
+  const RecomputeChoices* recompute_;
+  Recomputation fixed_recomputation(int k, int j) const {
+    return recompute_ && !recompute_->chosen_per_stage() ? recompute_->fixed(k, j) : Recomputation{};
+  }
 };
 
 template <class F>

@@ -26,6 +26,12 @@ struct PlanStage {
   // The optimizer step per minibatch (the profile's optimizer_ms): not in
   // the planner's cost model (compute_s, time_s), replayed by simulate.
   double optimizer_s = 0;
+  // Activation recomputation (docs/design.md §6): the layers (top-level
+  // indices in [first_layer, last_layer], ascending) whose activations the
+  // stage drops after the forward and recomputes before their backward,
+  // and that second forward's time per minibatch (in time_s, not compute_s).
+  std::vector<int> recompute_layers;
+  double recompute_s = 0;
   uint64_t output_bytes = 0;            // activation sent to the next stage per minibatch
   uint64_t parameter_bytes = 0;
   uint64_t memory_bytes = 0;
@@ -90,5 +96,7 @@ std::string config_string(const std::vector<int>& replicas);  // {7,1} -> "7-1"
 // A hash of what the predictions depend on: every stage's layers (or nodes)
 // and replicas, and the profiled batch size (not which ranks run a stage).
 std::string stage_fingerprint(const Plan& p);
+// Per layer of the stage's range: whether it is recomputed (empty: none).
+std::vector<bool> recompute_flags(const PlanStage& s);
 
 }  // namespace pd

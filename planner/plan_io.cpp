@@ -96,12 +96,20 @@ std::string stage_fingerprint(const Plan& p) {
   for (const auto& s : p.stages) {
     text += cat("|", s.first_layer, "-", s.last_layer, " x", s.replicas);
     for (int n : s.nodes) text += cat("n", n);
+    for (int l : s.recompute_layers) text += cat("r", l);
   }
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   return hex;
+}
+
+std::vector<bool> recompute_flags(const PlanStage& s) {
+  if (s.recompute_layers.empty()) return {};
+  std::vector<bool> flags(size_t(s.last_layer - s.first_layer + 1), false);
+  for (int l : s.recompute_layers) flags[size_t(l - s.first_layer)] = true;
+  return flags;
 }
 
 bool Plan::predictions_stale() const { return !predictions_for.empty() && predictions_for != stage_fingerprint(*this); }
@@ -139,6 +147,10 @@ json plan_to_json(const Plan& p) {
                   {"in_flight", s.in_flight}};
     if (s.optimizer_s > 0) stage["optimizer_s"] = s.optimizer_s;
     if (!s.nodes.empty()) stage["nodes"] = s.nodes;
+    if (!s.recompute_layers.empty()) {
+      stage["recompute_layers"] = s.recompute_layers;
+      stage["recompute_s"] = s.recompute_s;
+    }
     stages.push_back(std::move(stage));
   }
   json out = {{"format", p.format},
@@ -215,7 +227,7 @@ Plan plan_from_json(const json& j, const std::string& source) {
     checked::known_keys(js,
                         {"index", "layers", "layer_names", "nodes", "replicas", "ranks", "compute_s", "forward_s",
                          "backward_s", "sync_s", "optimizer_s", "transfer_s", "time_s", "output_bytes",
-                         "parameter_bytes", "memory_bytes", "in_flight"},
+                         "parameter_bytes", "memory_bytes", "in_flight", "recompute_layers", "recompute_s"},
                         where);
     PlanStage s;
     s.index = optional_field<int>(js, "index", int(i), where);
@@ -246,6 +258,16 @@ Plan plan_from_json(const json& j, const std::string& source) {
     s.parameter_bytes = optional_field<uint64_t>(js, "parameter_bytes", 0, where);
     s.memory_bytes = optional_field<uint64_t>(js, "memory_bytes", 0, where);
     s.in_flight = optional_field<int>(js, "in_flight", 1, where);
+    s.recompute_layers = optional_field<std::vector<int>>(js, "recompute_layers", {}, where);
+    for (size_t k = 0; k < s.recompute_layers.size(); ++k) {
+      const int l = s.recompute_layers[k];
+      if (l < s.first_layer || l > s.last_layer || (k > 0 && l <= s.recompute_layers[k - 1]))
+        throw UserError(cat(where, ": \"recompute_layers\" must list layers of the stage (", s.first_layer, "..",
+                            s.last_layer, ") in ascending order, each once; got ", l));
+    }
+    s.recompute_s = optional_field<double>(js, "recompute_s", 0, where);
+    if (!(s.recompute_s >= 0) || !std::isfinite(s.recompute_s))
+      throw UserError(cat(where, ": \"recompute_s\" must be a number of seconds >= 0, got ", s.recompute_s));
     if (i > 0 && s.first_layer != int64_t{p.stages.back().last_layer} + 1)
       throw UserError(cat(where, ": \"layers\" must start right after stage ", i - 1, "'s last layer (",
                           int64_t{p.stages.back().last_layer} + 1, "), got ", s.first_layer));

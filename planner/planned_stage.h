@@ -17,6 +17,9 @@ struct PlannedStage {
   double transfer_s = 0;   // activation + gradient transfer into the stage
   double memory_bytes = 0;
   int in_flight = 1;
+  // Activation recomputation: the nodes recomputed and their extra forward per minibatch.
+  std::vector<int> recompute_nodes;
+  double recompute_s = 0;
 };
 
 // No allocation satisfies the constraints (memory, worker count); the

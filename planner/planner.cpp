@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -47,6 +48,9 @@ PlanStage to_plan_stage(const Profile& profile, const PlanningGraph& g, const Pl
   out.time_s = s.time_s;
   out.memory_bytes = uint64_t(s.memory_bytes);
   out.in_flight = s.in_flight;
+  for (int v : s.recompute_nodes) out.recompute_layers.push_back(g.nodes[v].profile_index);
+  std::sort(out.recompute_layers.begin(), out.recompute_layers.end());
+  out.recompute_s = s.recompute_s;
   return out;
 }
 
@@ -81,6 +85,14 @@ void set_stage_memory(const PlanningGraph& g, const std::vector<PlannedStage>& p
       f.activation_bytes += g.nodes[v].activation_bytes;
       f.workspace_bytes = std::max(f.workspace_bytes, g.nodes[v].workspace_bytes);
     }
+    if (!planned[s].recompute_nodes.empty()) {
+      for (int v : planned[s].recompute_nodes) {
+        double input = 0;
+        for (int u : g.in[v]) input += g.nodes[u].output_bytes;
+        f.activation_bytes -= g.nodes[v].activation_bytes - input;
+      }
+      for (int v : planned[s].nodes) f.recompute_bytes = std::max(f.recompute_bytes, g.nodes[v].activation_bytes);
+    }
     f.boundary_bytes = double(stages[s].output_bytes);
     f.replicas = stages[s].replicas;
     stages[s].in_flight = in_flight_1f1b_rr(used, before, f.replicas);
@@ -94,12 +106,25 @@ PlannedPipeline run_model(const PlanningGraph& g, const Topology& topology, cons
                                                     : plan_paper(g, topology, options);
 }
 
-// No plan fits in less: the largest node alone, one minibatch in flight.
-double smallest_footprint(const PlanningGraph& g) {
+// No plan fits in less: the largest node alone, one minibatch in flight
+// (recomputed, when that takes less and recomputation is allowed).
+double smallest_footprint(const PlanningGraph& g, RecomputeMode recompute) {
   double most = 0;
-  for (const auto& n : g.nodes)
-    most = std::max(most, stage_memory_bytes(
-                              {n.parameter_bytes, n.optimizer_state_bytes, n.activation_bytes, 0, 1, n.workspace_bytes}, 1));
+  for (size_t v = 0; v < g.nodes.size(); ++v) {
+    const PlanningNode& n = g.nodes[v];
+    const StageFootprint plain{n.parameter_bytes, n.optimizer_state_bytes, n.activation_bytes, 0, 1, n.workspace_bytes};
+    double least = stage_memory_bytes(plain, 1);
+    if (recompute != RecomputeMode::none) {
+      double input = 0;
+      for (int u : g.in[v]) input += g.nodes[u].output_bytes;
+      StageFootprint recomputed = plain;
+      recomputed.activation_bytes = input;
+      recomputed.recompute_bytes = n.activation_bytes;
+      const double r = stage_memory_bytes(recomputed, 1);
+      least = recompute == RecomputeMode::automatic ? std::min(least, r) : r;
+    }
+    most = std::max(most, least);
+  }
   return most;
 }
 
@@ -112,6 +137,29 @@ bool fits(const PlanningGraph& g, const Topology& topology, const PlannerOptions
   }
 }
 
+// The least memory per worker that fits (a plan exists), to 0.05%, searched
+// for about two seconds at most: each probe is a whole memory-limited plan.
+// Both ends stay true: more_than does not fit (the limit given, or below the
+// largest layer alone), fits does.
+std::optional<MemoryNeed> least_memory(const PlanningGraph& g, const Topology& topology, PlannerOptions options,
+                                       uint64_t below) {
+  double everything = 0;
+  for (const auto& n : g.nodes)
+    everything += 2 * n.parameter_bytes + n.optimizer_state_bytes + 2 * n.activation_bytes + 2 * n.output_bytes +
+                  n.workspace_bytes;
+  uint64_t lo = std::max(below, uint64_t(std::max(1.0, smallest_footprint(g, options.recompute))) - 1), hi = uint64_t(everything) + 1;
+  options.memory_bytes = hi;
+  options.explain_infeasible = false;
+  if (!fits(g, topology, options)) return std::nullopt;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (hi - lo > 1 && double(hi - lo) > 0.0005 * double(lo) && std::chrono::steady_clock::now() < deadline) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    options.memory_bytes = mid;
+    (fits(g, topology, options) ? hi : lo) = mid;
+  }
+  return MemoryNeed{lo, hi};
+}
+
 // The request cannot be met: find the smallest per-worker memory (same
 // workers) and the smallest worker count (same memory) that would work.
 [[noreturn]] void explain_infeasible(const PlanningGraph& g, const Topology& topology, PlannerOptions options,
@@ -121,25 +169,25 @@ bool fits(const PlanningGraph& g, const Topology& topology, const PlannerOptions
   uint64_t memory_fits = 0, memory_short = 0;
   int workers_fit = 0;
   if (limit > 0) {
-    double everything = 0;
-    for (const auto& n : g.nodes)
-      everything += 2 * n.parameter_bytes + n.optimizer_state_bytes + n.activation_bytes + n.output_bytes;
-    // lo does not fit (the limit given, or below the largest layer alone).
-    uint64_t lo = std::max(limit, uint64_t(std::max(1.0, smallest_footprint(g))) - 1), hi = uint64_t(everything) + 1;
-    options.memory_bytes = hi;
-    if (fits(g, topology, options)) {
-      // To 0.05%, for at most about two seconds: each probe is a whole
-      // memory-limited plan. Both ends stay true: lo does not fit, hi does.
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-      while (hi - lo > 1 && double(hi - lo) > 0.0005 * double(lo) && std::chrono::steady_clock::now() < deadline) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        options.memory_bytes = mid;
-        (fits(g, topology, options) ? hi : lo) = mid;
-      }
-      memory_fits = hi;
-      memory_short = lo;
-      advice += cat("; with ", topology.total_workers(), " workers the least memory per worker that fits is ",
-                    bytes_text(double(hi)), " (--memory ", hi, " fits, ", lo, " does not)");
+    const std::optional<MemoryNeed> need = least_memory(g, topology, options, limit);
+    if (need) memory_fits = need->fits, memory_short = need->more_than;
+    if (options.recompute == RecomputeMode::none) {
+      if (need)
+        advice += cat("; with ", topology.total_workers(), " workers the least memory per worker that fits is ",
+                      bytes_text(double(need->fits)), " (--memory ", need->fits, " fits, ", need->more_than,
+                      " does not)");
+    } else {
+      PlannerOptions plain = options;
+      plain.recompute = RecomputeMode::none;
+      const std::optional<MemoryNeed> without = least_memory(g, topology, plain, limit);
+      const auto text = [](const std::optional<MemoryNeed>& n, const std::string& flag) {
+        return n ? cat("at least ", bytes_text(double(n->more_than)), ", and ", bytes_text(double(n->fits)),
+                       " fits (--memory ", n->fits, " --recompute ", flag, ")")
+                 : std::string("no size fits");
+      };
+      if (need || without)
+        advice += cat("; with ", topology.total_workers(), " workers it needs, per worker, with recomputation ",
+                      text(need, to_string(options.recompute)), "; without, ", text(without, "none"));
     }
     options.memory_bytes = limit;
     if (topology.levels.size() == 1) {
@@ -184,8 +232,9 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
   PlannedPipeline pipeline;
   try {
     const uint64_t limit = options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes;
-    if (options.cost_model == CostModel::paper && limit > 0 && smallest_footprint(g) > double(limit))
-      throw NoFeasiblePlan(cat("a layer needs ", bytes_text(smallest_footprint(g)), " on one worker, more than the ",
+    const double smallest = smallest_footprint(g, options.recompute);
+    if (options.cost_model == CostModel::paper && limit > 0 && smallest > double(limit))
+      throw NoFeasiblePlan(cat("a layer needs ", bytes_text(smallest), " on one worker, more than the ",
                                bytes_text(double(limit)), " memory limit"));
     pipeline = run_model(g, topology, options);
   } catch (const NoFeasiblePlan& e) {
@@ -226,6 +275,16 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
     }
     st.first_layer = next;
     st.last_layer = next + std::max(count, 1) - 1;
+    if (pipeline.state_space != StateSpaceKind::chain && !st.recompute_layers.empty()) {
+      // The ranges number the stage's nodes in `nodes` order.
+      std::vector<int> at;
+      for (int l : st.recompute_layers) {
+        const auto it = std::find(st.nodes.begin(), st.nodes.end(), profile.nodes[size_t(l)].id);
+        at.push_back(st.first_layer + int(it - st.nodes.begin()));
+      }
+      std::sort(at.begin(), at.end());
+      st.recompute_layers = at;
+    }
     next = st.last_layer + 1;
   }
   plan.config = config_string(replicas);

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "planner/plan_kinds.h"
+#include "planner/recompute.h"
 
 namespace pd {
 
@@ -28,6 +29,8 @@ struct PlannerOptions {
   // DAG profiles: the antichain state space is used when it has at most
   // this many states, else prefixes of a topological order.
   int max_antichain_states = 20000;
+  // Activation recomputation (planner/recompute.h; paper cost model, prefix state spaces).
+  RecomputeMode recompute = RecomputeMode::none;
 };
 
 }  // namespace pd

@@ -19,6 +19,10 @@ struct StageFootprint {
   double boundary_bytes = 0;    // sent to the next stage per minibatch (0 for the last)
   int replicas = 1;
   double workspace_bytes = 0;   // the most working memory of one of its layers while it computes
+  // Activation recomputation (planner/recompute.h): activation_bytes is
+  // then what the stage still stashes; this, the largest activation one
+  // recomputed layer makes again, for one minibatch, on top.
+  double recompute_bytes = 0;
 };
 
 // Bytes one worker of the stage holds (what `run` measures, less the data
@@ -35,7 +39,7 @@ struct StageFootprint {
 inline double stage_memory_bytes(const StageFootprint& s, int in_flight) {
   return s.parameter_bytes * (in_flight + 1) + s.optimizer_state_bytes +
          (s.activation_bytes + 2 * s.boundary_bytes) * in_flight + (s.replicas > 1 ? s.parameter_bytes : 0) +
-         s.workspace_bytes;
+         s.workspace_bytes + s.recompute_bytes;
 }
 
 }  // namespace pd

@@ -25,13 +25,15 @@ Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const 
 }
 
 Plan plan_for_workers(const Profile& p, int workers, bool straight, int threads_per_worker, int cores,
-                      double bandwidth_GBps) {
+                      double bandwidth_GBps, uint64_t memory_bytes, RecomputeMode recompute) {
   if (workers < 1) throw UserError(cat("--workers must be >= 1, got ", workers));
   if (straight && workers > static_cast<int>(p.nodes.size()))
     throw UserError(cat("--straight with ", workers, " workers needs at least as many layers; ", p.model, " has ",
                         p.nodes.size()));
   PlannerOptions o;
   o.straight = straight;
+  o.memory_bytes = memory_bytes;
+  o.recompute = recompute;
   Plan plan = search_plan(p, flat_topology(workers, bandwidth_GBps), o).plan;
   plan.profile.model = p.model;
   plan.profile.batch_size = p.batch_size;

@@ -7,6 +7,7 @@
 #include "core/optimizer.h"
 #include "models/model.h"
 #include "planner/plan.h"
+#include "planner/recompute.h"
 #include "profiler/profile.h"
 #include "runtime/schedule/schedule.h"
 
@@ -26,8 +27,10 @@ Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const 
 // When workers x threads exceed the cores, the prediction is the plan's
 // replay with the cores shared (SimulationOptions::cores; never below the
 // bound), predicted_by "shared cores", if slower than the own-device replay.
+// memory_bytes (0: none) and recompute as PlannerOptions' (`run --memory`, `--recompute`).
 Plan plan_for_workers(const Profile& p, int workers, bool straight = false, int threads_per_worker = 1,
-                      int cores = 0, double bandwidth_GBps = 4.0);
+                      int cores = 0, double bandwidth_GBps = 4.0, uint64_t memory_bytes = 0,
+                      RecomputeMode recompute = RecomputeMode::none);
 
 // A flush schedule (gpipe, 1f1b-flush, zb-h1) run on a plan profiled at
 // its microbatch - what `run --plan auto` profiles for a flush run, the

@@ -313,6 +313,7 @@ void StageExecutor::forward(const Action& a) {
   const bool flush = is_flush(schedule_.options().kind);
   StepInfo info = training_step(a);
   info.output_to_loss = last_stage_;
+  p.ctx.recompute = state_.recompute;
   Tensor y = forward_layers(*training_.model, w, state_.first_layer, state_.last_layer, x, info, p.ctx);
   pack_stash(p.ctx);
   p.version = a.weight_version;
@@ -424,6 +425,7 @@ void StageExecutor::backward(const Action& a) {
       RangeContext one;
       one.unpack_layer = p.ctx.unpack_layer;
       one.layers.push_back(std::move(p.ctx.layers[static_cast<size_t>(l - state_.first_layer)]));
+      if (!p.ctx.dropped.empty()) one.dropped.push_back(std::move(p.ctx.dropped[static_cast<size_t>(l - state_.first_layer)]));
       g = backward_layers(m, w, grads_, l, l, g, info, one, !first_stage_ || l > lowest);
       buckets_->layer_done(static_cast<size_t>(state_.last_layer - l));
     }

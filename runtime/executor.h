@@ -38,6 +38,9 @@ struct StageState {
   ParameterStore weights;   // newest version
   OptimizerState optimizer;
   int64_t updates = 0;      // optimizer steps taken (indexes the LR schedule)
+  // Per layer of the range: its activations are recomputed before its
+  // backward (the plan stage's recompute_layers; RangeContext::recompute).
+  std::vector<bool> recompute;
 };
 // Weights, gradients and optimizer state live on `device` (a GPU: the
 // process's, initialised before).

@@ -81,6 +81,9 @@ void stage_graph_model(Model& model, Plan& plan, const std::string& source) {
   for (PlanStage& s : plan.stages) {
     s.first_layer = s.last_layer = s.index;
     s.layer_names = {model.layers[size_t(s.index)].name};
+    // A stage is one layer now: recomputing any of its units recomputes it
+    // whole (keeping only the stage's input: no more memory, more time).
+    if (!s.recompute_layers.empty()) s.recompute_layers = {s.index};
   }
 }
 

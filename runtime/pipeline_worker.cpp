@@ -613,9 +613,11 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
 
   auto optimizer = make_optimizer(spec.optimizer);
   std::vector<StageState> states;
-  for (const PlanStage* st : stages_of(spec, role.rank))
+  for (const PlanStage* st : stages_of(spec, role.rank)) {
     states.push_back(make_stage_state(model, st->index, st->first_layer, st->last_layer, spec.seed, *optimizer,
                                       spec.device));
+    states.back().recompute = recompute_flags(*st);
+  }
   load_initial_weights(spec, model, states);
   ResumeFrom from = resume_if_asked(spec, model, role, states);
   const int64_t start_step = from.step;

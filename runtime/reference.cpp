@@ -15,6 +15,7 @@ ReferencePipeline::ReferencePipeline(const RunSpec& spec, const Model& model, co
     const PlanStage& s = spec.plan.stages[static_cast<size_t>(by_stage ? r : spec.plan.stage_of_rank(r))];
     states_.push_back(
         make_stage_state(model, s.index, s.first_layer, s.last_layer, spec.seed, *optimizer_, spec.device));
+    states_.back().recompute = recompute_flags(s);
   }
   if (!spec.init.empty()) {
     const NamedTensors w = load_named_weights(model, spec.init);

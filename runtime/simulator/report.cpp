@@ -121,6 +121,11 @@ void recost_plan(Plan& plan, const Profile& profile) {
       if (st.nodes.empty()) st.layer_names.push_back(n->name);
     }
     st.compute_s = st.time_s = st.forward_s + st.backward_s;
+    // Recomputed layers (chain plans: the stage's nodes are its layers in order): their forward again.
+    st.recompute_s = 0;
+    for (int l : st.recompute_layers)
+      if (size_t(l - st.first_layer) < nodes[s].size()) st.recompute_s += nodes[s][size_t(l - st.first_layer)]->forward_ms / 1e3;
+    st.time_s += st.recompute_s;
     if (!nodes[s].empty()) st.output_bytes = nodes[s].back()->output_bytes;
   }
   plan.predictions_for = stage_fingerprint(plan);

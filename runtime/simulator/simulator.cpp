@@ -190,7 +190,9 @@ class Simulation {
       // backward, spread over the batch's microbatches.
       const double folded_step = g.blocking ? 0.0 : st.optimizer_s / items;
       const double backward = (measured ? opt.microbatch_times[s].backward_s : st.backward_s / items) + folded_step;
-      costs_.push_back({forward, backward * (1 - w_share), backward * w_share, g.blocking ? st.optimizer_s : 0.0,
+      // Activation recomputation: the recomputed layers' forward again, just before the backward (B).
+      const double recompute = st.recompute_s / items;
+      costs_.push_back({forward, backward * (1 - w_share) + recompute, backward * w_share, g.blocking ? st.optimizer_s : 0.0,
                         double(st.output_bytes) / items, static_cast<uint64_t>(std::llround(double(stash) / items))});
       if (st.replicas > 1) {
         g.allreduce_s = allreduce_seconds(plan.topology, st.ranks, double(st.parameter_bytes), shared_cores_);

@@ -128,5 +128,54 @@ TEST(CliDevice, TrainWithMicrobatchesOnTheGpuEndsAtTheCpusWeights) {
   }
 }
 
+// Activation recomputation on the GPU (docs/design.md §6): a model with
+// dropout and BatchNorm run with its stages recomputing every layer ends
+// at the same bits as without, weights and running statistics, under
+// 1f1b-rr and zb-h1, in FP32 and bf16 (deterministic convolutions: the
+// two runs must run the same kernels).
+TEST(CliDevice, RecomputationChangesNoBitOnTheGpu) {
+  if (visible_gpus() == 0) GTEST_SKIP() << "no GPU visible (cudaGetDeviceCount reports none)";
+  const std::string d = scratch();
+  {
+    FILE* f = std::fopen((d + "/bn_dropout.json").c_str(), "w");
+    std::fputs(R"({"name": "bn-dropout", "input": {"shape": [3, 8, 8]}, "classes": 4, "layers": [
+      {"type": "conv2d", "name": "conv1", "out_channels": 8, "kernel": 3, "padding": 1},
+      {"type": "batchnorm2d", "name": "bn1"}, {"type": "relu", "name": "relu1"},
+      {"type": "dropout", "name": "drop1", "p": 0.3},
+      {"type": "conv2d", "name": "conv2", "out_channels": 8, "kernel": 3, "padding": 1},
+      {"type": "batchnorm2d", "name": "bn2"}, {"type": "relu", "name": "relu2"},
+      {"type": "flatten", "name": "flatten"}, {"type": "linear", "name": "fc1", "out_features": 16},
+      {"type": "relu", "name": "relu3"}, {"type": "dropout", "name": "drop2", "p": 0.5},
+      {"type": "linear", "name": "fc2", "out_features": 4}]})",
+               f);
+    std::fclose(f);
+  }
+  for (const std::string recompute : {"", "\"recompute_layers\": [0, 1, 2, 3, 4, 5], "}) {
+    FILE* f = std::fopen((d + (recompute.empty() ? "/plain.json" : "/recompute.json")).c_str(), "w");
+    std::fputs((R"({"format": "pipedream-plan/1", "config": "1-1", "stages": [{"index": 0, "layers": [0, 5], )" +
+                recompute + R"("replicas": 1, "ranks": [0]}, {"index": 1, "layers": [6, 11], "replicas": 1, "ranks": [1]}]})")
+                   .c_str(),
+               f);
+    std::fclose(f);
+  }
+  for (const std::string schedule : {"1f1b-rr", "zb-h1 --microbatches 4"})
+    for (const std::string precision : {"fp32", "bf16"}) {
+      SCOPED_TRACE(schedule + " " + precision);
+      for (const std::string plan : {"plain", "recompute"}) {
+        const testing::JobResult r =
+            run(bin("pipedream") + "run --model " + d + "/bn_dropout.json --plan " + d + "/" + plan +
+                ".json --data synthetic --minibatches 3 --batch 8 --no-eval --reference --device cuda --deterministic "
+                "--schedule " + schedule + " --precision " + precision + " --save " + d + "/" + plan + ".safetensors");
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+      }
+      const NamedTensors a = load_safetensors(d + "/plain.safetensors"), b = load_safetensors(d + "/recompute.safetensors");
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(a[i].first, b[i].first);
+        EXPECT_EQ(a[i].second.to_floats(), b[i].second.to_floats()) << a[i].first;
+      }
+    }
+}
+
 }  // namespace
 }  // namespace pd

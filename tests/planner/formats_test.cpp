@@ -242,5 +242,26 @@ TEST(PlanFormat, RejectsInconsistentPlans) {
   EXPECT_THROW(plan_from_json(broken, "x.json"), UserError);
 }
 
+// Recomputed layers (docs/design.md §5): kept through the file, in the
+// stages' fingerprint, and refused outside the stage or out of order.
+TEST(PlanFormat, RecomputedLayersRoundTripAndStayInTheirStage) {
+  Plan p = sample_plan();
+  p.stages[0].recompute_layers = {1, 3};
+  p.stages[0].recompute_s = 0.125;
+  const Plan q = plan_from_json(plan_to_json(p), "x.json");
+  EXPECT_EQ(q.stages[0].recompute_layers, (std::vector<int>{1, 3}));
+  EXPECT_DOUBLE_EQ(q.stages[0].recompute_s, 0.125);
+  EXPECT_TRUE(q.stages[1].recompute_layers.empty());
+  EXPECT_EQ(recompute_flags(q.stages[0]), (std::vector<bool>{false, true, false, true}));
+  EXPECT_TRUE(recompute_flags(q.stages[1]).empty());
+  EXPECT_NE(stage_fingerprint(q), stage_fingerprint(sample_plan()));
+  auto j = plan_to_json(p);
+  for (const std::vector<int>& bad : {std::vector<int>{4}, std::vector<int>{3, 1}, std::vector<int>{1, 1}}) {
+    auto broken = j;
+    broken["stages"][0]["recompute_layers"] = bad;
+    EXPECT_NE(error_of([&] { plan_from_json(broken, "x.json"); }).find("recompute_layers"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace pd

@@ -120,5 +120,43 @@ TEST(Planner, InfeasibleRequestsNameWhatWouldWork) {
   EXPECT_THROW(flat_topology(0, 1.0), UserError);
 }
 
+// When nothing fits, the error names the least memory that fits with
+// recomputation and without, each with its flags, and each figure is true:
+// planning with it succeeds (and with "at least" X, X itself does not fit).
+TEST(Planner, InfeasibleRequestsNameTheLeastMemoryWithAndWithoutRecomputation) {
+  const Profile vgg = reference("vgg16");
+  PlannerOptions options;
+  options.memory_bytes = 1000;
+  options.recompute = RecomputeMode::automatic;
+  std::string msg;
+  try {
+    plan_pipeline(vgg, flat_topology(4, 1.25), options);
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    msg = e.what();
+  }
+  for (const auto& [flag, mode] : {std::pair{std::string("auto"), RecomputeMode::automatic},
+                                   std::pair{std::string("none"), RecomputeMode::none}}) {
+    const std::string tail = " --recompute " + flag + ")";
+    const size_t at = msg.find(tail);
+    ASSERT_NE(at, std::string::npos) << msg;
+    const size_t from = msg.rfind("--memory ", at) + 9;
+    const uint64_t fits = std::stoull(msg.substr(from, at - from));
+    const size_t least_at = msg.rfind("at least ", at);
+    ASSERT_NE(least_at, std::string::npos) << msg;
+    PlannerOptions o = options;
+    o.recompute = mode;
+    o.memory_bytes = fits;
+    EXPECT_NO_THROW(plan_pipeline(vgg, flat_topology(4, 1.25), o)) << flag << ": " << msg;
+  }
+  // Recomputation lets vgg16 fit in less.
+  const size_t with = msg.find("--recompute auto"), without = msg.find("--recompute none");
+  const auto number_before = [&](size_t at) {
+    const size_t from = msg.rfind("--memory ", at) + 9;
+    return std::stoull(msg.substr(from, at - 1 - from));
+  };
+  EXPECT_LT(number_before(with), number_before(without)) << msg;
+}
+
 }  // namespace
 }  // namespace pd
