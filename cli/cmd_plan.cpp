@@ -195,11 +195,15 @@ void print_recommendation(const PlanArgs& a, const Plan& plan, const ScheduleCan
                                 c.schedule.virtual_stages > 1 ? cat(" --virtual-stages ", c.schedule.virtual_stages)
                                                               : std::string());
   if (a.output.empty()) std::printf("(give -o plan.json to write the plan the commands below read)\n");
-  std::printf("run it (batches of %d: %d microbatches of %d; plan.json records these flags; add the --model-options "
-              "you profiled with, and --data and a length):\n  pipedream run --plan %s "
-              "--model %s --batch %d %s\n",
-              plan.profile.batch_size, c.schedule.microbatches, plan.profile.batch_size / c.schedule.microbatches,
-              shell_word(file).c_str(), shell_word(plan.profile.model).c_str(), plan.profile.batch_size, flags.c_str());
+  const int batch = plan.profile.batch_size, m = c.schedule.microbatches;
+  if (batch > 0)
+    std::printf("run it (batches of %d: %d microbatches of %d; plan.json records these flags; add the --model-options "
+                "you profiled with, and --data and a length):\n  pipedream run --plan %s --model %s --batch %d %s\n",
+                batch, m, batch / m, shell_word(file).c_str(), shell_word(plan.profile.model).c_str(), batch,
+                flags.c_str());
+  else  // a PipeDream graph.txt records no batch
+    std::printf("run it (the profile records no batch: give --batch, a multiple of %d):\n  pipedream run --plan %s "
+                "--model %s %s\n", m, shell_word(file).c_str(), shell_word(plan.profile.model).c_str(), flags.c_str());
   // simulate prices microbatches as the search did only with the same profile.
   std::printf("replay this prediction:\n  pipedream simulate --plan %s %s%s --minibatches %lld\n", shell_word(file).c_str(),
               flags.c_str(), measured_profile.empty() ? "" : cat(" --profile ", shell_word(measured_profile)).c_str(),

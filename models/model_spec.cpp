@@ -17,6 +17,14 @@
 namespace pd {
 
 namespace {
+// " (did you mean 'x'?)": the known field nearest a misspelt one.
+std::string nearest(const std::string& key, const std::set<std::string>& known) {
+  std::string best;
+  size_t distance = SIZE_MAX;
+  for (const std::string& k : known)
+    if (const size_t d = checked::edit_distance(key, k); d < distance) distance = d, best = k;
+  return best.empty() ? std::string() : cat(" (did you mean '", best, "'?)");
+}
 
 using nlohmann::json;
 
@@ -93,7 +101,7 @@ class LayerFields {
 
   void reject_unknown() const {
     for (auto it = j_.begin(); it != j_.end(); ++it)
-      if (!used_.count(it.key())) throw error(it.key(), "is not a field of this layer type");
+      if (!used_.count(it.key())) throw error(it.key(), cat("is not a field of this layer type", nearest(it.key(), used_)));
   }
 
  private:
@@ -248,6 +256,7 @@ LayerPtr make_layer(const std::string& type, LayerFields& f, const Shape& in, DT
 
 UserError spec_error(const std::string& what) { return UserError(cat("model spec: ", what)); }
 
+
 // Every parameter and buffer of the layer fits kMaxElements (a linear of
 // 2^31 x 2^31 would otherwise exhaust memory when allocated).
 void check_parameter_sizes(const Layer& layer, const LayerFields& fields) {
@@ -272,7 +281,7 @@ Model build_model(const json& spec) {
   if (!spec.is_object()) throw spec_error("the spec must be a JSON object");
   static const std::set<std::string> known = {"name", "input", "classes", "task", "layers", "description", "options"};
   for (auto it = spec.begin(); it != spec.end(); ++it)
-    if (!known.count(it.key())) throw spec_error(cat("unknown top-level field '", it.key(), "'"));
+    if (!known.count(it.key())) throw spec_error(cat("unknown top-level field '", it.key(), "'", nearest(it.key(), known)));
 
   Model m;
   m.spec = spec;

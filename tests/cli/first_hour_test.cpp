@@ -238,6 +238,13 @@ TEST_F(FirstHour, MisspeltKeysAreRefusedNamingTheNearest) {
   EXPECT_NE(topo.output.find(R"(unknown key "bandwith_GBps" (did you mean "bandwidth_GBps"?))"), std::string::npos)
       << topo.output;
 
+  write_text(path("spec.json"), R"({"name": "m", "input": {"shape": [4]}, "clases": 3,
+    "layers": [{"type": "linear", "out_features": 3}]})");
+  const JobResult spec = pipedream("models --model-spec spec.json");
+  EXPECT_EQ(spec.exit_code, 2) << spec.output;
+  EXPECT_NE(spec.output.find("unknown top-level field 'clases' (did you mean 'classes'?)"), std::string::npos)
+      << spec.output;
+
   json profile = chain_profile(3);
   profile["nodes"][1]["forward_msec"] = 1;
   write_text(path("prof.json"), profile.dump());

@@ -36,7 +36,10 @@ TEST(ResumeChecks, AnotherModelSpecIsRefusedAnotherPrecisionIsNoted) {
 TEST(ResumeChecks, AFolderResumesFromTheCheckpointCommittedLast) {
   const std::string dir = scratch_dir("resume_latest");
   const std::string ck = dir + "/ck";
-  ASSERT_EQ(train(kGpt + kTrainArgs + " --minibatches 8 --checkpoint-every 2 --checkpoint-dir " + ck).exit_code, 0);
+  // Every checkpoint kept (the default keeps the newest 3): step-2 is resumed from below.
+  ASSERT_EQ(train(kGpt + kTrainArgs + " --minibatches 8 --checkpoint-every 2 --keep-checkpoints 0 --checkpoint-dir " + ck)
+                .exit_code,
+            0);
   // Back to step 2 with another learning rate, into the same folder: step-4
   // is written again, the abandoned run's step-6 and step-8 stay.
   JobResult retry = train(kGpt + kTrainArgs + " --lr 0.002 --minibatches 4 --checkpoint-every 2 --checkpoint-dir " +

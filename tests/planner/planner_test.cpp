@@ -112,10 +112,16 @@ TEST(Planner, InfeasibleRequestsNameWhatWouldWork) {
   try {
     plan_pipeline(reference("alexnet"), flat_topology(4, 1.25), options);
     FAIL() << "expected UserError";
-  } catch (const UserError& e) {
+  } catch (const PlanDoesNotFit& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find("memory"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("at least"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("the least memory per worker that fits is"), std::string::npos) << msg;
+    // Both figures are true: the one said to fit does, the one said not to does not.
+    ASSERT_GT(e.memory_that_fits, e.memory_that_does_not) << msg;
+    options.memory_bytes = e.memory_that_fits;
+    EXPECT_NO_THROW(plan_pipeline(reference("alexnet"), flat_topology(4, 1.25), options)) << msg;
+    options.memory_bytes = e.memory_that_does_not;
+    EXPECT_THROW(plan_pipeline(reference("alexnet"), flat_topology(4, 1.25), options), PlanDoesNotFit) << msg;
   }
   EXPECT_THROW(flat_topology(0, 1.0), UserError);
 }
