@@ -181,13 +181,14 @@ std::optional<MemoryNeed> least_memory(const PlanningGraph& g, const Topology& t
       plain.recompute = RecomputeMode::none;
       const std::optional<MemoryNeed> without = least_memory(g, topology, plain, limit);
       const auto text = [](const std::optional<MemoryNeed>& n, const std::string& flag) {
-        return n ? cat("at least ", bytes_text(double(n->more_than)), ", and ", bytes_text(double(n->fits)),
-                       " fits (--memory ", n->fits, " --recompute ", flag, ")")
+        return n ? cat("at least ", bytes_text(double(n->more_than)), " and ", bytes_text(double(n->fits)),
+                       " fits (--memory ", n->fits, " fits, ", n->more_than, " does not, --recompute ", flag, ")")
                  : std::string("no size fits");
       };
       if (need || without)
-        advice += cat("; with ", topology.total_workers(), " workers it needs, per worker, with recomputation ",
-                      text(need, to_string(options.recompute)), "; without, ", text(without, "none"));
+        advice += cat("; with ", topology.total_workers(), " workers the least memory per worker that fits is, ",
+                      "with recomputation, ", text(need, to_string(options.recompute)), "; without, ",
+                      text(without, "none"));
     }
     options.memory_bytes = limit;
     if (topology.levels.size() == 1) {
