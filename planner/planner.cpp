@@ -91,7 +91,11 @@ void set_stage_memory(const PlanningGraph& g, const std::vector<PlannedStage>& p
         for (int u : g.in[v]) input += g.nodes[u].output_bytes;
         f.activation_bytes -= g.nodes[v].activation_bytes - input;
       }
-      for (int v : planned[s].nodes) f.recompute_bytes = std::max(f.recompute_bytes, g.nodes[v].activation_bytes);
+      for (int v : planned[s].recompute_nodes) {
+        double input = 0;
+        for (int u : g.in[v]) input += g.nodes[u].output_bytes;
+        f.recompute_bytes = std::max(f.recompute_bytes, g.nodes[v].activation_bytes - input);
+      }
     }
     f.boundary_bytes = double(stages[s].output_bytes);
     f.replicas = stages[s].replicas;
@@ -119,7 +123,7 @@ double smallest_footprint(const PlanningGraph& g, RecomputeMode recompute) {
       for (int u : g.in[v]) input += g.nodes[u].output_bytes;
       StageFootprint recomputed = plain;
       recomputed.activation_bytes = input;
-      recomputed.recompute_bytes = n.activation_bytes;
+      recomputed.recompute_bytes = std::max(0.0, n.activation_bytes - input);
       const double r = stage_memory_bytes(recomputed, 1);
       least = recompute == RecomputeMode::automatic ? std::min(least, r) : r;
     }

@@ -99,7 +99,7 @@ std::vector<RecomputeChoices::Item> RecomputeChoices::stage_items(int k, int j) 
 
 double RecomputeChoices::transient(int k, int j) const {
   double most = 0;
-  for (const Item& it : stage_items(k, j)) most = std::max(most, it.activation_bytes);
+  for (const Item& it : stage_items(k, j)) most = std::max(most, it.saved_bytes);
   return most;
 }
 
@@ -108,8 +108,8 @@ Recomputation RecomputeChoices::fixed(int k, int j) const {
   if (mode_ != RecomputeMode::full && mode_ != RecomputeMode::every_other) return r;
   double most = 0;
   for (const Item& it : stage_items(k, j)) {
-    most = std::max(most, it.activation_bytes);
     if (mode_ == RecomputeMode::full || it.odd_layer) {
+      most = std::max(most, it.saved_bytes);
       r.forward_s += it.forward_s;
       r.saved_bytes += it.saved_bytes;
       r.nodes.push_back(it.node);

@@ -7,7 +7,7 @@
 // less its input's (the outputs of the layers feeding it) and costs its
 // forward time once more per minibatch. While the stage recomputes, one
 // layer's activations exist again for one minibatch: a stage recomputing
-// anything holds, once, the largest activation of its layers on top
+// anything holds, once, the most any of its layers saves on top
 // (StageFootprint::recompute_bytes).
 #include <map>
 #include <optional>
@@ -55,7 +55,9 @@ class RecomputeChoices {
   std::optional<Recomputation> cheapest(int k, int j, double bytes) const;
   // The set itself (nodes filled), for the plan's final stages: fixed or cheapest.
   std::optional<Recomputation> choose(int k, int j, double bytes) const;
-  // The transient of any non-empty set of (k, j]: its largest activation.
+  // A bound on the transient of any non-empty set of (k, j]: the most one
+  // of its layers saves. auto plans with it (so a chosen set always fits);
+  // a fixed set and the plan's memory figure use the set's own most.
   double transient(int k, int j) const;
   bool exact() const { return exact_; }
   static constexpr size_t kMaxFrontier = 4096;

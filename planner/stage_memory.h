@@ -20,8 +20,8 @@ struct StageFootprint {
   int replicas = 1;
   double workspace_bytes = 0;   // the most working memory of one of its layers while it computes
   // Activation recomputation (planner/recompute.h): activation_bytes is
-  // then what the stage still stashes; this, the largest activation one
-  // recomputed layer makes again, for one minibatch, on top.
+  // then what the stage still stashes; this, the most one recomputed layer
+  // makes again (its activation less the input kept), for one minibatch, on top.
   double recompute_bytes = 0;
 };
 

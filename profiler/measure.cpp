@@ -101,6 +101,10 @@ class WorkspaceMeter {
  public:
   explicit WorkspaceMeter(Allocator& a) : a_(a), before_(a.current_bytes()) { a_.reset_peak(); }
   uint64_t bytes() const { return a_.peak_bytes() > before_ ? a_.peak_bytes() - before_ : 0; }
+  // The peak above what is still live now: a forward's temporaries, not the
+  // context it keeps or its output (activation_bytes, and the next layer's
+  // input or the stage's boundary: counted once there).
+  uint64_t transient() const { return a_.peak_bytes() > a_.current_bytes() ? a_.peak_bytes() - a_.current_bytes() : 0; }
 
  private:
   Allocator& a_;
@@ -142,7 +146,7 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
                                        ctx[static_cast<size_t>(i)], h, exact);
     Clock::time_point end = now_synced();
     t.forward_ms[static_cast<size_t>(i)] = ms_between(start, end);
-    if (facts) (*facts)[static_cast<size_t>(i)] = {h.nbytes(), ctx[static_cast<size_t>(i)].saved_bytes(), meter->bytes()};
+    if (facts) (*facts)[static_cast<size_t>(i)] = {h.nbytes(), ctx[static_cast<size_t>(i)].saved_bytes(), meter->transient()};
     start = now_synced();
   }
   // The loss belongs to the last stage's backward: it starts when the

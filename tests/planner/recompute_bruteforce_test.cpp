@@ -5,7 +5,8 @@
 // and without replication, under memory limits. Each subset costs its
 // layers' forward once more and saves, per in-flight minibatch, each
 // layer's activation less its input; a stage recomputing anything holds
-// its largest activation once more. full and every-other (fixed sets) are
+// once more the most one recomputed layer saves (under auto the planner
+// bounds it by the most any layer of the stage saves, as here). full and every-other (fixed sets) are
 // checked the same way.
 #include <gtest/gtest.h>
 
@@ -32,7 +33,7 @@ double best_stage(const Profile& prof, int first, int end, int r, int in_flight,
     const auto& node = prof.nodes[l];
     c += (node.forward_ms + node.backward_ms) / 1e3, params += node.parameter_bytes, act += node.activation_bytes;
     opt += node.optimizer_state_bytes;
-    largest = std::max(largest, double(node.activation_bytes));
+    largest = std::max(largest, double(node.activation_bytes) - (l > 0 ? double(prof.nodes[l - 1].output_bytes) : 0.0));
   }
   const double sync = r > 1 ? 4.0 * (r - 1) * params / (r * sync_bw) : 0.0;
   double best = INFINITY;
@@ -47,15 +48,19 @@ double best_stage(const Profile& prof, int first, int end, int r, int in_flight,
       allowed = set == odd;
     }
     if (!allowed) continue;
-    double extra = 0, saved = 0;
+    double extra = 0, saved = 0, most = 0;
     for (int i = 0; i < n; ++i)
       if (set >> i & 1) {
         const int l = first + i;
+        const double s = double(prof.nodes[l].activation_bytes) - (l > 0 ? double(prof.nodes[l - 1].output_bytes) : 0.0);
         extra += prof.nodes[l].forward_ms / 1e3;
-        saved += double(prof.nodes[l].activation_bytes) - (l > 0 ? double(prof.nodes[l - 1].output_bytes) : 0.0);
+        saved += s;
+        most = std::max(most, s);
       }
+    // auto plans with the stage's most as the transient (a bound); fixed sets with their own.
+    if (mode == RecomputeMode::automatic) most = largest;
     const double need = params * (in_flight + 1) + opt + (act - saved + 2 * out_bytes) * in_flight +
-                        (r > 1 ? params : 0.0) + (set ? largest : 0.0);
+                        (r > 1 ? params : 0.0) + (set ? most : 0.0);
     if (memory > 0 && need > memory) continue;
     best = std::min(best, std::max(c + extra, sync) / r);
   }

@@ -50,6 +50,21 @@ TEST(Simulator, GPipeBubbleIsSMinusOneOverMPlusSMinusOne) {
     }
 }
 
+// Activation recomputation (plan stages' recompute_s) is the recomputed
+// layers' forward run again before each backward: GPipe's batch takes
+// (M + S - 1) microbatches of forward + recompute + backward.
+TEST(Simulator, RecomputationRunsTheForwardAgainBeforeEachBackward) {
+  for (int M : {1, 4}) {
+    Plan p = make_plan(std::vector<int>(4, 1), 1.0, 2.0);
+    for (PlanStage& st : p.stages) {
+      st.recompute_layers = {st.first_layer};
+      st.recompute_s = 0.5;
+    }
+    const SimulationReport rep = simulate(p, sim_options(ScheduleKind::GPipe, 16, M));
+    EXPECT_NEAR(rep.time_per_minibatch_s, 3.5 * (M + 3) / M, 1e-9) << "M=" << M;
+  }
+}
+
 // A microbatch's compute measured at its size replaces the linear share:
 // GPipe's batch then takes (M + S - 1) microbatch times, whatever the
 // minibatch's times say.
