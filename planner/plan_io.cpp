@@ -141,7 +141,7 @@ json plan_to_json(const Plan& p) {
     if (!s.nodes.empty()) stage["nodes"] = s.nodes;
     stages.push_back(std::move(stage));
   }
-  return {{"format", p.format},
+  json out = {{"format", p.format},
           {"profile",
            {{"path", p.profile.path},
             {"sha256", p.profile.sha256},
@@ -168,6 +168,13 @@ json plan_to_json(const Plan& p) {
             {"for_stages", p.predictions_for.empty() ? stage_fingerprint(p) : p.predictions_for}}},
           {"baselines", {{"single_worker_s", baseline_to_json(p.single_worker_s)},
                          {"data_parallel_s", baseline_to_json(p.data_parallel_s)}}}};
+  if (!p.ties.empty()) {
+    json ties = json::array();
+    for (const PlanTie& t : p.ties)
+      ties.push_back({{"parameter", t.parameter}, {"bytes", t.bytes}, {"stages", t.stages}, {"exchange_s", t.exchange_s}});
+    out["tie_groups"] = std::move(ties);
+  }
+  return out;
 }
 
 Plan plan_from_json(const json& j, const std::string& source) {
@@ -267,6 +274,22 @@ Plan plan_from_json(const json& j, const std::string& source) {
     const json& b = j["baselines"];
     p.single_worker_s = baseline_from_json(b, "single_worker_s", source);
     p.data_parallel_s = baseline_from_json(b, "data_parallel_s", source);
+  }
+  if (j.contains("tie_groups")) {
+    const json& ties = j["tie_groups"];
+    if (!ties.is_array()) throw UserError(cat(source, ": \"tie_groups\" must be an array"));
+    for (size_t i = 0; i < ties.size(); ++i) {
+      const std::string where = cat(source, ": tie_groups[", i, "]");
+      PlanTie t;
+      t.parameter = optional_field<std::string>(ties[i], "parameter", "", where);
+      t.bytes = optional_field<uint64_t>(ties[i], "bytes", 0, where);
+      t.stages = optional_field<std::vector<int>>(ties[i], "stages", {}, where);
+      t.exchange_s = optional_field<double>(ties[i], "exchange_s", 0, where);
+      for (int s : t.stages)
+        if (s < 0 || s >= int(p.stages.size()))
+          throw UserError(cat(where, ": stage ", s, " is not one of the plan's ", p.stages.size(), " stages"));
+      p.ties.push_back(std::move(t));
+    }
   }
   return p;
 }
