@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "models/model.h"
 
 namespace pd::cli {
@@ -28,13 +29,17 @@ void list_zoo() {
   }
   std::printf("\nOptions (--model-options k=v,...): mlp hidden,depth,classes; cnn classes; "
               "vgg11/vgg16/vgg-mini width,image_size,hidden,dropout,classes; resnet18/resnet50 "
-              "width,image_size,classes; gpt/gpt-mini vocab,context,width,depth,heads,dropout.\n"
+              "width,image_size,classes; gpt/gpt-mini vocab,context,width,depth,heads,dropout,tie "
+              "(tie=1: the head reads the token embedding's matrix, as GPT-2's does).\n"
               "`pipedream models --model NAME` shows the layers; --spec prints the JSON spec.\n");
 }
 
 void show_model(const Model& m) {
-  std::printf("%s: %s parameters, %d top-level layers, input %s %s, %lld classes, %s\n", m.name.c_str(),
-              human(m.parameter_count()).c_str(), m.size(), shape_str(m.input_shape).c_str(),
+  // An imported graph is profiled and planned per unit: the count --straight compares with.
+  const std::string units =
+      m.graph ? cat(" (", m.graph->units.size(), " units: the nodes its profile times and plans split between)") : "";
+  std::printf("%s: %s parameters, %d top-level layers%s, input %s %s, %lld classes, %s\n", m.name.c_str(),
+              human(m.parameter_count()).c_str(), m.size(), units.c_str(), shape_str(m.input_shape).c_str(),
               dtype_name(m.input_dtype), static_cast<long long>(m.classes), task_name(m.task));
   std::printf("%5s  %-14s %-40s %-18s %12s\n", "index", "name", "layer", "output", "parameters");
   for (int i = 0; i < m.size(); ++i) {
@@ -42,6 +47,11 @@ void show_model(const Model& m) {
     std::printf("%5d  %-14s %-40s %-18s %12lld\n", i, l.name.c_str(), l.layer->describe().c_str(),
                 shape_str(l.output_shape).c_str(), static_cast<long long>(m.parameter_count(i, i)));
   }
+  if (m.ties.empty()) return;
+  // Each reader holds a copy (counted in its layer above); files hold it once.
+  std::printf("tie groups (one parameter read by several layers; each holds a copy, their gradients summed "
+              "before every step, so the layers may go to different stages):\n");
+  for (const std::string& line : describe_ties(m)) std::printf("  %s\n", line.c_str());
 }
 
 }  // namespace

@@ -115,6 +115,10 @@ void print_summary(const Plan& plan, const Topology& topology) {
                   counted(static_cast<long long>(s.recompute_layers.size()), "layer", "layers").c_str(),
                   seconds_text(s.recompute_s).c_str());
   }
+  for (const PlanTie& t : plan.ties)  // planner/plan_ties.h
+    std::printf("  tied %s (%s) in stages %s: its gradient exchanged in %s per optimizer step (in the prediction)\n",
+                t.parameter.c_str(), bytes_text(double(t.bytes)).c_str(), rank_list(t.stages).c_str(),
+                seconds_text(t.exchange_s).c_str());
   std::printf("config %s, NOAM %d\n", plan.config.c_str(), plan.noam);
   std::printf("predicted time per minibatch %s", seconds_text(plan.time_per_minibatch_s).c_str());
   // The bound is the closed-form optimum's (0: none on these workers).

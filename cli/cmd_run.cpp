@@ -1,6 +1,7 @@
 // `pipedream run`: pipelined training with a plan, one process per worker
 // (docs/design.md §8). Outside MPI it re-launches itself under mpirun; with
 // --reference it executes every worker in this process (the oracle).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "core/safetensors.h"
 #include "planner/planner.h"
 #include "runtime/graph_stages.h"
+#include "runtime/tied_gradients.h"
 #include "runtime/auto_plan.h"
 #include "runtime/checkpoint.h"
 #include "core/cuda_plugin.h"
@@ -346,15 +348,23 @@ void run_reference(const RunSpec& spec, const Model& model, const DataSplits& da
 }
 
 // The links a pipeline uses, for NCCL: every pair of ranks of adjacent
-// stages in both directions, and each replicated stage's group.
-NcclLinks pipeline_links(const Plan& plan) {
+// stages in both directions, those of the stages a tied parameter joins
+// (runtime/tied_gradients.h), and each replicated stage's group.
+NcclLinks pipeline_links(const Plan& plan, const TiedStages* ties) {
   NcclLinks l;
-  for (size_t s = 0; s + 1 < plan.stages.size(); ++s)
-    for (int a : plan.stages[s].ranks)
-      for (int b : plan.stages[s + 1].ranks) {
-        l.p2p.emplace_back(a, b);
-        l.p2p.emplace_back(b, a);
+  auto link = [&](const PlanStage& x, const PlanStage& y) {
+    for (int a : x.ranks)
+      for (int b : y.ranks) {
+        for (auto p : {std::make_pair(a, b), std::make_pair(b, a)})
+          if (std::find(l.p2p.begin(), l.p2p.end(), p) == l.p2p.end()) l.p2p.push_back(p);
       }
+  };
+  for (size_t s = 0; s + 1 < plan.stages.size(); ++s) link(plan.stages[s], plan.stages[s + 1]);
+  if (ties)
+    for (const TiedStages::Group& g : ties->groups)
+      for (const TiedStages::Member& m : g.members)
+        for (const TiedStages::Member& n : g.members)
+          if (m.stage < n.stage) link(plan.stages[size_t(m.stage)], plan.stages[size_t(n.stage)]);
   for (const PlanStage& s : plan.stages)
     if (s.ranks.size() > 1) l.groups.push_back(s.ranks);
   return l;
@@ -389,7 +399,7 @@ void run_mpi_worker(RunSpec& spec, const RunArgs& a, const Model& model, const D
   }
   spec.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
   if (spec.transport == DeviceTransport::nccl) {
-    NcclTransport nccl(t, spec.device, pipeline_links(spec.plan));
+    NcclTransport nccl(t, spec.device, pipeline_links(spec.plan, tied_stages(model, spec.plan, spec.schedule.kind).get()));
     run_pipeline_worker(spec, model, data, nccl);
     return;
   }
@@ -516,6 +526,7 @@ void run_command(const RunArgs& given) {
   DataSplits data = open_dataset(a.data, a.data_dir, model, parse_data_options(a.data_options));
   RunArgs args = a;
   RunSpec spec = make_spec(args, plan, data.train->size());
+  (void)tied_stages(model, spec.plan, spec.schedule.kind);  // a tie across stages: 1f1b-rr and 2bw refused here
   // Checked here, in the launcher too: a refusal is one line, before mpirun.
   if (!spec.resume.empty()) require_resumable(find_checkpoint(spec.resume), spec, model);
   // An interrupted run's unfinished checkpoints, removed before any worker writes.

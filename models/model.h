@@ -13,6 +13,7 @@
 
 #include "core/layer.h"
 #include "models/model_graph.h"
+#include "models/ties.h"
 
 namespace pd {
 
@@ -39,6 +40,9 @@ struct Model {
   // Imported graphs: the DAG of units behind the layers (null for a chain
   // of layers: zoo and JSON specs).
   std::shared_ptr<const ModelGraph> graph;
+  // Parameters read by several layers (models/ties.h): a spec's "ties", an
+  // ONNX initializer read in several layers.
+  std::vector<TieGroup> ties;
 
   int size() const { return static_cast<int>(layers.size()); }
   const Layer& layer(int i) const { return *layers.at(static_cast<size_t>(i)).layer; }

@@ -1,7 +1,7 @@
 #pragma once
 // The graph behind a model whose top-level layers are pieces of a finer
 // DAG (an imported ONNX graph). Its units - single ops, or ops that must
-// share a stage because they share a weight or pass a weight-sized tensor -
+// share a stage because they share a buffer or pass a weight-sized tensor -
 // are what `profile` times and `plan` cuts on antichains; `restage`
 // rebuilds the model with one top-level layer per planned stage, whose
 // boundaries may carry several tensors (skip connections included).
@@ -28,6 +28,14 @@ struct ModelGraphUnit {
 struct ModelGraph {
   std::vector<ModelGraphUnit> units;        // a topological order
   std::vector<std::pair<int, int>> edges;   // (from unit, to unit), each once
+  // Parameters read by several units (tied weights, models/ties.h); each
+  // reading unit's parameter_bytes counts its copy.
+  struct SharedParameter {
+    std::string name;       // the initializer
+    uint64_t bytes = 0;     // one copy
+    std::vector<int> units; // ascending
+  };
+  std::vector<SharedParameter> shared_parameters;
   // One top-level layer per stage; stage_of_unit must not decrease along an
   // edge (UserError naming the edge otherwise).
   std::function<Model(const std::vector<int>& stage_of_unit)> restage;

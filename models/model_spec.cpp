@@ -279,7 +279,7 @@ Shape read_input_shape(const json& input) {
 
 Model build_model(const json& spec) {
   if (!spec.is_object()) throw spec_error("the spec must be a JSON object");
-  static const std::set<std::string> known = {"name", "input", "classes", "task", "layers", "description", "options"};
+  static const std::set<std::string> known = {"name", "input", "classes", "task", "layers", "description", "options", "ties"};
   for (auto it = spec.begin(); it != spec.end(); ++it)
     if (!known.count(it.key())) throw spec_error(cat("unknown top-level field '", it.key(), "'", nearest(it.key(), known)));
 
@@ -347,6 +347,7 @@ Model build_model(const json& spec) {
     throw UserError(cat("model spec: layer ", last, " (", m.layers.back().layer->type(), ") outputs ",
                         shape_str(shape), " per sample, but a ", task, " model with ", m.classes,
                         " classes must output ", shape_str(want)));
+  if (spec.contains("ties")) m.ties = parse_ties(m, spec["ties"]);
   return m;
 }
 

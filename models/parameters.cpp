@@ -11,6 +11,26 @@
 
 namespace pd {
 
+namespace {
+
+// A tie owner's initial values (CPU), whichever layers a store holds: the
+// owner layer initialised on its own, as a whole-model build does.
+Tensor initial_tied_value(const Model& m, const std::string& owner, uint64_t seed) {
+  for (const TieGroup& g : m.ties) {
+    if (stored_name(g.owner()) != owner) continue;
+    const Layer& l = m.layer(g.owner().layer);
+    std::vector<Tensor> p = allocate_params(l, Device::cpu()), b = allocate_buffers(l, Device::cpu());
+    l.init(p, b, CounterRng(seed, static_cast<uint32_t>(g.owner().layer), 0));
+    const auto ps = l.param_specs();
+    for (size_t k = 0; k < ps.size(); ++k)
+      if (ps[k].name == g.owner().name) return p[k];
+  }
+  PD_CHECK(false, "no tie group owns ", owner);
+  return {};
+}
+
+}  // namespace
+
 ParameterStore ParameterStore::create(const Model& m, int first, int last, uint64_t seed, Device d) {
   PD_CHECK(first >= 0 && last < m.size() && first <= last + 1, "bad layer range [", first, ", ", last, "] of ",
            m.size(), " layers");
@@ -26,8 +46,11 @@ ParameterStore ParameterStore::create(const Model& m, int first, int last, uint6
     l.init(p, b, CounterRng(seed, static_cast<uint32_t>(i), 0));
     const auto ps = l.param_specs(), bs = l.buffer_specs();
     for (size_t k = 0; k < p.size(); ++k) {
+      const std::string owner = tie_owner_of(m, i, ps[k].name);
+      if (!owner.empty()) p[k].copy_from(initial_tied_value(m, owner, seed));
       s.params_.push_back(d.is_cpu() ? p[k] : p[k].to(d));
       s.param_names_.push_back(stored_tensor_name(i, ps[k].name));
+      s.saved_names_.push_back(owner.empty() ? s.param_names_.back() : owner);
     }
     for (size_t k = 0; k < b.size(); ++k) {
       s.buffers_.push_back(d.is_cpu() ? b[k] : b[k].to(d));
@@ -54,6 +77,20 @@ std::span<Tensor> ParameterStore::buffers(int layer) const {
   size_t k = static_cast<size_t>(layer - first_);
   auto* self = const_cast<ParameterStore*>(this);
   return {self->buffers_.data() + buffer_begin_[k], buffer_begin_[k + 1] - buffer_begin_[k]};
+}
+
+Tensor& ParameterStore::param(const std::string& stored) {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (param_names_[i] == stored) return params_[i];
+  PD_CHECK(false, "parameter ", stored, " is not in this store [", first_, ", ", last_, "]");
+  return params_.front();
+}
+
+std::vector<Tensor> ParameterStore::params_counted_once() const {
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!is_tie_copy(i)) out.push_back(params_[i]);
+  return out;
 }
 
 int64_t ParameterStore::param_count() const {
@@ -99,7 +136,8 @@ void ParameterStore::swap_params(ParameterStore& other) {
 
 NamedTensors ParameterStore::named_tensors() const {
   NamedTensors out;
-  for (size_t i = 0; i < params_.size(); ++i) out.emplace_back(param_names_[i], params_[i]);
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!is_tie_copy(i)) out.emplace_back(param_names_[i], params_[i]);
   for (size_t i = 0; i < buffers_.size(); ++i) out.emplace_back(buffer_names_[i], buffers_[i]);
   return out;
 }
@@ -119,7 +157,7 @@ void ParameterStore::load(const NamedTensors& tensors, const std::string& source
       dst[i].copy_from(src);
     }
   };
-  fill(param_names_, params_);
+  fill(saved_names_, params_);
   fill(buffer_names_, buffers_);
 }
 
@@ -159,7 +197,8 @@ std::vector<ModelTensor> model_tensors(const Model& m) {
   std::vector<ModelTensor> out;
   for (int i = 0; i < m.size(); ++i) {
     const Layer& l = m.layer(i);
-    for (const ParamSpec& p : l.param_specs()) out.push_back({stored_tensor_name(i, p.name), p.name, p.shape});
+    for (const ParamSpec& p : l.param_specs())  // a tie copy is filled from its owner's tensor
+      if (tie_owner_of(m, i, p.name).empty()) out.push_back({stored_tensor_name(i, p.name), p.name, p.shape});
     for (const ParamSpec& b : l.buffer_specs()) out.push_back({stored_tensor_name(i, b.name), b.name, b.shape});
   }
   return out;

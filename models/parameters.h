@@ -44,6 +44,15 @@ class ParameterStore {
   const std::vector<Tensor>& all_buffers() const { return buffers_; }
   const std::vector<std::string>& param_names() const { return param_names_; }
   const std::vector<std::string>& buffer_names() const { return buffer_names_; }
+  // A parameter by its stored name ("6.weight"); PD_CHECK that it is held.
+  Tensor& param(const std::string& stored);
+  // Tied parameters (models/ties.h): parameter i is a copy of another
+  // layer's, which files hold under saved_name(i), the owner's name.
+  bool is_tie_copy(size_t i) const { return saved_names_[i] != param_names_[i]; }
+  const std::string& saved_name(size_t i) const { return saved_names_[i]; }
+  // The parameters with each tied tensor once (copies left out): what a
+  // gradient norm counts.
+  std::vector<Tensor> params_counted_once() const;
   int64_t param_count() const;      // elements
   size_t param_bytes() const;
 
@@ -58,11 +67,12 @@ class ParameterStore {
   // same layout: how a stage makes a new weight version current without a copy.
   void swap_params(ParameterStore& other);
 
-  // Parameters then buffers, with their names: what --save writes.
+  // Parameters then buffers, with their names: what --save writes (a tie
+  // copy left out: its owner's tensor holds the same values).
   NamedTensors named_tensors() const;
   // Loads every tensor of this store by name from a file's tensors (others
-  // are ignored, so a whole-model file fills one stage). A missing name or a
-  // wrong shape is a UserError.
+  // are ignored, so a whole-model file fills one stage; a tie copy is filled
+  // from its owner's name). A missing name or a wrong shape is a UserError.
   void load(const NamedTensors& tensors, const std::string& source);
 
  private:
@@ -70,6 +80,7 @@ class ParameterStore {
   Device device_;
   std::vector<Tensor> params_, buffers_;
   std::vector<std::string> param_names_, buffer_names_;
+  std::vector<std::string> saved_names_;  // param_names_, a tie copy's owner's name
   // Index of layer first_+k's first tensor; one extra entry at the end.
   std::vector<size_t> param_begin_, buffer_begin_;
 };

@@ -163,13 +163,16 @@ json resnet_spec(const std::string& name, bool bottleneck, const std::vector<int
 }
 
 // GPT: token + position embedding, pre-LN transformer blocks, final
-// LayerNorm, linear head to the vocabulary (no bias).
+// LayerNorm, linear head to the vocabulary (no bias). tie=1: the head reads
+// the token embedding's matrix, as GPT-2's does (models/ties.h).
 json gpt_spec(const std::string& name, Options& o, int64_t vocab_d, int64_t context_d, int64_t width_d,
               int64_t depth_d, int64_t heads_d) {
   const int64_t vocab = o.positive_int("vocab", vocab_d), context = o.positive_int("context", context_d);
   const int64_t width = o.positive_int("width", width_d), depth = o.positive_int("depth", depth_d);
   const int64_t heads = o.positive_int("heads", heads_d);
   const double dropout = o.get("dropout", 0.0);
+  const double tie = o.get("tie", 0);
+  if (tie != 0 && tie != 1) throw UserError(cat("model ", name, ": option tie must be 0 or 1, got ", tie));
   if (width % heads != 0) throw UserError(cat("model ", name, ": heads (", heads, ") must divide width (", width, ")"));
   json layers = json::array({layer("embedding", "embed", {{"vocab", vocab}, {"dim", width}})});
   for (int64_t i = 0; i < depth; ++i) {
@@ -179,8 +182,10 @@ json gpt_spec(const std::string& name, Options& o, int64_t vocab_d, int64_t cont
   }
   layers.push_back(layer("layernorm", "ln_f"));
   layers.push_back(layer("linear", "head", {{"out_features", vocab}, {"bias", false}}));
-  return {{"name", name}, {"input", {{"shape", {context}}, {"dtype", "i32"}}}, {"classes", vocab},
-          {"task", "language_model"}, {"layers", layers}};
+  json spec = {{"name", name}, {"input", {{"shape", {context}}, {"dtype", "i32"}}}, {"classes", vocab},
+               {"task", "language_model"}, {"layers", layers}};
+  if (tie == 1) spec["ties"] = json::array({json::array({"embed.token.weight", "head.weight"})});
+  return spec;
 }
 
 }  // namespace

@@ -446,26 +446,16 @@ class Importer {
   }
 
   // Positions j (a cut after run-time node j) where exactly one activation
-  // is live and no parameter is shared across the cut.
+  // is live. A parameter read on both sides is tied (models/ties.h): each
+  // side's layer holds a copy.
   std::vector<int> cut_points() {
     const int n = static_cast<int>(nodes_.size());
-    std::vector<int> param_first(params_.size(), n), param_last(params_.size(), -1);
-    for (int j = 0; j < n; ++j)
-      for (const std::string& name : nodes_[size_t(j)].inputs) {
-        if (name.empty()) continue;
-        const Value& v = values_.at(name);
-        if (v.kind == Value::Param) {
-          param_first[size_t(v.index)] = std::min(param_first[size_t(v.index)], j);
-          param_last[size_t(v.index)] = std::max(param_last[size_t(v.index)], j);
-        }
-      }
     const std::vector<int> position = index_reads(graph_order());
     std::vector<int> cuts;
     for (int j = 0; j + 1 < n; ++j) {
       const std::vector<std::string> live = boundary(position, j);
-      bool ok = live.size() == 1 && values_.at(live[0]).batched && values_.at(live[0]).layout.standard() &&
-                values_.at(live[0]).example.dtype() == DType::F32;
-      for (size_t p = 0; p < params_.size(); ++p) ok = ok && !(param_first[p] <= j && param_last[p] > j);
+      const bool ok = live.size() == 1 && values_.at(live[0]).batched && values_.at(live[0]).layout.standard() &&
+                      values_.at(live[0]).example.dtype() == DType::F32;
       if (ok) cuts.push_back(j);
     }
     cuts.push_back(n - 1);
@@ -474,7 +464,8 @@ class Importer {
 
   // Units: ops that may go to different stages. A node joins the producer
   // of any unbatched activation it reads (a transposed weight must stay
-  // with its reader) or of one that does not hold the batch first and every node sharing a parameter or buffer with it;
+  // with its reader) or of one that does not hold the batch first and every node sharing a buffer with it
+  // (the readers of a shared parameter may part: a tie, models/ties.h);
   // a unit then spans the nodes between its first and last (contiguous in
   // graph order, so the units form a DAG).
   void find_units() {
@@ -488,8 +479,7 @@ class Importer {
         const Value& v = values_.at(name);
         int from = -1;
         if (v.kind == Value::Activation && (!v.batched || !v.layout.standard())) from = v.index;
-        if (v.kind == Value::Param || v.kind == Value::Buffer)
-          from = first_user.emplace(std::make_pair(int(v.kind), v.index), j).first->second;
+        if (v.kind == Value::Buffer) from = first_user.emplace(std::make_pair(int(v.kind), v.index), j).first->second;
         if (from >= 0) reach[size_t(from)] = std::max(reach[size_t(from)], j);
       }
     unit_of_node_.assign(size_t(n), 0);
@@ -506,7 +496,7 @@ class Importer {
     g.units.resize(size_t(units_));
     std::set<std::string> names;
     std::set<std::pair<int, int>> edges;
-    std::set<std::pair<int, int>> counted;  // (kind, index) of parameters already counted
+    std::set<std::pair<int, int>> counted;  // (unit, parameter) already counted: a tied one in each reader
     for (size_t j = 0; j < nodes_.size(); ++j) {
       const int u = unit_of_node_[j];
       ModelGraphUnit& unit = g.units[size_t(u)];
@@ -521,7 +511,7 @@ class Importer {
       for (const std::string& name : r.inputs) {
         if (name.empty()) continue;
         const Value& v = values_.at(name);
-        if (v.kind == Value::Param && counted.insert({int(v.kind), v.index}).second) unit.parameter_bytes += v.example.nbytes();
+        if (v.kind == Value::Param && counted.insert({u, v.index}).second) unit.parameter_bytes += v.example.nbytes();
         if (v.kind == Value::Activation && unit_of_node_[size_t(v.index)] != u)
           edges.insert({unit_of_node_[size_t(v.index)], u});
       }
@@ -540,6 +530,11 @@ class Importer {
       g.units[size_t(unit_of_node_[size_t(v.index)])].output_bytes_per_sample += v.example.nbytes() / size_t(batch_);
     }
     g.edges.assign(edges.begin(), edges.end());
+    std::map<int, std::vector<int>> readers;  // a parameter -> the units reading it
+    for (const auto& [u, param] : counted) readers[param].push_back(u);
+    for (const auto& [param, units] : readers)
+      if (units.size() > 1)
+        g.shared_parameters.push_back({params_[size_t(param)], values_.at(params_[size_t(param)]).example.nbytes(), units});
     return g;
   }
 
@@ -622,7 +617,8 @@ class Importer {
     m.spec = {{"name", name_}, {"format", "onnx"}, {"onnx_producer", p_.producer},
               {"opset", p_.opsets.at("")}, {"export_batch", batch_}, {"layers", nlohmann::json::array()}};
     const std::vector<int> position = index_reads(order);
-    std::map<std::pair<int, int>, int> owner;  // (kind, index) of an initializer -> its segment
+    std::map<int, int> owner;                       // a buffer -> its segment
+    std::map<int, std::vector<int>> readers;        // a parameter -> the segments reading it
     std::set<std::string> names;
     std::vector<std::string> in_names = {input_name_};
     int begin = 0;
@@ -641,11 +637,15 @@ class Importer {
         for (const std::string& name : nodes_[size_t(j)].inputs) {
           if (name.empty()) continue;
           const Value& v = values_.at(name);
-          if (v.kind != Value::Param && v.kind != Value::Buffer) continue;
-          const int at = owner.emplace(std::make_pair(int(v.kind), v.index), int(seg)).first->second;
+          if (v.kind == Value::Param) {
+            std::vector<int>& r = readers[v.index];
+            if (r.empty() || r.back() != int(seg)) r.push_back(int(seg));
+          }
+          if (v.kind != Value::Buffer) continue;
+          const int at = owner.emplace(v.index, int(seg)).first->second;
           if (at != int(seg))
-            throw UserError(cat(name_, ": initializer '", name, "' is used by layers ", at, " and ", seg,
-                                "; a weight must stay in one stage"));
+            throw UserError(cat(name_, ": buffer '", name, "' is used by layers ", at, " and ", seg,
+                                "; running statistics must stay in one stage"));
         }
       }
       s.outputs = boundary_slots(out_names, slot, s.slots);
@@ -659,6 +659,13 @@ class Importer {
       begin = end + 1;
       in_names = out_names;
     }
+    for (const auto& [param, segs] : readers) {  // each reading layer holds a copy under the initializer's name
+      if (segs.size() < 2) continue;
+      TieGroup g;
+      for (int seg : segs) g.members.push_back({seg, params_[size_t(param)]});
+      m.ties.push_back(std::move(g));
+    }
+    check_ties(m);
     return m;
   }
 

@@ -38,6 +38,17 @@ struct PlanStage {
   int in_flight = 1;
 };
 
+// A tied parameter (the profile's "tie_groups") read in several stages:
+// each of them holds a copy (charged in its parameter and optimizer bytes),
+// and every optimizer step exchanges its gradient between them
+// (runtime/tied_gradients.h), which the prediction and simulate price.
+struct PlanTie {
+  std::string parameter;
+  uint64_t bytes = 0;       // one copy of the gradient
+  std::vector<int> stages;  // ascending, two or more
+  double exchange_s = 0;    // per optimizer step: the slowest link between the stages
+};
+
 struct ProfileRef {
   std::string path, sha256, model, device;
   int batch_size = 0;
@@ -59,6 +70,7 @@ struct Plan {
   int noam = 1;
   std::optional<StateSpaceKind> state_space;  // unset: not recorded ("" in plan.json)
   std::vector<PlanStage> stages;
+  std::vector<PlanTie> ties;  // plan.json "tie_groups"
   double time_per_minibatch_s = 0, throughput_samples_per_s = 0;
   // closed_form: the planner's cost model; replay: simulate's time for the
   // plan (runtime/simulator/plan_search.h), the closed form beside it.

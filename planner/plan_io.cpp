@@ -183,6 +183,12 @@ json plan_to_json(const Plan& p) {
   if (p.microbatches > 0) out["microbatches"] = p.microbatches;
   if (p.virtual_stages > 0) out["virtual_stages"] = p.virtual_stages;
   if (p.batch > 0) out["batch"] = p.batch;
+  if (!p.ties.empty()) {
+    json ties = json::array();
+    for (const PlanTie& t : p.ties)
+      ties.push_back({{"parameter", t.parameter}, {"bytes", t.bytes}, {"stages", t.stages}, {"exchange_s", t.exchange_s}});
+    out["tie_groups"] = std::move(ties);
+  }
   return out;
 }
 
@@ -190,7 +196,7 @@ Plan plan_from_json(const json& j, const std::string& source) {
   if (!j.is_object()) throw UserError(cat(source, ": a plan must be a JSON object"));
   checked::known_keys(j,
                       {"format", "profile", "topology", "cost_model", "schedule", "microbatches", "virtual_stages",
-                       "batch", "config", "noam", "state_space", "stages", "predicted", "baselines"},
+                       "batch", "config", "noam", "state_space", "stages", "predicted", "baselines", "tie_groups"},
                       source);
   Plan p;
   p.format = field<std::string>(j, "format", source);
@@ -316,6 +322,23 @@ Plan plan_from_json(const json& j, const std::string& source) {
                         source + ": baselines");
     p.single_worker_s = baseline_from_json(b, "single_worker_s", source);
     p.data_parallel_s = baseline_from_json(b, "data_parallel_s", source);
+  }
+  if (j.contains("tie_groups")) {
+    const json& ties = j["tie_groups"];
+    if (!ties.is_array()) throw UserError(cat(source, ": \"tie_groups\" must be an array"));
+    for (size_t i = 0; i < ties.size(); ++i) {
+      const std::string where = cat(source, ": tie_groups[", i, "]");
+      checked::known_keys(ties[i], {"parameter", "bytes", "stages", "exchange_s"}, where);
+      PlanTie t;
+      t.parameter = optional_field<std::string>(ties[i], "parameter", "", where);
+      t.bytes = optional_field<uint64_t>(ties[i], "bytes", 0, where);
+      t.stages = optional_field<std::vector<int>>(ties[i], "stages", {}, where);
+      t.exchange_s = optional_field<double>(ties[i], "exchange_s", 0, where);
+      for (int s : t.stages)
+        if (s < 0 || s >= int(p.stages.size()))
+          throw UserError(cat(where, ": stage ", s, " is not one of the plan's ", p.stages.size(), " stages"));
+      p.ties.push_back(std::move(t));
+    }
   }
   return p;
 }

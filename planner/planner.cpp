@@ -10,6 +10,7 @@
 #include "core/text.h"
 #include "planner/paper_model.h"
 #include "planner/pipedream_model.h"
+#include "planner/plan_ties.h"
 #include "planner/planning_graph.h"
 #include "planner/stage_memory.h"
 
@@ -299,7 +300,9 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
     if (st.time_s > slowest) slowest = st.time_s, plan.bottleneck_stage = st.index;
   plan.single_worker_s = pipeline.single_worker_s;
   plan.data_parallel_s = pipeline.data_parallel_s;
-  set_predicted_time(plan, pipeline.time_per_minibatch_s, PredictedBy::closed_form);
+  // Tied parameters split over stages: their gradient exchange, once per step.
+  plan.ties = plan_ties(profile, plan);
+  set_predicted_time(plan, pipeline.time_per_minibatch_s + slowest_tie_exchange_s(plan), PredictedBy::closed_form);
   return plan;
 }
 

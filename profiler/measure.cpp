@@ -448,6 +448,14 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
   if (units) {
     p = unit_profile(std::move(p), *model.graph, samples, unit_saved_bytes, slots);
     for (ProfileNode& node : p.nodes) node.optimizer_ms = optimizer_share(node.parameter_bytes);
+    for (const ModelGraph::SharedParameter& sp : model.graph->shared_parameters)
+      p.ties.push_back({sp.name, sp.bytes, sp.units});
+  } else {
+    for (const TieGroup& g : model.ties) {
+      ProfileTie t{stored_name(g.owner()), w.param(stored_name(g.owner())).nbytes(), {}};
+      for (const TiedTensor& m : g.members) t.nodes.push_back(m.layer);
+      p.ties.push_back(std::move(t));
+    }
   }
   record_precision(p, o.precision, o.device);
   return p;

@@ -42,6 +42,16 @@ struct ProfileNode {
   const BatchTimes* times_at(int batch) const;  // nullptr: not measured at that batch
 };
 
+// A parameter read by several nodes (a tied weight, models/ties.h): each
+// reading node's parameter_bytes and optimizer_state_bytes count its own
+// copy; a plan that puts readers in different stages exchanges `bytes` of
+// gradient between those stages once per optimizer step.
+struct ProfileTie {
+  std::string parameter;   // the name files hold it under ("0.token.weight")
+  uint64_t bytes = 0;      // one copy
+  std::vector<int> nodes;  // ids of the reading nodes, ascending
+};
+
 // Which reader a profile came from: ours (profile_json) or PipeDream's
 // graph.txt, whose graph the planner preprocesses as PipeDream does.
 enum class ProfileSource { json, graph_txt };
@@ -68,6 +78,7 @@ struct Profile {
   double host_probe_ms = 0;
   std::vector<ProfileNode> nodes;
   std::vector<std::pair<int, int>> edges;  // (from id, to id)
+  std::vector<ProfileTie> ties;            // "tie_groups"
   bool is_chain() const;  // edges are exactly i -> i+1 in node order
   // The smaller batches every node has times at (BatchTimes), ascending.
   std::vector<int> measured_microbatch_sizes() const;

@@ -28,7 +28,8 @@ Plan plan_for_workers(const Profile& p, int workers, bool straight, int threads_
                       double bandwidth_GBps, uint64_t memory_bytes, RecomputeMode recompute) {
   if (workers < 1) throw UserError(cat("--workers must be >= 1, got ", workers));
   if (straight && workers > static_cast<int>(p.nodes.size()))
-    throw UserError(cat("--straight with ", workers, " workers needs at least as many layers; ", p.model, " has ",
+    throw UserError(cat("--straight with ", workers, " workers needs at least as many profile nodes (layers, or an "
+                        "imported graph's units: `pipedream models --model M` counts both); ", p.model, " has ",
                         p.nodes.size()));
   PlannerOptions o;
   o.straight = straight;

@@ -46,9 +46,12 @@ void write_stage_checkpoint(const std::string& dir, int64_t step, const StageChe
   const std::vector<std::string>& names = s.weights->param_names();
   const std::vector<Tensor>& slots = s.optimizer->slots;
   const size_t per_param = names.empty() ? 0 : slots.size() / names.size();
-  for (size_t k = 0; k < slots.size(); ++k) t.emplace_back(slot_name(k % per_param, names[k / per_param]), slots[k]);
+  // A tie copy's slots and versions are its owner's (models/ties.h): stored once, by the owner's stage.
+  for (size_t k = 0; k < slots.size(); ++k)
+    if (!s.weights->is_tie_copy(k / per_param)) t.emplace_back(slot_name(k % per_param, names[k / per_param]), slots[k]);
   for (const auto& [v, w] : s.older)
-    for (size_t i = 0; i < names.size(); ++i) t.emplace_back(version_name(v, names[i]), w->all_params()[i]);
+    for (size_t i = 0; i < names.size(); ++i)
+      if (!w->is_tie_copy(i)) t.emplace_back(version_name(v, names[i]), w->all_params()[i]);
   save_safetensors(stage_file(checkpoint_partial_dir(dir, step), s.stage), t,
                    {{"stage", std::to_string(s.stage)},
                     {"step", std::to_string(step)},
@@ -320,7 +323,7 @@ void load_checkpoint_state(const NamedTensors& all, const std::string& source, P
   const std::vector<std::string>& names = weights.param_names();
   const size_t per_param = names.empty() ? 0 : optimizer.slots.size() / names.size();
   for (size_t k = 0; k < optimizer.slots.size(); ++k) {
-    const std::string name = slot_name(k % per_param, names[k / per_param]);
+    const std::string name = slot_name(k % per_param, weights.saved_name(k / per_param));
     auto it = by_name.find(name);
     if (it == by_name.end() || it->second->shape() != optimizer.slots[k].shape())
       throw UserError(cat(source, ": optimizer state '", name,
@@ -334,7 +337,7 @@ bool load_checkpoint_version(const NamedTensors& all, int64_t v, ParameterStore&
   for (const auto& [n, t] : all) by_name[n] = &t;
   const std::vector<std::string>& names = into.param_names();
   for (size_t i = 0; i < names.size(); ++i) {
-    auto it = by_name.find(version_name(v, names[i]));
+    auto it = by_name.find(version_name(v, into.saved_name(i)));
     if (it == by_name.end()) return false;
     into.all_params()[i].copy_from(*it->second);
   }

@@ -57,7 +57,9 @@ StageExecutor::StageExecutor(const Schedule& schedule, int rank, StageState& sta
   PD_CHECK(training.model && training.train && training.optimizer, "incomplete StageTraining");
   grads_ = state_.weights.zeros_like_params();
   if (first_stage_ && training.loader_threads > 0) prefetch_ = std::make_unique<PrefetchPool>(training.loader_threads);
-  tag_modulus_ = transport.max_tag() - 2 - schedule.chunks();  // below every norm_tag
+  tag_modulus_ = transport.max_tag() - 2 - 2 * schedule.chunks();  // below every norm_tag and tie_tag
+  if (training.ties)
+    ties_ = std::make_unique<TiedGradientExchange>(training.ties, schedule, rank, chunk, stage_, transport, grads_);
   if (replicas_ > 1) group_ = transport.make_group(schedule.ranks(stage_));
   if (gathers_losses())
     for (int r : schedule.ranks(stage_))
@@ -101,8 +103,10 @@ bool run_chunks(const Schedule& schedule, int rank, const std::vector<StageExecu
     if (should_stop && should_stop()) return false;
     if (a.kind == ActionKind::OptimizerStep || a.kind == ActionKind::AllReduce) {
       // Clipping: every chunk hands its norms over before any waits for its siblings'.
-      if (a.kind == ActionKind::OptimizerStep)
+      if (a.kind == ActionKind::OptimizerStep) {
         for (StageExecutor* ex : chunks) ex->prepare_pending_step();
+        for (StageExecutor* ex : chunks) ex->prepare_pending_step(true);  // tied gradients of other ranks
+      }
       for (StageExecutor* ex : chunks) advance(*ex);
       // Chunk c's test-set input comes from the rank before (or, for chunk
       // c of rank 0, from chunk c - 1 of the last rank): in chunk order on
@@ -185,9 +189,9 @@ bool StageExecutor::ready(const Action& a) {
   // round: finish_open_round).
   if (a.kind == ActionKind::OptimizerStep) {
     if (round_open_ && !buckets_->test()) return false;
-    if (!exchanges_norms()) return true;
+    if (!exchanges_norms() && !ties_) return true;
     prepare_step(a);
-    return norms_arrived();
+    return step_prepared_ && (!exchanges_norms() || norms_arrived());
   }
   return true;
 }
@@ -200,6 +204,11 @@ void StageExecutor::wait_until_ready() {
     recvs_.at({a.kind == ActionKind::RecvGradient, item_key(a)}).wait();
   } else if (a.kind == ActionKind::OptimizerStep) {
     if (round_open_) buckets_->wait();
+    if (ties_) {
+      prepare_step(a);
+      ties_->wait();
+      prepare_step(a);
+    }
     if (exchanges_norms()) {
       prepare_step(a);
       for (Request& r : norm_recvs_) r.wait();
@@ -504,11 +513,20 @@ int64_t StageExecutor::oldest_needed() const {
 
 void StageExecutor::prepare_step(const Action& a) {
   if (step_prepared_) return;
-  finish_open_round();  // done already when ready() said so
-  average_gradients(grads_.all_params(), a.gradient_count);
+  if (!averaged_) {
+    finish_open_round();  // done already when ready() said so
+    average_gradients(grads_.all_params(), a.gradient_count);
+    averaged_ = true;
+    if (ties_) ties_->start(state_.updates, sends_);
+  }
+  if (ties_) {
+    if (!ties_->arrived()) return;
+    ties_->finish();
+    stats_.tied_bytes = ties_->bytes_sent();
+  }
   step_prepared_ = true;
   if (training_.clip_grad_norm <= 0) return;
-  norm_squares_ = squared_norms(grads_.all_params());
+  norm_squares_ = squared_norms(grads_.params_counted_once());
   if (!exchanges_norms()) return;
   // meta: which step and stage the norms are, checked on arrival.
   const int stages = schedule_.stages();
@@ -530,11 +548,16 @@ void StageExecutor::prepare_step(const Action& a) {
   }
 }
 
-void StageExecutor::prepare_pending_step() {
+void StageExecutor::prepare_pending_step(bool wait_for_ties) {
   fill_window();
   // ready() prepares the step once its all-reduce is done; whether the
   // other stages' norms are in yet does not matter here.
-  if (!window_.empty() && window_.front().kind == ActionKind::OptimizerStep) (void)ready(window_.front());
+  if (window_.empty() || window_.front().kind != ActionKind::OptimizerStep) return;
+  (void)ready(window_.front());
+  if (wait_for_ties && ties_ && averaged_ && !step_prepared_) {
+    ties_->wait();
+    (void)ready(window_.front());
+  }
 }
 
 bool StageExecutor::norms_arrived() {
@@ -584,8 +607,14 @@ void StageExecutor::clip_gradients() {
 void StageExecutor::optimizer_step(const Action& a) {
   const SpanStart t0 = span_start();
   prepare_step(a);
+  if (!step_prepared_) {  // ready() said so, unless the caller did not ask it
+    ties_->wait();
+    prepare_step(a);
+    PD_CHECK(step_prepared_, "stage ", stage_, ": the tied gradients of this process's other stages are missing");
+  }
   if (training_.clip_grad_norm > 0) clip_gradients();
   step_prepared_ = false;
+  averaged_ = false;
   // The LR schedule counts minibatches absorbed (flush: batches), the same
   // index on every stage whatever its replication.
   const float lr = training_.lr.lr_at(training_.first_item + versions_.newest_version());

@@ -27,6 +27,7 @@
 #include "runtime/comm/gradient_buckets.h"
 #include "runtime/comm/transport.h"
 #include "runtime/schedule/schedule.h"
+#include "runtime/tied_gradients.h"
 #include "runtime/trainer.h"
 #include "runtime/weight_versions.h"
 
@@ -89,6 +90,9 @@ struct StageTraining {
   // Where a process runs several stages (interleaved-1f1b, and --reference),
   // clipping hands their norms over here.
   std::shared_ptr<LocalNormBoard> local_norms;
+  // Tie groups across this run's stages (runtime/tied_gradients.h; null: none):
+  // every optimizer step sums their gradients first. One per process.
+  std::shared_ptr<TiedStages> ties;
   // MPI runs: the rank whose observer reports the losses (the last stage's
   // first replica). The last stage's other replicas send it theirs, so its
   // metrics and progress bar see every step. -1 (the reference, where every
@@ -136,6 +140,7 @@ struct ExecutorStats {
   int peak_versions = 1;   // weight versions held at once
   size_t peak_context_bytes = 0;  // activations stashed for backward
   size_t sent_bytes = 0;  // activations and gradients handed to the transport (runtime/wire_format.h)
+  size_t tied_bytes = 0;  // tied gradients sent to other stages' workers (runtime/tied_gradients.h)
   int64_t actions = 0;
 };
 
@@ -163,7 +168,9 @@ class StageExecutor {
   // With clipping, when the next action is the optimizer step: averages the
   // gradients and hands this stage's squared norms to the other stages, so
   // that run_chunks can do it for all of a rank's chunks before any waits.
-  void prepare_pending_step();
+  // `wait_for_ties`: first waits for the other processes' tied gradients
+  // (every chunk of this rank has handed its own over by then).
+  void prepare_pending_step(bool wait_for_ties = false);
   // Calls `write` once the stage's weights reach each of `at_versions`
   // (schedule-local, ascending), after the optimizer step that made it and
   // the sends that follow it, before the next compute or receive: a point
@@ -292,6 +299,8 @@ class StageExecutor {
   std::unique_ptr<GradientBuckets> buckets_;  // a replicated stage's gradient all-reduce
   bool round_open_ = false;                  // its AllReduce ran, its step has not yet
   bool step_prepared_ = false;               // prepare_step ran, the step has not yet
+  bool averaged_ = false;                    // prepare_step's first half ran (ties sent)
+  std::unique_ptr<TiedGradientExchange> ties_;
   std::vector<double> norm_squares_;         // clipping: this stage's, then every stage's
   std::vector<Request> norm_recvs_;          // the other stages' squared norms
   struct LossSource {

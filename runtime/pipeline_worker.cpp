@@ -166,6 +166,7 @@ StageTraining training_of(const RunSpec& spec, const Model& model, const DataSpl
   training.loader_threads = spec.loader_threads;
   training.precision = spec.precision;
   training.clip_grad_norm = spec.clip_grad_norm;
+  training.ties = tied_stages(model, spec.plan, spec.schedule.kind);
   training.loss_reporter = reporter_rank(spec);
   return training;
 }

@@ -52,6 +52,7 @@ void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observ
   t.lr = spec_.lr;
   t.clip_grad_norm = spec_.clip_grad_norm;
   if (t.clip_grad_norm > 0) t.local_norms = std::make_shared<LocalNormBoard>();  // interleaved: a rank's chunks
+  t.ties = tied_stages(model_, spec_.plan, spec_.schedule.kind);
   t.first_item = seg.first;
   std::vector<Transport*> rank_transport;
   for (int r = 0; r < R; ++r) {

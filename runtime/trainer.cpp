@@ -66,6 +66,7 @@ StepLoss accumulate_gradients(const Model& m, const ParameterStore& w, Parameter
   }
   total.loss = static_cast<float>(loss_sum / microbatches);
   average_gradients(grads.all_params(), microbatches);
+  sum_tied_gradients(m, grads);  // after averaging, as a pipeline's step sums them (models/ties.h)
   return total;
 }
 
@@ -246,7 +247,7 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
     grads.zero_params();
     const StepLoss l = accumulate_gradients(m, versions.front(), grads, batch, s, o.seed, o.microbatches, o.precision);
     if (o.clip_grad_norm > 0) {
-      const double norm = global_norm(squared_norms(grads.all_params()));
+      const double norm = global_norm(squared_norms(grads.params_counted_once()));
       const float factor = clip_to_norm(grads.all_params(), norm, o.clip_grad_norm);
       if (observer) observer->on_grad_norm(s, norm, factor);
     }

@@ -147,7 +147,7 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
   checked::known_keys(j,
                       {"format", "model", "batch_size", "device", "dtype", "precision", "threads",
                        "step_forward_backward_ms", "warmup_iterations", "measured_iterations", "measured_seconds",
-                       "host_probe_ms", "nodes", "edges"},
+                       "host_probe_ms", "nodes", "edges", "tie_groups"},
                       source);
   Profile p;
   p.source_path = source;
@@ -222,6 +222,27 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
       p.edges.emplace_back(checked::integer_as<int>(e[0], from, 0), checked::integer_as<int>(e[1], to, 0));
     }
   }
+  if (auto ties = j.find("tie_groups"); ties != j.end()) {
+    const std::string where = key_location(text, source, "tie_groups");
+    if (!ties->is_array()) throw UserError(cat(where, ": \"tie_groups\" must be an array"));
+    for (size_t i = 0; i < ties->size(); ++i) {
+      const json& t = (*ties)[i];
+      const std::string at = cat(where, ": tie_groups[", i, "]");
+      if (!t.is_object() || !t.contains("nodes") || !t["nodes"].is_array() || t["nodes"].size() < 2)
+        throw UserError(cat(at, ": needs \"parameter\", \"bytes\" and \"nodes\" (two or more node ids)"));
+      checked::known_keys(t, {"parameter", "bytes", "nodes"}, at);
+      ProfileTie tie;
+      tie.parameter = string_field(t, "parameter", "", [&] { return at; });
+      tie.bytes = bytes_field(t, "bytes", [&] { return at; }, true);
+      for (size_t k = 0; k < t["nodes"].size(); ++k) {
+        const int id = checked::integer_as<int>(t["nodes"][k], {at, cat("nodes[", k, "]")}, 0);
+        if (std::none_of(p.nodes.begin(), p.nodes.end(), [&](const ProfileNode& n) { return n.id == id; }))
+          throw UserError(cat(at, ": node ", id, " is not in \"nodes\""));
+        tie.nodes.push_back(id);
+      }
+      p.ties.push_back(std::move(tie));
+    }
+  }
   profile_detail::SourceLocator locate{
       [&](int i) { return node_location(text, source, p.nodes[i].id); },
       [&](int e) { return cat(edges_where, ": edges[", e, "]"); }};
@@ -283,6 +304,11 @@ void write_profile_json(const Profile& p, const std::string& path) {
     j["measured_seconds"] = p.measured_seconds;
   }
   if (p.host_probe_ms > 0) j["host_probe_ms"] = p.host_probe_ms;
+  if (!p.ties.empty()) {
+    json ties = json::array();
+    for (const ProfileTie& t : p.ties) ties.push_back({{"parameter", t.parameter}, {"bytes", t.bytes}, {"nodes", t.nodes}});
+    j["tie_groups"] = std::move(ties);
+  }
   write_file_atomically(path, j.dump(1) + "\n");
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/simulator/simulator.h"
 
+#include "planner/plan_ties.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -192,7 +194,9 @@ class Simulation {
       const double backward = (measured ? opt.microbatch_times[s].backward_s : st.backward_s / items) + folded_step;
       // Activation recomputation: the recomputed layers' forward again, just before the backward (B).
       const double recompute = st.recompute_s / items;
-      costs_.push_back({forward, backward * (1 - w_share) + recompute, backward * w_share, g.blocking ? st.optimizer_s : 0.0,
+      // A tied parameter's gradient exchange (planner/plan_ties.h) holds the step.
+      const double step = (g.blocking ? st.optimizer_s : 0.0) + tie_exchange_s(plan, int(s));
+      costs_.push_back({forward, backward * (1 - w_share) + recompute, backward * w_share, step,
                         double(st.output_bytes) / items, static_cast<uint64_t>(std::llround(double(stash) / items))});
       if (st.replicas > 1) {
         g.allreduce_s = allreduce_seconds(plan.topology, st.ranks, double(st.parameter_bytes), shared_cores_);

@@ -6,6 +6,8 @@
 //  - one cnn training step on the GPU against the CPU: atol 2e-4 + rtol 2e-3
 //    on every weight after 2 SGD steps (cuDNN/cuBLAS reassociate sums, so
 //    FP32 rounding differs; a layout or gradient bug is off by far more);
+//  - gpt-mini tie=1 split over 2 stages: the tied gradient's exchange
+//    staged (bitwise) and over NCCL (2 GPUs, within tolerance);
 //  - NCCL transport (needs 2 GPUs: NCCL refuses two ranks on one GPU):
 //    within atol 1e-5 + rtol 1e-4 of --reference (NCCL's all-reduce is not
 //    the reference's rank-order sum).
@@ -171,6 +173,39 @@ TEST(GpuPipeline, NcclTransportMatchesReferenceWithinTolerance) {
     const NamedTensors got = distributed_weights(*r, t);
     expect_close(got, reference_weights(*r), 1e-5, 1e-4);
   }
+}
+
+// gpt-mini tie=1 with its embedding (stage 0) and head (stage 1) apart:
+// the tied gradient goes device to host to device (staged) or over NCCL.
+TEST(GpuPipeline, TiedGptAcrossTwoStagesMatchesReference) {
+  PD_REQUIRE_GPUS(1);
+  const Model m = resolve_model("gpt-mini", "", "tie=1,vocab=32,context=8,width=16,depth=2,heads=2");
+  const DataSplits data = open_dataset("synthetic", "", m);
+  RunSpec s = small_spec(make_plan({{0, 2}, {3, 4}}, {1, 1}), ScheduleKind::OneFOneBFlush, WeightPolicy::Stash, 3, 2, 4);
+  s.device = gpu();
+  s.timeout_s = 60;
+  s.save = scratch("tied_staged");
+  auto reference = [&] {
+    ReferencePipeline ref(s, m, *data.train);
+    ref.run_segment({0, s.steps()}, nullptr);
+    return ref.merged_weights();
+  };
+  {
+    StagedTransport staged(transport());
+    run_pipeline_worker(s, m, data, staged);
+    transport().barrier();
+    expect_bitwise(load_safetensors(s.save), reference());
+  }
+  if (visible_gpus() < 2) return;  // NCCL refuses two ranks on one GPU
+  const CudaNcclApi* nccl = cuda_plugin()->nccl();
+  if (!nccl || !nccl->available()) return;
+  s.save = scratch("tied_nccl");
+  NcclLinks links;
+  links.p2p = {{0, 1}, {1, 0}};
+  NcclTransport t(transport(), gpu(), links);
+  run_pipeline_worker(s, m, data, t);
+  transport().barrier();
+  expect_close(load_safetensors(s.save), reference(), 1e-5, 1e-4);
 }
 
 TEST(GpuPipeline, NcclRefusesTwoRanksOnOneGpu) {
