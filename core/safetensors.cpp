@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -109,8 +110,16 @@ HeaderRead read_header(const std::string& path) {
   std::string text(h.header_len, '\0');
   h.in.read(text.data(), static_cast<std::streamsize>(h.header_len));
   check_json_depth(text, cat(path, ": header"));
+  // JSON keeps the last of two equal keys; two tensors of one name would
+  // load the second silently, so the parser is watched for them.
+  std::set<std::string> names;
+  auto refuse_duplicate_names = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second)
+      throw invalid(path, cat("the header names tensor '", parsed.get<std::string>(), "' twice"));
+    return true;
+  };
   try {
-    h.header = nlohmann::json::parse(text);
+    h.header = nlohmann::json::parse(text, refuse_duplicate_names);
   } catch (const nlohmann::json::exception& e) {
     throw invalid(path, cat("header is not JSON (", e.what(), ")"));
   }
@@ -196,9 +205,9 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
   return metadata;
 }
 
-NamedTensors load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
-  HeaderRead h = read_header(path);
-  const std::vector<Entry> entries = read_entries(h, path, metadata);
+namespace {
+
+NamedTensors read_tensors(HeaderRead& h, const std::vector<Entry>& entries, const std::string& path) {
   NamedTensors out;
   std::ifstream& in = h.in;
   const uint64_t base = 8 + h.header_len;
@@ -210,6 +219,28 @@ NamedTensors load_safetensors(const std::string& path, std::map<std::string, std
     out.emplace_back(e.name, std::move(t));
   }
   return out;
+}
+
+}  // namespace
+
+NamedTensors load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  HeaderRead h = read_header(path);
+  const std::vector<Entry> entries = read_entries(h, path, metadata);
+  return read_tensors(h, entries, path);
+}
+
+std::vector<SafetensorsEntry> read_safetensors_entries(const std::string& path) {
+  std::vector<SafetensorsEntry> out;
+  for (const Entry& e : read_entries(read_header(path), path, nullptr)) out.push_back({e.name, e.dtype, e.shape});
+  return out;
+}
+
+NamedTensors load_safetensors_named(const std::string& path, const std::vector<std::string>& names) {
+  HeaderRead h = read_header(path);
+  std::vector<Entry> entries = read_entries(h, path, nullptr);
+  const std::set<std::string> wanted(names.begin(), names.end());
+  std::erase_if(entries, [&](const Entry& e) { return !wanted.count(e.name); });
+  return read_tensors(h, entries, path);
 }
 
 }  // namespace pd

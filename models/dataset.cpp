@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <zlib.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -361,17 +365,20 @@ DataOptions parse_data_options(const std::string& text) {
   DataOptions o;
   std::stringstream items(text);
   std::string item;
+  // Parsed as a double, then narrowed: stof calls 1e-38 (a float, though
+  // subnormal) out of range.
   auto number = [](const std::string& key, const std::string& v) {
-    size_t used = 0;
-    float f = 0;
-    try {
-      f = std::stof(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != v.size() || !std::isfinite(f))
+    if (v.empty()) throw UserError(cat("--data-options ", key, ": a value is empty (e.g. mean=0.5/0.5/0.5)"));
+    char* end = nullptr;
+    errno = 0;
+    const double d = std::strtod(v.c_str(), &end);
+    if (end != v.c_str() + v.size() || std::isspace(static_cast<unsigned char>(v[0])))
       throw UserError(cat("--data-options ", key, ": '", v, "' is not a number"));
-    return f;
+    if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max())
+      throw UserError(cat("--data-options ", key, ": ", v, " is beyond the float range (|x| <= 3.4e38)"));
+    if (d != 0 && std::fabs(d) < std::numeric_limits<float>::denorm_min())
+      throw UserError(cat("--data-options ", key, ": ", v, " is below the smallest float (1.4e-45)"));
+    return static_cast<float>(d);
   };
   while (std::getline(items, item, ',')) {
     if (item.empty()) continue;
@@ -379,12 +386,18 @@ DataOptions parse_data_options(const std::string& text) {
     if (eq == std::string::npos)
       throw UserError(cat("--data-options item '", item, "' is not KEY=VALUE (e.g. mean=0.5/0.5/0.5,val=0.2)"));
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (std::find(o.given.begin(), o.given.end(), key) != o.given.end())
+      throw UserError(cat("--data-options: key '", key, "' is given twice (give per-channel values once, as "
+                          "mean=R/G/B)"));
     o.given.push_back(key);
     if (key == "mean" || key == "std") {
       std::vector<float>& out = key == "mean" ? o.mean : o.std;
-      std::stringstream vs(value);
-      std::string v;
-      while (std::getline(vs, v, '/')) out.push_back(number(key, v));
+      for (size_t at = 0;;) {
+        const size_t slash = value.find('/', at);
+        out.push_back(number(key, value.substr(at, slash == std::string::npos ? std::string::npos : slash - at)));
+        if (slash == std::string::npos) break;
+        at = slash + 1;
+      }
     } else if (key == "val") {
       o.val = number(key, value);
     } else if (key == "augment") {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <iterator>
 #include <map>
@@ -161,27 +162,40 @@ void ParameterStore::load(const NamedTensors& tensors, const std::string& source
   fill(buffer_names_, buffers_);
 }
 
-WeightFiles read_weight_files(const std::vector<std::string>& paths) {
+namespace {
+
+// The safetensors files `paths` name (a folder: its *.safetensors files,
+// sorted), and the paths joined for messages.
+std::vector<std::string> weight_file_paths(const std::vector<std::string>& paths, std::string* source) {
   namespace fs = std::filesystem;
   if (paths.empty()) throw UserError("no weight files given");
-  WeightFiles out;
-  auto read = [&](const std::string& file) {
-    NamedTensors t = load_safetensors(file);
-    out.tensors.insert(out.tensors.end(), std::make_move_iterator(t.begin()), std::make_move_iterator(t.end()));
-  };
+  std::vector<std::string> out;
   for (const std::string& p : paths) {
-    out.source += (out.source.empty() ? "" : " + ") + p;
+    *source += (source->empty() ? "" : " + ") + p;
     std::error_code ec;
     if (!fs::is_directory(p, ec)) {
-      read(p);  // a missing file is load_safetensors' UserError
+      out.push_back(p);  // a missing file is the safetensors reader's UserError
       continue;
     }
     std::vector<std::string> files;
-    for (const auto& e : fs::directory_iterator(p))
-      if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path().string());
+    fs::directory_iterator it(p, ec);
+    for (; !ec && it != fs::directory_iterator(); it.increment(ec))
+      if (it->path().extension() == ".safetensors") files.push_back(it->path().string());
+    if (ec) throw UserError(cat(p, ": the weights folder cannot be listed: ", ec.message()));
     if (files.empty()) throw UserError(cat(p, " is a folder without .safetensors files (give a checkpoint's step-N folder)"));
     std::sort(files.begin(), files.end());
-    for (const std::string& f : files) read(f);
+    out.insert(out.end(), files.begin(), files.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+WeightFiles read_weight_files(const std::vector<std::string>& paths) {
+  WeightFiles out;
+  for (const std::string& file : weight_file_paths(paths, &out.source)) {
+    NamedTensors t = load_safetensors(file);
+    out.tensors.insert(out.tensors.end(), std::make_move_iterator(t.begin()), std::make_move_iterator(t.end()));
   }
   return out;
 }
@@ -229,8 +243,19 @@ std::string name_list(const std::vector<std::string>& names) {
 
 }  // namespace
 
-NamedTensors match_named_weights(const Model& m, const NamedTensors& given, const std::string& source) {
-  const std::vector<ModelTensor> wanted = model_tensors(m);
+namespace {
+
+// A given tensor as its file's header describes it.
+struct GivenTensor {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
+
+// For each of `wanted`, the index of the given tensor that holds it; the
+// UserErrors match_named_weights documents. Needs no tensor data.
+std::vector<size_t> match_given(const Model& m, const std::vector<ModelTensor>& wanted,
+                                const std::vector<GivenTensor>& given, const std::string& source) {
   std::unordered_map<std::string, size_t> by_stored, by_unique_own;
   std::map<std::string, int> own_count;
   for (size_t k = 0; k < wanted.size(); ++k) {
@@ -245,39 +270,91 @@ NamedTensors match_named_weights(const Model& m, const NamedTensors& given, cons
     return it != map.end();
   };
 
-  std::vector<const std::pair<std::string, Tensor>*> held(wanted.size(), nullptr);
+  constexpr size_t kNone = ~size_t{0};
+  std::vector<size_t> held(wanted.size(), kNone);
   std::vector<std::string> extra;
-  for (const auto& g : given) {
-    const std::string& n = g.first;
+  for (size_t i = 0; i < given.size(); ++i) {
+    const std::string& n = given[i].name;
     if (ignored_weight(n)) continue;
     size_t k = 0;
     if (!lookup(by_stored, n, &k) && !lookup(by_unique_own, n, &k) && !lookup(by_unique_own, without_layer(n), &k)) {
       extra.push_back(n);
       continue;
     }
-    if (held[k] && held[k]->first == n) throw UserError(cat(source, ": tensor '", n, "' is given twice"));
-    if (held[k])
-      throw UserError(cat(source, ": tensors '", held[k]->first, "' and '", n, "' both hold the model's '",
+    if (held[k] != kNone && given[held[k]].name == n) throw UserError(cat(source, ": tensor '", n, "' is given twice"));
+    if (held[k] != kNone)
+      throw UserError(cat(source, ": tensors '", given[held[k]].name, "' and '", n, "' both hold the model's '",
                           wanted[k].stored, "'"));
-    held[k] = &g;
+    held[k] = i;
   }
   if (!extra.empty())
     throw UserError(cat(source, ": ", extra.size(), " tensor", extra.size() > 1 ? "s are" : " is", " not in ", m.name,
                         ": ", name_list(extra), " (weights of another model?)"));
   std::vector<std::string> missing;
   for (size_t k = 0; k < wanted.size(); ++k)
-    if (!held[k]) missing.push_back(wanted[k].stored);
+    if (held[k] == kNone) missing.push_back(wanted[k].stored);
   if (!missing.empty())
     throw UserError(cat(source, " lacks ", missing.size(), " of ", m.name, "'s ", wanted.size(), " tensors: ",
                         name_list(missing)));
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    const GivenTensor& g = given[held[k]];
+    if (g.dtype != DType::F32 || g.shape != wanted[k].shape)
+      throw UserError(cat(source, ": tensor '", g.name, "' is ", shape_str(g.shape), " ", dtype_name(g.dtype), ", ",
+                          m.name, "'s '", wanted[k].stored, "' is ", shape_str(wanted[k].shape), " ",
+                          dtype_name(DType::F32)));
+  }
+  return held;
+}
+
+// A NaN or infinity in given weights would surface as a diverged loss,
+// blamed on --lr.
+void check_finite(const Tensor& t, const std::string& file, const std::string& name) {
+  const float* x = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(x[i]))
+      throw UserError(cat(file, ": tensor '", name, "' holds ", x[i], " at element ", i,
+                          "; weights must be finite numbers"));
+}
+
+}  // namespace
+
+NamedTensors match_named_weights(const Model& m, const NamedTensors& given, const std::string& source) {
+  const std::vector<ModelTensor> wanted = model_tensors(m);
+  std::vector<GivenTensor> described;
+  for (const auto& [n, t] : given) described.push_back({n, t.dtype(), t.shape()});
+  const std::vector<size_t> held = match_given(m, wanted, described, source);
+  NamedTensors out;
+  out.reserve(wanted.size());
+  for (size_t k = 0; k < wanted.size(); ++k) out.emplace_back(wanted[k].stored, given[held[k]].second);
+  return out;
+}
+
+// Names and shapes are matched from the files' headers first; then only the
+// matched tensors are read, so a file of other tensors costs no memory.
+NamedTensors load_named_weights(const Model& m, const std::vector<std::string>& paths) {
+  std::string source;
+  const std::vector<std::string> files = weight_file_paths(paths, &source);
+  std::vector<GivenTensor> given;
+  std::vector<size_t> file_of;
+  for (size_t f = 0; f < files.size(); ++f)
+    for (SafetensorsEntry& e : read_safetensors_entries(files[f])) {
+      given.push_back({std::move(e.name), e.dtype, std::move(e.shape)});
+      file_of.push_back(f);
+    }
+  const std::vector<ModelTensor> wanted = model_tensors(m);
+  const std::vector<size_t> held = match_given(m, wanted, given, source);
+  std::vector<std::vector<std::string>> names(files.size());
+  for (size_t i : held) names[file_of[i]].push_back(given[i].name);
+  std::map<std::pair<size_t, std::string>, Tensor> read;
+  for (size_t f = 0; f < files.size(); ++f)
+    if (!names[f].empty())
+      for (auto& [n, t] : load_safetensors_named(files[f], names[f])) read[{f, n}] = std::move(t);
   NamedTensors out;
   out.reserve(wanted.size());
   for (size_t k = 0; k < wanted.size(); ++k) {
-    const auto& [n, t] = *held[k];
-    if (t.dtype() != DType::F32 || t.shape() != wanted[k].shape)
-      throw UserError(cat(source, ": tensor '", n, "' is ", shape_str(t.shape()), " ", dtype_name(t.dtype()), ", ",
-                          m.name, "'s '", wanted[k].stored, "' is ", shape_str(wanted[k].shape), " ",
-                          dtype_name(DType::F32)));
+    const size_t i = held[k];
+    const Tensor& t = read.at({file_of[i], given[i].name});
+    check_finite(t, files[file_of[i]], given[i].name);
     out.emplace_back(wanted[k].stored, t);
   }
   return out;

@@ -111,10 +111,10 @@ WeightFiles read_weight_files(const std::vector<std::string>& paths);
 // (extra), two hold the same tensor, or one has another shape or dtype.
 NamedTensors match_named_weights(const Model& m, const NamedTensors& given, const std::string& source);
 
-// The whole model's weights read from `paths` and matched by name.
-inline NamedTensors load_named_weights(const Model& m, const std::vector<std::string>& paths) {
-  const WeightFiles f = read_weight_files(paths);
-  return match_named_weights(m, f.tensors, f.source);
-}
+// The whole model's weights read from `paths` and matched by name, as
+// match_named_weights does but from the files' headers, before any tensor
+// is read: only the matched tensors are read. UserError naming the file
+// and tensor when a weight is NaN or infinite.
+NamedTensors load_named_weights(const Model& m, const std::vector<std::string>& paths);
 
 }  // namespace pd

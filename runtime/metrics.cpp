@@ -49,29 +49,42 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t continues_at_step)
   file_.reset(std::fopen(partial_path_.c_str(), "w"));
   if (!file_) throw UserError(cat("cannot create metrics file ", partial_path_, ": ", std::strerror(errno)));
   for (const std::string& line : earlier) {
-    std::fprintf(file_.get(), "%s\n", line.c_str());
+    append(line + "\n");
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.contains("seconds") && j["seconds"].is_number()) clock_offset_s_ = std::max(clock_offset_s_, j["seconds"].get<double>());
   }
-  std::fflush(file_.get());
 }
 
 MetricsWriter::~MetricsWriter() {
   if (!file_) return;
   const bool finished = std::uncaught_exceptions() <= exceptions_at_open_;
-  const bool written = std::fflush(file_.get()) == 0 && ::fsync(::fileno(file_.get())) == 0;
+  const bool written = !failed_ && !std::ferror(file_.get()) && std::fflush(file_.get()) == 0 &&
+                       ::fsync(::fileno(file_.get())) == 0;
   file_.reset();
   // A failed run keeps its partial log beside the previous complete one.
-  if (finished && written && std::rename(partial_path_.c_str(), path_.c_str()) != 0)
+  if (finished && !written)
+    std::fprintf(stderr, "warning: %s could not be written to the end; %s is left as it was\n", partial_path_.c_str(),
+                 path_.c_str());
+  else if (finished && std::rename(partial_path_.c_str(), path_.c_str()) != 0)
     std::fprintf(stderr, "warning: could not rename %s to %s: %s\n", partial_path_.c_str(), path_.c_str(),
                  std::strerror(errno));
 }
 
 void MetricsWriter::write(const nlohmann::json& line) {
   if (!file_) return;
-  std::string s = line.dump() + "\n";
-  std::fwrite(s.data(), 1, s.size(), file_.get());
-  std::fflush(file_.get());
+  append(line.dump() + "\n");
+}
+
+void MetricsWriter::append(const std::string& s) {
+  // A full disk: the run fails (exit 1) naming the file, and the writer,
+  // destroyed with that exception in flight, leaves an existing <path> as
+  // it was (an unchecked write used to rename an empty log over it).
+  if (std::fwrite(s.data(), 1, s.size(), file_.get()) != s.size() || std::fflush(file_.get()) != 0) {
+    const int err = errno;
+    failed_ = true;
+    throw RuntimeFailure(cat("writing metrics file ", partial_path_, " failed: ", std::strerror(err), " (", path_,
+                             " is left as it was)"));
+  }
 }
 
 double MetricsWriter::seconds() const {

@@ -32,6 +32,8 @@ class MetricsWriter {
   MetricsWriter& operator=(const MetricsWriter&) = delete;
   ~MetricsWriter();
   bool enabled() const { return file_ != nullptr; }
+  // RuntimeFailure naming the file when the line cannot be written (a full
+  // disk); <path> is then never replaced.
   void write(const nlohmann::json& line);
   // {"event":"step","step","epoch","loss","samples_per_s","seconds"[,"data_wait_ms"][,"lr"]}:
   // data_wait_ms (this step's wait for its minibatch) and lr (the LR
@@ -46,6 +48,7 @@ class MetricsWriter {
   void eval(int64_t epoch, double test_loss, double test_accuracy);
 
  private:
+  void append(const std::string& text);
   struct Closer {
     void operator()(std::FILE* f) const { if (f) std::fclose(f); }
   };
@@ -54,6 +57,7 @@ class MetricsWriter {
   int exceptions_at_open_ = 0;  // std::uncaught_exceptions() when opened
   double clock_offset_s_ = 0;    // a resumed run: the seconds of the run it continues
   double seconds() const;
+  bool failed_ = false;         // a write failed: the log is incomplete
   std::chrono::steady_clock::time_point opened_ = std::chrono::steady_clock::now();
 };
 

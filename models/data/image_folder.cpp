@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <jpeglib.h>
 #include <png.h>
 
@@ -13,6 +12,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/text.h"
+#include "models/data/data_file.h"
 #include "models/data/readers.h"
 
 namespace pd::data {
@@ -34,10 +35,23 @@ struct Pixels {  // 8-bit, rows of w * c interleaved channels
   std::vector<uint8_t> px;
 };
 
+// The largest image file read: far above any photograph's (a 256 Mpixel
+// PNG of noise is about 768 MB), far below a sparse or runaway file's.
+constexpr uint64_t kMaxImageBytes = uint64_t{1} << 30;
+
+// An image file, refused (naming it) unless a regular file of at most
+// kMaxImageBytes.
+DataFile open_image(const fs::path& p) {
+  DataFile f(p.string(), "image");
+  if (f.size() > kMaxImageBytes)
+    throw f.error(cat("is ", bytes_text(double(f.size())), "; image files of at most ",
+                      bytes_text(double(kMaxImageBytes)), " are read"));
+  return f;
+}
+
 std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw UserError(cat("image ", p.string(), " cannot be read"));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const DataFile f = open_image(p);
+  return f.read(0, f.size());
 }
 
 struct JpegFailure {
@@ -227,19 +241,42 @@ class ImageFolderDataset final : public Dataset {
   std::vector<float> mean_, std_;
 };
 
-std::vector<fs::path> sorted_entries(const fs::path& dir, bool folders) {
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().filename().string().starts_with(".")) continue;
-    if (folders ? e.is_directory() : e.is_regular_file()) out.push_back(e.path());
+// The entries of `dir` but hidden ones, sorted, each refused (naming it)
+// when it cannot be looked at: a symlink loop, a dangling link, a folder
+// that cannot be listed.
+std::vector<fs::directory_entry> sorted_entries(const fs::path& dir, const fs::path& root) {
+  std::error_code ec;
+  std::vector<fs::directory_entry> out;
+  fs::directory_iterator it(dir, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (it->path().filename().string().starts_with(".")) continue;
+    out.push_back(*it);
   }
+  if (ec) throw UserError(cat("--data images:", root.string(), ": folder ", dir.string(), " cannot be listed: ",
+                              ec.message()));
   std::sort(out.begin(), out.end());
   return out;
 }
 
-// Class folders of `root` and their image files; checks each file's signature.
+// What an entry is, following symlinks; a UserError naming a link that
+// leads nowhere or in a loop.
+fs::file_type entry_type(const fs::directory_entry& e, const fs::path& root) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(e.path(), ec);
+  if (!ec && st.type() != fs::file_type::not_found) return st.type();
+  std::error_code link_ec;
+  const bool link = fs::is_symlink(fs::symlink_status(e.path(), link_ec));
+  throw UserError(cat("--data images:", root.string(), ": ", e.path().string(), " cannot be opened: ",
+                      link && st.type() == fs::file_type::not_found ? "a symlink to nothing" : ec.message()));
+}
+
+// Class folders of `root` and their image files; checks each file's
+// signature. Every entry of a class folder must be an image file: a
+// folder, FIFO, socket or device named x.png is refused like notes.txt.
 std::vector<std::vector<fs::path>> scan_classes(const fs::path& root, std::vector<std::string>& class_names) {
-  const std::vector<fs::path> folders = sorted_entries(root, true);
+  std::vector<fs::path> folders;
+  for (const auto& e : sorted_entries(root, root))
+    if (entry_type(e, root) == fs::file_type::directory) folders.push_back(e.path());
   if (folders.empty())
     throw UserError(cat("--data images:", root.string(), ": the folder has no class subfolders (want one folder of "
                         ".jpg/.jpeg/.png files per class)"));
@@ -247,15 +284,16 @@ std::vector<std::vector<fs::path>> scan_classes(const fs::path& root, std::vecto
   for (const fs::path& f : folders) {
     class_names.push_back(f.filename().string());
     files.emplace_back();
-    for (const fs::path& p : sorted_entries(f, false)) {
+    for (const auto& e : sorted_entries(f, root)) {
+      const fs::path& p = e.path();
       if (!image_extension(p))
         throw UserError(cat("--data images:", root.string(), ": ", p.string(), " is not a .jpg, .jpeg or .png file "
                             "(move other files out of the class folders)"));
-      std::ifstream in(p, std::ios::binary);
-      std::string head(8, '\0');
-      in.read(head.data(), 8);
-      head.resize(static_cast<size_t>(in.gcount()));
-      format_of(head, p);
+      if (entry_type(e, root) != fs::file_type::regular)
+        throw UserError(cat("--data images:", root.string(), ": ", p.string(), " is not a regular file (a folder, "
+                            "device, FIFO or socket); a class folder holds image files only"));
+      const DataFile in = open_image(p);
+      format_of(in.read(0, std::min<uint64_t>(in.size(), 8)), p);
       files.back().push_back(p);
     }
     if (files.back().empty())
@@ -278,7 +316,9 @@ std::vector<float> per_channel(const std::vector<float>& given, int64_t channels
 DataSplits open_image_folder(const std::string& dir, const Model& m, const DataOptions& given) {
   if (dir.empty()) throw UserError("--data images:DIR needs a folder (images:path/to/folder)");
   const fs::path root(dir);
-  if (!fs::is_directory(root)) throw UserError(cat("--data images:", dir, ": no such folder"));
+  std::error_code ec;
+  if (!fs::is_directory(root, ec))
+    throw UserError(cat("--data images:", dir, ": no such folder", ec ? cat(" (", ec.message(), ")") : ""));
   if (m.input_dtype != DType::F32 || m.input_shape.size() != 3 || (m.input_shape[0] != 1 && m.input_shape[0] != 3))
     throw UserError(cat("--data images:", dir, " gives 1- or 3-channel images but model ", m.name, " takes ",
                         shape_str(m.input_shape), " ", dtype_name(m.input_dtype)));
@@ -291,6 +331,12 @@ DataSplits open_image_folder(const std::string& dir, const Model& m, const DataO
   o.std = per_channel(o.std, channels, 0.226f, kImagenetStd, "std");
   for (float s : o.std)
     if (!(s > 0)) throw UserError(cat("--data-options std must be positive, got ", s));
+  // Pixels lie in [0, 1]; the normalisation is monotone, so the ends bound it.
+  for (size_t k = 0; k < o.mean.size(); ++k)
+    for (const float v : {0.0f, 1.0f})
+      if (const float x = (v - o.mean[k]) / o.std[k]; !std::isfinite(x))
+        throw UserError(cat("--data-options mean=", o.mean[k], " and std=", o.std[k], " make a pixel of ", v, " into ",
+                            x, ": the inputs must be finite (usual: mean in [0, 1], std near 0.2)"));
 
   auto build = [&](const std::vector<std::vector<fs::path>>& classes, bool (*keep)(int64_t, int64_t), int64_t stride) {
     std::vector<ImageFile> out;
@@ -302,9 +348,9 @@ DataSplits open_image_folder(const std::string& dir, const Model& m, const DataO
   auto all = [](int64_t, int64_t) { return true; };
   std::vector<std::string> names;
   DataSplits s;
-  if (fs::is_directory(root / "train")) {
-    const fs::path val_dir = fs::is_directory(root / "val") ? root / "val" : root / "test";
-    if (!fs::is_directory(val_dir))
+  if (fs::is_directory(root / "train", ec)) {
+    const fs::path val_dir = fs::is_directory(root / "val", ec) ? root / "val" : root / "test";
+    if (!fs::is_directory(val_dir, ec))
       throw UserError(cat("--data images:", dir, " has train/ but neither val/ nor test/ beside it"));
     const auto train = scan_classes(root / "train", names);
     std::vector<std::string> val_names;

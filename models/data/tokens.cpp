@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
+#include "models/data/data_file.h"
 #include "models/data/readers.h"
 
 namespace pd::data {
@@ -18,30 +18,31 @@ namespace fs = std::filesystem;
 constexpr int32_t kLlmcMagic = 20240520;
 constexpr size_t kLlmcHeader = 256 * sizeof(int32_t);
 
+// The header (llm.c's 1 KB) is read first; the tokens are then read into
+// a buffer of exactly the count it vouches for.
 std::vector<uint16_t> read_tokens(const fs::path& p, int64_t vocab) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw UserError(cat("--data tokens: ", p.string(), " not found"));
-  std::string b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t at = 0, count = 0;
+  const DataFile f(p.string(), "--data tokens");
+  const uint64_t size = f.size();
+  uint64_t at = 0, count = 0;
   int32_t head[3] = {0, 0, 0};
-  if (b.size() >= kLlmcHeader) std::memcpy(head, b.data(), sizeof head);
+  if (size >= kLlmcHeader) f.read_into(0, head, sizeof head);
   if (head[0] == kLlmcMagic) {
     if (head[1] != 1)
       throw UserError(cat("--data tokens: ", p.string(), " is an llm.c token file of version ", head[1],
                           " (version 1, uint16 tokens, is read)"));
     at = kLlmcHeader;
-    count = static_cast<size_t>(head[2]);
-    if (head[2] < 0 || b.size() != at + 2 * count)
+    count = static_cast<uint64_t>(std::max(head[2], 0));
+    if (head[2] < 0 || size != at + 2 * count)
       throw UserError(cat("--data tokens: ", p.string(), ": its llm.c header counts ", head[2], " tokens but ",
-                          b.size() - at, " bytes follow it (truncated?)"));
+                          size - at, " bytes follow it (truncated?)"));
   } else {
-    if (b.size() % 2 != 0)
-      throw UserError(cat("--data tokens: ", p.string(), " has ", b.size(), " bytes, an odd count: not a stream of "
+    if (size % 2 != 0)
+      throw UserError(cat("--data tokens: ", p.string(), " has ", size, " bytes, an odd count: not a stream of "
                           "uint16 tokens (truncated?)"));
-    count = b.size() / 2;
+    count = size / 2;
   }
-  std::vector<uint16_t> t(count);
-  std::memcpy(t.data(), b.data() + at, 2 * count);  // little-endian, as the writers store them
+  auto t = f.allocate<std::vector<uint16_t>>(count, "tokens");
+  f.read_into(at, t.data(), 2 * count);  // little-endian, as the writers store them
   const auto top = std::max_element(t.begin(), t.end());
   if (top != t.end() && *top >= vocab)
     throw UserError(cat("--data tokens: ", p.string(), " holds token ", *top, " at position ", top - t.begin(),
@@ -92,7 +93,8 @@ DataSplits open_tokens(const std::string& file, const Model& m, const DataOption
   const int64_t t = m.input_shape[0];
   std::vector<uint16_t> train = read_tokens(path, m.classes), test;
   const fs::path val = sibling_val(path);
-  if (!val.empty() && fs::exists(val)) {
+  std::error_code ec;  // a val.bin that is there but unreadable (a symlink loop) is read, and refused naming it
+  if (!val.empty() && fs::symlink_status(val, ec).type() != fs::file_type::not_found) {
     test = read_tokens(val, m.classes);
   } else {
     held_out_stride(o.val);  // the same range as every reader's: (0, 0.5]

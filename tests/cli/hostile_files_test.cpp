@@ -5,10 +5,13 @@
 // Also: a failed or killed run leaves an existing --metrics file whole.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -16,6 +19,7 @@
 
 #include "core/safetensors.h"
 #include "tests/integration/run_job.h"
+#include "tests/models/data_files.h"
 
 namespace pd::testing {
 namespace {
@@ -187,6 +191,212 @@ TEST_F(MetricsFile, AFinishedTrainReplacesIt) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(step_losses(metrics_).size(), 3u) << read_all(metrics_);
   EXPECT_FALSE(fs::exists(metrics_ + ".partial"));
+}
+
+
+// ---- users' data files -------------------------------------------------------
+
+// The data readers, --init and the weights of evaluate, as the pipedream
+// binary runs them: each hostile file exits 2 naming it, within the
+// timeout (a FIFO used to block forever), and never "bad_alloc".
+class HostileData : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = scratch_dir("hostile_data");
+    ASSERT_EQ(::mkfifo((dir_ + "/fifo.npy").c_str(), 0600), 0);
+    fs::create_directories(dir_ + "/folder.npy");
+  }
+  JobResult pipedream(const std::string& args, const std::string& prefix = "") const {
+    return run_shell(prefix + pipedream_binary() + " " + args + " < /dev/null", 60);
+  }
+  void expect_refused(const JobResult& r, const std::string& want) const {
+    EXPECT_EQ(r.exit_code, 2) << r.output.substr(0, 2000);
+    EXPECT_NE(r.output.find(want), std::string::npos) << "expected '" << want << "' in:\n" << r.output.substr(0, 2000);
+    EXPECT_EQ(r.output.find("bad_alloc"), std::string::npos) << r.output.substr(0, 2000);
+    EXPECT_EQ(r.output.find("filesystem error"), std::string::npos) << r.output.substr(0, 2000);
+  }
+  std::string dir_;
+};
+
+const std::string kGptTiny = " --model gpt-mini --model-options vocab=50,context=8,width=16,depth=1,heads=2";
+
+TEST_F(HostileData, FifosFoldersAndSymlinkLoopsExitTwoNamingThePath) {
+  const std::string train = "train --model mlp --threads 1 --minibatches 1 --data ";
+  write_text(dir_ + "/y.npy", "");
+  fs::create_symlink(dir_ + "/fifo.npy", dir_ + "/data.npz");
+  expect_refused(pipedream(train + "npy:" + dir_ + "/fifo.npy," + dir_ + "/y.npy"), dir_ + "/fifo.npy is not a regular file");
+  expect_refused(pipedream(train + "npy:" + dir_ + "/data.npz"), dir_ + "/data.npz is not a regular file");
+  expect_refused(pipedream(train + "npy:" + dir_ + "/folder.npy," + dir_ + "/y.npy"), dir_ + "/folder.npy is a folder");
+  fs::create_symlink(dir_ + "/fifo.npy", dir_ + "/train.bin");
+  expect_refused(pipedream("train" + kGptTiny + " --threads 1 --minibatches 1 --data tokens:" + dir_ + "/train.bin"),
+                 dir_ + "/train.bin is not a regular file");
+  fs::remove(dir_ + "/train.bin");
+  std::string tokens;
+  for (int i = 0; i < 200; ++i) tokens += std::string("\x01\x00", 2);
+  write_text(dir_ + "/train.bin", tokens);
+  fs::create_symlink(dir_ + "/fifo.npy", dir_ + "/val.bin");
+  expect_refused(pipedream("train" + kGptTiny + " --threads 1 --minibatches 1 --data tokens:" + dir_ + "/train.bin"),
+                 dir_ + "/val.bin is not a regular file");
+  fs::create_directories(dir_ + "/tokens_folder.bin");
+  expect_refused(pipedream("train" + kGptTiny + " --threads 1 --minibatches 1 --data tokens:" + dir_ + "/tokens_folder.bin"),
+                 dir_ + "/tokens_folder.bin is a folder");
+  // Symlink loops: in an image folder, and in a weights folder.
+  fs::create_directories(dir_ + "/images/a");
+  fs::create_symlink(dir_ + "/images/b", dir_ + "/images/b");
+  expect_refused(pipedream("train --model cnn --model-options classes=2 --threads 1 --minibatches 1 --data images:" +
+                           dir_ + "/images"),
+                 dir_ + "/images/b cannot be opened: Too many levels of symbolic links");
+  fs::create_directories(dir_ + "/weights");
+  fs::create_symlink(dir_ + "/weights/x.safetensors", dir_ + "/weights/x.safetensors");
+  expect_refused(pipedream("evaluate --model mlp --data synthetic --weights " + dir_ + "/weights"),
+                 dir_ + "/weights/x.safetensors");
+}
+
+// NaN or infinity in --init used to be blamed on the learning rate.
+TEST_F(HostileData, NonFiniteInitWeightsAreNamed) {
+  const std::string w = dir_ + "/w.safetensors";
+  ASSERT_EQ(pipedream("train --model mlp --data synthetic --threads 1 --minibatches 1 --no-eval --save " + w).exit_code, 0);
+  auto t = load_safetensors(w);
+  t[0].second.f32()[2] = std::nanf("");
+  save_safetensors(w, t);
+  expect_refused(pipedream("train --model mlp --data synthetic --threads 1 --minibatches 2 --init " + w),
+                 w + ": tensor '" + t[0].first + "' holds nan at element 2; weights must be finite");
+}
+
+// u8 token ids were read with a 1-byte stride: the same ids in every
+// integer dtype must train the same weights.
+TEST_F(HostileData, EveryIntegerDtypeOfTokenIdsTrainsTheSameWeights) {
+  const int n = 16, t = 8;
+  std::string first;
+  for (const std::string descr : {"|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8"}) {
+    const size_t es = static_cast<size_t>(descr[2] - '0');
+    std::string x, y;
+    for (int i = 0; i < n * t; ++i) {
+      const int64_t a = (i * 7 + 3) % 50, b = (i * 7 + 10) % 50;
+      x += std::string(reinterpret_cast<const char*>(&a), es);
+      y += std::string(reinterpret_cast<const char*>(&b), es);
+    }
+    write_text(dir_ + "/x.npy", npy_bytes(descr, {n, t}, x));
+    write_text(dir_ + "/y.npy", npy_bytes(descr, {n, t}, y));
+    const std::string w = dir_ + "/w.safetensors";
+    const JobResult r = pipedream("train" + kGptTiny + " --threads 1 --minibatches 3 --batch 4 --no-eval --save " + w +
+                                  " --data npy:" + dir_ + "/x.npy," + dir_ + "/y.npy");
+    ASSERT_EQ(r.exit_code, 0) << descr << "\n" << r.output;
+    if (first.empty()) first = read_all(w);
+    else EXPECT_TRUE(read_all(w) == first) << descr << " trained other weights than |u1";
+  }
+}
+
+// Each reader under an address-space cap (`prlimit --as`, as the probe
+// ran): files that claim or hold more than the cap allows are refused
+// naming the file, not "bad_alloc" or "out of host memory".
+TEST_F(HostileData, ReadersUnderAnAddressSpaceCapNameTheFile) {
+  const std::string cap = "prlimit --as=" + std::to_string(uint64_t{3} << 30) + " ";
+  const std::string train = "train --model mlp --threads 1 --minibatches 1 --no-eval --data ";
+  // 20 GB sparse files: tokens, a .npy whose header vouches for 20 GB, an image.
+  write_text(dir_ + "/big.bin", "");
+  fs::resize_file(dir_ + "/big.bin", uint64_t{20} << 30);
+  expect_refused(pipedream("train" + kGptTiny + " --threads 1 --minibatches 1 --data tokens:" + dir_ + "/big.bin", cap),
+                 dir_ + "/big.bin needs 10737418240 tokens in memory, which could not be allocated");
+  const int64_t rows = (int64_t{20} << 30) / 3136;
+  write_text(dir_ + "/x.npy", npy_bytes("<f4", {rows, 1, 28, 28}, ""));
+  fs::resize_file(dir_ + "/x.npy", fs::file_size(dir_ + "/x.npy") + uint64_t(rows) * 3136);
+  write_text(dir_ + "/y.npy", npy_bytes("|u1", {rows}, std::string(static_cast<size_t>(rows), '\0')));
+  expect_refused(pipedream(train + "npy:" + dir_ + "/x.npy," + dir_ + "/y.npy", cap),
+                 dir_ + "/x.npy needs " + std::to_string(rows * 3136) + " bytes in memory, which could not be allocated");
+  fs::create_symlink("/dev/zero", dir_ + "/zero.npy");
+  expect_refused(pipedream(train + "npy:" + dir_ + "/zero.npy," + dir_ + "/y.npy", cap),
+                 dir_ + "/zero.npy is not a regular file");
+  expect_refused(pipedream("train" + kGptTiny + " --threads 1 --minibatches 1 --data tokens:/dev/zero", cap),
+                 "/dev/zero is not a regular file");
+  // A safetensors file of one 20 GB tensor the model lacks: refused from its header.
+  const std::string header = R"({"huge": {"dtype": "F32", "shape": [5368709120], "data_offsets": [0, 21474836480]}})";
+  std::string st(8, '\0');
+  const uint64_t len = header.size();
+  std::memcpy(st.data(), &len, 8);
+  write_text(dir_ + "/huge.safetensors", st + header);
+  fs::resize_file(dir_ + "/huge.safetensors", 8 + header.size() + (uint64_t{20} << 30));
+  expect_refused(pipedream("evaluate --model mlp --data synthetic --weights " + dir_ + "/huge.safetensors", cap),
+                 dir_ + "/huge.safetensors: 1 tensor is not in mlp: 'huge'");
+}
+
+// ---- failed writes -------------------------------------------------------------
+
+// Every output on a full disk (a 64 KB tmpfs, filled): the write fails with
+// exit 1 naming the path, and the file that was there stays whole.
+class FullDisk : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = scratch_dir("full_disk");
+    disk_ = dir_ + "/disk";
+    fs::create_directories(disk_);
+    if (run_shell("mount -t tmpfs -o size=64k tmpfs " + disk_ + " 2>&1").exit_code != 0)
+      GTEST_SKIP() << "cannot mount a tmpfs here (not root?)";
+    mounted_ = true;
+    write_text(dir_ + "/plan.json", kPlan);
+    ASSERT_EQ(run_shell(pipedream_binary() + " " + kTrain + " --minibatches 1 --no-eval --save " + dir_ +
+                        "/w.safetensors < /dev/null").exit_code, 0);
+  }
+  void TearDown() override {
+    if (mounted_) run_shell("umount " + disk_);
+  }
+  std::string expand_plan(std::string args) const {
+    for (size_t at; (at = args.find(kDirToken)) != std::string::npos;) args.replace(at, kDirToken.size(), dir_);
+    return args;
+  }
+  // Writes `old` to each of `files` (on the disk), then fills the disk.
+  void fill(const std::vector<std::string>& files) {
+    for (const std::string& f : files) write_text(disk_ + "/" + f, kOldText);
+    std::ofstream filler(disk_ + "/filler", std::ios::binary);
+    const std::string block(4096, 'x');
+    while (filler.write(block.data(), block.size()) && filler.flush()) {
+    }
+  }
+  // `named`: the path the message names (default: `file`).
+  void expect_failed_write(const std::string& args, const std::string& file, const std::string& named = "") {
+    fill({file});
+    const JobResult r = run_shell(pipedream_binary() + " " + args + " < /dev/null", 120);
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output.substr(0, 2000);
+    EXPECT_NE(r.output.find(disk_ + "/" + (named.empty() ? file : named)), std::string::npos)
+        << args << "\n" << r.output.substr(0, 2000);
+    EXPECT_EQ(read_all(disk_ + "/" + file), kOldText) << args;
+  }
+  static constexpr const char* kOldText = "{\"from\": \"an earlier run\"}\n";
+  std::string dir_, disk_;
+  bool mounted_ = false;
+};
+
+TEST_F(FullDisk, TrainMetrics) { expect_failed_write(kTrain + " --minibatches 3 --log-every 1 --metrics " + disk_ + "/m.jsonl", "m.jsonl"); }
+TEST_F(FullDisk, EvaluateMetrics) {
+  expect_failed_write("evaluate --model mlp --model-options hidden=24,depth=3 --data synthetic --weights " + dir_ +
+                          "/w.safetensors --metrics " + disk_ + "/m.jsonl",
+                      "m.jsonl");
+}
+TEST_F(FullDisk, RunMetrics) {
+  expect_failed_write(expand_plan(kRun) + " --minibatches 3 --log-every 1 --metrics " + disk_ + "/m.jsonl", "m.jsonl");
+}
+TEST_F(FullDisk, TrainSave) { expect_failed_write(kTrain + " --minibatches 1 --no-eval --save " + disk_ + "/w.safetensors", "w.safetensors"); }
+TEST_F(FullDisk, RunSave) {
+  expect_failed_write(expand_plan(kRun) + " --minibatches 1 --no-eval --save " + disk_ + "/w.safetensors", "w.safetensors");
+}
+TEST_F(FullDisk, PredictOutput) {
+  expect_failed_write("predict --model mlp --model-options hidden=24,depth=3 --data synthetic --weights " + dir_ +
+                          "/w.safetensors -o " + disk_ + "/out.csv",
+                      "out.csv");
+}
+TEST_F(FullDisk, Checkpoints) {
+  fs::create_directories(disk_ + "/ckpt");
+  // The stage file being written is named; `latest` still points at the old checkpoint.
+  expect_failed_write(kTrain + " --minibatches 2 --no-eval --checkpoint-dir " + disk_ + "/ckpt", "ckpt/latest",
+                      "ckpt/step-2.partial/stage-0.safetensors");
+}
+TEST_F(FullDisk, PlanOutput) {
+  expect_failed_write("plan --profile " + kGraph + " --workers 4 --bandwidth 10 -o " + disk_ + "/plan.json", "plan.json");
+}
+TEST_F(FullDisk, ProfileOutput) {
+  expect_failed_write("profile --model mlp --model-options hidden=24,depth=3 --batch 4 --threads 1 -o " + disk_ +
+                          "/profile.json",
+                      "profile.json");
 }
 
 }  // namespace
