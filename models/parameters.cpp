@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "models/sharded_weights.h"
 
 namespace pd {
 
@@ -131,8 +132,13 @@ WeightFiles read_weight_files(const std::vector<std::string>& paths) {
     NamedTensors t = load_safetensors(file);
     out.tensors.insert(out.tensors.end(), std::make_move_iterator(t.begin()), std::make_move_iterator(t.end()));
   };
-  for (const std::string& p : paths) {
-    out.source += (out.source.empty() ? "" : " + ") + p;
+  for (const std::string& given : paths) {
+    out.source += (out.source.empty() ? "" : " + ") + given;
+    const std::string p = resolve_weight_path(given);
+    if (is_weight_index(p)) {  // a sharded save: every shard it names
+      for (const std::string& f : weight_index_files(p)) read(f);
+      continue;
+    }
     std::error_code ec;
     if (!fs::is_directory(p, ec)) {
       read(p);  // a missing file is load_safetensors' UserError
