@@ -156,7 +156,7 @@ class OnnxSegment : public Layer {
       std::vector<Tensor> out = n.op->forward(in, node_step(a.step, j), ctx.children[j]);
       if (clock) {
         clock->forward_ms[size_t(n.unit)] += ms_since(start);
-        clock->saved_bytes[size_t(n.unit)] += ctx.children[j].saved_bytes();
+        clock->saved_bytes[size_t(n.unit)] += saved_bytes_beyond_params(ctx.children[j], a.params);
       }
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         if (n.outputs[k] < 0) continue;

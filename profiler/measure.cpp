@@ -146,7 +146,9 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
                                        ctx[static_cast<size_t>(i)], h, exact);
     Clock::time_point end = now_synced();
     t.forward_ms[static_cast<size_t>(i)] = ms_between(start, end);
-    if (facts) (*facts)[static_cast<size_t>(i)] = {h.nbytes(), ctx[static_cast<size_t>(i)].saved_bytes(), meter->bytes()};
+    if (facts)
+      (*facts)[static_cast<size_t>(i)] = {h.nbytes(), saved_bytes_beyond_params(ctx[static_cast<size_t>(i)], a.params),
+                                          meter->bytes()};
     start = now_synced();
   }
   // The loss belongs to the last stage's backward: it starts when the
@@ -401,10 +403,10 @@ LayerAlone time_layer_alone(const Model& m, int i, const ProfileOptions& o, cons
     std::optional<WorkspaceMeter> meter;
     if (it == 0) meter.emplace(allocator);
     Clock::time_point start = now_synced();
-    Tensor h = layer.forward(ForwardArgs{operand_params(o.precision, w.params(i), rounded), w.buffers(i), step},
-                             rounded_copy_if_bf16(o.precision, x), ctx);
+    const ForwardArgs args{operand_params(o.precision, w.params(i), rounded), w.buffers(i), step};
+    Tensor h = layer.forward(args, rounded_copy_if_bf16(o.precision, x), ctx);
     const double forward_ms = ms_between(start, now_synced());
-    if (it == 0) r.facts = {h.nbytes(), ctx.saved_bytes(), meter->bytes()};
+    if (it == 0) r.facts = {h.nbytes(), saved_bytes_beyond_params(ctx, args.params), meter->bytes()};
     Tensor g = i + 1 < n ? upstream.clone() : softmax_cross_entropy(std::move(h), labels).grad;
     h = Tensor();
     double backward_ms = 0;
