@@ -115,8 +115,8 @@ void check_training_state_fits(const Model& model, const TrainArgs& a) {
       a.train.gradient_delay ? cat(", ", a.train.gradient_delay, "x for delayed weights") : std::string(), "; activations come on top), more than ",
       what, " (", bytes_text(double(bound)), "). Split it over workers instead: `pipedream profile --model ", a.model,
       " --memory ", bound, " -o profile.json`, `pipedream plan --profile profile.json --workers ", workers,
-      " --memory ", bound, " -o plan.json`, then `pipedream run --model ", a.model,
-      " --plan plan.json --workers ", workers, "`"));
+      " --bandwidth 1.25 --memory ", bound, " --schedule auto -o plan.json` (1.25 GB/s: 10 Gb Ethernet; give your "
+      "network's), then `pipedream run --model ", a.model, " --plan plan.json` with the schedule the plan names"));
 }
 
 void run_train(const TrainArgs& a) {
