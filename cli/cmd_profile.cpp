@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "models/model.h"
+#include "planner/topology.h"
 #include "profiler/measure.h"
 
 namespace pd::cli {
@@ -25,6 +26,7 @@ struct ProfileArgs {
   double min_time = 10;  // seconds; see --min-time
   uint64_t seed = 0;
   std::vector<int> microbatches;
+  std::string memory;  // --memory: profile one layer at a time under this bound
   std::string precision = "fp32";
   bool allow_tf32 = false;
 };
@@ -150,6 +152,7 @@ void run_profile(const ProfileArgs& a) {
   o.optimizer.kind = parse_optimizer_flag(a.optimizer);
   o.optimizer.momentum = o.optimizer.kind == OptimizerKind::sgd ? 0.9f : 0.0f;
   o.microbatches = a.microbatches;
+  if (!a.memory.empty()) o.memory_bytes = parse_size(a.memory);
   refuse_allow_tf32_off_cuda(a.allow_tf32, a.device);
   o.allow_tf32 = a.allow_tf32;
   // Cheap checks first: a bad batch or device should not wait for a model build.
@@ -173,6 +176,10 @@ void run_profile(const ProfileArgs& a) {
               p.batch_size, p.device.c_str(), p.dtype.c_str(),
               p.precision == Precision::BF16 ? " (bf16 mixed precision: bf16 sizes)" : "", p.threads, p.measured_iterations,
               seconds_text(p.measured_seconds).c_str(), p.warmup_iterations);
+  if (o.memory_bytes)
+    std::printf("--memory %s: one layer at a time (its weights, gradients and optimizer state, on a synthetic input "
+                "of its recorded shape), freed before the next; the step time is the layers' sum\n",
+                bytes_text(double(o.memory_bytes)).c_str());
   print_table(p, details);
   print_microbatch_times(p);
   std::printf("optimizer state counted for %s\n", optimizer_state_description(o.optimizer).c_str());
@@ -207,6 +214,9 @@ void add_profile_command(CLI::App& app) {
                   "Also measure each layer at batch / M for these M (e.g. 4,8): a flush schedule's microbatches, "
                   "which simulate then costs as measured instead of a linear share of the batch")
       ->delimiter(',');
+  cmd->add_option("--memory", a->memory,
+                  "Hold at most this much (4000000000, 16GB, 16GiB): build and time one layer at a time, each freed "
+                  "before the next, for a model bigger than this machine (default: the whole model at once)");
   cmd->add_option("-o,--output", a->output, "Profile to write (atomically, only on success)")->capture_default_str();
   add_allow_tf32_flag(*cmd, a->allow_tf32);
   cmd->callback([a] { run_profile(*a); });

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <thread>
@@ -16,6 +17,8 @@
 #include "core/safetensors.h"
 #include "core/text.h"
 #include "models/loader.h"
+#include "models/sharded_weights.h"
+#include "planner/topology.h"
 #include "runtime/checkpoint.h"
 #include "runtime/metrics.h"
 #include "runtime/trainer.h"
@@ -37,6 +40,7 @@ struct TrainArgs {
   bool deterministic = false;
   std::string precision = "fp32";  // parsed into train.precision
   bool allow_tf32 = false;
+  std::string memory;  // --memory: the bound on the training state; default MemAvailable
 };
 
 // Ctrl-C or SIGTERM while training: the first asks the loop to stop before
@@ -80,6 +84,41 @@ class CliObserver final : public TrainObserver {
   double data_wait_ms_ = -1, lr_ = -1;
 };
 
+// The machine's available memory (MemAvailable), 0 if unknown.
+uint64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+// One worker holds every parameter's weights, gradient, optimizer slots and
+// delayed versions: a model whose training state exceeds the bound (--memory,
+// else the machine's available memory) is refused before anything is
+// allocated, with the size needed and a pipeline that would hold it.
+void check_training_state_fits(const Model& model, const TrainArgs& a) {
+  const uint64_t bound = a.memory.empty() ? available_memory_bytes() : parse_size(a.memory);
+  if (bound == 0) return;
+  const OptimizerConfig& opt = a.train.optimizer;
+  const int slots = opt.kind == OptimizerKind::sgd ? (opt.momentum != 0.0f ? 1 : 0) : 2;
+  const int copies = 2 + slots + a.train.gradient_delay;  // weights, gradients, slots, delayed versions
+  const uint64_t weights = uint64_t(model.parameter_count()) * sizeof(float), need = weights * uint64_t(copies);
+  if (need <= bound) return;
+  const uint64_t workers = need / bound + 2;  // activations and a stage's imbalance come on top
+  const std::string what = a.memory.empty() ? "the memory this machine has available" : "--memory";
+  throw UserError(cat(
+      "training ", model.name, " on one worker needs ", bytes_text(double(need)), " for its training state alone (",
+      bytes_text(double(weights)), " of weights, as much again for gradients", slots ? cat(", ", slots, "x for ", to_string(opt.kind), "'s state") : std::string(),
+      a.train.gradient_delay ? cat(", ", a.train.gradient_delay, "x for delayed weights") : std::string(), "; activations come on top), more than ",
+      what, " (", bytes_text(double(bound)), "). Split it over workers instead: `pipedream profile --model ", a.model,
+      " --memory ", bound, " -o profile.json`, `pipedream plan --profile profile.json --workers ", workers,
+      " --bandwidth 1.25 --memory ", bound, " --schedule auto -o plan.json` (1.25 GB/s: 10 Gb Ethernet; give your "
+      "network's), then `pipedream run --model ", a.model, " --plan plan.json` with the schedule the plan names"));
+}
+
 void run_train(const TrainArgs& given) {
   TrainArgs a = given;
   if (a.log_every < 1) throw UserError(cat("--log-every must be >= 1, got ", a.log_every));
@@ -92,6 +131,7 @@ void run_train(const TrainArgs& given) {
   // Validate everything cheap before reading data.
   make_optimizer(a.train.optimizer);
   Model model = resolve_model(a.model, a.spec_file, a.model_options);
+  check_training_state_fits(model, a);
   DataSplits data = open_dataset(a.data, a.data_dir, model, parse_data_options(a.data_options));
   TrainOptions o = a.train;
   const int64_t steps = planned_steps(o, data.train->size());
@@ -140,8 +180,22 @@ void run_train(const TrainArgs& given) {
   if (!o.checkpoint_dir.empty()) std::printf("checkpoints: %s (latest: step %lld)\n", o.checkpoint_dir.c_str(),
                                              static_cast<long long>(r.steps));
   if (!a.save.empty()) {
-    save_safetensors(a.save, r.weights.named_tensors(),
-                     {{"model", model.name}, {"spec", model.spec.dump()}, {"steps", std::to_string(r.steps)}});
+    const std::map<std::string, std::string> meta = {
+        {"model", model.name}, {"spec", model.spec.dump()}, {"steps", std::to_string(r.steps)}};
+    if (is_weight_index(a.save)) {  // asked for the sharded layout: one shard
+      const std::string shard = weight_shard_path(a.save, 0, 1);
+      const NamedTensors named = r.weights.named_tensors();
+      save_safetensors(shard, named, meta);
+      std::map<std::string, std::string> file_of;
+      uint64_t total = 0;
+      for (const auto& [name, t] : named) {
+        file_of[name] = shard;
+        total += t.nbytes();
+      }
+      write_weight_index(a.save, file_of, total);
+    } else {
+      save_safetensors(a.save, r.weights.named_tensors(), meta);
+    }
     std::printf("saved weights to %s\n", a.save.c_str());
   }
 }
@@ -201,6 +255,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--metrics", a->metrics, "Write JSON-lines metrics to this file");
   cmd->add_option("--log-every", a->log_every, "Write a step metrics line every N steps")->capture_default_str();
   cmd->add_option("--save", a->save, "Write the final weights (safetensors)");
+  cmd->add_option("--memory", a->memory,
+                  "Refuse (exit 2) before allocating when the training state (weights, gradients, optimizer state) "
+                  "exceeds this (4000000000, 16GB, 16GiB; default: the machine's available memory)");
   cmd->add_option("--checkpoint-dir", t.checkpoint_dir, "Write checkpoints here (every --checkpoint-every steps and at the end)");
   cmd->add_option("--checkpoint-every", t.checkpoint_every, "Steps between checkpoints (0: only at the end)");
   t.keep_checkpoints = -1;  // not given: kDefaultKeepCheckpoints

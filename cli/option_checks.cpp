@@ -75,6 +75,8 @@ const OptionRule kRules[] = {
     {"plan", "--activation-compression-ratio", NumberRule{0, 1e9, true}},
     {"plan", "--max-antichain-states", IntegerRule{1, 10'000'000}, "each state is kept in memory"},
     {"plan", "--memory", SizeRule{1, checked::kMaxCount}},
+    {"train", "--memory", SizeRule{1, checked::kMaxCount}},
+    {"profile", "--memory", SizeRule{1, checked::kMaxCount}},
     {"run", "--workers", IntegerRule{1, kMaxWorkers}},
     {"bench-comm", "--latency-iters", IntegerRule{1, 10'000'000}},
     {"bench-comm", "--worker-memory", SizeRule{1, checked::kMaxCount}},

@@ -19,4 +19,16 @@ UnitClock* UnitClock::active() { return t_active_clock; }
 UnitClock::Installed::Installed(UnitClock* c) : previous_(t_active_clock) { t_active_clock = c; }
 UnitClock::Installed::~Installed() { t_active_clock = previous_; }
 
+size_t saved_bytes_beyond_params(const LayerContext& ctx, std::span<const Tensor> params) {
+  size_t n = 0;
+  for (const Tensor& t : ctx.saved) {
+    if (!t.defined()) continue;
+    bool weight = false;
+    for (const Tensor& p : params) weight = weight || (p.defined() && t.same_storage(p));
+    if (!weight) n += t.nbytes();
+  }
+  for (const LayerContext& c : ctx.children) n += saved_bytes_beyond_params(c, params);
+  return n;
+}
+
 }  // namespace pd

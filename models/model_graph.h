@@ -7,10 +7,13 @@
 // boundaries may carry several tensors (skip connections included).
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "core/layer.h"
 
 namespace pd {
 
@@ -66,5 +69,11 @@ class UnitClock {
   std::vector<double> forward_ms, backward_ms;
   std::vector<uint64_t> saved_bytes;
 };
+
+// What a layer's context holds beyond the weights it was given: the bytes
+// of its saved tensors, less those that are `params` themselves (a layer
+// keeping handles to the weight version its backward must use holds no
+// copy of it). What the profile records as a layer's or unit's stash.
+size_t saved_bytes_beyond_params(const LayerContext& ctx, std::span<const Tensor> params);
 
 }  // namespace pd

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "models/sharded_weights.h"
 
 namespace pd {
 
@@ -170,8 +171,13 @@ std::vector<std::string> weight_file_paths(const std::vector<std::string>& paths
   namespace fs = std::filesystem;
   if (paths.empty()) throw UserError("no weight files given");
   std::vector<std::string> out;
-  for (const std::string& p : paths) {
-    *source += (source->empty() ? "" : " + ") + p;
+  for (const std::string& given : paths) {
+    *source += (source->empty() ? "" : " + ") + given;
+    const std::string p = resolve_weight_path(given);
+    if (is_weight_index(p)) {  // a sharded save: every shard it names
+      for (const std::string& f : weight_index_files(p)) out.push_back(f);
+      continue;
+    }
     std::error_code ec;
     if (!fs::is_directory(p, ec)) {
       out.push_back(p);  // a missing file is the safetensors reader's UserError

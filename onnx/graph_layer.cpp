@@ -126,8 +126,8 @@ class OnnxSegment : public Layer {
   // The initializers' values, whatever the seed: an imported model starts
   // from the weights it was exported with.
   void init(std::span<Tensor> params, std::span<Tensor> buffers, const CounterRng&) const override {
-    for (size_t k = 0; k < params.size(); ++k) params[k].copy_from(*s_.param_init[k]);
-    for (size_t k = 0; k < buffers.size(); ++k) buffers[k].copy_from(*s_.buffer_init[k]);
+    for (size_t k = 0; k < params.size(); ++k) s_.param_init[k].write_to(params[k]);
+    for (size_t k = 0; k < buffers.size(); ++k) s_.buffer_init[k].write_to(buffers[k]);
   }
 
   Shape output_shape(const Shape& sample_in) const override {
@@ -156,7 +156,7 @@ class OnnxSegment : public Layer {
       std::vector<Tensor> out = n.op->forward(in, node_step(a.step, j), ctx.children[j]);
       if (clock) {
         clock->forward_ms[size_t(n.unit)] += ms_since(start);
-        clock->saved_bytes[size_t(n.unit)] += ctx.children[j].saved_bytes();
+        clock->saved_bytes[size_t(n.unit)] += saved_bytes_beyond_params(ctx.children[j], a.params);
       }
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         if (n.outputs[k] < 0) continue;
@@ -294,6 +294,21 @@ class OnnxSegment : public Layer {
 };
 
 }  // namespace
+
+void InitialValue::write_to(Tensor& dst) const {
+  if (tensor) {
+    dst.copy_from(*tensor);
+    return;
+  }
+  PD_CHECK(stored && dst.numel() == stored->numel(), "initial value of '", stored ? stored->name : "?", "' does not fit");
+  if (dst.device().is_cpu() && dst.dtype() == DType::F32) {
+    read_stored_values(*stored, dst.f32());
+    return;
+  }
+  Tensor host = Tensor::empty(dst.shape());
+  read_stored_values(*stored, host.f32());
+  dst.copy_from(host);
+}
 
 LayerPtr make_onnx_segment(SegmentSpec spec) { return std::make_unique<OnnxSegment>(std::move(spec)); }
 

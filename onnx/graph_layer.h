@@ -44,12 +44,21 @@ struct BoundaryTensor {
   Shape sample;
 };
 
+// A parameter's or buffer's initial value: a tensor in memory, or an
+// initializer left in the model's file (TensorValue::stored), read only
+// when a process builds the layer that holds it.
+struct InitialValue {
+  std::shared_ptr<const Tensor> tensor;
+  std::shared_ptr<const TensorValue> stored;
+  void write_to(Tensor& dst) const;
+};
+
 struct SegmentSpec {
   std::vector<SegmentNode> nodes;
   int slots = 0;
   std::vector<BoundaryTensor> inputs, outputs;  // in packing order
   std::vector<ParamSpec> params, buffers;  // ONNX initializer names
-  std::vector<std::shared_ptr<const Tensor>> param_init, buffer_init;  // initial values
+  std::vector<InitialValue> param_init, buffer_init;  // initial values
   Shape sample_in, sample_out;      // per sample: the tensor's, or [packed size] for several
   DType input_dtype = DType::F32;
 };

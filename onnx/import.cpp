@@ -148,10 +148,22 @@ class Importer {
     for (const Node& n : g_.nodes)
       if (n.op_type == "BatchNormalization")
         for (size_t k = 3; k < n.inputs.size() && k < 5; ++k) stats.insert(n.inputs[k]);
+    // Initializers left in the file are traced as views of one zero tensor
+    // (their values change no shape): the import holds no weights.
+    int64_t largest_stored = 0;
+    for (const TensorValue& t : g_.initializers)
+      if (t.stored) largest_stored = std::max(largest_stored, t.numel());
+    const Tensor zeros = largest_stored ? Tensor::zeros({largest_stored}) : Tensor();
     for (const TensorValue& t : g_.initializers) {
       if (t.name.empty()) throw UserError(cat(name_, ": an initializer has no name"));
       Value v;
-      v.example = tensor_from_value(t);
+      if (t.stored) {
+        v.example = zeros.slice_rows(0, t.numel()).reshape(t.dims);
+        TensorValue where = t;
+        stored_[t.name] = std::make_shared<const TensorValue>(std::move(where));
+      } else {
+        v.example = tensor_from_value(t);
+      }
       if (!t.is_float()) {
         v.kind = Value::Const;
       } else if (stats.count(t.name)) {
@@ -682,8 +694,8 @@ class Importer {
         const Value& v = values_.at(name);
         switch (v.kind) {
           case Value::Const: ref.kind = InputRef::Constant; ref.constant = v.example; break;
-          case Value::Param: ref.kind = InputRef::Param; ref.index = local(param_at, v.index, s.params, s.param_init, params_, v); break;
-          case Value::Buffer: ref.kind = InputRef::Buffer; ref.index = local(buffer_at, v.index, s.buffers, s.buffer_init, buffers_, v); break;
+          case Value::Param: ref.kind = InputRef::Param; ref.index = local(param_at, v.index, s.params, s.param_init, params_, v, stored(name)); break;
+          case Value::Buffer: ref.kind = InputRef::Buffer; ref.index = local(buffer_at, v.index, s.buffers, s.buffer_init, buffers_, v, stored(name)); break;
           default: {
             auto it = slot.find(name);
             PD_CHECK(it != slot.end(), "activation '", name, "' is neither made in the segment nor on its boundary");
@@ -707,15 +719,20 @@ class Importer {
     return sn;
   }
 
+  std::shared_ptr<const TensorValue> stored(const std::string& name) const {
+    auto it = stored_.find(name);
+    return it == stored_.end() ? nullptr : it->second;
+  }
+
   static int local(std::map<int, int>& at, int model_index, std::vector<ParamSpec>& specs,
-                   std::vector<std::shared_ptr<const Tensor>>& init, const std::vector<std::string>& names,
-                   const Value& v) {
+                   std::vector<InitialValue>& init, const std::vector<std::string>& names, const Value& v,
+                   std::shared_ptr<const TensorValue> in_file) {
     auto it = at.find(model_index);
     if (it != at.end()) return it->second;
     const int k = static_cast<int>(specs.size());
     at[model_index] = k;
     specs.push_back({names[size_t(model_index)], v.example.shape()});
-    init.push_back(std::make_shared<const Tensor>(v.example));
+    init.push_back(in_file ? InitialValue{nullptr, std::move(in_file)} : InitialValue{std::make_shared<const Tensor>(v.example), nullptr});
     return k;
   }
 
@@ -723,6 +740,7 @@ class Importer {
   const Graph& g_;
   std::string name_;
   std::map<std::string, Value> values_;
+  std::map<std::string, std::shared_ptr<const TensorValue>> stored_;  // initializers left in the file
   std::vector<std::string> params_, buffers_;
   std::vector<RuntimeNode> nodes_;
   std::string input_name_, output_name_;

@@ -7,6 +7,7 @@
 // fields are skipped, as protobuf requires.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,17 +20,38 @@ enum OnnxType : int32_t {
 };
 const char* onnx_type_name(int32_t t);
 
-// A constant tensor: values as doubles (weights, small integer shapes;
-// int64 fits exactly up to 2^53, far beyond any shape).
+// Where the values of a tensor the parser did not decode are: a byte range
+// of the model file (an initializer's raw_data) or of an external data file
+// (checked when parsed: inside the model's folder, a regular file, the
+// range inside it and exactly the tensor's bytes).
+struct StoredBytes {
+  std::string path;
+  uint64_t offset = 0, length = 0;
+};
+
+// A constant tensor: values as floats (weights) or integers (shapes, ids).
+// A large float initializer read from a file is not decoded at parse time:
+// `stored` says where its bytes are and read_stored_values() reads them,
+// so only a process that builds the layer holding it reads them.
 struct TensorValue {
   std::string name;
   std::vector<int64_t> dims;
   int32_t data_type = kUndefined;
   std::vector<float> floats;   // data_type float (and float16/double, converted)
   std::vector<int64_t> ints;   // integer and bool types
+  std::optional<StoredBytes> stored;  // set: floats is empty, the values are there
   bool is_float() const { return data_type == kFloat || data_type == kDouble || data_type == kFloat16; }
   int64_t numel() const;
 };
+
+// Float initializers of at least this many elements read from a file are
+// left in it until a layer needs them (smaller ones are decoded: scalars
+// and tables an op may read at import).
+constexpr int64_t kDeferredMinElements = 4096;
+
+// Reads a deferred float tensor's values (converted to float32) into
+// out[0, numel). UserError, naming the tensor, if the file changed since.
+void read_stored_values(const TensorValue& t, float* out);
 
 struct Attribute {
   std::string name;
@@ -81,10 +103,16 @@ struct ModelProto {
 // names the file in messages).
 ModelProto parse_model(const std::string& bytes, const std::string& source);
 // Largest ONNX file read: 2 GiB, protobuf's own limit on one message
-// (larger models keep their weights in external data, which is not read).
+// (larger models keep their weights in external data files, next to it).
 constexpr uint64_t kMaxModelBytes = uint64_t{2} << 30;
-// Reads and decodes a file (UserError when missing, not a regular file,
-// larger than kMaxModelBytes or malformed).
+// Decodes a model file (UserError when missing, not a regular file, larger
+// than kMaxModelBytes or malformed). The file is mapped, not read: large
+// float initializers, embedded (raw_data) or in external data files, are
+// left where they are (TensorValue::stored), so the parse touches only the
+// graph's structure. External data (`location`, `offset`, `length`) is
+// read relative to the model's folder; refused, naming the tensor: an
+// absolute location, one leaving the folder (`..` or a symlink out), a
+// file that is not regular, a range outside the file or of the wrong size.
 ModelProto read_model_file(const std::string& path);
 
 }  // namespace pd::onnx

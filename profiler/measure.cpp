@@ -1,5 +1,7 @@
 #include "profiler/measure.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,11 +11,13 @@
 
 #include "core/bf16_rounding.h"
 #include "core/cpu/gemm.h"
+#include "core/cpu/host_allocator.h"
 #include "core/device_ops.h"
 #include "core/cuda_plugin.h"
 #include "core/error.h"
 #include "core/loss.h"
 #include "core/rng.h"
+#include "core/text.h"
 #include "models/layer_range.h"
 #include "models/model_graph.h"
 #include "models/parameters.h"
@@ -146,7 +150,9 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
                                        ctx[static_cast<size_t>(i)], h, exact);
     Clock::time_point end = now_synced();
     t.forward_ms[static_cast<size_t>(i)] = ms_between(start, end);
-    if (facts) (*facts)[static_cast<size_t>(i)] = {h.nbytes(), ctx[static_cast<size_t>(i)].saved_bytes(), meter->transient()};
+    if (facts)
+      (*facts)[static_cast<size_t>(i)] = {h.nbytes(), saved_bytes_beyond_params(ctx[static_cast<size_t>(i)], a.params),
+                                          meter->transient()};
     start = now_synced();
   }
   // The loss belongs to the last stage's backward: it starts when the
@@ -341,6 +347,190 @@ void record_precision(Profile& p, Precision precision, Device device) {
   }
 }
 
+// A layer's synthetic input at `batch`: its recorded per-sample shape,
+// token ids below the model's classes for an integer input, else normal.
+Tensor synthetic_input(const Model& m, int i, int64_t batch, uint64_t seed) {
+  Shape shape = m.layers[static_cast<size_t>(i)].input_shape;
+  shape.insert(shape.begin(), batch);
+  CounterRng rng(seed, 0xFFFFFFF2u, static_cast<uint32_t>(i));
+  if ((i == 0 ? m.input_dtype : m.layer(i).input_dtype()) == DType::I32) {
+    std::vector<int32_t> tokens(static_cast<size_t>(shape_numel(shape)));
+    for (size_t k = 0; k < tokens.size(); ++k) tokens[k] = static_cast<int32_t>(rng.bits(k) % uint64_t(m.classes));
+    return Tensor::from_ints(tokens, shape);
+  }
+  std::vector<float> x(static_cast<size_t>(shape_numel(shape)));
+  for (size_t k = 0; k < x.size(); ++k) x[k] = rng.normal(k);
+  return Tensor::from_floats(x, shape);
+}
+
+// What one layer built alone costs: forward and backward times per
+// iteration, its facts, its optimizer step.
+struct LayerAlone {
+  std::vector<double> forward_ms, backward_ms, optimizer_ms;
+  LayerFacts facts;
+};
+
+// --memory: layer i alone, its weights, gradients and optimizer state
+// allocated here and freed on return.
+LayerAlone time_layer_alone(const Model& m, int i, const ProfileOptions& o, const Tensor& labels, UnitClock* units,
+                            Samples& samples, std::vector<uint64_t>& unit_saved_bytes) {
+  const int n = m.size();
+  const Layer& layer = m.layer(i);
+  ParameterStore w = ParameterStore::create(m, i, i, o.seed, o.device);
+  ParameterStore grads = w.zeros_like_params();
+  const auto optimizer = make_optimizer(o.optimizer);
+  OptimizerState state = optimizer->make_state(w.all_params());
+  Tensor x = synthetic_input(m, i, o.batch, o.seed);
+  if (o.device.is_cuda()) x = x.to(o.device);
+  Tensor upstream;  // the gradient a middle layer receives: synthetic, of its output's shape
+  if (i + 1 < n) {
+    Shape out = m.layers[static_cast<size_t>(i)].output_shape;
+    out.insert(out.begin(), o.batch);
+    upstream = Tensor::full(out, 1e-3f, o.device);
+  }
+  const bool input_grad = i > first_layer_with_params(m, 0, n - 1);
+  const bool below_params = i < first_layer_with_params(m, 0, n - 1);
+  Allocator& allocator = allocator_for(o.device);
+  LayerAlone r;
+  std::vector<Tensor> rounded;
+  for (int it = 0; it < o.warmup + o.iters; ++it) {
+    StepInfo step;
+    step.training = true;
+    step.seed = o.seed;
+    step.precision = o.precision;
+    step.minibatch_id = static_cast<uint64_t>(it);
+    step.layer_index = static_cast<uint32_t>(i);
+    step.output_to_loss = i == n - 1;
+    if (units) units->clear();
+    UnitClock::Installed timing_units(units);
+    LayerContext ctx;
+    std::optional<WorkspaceMeter> meter;
+    if (it == 0) meter.emplace(allocator);
+    Clock::time_point start = now_synced();
+    const ForwardArgs args{operand_params(o.precision, w.params(i), rounded), w.buffers(i), step};
+    Tensor h = layer.forward(args, rounded_copy_if_bf16(o.precision, x), ctx);
+    const double forward_ms = ms_between(start, now_synced());
+    if (it == 0) r.facts = {h.nbytes(), saved_bytes_beyond_params(ctx, args.params), meter->bytes()};
+    Tensor g = i + 1 < n ? upstream.clone() : softmax_cross_entropy(std::move(h), labels).grad;
+    h = Tensor();
+    double backward_ms = 0;
+    if (!below_params) {
+      if (it == 0) meter.emplace(allocator);
+      const uint64_t received = g.nbytes();
+      start = now_synced();
+      g = layer.backward(BackwardArgs{operand_params(o.precision, w.params(i), rounded), grads.params(i), step, input_grad},
+                         g, ctx);
+      backward_ms = ms_between(start, now_synced());
+      if (it == 0) r.facts.workspace_bytes = std::max(r.facts.workspace_bytes, received + meter->bytes());
+    }
+    ctx.clear();
+    if (units && it == 0)
+      for (size_t u = 0; u < units->saved_bytes.size(); ++u)
+        if (m.graph->units[u].layer == i) unit_saved_bytes[u] = units->saved_bytes[u];
+    if (it < o.warmup) continue;
+    r.forward_ms.push_back(forward_ms);
+    r.backward_ms.push_back(backward_ms);
+    if (units) {
+      for (size_t u = 0; u < units->forward_ms.size(); ++u)
+        if (m.graph->units[u].layer == i) {
+          samples.unit_fwd[u].push_back(units->forward_ms[u]);
+          samples.unit_bwd[u].push_back(units->backward_ms[u]);
+        }
+    }
+    const Clock::time_point step_start = now_synced();
+    optimizer->step(w.all_params(), grads.all_params(), state, 0.0f);
+    grads.zero_params();
+    r.optimizer_ms.push_back(ms_between(step_start, now_synced()));
+  }
+  return r;
+}
+
+// --memory: every layer alone, one after the other (see ProfileOptions).
+Profile measure_one_layer_at_a_time(const Model& model, const ProfileOptions& o, MeasureDetails* details) {
+  const int n = model.size();
+  const int slots = make_optimizer(o.optimizer)->slots_per_param();
+  for (int i = 0; i < n; ++i) {
+    const uint64_t weights = uint64_t(model.parameter_count(i, i)) * sizeof(float), state = weights * uint64_t(2 + slots);
+    if (state > o.memory_bytes)
+      throw UserError(cat("layer ", i, " (", model.layers[size_t(i)].name, ") alone needs ", bytes_text(double(state)),
+                          " for its weights, gradients and optimizer state, more than --memory ",
+                          bytes_text(double(o.memory_bytes)), "; profile holds one layer at a time, no less"));
+  }
+  std::optional<UnitClock> units;
+  if (model.graph && o.device.is_cpu()) units.emplace(model.graph->units.size());
+  Samples samples(static_cast<size_t>(n), units ? model.graph->units.size() : 0);
+  const Tensor labels = make_batch(model, o.batch, o.seed).labels;
+  std::vector<LayerAlone> layers;
+  std::vector<uint64_t> unit_saved_bytes(units ? model.graph->units.size() : 0, 0);
+  Clock::time_point since = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    layers.push_back(time_layer_alone(model, i, o, labels, units ? &*units : nullptr, samples, unit_saved_bytes));
+    // The freed layer's blocks go back to the system, not to the allocator's
+    // cache or malloc's free lists (where the next layer's other sizes would
+    // sit beside them).
+    if (o.device.is_cpu()) {
+      cpu::release_host_cache();
+      ::malloc_trim(0);
+    }
+    if (o.progress) {
+      ProfileProgress p;
+      p.batch = o.batch;
+      p.iteration = i + 1;
+      p.iterations = n;
+      p.elapsed_s = std::chrono::duration<double>(Clock::now() - since).count();
+      p.last = i + 1 == n;
+      o.progress(p);
+    }
+  }
+  // Iteration k of the step: the sum of every layer's k-th times.
+  std::vector<double> sums(static_cast<size_t>(o.iters), 0.0);
+  for (const LayerAlone& l : layers)
+    for (size_t k = 0; k < sums.size(); ++k) sums[k] += l.forward_ms[k] + l.backward_ms[k];
+  if (details) *details = {sums, sums, {}};
+  Profile p;
+  p.source_kind = ProfileSource::json;
+  p.model = model.name;
+  p.device = o.device.str();
+  p.dtype = "f32";
+  p.batch_size = static_cast<int>(o.batch);
+  p.threads = cpu::compute_threads();
+  p.step_forward_backward_ms = median(sums);
+  p.warmup_iterations = o.warmup;
+  p.measured_iterations = o.iters;
+  p.measured_seconds = std::chrono::duration<double>(Clock::now() - since).count();
+  for (int i = 0; i < n; ++i) {
+    const LayerAlone& l = layers[static_cast<size_t>(i)];
+    ProfileNode node;
+    node.id = i;
+    node.name = model.layers[static_cast<size_t>(i)].name;
+    node.op = model.layer(i).type();
+    node.forward_ms = median(l.forward_ms);
+    node.backward_ms = median(l.backward_ms);
+    node.forward_p90_ms = p90(l.forward_ms);
+    node.backward_p90_ms = p90(l.backward_ms);
+    node.output_bytes = l.facts.output_bytes;
+    node.activation_bytes = l.facts.saved_bytes;
+    node.workspace_bytes = l.facts.workspace_bytes;
+    node.parameter_bytes = uint64_t(model.parameter_count(i, i)) * sizeof(float);
+    node.optimizer_ms = median(l.optimizer_ms);
+    node.optimizer_state_bytes = node.parameter_bytes * static_cast<uint64_t>(slots);
+    p.nodes.push_back(std::move(node));
+    if (i + 1 < n) p.edges.emplace_back(i, i + 1);
+  }
+  if (units) {
+    // The optimizer's time per unit: its layer's, shared by parameter bytes.
+    const Profile per_layer = p;
+    p = unit_profile(std::move(p), *model.graph, samples, unit_saved_bytes, slots);
+    for (ProfileNode& node : p.nodes) {
+      const ProfileNode& layer = per_layer.nodes[size_t(model.graph->units[size_t(node.id)].layer)];
+      node.optimizer_ms =
+          layer.parameter_bytes ? layer.optimizer_ms * double(node.parameter_bytes) / double(layer.parameter_bytes) : 0.0;
+    }
+  }
+  record_precision(p, o.precision, o.device);
+  return p;
+}
+
 // One batch size, o.microbatches ignored.
 Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDetails* details) {
   PD_CHECK(model.size() > 0, "model ", model.name, " has no layers");
@@ -352,6 +542,7 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
   if (o.device.is_cuda()) open_compute_device(o.device.str(), false, o.allow_tf32);
   g_timed_device = o.device;
   device_ops(o.device).set_precision(o.precision);
+  if (o.memory_bytes > 0) return measure_one_layer_at_a_time(model, o, details);
   ParameterStore w = ParameterStore::create(model, o.seed, o.device);
   ParameterStore grads = w.zeros_like_params();
   SyntheticBatch batch = make_batch(model, o.batch, o.seed);

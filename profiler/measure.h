@@ -59,6 +59,13 @@ struct ProfileOptions {
   OptimizerConfig optimizer = default_profile_optimizer();
   // On a GPU: TF32 tensor cores for FP32 GEMMs and convolutions (--allow-tf32).
   bool allow_tf32 = false;
+  // --memory: profile one layer at a time, never holding more than this.
+  // Each layer is built alone (weights, gradients, optimizer state), timed
+  // on a synthetic input of its recorded shape (and a synthetic gradient of
+  // its output's), and freed before the next; a layer whose state alone
+  // exceeds the bound is a UserError naming it. 0: the whole model at once,
+  // as a training step runs it (a whole-step time beside the layer sum).
+  uint64_t memory_bytes = 0;
   // Called after every iteration (from the calling thread).
   std::function<void(const ProfileProgress&)> progress;
 

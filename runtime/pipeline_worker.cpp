@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <numeric>
 
@@ -13,6 +14,7 @@
 #include "core/precision_names.h"
 #include "core/safetensors.h"
 #include "core/text.h"
+#include "models/sharded_weights.h"
 #include "runtime/checkpoint.h"
 #include "runtime/gather.h"
 #include "runtime/run_report.h"
@@ -400,12 +402,28 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
 }
 
 // Not the reporter: stats, trace and weights go to the reporter.
-void send_results(const RunSpec& spec, const WorkerRole& role, const nlohmann::json& mine,
+// Whether --save writes one shard per stage (models/sharded_weights.h).
+bool sharded_save(const RunSpec& spec, const Model& model) {
+  return save_is_sharded(spec.save, int(spec.plan.stages.size()), uint64_t(model.parameter_count()) * sizeof(float));
+}
+
+// A stage leader's --save shards: its own stages' tensors, written here.
+void save_own_shards(const RunSpec& spec, const Model& model, const std::vector<StageState>& states) {
+  const std::string index = weight_index_path(spec.save);
+  for (const StageState& state : states)
+    save_safetensors(weight_shard_path(index, state.stage, int(spec.plan.stages.size())), state.weights.named_tensors(),
+                     {{"model", model.name}, {"stage", std::to_string(state.stage)}, {"steps", std::to_string(spec.steps())}});
+}
+
+void send_results(const RunSpec& spec, const Model& model, const WorkerRole& role, const nlohmann::json& mine,
                   const std::vector<ActionSpan>& events, const std::vector<StageState>& states, Transport& t,
                   int reporter) {
+  // Shards are written before the results go: the reporter, once it has
+  // every rank's, writes the index over complete shards.
+  if (!spec.save.empty() && role.leader && sharded_save(spec, model)) save_own_shards(spec, model, states);
   send_text(t, reporter, mine.dump());
   if (spec.tracing()) send_text(t, reporter, trace_events_json(events).dump());
-  if (!spec.save.empty() && role.leader)
+  if (!spec.save.empty() && role.leader && !sharded_save(spec, model))
     for (const StageState& state : states) send_named_tensors(t, reporter, state.weights.named_tensors());
 }
 
@@ -429,6 +447,28 @@ GatheredResults gather_results(const RunSpec& spec, const WorkerRole& role, cons
     if (spec.tracing()) g.traces[r] = nlohmann::json::parse(recv_text(t, r));
   }
   return g;
+}
+
+// The reporter, for a sharded save: its own shards and the index, whose
+// names and sizes come from the model (every stage's layers), not from
+// the other stages' tensors.
+void save_weight_index(const RunSpec& spec, const Model& model, const WorkerRole& role,
+                       const std::vector<StageState>& states) {
+  if (role.leader) save_own_shards(spec, model, states);
+  const std::string index = weight_index_path(spec.save);
+  std::map<std::string, std::string> file_of;
+  uint64_t total = 0;
+  const int shards = int(spec.plan.stages.size());
+  for (const PlanStage& s : spec.plan.stages)
+    for (int i = s.first_layer; i <= s.last_layer; ++i) {
+      const Layer& l = model.layer(i);
+      for (const auto& specs : {l.param_specs(), l.buffer_specs()})
+        for (const ParamSpec& p : specs) {
+          file_of[stored_tensor_name(i, p.name)] = weight_shard_path(index, s.index, shards);
+          total += uint64_t(shape_numel(p.shape)) * sizeof(float);
+        }
+    }
+  write_weight_index(index, file_of, total);
 }
 
 // The reporter: every stage's weights, from their leaders, in one file.
@@ -595,8 +635,13 @@ nlohmann::json print_summary(const RunSpec& spec, const RunReporter& report, con
   return summary;
 }
 
-void print_output_files(const RunSpec& spec) {
-  if (!spec.save.empty()) std::printf("saved weights to %s\n", spec.save.c_str());
+void print_output_files(const RunSpec& spec, const Model& model) {
+  if (!spec.save.empty() && sharded_save(spec, model))
+    std::printf("saved weights to %s (index of %zu shards, one per stage: %s ...)\n", weight_index_path(spec.save).c_str(),
+                spec.plan.stages.size(),
+                weight_shard_path(weight_index_path(spec.save), 0, int(spec.plan.stages.size())).c_str());
+  else if (!spec.save.empty())
+    std::printf("saved weights to %s\n", spec.save.c_str());
   if (!spec.metrics.empty()) std::printf("metrics: %s\n", spec.metrics.c_str());
   if (!spec.trace.empty()) std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", spec.trace.c_str());
   if (!spec.svg.empty()) std::printf("timeline: %s\n", spec.svg.c_str());
@@ -636,7 +681,7 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   const nlohmann::json mine = rank_stats(spec, role, trained.total, trained.wall_s, trained.comm_cpu_s, resident_before);
   WorkerSummary out;
   if (!role.reporter) {
-    send_results(spec, role, mine, trained.events, states, t, reporter);
+    send_results(spec, model, role, mine, trained.events, states, t, reporter);
     return out;
   }
   out.reporter = true;
@@ -646,13 +691,14 @@ WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const
   out.samples_per_s = out.seconds > 0 ? double(steps * spec.samples_per_step()) / out.seconds : 0;
   const GatheredResults gathered = gather_results(spec, role, mine, trained.events, t);
   for (const auto& line : gathered.per_rank) metrics.write(line);
-  if (!spec.save.empty()) save_merged_weights(spec, model, role, states, t);
+  if (!spec.save.empty() && sharded_save(spec, model)) save_weight_index(spec, model, role, states);
+  else if (!spec.save.empty()) save_merged_weights(spec, model, role, states, t);
   if (!spec.trace.empty()) write_trace(spec, gathered, t);
   if (!spec.svg.empty()) write_run_timeline_svg(spec.svg, spec.plan, spec.schedule, gathered.traces, spec.svg_minibatches);
   const nlohmann::json summary = print_summary(spec, report, out, steps, t.world_size());
   print_rank_lines(spec, gathered.per_rank, !report.evals().empty());
   metrics.write(summary);
-  print_output_files(spec);
+  print_output_files(spec, model);
   std::fflush(stdout);
   return out;
 }

@@ -207,6 +207,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0, help="seed of the initial weights")
     ap.add_argument("--dropout", type=float, default=None,
                     help="set every Dropout's, MultiheadAttention's and StochasticDepth's p (0 for exact comparisons)")
+    ap.add_argument("--external-data", action="store_true",
+                    help="keep the weights in OUTPUT.data beside the .onnx file (ONNX external data), as PyTorch "
+                         "does by itself for models over 2 GB; pipedream reads them by byte range")
     args = ap.parse_args()
 
     import torch
@@ -223,8 +226,26 @@ def main():
     except ExportError as e:
         print(f"export_torch.py: {e}", file=sys.stderr)
         sys.exit(2)
+    if args.external_data:
+        to_external_data(args.output)
     n = sum(p.numel() for p in model.parameters())
     print(f"export_torch.py: wrote {args.output} ({n} parameters, input {list(x.shape)}, opset {args.opset})")
+
+
+def to_external_data(path):
+    """Moves every initializer of 1 KiB or more into PATH.data (one file).
+
+    A model PyTorch already wrote with external data (over 2 GB) is loaded
+    with its data and written back into one file the same way."""
+    import os
+    import onnx
+    model = onnx.load(path, load_external_data=True)
+    location = os.path.basename(path) + ".data"
+    for stale in [os.path.join(os.path.dirname(path) or ".", location)]:
+        if os.path.exists(stale):
+            os.remove(stale)
+    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location=location,
+                    size_threshold=1024)
 
 
 if __name__ == "__main__":
