@@ -137,7 +137,7 @@ Plan choose_schedule(const Profile& profile, const Topology& topology, const Pla
       std::printf("  %-18s not considered: %s\n", to_string(c.family).c_str(), c.note.c_str());
       continue;
     }
-    const std::string micro = c.schedule.kind == ScheduleKind::OneFOneBRoundRobin ? "-" : std::to_string(c.schedule.microbatches);
+    const std::string micro = c.replayed ? std::to_string(c.schedule.microbatches) : "-";
     std::printf("  %-18s %-22s %12s %14.1f %12s%s\n", to_string(c.family).c_str(), c.plan.config.c_str(), micro.c_str(),
                 c.samples_per_s, bytes_text(c.peak_memory_bytes).c_str(),
                 chosen ? "  <- chosen" : c.fits ? "" : "  does not fit");
@@ -155,14 +155,12 @@ Plan choose_schedule(const Profile& profile, const Topology& topology, const Pla
   if (search.chosen < 0) throw UserError("no schedule family fits the memory limit: raise --memory or add workers");
   const ScheduleCandidate& c = search.families[static_cast<size_t>(search.chosen)];
   Plan plan = c.plan;
-  plan.schedule = c.family;
+  plan.schedule = c.family->name();
   plan.throughput_samples_per_s = c.samples_per_s;
-  if (c.schedule.kind != ScheduleKind::OneFOneBRoundRobin) {
+  if (c.replayed) {
     plan.time_per_minibatch_s = c.samples_per_s > 0 ? plan.profile.batch_size / c.samples_per_s : 0;
     plan.predicted_by = PredictedBy::replay;
-    const std::string flags = cat("--schedule ", to_string(c.family), " --microbatches ", c.schedule.microbatches,
-                                  c.schedule.virtual_stages > 1 ? cat(" --virtual-stages ", c.schedule.virtual_stages)
-                                                                : std::string());
+    const std::string flags = schedule_flags(c.schedule);
     // simulate prices microbatches as the search did only with the same profile.
     const std::string profile_flag = sizes.empty() ? "" : cat(" --profile ", profile.source_path);
     std::printf("run it with %s (a microbatch is the profile's minibatch / %d); `simulate %s%s --minibatches %lld` "
@@ -202,8 +200,9 @@ void run_plan(const PlanArgs& a) {
   if (a.schedule == "auto") {
     if (a.closed_form) throw UserError("--schedule auto replays every candidate: drop --closed-form");
     plan = choose_schedule(profile, topology, options);
-  } else if (a.schedule != "1f1b-rr") {
-    throw UserError(cat("--schedule must be 1f1b-rr (default) or auto, got '", a.schedule, "'"));
+  } else if (a.schedule != default_schedule_kind()->name()) {
+    throw UserError(cat("--schedule must be ", default_schedule_kind()->name(), " (default) or auto, got '", a.schedule,
+                        "'"));
   } else if (a.closed_form) {
     plan = plan_pipeline(profile, topology, options);
   } else {
@@ -260,8 +259,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--cost-model", args->cost_model, "paper (default) or pipedream (the released optimizer)");
   cmd->add_flag("--straight", args->straight, "no replication: one worker per stage");
   cmd->add_option("--schedule", args->schedule,
-                  "1f1b-rr (default: the planner's pipeline with replication) | auto (the best of 1f1b-rr, 2bw, "
-                  "1f1b-flush, interleaved-1f1b and zb-h1 with the microbatch count, under --memory)");
+                  cat(default_schedule_kind()->name(), " (default: the planner's pipeline with replication) | auto (the "
+                      "best of ", schedule_names([](const ScheduleKind& k) { return k.searched(); }, " and "),
+                      " with the microbatch count, under --memory)"));
   cmd->add_option("--memory", args->memory, "memory per worker (4000000000, 16GB, 16GiB)");
   cmd->add_flag("--fewer-workers", args->fewer, "allow plans that leave workers idle");
   cmd->add_option("--activation-compression-ratio", args->compression, "PipeDream's activation compression ratio");

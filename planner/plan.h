@@ -42,7 +42,9 @@ struct Plan {
   ProfileRef profile;
   Topology topology;
   CostModel cost_model = CostModel::paper;
-  ScheduleKind schedule = ScheduleKind::OneFOneBRoundRobin;
+  // The schedule the plan is for, by name: runtime/schedule's registry
+  // (schedule_kind.h) owns the names, which the planner only records.
+  std::string schedule = "1f1b-rr";
   std::string config;  // "7-1"
   int noam = 1;
   std::optional<StateSpaceKind> state_space;  // unset: not recorded ("" in plan.json)

@@ -31,7 +31,7 @@ Footprint footprint(const Profile& profile, const PlanStage& st) {
 // The fullest worker's bytes under a synchronous (or 2bw) schedule.
 double peak_memory(const Profile& profile, const Plan& plan, const ScheduleOptions& o, const SimulationReport& rep) {
   const Schedule schedule(plan, o);
-  const double versions = o.kind == ScheduleKind::TwoBW ? 2 : 1, m = o.microbatches;
+  const double versions = o.kind->weight_versions(), m = o.microbatches;
   double peak = 0;
   for (const WorkerReport& w : rep.workers) {
     double fixed = 0, per_item = 0, workspace = 0;
@@ -48,7 +48,7 @@ double peak_memory(const Profile& profile, const Plan& plan, const ScheduleOptio
 
 ScheduleCandidate one_f_one_b_rr(const Profile& profile, const Topology& topology, const PlannerOptions& options) {
   ScheduleCandidate c;
-  c.family = ScheduleKind::OneFOneBRoundRobin;
+  c.family = default_schedule_kind();
   try {
     PlanSearch search = search_plan(profile, topology, options);
     c.plan = search.plan;
@@ -72,7 +72,7 @@ Plan straight_plan(const Profile& profile, Topology topology, PlannerOptions opt
   return plan_pipeline(profile, topology, options);
 }
 
-ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, ScheduleKind kind, int virtual_stages,
+ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const ScheduleKind* kind, int virtual_stages,
                              int workers, double limit) {
   ScheduleCandidate best;
   best.family = kind;
@@ -93,6 +93,7 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, ScheduleK
       so.microbatch_times = microbatch_times_from_profile(plan, profile, profile.batch_size / m);
     const SimulationReport rep = simulate(plan, so);
     c.samples_per_s = rep.throughput_samples_per_s;
+    c.replayed = true;
     c.peak_memory_bytes = peak_memory(profile, plan, c.schedule, rep);
     c.fits = limit <= 0 || c.peak_memory_bytes <= limit;
     if (!c.fits) continue;
@@ -119,22 +120,26 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
   }
   const bool chain = !straight.stages.empty() && std::all_of(straight.stages.begin(), straight.stages.end(),
                                                               [](const PlanStage& s) { return s.nodes.empty(); });
-  for (ScheduleKind kind : {ScheduleKind::TwoBW, ScheduleKind::OneFOneBFlush, ScheduleKind::Interleaved1F1B,
-                            ScheduleKind::ZeroBubbleH1}) {
+  // Every other searched registry entry, each on the stage split that suits
+  // it: one stage per worker, or `chunks` per worker placed as it says.
+  for (const ScheduleKind* kind : schedule_kinds()) {
+    if (!kind->searched() || kind == default_schedule_kind()) continue;  // 1f1b-rr: the planner's search above
+    const int virtual_stages = kind->takes_virtual_stages() ? 2 : 1;
+    const int chunks = kind->chunks(virtual_stages);
     ScheduleCandidate c;
     c.family = kind;
     if (!chain) {
       c.note = why_not.empty() ? "the synchronous families are searched for layer chains only" : why_not;
-    } else if (kind == ScheduleKind::Interleaved1F1B) {
+    } else if (chunks > 1) {
       if (topology.levels.size() != 1 || workers < 2) {
-        c.note = "interleaved is searched on flat topologies of 2 or more workers only";
+        c.note = cat(kind->name(), " is searched on flat topologies of 2 or more workers only");
       } else {
         try {
-          const Plan doubled =
-              straight_plan(profile, flat_topology(2 * workers, topology.levels.front().bandwidth_GBps), options);
-          c = best_flush(profile, doubled, kind, 2, workers, limit);
+          const Plan more = straight_plan(
+              profile, flat_topology(chunks * workers, topology.levels.front().bandwidth_GBps), options);
+          c = best_flush(profile, more, kind, virtual_stages, workers, limit);
         } catch (const UserError& e) {
-          c.note = cat("no plan of ", 2 * workers, " stages: ", e.what());
+          c.note = cat("no plan of ", chunks * workers, " stages: ", e.what());
         }
       }
     } else {

@@ -27,12 +27,13 @@
 namespace pd {
 
 struct ScheduleCandidate {
-  ScheduleKind family = ScheduleKind::OneFOneBRoundRobin;
-  Plan plan;                    // interleaved: workers x 2 stages
+  const ScheduleKind* family = default_schedule_kind();
+  Plan plan;                    // interleaved and the V shapes: workers x 2 stages
   ScheduleOptions schedule;     // microbatches, virtual stages; minibatches: replayed
   double samples_per_s = 0;     // simulated steady state
   double peak_memory_bytes = 0; // the fullest worker
   bool fits = false;
+  bool replayed = false;        // the time is a replay's (1f1b-rr's: the planner's closed form)
   std::string note;             // why it does not fit, or is not considered
 };
 

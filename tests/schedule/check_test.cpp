@@ -13,7 +13,7 @@ namespace {
 using testing::make_plan;
 
 ScheduleOptions rr(int64_t minibatches, WeightPolicy policy = WeightPolicy::Stash) {
-  return testing::schedule_options(ScheduleKind::OneFOneBRoundRobin, minibatches, 1, policy);
+  return testing::schedule_options(parse_schedule_kind("1f1b-rr"), minibatches, 1, policy);
 }
 
 bool mentions(const std::vector<std::string>& v, const std::string& what) {

@@ -55,7 +55,7 @@ struct CnnRun {
 
 std::unique_ptr<CnnRun> cnn_run(const Plan& plan, const std::string& save) {
   auto r = std::make_unique<CnnRun>();
-  r->spec = small_spec(plan, ScheduleKind::OneFOneBRoundRobin, WeightPolicy::Stash, 6, 1, 16);
+  r->spec = small_spec(plan, parse_schedule_kind("1f1b-rr"), WeightPolicy::Stash, 6, 1, 16);
   r->spec.device = gpu();
   r->spec.save = save;
   r->spec.timeout_s = 60;
@@ -147,7 +147,7 @@ TEST(GpuPipeline, CnnTrainingStepOnGpuMatchesCpu) {
   PD_REQUIRE_GPUS(1);
   const Model m = resolve_model("cnn");
   const DataSplits data = open_dataset("synthetic", "", m);
-  RunSpec s = small_spec(make_plan({{0, 9}}, {1}), ScheduleKind::OneFOneBRoundRobin, WeightPolicy::Stash, 2, 1, 32);
+  RunSpec s = small_spec(make_plan({{0, 9}}, {1}), parse_schedule_kind("1f1b-rr"), WeightPolicy::Stash, 2, 1, 32);
   TrainOptions o = train_options(s, 32);
   const TrainResult cpu = train(m, *data.train, nullptr, o);
   o.device = gpu();
