@@ -36,7 +36,7 @@ TEST(AutoPlanSharedCores, FewerCoresThanWorkersPredictsTheSharedReplay) {
   EXPECT_EQ(shared.predicted_by, PredictedBy::shared_cores);
   EXPECT_DOUBLE_EQ(shared.shared_cores_bound_s, 0.120 / 2);  // 120 ms of compute over 2 cores
   SimulationOptions o;
-  o.schedule.kind = shared.schedule;
+  o.schedule.kind = parse_schedule_kind(shared.schedule);
   o.schedule.minibatches = replay_minibatches(shared);
   o.cores = 2;
   EXPECT_DOUBLE_EQ(shared.time_per_minibatch_s,
