@@ -9,8 +9,10 @@ namespace pd {
 
 void ScheduleKind::check(const Plan&, const ScheduleOptions&) const {}
 
-// 1F1B's: warm-up forwards + 1 between F and B.
+// Ordered schedules: what the worker's order holds between F and B; the
+// generic order: 1F1B's warm-up forwards + 1.
 int64_t ScheduleKind::in_flight_limit(const Schedule& schedule, int rank) const {
+  if (schedule.ordered()) return schedule.order_peak(rank, false);
   return schedule.warmup(schedule.stage_of(rank)) + 1;
 }
 

@@ -74,8 +74,8 @@ class ScheduleKind {
   // constructor calls it after the common checks.
   virtual void check(const Plan& plan, const ScheduleOptions& options) const;
 
-  // The in-flight limit of the generic 1F1B order on `rank` (ordered
-  // schedules do not use it).
+  // Most items between F and B on `rank` (the checker's bound; ordered
+  // schedules: their order's peak).
   virtual int64_t in_flight_limit(const Schedule& schedule, int rank) const;
   // Most microbatches whose activations a worker holds at once (between F
   // and the end of their backward, W included): the memory in flight the
