@@ -10,6 +10,7 @@ const ScheduleKind& one_f_one_b_flush_kind();
 const ScheduleKind& zero_bubble_h1_kind();
 const ScheduleKind& interleaved_kind();
 const ScheduleKind& two_bw_kind();
+const ScheduleKind& zero_bubble_v_kind();  // zb_v.cpp
 
 const std::vector<const ScheduleKind*>& schedule_kinds() {
   static const std::vector<const ScheduleKind*> all{
@@ -19,6 +20,7 @@ const std::vector<const ScheduleKind*>& schedule_kinds() {
       &zero_bubble_h1_kind(),
       &interleaved_kind(),
       &two_bw_kind(),
+      &zero_bubble_v_kind(),
   };
   return all;
 }
