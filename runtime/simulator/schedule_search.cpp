@@ -91,7 +91,13 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const Sch
     so.stashed_bytes = stashed;
     if (profile.batch_size % m == 0)
       so.microbatch_times = microbatch_times_from_profile(plan, profile, profile.batch_size / m);
-    const SimulationReport rep = simulate(plan, so);
+    SimulationReport rep;
+    try {
+      rep = simulate(plan, so);
+    } catch (const UserError& e) {  // a count this schedule refuses (dualpipev: M >= 2p)
+      if (!best.fits) best.note = e.what();
+      continue;
+    }
     c.samples_per_s = rep.throughput_samples_per_s;
     c.replayed = true;
     c.peak_memory_bytes = peak_memory(profile, plan, c.schedule, rep);
