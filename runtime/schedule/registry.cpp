@@ -11,6 +11,7 @@ const ScheduleKind& zero_bubble_h1_kind();
 const ScheduleKind& interleaved_kind();
 const ScheduleKind& two_bw_kind();
 const ScheduleKind& zero_bubble_v_kind();  // zb_v.cpp
+const ScheduleKind& dual_pipe_v_kind();    // dualpipe_v.cpp
 
 const std::vector<const ScheduleKind*>& schedule_kinds() {
   static const std::vector<const ScheduleKind*> all{
@@ -21,6 +22,7 @@ const std::vector<const ScheduleKind*>& schedule_kinds() {
       &interleaved_kind(),
       &two_bw_kind(),
       &zero_bubble_v_kind(),
+      &dual_pipe_v_kind(),
   };
   return all;
 }

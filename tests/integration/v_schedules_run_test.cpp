@@ -1,5 +1,5 @@
 // The V-shaped schedules under mpirun (2p stages on p = 4 workers, stage w
-// and 2p - 1 - w on worker w): bit for bit `train --microbatches 4`, with
+// and 2p - 1 - w on worker w): bit for bit `train --microbatches 8`, with
 // dropout, --clip-grad-norm and bf16, evaluating through the pipeline and
 // resuming from their checkpoints, on cnn and gpt-mini.
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@ namespace pd::testing {
 namespace {
 
 // The schedules these tests walk (each placed in a V by the registry).
-const std::vector<std::string> kVSchedules = {"zb-v"};
+const std::vector<std::string> kVSchedules = {"zb-v", "dualpipev"};
 
 std::string plan8(const std::vector<std::pair<int, int>>& layers) {
   std::string config, stages;
@@ -35,7 +35,8 @@ const ModelCase kGpt{"gpt-mini",
                      " --model gpt-mini --model-options vocab=64,context=16,width=32,depth=6,heads=2,dropout=0.1",
                      plan8({{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, 4}, {5, 5}, {6, 6}, {7, 8}})};
 
-const std::string kCommon = " --data synthetic --seed 3 --log-every 1 --batch 16 --microbatches 4";
+// 8 microbatches of 2: dualpipev needs M >= 2p.
+const std::string kCommon = " --data synthetic --seed 3 --log-every 1 --batch 16 --microbatches 8";
 
 class VSchedulesRun : public ::testing::Test {
  protected:
@@ -71,9 +72,9 @@ TEST_F(VSchedulesRun, EndAtTrainsBitsWithDropoutAndClipping) {
     for (const std::string& s : kVSchedules) {
       const std::string what = m.name + " " + s;
       const RunFiles mpi = run(s + "_" + m.name, m, "mpi", " --no-eval --minibatches 3 --schedule " + s);
-      expect_same_bits(mpi, train, what + " under mpirun vs train --microbatches 4");
+      expect_same_bits(mpi, train, what + " under mpirun vs train --microbatches 8");
       const RunFiles ref = run(s + "_ref_" + m.name, m, "reference", " --no-eval --minibatches 3 --schedule " + s);
-      expect_same_bits(ref, train, what + " --reference vs train --microbatches 4");
+      expect_same_bits(ref, train, what + " --reference vs train --microbatches 8");
       const RunFiles clip =
           run(s + "_clip_" + m.name, m, "mpi", " --no-eval --minibatches 3 --clip-grad-norm 0.5 --schedule " + s);
       expect_same_bits(clip, clipped, what + " --clip-grad-norm vs train's");
@@ -123,7 +124,7 @@ TEST_F(VSchedulesRun, Bf16EndsAtTrainsBits) {
   const RunFiles train = run("train_bf16", kGpt, "train", " --no-eval --minibatches 3 --precision bf16");
   for (const std::string& s : kVSchedules) {
     const RunFiles mpi = run(s + "_bf16", kGpt, "mpi", " --no-eval --minibatches 3 --precision bf16 --schedule " + s);
-    expect_same_bits(mpi, train, s + " bf16 vs train --precision bf16 --microbatches 4");
+    expect_same_bits(mpi, train, s + " bf16 vs train --precision bf16 --microbatches 8");
   }
 }
 

@@ -23,7 +23,8 @@ struct VCase {
   const char* name;
   int64_t (*most_held)(int workers);
 };
-const std::vector<VCase> kVSchedules = {{"zb-v", [](int p) { return int64_t{2} * p; }}};
+const std::vector<VCase> kVSchedules = {{"zb-v", [](int p) { return int64_t{2} * p; }},
+                                        {"dualpipev", [](int p) { return int64_t{2} * p + 1; }}};
 
 ScheduleOptions v_options(const char* name, int microbatches, int64_t batches = 2) {
   return testing::schedule_options(parse_schedule_kind(name), batches, microbatches);
@@ -70,7 +71,7 @@ TEST(VSchedules, GeneratedListsPassTheCheckerAndHoldNoMoreThanOneFOneB) {
 
 TEST(VSchedules, BubbleBelowZeroBubbleH1sOnUniformStages) {
   for (const VCase& c : kVSchedules)
-    for (int M : {8, 16}) {
+    for (int M : {8, 16}) {  // (dualpipev needs M >= 2p = 8)
       SimulationOptions zb, v;
       zb.schedule = testing::schedule_options(parse_schedule_kind("zb-h1"), 8, M);
       v.schedule = v_options(c.name, M, 8);
