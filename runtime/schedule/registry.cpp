@@ -10,6 +10,7 @@ const ScheduleKind& one_f_one_b_flush_kind();
 const ScheduleKind& zero_bubble_h1_kind();
 const ScheduleKind& interleaved_kind();
 const ScheduleKind& two_bw_kind();
+const ScheduleKind& zero_bubble_h2_kind();  // zb_h2.cpp
 const ScheduleKind& zero_bubble_v_kind();  // zb_v.cpp
 const ScheduleKind& dual_pipe_v_kind();    // dualpipe_v.cpp
 
@@ -21,6 +22,7 @@ const std::vector<const ScheduleKind*>& schedule_kinds() {
       &zero_bubble_h1_kind(),
       &interleaved_kind(),
       &two_bw_kind(),
+      &zero_bubble_h2_kind(),
       &zero_bubble_v_kind(),
       &dual_pipe_v_kind(),
   };

@@ -130,3 +130,20 @@ TEST_F(VSchedulesRun, Bf16EndsAtTrainsBits) {
 
 }  // namespace
 }  // namespace pd::testing
+
+namespace pd::testing {
+namespace {
+
+// zb-h2 (one stage per worker, no V) ends at the same bits on four stages.
+TEST_F(VSchedulesRun, ZeroBubbleH2EndsAtTrainsBits) {
+  const std::string cnn4 = plan8({{0, 2}, {3, 5}, {6, 7}, {8, 9}}), gpt4 = plan8({{0, 1}, {2, 3}, {4, 5}, {6, 8}});
+  for (const auto& [m, plan] : {std::pair{kCnn, cnn4}, std::pair{kGpt, gpt4}}) {
+    const RunFiles train = run("train_" + m.name, m, "train", " --no-eval --minibatches 3 --clip-grad-norm 0.5");
+    const RunFiles mpi =
+        run("zb-h2_" + m.name, m, "mpi", " --no-eval --minibatches 3 --clip-grad-norm 0.5 --schedule zb-h2", plan);
+    expect_same_bits(mpi, train, m.name + " zb-h2 --clip-grad-norm vs train --microbatches 8");
+  }
+}
+
+}  // namespace
+}  // namespace pd::testing
