@@ -102,7 +102,10 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const Sch
     c.replayed = true;
     c.peak_memory_bytes = peak_memory(profile, plan, c.schedule, rep);
     c.fits = limit <= 0 || c.peak_memory_bytes <= limit;
-    if (!c.fits) continue;
+    if (!c.fits) {
+      if (!best.fits) best.note = "no microbatch count fits the memory limit";  // rather than a refused count's reason
+      continue;
+    }
     if (!best.fits || c.samples_per_s > best.samples_per_s) best = c;
   }
   return best;
