@@ -56,12 +56,12 @@ long peak_rss_kib() {
   return u.ru_maxrss;
 }
 
-void run_case(const std::string& only, const std::string& name, const std::vector<int>& replicas, ScheduleKind kind,
+void run_case(const std::string& only, const std::string& name, const std::vector<int>& replicas, const char* schedule,
               int64_t minibatches, int microbatches) {
   if (!only.empty() && name.find(only) == std::string::npos) return;
   Plan plan = synthetic_plan(replicas);
   SimulationOptions opt;
-  opt.schedule.kind = kind;
+  opt.schedule.kind = parse_schedule_kind(schedule);
   opt.schedule.minibatches = minibatches;
   opt.schedule.microbatches = microbatches;
   auto t0 = std::chrono::steady_clock::now();
@@ -75,7 +75,7 @@ void run_case(const std::string& only, const std::string& name, const std::vecto
                       {"case", name},
                       {"workers", plan.topology.total_workers()},
                       {"stages", plan.stages.size()},
-                      {"schedule", to_string(kind)},
+                      {"schedule", schedule},
                       {"minibatches", minibatches},
                       {"microbatches", microbatches},
                       {"compute_actions", actions},
@@ -103,13 +103,13 @@ void add_simulate_suite(CLI::App& app) {
     halving.push_back(1);
     // Small minibatch counts first: peak RSS only grows, so a flat RSS from
     // 1,000 to 10,000 minibatches shows memory does not scale with them.
-    run_case(*only, "1024 stages x 1000 minibatches", straight, ScheduleKind::OneFOneBRoundRobin, 1000, 1);
+    run_case(*only, "1024 stages x 1000 minibatches", straight, "1f1b-rr", 1000, 1);
     if (*quick) return;
-    run_case(*only, "1024 stages x 10000 minibatches", straight, ScheduleKind::OneFOneBRoundRobin, 10000, 1);
-    run_case(*only, "16 stages x 64 replicas x 10000 minibatches", wide, ScheduleKind::OneFOneBRoundRobin, 10000, 1);
-    run_case(*only, "512-256-...-1-1 x 10000 minibatches", halving, ScheduleKind::OneFOneBRoundRobin, 10000, 1);
-    run_case(*only, "1024 stages gpipe 1000 batches x 8 microbatches", straight, ScheduleKind::GPipe, 1000, 8);
-    run_case(*only, "1024 stages 1f1b-flush 1000 batches x 8 microbatches", straight, ScheduleKind::OneFOneBFlush, 1000, 8);
+    run_case(*only, "1024 stages x 10000 minibatches", straight, "1f1b-rr", 10000, 1);
+    run_case(*only, "16 stages x 64 replicas x 10000 minibatches", wide, "1f1b-rr", 10000, 1);
+    run_case(*only, "512-256-...-1-1 x 10000 minibatches", halving, "1f1b-rr", 10000, 1);
+    run_case(*only, "1024 stages gpipe 1000 batches x 8 microbatches", straight, "gpipe", 1000, 8);
+    run_case(*only, "1024 stages 1f1b-flush 1000 batches x 8 microbatches", straight, "1f1b-flush", 1000, 8);
   });
 }
 

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Measured against simulated: cnn and gpt-mini on
 # 4 CPU workers (mpirun through `pipedream run`, one compute thread each)
-# with 1f1b-flush, interleaved-1f1b (v = 2) and zb-h1 at the same batch and
-# microbatch count, runs ABCCBA-alternated; next to `pipedream simulate`'s
-# prediction on the profiled plans.
-#   bench/schedules_measured.sh [--out DIR] [--steps N] [--models "cnn gpt-mini"]
+# with 1f1b-flush, interleaved-1f1b (v = 2), zb-h1, zb-h2, zb-v and dualpipev
+# at the same batch and microbatch count, runs alternated (each order, then
+# the reverse); next to `pipedream simulate`'s prediction on the profiled
+# plans.
+#   bench/schedules_measured.sh [--out DIR] [--steps N] [--models cnn,gpt-mini]
 # Profiles each model once at the whole batch and at its microbatch (profile
 # --microbatches M: the simulator costs a microbatch as measured, not as
 # 1/M of the batch), measures this host's links (bench-comm over the 4
 # ranks: bandwidth, latency, the communication threads' CPU with the cores
 # kept busy) and what the cores share (--contention: 4 profiles at once),
-# plans it straight on 4 workers (1f1b-flush, zb-h1) and on 8 (interleaved:
-# stage k on worker k mod 4) over that topology, then runs. Measured: the
+# plans it straight on 4 workers (1f1b-flush, zb-h1, zb-h2) and on 8
+# (interleaved: stage k on worker k mod 4; zb-v, dualpipev: stages w and 7 - w
+# on worker w) over that topology, then runs. Measured: the
 # steady state (the middle half of the steps, as simulate's); predicted:
 # simulate --cores (this host's) --threads 1 --contention C.
 # Prints JSON lines (one per run, then one per model and schedule with the
@@ -27,7 +29,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=${2:?}; shift 2 ;;
     --steps) steps=${2:?}; shift 2 ;;
-    --models) models=${2:?}; shift 2 ;;
+    --models) models=${2:?}; models=${models//,/ }; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "schedules_measured.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -36,6 +38,7 @@ pipedream=${BUILD_DIR:-build}/bin/pipedream
 [ -x "$pipedream" ] || { echo "schedules_measured.sh: $pipedream not found: build first" >&2; exit 2; }
 mkdir -p "$out"
 M=8
+schedules="1f1b-flush interleaved-1f1b zb-h1 zb-h2 zb-v dualpipev"
 
 model_args() {  # name -> model and options
   case "$1" in
@@ -49,7 +52,10 @@ schedule_args() {  # schedule -> plan suffix and flags
   case "$1" in
     1f1b-flush) echo "4 --schedule 1f1b-flush" ;;
     zb-h1) echo "4 --schedule zb-h1" ;;
+    zb-h2) echo "4 --schedule zb-h2" ;;
     interleaved-1f1b) echo "8 --schedule interleaved-1f1b --virtual-stages 2" ;;
+    zb-v) echo "8 --schedule zb-v" ;;
+    dualpipev) echo "8 --schedule dualpipev" ;;
   esac
 }
 
@@ -83,7 +89,7 @@ for model in $models; do
     "$pipedream" plan --profile "$out/$model.profile.json" --topology "$out/topology$w.json" --straight \
       -o "$out/$model.plan$w.json" > /dev/null
   done
-  for schedule in 1f1b-flush interleaved-1f1b zb-h1 zb-h1 interleaved-1f1b 1f1b-flush; do
+  for schedule in $schedules $(echo "$schedules" | tr ' ' '\n' | tac | tr '\n' ' '); do
     read -r w flags <<< "$(schedule_args "$schedule")"
     metrics="$out/$model.$schedule.$RANDOM.jsonl"
     # shellcheck disable=SC2046,SC2086
@@ -94,7 +100,7 @@ for model in $models; do
     echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"steady_samples_per_s\": $sps}"
     echo "$sps" >> "$out/$model.$schedule.sps"
   done
-  for schedule in 1f1b-flush interleaved-1f1b zb-h1; do
+  for schedule in $schedules; do
     read -r w flags <<< "$(schedule_args "$schedule")"
     # shellcheck disable=SC2086
     sim=$("$pipedream" simulate --plan "$out/$model.plan$w.json" --profile "$out/$model.profile.json" $flags \

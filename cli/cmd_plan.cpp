@@ -105,9 +105,9 @@ void print_summary(const Plan& plan, const Topology& topology) {
     std::printf("  stage %d%s: %s\n", s.index, s.index == plan.bottleneck_stage ? " (bottleneck)" : "",
                 layer_summary(s).c_str());
     std::printf("    replicas %d on ranks %s; %s\n", s.replicas, rank_list(s.ranks).c_str(), stage_times_text(s).c_str());
-    const std::string held = plan.schedule == ScheduleKind::OneFOneBRoundRobin
+    const std::string held = plan.schedule == default_schedule_kind()->name()
                                  ? counted(s.in_flight, "minibatch", "minibatches") + " in flight"
-                                 : cat(to_string(plan.schedule), ", ", plan.microbatches, " microbatches");
+                                 : cat(plan.schedule, ", ", plan.microbatches, " microbatches");
     std::printf("    memory %s per worker (%s), sends %s per minibatch\n", bytes_text(double(s.memory_bytes)).c_str(),
                 held.c_str(), bytes_text(double(s.output_bytes)).c_str());
     if (!s.recompute_layers.empty())
@@ -227,7 +227,7 @@ Plan choose_schedule(const PlanArgs& a, const Profile& profile, const Topology& 
       std::printf("  %-18s not considered: %s\n", to_string(c.family).c_str(), c.note.c_str());
       continue;
     }
-    const std::string micro = c.schedule.kind == ScheduleKind::OneFOneBRoundRobin ? "-" : std::to_string(c.schedule.microbatches);
+    const std::string micro = c.replayed ? std::to_string(c.schedule.microbatches) : "-";
     std::printf("  %-18s %-22s %12s %14.1f %12s%s\n", to_string(c.family).c_str(), c.plan.config.c_str(), micro.c_str(),
                 c.samples_per_s, bytes_text(c.peak_memory_bytes).c_str(),
                 chosen ? "  <- chosen" : c.fits ? "" : "  does not fit");
@@ -260,9 +260,9 @@ Plan choose_schedule(const PlanArgs& a, const Profile& profile, const Topology& 
   }
   const ScheduleCandidate& c = search.families[static_cast<size_t>(search.chosen)];
   Plan plan = c.plan;
-  plan.schedule = c.family;
+  plan.schedule = c.family->name();
   plan.throughput_samples_per_s = c.samples_per_s;
-  if (c.schedule.kind != ScheduleKind::OneFOneBRoundRobin) {
+  if (c.family != default_schedule_kind()) {
     // The baselines as 1f1b-rr's search replayed them (the straight plan's are closed forms).
     const ScheduleCandidate& rr = search.families.front();
     plan.single_worker_s = rr.plan.stages.empty() ? 0 : rr.plan.single_worker_s;
@@ -321,8 +321,9 @@ void run_plan(const PlanArgs& a) {
     if (a.schedule == "auto") {
       if (a.closed_form) throw UserError("--schedule auto replays every candidate: drop --closed-form");
       plan = choose_schedule(a, profile, topology, options);
-    } else if (a.schedule != "1f1b-rr") {
-      throw UserError(cat("--schedule must be 1f1b-rr (default) or auto, got '", a.schedule, "'"));
+    } else if (a.schedule != default_schedule_kind()->name()) {
+      throw UserError(cat("--schedule must be ", default_schedule_kind()->name(), " (default) or auto, got '",
+                          a.schedule, "'"));
     } else if (a.closed_form) {
       plan = plan_pipeline(profile, topology, options);
     } else {
@@ -382,8 +383,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--cost-model", args->cost_model, "paper (default) or pipedream (the released optimizer)");
   cmd->add_flag("--straight", args->straight, "no replication: one worker per stage");
   cmd->add_option("--schedule", args->schedule,
-                  "1f1b-rr (default: the planner's pipeline with replication) | auto (the best of 1f1b-rr, 2bw, "
-                  "1f1b-flush, interleaved-1f1b and zb-h1 with the microbatch count, under --memory)");
+                  cat(default_schedule_kind()->name(), " (default: the planner's pipeline with replication) | auto (the "
+                      "best of ", schedule_names([](const ScheduleKind& k) { return k.searched(); }, " and "),
+                      " with the microbatch count, under --memory)"));
   cmd->add_option("--memory", args->memory, "memory per worker (4000000000, 16GB, 16GiB)");
   cmd->add_option("--recompute", args->recompute,
                   "activation recomputation: auto (the default with a memory limit: per stage, the fastest layers to "

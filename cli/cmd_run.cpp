@@ -117,12 +117,12 @@ std::vector<std::string> with_plan_file(const std::vector<std::string>& args, co
   return out;
 }
 
-// Flush schedules without --microbatches: one microbatch per worker, or the
-// next count that splits --batch evenly (interleaved-1f1b: a multiple of
-// the workers).
-int default_microbatches(int64_t batch, int workers, bool interleaved) {
+// Without --microbatches: one microbatch per worker, or the next count that
+// splits --batch evenly and is a multiple of what the schedule needs
+// (interleaved-1f1b: the workers).
+int default_microbatches(int64_t batch, int workers, int multiple) {
   for (int64_t m = std::max(1, workers); batch > 0 && m <= batch; ++m)
-    if (batch % m == 0 && (!interleaved || m % workers == 0)) return static_cast<int>(m);
+    if (batch % m == 0 && m % multiple == 0) return static_cast<int>(m);
   return std::max(1, workers);
 }
 
@@ -141,33 +141,23 @@ void set_schedule(const RunArgs& a, const Plan& plan, RunSpec& s) {
       throw UserError("--schedule-file sets the schedule, weights, microbatches and virtual stages: drop "
                       "--schedule, --weights, --microbatches and --virtual-stages");
   }
-  s.schedule.kind = a.schedule_file.empty() ? (a.schedule.empty() ? plan.schedule : parse_schedule_kind(a.schedule))
+  s.schedule.kind = a.schedule_file.empty() ? parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule)
                                             : file.options.kind;
   s.schedule.policy = a.schedule_file.empty() ? parse_weight_policy(a.weights) : file.options.policy;
-  const bool flush = is_flush(s.schedule.kind);
-  if (flush && s.schedule.policy != WeightPolicy::Stash)
-    throw UserError(cat("--weights ", a.weights, " applies to 1f1b-rr only; ", to_string(s.schedule.kind),
-                        " always uses one weight version per batch"));
-  if (!flush && a.microbatches > 1)
-    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b), "
-                    "not 1f1b-rr");
-  if (a.microbatches < 0) throw UserError(cat("--microbatches must be >= 1, got ", a.microbatches));
   // The plan's microbatches and virtual stages where it was made for this
   // schedule (and the flags do not say otherwise).
-  const bool plans_this = s.schedule.kind == plan.schedule;
+  const bool plans_this = plan.schedule == s.schedule.kind->name();
   const int virtual_stages =
       a.virtual_stages > 0 ? a.virtual_stages : plans_this && plan.virtual_stages > 0 ? plan.virtual_stages : 1;
   s.schedule.virtual_stages = a.schedule_file.empty() ? virtual_stages : file.options.virtual_stages;
-  const int workers = plan.workers() / std::max(1, s.schedule.virtual_stages);
+  const int workers = plan.workers() / std::max(1, stages_per_worker(s.schedule.kind, s.schedule.virtual_stages));
   const bool plan_microbatches = plans_this && plan.microbatches > 0 && (plan.batch == 0 || plan.batch == a.batch);
-  s.schedule.microbatches =
-      !flush ? 1
-      : a.microbatches > 0 ? a.microbatches
-      : plan_microbatches  ? plan.microbatches
-                           : default_microbatches(a.batch, workers, s.schedule.kind == ScheduleKind::Interleaved1F1B);
-  if (s.schedule.kind == ScheduleKind::TwoBW && (!a.checkpoint_dir.empty() || !a.resume.empty()))
-    // The pipeline drains at a checkpoint and would restart the version delay.
-    throw UserError("2bw runs do not checkpoint or resume yet");
+  s.schedule.microbatches = microbatches_for(s.schedule.kind, a.microbatches, workers, [&](int multiple) {
+    return plan_microbatches ? plan.microbatches : default_microbatches(a.batch, workers, multiple);
+  });
+  // (A --weights that does not apply is refused by the Schedule, naming the flag's schedules.)
+  if (!a.checkpoint_dir.empty() || !a.resume.empty())
+    require_checkpoints(s.schedule, !a.resume.empty() ? "--resume" : "--checkpoint-dir");
   if (!a.schedule_file.empty()) {
     s.schedule = file.options;  // schedule, weights, microbatches, steps
     s.schedule_lists = std::make_shared<const std::vector<std::vector<Action>>>(std::move(file.lists));
@@ -205,8 +195,7 @@ void set_outputs(const RunArgs& a, RunSpec& s) {
   // 1f1b-rr: a replicated stage's versions advance by its replica count, so
   // every stage passes the same version only at multiples of all of them.
   int64_t common = 1;
-  if (!is_flush(s.schedule.kind))
-    for (const PlanStage& st : s.plan.stages) common = std::lcm(common, static_cast<int64_t>(st.replicas));
+  for (const PlanStage& st : s.plan.stages) common = std::lcm(common, version_stride(s.schedule, st.replicas));
   if (checkpoints_inside_schedule(s) && s.checkpoint_every > 0 && s.checkpoint_every < s.steps() &&
       s.checkpoint_every % common != 0)
     throw UserError(cat("--checkpoint-every ", s.checkpoint_every, ": plan ", s.plan.config,
@@ -221,7 +210,7 @@ void require_runnable_schedule(const Plan& plan, const RunSpec& s) {
   const Schedule full(plan, s.schedule);
   if (s.schedule_lists) return;
   ScheduleOptions shortened = s.schedule;
-  shortened.minibatches = std::min<int64_t>(s.steps(), is_flush(s.schedule.kind) ? 3 : 4 * full.workers() + 8);
+  shortened.minibatches = std::min<int64_t>(s.steps(), 4 * steps_per_period(s.schedule.kind, full.workers()) + 4);
   const Schedule check(plan, shortened);
   require_valid_schedule(check, build_schedule(plan, shortened));
 }
@@ -290,19 +279,21 @@ std::string graph_stage_text(const PlanStage& s, const Model& m) {
   return cat(", ", s.nodes.size(), " units, sends ", tensors, tensors == 1 ? " tensor" : " tensors");
 }
 
-// interleaved-1f1b runs v of the plan's stages on each worker: the header
-// and every stage name the workers that run, not the plan's ranks.
+// Schedules that run several of the plan's stages on each worker
+// (interleaved-1f1b, the V shapes): the header and every stage name the
+// workers that run them, where the schedule places them, not the plan's ranks.
 void print_plan(const Plan& p, const Model& m, const ScheduleOptions& schedule) {
-  const int v = std::max(1, schedule.virtual_stages);
-  const int workers = p.workers() / v;
+  const Schedule placed(p, schedule);
+  const int v = placed.chunks();
+  const int workers = placed.workers();
   if (v > 1)
-    std::fprintf(stderr, "plan %s: %zu stages on %d workers (%s: %d stages per worker, stage k on worker k mod %d)\n",
-                 p.config.c_str(), p.stages.size(), workers, to_string(schedule.kind).c_str(), v, workers);
+    std::fprintf(stderr, "plan %s: %zu stages on %d workers (%s: %d stages per worker)\n",
+                 p.config.c_str(), p.stages.size(), workers, to_string(schedule.kind).c_str(), v);
   else
     std::fprintf(stderr, "plan %s: %zu stages on %d workers\n", p.config.c_str(), p.stages.size(), workers);
   for (const PlanStage& s : p.stages) {
     std::string ranks;
-    for (int r : s.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(v > 1 ? s.index % workers : r);
+    for (int r : s.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(v > 1 ? placed.place(s.index).worker : r);
     const std::string& first = m.layers[static_cast<size_t>(s.first_layer)].name;
     const std::string& last = m.layers[static_cast<size_t>(s.last_layer)].name;
     const std::string layers = s.first_layer == s.last_layer ? cat("layer ", s.first_layer, " (", first)
@@ -412,23 +403,21 @@ void run_mpi_worker(RunSpec& spec, const RunArgs& a, const Model& model, const D
 // 1: a 1f1b-rr run, which profiles the whole --batch.
 int auto_plan_microbatches(const RunArgs& a) {
   if (!a.schedule_file.empty() || a.schedule.empty()) return 1;
-  const ScheduleKind kind = parse_schedule_kind(a.schedule);
-  if (!is_flush(kind)) return 1;
-  if (a.microbatches > 0) return a.microbatches;
-  return default_microbatches(a.batch, a.workers, kind == ScheduleKind::Interleaved1F1B);
+  return microbatches_for(parse_schedule_kind(a.schedule), a.microbatches, a.workers,
+                          [&](int multiple) { return default_microbatches(a.batch, a.workers, multiple); });
 }
 
 // --plan auto --schedule X (a flush schedule): the plan becomes X's, with
 // its microbatches, virtual stages and batch, and X's replayed prediction
 // (batches of M microbatches of the profiled size; interleaved-1f1b: none).
-void plan_for_schedule(Plan& plan, ScheduleKind kind, int microbatches, int virtual_stages, int64_t batch,
+void plan_for_schedule(Plan& plan, const ScheduleKind* kind, int microbatches, int virtual_stages, int64_t batch,
                        int threads, int cores) {
-  plan.schedule = kind;
+  plan.schedule = kind->name();
   plan.microbatches = microbatches;
   plan.virtual_stages = virtual_stages;
   plan.batch = batch;
   for (PlanStage& st : plan.stages) st.memory_bytes = 0;  // 1f1b-rr's figure, not X's: not computed
-  if (kind == ScheduleKind::Interleaved1F1B) {
+  if (stages_per_worker(kind, virtual_stages) > 1) {  // replayed on one stage per worker only
     set_predicted_time(plan, 0, PredictedBy::replay);
     plan.throughput_samples_per_s = 0;
     return;
@@ -442,9 +431,10 @@ void plan_for_schedule(Plan& plan, ScheduleKind kind, int microbatches, int virt
 }
 
 void print_flush_prediction(const RunArgs& a, const Plan& plan) {
-  if (!is_flush(plan.schedule) || plan.schedule == ScheduleKind::Interleaved1F1B) return;
+  if (plan.microbatches < 1 || plan.throughput_samples_per_s <= 0 || plan.schedule == default_schedule_kind()->name())
+    return;
   std::fprintf(stderr, "for %s (batches of %lld: %d microbatches of %d): predicted %.0f samples/s\n",
-               to_string(plan.schedule).c_str(), static_cast<long long>(a.batch), plan.microbatches,
+               plan.schedule.c_str(), static_cast<long long>(a.batch), plan.microbatches,
                plan.profile.batch_size, plan.throughput_samples_per_s);
 }
 
@@ -481,26 +471,26 @@ void run_command(const RunArgs& given) {
     // one worker per stage.
     // A flush schedule (--schedule X): a straight plan balanced for its
     // microbatches, recorded as X's with its microbatches and batch.
-    const ScheduleKind kind = a.schedule.empty() || !a.schedule_file.empty() ? ScheduleKind::OneFOneBRoundRobin
-                                                                             : parse_schedule_kind(a.schedule);
-    const bool interleaved = kind == ScheduleKind::Interleaved1F1B;
+    const ScheduleKind* kind = a.schedule.empty() || !a.schedule_file.empty() ? default_schedule_kind()
+                                                                              : parse_schedule_kind(a.schedule);
     const int v = std::max(1, a.virtual_stages);
-    const int stages = interleaved ? a.workers * v : a.workers;
+    const int per_worker = stages_per_worker(kind, v);
+    const int stages = per_worker * a.workers;
     const uint64_t memory = a.memory.empty() ? 0 : parse_size(a.memory);
-    plan = plan_for_workers(profile, stages, a.straight || is_flush(kind), device.is_cpu() ? a.threads : 1,
+    plan = plan_for_workers(profile, stages, a.straight || kind->flushes(), device.is_cpu() ? a.threads : 1,
                             device.is_cpu() ? cores : 0, 4.0, memory, recompute_mode_option(a.recompute, memory > 0));
     plan.batch = a.batch;
-    if (is_flush(kind)) plan_for_schedule(plan, kind, M, v, a.batch, device.is_cpu() ? a.threads : 1,
-                                          device.is_cpu() ? cores : 0);
+    if (kind->flushes()) plan_for_schedule(plan, kind, M, v, a.batch, device.is_cpu() ? a.threads : 1,
+                                           device.is_cpu() ? cores : 0);
     plan_path = a.plan_out;
     write_plan(plan, plan_path);
     if (plan.predicted_by == PredictedBy::shared_cores)
       std::fprintf(stderr, "%d workers x %d threads share %d cores: the cores, not the pipeline, bound a minibatch "
                    "(%s of compute per minibatch over %d cores)\n", a.workers, a.threads, cores,
                    seconds_text(plan.shared_cores_bound_s * cores / a.threads).c_str(), cores);
-    if (interleaved) {
-      std::fprintf(stderr, "planned %d stages for %d workers x %d virtual stages: config %s; plan written to %s\n",
-                   stages, a.workers, v, plan.config.c_str(), plan_path.c_str());
+    if (per_worker > 1) {
+      std::fprintf(stderr, "planned %d stages for %d workers x %d stages each: config %s; plan written to %s\n",
+                   stages, a.workers, per_worker, plan.config.c_str(), plan_path.c_str());
     } else {
       // Graph-shaped (ONNX) profiles have no one-worker baseline.
       char speedup[64] = "";
@@ -601,14 +591,13 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--batch", a->batch,
                   "Minibatch size: the samples of one optimizer step (flush schedules: split into --microbatches); "
                   "default: the batch the plan file records, else 64");
-  cmd->add_option("--schedule", a->schedule,
-                  "1f1b-rr | 1f1b-flush | gpipe | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
-  cmd->add_option("--virtual-stages", a->virtual_stages,
-                  "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)");
-  cmd->add_option("--weights", a->weights, "1f1b-rr weight policy: stash | vertical | none")->capture_default_str();
+  cmd->add_option("--schedule", a->schedule, schedule_flag_help());
+  cmd->add_option("--virtual-stages", a->virtual_stages, virtual_stages_flag_help());
+  cmd->add_option("--weights", a->weights, weights_flag_help())->capture_default_str();
   cmd->add_option("--microbatches", a->microbatches,
-                  "Flush schedules: microbatches --batch is split into (default: the plan's, where it was made for "
-                  "this schedule and batch; else the workers, or the next count that divides --batch)");
+                  microbatches_flag_help("microbatches --batch is split into (default: the plan's, where it was made "
+                                         "for this schedule and batch; else the workers, or the next count that "
+                                         "divides --batch)"));
   cmd->add_option("--schedule-file", a->schedule_file,
                   "run this schedule (JSON or CSV from `pipedream schedule --format`, possibly edited) once the "
                   "checker accepts it (a rejected one exits 2 naming its first bad action); it sets the schedule, "

@@ -38,17 +38,14 @@ void write_all_workers(const Schedule& schedule, const ScheduleArgs& a) {
 void run_schedule(const ScheduleArgs& a) {
   Plan plan = read_plan(a.plan);
   ScheduleOptions o;
-  o.kind = a.schedule.empty() ? plan.schedule : parse_schedule_kind(a.schedule);
+  o.kind = parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule);
   o.policy = parse_weight_policy(a.weights);
   o.virtual_stages = a.virtual_stages;
   int workers = 0;
   for (const auto& s : plan.stages) workers += s.replicas;
   // Enough minibatches to show warm-up, steady state and drain.
-  o.minibatches = a.minibatches > 0 ? a.minibatches : (is_flush(o.kind) ? 2 : 2 * workers + 2);
-  if (is_flush(o.kind))
-    o.microbatches = a.microbatches == 0 ? 4 : a.microbatches;
-  else if (a.microbatches > 1)
-    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b) and 2bw only");
+  o.minibatches = a.minibatches > 0 ? a.minibatches : 2 * steps_per_period(o.kind, workers);
+  o.microbatches = microbatches_for(o.kind, a.microbatches, workers, [](int) { return 4; });
   if (a.minibatches > 0 || a.microbatches > 0)  // the defaults are sized to the plan
     check_schedule_length("schedule", o.minibatches, o.microbatches, workers, kMaxPrintedPasses);
   Schedule schedule(plan, o);
@@ -85,14 +82,12 @@ void add_schedule_command(CLI::App& app) {
                      ->check(CLI::IsMember({"json", "csv"}))
                      ->excludes(worker);
   cmd->add_option("-o,--output", args->output, "with --format: write to this file instead of stdout")->needs(format);
-  cmd->add_option("--schedule", args->schedule,
-                  "1f1b-rr | gpipe | 1f1b-flush | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
-  cmd->add_option("--virtual-stages", args->virtual_stages,
-                  "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)");
-  cmd->add_option("--weights", args->weights, "1f1b-rr weight policy: stash (default) | vertical | none");
+  cmd->add_option("--schedule", args->schedule, schedule_flag_help());
+  cmd->add_option("--virtual-stages", args->virtual_stages, virtual_stages_flag_help());
+  cmd->add_option("--weights", args->weights, weights_flag_help());
   cmd->add_option("--minibatches", args->minibatches,
                   "minibatches (batches for flush schedules); default 2 x workers + 2 (flush: 2)");
-  cmd->add_option("--microbatches", args->microbatches, "microbatches per batch for the flush schedules (default 4)");
+  cmd->add_option("--microbatches", args->microbatches, microbatches_flag_help("microbatches per batch (default 4)"));
   cmd->add_option("--limit", args->limit, "print at most this many actions")->excludes(format);
   cmd->add_flag("--check", args->check, "also check every worker's list (matching messages, no deadlock, versions)");
   cmd->callback([args] { run_schedule(*args); });

@@ -38,14 +38,11 @@ struct SimulateArgs {
 
 ScheduleOptions schedule_options(const Plan& plan, const SimulateArgs& a, int64_t minibatches) {
   ScheduleOptions o;
-  o.kind = a.schedule.empty() ? plan.schedule : parse_schedule_kind(a.schedule);
+  o.kind = parse_schedule_kind(a.schedule.empty() ? plan.schedule : a.schedule);
   o.policy = parse_weight_policy(a.weights);
   o.minibatches = minibatches;
   o.virtual_stages = a.virtual_stages;
-  if (is_flush(o.kind))
-    o.microbatches = a.microbatches == 0 ? 4 : a.microbatches;
-  else if (a.microbatches > 1)
-    throw UserError("--microbatches applies to the flush schedules (gpipe, 1f1b-flush, zb-h1, interleaved-1f1b) and 2bw only");
+  o.microbatches = microbatches_for(o.kind, a.microbatches, 0, [](int) { return 4; });
   return o;
 }
 
@@ -90,15 +87,13 @@ int workers_of(const Plan& plan) {
 void write_svg(const SimulateArgs& a, const Plan& plan, const ScheduleOptions& o,
                const std::vector<TraceEvent>& events) {
   TimelineSvgOptions svg;
-  svg.flush = is_flush(o.kind);
+  svg.flush = o.microbatches > 1;  // label microbatches within their batch
+  svg.kind = o.kind;
   svg.virtual_stages = o.virtual_stages;
-  svg.minibatches = a.svg_minibatches > 0 ? a.svg_minibatches : (svg.flush ? 2 : 2 * workers_of(plan) + 2);
+  svg.minibatches = a.svg_minibatches > 0 ? a.svg_minibatches : 2 * steps_per_period(o.kind, workers_of(plan));
   svg.minibatches = std::min(svg.minibatches, o.minibatches);
-  svg.title = cat(to_string(o.kind), o.kind == ScheduleKind::OneFOneBRoundRobin ? " (" + to_string(o.policy) + ")" : "",
-                  o.virtual_stages > 1 ? cat(" (", o.virtual_stages, " virtual stages per worker)") : std::string(),
-                  ", plan ", plan.config.empty() ? std::string("?") : plan.config, ", first ", svg.minibatches,
-                  svg.flush ? cat(" batches of ", o.microbatches, " microbatches") : std::string(" minibatches"),
-                  a.schedule_file.empty() ? "" : ", from " + a.schedule_file);
+  svg.title = cat(schedule_title(o), ", plan ", plan.config.empty() ? std::string("?") : plan.config, ", first ",
+                  steps_phrase(o, svg.minibatches), a.schedule_file.empty() ? "" : ", from " + a.schedule_file);
   std::ostringstream out;
   write_timeline_svg(out, plan, events, svg);
   write_file_atomically(a.svg, out.str());
@@ -123,8 +118,7 @@ void run_simulate(const SimulateArgs& a) {
     opt.actions = &file.lists;
   }
   check_plan_topology(plan, Schedule(plan, opt.schedule).workers(), a.plan);
-  if (a.weight_share_given && !splits_backward(opt.schedule.kind))
-    throw UserError(cat("--weight-grad-share applies to zb-h1 only (the schedule is ", to_string(opt.schedule.kind), ")"));
+  if (a.weight_share_given) require_split_backward(opt.schedule, "--weight-grad-share");
   opt.realistic_latency = a.realistic_latency;
   if (!(a.cores >= 0)) throw UserError(cat("--cores must be >= 0 (0: every worker has its own device), got ", a.cores));
   if (a.threads < 1) throw UserError(cat("--threads must be >= 1, got ", a.threads));
@@ -174,7 +168,7 @@ void run_simulate(const SimulateArgs& a) {
   SimulationReport rep = simulate(plan, opt, &events);
   if (!a.trace.empty()) {
     std::ostringstream out;
-    write_chrome_trace(out, plan, events, is_flush(opt.schedule.kind), opt.schedule.virtual_stages);
+    write_chrome_trace(out, plan, events, opt.schedule);
     write_file_atomically(a.trace, out.str());
   }
   if (!a.svg.empty()) write_svg(a, plan, opt.schedule, events);
@@ -196,7 +190,9 @@ void run_simulate(const SimulateArgs& a) {
               << " thread(s) each (processor sharing)\n";
   if (plan.profile.batch_size <= 0)
     std::cout << "(the plan's profile records no batch size, so throughput is unknown; pass --batch-size)\n";
-  if (!plan.stages.empty() && plan.time_per_minibatch_s > 0 && !is_flush(opt.schedule.kind))
+  // The plan's time is for its own schedule (the planner's: 1f1b-rr minibatches).
+  if (!plan.stages.empty() && plan.time_per_minibatch_s > 0 && opt.schedule.microbatches == 1 &&
+      opt.schedule.kind->name() == plan.schedule)
     std::cout << "planner's prediction: " << plan.time_per_minibatch_s << " s per minibatch (simulated "
               << std::showpos << std::fixed << std::setprecision(2)
               << (rep.time_per_minibatch_s / plan.time_per_minibatch_s - 1) * 100 << std::noshowpos
@@ -224,17 +220,14 @@ void add_simulate_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   auto* minibatches = cmd->add_option("--minibatches", args->minibatches,
                                       "minibatches to replay (batches for gpipe/1f1b-flush); default 1000, or 8 per replica of the widest stage");
-  auto* schedule = cmd->add_option("--schedule", args->schedule,
-                                   "1f1b-rr | gpipe | 1f1b-flush | zb-h1 | interleaved-1f1b | 2bw (default: the plan's)");
-  auto* virtual_stages =
-      cmd->add_option("--virtual-stages", args->virtual_stages,
-                      "interleaved-1f1b: stages per worker; the plan's stage k runs on worker k mod (stages / v)");
+  auto* schedule = cmd->add_option("--schedule", args->schedule, schedule_flag_help());
+  auto* virtual_stages = cmd->add_option("--virtual-stages", args->virtual_stages, virtual_stages_flag_help());
   auto* weight_share = cmd->add_option("--weight-grad-share", args->weight_gradient_share,
-                  "zb-h1: the fraction of a stage's backward time its W (weight gradient) takes; B the rest "
-                  "(default 0.5: dX and dW are products of the same size)");
-  auto* weights = cmd->add_option("--weights", args->weights, "1f1b-rr weight policy: stash (default) | vertical | none");
+                  split_backward_flag_help("the fraction of a stage's backward time its W (weight gradient) takes; "
+                                           "B the rest (default 0.5: dX and dW are products of the same size)"));
+  auto* weights = cmd->add_option("--weights", args->weights, weights_flag_help());
   auto* microbatches = cmd->add_option("--microbatches", args->microbatches,
-                                       "microbatches per batch for the flush schedules (default 4)");
+                                       microbatches_flag_help("microbatches per batch (default 4)"));
   cmd->add_option("--schedule-file", args->schedule_file,
                   "replay this schedule (JSON or CSV from `pipedream schedule --format`, possibly edited) after "
                   "checking it; it sets the schedule, weights, microbatches and minibatches")

@@ -221,15 +221,15 @@ void add_allow_tf32_flag(CLI::App& command, bool& allow_tf32) {
                    "FP32 accumulation; PyTorch's allow_tf32); off: exact FP32");
 }
 
-void refuse_ignored_optimizer_flags(const CLI::App& command, OptimizerKind optimizer, LrScheduleKind lr_schedule) {
+void refuse_ignored_optimizer_flags(const CLI::App& command, OptimizerKind optimizer, LrShape lr_schedule) {
   const bool adam = optimizer == OptimizerKind::adam || optimizer == OptimizerKind::adamw;
   for (const char* flag : {"--beta1", "--beta2"})
     refuse_unless_applies(command, flag, adam,
                           cat("applies to --optimizer adam and adamw only, not ", to_string(optimizer)));
   for (const char* flag : {"--lr-step-size", "--lr-gamma"})
-    refuse_unless_applies(command, flag, lr_schedule == LrScheduleKind::step,
+    refuse_unless_applies(command, flag, lr_schedule == LrShape::step,
                           cat("applies to --lr-schedule step only, not ", to_string(lr_schedule)));
-  refuse_unless_applies(command, "--min-lr", lr_schedule == LrScheduleKind::cosine,
+  refuse_unless_applies(command, "--min-lr", lr_schedule == LrShape::cosine,
                         cat("applies to --lr-schedule cosine only, not ", to_string(lr_schedule)));
 }
 
@@ -243,8 +243,8 @@ Precision parse_precision_flag(const std::string& text) {
   throw UserError(cat("--precision ", text, ": use fp32 or bf16"));
 }
 
-LrScheduleKind parse_lr_schedule_flag(const std::string& text) {
-  if (std::optional<LrScheduleKind> kind = parse_lr_schedule_kind(text)) return *kind;
+LrShape parse_lr_schedule_flag(const std::string& text) {
+  if (std::optional<LrShape> kind = parse_lr_schedule_kind(text)) return *kind;
   throw UserError(cat("--lr-schedule ", text, ": use constant, step or cosine"));
 }
 

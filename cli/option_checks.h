@@ -48,12 +48,12 @@ void add_allow_tf32_flag(CLI::App& command, bool& allow_tf32);
 // train's and run's optimizer and learning-rate flags that the chosen
 // --optimizer or --lr-schedule ignores (--beta1 with sgd, --min-lr with
 // step, ...).
-void refuse_ignored_optimizer_flags(const CLI::App& command, OptimizerKind optimizer, LrScheduleKind lr_schedule);
+void refuse_ignored_optimizer_flags(const CLI::App& command, OptimizerKind optimizer, LrShape lr_schedule);
 
 // The value of --optimizer / --lr-schedule; UserError naming the flag and its
 // spellings for any other text.
 OptimizerKind parse_optimizer_flag(const std::string& text);
-LrScheduleKind parse_lr_schedule_flag(const std::string& text);
+LrShape parse_lr_schedule_flag(const std::string& text);
 // The value of --precision (fp32 | bf16); UserError naming the flag otherwise.
 Precision parse_precision_flag(const std::string& text);
 

@@ -90,7 +90,7 @@ class Layer {
   // and consumes ctx. backward_input then backward_weights gives the same
   // bits as backward. The defaults are correct for every layer - the whole
   // fused backward runs in backward_input - and a layer that overrides both
-  // says so with splits_backward(), so W really is deferred.
+  // says so with defers_weight_gradient(), so W really is deferred.
   virtual Tensor backward_input(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const {
     return backward(a, dy, ctx);
   }
@@ -98,7 +98,7 @@ class Layer {
     (void)a;
     (void)ctx;
   }
-  virtual bool splits_backward() const { return false; }
+  virtual bool defers_weight_gradient() const { return false; }
 
   // Under --precision bf16 the callers round every layer's output and input
   // gradient to bf16 (core/bf16_rounding.h). A layer that only selects or
@@ -131,7 +131,7 @@ class SplitBackwardLayer : public Layer {
   }
   Tensor backward_input(const BackwardArgs& a, const Tensor& dy, LayerContext& ctx) const override = 0;
   void backward_weights(const BackwardArgs& a, LayerContext& ctx) const override = 0;
-  bool splits_backward() const final { return true; }
+  bool defers_weight_gradient() const final { return true; }
 };
 
 using LayerPtr = std::unique_ptr<Layer>;

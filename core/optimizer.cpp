@@ -20,8 +20,8 @@ constexpr double kPi = 3.14159265358979323846;
 // One table per set: to_string and parse read the same spelling.
 constexpr std::array<std::pair<OptimizerKind, const char*>, 3> kOptimizerKinds{
     {{OptimizerKind::sgd, "sgd"}, {OptimizerKind::adam, "adam"}, {OptimizerKind::adamw, "adamw"}}};
-constexpr std::array<std::pair<LrScheduleKind, const char*>, 3> kLrScheduleKinds{
-    {{LrScheduleKind::constant, "constant"}, {LrScheduleKind::step, "step"}, {LrScheduleKind::cosine, "cosine"}}};
+constexpr std::array<std::pair<LrShape, const char*>, 3> kLrShapes{
+    {{LrShape::constant, "constant"}, {LrShape::step, "step"}, {LrShape::cosine, "cosine"}}};
 
 void check_into(std::span<const Tensor> from, std::span<Tensor> to, std::span<const Tensor> grads) {
   PD_CHECK(from.size() == grads.size() && to.size() == grads.size(), "params/grads count mismatch");
@@ -126,10 +126,10 @@ void validate(const OptimizerConfig& c) {
 }  // namespace
 
 const char* to_string(OptimizerKind k) { return name_in(kOptimizerKinds, k); }
-const char* to_string(LrScheduleKind k) { return name_in(kLrScheduleKinds, k); }
+const char* to_string(LrShape k) { return name_in(kLrShapes, k); }
 std::optional<OptimizerKind> parse_optimizer_kind(std::string_view text) { return value_in(kOptimizerKinds, text); }
-std::optional<LrScheduleKind> parse_lr_schedule_kind(std::string_view text) {
-  return value_in(kLrScheduleKinds, text);
+std::optional<LrShape> parse_lr_schedule_kind(std::string_view text) {
+  return value_in(kLrShapes, text);
 }
 
 OptimizerState Optimizer::make_state(std::span<const Tensor> params) const {
@@ -159,11 +159,11 @@ float LrSchedule::lr_at(int64_t step) const {
     return static_cast<float>(static_cast<double>(base_lr) * static_cast<double>(step + 1) /
                               static_cast<double>(warmup_steps));
   const int64_t after = step - warmup_steps;
-  if (kind == LrScheduleKind::step) {
+  if (kind == LrShape::step) {
     return static_cast<float>(static_cast<double>(base_lr) *
                               std::pow(static_cast<double>(gamma), static_cast<double>(after / step_size)));
   }
-  if (kind == LrScheduleKind::cosine) {
+  if (kind == LrShape::cosine) {
     const int64_t span = total_steps - warmup_steps;
     double t = static_cast<double>(std::min(after, span)) / static_cast<double>(span);
     return static_cast<float>(min_lr + (static_cast<double>(base_lr) - min_lr) * 0.5 * (1.0 + std::cos(kPi * t)));
@@ -206,11 +206,11 @@ float clip_to_norm(std::span<Tensor> grads, double norm, float max_norm) {
 void validate(const LrSchedule& s) {
   if (!(s.base_lr >= 0.0f)) throw UserError(cat("learning rate must be >= 0, got ", s.base_lr));
   if (s.warmup_steps < 0) throw UserError(cat("warm-up steps must be >= 0, got ", s.warmup_steps));
-  if (s.kind == LrScheduleKind::step) {
+  if (s.kind == LrShape::step) {
     if (s.step_size <= 0) throw UserError(cat("the step schedule needs --lr-step-size > 0, got ", s.step_size));
     if (!(s.gamma > 0.0f)) throw UserError(cat("the step schedule needs --lr-gamma > 0, got ", s.gamma));
   }
-  if (s.kind == LrScheduleKind::cosine) {
+  if (s.kind == LrShape::cosine) {
     if (s.total_steps <= s.warmup_steps)
       throw UserError(cat("the cosine schedule needs total steps (", s.total_steps,
                           ") greater than the warm-up steps (", s.warmup_steps, ")"));

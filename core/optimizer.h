@@ -16,15 +16,15 @@ namespace pd {
 enum class OptimizerKind { sgd, adam, adamw };
 // constant: base_lr; step: times gamma every step_size steps; cosine: down
 // to min_lr at total_steps.
-enum class LrScheduleKind { constant, step, cosine };
+enum class LrShape { constant, step, cosine };
 
 // "sgd", "adam", "adamw"; "constant", "step", "cosine" (the --optimizer and
 // --lr-schedule spellings, and what metrics and reports print).
 const char* to_string(OptimizerKind k);
-const char* to_string(LrScheduleKind k);
+const char* to_string(LrShape k);
 // The inverse of to_string; nullopt for any other text (callers name the flag).
 std::optional<OptimizerKind> parse_optimizer_kind(std::string_view text);
-std::optional<LrScheduleKind> parse_lr_schedule_kind(std::string_view text);
+std::optional<LrShape> parse_lr_schedule_kind(std::string_view text);
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::sgd;
@@ -77,7 +77,7 @@ float clip_to_norm(std::span<Tensor> grads, double norm, float max_norm);
 
 // Learning-rate schedules; step counts optimizer steps from 0.
 struct LrSchedule {
-  LrScheduleKind kind = LrScheduleKind::constant;
+  LrShape kind = LrShape::constant;
   float base_lr = 0.01f;
   int64_t warmup_steps = 0;       // linear warm-up from 0 over these steps
   int64_t step_size = 0;          // step: multiply by gamma every step_size steps

@@ -92,7 +92,7 @@ Tensor backward_pass(const Model& m, const ParameterStore& w, ParameterStore& gr
     const Layer& l = m.layer(i);
     g = input_only ? l.backward_input(a, g, c) : l.backward(a, g, c);
     round_layer_input_grad_if_bf16(p, l, g);
-    if (!input_only || !l.splits_backward()) c.clear();
+    if (!input_only || !l.defers_weight_gradient()) c.clear();
   }
   return need_input_grad ? g : Tensor{};
 }
@@ -115,7 +115,7 @@ void backward_weights_layers(const Model& m, const ParameterStore& w, ParameterS
                              int last, const StepInfo& step, RangeContext& ctx) {
   PD_CHECK(ctx.layers.size() == static_cast<size_t>(last - first + 1), "weight backward without its input backward");
   for (int i = last; i >= first; --i) {
-    if (!m.layer(i).splits_backward()) continue;
+    if (!m.layer(i).defers_weight_gradient()) continue;
     std::vector<Tensor> rounded;
     BackwardArgs a{operand_params(step.precision, w.params(i), rounded), grads.params(i), step, false};
     a.step.layer_index = static_cast<uint32_t>(i);

@@ -72,7 +72,7 @@ Tensor backward_layers(const Model& m, const ParameterStore& w, ParameterStore& 
 // ctx what each layer's weight gradient needs; the W pass then adds the
 // parameter gradients into grads and consumes ctx. B then W gives the same
 // bits as backward_layers. Layers that do not split their backward
-// (Layer::splits_backward) add their gradients during the B pass, so grads
+// (Layer::defers_weight_gradient) add their gradients during the B pass, so grads
 // must be the same store in both calls.
 Tensor backward_input_layers(const Model& m, const ParameterStore& w, ParameterStore& grads, int first,
                              int last, const Tensor& dy, const StepInfo& step, RangeContext& ctx,

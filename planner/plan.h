@@ -59,7 +59,9 @@ struct Plan {
   ProfileRef profile;
   Topology topology;
   CostModel cost_model = CostModel::paper;
-  ScheduleKind schedule = ScheduleKind::OneFOneBRoundRobin;
+  // The schedule the plan is for, by name: runtime/schedule's registry
+  // (schedule_kind.h) owns the names, which the planner only records.
+  std::string schedule = "1f1b-rr";
   // What the schedule was chosen and predicted for (`plan --schedule auto`,
   // `run --plan auto --schedule X`), which `run --plan` takes unless told
   // otherwise: microbatches and virtual stages of a flush schedule, and the

@@ -19,24 +19,14 @@ constexpr std::array<std::pair<PredictedBy, const char*>, 3> kPredictedBy{
     {{PredictedBy::closed_form, "closed form"},
      {PredictedBy::replay, "replay"},
      {PredictedBy::shared_cores, "shared cores"}}};
-constexpr std::array<std::pair<ScheduleKind, const char*>, 6> kSchedules{
-    {{ScheduleKind::OneFOneBRoundRobin, "1f1b-rr"},
-     {ScheduleKind::GPipe, "gpipe"},
-     {ScheduleKind::OneFOneBFlush, "1f1b-flush"},
-     {ScheduleKind::ZeroBubbleH1, "zb-h1"},
-     {ScheduleKind::Interleaved1F1B, "interleaved-1f1b"},
-     {ScheduleKind::TwoBW, "2bw"}}};
-
 }  // namespace
 
 const char* to_string(CostModel m) { return name_in(kCostModels, m); }
 const char* to_string(StateSpaceKind k) { return name_in(kStateSpaces, k); }
 const char* to_string(PredictedBy p) { return name_in(kPredictedBy, p); }
-std::string to_string(ScheduleKind k) { return name_in(kSchedules, k); }
 
 std::optional<CostModel> parse_cost_model(std::string_view text) { return value_in(kCostModels, text); }
 std::optional<StateSpaceKind> parse_state_space_kind(std::string_view text) { return value_in(kStateSpaces, text); }
 std::optional<PredictedBy> parse_predicted_by(std::string_view text) { return value_in(kPredictedBy, text); }
-std::optional<ScheduleKind> parse_plan_schedule(std::string_view text) { return value_in(kSchedules, text); }
 
 }  // namespace pd

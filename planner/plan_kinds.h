@@ -20,25 +20,16 @@ enum class StateSpaceKind { chain, antichain, topological_prefix };
 // machine's cores (runtime/auto_plan.h).
 enum class PredictedBy { closed_form, replay, shared_cores };
 
-// The pipeline schedule a plan is for; runtime/schedule builds each one's
-// actions.
-enum class ScheduleKind { OneFOneBRoundRobin, GPipe, OneFOneBFlush, ZeroBubbleH1, Interleaved1F1B, TwoBW };
-
 // "paper", "pipedream"; "chain", "antichain", "topological-prefix";
 // "closed form", "replay", "shared cores".
 const char* to_string(CostModel m);
 const char* to_string(StateSpaceKind k);
 const char* to_string(PredictedBy p);
-// "1f1b-rr", "gpipe", "1f1b-flush", "zb-h1", "interleaved-1f1b", "2bw".
-std::string to_string(ScheduleKind k);
 
 // The inverse of to_string; nullopt for any other text (callers name the
 // flag or field in their error).
 std::optional<CostModel> parse_cost_model(std::string_view text);
 std::optional<StateSpaceKind> parse_state_space_kind(std::string_view text);
 std::optional<PredictedBy> parse_predicted_by(std::string_view text);
-// (runtime/schedule/schedule.h's parse_schedule_kind throws instead, for the
-// --schedule flags and schedule files.)
-std::optional<ScheduleKind> parse_plan_schedule(std::string_view text);
 
 }  // namespace pd

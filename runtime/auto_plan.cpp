@@ -48,7 +48,7 @@ Plan plan_for_workers(const Profile& p, int workers, bool straight, int threads_
     // while too few others compute), and measured runs follow it
     // (runtime/simulator/README.md). It is never below the bound.
     SimulationOptions o;
-    o.schedule.kind = plan.schedule;
+    o.schedule.kind = parse_schedule_kind(plan.schedule);
     o.schedule.minibatches = replay_minibatches(plan);
     o.cores = cores;
     o.threads_per_worker = threads_per_worker;
@@ -59,8 +59,8 @@ Plan plan_for_workers(const Profile& p, int workers, bool straight, int threads_
 }
 
 double flush_samples_per_s(const Plan& plan, const ScheduleOptions& schedule, int threads_per_worker, int cores) {
-  if (!is_flush(schedule.kind) || schedule.kind == ScheduleKind::Interleaved1F1B)
-    throw UserError(cat("a flush prediction is for gpipe, 1f1b-flush or zb-h1, not ", to_string(schedule.kind)));
+  // The Schedule the replay builds refuses what cannot run on this plan
+  // (1f1b-rr with microbatches, a plan of the wrong stage count).
   Plan batch = plan;  // a batch is microbatches x the profiled batch
   batch.profile.batch_size = plan.profile.batch_size * schedule.microbatches;
   SimulationOptions o;

@@ -282,7 +282,7 @@ std::string precision_note(const ResumePoint& p, const std::string& precision) {
 }
 
 std::string lr_schedule_note(const ResumePoint& p, const LrSchedule& lr) {
-  if (lr.kind != LrScheduleKind::cosine || !p.run.contains("lr_total_steps") || !p.run["lr_total_steps"].is_number_integer())
+  if (lr.kind != LrShape::cosine || !p.run.contains("lr_total_steps") || !p.run["lr_total_steps"].is_number_integer())
     return "";
   LrSchedule before = lr;
   before.total_steps = p.run["lr_total_steps"].get<int64_t>();

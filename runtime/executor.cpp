@@ -237,7 +237,7 @@ void StageExecutor::execute(const Action& a) {
       p.input = unpack_from_wire(it->second.tensor());
       p.meta = it->second.meta();
       recvs_.erase(it);
-      if (!is_flush(schedule_.options().kind) && schedule_.options().policy == WeightPolicy::Vertical) {
+      if (schedule_.options().policy == WeightPolicy::Vertical) {
         const int64_t want = schedule_.input_version(a.minibatch);
         if (p.meta != want)
           throw RuntimeFailure(cat("vertical sync: rank ", rank_, " received minibatch ", a.minibatch,
@@ -277,24 +277,18 @@ void StageExecutor::execute(const Action& a) {
 std::vector<int64_t> StageExecutor::sample_indices(int64_t minibatch, int microbatch, int64_t* epoch) const {
   const int64_t n = training_.train->size(), b = training_.batch;
   const int64_t g = training_.first_item + minibatch;
-  if (!is_flush(schedule_.options().kind)) {
-    const int64_t per_epoch = n / b;
-    *epoch = g / per_epoch;
-    return order_.minibatch(g / per_epoch, g % per_epoch, b);
-  }
-  // Flush: batch g of M microbatches is the sample range a batch of M*b takes.
+  // Batch g of M microbatches is the sample range a batch of M*b takes
+  // (1f1b-rr: M = 1, microbatch 0, so minibatch g).
   const int64_t mb = b * schedule_.items_per_batch();
   const int64_t per_epoch = n / mb;
   *epoch = g / per_epoch;
   return order_.positions(g / per_epoch, (g % per_epoch) * mb + microbatch * b, b);
 }
 
-// The RNG key of an item's F, B and W (dropout masks): its global step,
-// and in the flush schedules its microbatch within the batch too.
+// The RNG key of an item's F, B and W (dropout masks): its global step and
+// microbatch (1f1b-rr: M = 1, microbatch 0).
 StepInfo StageExecutor::training_step(const Action& a) const {
-  const uint64_t id = static_cast<uint64_t>(is_flush(schedule_.options().kind)
-                                                ? global_step(a) * schedule_.items_per_batch() + a.microbatch
-                                                : global_step(a));
+  const uint64_t id = static_cast<uint64_t>(global_step(a) * schedule_.items_per_batch() + a.microbatch);
   return StepInfo{.training = true, .seed = training_.seed, .layer_index = 0, .minibatch_id = id,
                   .precision = training_.precision};
 }
@@ -319,14 +313,13 @@ void StageExecutor::forward(const Action& a) {
     p.input = Tensor{};
   }
   const ParameterStore& w = versions_.get(a.weight_version);
-  const bool flush = is_flush(schedule_.options().kind);
   StepInfo info = training_step(a);
   info.output_to_loss = last_stage_;
   p.ctx.recompute = state_.recompute;
   Tensor y = forward_layers(*training_.model, w, state_.first_layer, state_.last_layer, x, info, p.ctx);
   pack_stash(p.ctx);
   p.version = a.weight_version;
-  if (flush || schedule_.options().policy != WeightPolicy::None) {
+  if (schedule_.options().policy != WeightPolicy::None) {  // (only 1f1b-rr takes another policy)
     versions_.pin(a.weight_version);
     p.pinned = true;
   }
@@ -440,8 +433,9 @@ void StageExecutor::backward(const Action& a) {
     }
     p.ctx.clear();
     dx = g;
-  } else if (splits_backward(schedule_.options().kind)) {
-    // zb-h1: the input gradient now, the weight gradient at W (ctx keeps
+  } else if (schedule_.options().kind->splits_backward()) {
+    // Registry question 1 (the Action B does not say whether a W
+    // follows): the input gradient now, the weight gradient at W (ctx keeps
     // what it needs; layers that do not split add theirs here).
     dx = backward_input_layers(m, w, grads_, state_.first_layer, state_.last_layer, p.grad_in, info, p.ctx,
                                !first_stage_);
@@ -499,12 +493,13 @@ void StageExecutor::finish_open_round() {
 
 int64_t StageExecutor::oldest_needed() const {
   const ScheduleOptions& o = schedule_.options();
-  if (o.kind == ScheduleKind::TwoBW) {
-    // The version the next forward uses: its batch's predecessor's.
+  if (o.kind->weight_versions() > 1) {
+    // Registry question 2 (which versions stay in use; 2bw): the version
+    // the next forward uses, its batch's predecessor's.
     const int64_t per_batch = (o.microbatches - replica_ + replicas_ - 1) / replicas_;
-    return two_bw_version(forwards_done_ / per_batch);
+    return o.kind->batch_version(forwards_done_ / per_batch);
   }
-  if (!is_flush(o.kind) && o.policy == WeightPolicy::Vertical) {
+  if (o.policy == WeightPolicy::Vertical) {
     const int64_t next = replica_ + forwards_done_ * replicas_;
     if (next < o.minibatches) return schedule_.vertical_version(stage_, next);
   }
@@ -543,7 +538,7 @@ void StageExecutor::prepare_step(const Action& a) {
   std::memcpy(msg.data<int64_t>() + 1, norm_squares_.data(), norm_squares_.size() * sizeof(double));
   for (int t = 0; t < stages; ++t) {
     if (t == stage_ || local_stage(t)) continue;
-    const int chunk = t / schedule_.workers();  // stage t is chunk t div workers of its rank
+    const int chunk = schedule_.place(t).chunk;
     for (int peer : schedule_.ranks(t)) sends_.push_back(transport_.isend(msg, peer, norm_tag(transport_, chunk), meta));
   }
 }
@@ -690,7 +685,7 @@ BeforeCheckpoint before_checkpoint(const Schedule& schedule, int rank, int64_t v
 }  // namespace
 
 void StageExecutor::resume_at(int64_t version, std::map<int64_t, ParameterStore> older) {
-  PD_CHECK(schedule_.chunks() == 1 && !is_flush(schedule_.options().kind) && stats_.actions == 0,
+  PD_CHECK(schedule_.chunks() == 1 && stats_.actions == 0,
            "resume_at: a 1f1b-rr stage before its first action");
   const BeforeCheckpoint mine = before_checkpoint(schedule_, rank_, version);
   versions_.restore(version, std::move(older));

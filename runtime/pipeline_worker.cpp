@@ -16,6 +16,7 @@
 #include "core/text.h"
 #include "models/sharded_weights.h"
 #include "runtime/checkpoint.h"
+#include "runtime/comm/loopback_transport.h"
 #include "runtime/gather.h"
 #include "runtime/run_report.h"
 #include "runtime/trace.h"
@@ -78,30 +79,37 @@ struct WorkerRole {
   bool reporter = false;  // the last stage's first replica: gathers and prints the results
 };
 
-// The rank holding the last stage: it gathers and prints the results.
-int reporter_rank(const RunSpec& spec) {
-  const int v = spec.schedule.virtual_stages;
-  if (v > 1) return (static_cast<int>(spec.plan.stages.size()) - 1) % (spec.plan.workers() / v);
-  return spec.plan.stages.back().ranks.front();
+// Where the run's schedule places the plan's stages (one step: the
+// placement does not depend on the length).
+Schedule placement(const RunSpec& spec) {
+  ScheduleOptions o = spec.schedule;
+  o.minibatches = 1;
+  return Schedule(spec.plan, o);
 }
 
-// The plan stages a rank runs: its stage, or interleaved-1f1b's chunks
-// (stage rank + c * workers).
+// The rank holding the last stage: it gathers and prints the results.
+int reporter_rank(const RunSpec& spec) {
+  return placement(spec).place(static_cast<int>(spec.plan.stages.size()) - 1).worker;
+}
+
+// The plan stages a rank runs: its stage, or its chunks' (interleaved-1f1b,
+// the V shapes), in chunk order.
 std::vector<const PlanStage*> stages_of(const RunSpec& spec, int rank) {
-  const int v = spec.schedule.virtual_stages;
-  if (v == 1) return {&spec.plan.stages[static_cast<size_t>(spec.plan.stage_of_rank(rank))]};
-  const int workers = spec.plan.workers() / v;
+  const Schedule placed = placement(spec);
+  if (placed.chunks() == 1) return {&spec.plan.stages[static_cast<size_t>(spec.plan.stage_of_rank(rank))]};
   std::vector<const PlanStage*> out;
-  for (int c = 0; c < v; ++c) out.push_back(&spec.plan.stages[static_cast<size_t>(rank + c * workers)]);
+  for (int c = 0; c < placed.chunks(); ++c)
+    out.push_back(&spec.plan.stages[static_cast<size_t>(placed.stage_of(rank, c))]);
   return out;
 }
 
 WorkerRole role_of(const RunSpec& spec, int rank) {
   WorkerRole r;
   r.rank = rank;
-  r.stage = stages_of(spec, rank).front();
-  r.leader = spec.schedule.virtual_stages > 1 || r.stage->ranks.front() == rank;
-  if (spec.schedule.virtual_stages == 1)
+  const std::vector<const PlanStage*> stages = stages_of(spec, rank);
+  r.stage = stages.front();
+  r.leader = stages.size() > 1 || r.stage->ranks.front() == rank;
+  if (stages.size() == 1)
     r.replica = static_cast<int>(std::find(r.stage->ranks.begin(), r.stage->ranks.end(), rank) - r.stage->ranks.begin());
   r.reporter = reporter_rank(spec) == rank;
   return r;
@@ -137,7 +145,7 @@ ResumeFrom resume_if_asked(const RunSpec& spec, const Model& model, const Worker
     // Optimizer steps this stage would have taken by then: one per batch
     // (flush), one per round of `replicas` minibatches (1f1b-rr).
     const int64_t replicas = role.stage->replicas;
-    state.updates = is_flush(spec.schedule.kind) ? p.step : (p.step + replicas - 1) / replicas;
+    state.updates = rounds_after(spec.schedule, static_cast<int>(replicas), p.step);
     state.optimizer.step = state.updates;
   }
   from.step = p.step;
@@ -177,8 +185,7 @@ StageTraining training_of(const RunSpec& spec, const Model& model, const DataSpl
 // line up across stages only at its multiples.
 int64_t replica_count_lcm(const RunSpec& spec) {
   int64_t common = 1;
-  if (!is_flush(spec.schedule.kind))
-    for (const PlanStage& s : spec.plan.stages) common = std::lcm(common, static_cast<int64_t>(s.replicas));
+  for (const PlanStage& s : spec.plan.stages) common = std::lcm(common, version_stride(spec.schedule, s.replicas));
   return common;
 }
 
@@ -279,7 +286,7 @@ void checkpoint_inside(const Segment& seg, const RunSpec& spec, const Model& mod
   std::vector<int64_t> at = checkpoint_versions_inside(seg, spec);
   if (at.empty()) return;
   ex.set_checkpoints(std::move(at), [&, first = seg.first](int64_t version, const WeightVersionStore& versions) {
-    write_checkpoint(first + version, spec, model, role, state, &versions, is_flush(spec.schedule.kind), t, bar);
+    write_checkpoint(first + version, spec, model, role, state, &versions, drained_between_steps(spec.schedule), t, bar);
   });
 }
 
@@ -475,11 +482,12 @@ void save_weight_index(const RunSpec& spec, const Model& model, const WorkerRole
 void save_merged_weights(const RunSpec& spec, const Model& model, const WorkerRole& role,
                          const std::vector<StageState>& states, Transport& t) {
   NamedTensors all;
-  const int v = spec.schedule.virtual_stages, workers = spec.plan.workers() / v;
+  const Schedule placed = placement(spec);
   for (const PlanStage& s : spec.plan.stages) {
     // Stages in order: a rank's chunks arrive in the order it sends them.
-    const int holder = v > 1 ? s.index % workers : s.ranks.front();
-    NamedTensors part = holder == role.rank ? states[static_cast<size_t>(v > 1 ? s.index / workers : 0)].weights.named_tensors()
+    const StagePlace at = placed.place(s.index);
+    const int holder = placed.chunks() > 1 ? at.worker : s.ranks.front();
+    NamedTensors part = holder == role.rank ? states[static_cast<size_t>(at.chunk)].weights.named_tensors()
                                             : recv_named_tensors(t, holder);
     all.insert(all.end(), part.begin(), part.end());
   }
@@ -497,18 +505,20 @@ void write_trace(const RunSpec& spec, const GatheredResults& g, Transport& t) {
 // 1f1b-rr's with stashed weights, at the profiled batch, for training alone.
 std::string memory_not_comparable(const RunSpec& spec, bool evaluated) {
   const Plan& plan = spec.plan;
-  const bool flush = is_flush(spec.schedule.kind);
+  const ScheduleKind* kind = spec.schedule.kind;
+  const bool flush = kind->flushes();
+  const bool planned_default = plan.schedule == default_schedule_kind()->name();
   // The plan's figure is its schedule's: 1f1b-rr's with stashed weights, or
   // the flush schedule's at the microbatches it records (`plan --schedule auto`).
-  const bool same = spec.schedule.kind == plan.schedule &&
+  const bool same = plan.schedule == kind->name() &&
                     (flush ? plan.microbatches == spec.schedule.microbatches
                            : spec.schedule.policy == WeightPolicy::Stash);
   if (!same)
-    return cat("the plan's figure is for ", to_string(plan.schedule),
-               !is_flush(plan.schedule) ? std::string(" with stashed weights")
-               : plan.microbatches > 0  ? cat(" at ", plan.microbatches, " microbatches")
-                                        : std::string(),
-               ", not ", to_string(spec.schedule.kind),
+    return cat("the plan's figure is for ", plan.schedule,
+               planned_default            ? std::string(" with stashed weights")
+               : plan.microbatches > 0    ? cat(" at ", plan.microbatches, " microbatches")
+                                          : std::string(),
+               ", not ", to_string(kind),
                !flush ? " with weights " + to_string(spec.schedule.policy)
                       : cat(" at ", spec.schedule.microbatches, " microbatches"));
   const int64_t planned_batch = plan.batch > 0 ? plan.batch : plan.profile.batch_size;
@@ -524,16 +534,16 @@ void print_rank_lines(const RunSpec& spec, const std::vector<nlohmann::json>& pe
   const Plan& plan = spec.plan;
   const std::string not_comparable = memory_not_comparable(spec, evaluated);
   bool planned = false;
+  const Schedule placed = placement(spec);
   for (const auto& line : per_rank) {
     const PlanStage& st = plan.stages[line["stage"].get<int>()];
     const double peak = line["peak_training_bytes"].get<double>();
     const double busy = line["busy_fraction"].get<double>(), busy_s = line["busy_s"].get<double>();
-    // interleaved-1f1b: a worker runs v stages, k, k + workers, ...
-    const int v = spec.schedule.virtual_stages, workers = plan.workers() / std::max(1, v);
+    // Several stages per worker (interleaved-1f1b, the V shapes): all of them.
     std::string stages = cat("stage ", st.index);
-    if (v > 1) {
+    if (placed.chunks() > 1) {
       stages = "stages ";
-      for (int c = 0; c < v; ++c) stages += cat(c ? "," : "", st.index + c * workers);
+      for (int c = 0; c < placed.chunks(); ++c) stages += cat(c ? "," : "", placed.stage_of(line["rank"].get<int>(), c));
     }
     std::printf("  rank %d (%s): busy %.0f%%", line["rank"].get<int>(), stages.c_str(), 100.0 * busy);
     // On a CPU, CPU time below busy time: the rank waited for a core inside
@@ -559,23 +569,22 @@ std::string time_not_comparable(const RunSpec& spec, const RunReporter& report, 
   const Plan& plan = spec.plan;
   // A flush schedule's prediction holds for the microbatches and virtual
   // stages it was made for (plan.json records them).
-  const bool flush = is_flush(spec.schedule.kind);
+  const ScheduleKind* kind = spec.schedule.kind;
+  const bool flush = kind->flushes();
+  const bool planned_default = plan.schedule == default_schedule_kind()->name();
   const bool same_schedule =
-      spec.schedule.kind == plan.schedule &&
+      plan.schedule == kind->name() &&
       (!flush || (plan.microbatches == spec.schedule.microbatches &&
                   std::max(1, plan.virtual_stages) == std::max(1, spec.schedule.virtual_stages)));
   const std::string run_schedule =
-      cat(to_string(spec.schedule.kind), flush ? cat(" at ", spec.schedule.microbatches, " microbatches") : std::string(),
+      cat(to_string(kind), flush ? cat(" at ", spec.schedule.microbatches, " microbatches") : std::string(),
           spec.schedule.virtual_stages > 1 ? cat(", ", spec.schedule.virtual_stages, " virtual stages") : std::string());
   if (!same_schedule)
-    return cat("the plan predicts ", to_string(plan.schedule),
-               is_flush(plan.schedule) && plan.microbatches > 0 ? cat(" at ", plan.microbatches, " microbatches")
-                                                                : std::string(),
-               is_flush(plan.schedule) && plan.microbatches == 0 ? " (microbatches not recorded)" : "",
-               ", this run is ", run_schedule, " (`pipedream simulate --schedule ", to_string(spec.schedule.kind),
-               flush ? cat(" --microbatches ", spec.schedule.microbatches) : std::string(),
-               spec.schedule.virtual_stages > 1 ? cat(" --virtual-stages ", spec.schedule.virtual_stages) : std::string(),
-               "` predicts it)");
+    return cat("the plan predicts ", plan.schedule,
+               !planned_default && plan.microbatches > 0 ? cat(" at ", plan.microbatches, " microbatches")
+                                                         : std::string(),
+               !planned_default && plan.microbatches == 0 ? " (microbatches not recorded)" : "",
+               ", this run is ", run_schedule, " (`pipedream simulate ", schedule_flags(spec.schedule), "` predicts it)");
   const int64_t planned_batch = plan.batch > 0 ? plan.batch : plan.profile.batch_size;
   if (planned_batch > 0 && spec.samples_per_step() != planned_batch)
     return cat("the plan predicts batch ", planned_batch, ", this run's is ", spec.samples_per_step());
@@ -595,10 +604,8 @@ nlohmann::json print_summary(const RunSpec& spec, const RunReporter& report, con
                             {"seconds", out.seconds},
                             {"samples_per_s", out.samples_per_s},
                             {"workers", world_size},
-                            {"config", plan.config},
-                            {"schedule", to_string(spec.schedule.kind)}};
-  // The weight policy is 1f1b-rr's (the flush schedules have one version).
-  if (spec.schedule.kind == ScheduleKind::OneFOneBRoundRobin) summary["weights"] = to_string(spec.schedule.policy);
+                            {"config", plan.config}};
+  for (const auto& [key, value] : schedule_fields(spec.schedule)) summary[key] = value;
   std::printf("trained %lld steps on %d workers (plan %s, %s) in %.1f s: %.0f samples/s",
               static_cast<long long>(steps), world_size, plan.config.c_str(),
               schedule_summary(spec.schedule, spec.batch).c_str(), out.seconds, out.samples_per_s);
@@ -649,7 +656,15 @@ void print_output_files(const RunSpec& spec, const Model& model) {
 
 }  // namespace
 
-WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const DataSplits& data, Transport& t) {
+static WorkerSummary run_worker(const RunSpec& spec, const Model& model, const DataSplits& data, Transport& t);
+
+WorkerSummary run_pipeline_worker(const RunSpec& spec, const Model& model, const DataSplits& data, Transport& inner) {
+  // A V-shaped schedule sends between two stages of one worker.
+  LoopbackTransport t(inner);
+  return run_worker(spec, model, data, t);
+}
+
+static WorkerSummary run_worker(const RunSpec& spec, const Model& model, const DataSplits& data, Transport& t) {
   const WorkerRole role = role_of(spec, t.rank());
   const int reporter = reporter_rank(spec);
   // What the plan's memory counts excludes the data set, loaded already.

@@ -8,8 +8,8 @@ namespace pd {
 
 ReferencePipeline::ReferencePipeline(const RunSpec& spec, const Model& model, const Dataset& train)
     : spec_(spec), model_(model), train_(train), optimizer_(make_optimizer(spec.optimizer)) {
-  // One state per rank; interleaved-1f1b: per stage (a rank runs several).
-  const bool by_stage = spec.schedule.virtual_stages > 1;
+  // One state per rank; per stage where a rank runs several (interleaved-1f1b, the V shapes).
+  const bool by_stage = stages_per_worker(spec.schedule.kind, spec.schedule.virtual_stages) > 1;
   const int R = spec.plan.workers();
   for (int r = 0; r < R; ++r) {
     const PlanStage& s = spec.plan.stages[static_cast<size_t>(by_stage ? r : spec.plan.stage_of_rank(r))];
@@ -32,9 +32,9 @@ void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observ
   Schedule schedule(spec_.plan, o);
   if (spec_.schedule_lists) schedule.use_lists(spec_.schedule_lists.get());  // one segment: the whole run
   const int R = schedule.workers();
-  // Executors: one per rank, or per stage for interleaved-1f1b (stage k is
-  // chunk k div R of rank k mod R; chunks are independent stages, so any
-  // order that respects their messages gives the same bits).
+  // Executors: one per rank, or per stage where a rank runs several (each
+  // chunk of a rank is an independent stage, so any order that respects
+  // their messages gives the same bits).
   const int E = R * schedule.chunks();
   auto hub = std::make_shared<LocalHub>(R);
   std::vector<std::unique_ptr<LocalTransport>> transports;
@@ -66,7 +66,8 @@ void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observ
   }
   for (int e = 0; e < E; ++e) {
     const int r = e % R, chunk = e / R;
-    workers.push_back(std::make_unique<StageExecutor>(schedule, r, states_[static_cast<size_t>(e)], t,
+    const size_t state = static_cast<size_t>(schedule.chunks() > 1 ? schedule.stage_of(r, chunk) : e);
+    workers.push_back(std::make_unique<StageExecutor>(schedule, r, states_[state], t,
                                                       *rank_transport[static_cast<size_t>(r)], observer, chunk));
     workers.back()->record_forward_versions(record_versions_);
   }
@@ -100,7 +101,7 @@ void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observ
 NamedTensors ReferencePipeline::merged_weights() const {
   NamedTensors out;
   for (const PlanStage& s : spec_.plan.stages) {
-    const int holder = spec_.schedule.virtual_stages > 1 ? s.index : s.ranks.front();
+    const int holder = stages_per_worker(spec_.schedule.kind, spec_.schedule.virtual_stages) > 1 ? s.index : s.ranks.front();
     NamedTensors part = states_[static_cast<size_t>(holder)].weights.named_tensors();
     out.insert(out.end(), part.begin(), part.end());
   }

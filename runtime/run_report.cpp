@@ -29,15 +29,6 @@ double RunReporter::samples_per_s() const {
   return s > 0 ? static_cast<double>(steps * samples_per_step_) / s : 0;
 }
 
-std::string schedule_summary(const ScheduleOptions& s, int64_t microbatch_size) {
-  const int64_t batch = microbatch_size * s.microbatches;
-  if (is_flush(s.kind))
-    return cat(to_string(s.kind), ", batches of ", batch, ": ", s.microbatches, " microbatches of ", microbatch_size);
-  if (s.kind == ScheduleKind::OneFOneBRoundRobin)
-    return cat(to_string(s.kind), ", weights ", to_string(s.policy), ", batch ", batch);
-  return cat(to_string(s.kind), ", batch ", batch);
-}
-
 StepWindow steady_window(const std::map<int64_t, double>& done_at_s) {
   if (done_at_s.size() < 8) return {};
   const int64_t first = done_at_s.begin()->first, steps = done_at_s.rbegin()->first - first + 1;

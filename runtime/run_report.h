@@ -22,10 +22,7 @@ namespace pd {
 // fewer than 8 steps were seen.
 double steady_seconds_per_step(const std::map<int64_t, double>& done_at_s);
 
-// How a run steps, for its summary line: "1f1b-rr, weights stash, batch 64",
-// "gpipe, batches of 64: 4 microbatches of 16" (weight policies are
-// 1f1b-rr's; a flush step is a batch of microbatches).
-std::string schedule_summary(const ScheduleOptions& s, int64_t microbatch_size);
+// How a run steps, for its summary line: schedule_summary (runtime/schedule/schedule.h).
 // The steps that window spans, [first, last] (both 0 when there is none).
 struct StepWindow {
   int64_t first = 0, last = 0;

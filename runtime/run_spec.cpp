@@ -7,18 +7,14 @@
 namespace pd {
 
 bool checkpoints_inside_schedule(const RunSpec& spec) {
-  if (is_flush(spec.schedule.kind)) return true;
-  return spec.schedule.kind == ScheduleKind::OneFOneBRoundRobin && spec.schedule.policy != WeightPolicy::None;
+  // The flush schedules always stash (one version per batch); 1f1b-rr
+  // without versions cannot recompute a checkpoint's minibatches.
+  return spec.schedule.policy != WeightPolicy::None;
 }
 
 void require_clipping_supported(const RunSpec& spec) {
   if (spec.clip_grad_norm <= 0 || spec.plan.stages.size() == 1) return;
-  const ScheduleKind k = spec.schedule.kind;
-  if (is_flush(k) && k != ScheduleKind::TwoBW) return;
-  throw UserError(cat("--clip-grad-norm needs the whole model's gradient at each optimizer step, which ",
-                      to_string(spec.schedule.kind), " on ", spec.plan.stages.size(),
-                      " stages never has (each stage steps on its own minibatches): use a synchronous schedule "
-                      "(--schedule 1f1b-flush, gpipe, zb-h1 or interleaved-1f1b), or a one-stage plan"));
+  require_whole_model_gradient(spec.schedule, static_cast<int>(spec.plan.stages.size()), "--clip-grad-norm");
 }
 
 std::vector<Segment> run_segments(const RunSpec& spec, int64_t start_step) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "runtime/schedule/schedule_kind.h"
 
 namespace pd {
 
@@ -29,11 +30,11 @@ int stage_holding(const Plan& plan, int layer) {
   return -1;
 }
 
-bool steps_every_stage_together(ScheduleKind k) { return is_flush(k) && k != ScheduleKind::TwoBW; }
+bool steps_every_stage_together(const ScheduleKind* k) { return k->flushes() && !k->never_drains(); }
 
 }  // namespace
 
-std::shared_ptr<TiedStages> tied_stages(const Model& m, const Plan& plan, ScheduleKind kind) {
+std::shared_ptr<TiedStages> tied_stages(const Model& m, const Plan& plan, const ScheduleKind* kind) {
   auto out = std::make_shared<TiedStages>();
   for (const TieGroup& g : m.ties) {
     TiedStages::Group group;
@@ -51,9 +52,9 @@ std::shared_ptr<TiedStages> tied_stages(const Model& m, const Plan& plan, Schedu
         where += cat(where.empty() ? "" : ", ", mem.stored, " in stage ", mem.stage);
       throw UserError(cat(m.name, " ties one parameter across stages (", where, "), but ", to_string(kind),
                           " steps each stage on its own minibatches at its own time, so the copies would take "
-                          "different updates and drift apart: use a synchronous schedule (--schedule 1f1b-flush, "
-                          "gpipe, zb-h1 or interleaved-1f1b), which sums the tied gradient once per step, or a plan "
-                          "that keeps layers ", g.owner().layer, "-", g.members.back().layer, " in one stage"));
+                          "different updates and drift apart: use a synchronous schedule (--schedule ",
+                          schedule_names([](const ScheduleKind& k) { return k.flushes() && !k.never_drains(); }),
+                          "), which sums the tied gradient once per step, or a plan that keeps layers ", g.owner().layer, "-", g.members.back().layer, " in one stage"));
     }
     if (across) out->bytes += static_cast<size_t>(shape_numel(group.members.front().shape)) * sizeof(float);
     out->groups.push_back(std::move(group));

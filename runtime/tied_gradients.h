@@ -58,7 +58,7 @@ struct TiedStages {
 // Null when `m` has no tie groups. UserError when one spans two stages of
 // `plan` and `kind` steps stages at different times (1f1b-rr, 2bw), naming
 // the parameter, its stages and the schedules that work.
-std::shared_ptr<TiedStages> tied_stages(const Model& m, const Plan& plan, ScheduleKind kind);
+std::shared_ptr<TiedStages> tied_stages(const Model& m, const Plan& plan, const ScheduleKind* kind);
 
 // Tags of the exchange, one per receiving chunk, below norm_tag's
 // (runtime/executor.h): max_tag - 3 - chunks - chunk.

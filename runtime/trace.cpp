@@ -83,14 +83,14 @@ void write_run_timeline_svg(const std::string& path, const Plan& plan, const Sch
     }
   std::sort(events.begin(), events.end(), [](const TraceEvent& a, const TraceEvent& b) { return a.start_s < b.start_s; });
   TimelineSvgOptions svg;
-  svg.flush = is_flush(schedule.kind);
+  svg.flush = schedule.microbatches > 1;  // label microbatches within their batch
+  svg.kind = schedule.kind;
   svg.virtual_stages = schedule.virtual_stages;
-  const int64_t workers = static_cast<int64_t>(ranks_events.size());
-  svg.minibatches = std::min(minibatches > 0 ? minibatches : (svg.flush ? 2 : 2 * workers + 2), schedule.minibatches);
-  svg.title = cat("measured: ", to_string(schedule.kind),
-                  schedule.kind == ScheduleKind::OneFOneBRoundRobin ? " (" + to_string(schedule.policy) + ")" : "",
-                  ", plan ", plan.config.empty() ? std::string("?") : plan.config, ", first ", svg.minibatches,
-                  svg.flush ? cat(" batches of ", schedule.microbatches, " microbatches") : std::string(" minibatches"));
+  const int workers = static_cast<int>(ranks_events.size());
+  svg.minibatches = std::min(minibatches > 0 ? minibatches : 2 * steps_per_period(schedule.kind, workers),
+                             schedule.minibatches);
+  svg.title = cat("measured: ", schedule_title(schedule), ", plan ", plan.config.empty() ? std::string("?") : plan.config,
+                  ", first ", steps_phrase(schedule, svg.minibatches));
   std::ostringstream out;
   write_timeline_svg(out, plan, events, svg);
   write_file_atomically(path, out.str());

@@ -56,10 +56,8 @@ void check_messages(const Schedule& sch, const std::vector<std::vector<Action>>&
       }
       if (!a.is_send() && !a.is_recv()) continue;
       const int s = stage_of_action(sch, r, a);
-      if (a.peer == r) {
-        rep.add(where(r, i, a, flush) + "waits on itself");
-        continue;
-      }
+      // A message to itself is right only where the neighbouring stage is
+      // one of its own chunks (a V's turn): the check below says so.
       if (a.peer < 0 || a.peer >= sch.workers()) {
         rep.add(where(r, i, a, flush) + cat("peer ", a.peer, " is not a rank"));
         continue;
@@ -136,10 +134,10 @@ void check_worker(const Schedule& sch, int r, const std::vector<Action>& list,
         if (split && static_cast<int64_t>(in_flight.size() + awaiting_w.size()) > held_limit)
           bad(cat(in_flight.size() + awaiting_w.size(), " microbatches between F and W, more than the limit ",
                   held_limit));
-        if (opt.kind == ScheduleKind::TwoBW) {
-          if (a.weight_version != two_bw_version(a.minibatch))
-            bad(cat("2bw runs batch ", a.minibatch, " on version ", two_bw_version(a.minibatch), ", not ",
-                    a.weight_version));
+        if (opt.kind->never_drains()) {
+          const int64_t want = opt.kind->batch_version(a.minibatch);
+          if (a.weight_version != want)
+            bad(cat(opt.kind->name(), " runs batch ", a.minibatch, " on version ", want, ", not ", a.weight_version));
           if (a.weight_version > version) bad(cat("uses version ", a.weight_version, " not created yet"));
         } else if (flush || opt.policy != WeightPolicy::Vertical) {
           if (a.weight_version != version) bad(cat("uses version ", a.weight_version, ", newest is ", version));

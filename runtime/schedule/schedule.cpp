@@ -6,11 +6,6 @@
 
 namespace pd {
 
-ScheduleKind parse_schedule_kind(const std::string& s) {
-  if (std::optional<ScheduleKind> kind = parse_plan_schedule(s)) return *kind;
-  throw UserError(cat("unknown schedule '", s, "': use 1f1b-rr, gpipe, 1f1b-flush, zb-h1, interleaved-1f1b or 2bw"));
-}
-
 WeightPolicy parse_weight_policy(const std::string& s) {
   if (s == "stash") return WeightPolicy::Stash;
   if (s == "vertical") return WeightPolicy::Vertical;
@@ -26,9 +21,6 @@ std::string to_string(WeightPolicy p) {
   }
   return "?";
 }
-
-bool is_flush(ScheduleKind k) { return k != ScheduleKind::OneFOneBRoundRobin; }
-bool splits_backward(ScheduleKind k) { return k == ScheduleKind::ZeroBubbleH1; }
 
 const char* to_string(ActionKind k) {
   switch (k) {
@@ -48,33 +40,47 @@ const char* to_string(ActionKind k) {
 // ---- Schedule --------------------------------------------------------------
 
 Schedule::Schedule(const Plan& plan, const ScheduleOptions& options) : options_(options) {
+  check_options(plan);
+  chunks_ = options.kind->chunks(options.virtual_stages);
+  if (chunks_ > 1) map_chunks(plan);
+  else map_ranks(plan);
+  options.kind->check(plan, options);
+  order_ = options.kind->worker_orders(*this);
+}
+
+// What every schedule refuses; each kind's own checks follow in its check().
+void Schedule::check_options(const Plan& plan) const {
+  const ScheduleOptions& o = options_;
+  const ScheduleKind& kind = *o.kind;
   if (plan.stages.empty()) throw UserError("the plan has no stages");
-  if (options.minibatches < 1)
-    throw UserError(cat("the number of minibatches must be at least 1 (got ", options.minibatches, ")"));
-  if (options.microbatches < 1)
-    throw UserError(cat("the number of microbatches must be at least 1 (got ", options.microbatches, ")"));
-  if (!is_flush(options.kind) && options.microbatches != 1)
-    throw UserError("microbatches apply to the flush schedules (gpipe, 1f1b-flush) only; 1f1b-rr runs whole minibatches");
-  if (is_flush(options.kind) && options.policy != WeightPolicy::Stash)
-    throw UserError(cat("weight policy '", to_string(options.policy), "' applies to 1f1b-rr only; ",
-                        to_string(options.kind), " uses one version per batch"));
-  const bool interleaved = options.kind == ScheduleKind::Interleaved1F1B;
-  if (options.virtual_stages < 1 || options.virtual_stages > 255)
-    throw UserError(cat("the number of virtual stages must be 1..255 (got ", options.virtual_stages, ")"));
-  if (!interleaved && options.virtual_stages != 1)
-    throw UserError(cat("virtual stages apply to interleaved-1f1b only (", to_string(options.kind),
-                        " runs one stage per worker)"));
-  if (options.kind == ScheduleKind::ZeroBubbleH1 || interleaved)
+  if (o.minibatches < 1)
+    throw UserError(cat("the number of minibatches must be at least 1 (got ", o.minibatches, ")"));
+  if (o.microbatches < 1)
+    throw UserError(cat("the number of microbatches must be at least 1 (got ", o.microbatches, ")"));
+  if (!kind.flushes() && o.microbatches != 1)
+    throw UserError(cat("microbatches apply to the schedules that split a batch (",
+                        schedule_names([](const ScheduleKind& k) { return k.flushes(); }), ") only; ", kind.name(),
+                        " runs whole minibatches"));
+  if (!kind.takes_weight_policy() && o.policy != WeightPolicy::Stash)
+    throw UserError(cat("weight policy '", to_string(o.policy), "' applies to ",
+                        schedule_names([](const ScheduleKind& k) { return k.takes_weight_policy(); }), " only; ",
+                        kind.name(), " uses one version per batch"));
+  if (o.virtual_stages < 1 || o.virtual_stages > 255)
+    throw UserError(cat("the number of virtual stages must be 1..255 (got ", o.virtual_stages, ")"));
+  if (!kind.takes_virtual_stages() && o.virtual_stages != 1)
+    throw UserError(cat("virtual stages apply to ",
+                        schedule_names([](const ScheduleKind& k) { return k.takes_virtual_stages(); }), " only (",
+                        kind.name(), " places its stages itself)"));
+  if (kind.unreplicated_only())
     for (const PlanStage& st : plan.stages)
       if (st.ranks.size() != 1)
-        throw UserError(cat(to_string(options.kind), " runs unreplicated plans only, but stage ", st.index, " has ",
-                            st.ranks.size(), " replicas; use 1f1b-flush or 1f1b-rr for replicated stages"));
-  if (interleaved) {
-    map_interleaved(plan);
-    build_interleaved_order();
-    return;
-  }
+        throw UserError(cat(kind.name(), " runs unreplicated plans only, but stage ", st.index, " has ",
+                            st.ranks.size(), " replicas; use ",
+                            schedule_names([](const ScheduleKind& k) { return !k.unreplicated_only(); }),
+                            " for replicated stages"));
+}
 
+void Schedule::map_ranks(const Plan& plan) {
   int total = 0;
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const PlanStage& st = plan.stages[s];
@@ -105,82 +111,54 @@ Schedule::Schedule(const Plan& plan, const ScheduleOptions& options) : options_(
     warmup_.push_back((total - 1 - before) / r);
     before += r;
   }
-  if (options.kind == ScheduleKind::ZeroBubbleH1) build_zero_bubble_order();
-  if (options.kind == ScheduleKind::TwoBW) {
-    if (options.microbatches < stages())
-      throw UserError(cat("2bw keeps two weight versions only with at least as many microbatches per batch as "
-                          "stages: --microbatches ", options.microbatches, " < ", stages(), " stages"));
-    for (int s = 0; s < stages(); ++s)
-      if (replicas(s) > options.microbatches)
-        throw UserError(cat("2bw: stage ", s, " has ", replicas(s), " replicas but a batch only ",
-                            options.microbatches, " microbatches (every replica needs one)"));
-  }
 }
 
-void Schedule::map_interleaved(const Plan& plan) {
-  const int stages = static_cast<int>(plan.stages.size()), v = options_.virtual_stages;
-  if (stages % v != 0 || stages / v < 2)
-    throw UserError(cat("interleaved-1f1b with ", v, " virtual stages needs a plan of workers x ", v,
-                        " stages (at least 2 workers); this plan has ", stages,
-                        " stages (plan one with `--workers ", 2 * v, "` or more, or change --virtual-stages)"));
-  const int workers = stages / v;
-  if (options_.microbatches % workers != 0)
-    throw UserError(cat("interleaved-1f1b runs microbatches in groups of one per worker: --microbatches (",
-                        options_.microbatches, ") must be a multiple of the ", workers, " workers"));
-  for (int w = 0; w < workers; ++w) {
-    stage_of_rank_.push_back(w);
-    replica_of_rank_.push_back(0);
-  }
-  const int64_t total = int64_t{v} * options_.microbatches;
-  for (int k = 0; k < stages; ++k) {
-    const int w = k % workers;
-    ranks_.push_back({w});
-    // Megatron's warm-up; v = 1 is plain 1F1B's.
-    int64_t warm = v == 1 ? workers - 1 - w : 2 * (workers - 1 - w) + (v - 1) * workers;
-    if (options_.microbatches == workers && v > 1) warm = total;
-    warmup_.push_back(static_cast<int>(std::min(total, warm)));
-  }
-}
-
-void Schedule::build_interleaved_order() {
-  const int S = workers(), v = chunks(), M = options_.microbatches;
-  const int total = v * M;
-  auto microbatch = [&](int k) { return (k / (S * v)) * S + k % S; };
-  auto forward_chunk = [&](int k) { return (k / S) % v; };
-  auto backward_chunk = [&](int k) { return v - 1 - (k / S) % v; };
-  order_.assign(static_cast<size_t>(S), {});
-  for (int w = 0; w < S; ++w) {
-    auto& o = order_[static_cast<size_t>(w)];
-    const int warm = warmup_[static_cast<size_t>(w)];
-    for (int k = 0; k < warm; ++k) o.push_back({ActionKind::Forward, microbatch(k), forward_chunk(k)});
-    for (int i = 0; i < total - warm; ++i) {
-      o.push_back({ActionKind::Forward, microbatch(warm + i), forward_chunk(warm + i)});
-      o.push_back({ActionKind::Backward, microbatch(i), backward_chunk(i)});
+// A plan of workers x chunks unreplicated stages; the kind places each
+// stage on a worker as one of its chunks.
+void Schedule::map_chunks(const Plan& plan) {
+  const int stages = static_cast<int>(plan.stages.size()), c = chunks_;
+  const std::string kind = options_.kind->name();
+  const std::string how = options_.kind->takes_virtual_stages() ? cat(c, " virtual stages") : cat(c, " chunks");
+  if (stages % c != 0 || stages / c < 2)
+    throw UserError(cat(kind, " with ", how, " needs a plan of workers x ", c,
+                        " stages (at least 2 workers); this plan has ", stages, " stages (plan one with `--workers ",
+                        2 * c, "` or more", options_.kind->takes_virtual_stages() ? ", or change --virtual-stages" : "",
+                        ")"));
+  const int workers = stages / c;
+  if (options_.microbatches % options_.kind->microbatch_multiple(workers) != 0)
+    throw UserError(cat(kind, " runs microbatches in groups of ", options_.kind->microbatch_multiple(workers),
+                        ": --microbatches (", options_.microbatches, ") must be a multiple of ",
+                        options_.kind->microbatch_multiple(workers)));
+  chunk_stages_.assign(static_cast<size_t>(workers), std::vector<int>(static_cast<size_t>(c), -1));
+  places_.assign(static_cast<size_t>(stages), StagePlace{-1, -1});
+  for (int w = 0; w < workers; ++w)
+    for (int k = 0; k < c; ++k) {
+      const int stage = options_.kind->stage_at(w, k, workers);
+      PD_CHECK(stage >= 0 && stage < stages && places_[static_cast<size_t>(stage)].worker == -1 &&
+                   options_.kind->chunk_of(stage, workers) == k,
+               kind,
+               " places worker ", w, " chunk ", k, " on stage ", stage);
+      chunk_stages_[static_cast<size_t>(w)][static_cast<size_t>(k)] = stage;
+      places_[static_cast<size_t>(stage)] = {w, k};
     }
-    for (int i = std::max(0, total - warm); i < total; ++i)
-      o.push_back({ActionKind::Backward, microbatch(i), backward_chunk(i)});
+  for (int w = 0; w < workers; ++w) stage_of_rank_.push_back(chunk_stages_[static_cast<size_t>(w)][0]);
+  replica_of_rank_.assign(static_cast<size_t>(workers), 0);
+  for (const StagePlace& at : places_) {
+    ranks_.push_back({at.worker});
+    warmup_.push_back(workers - 1 - at.worker);
   }
 }
 
-void Schedule::build_zero_bubble_order() {
-  const int S = stages(), M = options_.microbatches;
-  order_.assign(static_cast<size_t>(workers()), {});
-  for (int s = 0; s < S; ++s) {
-    auto& o = order_[static_cast<size_t>(ranks_[s][0])];
-    for (int k = 0; k < std::min(S - s, M); ++k) o.push_back({ActionKind::Forward, k, 0});
-    for (int j = 0; j < M; ++j) {
-      o.push_back({ActionKind::Backward, j, 0});
-      if (j >= s) o.push_back({ActionKind::BackwardWeight, j - s, 0});  // W delayed by s microbatches
-      if (j + S - s < M) o.push_back({ActionKind::Forward, j + S - s, 0});
-    }
-    for (int k = std::max(0, M - s); k < M; ++k) o.push_back({ActionKind::BackwardWeight, k, 0});
+int64_t Schedule::order_peak(int rank, bool to_w) const {
+  int64_t held = 0, peak = 0;
+  for (const OrderEntry& e : batch_order(rank)) {
+    if (e.kind == ActionKind::Forward) peak = std::max(peak, ++held);
+    else if (e.kind == (to_w ? ActionKind::BackwardWeight : ActionKind::Backward)) --held;
   }
+  return peak;
 }
 
-int64_t Schedule::held_limit(int rank) const {
-  if (splits_backward(options_.kind)) return stages();
-  return in_flight_limit(rank);
-}
+int64_t Schedule::held_limit(int rank) const { return options_.kind->held_limit(*this, rank); }
 
 int Schedule::update_lag(int stage) const {
   return !is_flush(options_.kind) && replicas(stage) > 1 ? 1 : 0;
@@ -191,16 +169,7 @@ int Schedule::noam() const {
   return (workers() + r0 - 1) / r0;
 }
 
-int64_t Schedule::in_flight_limit(int rank) const {
-  int s = stage_of(rank);
-  if (options_.kind == ScheduleKind::GPipe) {
-    int64_t r = replicas(s), k = replica_of(rank), n = options_.microbatches;
-    return std::max<int64_t>(1, (n - k + r - 1) / r);
-  }
-  if (options_.kind == ScheduleKind::Interleaved1F1B)
-    return std::min<int64_t>(int64_t{chunks()} * options_.microbatches, warmup_[s] + 1);
-  return warmup_[s] + 1;
-}
+int64_t Schedule::in_flight_limit(int rank) const { return options_.kind->in_flight_limit(*this, rank); }
 
 int64_t Schedule::rounds(int stage) const {
   if (is_flush(options_.kind)) return options_.minibatches;
@@ -312,7 +281,7 @@ int ActionSource::next_group(PackedAction* out) {
     return n;
   }
   if (s_->ordered()) return next_ordered_group(out);
-  if (s_->options().kind == ScheduleKind::TwoBW) return next_two_bw_group(out);
+  if (s_->options().kind->never_drains()) return next_two_bw_group(out);
   // Every expansion writes at least one action, so this returns on the
   // first pass unless the worker has just finished.
   for (;;) {
@@ -371,7 +340,7 @@ PackedAction* ActionSource::expand_two_bw(PackedAction* out, bool forward, int64
     return a;
   };
   PackedAction compute = action(forward ? ActionKind::Forward : ActionKind::Backward);
-  compute.key = two_bw_version(batch);
+  compute.key = s_->options().kind->batch_version(batch);
   if (forward) {
     if (!first_) *out++ = message(ActionKind::RecvActivation, true, false);
     *out++ = compute;
@@ -384,7 +353,7 @@ PackedAction* ActionSource::expand_two_bw(PackedAction* out, bool forward, int64
   return out;
 }
 
-// zb-h1, interleaved-1f1b: the worker's batch order, then the batch's step.
+// Ordered schedules: the worker's batch order, then the batch's step.
 int ActionSource::next_ordered_group(PackedAction* out) {
   if (done_ || batch_ >= minibatches_) {
     done_ = true;
@@ -404,7 +373,6 @@ int ActionSource::next_ordered_group(PackedAction* out) {
 }
 
 PackedAction* ActionSource::expand_ordered(PackedAction* out, ActionKind kind, int microbatch, int chunk) {
-  const int S = s_->workers();
   const int stage = s_->stage_of(rank_, chunk);
   const bool first = stage == 0, last = stage == s_->stages() - 1;
   auto action = [&](ActionKind k) {
@@ -419,8 +387,8 @@ PackedAction* ActionSource::expand_ordered(PackedAction* out, ActionKind kind, i
   auto message = [&](ActionKind k, bool upstream, bool gradient) {
     PackedAction a = action(k);
     const int downstream = upstream ? stage : stage + 1;
-    a.peer = s_->ranks(upstream ? stage - 1 : stage + 1)[0];
-    a.key = s_->tag(batch_, microbatch, gradient, s_->chunks() > 1 ? downstream / S : 0);
+    a.peer = s_->ranks(upstream ? stage - 1 : stage + 1)[0];  // may be this rank (a V's turn)
+    a.key = s_->tag(batch_, microbatch, gradient, s_->place(downstream).chunk);
     return a;
   };
   PackedAction compute = action(kind);
@@ -478,8 +446,8 @@ PackedAction* ActionSource::expand_forward(PackedAction* out) {
 }
 
 int64_t ActionSource::forward_version(int64_t local) const {
-  if (s_->options().kind == ScheduleKind::TwoBW)
-    return local < local_count_ * minibatches_ ? two_bw_version(local / local_count_) : -1;
+  if (s_->options().kind->never_drains())
+    return local < local_count_ * minibatches_ ? s_->options().kind->batch_version(local / local_count_) : -1;
   if (vertical_) return s_->vertical_version(stage_, global_index(local));
   // F(j) runs as soon as at most limit-1 minibatches are in flight, i.e.
   // after max(0, j - (limit-1)) full update rounds (one more for a stage

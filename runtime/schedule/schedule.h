@@ -99,38 +99,33 @@
 // the order they are received, so a transport whose tags are bounded (MPI
 // guarantees only 32767) may reduce them modulo its bound.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "planner/plan.h"
+#include "runtime/schedule/schedule_kind.h"
 
 namespace pd {
 
-// ScheduleKind and its to_string: planner/plan_kinds.h (a plan records one).
+// ScheduleKind: runtime/schedule/schedule_kind.h (one registry entry per schedule).
 enum class WeightPolicy { Stash, Vertical, None };
 
-// "1f1b-rr" | "gpipe" | "1f1b-flush" | "zb-h1" | "interleaved-1f1b" | "2bw"; throws UserError otherwise.
-ScheduleKind parse_schedule_kind(const std::string& s);
 // "stash" | "vertical" | "none"; throws UserError otherwise.
 WeightPolicy parse_weight_policy(const std::string& s);
 std::string to_string(WeightPolicy p);
-// Items are (batch, microbatch) and a step absorbs a batch: the flush
-// schedules and 2bw (which does not drain).
-bool is_flush(ScheduleKind k);
 // 2bw: F and B of batch b use version max(0, b - 1).
 inline int64_t two_bw_version(int64_t batch) { return batch > 0 ? batch - 1 : 0; }
-// zb-h1: backwards are B (input gradient) + W (weight gradient) actions.
-bool splits_backward(ScheduleKind k);
 
 struct ScheduleOptions {
-  ScheduleKind kind = ScheduleKind::OneFOneBRoundRobin;
+  const ScheduleKind* kind = default_schedule_kind();
   WeightPolicy policy = WeightPolicy::Stash;
   int microbatches = 1;      // per batch, flush schedules only (1f1b-rr: 1)
   int64_t minibatches = 0;   // 1f1b-rr: minibatches; flush: batches (updates)
   int virtual_stages = 1;    // interleaved-1f1b: chunks per worker (the plan has workers x this stages)
 };
 
-enum class ActionKind : uint8_t {
+enum class ActionKind : uint8_t {  // (declared in schedule_kind.h)
   Forward,         // F: minibatch, microbatch, weight_version
   Backward,        // B: minibatch, microbatch, weight_version (zb-h1: input gradient only)
   SendActivation,  // to peer (next stage), tag
@@ -294,28 +289,32 @@ class Schedule {
   }
   // `chunk`: interleaved-1f1b, the chunk of the boundary's downstream stage.
   int64_t tag(int64_t minibatch, int microbatch, bool gradient, int chunk = 0) const {
-    return 2 * ((minibatch * options_.microbatches + microbatch) * options_.virtual_stages + chunk) +
+    return 2 * ((minibatch * options_.microbatches + microbatch) * chunks_ + chunk) +
            (gradient ? 1 : 0);
   }
-  // interleaved-1f1b: chunks (virtual stages) per worker; 1 otherwise.
-  int chunks() const { return options_.virtual_stages; }
+  // Plan stages per worker (interleaved-1f1b: the virtual stages; V
+  // shapes: 2); 1 otherwise.
+  int chunks() const { return chunks_; }
   // The stage a worker's chunk runs (chunk 0: stage_of(rank)).
-  int stage_of(int rank, int chunk) const { return stage_of(rank) + chunk * workers(); }
-  // Whether `rank` runs `stage` (as one of its chunks).
-  bool runs(int rank, int stage) const {
-    return chunks() > 1 ? stage % workers() == rank : stage_of(rank) == stage;
+  int stage_of(int rank, int chunk) const {
+    return chunks_ > 1 ? chunk_stages_.at(static_cast<size_t>(rank)).at(static_cast<size_t>(chunk)) : stage_of(rank);
   }
-  // zb-h1: most microbatches between F and W on this rank (the B-to-W
-  // stretch holds the tensors W needs); other schedules: in_flight_limit.
+  // Where a stage runs (the kind's placement; chunk 0 of its first rank
+  // without chunks).
+  StagePlace place(int stage) const {
+    return chunks_ > 1 ? places_.at(static_cast<size_t>(stage)) : StagePlace{ranks_.at(static_cast<size_t>(stage))[0], 0};
+  }
+  // Whether `rank` runs `stage` (as one of its chunks).
+  bool runs(int rank, int stage) const { return chunks_ > 1 ? place(stage).worker == rank : stage_of(rank) == stage; }
+  // Most microbatches a rank holds between F and the end of their backward
+  // (W included): the kind's held_limit.
   int64_t held_limit(int rank) const;
-  // zb-h1, interleaved-1f1b: one entry per F, B or W of a batch, in the
-  // worker's order (the same every batch).
-  struct OrderEntry {
-    ActionKind kind;
-    int microbatch;
-    int chunk;
-  };
+  // Ordered schedules (zb-h1, interleaved-1f1b, the V shapes): one entry
+  // per F, B or W of a batch, in the worker's order (the same every batch).
+  using OrderEntry = pd::OrderEntry;
   const std::vector<OrderEntry>& batch_order(int rank) const { return order_.at(static_cast<size_t>(rank)); }
+  // Most items between F and B (`to_w`: F and W) in `rank`'s order.
+  int64_t order_peak(int rank, bool to_w) const;
   bool ordered() const { return !order_.empty(); }
   // Lists to yield instead of generating them (`run --schedule-file`): one
   // per rank, checked by the caller (checked_schedule) against this
@@ -330,11 +329,14 @@ class Schedule {
   ScheduleOptions options_;
   std::vector<std::vector<int>> ranks_;  // per stage
   std::vector<int> stage_of_rank_, replica_of_rank_, warmup_;
-  std::vector<std::vector<OrderEntry>> order_;  // per rank: zb-h1, interleaved-1f1b
+  int chunks_ = 1;
+  std::vector<StagePlace> places_;               // per stage, when chunks_ > 1
+  std::vector<std::vector<int>> chunk_stages_;   // per rank, per chunk, when chunks_ > 1
+  std::vector<std::vector<OrderEntry>> order_;  // per rank: ordered schedules
   const std::vector<std::vector<Action>>* given_ = nullptr;
-  void build_zero_bubble_order();
-  void build_interleaved_order();
-  void map_interleaved(const Plan& plan);
+  void check_options(const Plan& plan) const;
+  void map_ranks(const Plan& plan);
+  void map_chunks(const Plan& plan);
 };
 
 // Every worker's whole list (tests, small plans): memory minibatches x workers.
@@ -346,5 +348,58 @@ std::string format_action(const Action& a, bool flush = false);
 // A header (schedule, stage, replica, warm-up, in-flight limit) and one
 // numbered line per action; at most `limit` actions (0: all).
 std::string format_worker_schedule(const Schedule& schedule, int rank, int64_t limit = 0);
+
+}  // namespace pd
+
+namespace pd {
+
+// ---- What callers outside runtime/schedule ask (describe.cpp) ---------------
+// They ask these instead of comparing kinds, so a new schedule needs no
+// change there.
+
+// "1f1b-rr (stash)", "interleaved-1f1b (2 virtual stages per worker)", "zb-h1".
+std::string schedule_title(const ScheduleOptions& o);
+// `run`'s summary: "zb-h1, batches of 64: 4 microbatches of 16" or
+// "1f1b-rr, weights stash, batch 16".
+std::string schedule_summary(const ScheduleOptions& o, int64_t microbatch_size);
+// "2 batches of 4 microbatches" / "10 minibatches".
+std::string steps_phrase(const ScheduleOptions& o, int64_t steps);
+// The flags that select `o`: "--schedule zb-h1 --microbatches 8".
+std::string schedule_flags(const ScheduleOptions& o);
+// "minibatch" or "batch": what one optimizer step absorbs.
+const char* step_noun(const ScheduleOptions& o);
+// Steps in one period of the order (a batch; 1f1b-rr: workers + 1
+// minibatches, warm-up included): pictures show two, checks four.
+int64_t steps_per_period(const ScheduleKind* kind, int workers);
+// --microbatches for `kind`: `given` (0: `fallback(multiple)`, where
+// multiple is what the kind needs M to be a multiple of) where it splits a
+// batch; 1 for 1f1b-rr, refusing given > 1 with the names of the schedules
+// that take it.
+int microbatches_for(const ScheduleKind* kind, int given, int workers, const std::function<int(int multiple)>& fallback);
+// Plan stages per worker the kind runs with `virtual_stages`.
+inline int stages_per_worker(const ScheduleKind* kind, int virtual_stages) { return kind->chunks(virtual_stages); }
+// Refusals of run-time features a schedule may not support, naming the
+// schedules that do: `flag` is the option asked for.
+void require_whole_model_gradient(const ScheduleOptions& o, int stages, const std::string& flag);
+void require_checkpoints(const ScheduleOptions& o, const std::string& flag);
+void require_split_backward(const ScheduleOptions& o, const std::string& flag);
+// Optimizer steps a stage has taken after `steps` (minibatches, or batches):
+// one per batch, or one per round of `replicas` minibatches (1f1b-rr).
+int64_t rounds_after(const ScheduleOptions& o, int replicas, int64_t steps);
+// The version spacing of a stage: 1 per batch, `replicas` per round (1f1b-rr).
+int64_t version_stride(const ScheduleOptions& o, int replicas);
+// A checkpoint inside the schedule finds the pipeline drained (between
+// batches), or minibatches in flight (1f1b-rr).
+bool drained_between_steps(const ScheduleOptions& o);
+// The command-line help of --schedule (every schedule, one line each),
+// --weights, --virtual-stages and --microbatches (`what` it sets), naming
+// the schedules each applies to.
+std::string schedule_flag_help();
+std::string weights_flag_help();
+std::string virtual_stages_flag_help();
+std::string microbatches_flag_help(const std::string& what);
+std::string split_backward_flag_help(const std::string& what);
+// Schedule fields of a metrics line: {"schedule": name[, "weights": policy]}.
+std::vector<std::pair<std::string, std::string>> schedule_fields(const ScheduleOptions& o);
 
 }  // namespace pd

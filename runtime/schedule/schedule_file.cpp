@@ -67,14 +67,15 @@ ActionKind parse_kind(const std::string& name, const std::string& where) {
                       "': use F, B, W, SEND_F, RECV_F, SEND_B, RECV_B, ALLREDUCE or STEP"));
 }
 
-// schedule.h's tag. Interleaved: the chunk of the downstream stage of the
-// boundary the message crosses (rank + chunk * workers is the action's stage).
+// schedule.h's tag. Several stages per worker: the chunk of the downstream
+// stage of the boundary the message crosses.
 int64_t tag_of(const Action& a, const ScheduleOptions& o, int workers, int rank) {
   const bool gradient = a.kind == ActionKind::SendGradient || a.kind == ActionKind::RecvGradient;
   const bool below = a.kind == ActionKind::SendActivation || a.kind == ActionKind::RecvGradient;
-  const int downstream = rank + a.chunk * workers + (below ? 1 : 0);
-  const int64_t chunk = o.virtual_stages > 1 ? downstream / workers : 0;
-  return 2 * ((a.minibatch * o.microbatches + a.microbatch) * o.virtual_stages + chunk) + (gradient ? 1 : 0);
+  const int chunks = o.kind->chunks(o.virtual_stages);
+  const int downstream = (chunks > 1 ? o.kind->stage_at(rank, a.chunk, workers) : rank) + (below ? 1 : 0);
+  const int64_t chunk = chunks > 1 ? o.kind->chunk_of(downstream, workers) : 0;
+  return 2 * ((a.minibatch * o.microbatches + a.microbatch) * chunks + chunk) + (gradient ? 1 : 0);
 }
 
 Action action_from(ActionKind kind, const Fields& f, const ScheduleFile& file, int rank, const std::string& where) {
@@ -98,9 +99,10 @@ Action action_from(ActionKind kind, const Fields& f, const ScheduleFile& file, i
   a.gradient_count = static_cast<int>(f[kGradientCount].value_or(0));
   a.local_gradients = static_cast<int>(f[kLocalGradients].value_or(0));
   a.chunk = static_cast<int>(f[kChunk].value_or(0));
-  if (a.chunk < 0 || a.chunk >= file.options.virtual_stages)
-    throw UserError(cat(where, "chunk ", a.chunk, " is outside 0..", file.options.virtual_stages - 1,
-                        " (virtual_stages=", file.options.virtual_stages, ")"));
+  const int chunks = file.options.kind->chunks(file.options.virtual_stages);
+  if (a.chunk < 0 || a.chunk >= chunks)
+    throw UserError(cat(where, "chunk ", a.chunk, " is outside 0..", chunks - 1, " (", file.options.kind->name(),
+                        " with virtual_stages=", file.options.virtual_stages, ")"));
   if (a.is_send() || a.is_recv()) {
     if (a.minibatch < 0 || a.minibatch >= file.options.minibatches || a.microbatch < 0 ||
         a.microbatch >= file.options.microbatches)
@@ -124,12 +126,14 @@ void add_action(ScheduleFile& file, int rank, int stage, const Action& a, const 
   if (rank < 0 || rank >= workers)
     throw UserError(cat(where, "rank ", rank, " is outside 0..", workers - 1, " (the file declares ", workers,
                         " workers)"));
-  if (file.options.virtual_stages > 1) {
-    // interleaved-1f1b: the stage column is the action's (virtual) stage.
-    if (stage != rank + a.chunk * workers)
-      throw UserError(cat(where, "rank ", rank, " chunk ", a.chunk, " runs stage ", rank + a.chunk * workers,
-                          ", not ", stage, " (stage k runs on rank k mod ", workers, " as chunk k div ", workers, ")"));
-    stage = rank;
+  const ScheduleKind& kind = *file.options.kind;
+  if (kind.chunks(file.options.virtual_stages) > 1) {
+    // A worker runs several stages: the stage column is the action's chunk's.
+    const int want = kind.stage_at(rank, a.chunk, workers);
+    if (stage != want)
+      throw UserError(cat(where, "rank ", rank, " chunk ", a.chunk, " runs stage ", want, " in ", kind.name(),
+                          ", not ", stage));
+    stage = kind.stage_at(rank, 0, workers);
   }
   int& known = file.stage_of_rank[static_cast<size_t>(rank)];
   if (known >= 0 && known != stage)
@@ -404,7 +408,7 @@ void write_schedule_csv(std::ostream& os, const ScheduleFile& file) {
   os << "\n";
   for (size_t r = 0; r < file.lists.size(); ++r)
     for (const Action& a : file.lists[r]) {
-      os << r << "," << file.stage_of_rank[r] + a.chunk * static_cast<int>(file.lists.size()) << ","
+      os << r << "," << (a.chunk ? file.options.kind->stage_at(static_cast<int>(r), a.chunk, static_cast<int>(file.lists.size())) : file.stage_of_rank[r]) << ","
          << short_name(a.kind);
       for (const auto& v : fields_from(a)) {
         os << ",";

@@ -61,7 +61,7 @@ int64_t replay_minibatches(const Plan& plan) {
 
 double replay_time(const Plan& plan, int64_t minibatches, const Profile* profile) {
   SimulationOptions o;
-  o.schedule.kind = plan.schedule;
+  o.schedule.kind = parse_schedule_kind(plan.schedule);
   o.schedule.minibatches = minibatches > 0 ? minibatches : replay_minibatches(plan);
   if (profile) o.gradient_buckets = gradient_buckets_from_profile(plan, *profile);
   return simulate(plan, o).time_per_minibatch_s;

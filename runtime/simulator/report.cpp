@@ -155,7 +155,7 @@ nlohmann::json report_to_json(const SimulationReport& rep) {
                        {"peak_held", w.peak_held},
                        {"peak_activation_bytes", w.peak_activation_bytes},
                        {"peak_weight_versions", w.peak_weight_versions}});
-  nlohmann::json j = {{"schedule", to_string(rep.schedule)},
+  nlohmann::json j = {{"schedule", to_string(rep.schedule.kind)},
                       {"minibatches", rep.minibatches},
                       {"makespan_s", rep.makespan_s},
                       {"time_per_minibatch_s", rep.time_per_minibatch_s},
@@ -178,16 +178,16 @@ std::string percent(double fraction) {
 std::string format_report(const SimulationReport& rep) {
   std::ostringstream os;
   os << std::setprecision(4);
-  const bool per_minibatch = rep.schedule == ScheduleKind::OneFOneBRoundRobin;
-  os << "schedule " << to_string(rep.schedule) << ", " << rep.minibatches << (per_minibatch ? " minibatches" : " batches")
+  const std::string step = step_noun(rep.schedule);
+  os << "schedule " << to_string(rep.schedule.kind) << ", " << rep.minibatches << " " << step << (step == "batch" ? "es" : "s")
      << ", makespan " << rep.makespan_s << " s\n"
-     << "time per " << (per_minibatch ? "minibatch" : "batch")
+     << "time per " << step
      << " (steady state): " << rep.time_per_minibatch_s << " s, throughput ";
   if (rep.throughput_samples_per_s > 0) os << rep.throughput_samples_per_s << " samples/s\n";
   else os << "unknown\n";
   if (rep.comm_cpu_per_minibatch_s > 0)
     os << "communication threads' CPU: " << rep.comm_cpu_per_minibatch_s * 1e3 << " ms per "
-       << (per_minibatch ? "minibatch" : "batch") << ", all ranks\n";
+       << step << ", all ranks\n";
   // zb-h1 holds a microbatch's tensors from F to W, past its B: a column
   // for that peak when it differs from the F-to-B one.
   bool held = false;
@@ -206,25 +206,27 @@ std::string format_report(const SimulationReport& rep) {
   return os.str();
 }
 
-void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<TraceEvent>& events, bool flush,
-                        int virtual_stages) {
+void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<TraceEvent>& events,
+                        const ScheduleOptions& schedule) {
+  const bool flush = schedule.microbatches > 1;  // name items batch.microbatch
+  const int chunks = schedule.kind->chunks(schedule.virtual_stages);
   // Microseconds, as the trace-event format expects. One process; a thread
   // per rank (tid = rank) and one per stage for all-reduces (tid = R + s).
   int R = 0;
   for (const auto& s : plan.stages) R += s.replicas;
   nlohmann::json out = nlohmann::json::array();
-  if (virtual_stages > 1) {
-    // interleaved-1f1b: stage k runs on worker k mod W, unreplicated.
-    R /= virtual_stages;
+  if (chunks > 1) {
+    // Several unreplicated stages per worker, where the kind places them.
+    R /= chunks;
     for (int r = 0; r < R; ++r) {
       std::string stages;
-      for (int c = 0; c < virtual_stages; ++c) stages += cat(c ? "," : "", r + c * R);
+      for (int c = 0; c < chunks; ++c) stages += cat(c ? "," : "", schedule.kind->stage_at(r, c, R));
       out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", r},
                      {"args", {{"name", cat("rank ", r, " (stages ", stages, ")")}}}});
     }
   }
   for (const auto& s : plan.stages) {
-    if (virtual_stages > 1) break;
+    if (chunks > 1) break;
     for (int r : s.ranks)
       out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", r},
                      {"args", {{"name", cat("rank ", r, " (stage ", s.index, ")")}}}});
@@ -240,7 +242,7 @@ void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<Tr
     std::string name, colour;
     int tid = e.rank;
     std::string item = (flush ? cat(e.minibatch, ".", e.microbatch) : cat(e.minibatch)) +
-                       (virtual_stages > 1 ? cat(" c", e.chunk) : std::string());
+                       (chunks > 1 ? cat(" c", e.chunk) : std::string());
     switch (e.kind) {
       case ActionKind::Forward: name = "F" + item; colour = "thread_state_running"; break;   // green
       case ActionKind::Backward: name = "B" + item; colour = "thread_state_iowait"; break;   // orange

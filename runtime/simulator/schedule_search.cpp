@@ -33,7 +33,7 @@ std::vector<double> worker_memory(const Profile& profile, const Plan& plan, cons
                                   const SimulationReport& rep) {
   const Schedule schedule(plan, o);
   const auto nodes = stage_nodes(plan, profile);
-  const double versions = o.kind == ScheduleKind::TwoBW ? 2 : 1, m = o.microbatches;
+  const double versions = o.kind->weight_versions(), m = o.microbatches;
   std::vector<double> bytes(rep.workers.size(), 0);
   for (const WorkerReport& w : rep.workers) {
     double fixed = 0, per_item = 0, workspace = 0;
@@ -66,7 +66,7 @@ std::vector<int> microbatch_counts(int batch, int workers, bool interleaved) {
 
 ScheduleCandidate one_f_one_b_rr(const Profile& profile, const Topology& topology, const PlannerOptions& options) {
   ScheduleCandidate c;
-  c.family = ScheduleKind::OneFOneBRoundRobin;
+  c.family = default_schedule_kind();
   try {
     PlanSearch search = search_plan(profile, topology, options);
     c.plan = search.plan;
@@ -91,7 +91,7 @@ Plan straight_plan(const Profile& profile, Topology topology, PlannerOptions opt
   return plan_pipeline(profile, topology, options);
 }
 
-ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, ScheduleKind kind, int virtual_stages,
+ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const ScheduleKind* kind, int virtual_stages,
                              int workers, double limit) {
   ScheduleCandidate best;
   best.family = kind;
@@ -116,14 +116,24 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, ScheduleK
     so.stashed_bytes = stashed;
     if (profile.batch_size % m == 0)
       so.microbatch_times = microbatch_times_from_profile(plan, profile, profile.batch_size / m);
-    const SimulationReport rep = simulate(plan, so);
+    SimulationReport rep;
+    try {
+      rep = simulate(plan, so);
+    } catch (const UserError& e) {  // a count this schedule refuses (dualpipev: M >= 2p)
+      if (!best.fits) best.note = e.what();
+      continue;
+    }
     c.samples_per_s = rep.throughput_samples_per_s;
+    c.replayed = true;
     c.worker_memory_bytes = worker_memory(profile, plan, c.schedule, rep);
     for (double b : c.worker_memory_bytes) c.peak_memory_bytes = std::max(c.peak_memory_bytes, b);
     best.least_memory_bytes = best.least_memory_bytes > 0 ? std::min(best.least_memory_bytes, c.peak_memory_bytes)
                                                           : c.peak_memory_bytes;
     c.fits = limit <= 0 || c.peak_memory_bytes <= limit;
-    if (!c.fits) continue;
+    if (!c.fits) {
+      if (!best.fits) best.note = "no microbatch count fits the memory limit";  // rather than a refused count's reason
+      continue;
+    }
     if (!best.fits || c.samples_per_s > best.samples_per_s) {
       c.least_memory_bytes = best.least_memory_bytes;
       best = c;
@@ -149,24 +159,28 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
     why_not = e.what();
   }
   const int layers = static_cast<int>(build_planning_graph(profile).nodes.size());
-  for (ScheduleKind kind : {ScheduleKind::TwoBW, ScheduleKind::OneFOneBFlush, ScheduleKind::Interleaved1F1B,
-                            ScheduleKind::ZeroBubbleH1}) {
+  // Every other searched registry entry, each on the stage split that suits
+  // it: one stage per worker, or `chunks` per worker placed as it says.
+  for (const ScheduleKind* kind : schedule_kinds()) {
+    if (!kind->searched() || kind == default_schedule_kind()) continue;  // 1f1b-rr: the planner's search above
+    const int virtual_stages = kind->takes_virtual_stages() ? 2 : 1;
+    const int chunks = kind->chunks(virtual_stages);
     ScheduleCandidate c;
     c.family = kind;
-    if (kind == ScheduleKind::Interleaved1F1B) {
+    if (chunks > 1) {
       if (topology.levels.size() != 1 || workers < 2) {
-        c.note = "interleaved is searched on flat topologies of 2 or more workers only";
-      } else if (layers < 2 * workers) {
-        c.note = cat("2 stages on each of ", workers, " workers are ", 2 * workers, " stages, but ",
+        c.note = cat(kind->name(), " is searched on flat topologies of 2 or more workers only");
+      } else if (layers < chunks * workers) {
+        c.note = cat(chunks, " stages on each of ", workers, " workers are ", chunks * workers, " stages, but ",
                      profile.model.empty() ? std::string("the model") : profile.model, " has ", layers,
                      " layers to cut between");
       } else {
         try {
-          const Plan doubled =
-              straight_plan(profile, flat_topology(2 * workers, topology.levels.front().bandwidth_GBps), options);
-          c = best_flush(profile, doubled, kind, 2, workers, limit);
+          const Plan more = straight_plan(
+              profile, flat_topology(chunks * workers, topology.levels.front().bandwidth_GBps), options);
+          c = best_flush(profile, more, kind, virtual_stages, workers, limit);
         } catch (const UserError& e) {
-          c.note = cat("no plan of ", 2 * workers, " stages: ", e.what());
+          c.note = cat("no plan of ", chunks * workers, " stages: ", e.what());
         }
       }
     } else if (straight.stages.empty()) {

@@ -30,14 +30,15 @@
 namespace pd {
 
 struct ScheduleCandidate {
-  ScheduleKind family = ScheduleKind::OneFOneBRoundRobin;
-  Plan plan;                    // interleaved: workers x 2 stages
+  const ScheduleKind* family = default_schedule_kind();
+  Plan plan;                    // interleaved and the V shapes: workers x 2 stages
   ScheduleOptions schedule;     // microbatches, virtual stages; minibatches: replayed
   double samples_per_s = 0;     // simulated steady state
   double peak_memory_bytes = 0; // the fullest worker
   std::vector<double> worker_memory_bytes;  // by rank (the synchronous families and 2bw)
   double least_memory_bytes = 0;  // the fullest worker at the count that needs least (0: not computed)
   bool fits = false;
+  bool replayed = false;        // the time is a replay's (1f1b-rr's: the planner's closed form)
   std::string note;             // why it does not fit, or is not considered
   std::exception_ptr failure;   // 1f1b-rr: the planner's error (PlanDoesNotFit: what would fit)
 };

@@ -151,11 +151,13 @@ class Simulation {
     if (!opt.stashed_bytes.empty() && opt.stashed_bytes.size() != plan.stages.size())
       throw UserError(cat("stashed bytes are given for ", opt.stashed_bytes.size(), " stages, the plan has ",
                           plan.stages.size()));
-    flush_ = is_flush(opt.schedule.kind);
-    split_ = splits_backward(opt.schedule.kind);
+    // Registry question 3: how to price and measure the actions - steps
+    // per batch or per minibatch, B's share of the backward, versions held.
+    const ScheduleKind& kind = *opt.schedule.kind;
+    flush_ = kind.flushes();
+    split_ = kind.splits_backward();
     chunks_ = schedule_.chunks();
-    holds_versions_ = (!flush_ && opt.schedule.policy != WeightPolicy::None) ||
-                      opt.schedule.kind == ScheduleKind::TwoBW;
+    holds_versions_ = (!flush_ && opt.schedule.policy != WeightPolicy::None) || kind.weight_versions() > 1;
     if (!(opt.cores >= 0)) throw UserError(cat("the cores shared by the workers must be >= 0 (got ", opt.cores, ")"));
     if (opt.threads_per_worker < 1)
       throw UserError(cat("the threads per worker must be >= 1 (got ", opt.threads_per_worker, ")"));
@@ -490,14 +492,14 @@ class Simulation {
       if (a.kind == ActionKind::Backward) return {w.backward_s, w.backward_line};
       return {w.weight_s, w.weight_line};
     }
-    const StageCost& c = costs_[static_cast<size_t>(w.stage + a.chunk * schedule_.workers())];
+    const StageCost& c = costs_[static_cast<size_t>(schedule_.stage_of(static_cast<int>(&w - workers_.data()), a.chunk))];
     if (a.kind == ActionKind::Forward) return {c.forward_s, c.forward_line};
     if (a.kind == ActionKind::Backward) return {c.backward_s, c.backward_line};
     return {c.weight_s, c.weight_line};
   }
 
   uint64_t stashed_bytes(const WorkerState& w, const PackedAction& a) const {
-    return costs_[static_cast<size_t>(w.stage + a.chunk * schedule_.workers())].stashed_bytes;
+    return costs_[static_cast<size_t>(schedule_.stage_of(static_cast<int>(&w - workers_.data()), a.chunk))].stashed_bytes;
   }
 
   void start_compute(int r) {
@@ -568,12 +570,13 @@ class Simulation {
   // direction instead of asking the topology for every message.
   // The link's latency plus the bytes at its bandwidth.
   double message_seconds(int from, int to, double bytes) const {
+    if (from == to) return 0;  // a V's turn: the tensor stays on the worker
     return plan_.topology.latency_between(from, to) + bytes / (plan_.topology.bandwidth_between(from, to) * 1e9);
   }
 
   double transfer_seconds(WorkerState& w, bool downstream, int peer, int chunk) {
-    if (chunks_ > 1) {  // interleaved: the boundary depends on the chunk
-      const int stage = w.stage + chunk * schedule_.workers();
+    if (chunks_ > 1) {  // several stages per worker: the boundary depends on the chunk
+      const int stage = schedule_.stage_of(static_cast<int>(&w - workers_.data()), chunk);
       const double bytes = costs_[static_cast<size_t>(downstream ? stage : stage - 1)].message_bytes;
       return message_seconds(static_cast<int>(&w - workers_.data()), peer, bytes);
     }
@@ -600,7 +603,7 @@ class Simulation {
     const double end = start + duration;
     link_free_[downstream] = end;
     if (charges_comm_cpu_) {
-      const int stage = workers_[r].stage + a.chunk * schedule_.workers();
+      const int stage = schedule_.stage_of(r, a.chunk);
       const double bytes = costs_[static_cast<size_t>(activation ? stage : stage - 1)].message_bytes;
       const double cpu = plan_.topology.comm_cpu_between(r, a.peer).seconds(bytes);
       charge_comm_cpu(r, cpu);       // the sender's thread, and
@@ -773,7 +776,7 @@ class Simulation {
 
   SimulationReport report() {
     SimulationReport rep;
-    rep.schedule = opt_.schedule.kind;
+    rep.schedule = opt_.schedule;
     rep.minibatches = opt_.schedule.minibatches;
     rep.makespan_s = now_;
     double window = mark_time_[1] - mark_time_[0];

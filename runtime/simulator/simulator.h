@@ -195,7 +195,7 @@ struct WorkerReport {
 };
 
 struct SimulationReport {
-  ScheduleKind schedule = ScheduleKind::OneFOneBRoundRobin;
+  ScheduleOptions schedule;  // the replayed schedule's
   int64_t minibatches = 0;          // 1f1b-rr: minibatches; flush: batches
   double makespan_s = 0;            // first action to last
   double time_per_minibatch_s = 0;  // steady state (flush: per batch)
@@ -233,6 +233,6 @@ std::string format_report(const SimulationReport& report);
 // named "rank r (stage s)", F, B and W coloured differently, all-reduces on a
 // track per stage. `virtual_stages` > 1: interleaved-1f1b's worker rows.
 void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<TraceEvent>& events,
-                        bool flush, int virtual_stages = 1);
+                        const ScheduleOptions& schedule);
 
 }  // namespace pd

@@ -91,19 +91,18 @@ struct RowLabel {
   std::string text;  // "worker 1 · stages 1,5"
 };
 
-std::vector<RowLabel> row_labels(const Plan& plan, int workers, int virtual_stages) {
+std::vector<RowLabel> row_labels(const Plan& plan, int workers, int chunks, const ScheduleKind& kind) {
   std::vector<RowLabel> rows;
-  for (const PlanStage& st : plan.stages)
-    for (int rank : st.ranks) {
-      std::string stages = cat("stage ", st.index);
-      if (virtual_stages > 1) {  // interleaved: one row per worker, naming its stages
-        if (st.index >= workers) continue;
-        rank = st.index;
-        stages = "stages";
-        for (int c = 0; c < virtual_stages; ++c) stages += cat(c ? "," : " ", st.index + c * workers);
-      }
-      rows.push_back({rank, cat("worker ", rank, " \xC2\xB7 ", stages)});
+  if (chunks > 1) {  // one row per worker, naming its stages
+    for (int w = 0; w < workers; ++w) {
+      std::string stages = "stages";
+      for (int c = 0; c < chunks; ++c) stages += cat(c ? "," : " ", kind.stage_at(w, c, workers));
+      rows.push_back({w, cat("worker ", w, " \xC2\xB7 ", stages)});
     }
+    return rows;
+  }
+  for (const PlanStage& st : plan.stages)
+    for (int rank : st.ranks) rows.push_back({rank, cat("worker ", rank, " \xC2\xB7 stage ", st.index)});
   return rows;
 }
 
@@ -230,11 +229,11 @@ void write_timeline_svg(std::ostream& os, const Plan& plan, const std::vector<Tr
                         const TimelineSvgOptions& options) {
   int workers = 0;
   for (const PlanStage& st : plan.stages) workers += static_cast<int>(st.ranks.size());
-  const int v = std::max(1, options.virtual_stages);
+  const int v = std::max(1, options.kind->chunks(options.virtual_stages));
   workers /= v;
   const double end = window_end(events, options.minibatches);
   if (workers == 0 || !(end > 0)) throw UserError("nothing to draw: the trace has no computation");
-  const std::vector<RowLabel> rows = row_labels(plan, workers, v);
+  const std::vector<RowLabel> rows = row_labels(plan, workers, v, *options.kind);
   const Layout l = make_layout(events, end, workers, !options.title.empty(), left_margin(rows));
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
      << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(std::ceil(l.width)) << "\" height=\""

@@ -21,8 +21,10 @@ struct TimelineSvgOptions {
   int64_t minibatches = 0;
   bool flush = false;  // label boxes with the microbatch index within its batch
   std::string title;   // drawn above the rows when not empty
-  // interleaved-1f1b: the plan's stage k runs on worker k mod (stages / v);
-  // boxes of chunk c > 0 are drawn in a darker shade.
+  // Where stages run: with several per worker (interleaved-1f1b's
+  // --virtual-stages, the V shapes) a row is a worker, named with its
+  // stages, and boxes of chunk c > 0 are drawn in a darker shade.
+  const ScheduleKind* kind = default_schedule_kind();
   int virtual_stages = 1;
 };
 

@@ -48,7 +48,7 @@ Gradients run_backward(const Layer& layer, const std::vector<Tensor>& params, co
     g.dx = layer.backward(args, dy, ctx);
   } else {
     g.dx = layer.backward_input(args, dy, ctx);
-    if (layer.splits_backward())
+    if (layer.defers_weight_gradient())
       for (size_t i = 0; i < g.params.size(); ++i)
         EXPECT_TRUE(all_zero(g.params[i])) << layer.describe() << ": B pass wrote gradient " << i;
     layer.backward_weights({params, g.params, step, false}, ctx);
@@ -65,7 +65,7 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
 
 void expect_split_matches_fused(const Layer& layer, const Tensor& x, bool training = true) {
   SCOPED_TRACE(layer.describe() + (training ? " (training)" : " (eval)"));
-  EXPECT_EQ(layer.splits_backward(), !layer.param_specs().empty())
+  EXPECT_EQ(layer.defers_weight_gradient(), !layer.param_specs().empty())
       << "every layer with parameters splits its backward; the others keep the fused default";
   std::vector<Tensor> params = allocate_params(layer), buffers = allocate_buffers(layer);
   layer.init(params, buffers, CounterRng(7, 0, 0));

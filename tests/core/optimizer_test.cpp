@@ -104,14 +104,14 @@ TEST(Optimizer, KindSpellingsRoundTrip) {
 }
 
 TEST(LrSchedule, KindSpellingsRoundTrip) {
-  for (LrScheduleKind k : {LrScheduleKind::constant, LrScheduleKind::step, LrScheduleKind::cosine})
+  for (LrShape k : {LrShape::constant, LrShape::step, LrShape::cosine})
     EXPECT_TRUE(parse_lr_schedule_kind(to_string(k)) == k) << to_string(k);
-  EXPECT_STREQ(to_string(LrScheduleKind::cosine), "cosine");
+  EXPECT_STREQ(to_string(LrShape::cosine), "cosine");
   EXPECT_FALSE(parse_lr_schedule_kind("linear").has_value());
 }
 
 TEST(LrSchedule, ConstantWithWarmup) {
-  LrSchedule s{.kind = LrScheduleKind::constant, .base_lr = 0.1f, .warmup_steps = 4};
+  LrSchedule s{.kind = LrShape::constant, .base_lr = 0.1f, .warmup_steps = 4};
   validate(s);
   EXPECT_FLOAT_EQ(s.lr_at(0), 0.025f);
   EXPECT_FLOAT_EQ(s.lr_at(1), 0.05f);
@@ -120,27 +120,27 @@ TEST(LrSchedule, ConstantWithWarmup) {
 }
 
 TEST(LrSchedule, StepDecay) {
-  LrSchedule s{.kind = LrScheduleKind::step, .base_lr = 1.0f, .step_size = 3, .gamma = 0.5f};
+  LrSchedule s{.kind = LrShape::step, .base_lr = 1.0f, .step_size = 3, .gamma = 0.5f};
   validate(s);
   EXPECT_FLOAT_EQ(s.lr_at(0), 1.0f);
   EXPECT_FLOAT_EQ(s.lr_at(2), 1.0f);
   EXPECT_FLOAT_EQ(s.lr_at(3), 0.5f);
   EXPECT_FLOAT_EQ(s.lr_at(6), 0.25f);
   // Decay counts from the end of the warm-up.
-  LrSchedule w{.kind = LrScheduleKind::step, .base_lr = 1.0f, .warmup_steps = 2, .step_size = 3, .gamma = 0.5f};
+  LrSchedule w{.kind = LrShape::step, .base_lr = 1.0f, .warmup_steps = 2, .step_size = 3, .gamma = 0.5f};
   EXPECT_FLOAT_EQ(w.lr_at(0), 0.5f);
   EXPECT_FLOAT_EQ(w.lr_at(4), 1.0f);
   EXPECT_FLOAT_EQ(w.lr_at(5), 0.5f);
 }
 
 TEST(LrSchedule, Cosine) {
-  LrSchedule s{.kind = LrScheduleKind::cosine, .base_lr = 1.0f, .total_steps = 10, .min_lr = 0.0f};
+  LrSchedule s{.kind = LrShape::cosine, .base_lr = 1.0f, .total_steps = 10, .min_lr = 0.0f};
   validate(s);
   EXPECT_FLOAT_EQ(s.lr_at(0), 1.0f);
   EXPECT_NEAR(s.lr_at(5), 0.5f, 1e-6);
   EXPECT_NEAR(s.lr_at(10), 0.0f, 1e-6);
   EXPECT_NEAR(s.lr_at(50), 0.0f, 1e-6);
-  LrSchedule w{.kind = LrScheduleKind::cosine, .base_lr = 1.0f, .warmup_steps = 2, .total_steps = 12, .min_lr = 0.2f};
+  LrSchedule w{.kind = LrShape::cosine, .base_lr = 1.0f, .warmup_steps = 2, .total_steps = 12, .min_lr = 0.2f};
   validate(w);
   EXPECT_FLOAT_EQ(w.lr_at(0), 0.5f);
   EXPECT_FLOAT_EQ(w.lr_at(2), 1.0f);
@@ -149,9 +149,9 @@ TEST(LrSchedule, Cosine) {
 }
 
 TEST(LrSchedule, RejectsBadValues) {
-  EXPECT_THROW(validate(LrSchedule{.kind = LrScheduleKind::step, .step_size = 0}), UserError);
-  EXPECT_THROW(validate(LrSchedule{.kind = LrScheduleKind::cosine, .warmup_steps = 5, .total_steps = 5}), UserError);
-  EXPECT_THROW(validate(LrSchedule{.kind = LrScheduleKind::constant, .warmup_steps = -1}), UserError);
+  EXPECT_THROW(validate(LrSchedule{.kind = LrShape::step, .step_size = 0}), UserError);
+  EXPECT_THROW(validate(LrSchedule{.kind = LrShape::cosine, .warmup_steps = 5, .total_steps = 5}), UserError);
+  EXPECT_THROW(validate(LrSchedule{.kind = LrShape::constant, .warmup_steps = -1}), UserError);
 }
 
 TEST(Optimizer, StepIntoIsBitwiseCopyThenStepAndLeavesTheSourceAlone) {

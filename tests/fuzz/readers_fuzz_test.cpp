@@ -144,8 +144,8 @@ std::vector<std::string> schedule_seeds(bool csv) {
   write_bytes(plan_path, kPlan);
   const Plan plan = read_plan(plan_path);
   std::vector<std::string> seeds;
-  for (const ScheduleOptions& o : {ScheduleOptions{ScheduleKind::OneFOneBRoundRobin, WeightPolicy::Stash, 1, 3, 1},
-                                   ScheduleOptions{ScheduleKind::GPipe, WeightPolicy::Stash, 2, 2, 1}}) {
+  for (const ScheduleOptions& o : {ScheduleOptions{parse_schedule_kind("1f1b-rr"), WeightPolicy::Stash, 1, 3, 1},
+                                   ScheduleOptions{parse_schedule_kind("gpipe"), WeightPolicy::Stash, 2, 2, 1}}) {
     std::ostringstream out;
     const ScheduleFile file = export_schedule(Schedule(plan, o));
     if (csv) write_schedule_csv(out, file);

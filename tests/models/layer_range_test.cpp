@@ -39,7 +39,7 @@ Tensor run(const Model& m, const ParameterStore& w, ParameterStore& grads, int f
   if (!split) return backward_layers(m, w, grads, first, last, dy, step, ctx, need_input_grad);
   Tensor dx = backward_input_layers(m, w, grads, first, last, dy, step, ctx, need_input_grad);
   for (int i = first; i <= last; ++i)
-    if (m.layer(i).splits_backward())
+    if (m.layer(i).defers_weight_gradient())
       for (const Tensor& g : grads.params(i))
         for (int64_t k = 0; k < g.numel(); ++k)
           if (g.f32()[k] != 0.0f) {

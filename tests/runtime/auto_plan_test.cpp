@@ -36,7 +36,7 @@ TEST(AutoPlanSharedCores, FewerCoresThanWorkersPredictsTheSharedReplay) {
   EXPECT_EQ(shared.predicted_by, PredictedBy::shared_cores);
   EXPECT_DOUBLE_EQ(shared.shared_cores_bound_s, 0.120 / 2);  // 120 ms of compute over 2 cores
   SimulationOptions o;
-  o.schedule.kind = shared.schedule;
+  o.schedule.kind = parse_schedule_kind(shared.schedule);
   o.schedule.minibatches = replay_minibatches(shared);
   o.cores = 2;
   EXPECT_DOUBLE_EQ(shared.time_per_minibatch_s,
@@ -54,14 +54,14 @@ TEST(AutoPlanSharedCores, FlushPredictionRunsMMicrobatchesOfTheProfiledBatch) {
   const Profile p = four_equal_layers();  // 30 ms per layer at batch 32
   const Plan plan = plan_for_workers(p, 4, true, 1, 0);
   ScheduleOptions s;
-  s.kind = ScheduleKind::OneFOneBFlush;
+  s.kind = parse_schedule_kind("1f1b-flush");
   s.microbatches = 8;
   const double per_batch = 0.030 * (8 + 4 - 1);
   EXPECT_NEAR(flush_samples_per_s(plan, s), 8 * 32 / per_batch, 8 * 32 / per_batch * 1e-6);
   const double shared = flush_samples_per_s(plan, s, 1, 2);
   EXPECT_LE(shared, 8 * 32 / (8 * 4 * 0.030 / 2) * (1 + 1e-9));  // the cores bound
   EXPECT_LT(shared, flush_samples_per_s(plan, s));
-  s.kind = ScheduleKind::OneFOneBRoundRobin;
+  s.kind = parse_schedule_kind("1f1b-rr");
   EXPECT_THROW(flush_samples_per_s(plan, s), UserError);
 }
 

@@ -37,7 +37,7 @@ inline Plan make_plan(const std::vector<std::pair<int, int>>& ranges, const std:
 inline Plan plan_1111() { return make_plan({{0, 1}, {2, 3}, {4, 5}, {6, 7}}, {1, 1, 1, 1}); }
 inline Plan plan_211() { return make_plan({{0, 3}, {4, 5}, {6, 7}}, {2, 1, 1}); }
 
-inline RunSpec small_spec(const Plan& plan, ScheduleKind kind, WeightPolicy policy, int64_t steps,
+inline RunSpec small_spec(const Plan& plan, const ScheduleKind* kind, WeightPolicy policy, int64_t steps,
                           int microbatches = 1, int64_t batch = 8) {
   RunSpec s;
   s.plan = plan;

@@ -41,7 +41,7 @@ Model dropout_batchnorm_model() {
 }
 
 struct Case {
-  ScheduleKind kind;
+  const ScheduleKind* kind;
   std::vector<std::pair<int, int>> ranges;
   std::vector<int> replicas;
   int microbatches = 1, virtual_stages = 1;
@@ -50,12 +50,12 @@ struct Case {
 std::vector<Case> cases() {
   const std::vector<std::pair<int, int>> two = {{0, 5}, {6, 11}}, four = {{0, 2}, {3, 5}, {6, 8}, {9, 11}};
   return {
-      {ScheduleKind::OneFOneBRoundRobin, two, {1, 1}},
-      {ScheduleKind::OneFOneBRoundRobin, two, {2, 1}},  // a replicated stage: the bucketed backward
-      {ScheduleKind::OneFOneBFlush, two, {1, 1}, 4},
-      {ScheduleKind::GPipe, two, {1, 1}, 4},
-      {ScheduleKind::ZeroBubbleH1, two, {1, 1}, 4},     // split B and W
-      {ScheduleKind::Interleaved1F1B, four, {1, 1, 1, 1}, 4, 2},
+      {parse_schedule_kind("1f1b-rr"), two, {1, 1}},
+      {parse_schedule_kind("1f1b-rr"), two, {2, 1}},  // a replicated stage: the bucketed backward
+      {parse_schedule_kind("1f1b-flush"), two, {1, 1}, 4},
+      {parse_schedule_kind("gpipe"), two, {1, 1}, 4},
+      {parse_schedule_kind("zb-h1"), two, {1, 1}, 4},     // split B and W
+      {parse_schedule_kind("interleaved-1f1b"), four, {1, 1, 1, 1}, 4, 2},
   };
 }
 

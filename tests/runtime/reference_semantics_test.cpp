@@ -62,7 +62,7 @@ void expect_weights_bitwise(const ParameterStore& want, const NamedTensors& got)
 }
 
 TEST_F(Fixture, VerticalSyncWithoutReplicationIsDelayedSgd) {
-  RunSpec spec = small_spec(plan_1111(), ScheduleKind::OneFOneBRoundRobin, WeightPolicy::Vertical, 14);
+  RunSpec spec = small_spec(plan_1111(), parse_schedule_kind("1f1b-rr"), WeightPolicy::Vertical, 14);
   ReferencePipeline ref(spec, model, *data.train);
   LossLog log;
   ref.run_segment({0, spec.steps()}, &log);
@@ -73,7 +73,7 @@ TEST_F(Fixture, VerticalSyncWithoutReplicationIsDelayedSgd) {
 }
 
 TEST_F(Fixture, NoDelayOnOneStageIsPlainSgd) {
-  RunSpec spec = small_spec(testing::make_plan({{0, 7}}, {1}), ScheduleKind::OneFOneBRoundRobin,
+  RunSpec spec = small_spec(testing::make_plan({{0, 7}}, {1}), parse_schedule_kind("1f1b-rr"),
                             WeightPolicy::Stash, 6);
   ReferencePipeline ref(spec, model, *data.train);
   LossLog log;
@@ -87,7 +87,7 @@ TEST_F(Fixture, NoDelayOnOneStageIsPlainSgd) {
 // whole model with each stage's layers taken from that stage's version.
 TEST_F(Fixture, StashUsesThePerStageDelays) {
   const Plan plan = plan_1111();
-  RunSpec spec = small_spec(plan, ScheduleKind::OneFOneBRoundRobin, WeightPolicy::Stash, 12);
+  RunSpec spec = small_spec(plan, parse_schedule_kind("1f1b-rr"), WeightPolicy::Stash, 12);
   ReferencePipeline ref(spec, model, *data.train);
   ref.record_forward_versions(true);
   LossLog log;
@@ -125,7 +125,7 @@ TEST_F(Fixture, StashUsesThePerStageDelays) {
 }
 
 TEST_F(Fixture, FlushSchedulesEqualOneLargeBatch) {
-  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneBFlush}) {
+  for (const ScheduleKind* kind : {parse_schedule_kind("gpipe"), parse_schedule_kind("1f1b-flush")}) {
     for (const Plan& plan : {plan_1111(), plan_211()}) {
       RunSpec spec = small_spec(plan, kind, WeightPolicy::Stash, 5, /*microbatches=*/4, /*batch=*/4);
       ReferencePipeline ref(spec, model, *data.train);
@@ -147,7 +147,7 @@ TEST_F(Fixture, FlushSchedulesEqualOneLargeBatch) {
 
 TEST_F(Fixture, ReplicatedStageKeepsReplicasIdenticalAndFreesVersions) {
   for (WeightPolicy policy : {WeightPolicy::Stash, WeightPolicy::Vertical, WeightPolicy::None}) {
-    RunSpec spec = small_spec(plan_211(), ScheduleKind::OneFOneBRoundRobin, policy, 13);
+    RunSpec spec = small_spec(plan_211(), parse_schedule_kind("1f1b-rr"), policy, 13);
     ReferencePipeline ref(spec, model, *data.train);
     ref.record_forward_versions(true);
     LossLog log;
@@ -179,7 +179,7 @@ TEST_F(Fixture, SegmentsContinueFromTheSameState) {
   // Two segments run back to back equal the same two segments run by a fresh
   // pipeline that restarts from the first one's state: the resume contract
   // of the runs that drain at checkpoints (1f1b-rr without weight versions).
-  RunSpec spec = small_spec(plan_1111(), ScheduleKind::OneFOneBRoundRobin, WeightPolicy::None, 10);
+  RunSpec spec = small_spec(plan_1111(), parse_schedule_kind("1f1b-rr"), WeightPolicy::None, 10);
   spec.checkpoint_every = 6;
   ASSERT_EQ(run_segments(spec, 0).size(), 2u);
   ReferencePipeline a(spec, model, *data.train);

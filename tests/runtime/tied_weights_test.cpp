@@ -134,13 +134,13 @@ TEST_F(TiedWeights, TheTiedGradientIsEachReadersGradientAddedOnce) {
 
 TEST_F(TiedWeights, SynchronousSchedulesEqualTrainBitForBit) {
   const Plan split = make_plan({{0, 0}, {1, 1}, {2, 2}, {3, 4}}, {1, 1, 1, 1});
-  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneBFlush, ScheduleKind::ZeroBubbleH1}) {
+  for (const ScheduleKind* kind : {parse_schedule_kind("gpipe"), parse_schedule_kind("1f1b-flush"), parse_schedule_kind("zb-h1")}) {
     const RunSpec spec = small_spec(split, kind, WeightPolicy::Stash, 3, /*microbatches=*/4, /*batch=*/2);
     expect_equals_train(model, *data.train, spec, to_string(kind));
   }
   // Interleaved: stages 0 and 2 on worker 0, 1 and 3 on worker 1 - the tie
   // crosses workers; and {0,1},{2,3} puts embedding and head on one worker.
-  RunSpec il = small_spec(split, ScheduleKind::Interleaved1F1B, WeightPolicy::Stash, 3, 4, 2);
+  RunSpec il = small_spec(split, parse_schedule_kind("interleaved-1f1b"), WeightPolicy::Stash, 3, 4, 2);
   il.schedule.virtual_stages = 2;
   expect_equals_train(model, *data.train, il, "interleaved-1f1b");
 }
@@ -157,7 +157,7 @@ TEST_F(TiedWeights, InterleavedChunksOfOneWorkerExchangeInProcess) {
   const Model two_ties = build_model(spec);
   ASSERT_EQ(two_ties.ties.size(), 2u);
   const DataSplits d = open_dataset("synthetic", "", two_ties);
-  RunSpec il = small_spec(make_plan({{0, 1}, {2, 2}, {3, 3}, {4, 5}}, {1, 1, 1, 1}), ScheduleKind::Interleaved1F1B,
+  RunSpec il = small_spec(make_plan({{0, 1}, {2, 2}, {3, 3}, {4, 5}}, {1, 1, 1, 1}), parse_schedule_kind("interleaved-1f1b"),
                           WeightPolicy::Stash, 3, 4, 2);
   il.schedule.virtual_stages = 2;
   expect_equals_train(two_ties, *d.train, il, "interleaved-1f1b, two ties");
@@ -166,19 +166,19 @@ TEST_F(TiedWeights, InterleavedChunksOfOneWorkerExchangeInProcess) {
 
 TEST_F(TiedWeights, ClippingPrecisionAndReplicasKeepTrainsBits) {
   const Plan split = make_plan({{0, 1}, {2, 4}}, {1, 1});
-  const RunSpec spec = small_spec(split, ScheduleKind::OneFOneBFlush, WeightPolicy::Stash, 3, 4, 2);
+  const RunSpec spec = small_spec(split, parse_schedule_kind("1f1b-flush"), WeightPolicy::Stash, 3, 4, 2);
   expect_equals_train(model, *data.train, spec, "clipped", 0.05f);
   expect_equals_train(model, *data.train, spec, "bf16", 0, Precision::BF16);
   // Replicated stages: each replica of the head's stage receives the
   // embedding's gradient from the first replica of stage 0.
-  const RunSpec replicated = small_spec(make_plan({{0, 1}, {2, 4}}, {2, 2}), ScheduleKind::OneFOneBFlush,
+  const RunSpec replicated = small_spec(make_plan({{0, 1}, {2, 4}}, {2, 2}), parse_schedule_kind("1f1b-flush"),
                                         WeightPolicy::Stash, 3, 4, 2);
   expect_equals_train(model, *data.train, replicated, "2-2 replicated", 0, Precision::FP32, /*bitwise=*/false);
 }
 
 TEST_F(TiedWeights, TheExchangeSendsTheTiedGradientOncePerPeerAndStep) {
   const Plan split = make_plan({{0, 0}, {1, 1}, {2, 2}, {3, 4}}, {1, 1, 1, 1});
-  const RunSpec spec = small_spec(split, ScheduleKind::OneFOneBFlush, WeightPolicy::Stash, 3, 4, 2);
+  const RunSpec spec = small_spec(split, parse_schedule_kind("1f1b-flush"), WeightPolicy::Stash, 3, 4, 2);
   ReferencePipeline ref(spec, model, *data.train);
   ref.run_segment({0, spec.steps()}, nullptr);
   const size_t gradient = 32 * 16 * sizeof(float);  // vocab x width
@@ -190,7 +190,7 @@ TEST_F(TiedWeights, TheExchangeSendsTheTiedGradientOncePerPeerAndStep) {
 
 TEST_F(TiedWeights, AsynchronousSchedulesAreRefusedNamingTheOnesThatWork) {
   const Plan split = make_plan({{0, 1}, {2, 4}}, {1, 1});
-  for (ScheduleKind kind : {ScheduleKind::OneFOneBRoundRobin, ScheduleKind::TwoBW}) {
+  for (const ScheduleKind* kind : {parse_schedule_kind("1f1b-rr"), parse_schedule_kind("2bw")}) {
     try {
       tied_stages(model, split, kind);
       ADD_FAILURE() << to_string(kind) << " accepted";
@@ -201,7 +201,7 @@ TEST_F(TiedWeights, AsynchronousSchedulesAreRefusedNamingTheOnesThatWork) {
     }
   }
   // The tie within one stage: summed there, every schedule runs.
-  const auto one_stage = tied_stages(model, make_plan({{0, 4}}, {2}), ScheduleKind::OneFOneBRoundRobin);
+  const auto one_stage = tied_stages(model, make_plan({{0, 4}}, {2}), parse_schedule_kind("1f1b-rr"));
   ASSERT_NE(one_stage, nullptr);
   EXPECT_EQ(one_stage->bytes, 0u);
 }
@@ -209,12 +209,12 @@ TEST_F(TiedWeights, AsynchronousSchedulesAreRefusedNamingTheOnesThatWork) {
 TEST_F(TiedWeights, ATieWithinOneStageIsSummedThereUnderEverySchedule) {
   const Plan two = make_plan({{0, 0}, {1, 4}}, {1, 1});
   const Plan whole = make_plan({{0, 4}}, {1});
-  expect_equals_train(model, *data.train, small_spec(whole, ScheduleKind::OneFOneBFlush, WeightPolicy::Stash, 3, 4, 2),
+  expect_equals_train(model, *data.train, small_spec(whole, parse_schedule_kind("1f1b-flush"), WeightPolicy::Stash, 3, 4, 2),
                       "one stage, 1f1b-flush");
   // 1f1b-rr on one stage is plain SGD, as train with one microbatch.
-  expect_equals_train(model, *data.train, small_spec(whole, ScheduleKind::OneFOneBRoundRobin, WeightPolicy::Stash, 3, 1, 8),
+  expect_equals_train(model, *data.train, small_spec(whole, parse_schedule_kind("1f1b-rr"), WeightPolicy::Stash, 3, 1, 8),
                       "one stage, 1f1b-rr");
-  EXPECT_THROW(tied_stages(model, two, ScheduleKind::OneFOneBRoundRobin), UserError);
+  EXPECT_THROW(tied_stages(model, two, parse_schedule_kind("1f1b-rr")), UserError);
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ using testing::make_plan;
 
 SimulationOptions on_cores(double cores, int64_t minibatches) {
   SimulationOptions o;
-  o.schedule = testing::schedule_options(ScheduleKind::OneFOneBRoundRobin, minibatches);
+  o.schedule = testing::schedule_options(parse_schedule_kind("1f1b-rr"), minibatches);
   o.cores = cores;
   o.record_trace = true;
   return o;

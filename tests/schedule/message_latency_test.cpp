@@ -16,7 +16,7 @@ namespace {
 
 double simulated_time(const Plan& p) {
   SimulationOptions o;
-  o.schedule = testing::schedule_options(ScheduleKind::OneFOneBRoundRobin, 400);
+  o.schedule = testing::schedule_options(parse_schedule_kind("1f1b-rr"), 400);
   return simulate(p, o).time_per_minibatch_s;
 }
 

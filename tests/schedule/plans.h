@@ -39,7 +39,7 @@ inline Plan make_plan(const std::vector<int>& replicas, double forward_s = 1.0, 
 
 // A schedule's options in one call: kind, minibatches (flush schedules:
 // batches), microbatches per batch, weight policy, virtual stages.
-inline ScheduleOptions schedule_options(ScheduleKind kind, int64_t minibatches, int microbatches = 1,
+inline ScheduleOptions schedule_options(const ScheduleKind* kind, int64_t minibatches, int microbatches = 1,
                                         WeightPolicy policy = WeightPolicy::Stash, int virtual_stages = 1) {
   ScheduleOptions o;
   o.kind = kind;

@@ -17,7 +17,7 @@ namespace {
 
 using testing::make_plan;
 
-ScheduleOptions options(ScheduleKind kind, int64_t minibatches, int microbatches = 1,
+ScheduleOptions options(const ScheduleKind* kind, int64_t minibatches, int microbatches = 1,
                         WeightPolicy policy = WeightPolicy::Stash) {
   return testing::schedule_options(kind, minibatches, microbatches, policy);
 }
@@ -25,13 +25,13 @@ ScheduleOptions options(ScheduleKind kind, int64_t minibatches, int microbatches
 // The built-in schedules the files must carry, on a 4-stage and a
 // replicated plan.
 std::vector<std::pair<std::vector<int>, ScheduleOptions>> cases() {
-  return {{{1, 1, 1, 1}, options(ScheduleKind::OneFOneBRoundRobin, 12)},
-          {{1, 1, 1, 1}, options(ScheduleKind::OneFOneBRoundRobin, 12, 1, WeightPolicy::Vertical)},
-          {{1, 1, 1, 1}, options(ScheduleKind::OneFOneBRoundRobin, 12, 1, WeightPolicy::None)},
-          {{1, 1, 1, 1}, options(ScheduleKind::GPipe, 3, 4)},
-          {{1, 1, 1, 1}, options(ScheduleKind::OneFOneBFlush, 3, 4)},
-          {{2, 1, 1}, options(ScheduleKind::OneFOneBRoundRobin, 13)},
-          {{2, 1, 1}, options(ScheduleKind::OneFOneBFlush, 2, 5)}};
+  return {{{1, 1, 1, 1}, options(parse_schedule_kind("1f1b-rr"), 12)},
+          {{1, 1, 1, 1}, options(parse_schedule_kind("1f1b-rr"), 12, 1, WeightPolicy::Vertical)},
+          {{1, 1, 1, 1}, options(parse_schedule_kind("1f1b-rr"), 12, 1, WeightPolicy::None)},
+          {{1, 1, 1, 1}, options(parse_schedule_kind("gpipe"), 3, 4)},
+          {{1, 1, 1, 1}, options(parse_schedule_kind("1f1b-flush"), 3, 4)},
+          {{2, 1, 1}, options(parse_schedule_kind("1f1b-rr"), 13)},
+          {{2, 1, 1}, options(parse_schedule_kind("1f1b-flush"), 2, 5)}};
 }
 
 std::string as_csv(const ScheduleFile& f) {
@@ -95,7 +95,7 @@ TEST(ScheduleFile, ReplayingTheExportGivesTheBuiltInReport) {
 // does not depend on the send: swapping them is another valid order.
 TEST(ScheduleFile, AnEditThatKeepsTheScheduleValidIsAccepted) {
   const Plan plan = make_plan({1, 1, 1, 1});
-  const ScheduleOptions o = options(ScheduleKind::OneFOneBRoundRobin, 12);
+  const ScheduleOptions o = options(parse_schedule_kind("1f1b-rr"), 12);
   ScheduleFile file = export_schedule(Schedule(plan, o));
   auto& last = file.lists[3];
   auto send = std::find_if(last.begin(), last.end(), [](const Action& a) { return a.kind == ActionKind::SendGradient; });
@@ -120,7 +120,7 @@ std::string rejection(const Plan& plan, const ScheduleFile& file) {
 // Stage 0 waits for minibatch 0's gradient before sending its activation.
 TEST(ScheduleFile, AReceiveBeforeItsSendCanHappenIsRejectedNamingTheAction) {
   const Plan plan = make_plan({1, 1, 1, 1});
-  ScheduleFile file = export_schedule(Schedule(plan, options(ScheduleKind::OneFOneBFlush, 2, 4)));
+  ScheduleFile file = export_schedule(Schedule(plan, options(parse_schedule_kind("1f1b-flush"), 2, 4)));
   auto& first = file.lists[0];
   auto recv = std::find_if(first.begin(), first.end(), [](const Action& a) { return a.kind == ActionKind::RecvGradient; });
   ASSERT_NE(recv, first.end());
@@ -134,7 +134,7 @@ TEST(ScheduleFile, AReceiveBeforeItsSendCanHappenIsRejectedNamingTheAction) {
 // Rank 0 sends minibatch 0's activation before its forward has made it.
 TEST(ScheduleFile, ASendBeforeTheComputationThatMakesItIsRejected) {
   const Plan plan = make_plan({1, 1, 1, 1});
-  ScheduleFile file = export_schedule(Schedule(plan, options(ScheduleKind::OneFOneBRoundRobin, 8)));
+  ScheduleFile file = export_schedule(Schedule(plan, options(parse_schedule_kind("1f1b-rr"), 8)));
   auto& first = file.lists[0];
   auto send = std::find_if(first.begin(), first.end(), [](const Action& a) { return a.kind == ActionKind::SendActivation; });
   ASSERT_NE(send, first.end());
@@ -145,7 +145,7 @@ TEST(ScheduleFile, ASendBeforeTheComputationThatMakesItIsRejected) {
 
 TEST(ScheduleFile, AMissingBackwardIsRejected) {
   const Plan plan = make_plan({1, 1, 1, 1});
-  ScheduleFile file = export_schedule(Schedule(plan, options(ScheduleKind::OneFOneBRoundRobin, 8)));
+  ScheduleFile file = export_schedule(Schedule(plan, options(parse_schedule_kind("1f1b-rr"), 8)));
   auto& list = file.lists[2];
   auto b = std::find_if(list.begin(), list.end(), [](const Action& a) { return a.kind == ActionKind::Backward; });
   list.erase(b);
@@ -155,7 +155,7 @@ TEST(ScheduleFile, AMissingBackwardIsRejected) {
 
 TEST(ScheduleFile, ASendWithTheWrongTagIsRefusedNamingItsLine) {
   const Plan plan = make_plan({1, 1});
-  std::string csv = as_csv(export_schedule(Schedule(plan, options(ScheduleKind::OneFOneBRoundRobin, 2))));
+  std::string csv = as_csv(export_schedule(Schedule(plan, options(parse_schedule_kind("1f1b-rr"), 2))));
   const size_t at = csv.find("SEND_F,0,0,,1,0");
   ASSERT_NE(at, std::string::npos) << csv;
   csv.replace(at, 15, "SEND_F,0,0,,1,6");
@@ -193,7 +193,7 @@ TEST(ScheduleFile, MalformedFilesSayWhatToFix) {
 }
 
 TEST(ScheduleFile, AFileForAnotherPlanIsRefused) {
-  const ScheduleOptions o = options(ScheduleKind::OneFOneBRoundRobin, 4);
+  const ScheduleOptions o = options(parse_schedule_kind("1f1b-rr"), 4);
   const ScheduleFile file = export_schedule(Schedule(make_plan({1, 1, 1, 1}), o));
   try {
     checked_schedule(make_plan({2, 1, 1}), file, "f");

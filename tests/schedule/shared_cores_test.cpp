@@ -13,7 +13,7 @@ namespace {
 
 using testing::make_plan;
 
-SimulationOptions sim_options(ScheduleKind kind, int64_t minibatches, double cores = 0, int threads = 1,
+SimulationOptions sim_options(const ScheduleKind* kind, int64_t minibatches, double cores = 0, int threads = 1,
                               int microbatches = 1) {
   SimulationOptions o;
   o.schedule = testing::schedule_options(kind, minibatches, microbatches, WeightPolicy::Stash);
@@ -30,8 +30,8 @@ bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; 
 TEST(SimulatorSharedCores, TwoOverlappingEqualActionsOnOneCoreTakeTwiceAsLong) {
   const Plan p = make_plan({2}, 1.0, 2.0);
   std::vector<TraceEvent> own, shared;
-  const SimulationReport alone = simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 8), &own);
-  const SimulationReport one_core = simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 8, 1), &shared);
+  const SimulationReport alone = simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 8), &own);
+  const SimulationReport one_core = simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 8, 1), &shared);
   ASSERT_EQ(own.size(), shared.size());
   for (size_t i = 0; i < own.size(); ++i) {
     EXPECT_DOUBLE_EQ(shared[i].start_s, 2 * own[i].start_s) << i;
@@ -46,10 +46,10 @@ TEST(SimulatorSharedCores, TwoOverlappingEqualActionsOnOneCoreTakeTwiceAsLong) {
 // Three lockstep replicas on two cores: each runs at 2/3 speed. Two workers
 // of two threads on two cores: each at 1/2, as if one core were shared.
 TEST(SimulatorSharedCores, RateIsCoresOverBusyThreads) {
-  const SimulationReport three = simulate(make_plan({3}, 1.0, 2.0), sim_options(ScheduleKind::OneFOneBRoundRobin, 9, 2));
+  const SimulationReport three = simulate(make_plan({3}, 1.0, 2.0), sim_options(parse_schedule_kind("1f1b-rr"), 9, 2));
   EXPECT_DOUBLE_EQ(three.time_per_minibatch_s, 1.5);  // 3 s x 3/2 per 3 minibatches
   const SimulationReport threads =
-      simulate(make_plan({2}, 1.0, 2.0), sim_options(ScheduleKind::OneFOneBRoundRobin, 8, 2, 2));
+      simulate(make_plan({2}, 1.0, 2.0), sim_options(parse_schedule_kind("1f1b-rr"), 8, 2, 2));
   EXPECT_DOUBLE_EQ(threads.time_per_minibatch_s, 3.0);
 }
 
@@ -60,11 +60,11 @@ TEST(SimulatorSharedCores, RateIsCoresOverBusyThreads) {
 TEST(SimulatorSharedCores, ComputationIsRetimedWhenAnotherStartsOrEnds) {
   Plan p = make_plan({1, 1}, 1.0, 2.0);
   std::vector<TraceEvent> trace;
-  simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 2, 1), &trace);
+  simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 2, 1), &trace);
   // Stage 1 F takes 3 s on its own (unbalanced), so an overlap ends early.
   p.stages[1].forward_s = 3.0;
   std::vector<TraceEvent> uneven;
-  simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 2, 1), &uneven);
+  simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 2, 1), &uneven);
   auto find = [](const std::vector<TraceEvent>& events, int rank, ActionKind kind, int64_t minibatch) {
     for (const TraceEvent& e : events)
       if (e.rank == rank && e.kind == kind && e.minibatch == minibatch) return e;
@@ -89,14 +89,14 @@ TEST(SimulatorSharedCores, ComputationIsRetimedWhenAnotherStartsOrEnds) {
 // gives 3 s), whatever the schedule's bubbles.
 TEST(SimulatorSharedCores, SaturatedCoresGiveTotalComputeOverCores) {
   const Plan p = make_plan({1, 1, 1, 1}, 1.0, 2.0);
-  const SimulationReport rr = simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 400, 2));
+  const SimulationReport rr = simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 400, 2));
   EXPECT_NEAR(rr.time_per_minibatch_s, 6.0, 6.0 * 1e-3);
-  const SimulationReport flush = simulate(p, sim_options(ScheduleKind::OneFOneBFlush, 40, 2, 1, 8));
+  const SimulationReport flush = simulate(p, sim_options(parse_schedule_kind("1f1b-flush"), 40, 2, 1, 8));
   // 1f1b-flush (a batch of 8 microbatches, 12 s of compute): at least
   // 12 / 2 s per batch; more, as the fill and drain leave a core idle while
   // only one worker computes - but less than the own-device replay's
   // 3 (8 + 3) / 8 s twice over.
-  const double own = simulate(p, sim_options(ScheduleKind::OneFOneBFlush, 40, 0, 1, 8)).time_per_minibatch_s;
+  const double own = simulate(p, sim_options(parse_schedule_kind("1f1b-flush"), 40, 0, 1, 8)).time_per_minibatch_s;
   EXPECT_DOUBLE_EQ(own, 3.0 * 11 / 8);
   EXPECT_GT(flush.time_per_minibatch_s, 6.0);
   EXPECT_LT(flush.time_per_minibatch_s, 2 * own);
@@ -109,9 +109,9 @@ TEST(SimulatorSharedCores, EnoughCoresIsBitIdenticalToTheDefault) {
   p.stages[1].forward_s = 1.7;
   p.stages[2].backward_s = 2.9;
   EXPECT_EQ(SimulationOptions{}.cores, 0);
-  for (ScheduleKind kind : {ScheduleKind::OneFOneBRoundRobin, ScheduleKind::OneFOneBFlush}) {
+  for (const ScheduleKind* kind : {parse_schedule_kind("1f1b-rr"), parse_schedule_kind("1f1b-flush")}) {
     std::vector<TraceEvent> base_trace;
-    const int microbatches = is_flush(kind) ? 4 : 1;
+    const int microbatches = kind == parse_schedule_kind("1f1b-rr") ? 1 : 4;
     const SimulationReport base = simulate(p, sim_options(kind, 40, 0, 1, microbatches), &base_trace);
     for (auto [cores, threads] : {std::pair{4.0, 1}, std::pair{64.0, 1}, std::pair{8.0, 2}, std::pair{4.5, 1}}) {
       std::vector<TraceEvent> trace;
@@ -135,15 +135,15 @@ TEST(SimulatorSharedCores, EnoughCoresIsBitIdenticalToTheDefault) {
 // at 3/4 speed.
 TEST(SimulatorSharedCores, FractionalCoresAreAQuota) {
   const SimulationReport rep =
-      simulate(make_plan({2}, 1.0, 2.0), sim_options(ScheduleKind::OneFOneBRoundRobin, 8, 1.5));
+      simulate(make_plan({2}, 1.0, 2.0), sim_options(parse_schedule_kind("1f1b-rr"), 8, 1.5));
   EXPECT_DOUBLE_EQ(rep.time_per_minibatch_s, 2.0);  // 1.5 s x 4/3
 }
 
 TEST(SimulatorSharedCores, RefusesNegativeCoresOrThreads) {
   const Plan p = make_plan({1, 1});
-  EXPECT_THROW(simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 4, -1)), UserError);
-  EXPECT_THROW(simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 4, 2, 0)), UserError);
-  EXPECT_THROW(simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 4, -0.5)), UserError);
+  EXPECT_THROW(simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 4, -1)), UserError);
+  EXPECT_THROW(simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 4, 2, 0)), UserError);
+  EXPECT_THROW(simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 4, -0.5)), UserError);
 }
 
 }  // namespace
@@ -158,10 +158,10 @@ namespace {
 // batch of 4 microbatches takes the step once, not four times.
 TEST(SimulatorOptimizerStep, StepComputeIsCountedOncePerMinibatchOrBatch) {
   Plan p = make_plan({1}, 1.0, 2.0);
-  EXPECT_DOUBLE_EQ(simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 8)).time_per_minibatch_s, 3.0);
+  EXPECT_DOUBLE_EQ(simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 8)).time_per_minibatch_s, 3.0);
   p.stages[0].optimizer_s = 0.5;
-  EXPECT_DOUBLE_EQ(simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 8)).time_per_minibatch_s, 3.5);
-  const SimulationReport flush = simulate(p, sim_options(ScheduleKind::OneFOneBFlush, 8, 0, 1, 4));
+  EXPECT_DOUBLE_EQ(simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 8)).time_per_minibatch_s, 3.5);
+  const SimulationReport flush = simulate(p, sim_options(parse_schedule_kind("1f1b-flush"), 8, 0, 1, 4));
   EXPECT_DOUBLE_EQ(flush.time_per_minibatch_s, 3.5);  // (4 x (1 + 2) / 4 + 0.5) per batch
 }
 
@@ -174,13 +174,13 @@ namespace {
 // Contention for what the cores share: two lockstep replicas on two cores
 // each run 1 + F slower; one worker alone on two cores is not slowed.
 TEST(SimulatorSharedCores, ContentionSlowsComputationsWhileEveryCoreIsBusy) {
-  SimulationOptions both = sim_options(ScheduleKind::OneFOneBRoundRobin, 8, 2);
+  SimulationOptions both = sim_options(parse_schedule_kind("1f1b-rr"), 8, 2);
   both.core_contention = 0.1;
   EXPECT_DOUBLE_EQ(simulate(make_plan({2}, 1.0, 2.0), both).time_per_minibatch_s, 1.5 * 1.1);
-  SimulationOptions alone = sim_options(ScheduleKind::OneFOneBRoundRobin, 8, 2);
+  SimulationOptions alone = sim_options(parse_schedule_kind("1f1b-rr"), 8, 2);
   alone.core_contention = 0.1;
   EXPECT_DOUBLE_EQ(simulate(make_plan({1}, 1.0, 2.0), alone).time_per_minibatch_s, 3.0);
-  SimulationOptions no_cores = sim_options(ScheduleKind::OneFOneBRoundRobin, 8);
+  SimulationOptions no_cores = sim_options(parse_schedule_kind("1f1b-rr"), 8);
   no_cores.core_contention = 0.1;
   EXPECT_THROW(simulate(make_plan({1}, 1.0, 2.0), no_cores), UserError);
 }

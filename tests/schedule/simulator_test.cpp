@@ -15,7 +15,7 @@ namespace {
 
 using testing::make_plan;
 
-SimulationOptions sim_options(ScheduleKind kind, int64_t minibatches, int microbatches = 1,
+SimulationOptions sim_options(const ScheduleKind* kind, int64_t minibatches, int microbatches = 1,
                               WeightPolicy policy = WeightPolicy::Stash) {
   SimulationOptions o;
   o.schedule = testing::schedule_options(kind, minibatches, microbatches, policy);
@@ -42,7 +42,7 @@ TEST(Simulator, GPipeBubbleIsSMinusOneOverMPlusSMinusOne) {
   for (int S : {2, 4, 5})
     for (int M : {1, 4, 8}) {
       Plan p = make_plan(std::vector<int>(S, 1), 1.0, 2.0);
-      auto rep = simulate(p, sim_options(ScheduleKind::GPipe, 16, M));
+      auto rep = simulate(p, sim_options(parse_schedule_kind("gpipe"), 16, M));
       double bubble = double(S - 1) / (M + S - 1);
       for (const auto& w : rep.workers) EXPECT_NEAR(w.bubble_fraction, bubble, 1e-9) << "S=" << S << " M=" << M;
       EXPECT_NEAR(rep.time_per_minibatch_s, 3.0 * (M + S - 1) / M, 1e-9);
@@ -60,7 +60,7 @@ TEST(Simulator, RecomputationRunsTheForwardAgainBeforeEachBackward) {
       st.recompute_layers = {st.first_layer};
       st.recompute_s = 0.5;
     }
-    const SimulationReport rep = simulate(p, sim_options(ScheduleKind::GPipe, 16, M));
+    const SimulationReport rep = simulate(p, sim_options(parse_schedule_kind("gpipe"), 16, M));
     EXPECT_NEAR(rep.time_per_minibatch_s, 3.5 * (M + 3) / M, 1e-9) << "M=" << M;
   }
 }
@@ -71,11 +71,11 @@ TEST(Simulator, RecomputationRunsTheForwardAgainBeforeEachBackward) {
 TEST(Simulator, MeasuredMicrobatchTimesReplaceTheLinearShare) {
   const int S = 4, M = 8;
   Plan p = make_plan(std::vector<int>(S, 1), 1.0, 2.0);
-  SimulationOptions o = sim_options(ScheduleKind::GPipe, 16, M);
+  SimulationOptions o = sim_options(parse_schedule_kind("gpipe"), 16, M);
   o.microbatch_times.assign(S, StageMicrobatchTimes{0.25, 0.5});  // 2x the linear share's 0.125 + 0.25
   const SimulationReport measured = simulate(p, o);
   EXPECT_NEAR(measured.time_per_minibatch_s, 0.75 * (M + S - 1), 1e-9);
-  const SimulationReport linear = simulate(p, sim_options(ScheduleKind::GPipe, 16, M));
+  const SimulationReport linear = simulate(p, sim_options(parse_schedule_kind("gpipe"), 16, M));
   EXPECT_NEAR(linear.time_per_minibatch_s, 3.0 * (M + S - 1) / M, 1e-9);
   for (const auto& w : measured.workers) EXPECT_NEAR(w.bubble_fraction, double(S - 1) / (M + S - 1), 1e-9);
   o.microbatch_times.pop_back();
@@ -111,8 +111,8 @@ TEST(Simulator, MicrobatchTimesFromProfileSumEachStagesLayersAtThatBatch) {
 TEST(Simulator, OneFOneBFlushHasTheSameBubbleButFewerActivations) {
   const int S = 4, M = 8;
   Plan p = make_plan(std::vector<int>(S, 1), 1.0, 2.0);
-  auto gpipe = simulate(p, sim_options(ScheduleKind::GPipe, 16, M));
-  auto flush = simulate(p, sim_options(ScheduleKind::OneFOneBFlush, 16, M));
+  auto gpipe = simulate(p, sim_options(parse_schedule_kind("gpipe"), 16, M));
+  auto flush = simulate(p, sim_options(parse_schedule_kind("1f1b-flush"), 16, M));
   EXPECT_NEAR(flush.time_per_minibatch_s, gpipe.time_per_minibatch_s, 1e-9);
   for (int s = 0; s < S; ++s) {
     EXPECT_EQ(gpipe.workers[s].peak_in_flight, M);
@@ -123,7 +123,7 @@ TEST(Simulator, OneFOneBFlushHasTheSameBubbleButFewerActivations) {
 TEST(Simulator, StraightOneFOneBHasNoBubbleInSteadyState) {
   const int S = 4;
   Plan p = make_plan(std::vector<int>(S, 1), 1.0, 2.0, 0);
-  SimulationOptions o = sim_options(ScheduleKind::OneFOneBRoundRobin, 100);
+  SimulationOptions o = sim_options(parse_schedule_kind("1f1b-rr"), 100);
   o.stashed_bytes = {1000, 1000, 1000, 1000};
   auto rep = simulate(p, o);
   EXPECT_NEAR(rep.time_per_minibatch_s, 3.0, 1e-9);
@@ -134,7 +134,7 @@ TEST(Simulator, StraightOneFOneBHasNoBubbleInSteadyState) {
     EXPECT_EQ(rep.workers[s].peak_activation_bytes, uint64_t(1000 * (S - s)));
     EXPECT_EQ(rep.workers[s].peak_weight_versions, S - s);  // stash keeps NOAM versions at the input
   }
-  auto none = simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 100, 1, WeightPolicy::None));
+  auto none = simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 100, 1, WeightPolicy::None));
   for (const auto& w : none.workers) EXPECT_EQ(w.peak_weight_versions, 1);
 }
 
@@ -142,7 +142,7 @@ TEST(Simulator, SlowestStageSetsThePace) {
   Plan p = make_plan({1, 1, 1}, 1.0, 2.0);
   p.stages[1].forward_s = 2.0;
   p.stages[1].backward_s = 4.0;
-  auto rep = simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 200));
+  auto rep = simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 200));
   EXPECT_NEAR(rep.time_per_minibatch_s, 6.0, 1e-6);
   EXPECT_NEAR(rep.workers[1].busy_fraction, 1.0, 1e-6);
   EXPECT_NEAR(rep.workers[0].busy_fraction, 0.5, 1e-6);
@@ -153,7 +153,7 @@ TEST(Simulator, ReplicationDividesTheStageTime) {
   Plan p = make_plan({2, 1}, 1.0, 2.0);
   p.stages[0].forward_s = 2.0;
   p.stages[0].backward_s = 4.0;
-  auto rep = simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 400));
+  auto rep = simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 400));
   EXPECT_NEAR(rep.time_per_minibatch_s, 3.0, 0.03);
 }
 
@@ -164,7 +164,7 @@ TEST(Simulator, BalancedReplicatedPipelineKeepsUpWithItsModel) {
   Plan p = make_plan({2, 1, 1}, 0.5, 1.0);
   p.stages[0].forward_s = 1.0;
   p.stages[0].backward_s = 2.0;
-  double t = simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 400)).time_per_minibatch_s;
+  double t = simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 400)).time_per_minibatch_s;
   EXPECT_LT(t, 1.5 * 1.1);
   EXPECT_GE(t, 1.5 * (1 - 1e-9));
 }
@@ -173,13 +173,13 @@ TEST(Simulator, AllReduceOverlapsComputeLikeThePlannerAssumes) {
   // W = 4 (r-1)/r * P / B: with P = 10 GB over 1 GB/s and r = 2, W = 20 s
   // per round, more than the round's 3 s of compute: 10 s per minibatch.
   Plan p = make_plan({2, 1}, 1.0, 2.0, 0, 10'000'000'000ull, 1.0);
-  auto rep = simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 200));
+  auto rep = simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 200));
   EXPECT_NEAR(rep.time_per_minibatch_s, 10.0, 0.1);
   // W below the compute: fully hidden.
   Plan q = make_plan({2, 1}, 1.0, 2.0, 0, 500'000'000ull, 1.0);  // W = 1 s
   q.stages[0].forward_s = 2.0;
   q.stages[0].backward_s = 4.0;
-  EXPECT_NEAR(simulate(q, sim_options(ScheduleKind::OneFOneBRoundRobin, 200)).time_per_minibatch_s, 3.0, 0.05);
+  EXPECT_NEAR(simulate(q, sim_options(parse_schedule_kind("1f1b-rr"), 200)).time_per_minibatch_s, 3.0, 0.05);
 }
 
 TEST(Simulator, AnAllReduceSlightlySlowerThanTheComputeSetsThePaceInAnyReplay) {
@@ -190,7 +190,7 @@ TEST(Simulator, AnAllReduceSlightlySlowerThanTheComputeSetsThePaceInAnyReplay) {
   // then printed a data-parallel plan faster than data parallelism).
   Plan p = make_plan({8}, 1.0, 2.0, 0, 1'000'000'000ull, 1.0);
   for (int64_t minibatches : {80, 400, 4000})
-    EXPECT_NEAR(simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, minibatches)).time_per_minibatch_s,
+    EXPECT_NEAR(simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), minibatches)).time_per_minibatch_s,
                 3.5 / 8, 0.01 * 3.5 / 8)
         << minibatches << " minibatches";
 }
@@ -198,7 +198,7 @@ TEST(Simulator, AnAllReduceSlightlySlowerThanTheComputeSetsThePaceInAnyReplay) {
 TEST(Simulator, ActivationTransferCountsBothDirections) {
   // 2 C = 2 * 4 GB / 1 GB/s = 8 s per minibatch on the single link.
   Plan p = make_plan({1, 1}, 1.0, 2.0, 4'000'000'000ull, 0, 1.0);
-  auto rep = simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 200));
+  auto rep = simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 200));
   EXPECT_NEAR(rep.time_per_minibatch_s, 8.0, 0.08);
 }
 
@@ -224,7 +224,7 @@ TEST(Simulator, MeetsThePaperCostModelWhenTransferLatencyIsHidden) {
       p.stages[s].backward_s = 2 * c.compute[s] / 3;
     }
     double predicted = paper_model_time(p);
-    SimulationOptions o = sim_options(ScheduleKind::OneFOneBRoundRobin, 2000);
+    SimulationOptions o = sim_options(parse_schedule_kind("1f1b-rr"), 2000);
     double hidden = simulate(p, o).time_per_minibatch_s;  // idealised (default)
     o.realistic_latency = true;
     double real = simulate(p, o).time_per_minibatch_s;
@@ -244,7 +244,7 @@ TEST(Simulator, TransferLatencyNoamCannotHideSlowsTheStraightPipeline) {
     p.stages[s].forward_s = compute[s] / 3;
     p.stages[s].backward_s = 2 * compute[s] / 3;
   }
-  SimulationOptions o = sim_options(ScheduleKind::OneFOneBRoundRobin, 2000);
+  SimulationOptions o = sim_options(parse_schedule_kind("1f1b-rr"), 2000);
   o.realistic_latency = true;
   double t = simulate(p, o).time_per_minibatch_s;
   EXPECT_GT(t, 3.0 * 1.05);
@@ -252,7 +252,7 @@ TEST(Simulator, TransferLatencyNoamCannotHideSlowsTheStraightPipeline) {
 
 TEST(Simulator, TraceHasOneTrackPerRankAndEveryComputeAction) {
   Plan p = make_plan({2, 1}, 1.0, 2.0, 1000, 1000);
-  SimulationOptions o = sim_options(ScheduleKind::OneFOneBRoundRobin, 6);
+  SimulationOptions o = sim_options(parse_schedule_kind("1f1b-rr"), 6);
   o.record_trace = true;
   std::vector<TraceEvent> events;
   simulate(p, o, &events);
@@ -265,7 +265,7 @@ TEST(Simulator, TraceHasOneTrackPerRankAndEveryComputeAction) {
   EXPECT_EQ(computes, 2 * 6 * 2);
   EXPECT_EQ(allreduces, 3);
   std::ostringstream os;
-  write_chrome_trace(os, p, events, false);
+  write_chrome_trace(os, p, events, o.schedule);
   auto j = nlohmann::json::parse(os.str());
   int named = 0, slices = 0;
   for (const auto& e : j["traceEvents"]) {
@@ -279,7 +279,7 @@ TEST(Simulator, TraceHasOneTrackPerRankAndEveryComputeAction) {
 }
 
 TEST(Simulator, JsonReportHasTheDocumentedFields) {
-  auto rep = simulate(make_plan({2, 1}), sim_options(ScheduleKind::OneFOneBRoundRobin, 10));
+  auto rep = simulate(make_plan({2, 1}), sim_options(parse_schedule_kind("1f1b-rr"), 10));
   auto j = report_to_json(rep);
   for (const char* k : {"time_per_minibatch_s", "throughput_samples_per_s", "workers"}) EXPECT_TRUE(j.contains(k));
   ASSERT_EQ(j["workers"].size(), 3u);
@@ -291,7 +291,7 @@ TEST(Simulator, JsonReportHasTheDocumentedFields) {
 TEST(Simulator, RefusesATopologyTooSmallForThePlan) {
   Plan p = make_plan({2, 2});
   p.topology = flat_topology(3, 1.0);
-  EXPECT_THROW(simulate(p, sim_options(ScheduleKind::OneFOneBRoundRobin, 4)), UserError);
+  EXPECT_THROW(simulate(p, sim_options(parse_schedule_kind("1f1b-rr"), 4)), UserError);
 }
 
 }  // namespace
@@ -545,7 +545,7 @@ TEST(Simulator, SharedCoresDeliverMessagesAfterTheLatencyMeasuredWithTheCoresBus
   p.topology.levels[0].latency_busy_us = 500'000;
   auto rank1_forward_start = [&](double cores, bool realistic) {
     SimulationOptions o;
-    o.schedule = testing::schedule_options(ScheduleKind::OneFOneBRoundRobin, 1);
+    o.schedule = testing::schedule_options(parse_schedule_kind("1f1b-rr"), 1);
     o.cores = cores;
     o.realistic_latency = realistic;
     o.record_trace = true;

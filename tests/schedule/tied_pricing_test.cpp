@@ -50,14 +50,14 @@ TEST(TiedPricing, PlannerAndSimulateBothPriceTheExchangeAndAgree) {
   EXPECT_NEAR(tied.time_per_minibatch_s - untied.time_per_minibatch_s, exchange, 1e-9);
 
   SimulationOptions s;
-  s.schedule.kind = ScheduleKind::OneFOneBRoundRobin;
+  s.schedule.kind = parse_schedule_kind("1f1b-rr");
   s.schedule.minibatches = 400;
   const double simulated = simulate(tied, s).time_per_minibatch_s;
   EXPECT_NEAR(simulated, tied.time_per_minibatch_s, 0.05 * tied.time_per_minibatch_s)
       << "closed form " << tied.time_per_minibatch_s << " s, simulate " << simulated << " s";
   EXPECT_GT(simulated, simulate(untied, s).time_per_minibatch_s + 0.9 * exchange);
   // A flush schedule prices it once per batch too.
-  s.schedule.kind = ScheduleKind::OneFOneBFlush;
+  s.schedule.kind = parse_schedule_kind("1f1b-flush");
   s.schedule.microbatches = 4;
   s.schedule.minibatches = 50;
   EXPECT_GT(simulate(tied, s).time_per_minibatch_s, simulate(untied, s).time_per_minibatch_s + 0.9 * exchange);

@@ -66,7 +66,7 @@ std::set<int> labels(const std::string& doc) {
   return out;
 }
 
-std::string picture(const Plan& plan, ScheduleKind kind, int64_t minibatches, int microbatches, int64_t window) {
+std::string picture(const Plan& plan, const ScheduleKind* kind, int64_t minibatches, int microbatches, int64_t window) {
   SimulationOptions o;
   o.schedule.kind = kind;
   o.schedule.minibatches = minibatches;
@@ -76,7 +76,7 @@ std::string picture(const Plan& plan, ScheduleKind kind, int64_t minibatches, in
   simulate(plan, o, &events);
   TimelineSvgOptions svg;
   svg.minibatches = window;
-  svg.flush = is_flush(kind);
+  svg.flush = microbatches > 1;
   svg.title = "a <test> & title";
   std::ostringstream os;
   write_timeline_svg(os, plan, events, svg);
@@ -84,7 +84,7 @@ std::string picture(const Plan& plan, ScheduleKind kind, int64_t minibatches, in
 }
 
 TEST(TimelineSvg, OneRowPerWorkerAndEveryMinibatchOfTheWindowLabelled) {
-  const std::string doc = picture(make_plan({1, 1, 1, 1}), ScheduleKind::OneFOneBRoundRobin, 40, 1, 10);
+  const std::string doc = picture(make_plan({1, 1, 1, 1}), parse_schedule_kind("1f1b-rr"), 40, 1, 10);
   EXPECT_EQ(xml_problem(doc), "");
   EXPECT_EQ(count(doc, "class=\"row\""), 4);
   EXPECT_EQ(count(doc, "class=\"worker\""), 4);
@@ -99,7 +99,7 @@ TEST(TimelineSvg, OneRowPerWorkerAndEveryMinibatchOfTheWindowLabelled) {
 }
 
 TEST(TimelineSvg, FlushSchedulesLabelMicrobatchesAndReplicasShowAllReduces) {
-  const std::string doc = picture(make_plan({2, 1, 1}, 1.0, 2.0, 0, 4000), ScheduleKind::OneFOneBFlush, 4, 6, 2);
+  const std::string doc = picture(make_plan({2, 1, 1}, 1.0, 2.0, 0, 4000), parse_schedule_kind("1f1b-flush"), 4, 6, 2);
   EXPECT_EQ(xml_problem(doc), "");
   EXPECT_EQ(count(doc, "class=\"row\""), 4);
   EXPECT_EQ(labels(doc), (std::set<int>{0, 1, 2, 3, 4, 5}));
@@ -109,7 +109,7 @@ TEST(TimelineSvg, FlushSchedulesLabelMicrobatchesAndReplicasShowAllReduces) {
 }
 
 TEST(TimelineSvg, SixteenWorkersStayReadable) {
-  const std::string doc = picture(make_plan(std::vector<int>(16, 1)), ScheduleKind::OneFOneBRoundRobin, 64, 1, 34);
+  const std::string doc = picture(make_plan(std::vector<int>(16, 1)), parse_schedule_kind("1f1b-rr"), 64, 1, 34);
   EXPECT_EQ(xml_problem(doc), "");
   EXPECT_EQ(count(doc, "class=\"row\""), 16);
   const std::set<int> shown = labels(doc);
@@ -121,7 +121,7 @@ TEST(TimelineSvg, SixteenWorkersStayReadable) {
 TEST(TimelineSvg, LongWorkerLabelsFitLeftOfTheRows) {
   const Plan plan = make_plan(std::vector<int>(12, 1));
   SimulationOptions o;
-  o.schedule.kind = ScheduleKind::Interleaved1F1B;
+  o.schedule.kind = parse_schedule_kind("interleaved-1f1b");
   o.schedule.virtual_stages = 3;
   o.schedule.minibatches = 2;
   o.schedule.microbatches = 4;

@@ -18,7 +18,7 @@ namespace {
 
 using testing::make_plan;
 
-ScheduleOptions flush_options(ScheduleKind kind, int microbatches, int64_t batches = 2, int virtual_stages = 1) {
+ScheduleOptions flush_options(const ScheduleKind* kind, int microbatches, int64_t batches = 2, int virtual_stages = 1) {
   return testing::schedule_options(kind, batches, microbatches, WeightPolicy::Stash, virtual_stages);
 }
 
@@ -48,13 +48,13 @@ std::string first_violation(const Schedule& s, const std::vector<std::vector<Act
 TEST(ZeroBubble, GeneratedListsPassTheChecker) {
   for (int S : {1, 2, 3, 4, 8})
     for (int M : {1, 2, 3, 4, 7, 8, 16}) {
-      const Schedule s(uniform(S), flush_options(ScheduleKind::ZeroBubbleH1, M));
+      const Schedule s(uniform(S), flush_options(parse_schedule_kind("zb-h1"), M));
       EXPECT_EQ(check_schedule(s), std::vector<std::string>{}) << "S=" << S << " M=" << M;
     }
 }
 
 TEST(ZeroBubble, EveryBHasItsWOnTheSameWorkerAfterIt) {
-  const Schedule s(uniform(4), flush_options(ScheduleKind::ZeroBubbleH1, 8, 1));
+  const Schedule s(uniform(4), flush_options(parse_schedule_kind("zb-h1"), 8, 1));
   for (int r = 0; r < 4; ++r) {
     std::vector<int> b_at(8, -1), w_at(8, -1);
     const auto list = s.actions(r);
@@ -73,8 +73,8 @@ TEST(ZeroBubble, BubbleIsAThirdOfOneFOneBOnUniformStagesAtTheSamePeak) {
   for (int S : {4, 8})
     for (int M : {8, 16, 32}) {
       const Plan plan = uniform(S);
-      const SimulationReport flush = simulated(plan, flush_options(ScheduleKind::OneFOneBFlush, M, 8));
-      const SimulationReport zb = simulated(plan, flush_options(ScheduleKind::ZeroBubbleH1, M, 8));
+      const SimulationReport flush = simulated(plan, flush_options(parse_schedule_kind("1f1b-flush"), M, 8));
+      const SimulationReport zb = simulated(plan, flush_options(parse_schedule_kind("zb-h1"), M, 8));
       // 1F1B: (S-1)/(M+S-1); ZB-H1 with F = B = W: (S-1)/(3M+S-1).
       EXPECT_NEAR(mean_bubble(flush), double(S - 1) / (M + S - 1), 1e-9) << "S=" << S << " M=" << M;
       EXPECT_NEAR(mean_bubble(zb), double(S - 1) / (3 * M + S - 1), 1e-9) << "S=" << S << " M=" << M;
@@ -93,7 +93,7 @@ TEST(ZeroBubble, TheWeightShareSplitsTheBackwardTime) {
   // B + W always take the profile's backward time: the batch's work is the same.
   const Plan plan = uniform(4);
   SimulationOptions so;
-  so.schedule = flush_options(ScheduleKind::ZeroBubbleH1, 8, 4);
+  so.schedule = flush_options(parse_schedule_kind("zb-h1"), 8, 4);
   so.weight_gradient_share = 0.25;
   const SimulationReport rep = simulate(plan, so);
   const double work_per_batch = 8 * (1.0 + 2.0) / 8;  // plan times are per batch, split over microbatches
@@ -103,11 +103,11 @@ TEST(ZeroBubble, TheWeightShareSplitsTheBackwardTime) {
 }
 
 TEST(ZeroBubble, ReplicatedPlansAreRefused) {
-  EXPECT_THROW(Schedule(make_plan({2, 1}), flush_options(ScheduleKind::ZeroBubbleH1, 4)), UserError);
+  EXPECT_THROW(Schedule(make_plan({2, 1}), flush_options(parse_schedule_kind("zb-h1"), 4)), UserError);
 }
 
 TEST(ZeroBubble, CheckerRejectsAWBeforeItsBAndAStepBeforeAW) {
-  const Schedule s(uniform(3), flush_options(ScheduleKind::ZeroBubbleH1, 4, 1));
+  const Schedule s(uniform(3), flush_options(parse_schedule_kind("zb-h1"), 4, 1));
   auto lists = build_schedule(uniform(3), s.options());
   auto& l = lists[2];
   auto b = std::find_if(l.begin(), l.end(), [](const Action& a) { return a.kind == ActionKind::Backward; });
@@ -128,7 +128,7 @@ TEST(ZeroBubble, CheckerRejectsAWBeforeItsBAndAStepBeforeAW) {
 
 TEST(ZeroBubble, AWInAScheduleThatDoesNotSplitIsRejected) {
   const Plan plan = uniform(2);
-  const Schedule s(plan, flush_options(ScheduleKind::OneFOneBFlush, 2, 1));
+  const Schedule s(plan, flush_options(parse_schedule_kind("1f1b-flush"), 2, 1));
   auto lists = build_schedule(plan, s.options());
   Action w;
   w.kind = ActionKind::BackwardWeight;
@@ -143,14 +143,14 @@ TEST(Interleaved, GeneratedListsPassTheChecker) {
   for (int S : {2, 3, 4})
     for (int v : {1, 2, 3})
       for (int groups : {1, 2, 4}) {
-        const Schedule s(uniform(S * v), flush_options(ScheduleKind::Interleaved1F1B, S * groups, 2, v));
+        const Schedule s(uniform(S * v), flush_options(parse_schedule_kind("interleaved-1f1b"), S * groups, 2, v));
         EXPECT_EQ(s.workers(), S);
         EXPECT_EQ(check_schedule(s), std::vector<std::string>{}) << "S=" << S << " v=" << v << " M=" << S * groups;
       }
 }
 
 TEST(Interleaved, StageKRunsOnWorkerKModS) {
-  const Schedule s(uniform(8), flush_options(ScheduleKind::Interleaved1F1B, 4, 1, 2));
+  const Schedule s(uniform(8), flush_options(parse_schedule_kind("interleaved-1f1b"), 4, 1, 2));
   for (int k = 0; k < 8; ++k) EXPECT_EQ(s.ranks(k), std::vector<int>{k % 4});
   for (const Action& a : s.actions(3))
     if (a.kind == ActionKind::SendActivation && a.chunk == 0) EXPECT_EQ(a.peer, 0);  // stage 3 -> stage 4
@@ -161,23 +161,23 @@ TEST(Interleaved, BubbleMatchesTheClosedForm) {
     for (int M : {8, 16, 32}) {
       const int v = 2;
       const SimulationReport rep =
-          simulated(uniform(S * v, 1.0 / v), flush_options(ScheduleKind::Interleaved1F1B, M, 8, v));
+          simulated(uniform(S * v, 1.0 / v), flush_options(parse_schedule_kind("interleaved-1f1b"), M, 8, v));
       EXPECT_NEAR(mean_bubble(rep), double(S - 1) / (v * M + S - 1), 1e-9) << "S=" << S << " M=" << M;
     }
 }
 
 TEST(Interleaved, RefusesPlansAndMicrobatchesThatDoNotFit) {
-  EXPECT_THROW(Schedule(uniform(6), flush_options(ScheduleKind::Interleaved1F1B, 4, 1, 4)), UserError);  // 6 % 4
-  EXPECT_THROW(Schedule(uniform(2), flush_options(ScheduleKind::Interleaved1F1B, 4, 1, 2)), UserError);  // 1 worker
-  EXPECT_THROW(Schedule(uniform(8), flush_options(ScheduleKind::Interleaved1F1B, 6, 1, 2)), UserError);  // 6 % 4
-  EXPECT_THROW(Schedule(uniform(4), flush_options(ScheduleKind::OneFOneBFlush, 4, 1, 2)), UserError);
+  EXPECT_THROW(Schedule(uniform(6), flush_options(parse_schedule_kind("interleaved-1f1b"), 4, 1, 4)), UserError);  // 6 % 4
+  EXPECT_THROW(Schedule(uniform(2), flush_options(parse_schedule_kind("interleaved-1f1b"), 4, 1, 2)), UserError);  // 1 worker
+  EXPECT_THROW(Schedule(uniform(8), flush_options(parse_schedule_kind("interleaved-1f1b"), 6, 1, 2)), UserError);  // 6 % 4
+  EXPECT_THROW(Schedule(uniform(4), flush_options(parse_schedule_kind("1f1b-flush"), 4, 1, 2)), UserError);
 }
 
 TEST(Interleaved, ChannelsOfDifferentBoundariesMayInterleave) {
   // Worker 3 sends chunk 0's activations to worker 0 (stage 3 -> 4); they
   // are their own channel, whatever order other boundaries' messages take.
   const Plan plan = uniform(8);
-  const Schedule s(plan, flush_options(ScheduleKind::Interleaved1F1B, 8, 1, 2));
+  const Schedule s(plan, flush_options(parse_schedule_kind("interleaved-1f1b"), 8, 1, 2));
   EXPECT_EQ(check_schedule(s, build_schedule(plan, s.options())), std::vector<std::string>{});
 }
 
@@ -185,7 +185,7 @@ TEST(TwoBW, GeneratedListsPassTheCheckerAndHoldTwoVersions) {
   for (const std::vector<int>& replicas : std::vector<std::vector<int>>{{1, 1, 1, 1}, {2, 1, 1}, {1, 2}, {3, 1}})
     for (int M : {4, 6, 8}) {
       const Plan plan = make_plan(replicas);
-      const ScheduleOptions o = flush_options(ScheduleKind::TwoBW, M, 6);
+      const ScheduleOptions o = flush_options(parse_schedule_kind("2bw"), M, 6);
       EXPECT_EQ(check_schedule(Schedule(plan, o)), std::vector<std::string>{}) << plan.config << " M=" << M;
       const SimulationReport rep = simulated(plan, o);
       for (const auto& w : rep.workers) EXPECT_LE(w.peak_weight_versions, 2) << plan.config << " rank " << w.rank;
@@ -195,7 +195,7 @@ TEST(TwoBW, GeneratedListsPassTheCheckerAndHoldTwoVersions) {
 
 TEST(TwoBW, BatchBRunsOnVersionBMinusOneAndNeverDrains) {
   const Plan plan = uniform(4);
-  const Schedule s(plan, flush_options(ScheduleKind::TwoBW, 4, 3));
+  const Schedule s(plan, flush_options(parse_schedule_kind("2bw"), 4, 3));
   bool forward_after_step_before_next_batch_done = false;
   int64_t steps = 0;
   for (const Action& a : s.actions(0)) {
@@ -207,18 +207,18 @@ TEST(TwoBW, BatchBRunsOnVersionBMinusOneAndNeverDrains) {
   }
   EXPECT_TRUE(forward_after_step_before_next_batch_done);
   // The continuous 1F1B has no per-batch bubble: uniform stages are busy.
-  SimulationReport rep = simulated(plan, flush_options(ScheduleKind::TwoBW, 8, 16));
+  SimulationReport rep = simulated(plan, flush_options(parse_schedule_kind("2bw"), 8, 16));
   EXPECT_NEAR(mean_bubble(rep), 0.0, 1e-9);
 }
 
 TEST(TwoBW, RefusesFewerMicrobatchesThanStages) {
-  EXPECT_THROW(Schedule(uniform(4), flush_options(ScheduleKind::TwoBW, 3, 2)), UserError);
+  EXPECT_THROW(Schedule(uniform(4), flush_options(parse_schedule_kind("2bw"), 3, 2)), UserError);
 }
 
 TEST(ScheduleFiles, CarryWAndChunksBothWays) {
   const std::vector<std::pair<Plan, ScheduleOptions>> cases = {
-      {uniform(4), flush_options(ScheduleKind::ZeroBubbleH1, 8)},
-      {uniform(8), flush_options(ScheduleKind::Interleaved1F1B, 4, 2, 2)}};
+      {uniform(4), flush_options(parse_schedule_kind("zb-h1"), 8)},
+      {uniform(8), flush_options(parse_schedule_kind("interleaved-1f1b"), 4, 2, 2)}};
   for (const auto& [plan, o] : cases) {
     const Schedule s(plan, o);
     const ScheduleFile exported = export_schedule(s);
@@ -240,7 +240,7 @@ TEST(ScheduleFiles, CarryWAndChunksBothWays) {
     }
   }
   std::ostringstream csv;
-  write_schedule_csv(csv, export_schedule(Schedule(uniform(4), flush_options(ScheduleKind::ZeroBubbleH1, 4))));
+  write_schedule_csv(csv, export_schedule(Schedule(uniform(4), flush_options(parse_schedule_kind("zb-h1"), 4))));
   EXPECT_NE(csv.str().find("\n3,3,W,0,0,0"), std::string::npos) << csv.str();
 }
 

@@ -190,7 +190,7 @@ TEST(StagedTransportOnFakeGpu, DeviceTensorsGoThroughTheHostAndBack) {
 TEST(NcclProtocol, PipelineOverLinksMatchesTheReference) {
   const Model m = small_mlp();
   const DataSplits data = open_dataset("synthetic", "", m);
-  RunSpec spec = small_spec(make_plan({{0, 3}, {4, 7}}, {1, 1}), ScheduleKind::OneFOneBRoundRobin,
+  RunSpec spec = small_spec(make_plan({{0, 3}, {4, 7}}, {1, 1}), parse_schedule_kind("1f1b-rr"),
                             WeightPolicy::Stash, 12, 1, 8);
   spec.evaluate = true;
   spec.eval_every = 6;

@@ -57,7 +57,7 @@ struct CnnRun {
 
 std::unique_ptr<CnnRun> cnn_run(const Plan& plan, const std::string& save) {
   auto r = std::make_unique<CnnRun>();
-  r->spec = small_spec(plan, ScheduleKind::OneFOneBRoundRobin, WeightPolicy::Stash, 6, 1, 16);
+  r->spec = small_spec(plan, parse_schedule_kind("1f1b-rr"), WeightPolicy::Stash, 6, 1, 16);
   r->spec.device = gpu();
   r->spec.save = save;
   r->spec.timeout_s = 60;
@@ -149,7 +149,7 @@ TEST(GpuPipeline, CnnTrainingStepOnGpuMatchesCpu) {
   PD_REQUIRE_GPUS(1);
   const Model m = resolve_model("cnn");
   const DataSplits data = open_dataset("synthetic", "", m);
-  RunSpec s = small_spec(make_plan({{0, 9}}, {1}), ScheduleKind::OneFOneBRoundRobin, WeightPolicy::Stash, 2, 1, 32);
+  RunSpec s = small_spec(make_plan({{0, 9}}, {1}), parse_schedule_kind("1f1b-rr"), WeightPolicy::Stash, 2, 1, 32);
   TrainOptions o = train_options(s, 32);
   const TrainResult cpu = train(m, *data.train, nullptr, o);
   o.device = gpu();
@@ -181,7 +181,7 @@ TEST(GpuPipeline, TiedGptAcrossTwoStagesMatchesReference) {
   PD_REQUIRE_GPUS(1);
   const Model m = resolve_model("gpt-mini", "", "tie=1,vocab=32,context=8,width=16,depth=2,heads=2");
   const DataSplits data = open_dataset("synthetic", "", m);
-  RunSpec s = small_spec(make_plan({{0, 2}, {3, 4}}, {1, 1}), ScheduleKind::OneFOneBFlush, WeightPolicy::Stash, 3, 2, 4);
+  RunSpec s = small_spec(make_plan({{0, 2}, {3, 4}}, {1, 1}), parse_schedule_kind("1f1b-flush"), WeightPolicy::Stash, 3, 2, 4);
   s.device = gpu();
   s.timeout_s = 60;
   s.save = scratch("tied_staged");
