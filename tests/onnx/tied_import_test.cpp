@@ -80,8 +80,9 @@ TEST(TiedImport, Gpt2WithItsHeadTiedToTheEmbeddingPipelinesOnFourStages) {
   }
   // 1f1b-rr would update the two copies at different times.
   EXPECT_EQ(run("run --plan " + d + "/plan.json " + common + "--schedule 1f1b-rr", "rr.log"), 2) << read_text(d + "/rr.log");
-  EXPECT_NE(read_text(d + "/rr.log").find("1f1b-flush, gpipe, zb-h1 or interleaved-1f1b"), std::string::npos)
-      << read_text(d + "/rr.log");
+  const std::string refusal = read_text(d + "/rr.log");
+  for (const char* works : {"1f1b-flush", "gpipe", "zb-h1", "interleaved-1f1b"})
+    EXPECT_NE(refusal.find(works), std::string::npos) << works << " not named in: " << refusal;
 }
 
 }  // namespace
