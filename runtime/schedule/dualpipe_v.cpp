@@ -9,23 +9,17 @@
 // chunk-microbatches (p + 1 stages' worth). Needs M >= 2p.
 #include "core/error.h"
 #include "runtime/schedule/schedule.h"
+#include "runtime/schedule/v_shape.h"
 
 namespace pd {
 namespace {
 
-class DualPipeV final : public ScheduleKind {
+class DualPipeV final : public VShapedKind {
  public:
   const char* name() const override { return "dualpipev"; }
   const char* help() const override {
     return "DeepSeek's DualPipeV: 2 stages per worker in a V, DualPipe's order, M >= 2 x workers (unreplicated)";
   }
-  bool splits_backward() const override { return true; }
-  bool unreplicated_only() const override { return true; }
-  int chunks(int) const override { return 2; }
-  int stage_at(int worker, int chunk, int workers) const override {
-    return chunk == 0 ? worker : 2 * workers - 1 - worker;
-  }
-  int chunk_of(int stage, int workers) const override { return stage < workers ? 0 : 1; }
   void check(const Plan& plan, const ScheduleOptions& o) const override {
     const int workers = static_cast<int>(plan.stages.size()) / 2;
     if (o.microbatches < 2 * workers)

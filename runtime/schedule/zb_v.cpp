@@ -6,23 +6,17 @@
 // whole ones).
 #include "runtime/schedule/list_order.h"
 #include "runtime/schedule/schedule.h"
+#include "runtime/schedule/v_shape.h"
 
 namespace pd {
 namespace {
 
-class ZeroBubbleV final : public ScheduleKind {
+class ZeroBubbleV final : public VShapedKind {
  public:
   const char* name() const override { return "zb-v"; }
   const char* help() const override {
     return "zero bubble V: 2 stages per worker in a V (w and 2p-1-w), B and W split, 1F1B's memory (unreplicated)";
   }
-  bool splits_backward() const override { return true; }
-  bool unreplicated_only() const override { return true; }
-  int chunks(int) const override { return 2; }
-  int stage_at(int worker, int chunk, int workers) const override {
-    return chunk == 0 ? worker : 2 * workers - 1 - worker;
-  }
-  int chunk_of(int stage, int workers) const override { return stage < workers ? 0 : 1; }
   std::vector<std::vector<OrderEntry>> worker_orders(const Schedule& s) const override {
     const int cap = 2 * s.workers();
     return list_order(s, {.split_backward = true, .cap = [cap](int) { return cap; }});
