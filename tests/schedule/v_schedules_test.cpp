@@ -82,5 +82,21 @@ TEST(VSchedules, BubbleBelowZeroBubbleH1sOnUniformStages) {
     }
 }
 
+// The paper's ZB-V: with F = B = W, every worker is busy for the whole of
+// the steady state (batches tile: worker w starts and ends w steps after
+// worker 0), at 1F1B's activation memory (2p chunk-microbatches).
+TEST(VSchedules, ZeroBubbleVHasNoSteadyStateBubbleAtOneFOneBsMemory) {
+  for (int p : {2, 3, 4, 8})
+    for (int M : {2 * p - 1, 2 * p, 16, 24}) {
+      SimulationOptions o;
+      o.schedule = v_options("zb-v", M, 8);
+      const SimulationReport rep = simulate(uniform(2 * p, 0.5), o);
+      for (const auto& w : rep.workers) {
+        EXPECT_NEAR(w.bubble_fraction, 0.0, 1e-9) << "p=" << p << " M=" << M << " worker " << w.rank;
+        EXPECT_EQ(w.peak_held, 2 * p) << "p=" << p << " M=" << M << " worker " << w.rank;
+      }
+    }
+}
+
 }  // namespace
 }  // namespace pd
