@@ -17,6 +17,7 @@
 #include "core/text.h"
 #include "planner/planner.h"
 #include "runtime/simulator/plan_search.h"
+#include "runtime/schedule/schedule.h"
 #include "runtime/simulator/schedule_search.h"
 
 namespace pd::cli {
@@ -274,10 +275,13 @@ Plan choose_schedule(const PlanArgs& a, const Profile& profile, const Topology& 
     plan.microbatches = c.schedule.microbatches;
     plan.virtual_stages = c.schedule.virtual_stages;
     plan.batch = plan.profile.batch_size;
-    // The memory printed and compared by `run` is this schedule's: stage k's worker's.
-    const int workers = static_cast<int>(c.worker_memory_bytes.size());
+    // The memory printed and compared by `run` is this schedule's: that of
+    // the worker stage k runs on, as the schedule places it (a V puts
+    // stages w and 2p - 1 - w on worker w).
+    const Schedule placed(c.plan, c.schedule);
     for (PlanStage& st : plan.stages) {
-      st.memory_bytes = workers > 0 ? uint64_t(c.worker_memory_bytes[static_cast<size_t>(st.index % workers)]) : 0;
+      const size_t worker = static_cast<size_t>(placed.place(st.index).worker);
+      st.memory_bytes = worker < c.worker_memory_bytes.size() ? uint64_t(c.worker_memory_bytes[worker]) : 0;
       st.in_flight = 0;
     }
     print_recommendation(a, plan, c, sizes.empty() ? "" : profile.source_path);
