@@ -17,6 +17,7 @@
 #include "core/text.h"
 #include "planner/planner.h"
 #include "runtime/simulator/plan_search.h"
+#include "runtime/schedule/schedule.h"
 #include "runtime/simulator/schedule_search.h"
 
 namespace pd::cli {
@@ -219,7 +220,8 @@ void print_recommendation(const PlanArgs& a, const Plan& plan, const ScheduleCan
 Plan choose_schedule(const PlanArgs& a, const Profile& profile, const Topology& topology, const PlannerOptions& options) {
   const ScheduleSearch search = search_schedules(profile, topology, options);
   std::printf("schedule families (each its best plan and microbatch count, replayed; memory: the fullest worker):\n");
-  std::printf("  %-18s %-22s %12s %14s %12s\n", "family", "config", "microbatches", "samples/s", "memory");
+  std::printf("  %-18s %-22s %12s %14s %14s %12s\n", "family", "config", "microbatches", "time/batch", "samples/s",
+              "memory");
   for (size_t i = 0; i < search.families.size(); ++i) {
     const ScheduleCandidate& c = search.families[i];
     const bool chosen = static_cast<int>(i) == search.chosen;
@@ -228,8 +230,9 @@ Plan choose_schedule(const PlanArgs& a, const Profile& profile, const Topology& 
       continue;
     }
     const std::string micro = c.replayed ? std::to_string(c.schedule.microbatches) : "-";
-    std::printf("  %-18s %-22s %12s %14.1f %12s%s\n", to_string(c.family).c_str(), c.plan.config.c_str(), micro.c_str(),
-                c.samples_per_s, bytes_text(c.peak_memory_bytes).c_str(),
+    std::printf("  %-18s %-22s %12s %14s %14.1f %12s%s\n", to_string(c.family).c_str(), c.plan.config.c_str(),
+                micro.c_str(), seconds_text(c.time_per_batch_s).c_str(), c.samples_per_s,
+                bytes_text(c.peak_memory_bytes).c_str(),
                 chosen ? "  <- chosen" : c.fits ? "" : "  does not fit");
   }
   const std::vector<int> sizes = profile.measured_microbatch_sizes();
@@ -267,15 +270,18 @@ Plan choose_schedule(const PlanArgs& a, const Profile& profile, const Topology& 
     const ScheduleCandidate& rr = search.families.front();
     plan.single_worker_s = rr.plan.stages.empty() ? 0 : rr.plan.single_worker_s;
     plan.data_parallel_s = rr.plan.stages.empty() ? 0 : rr.plan.data_parallel_s;
-    set_predicted_time(plan, c.samples_per_s > 0 ? plan.profile.batch_size / c.samples_per_s : 0, PredictedBy::replay);
+    set_predicted_time(plan, c.time_per_batch_s, PredictedBy::replay);
     plan.closed_form_s = plan.closed_form_bound_s = 0;  // the closed forms are 1f1b-rr's
     plan.microbatches = c.schedule.microbatches;
     plan.virtual_stages = c.schedule.virtual_stages;
     plan.batch = plan.profile.batch_size;
-    // The memory printed and compared by `run` is this schedule's: stage k's worker's.
-    const int workers = static_cast<int>(c.worker_memory_bytes.size());
+    // The memory printed and compared by `run` is this schedule's: that of
+    // the worker stage k runs on, as the schedule places it (a V puts
+    // stages w and 2p - 1 - w on worker w).
+    const Schedule placed(c.plan, c.schedule);
     for (PlanStage& st : plan.stages) {
-      st.memory_bytes = workers > 0 ? uint64_t(c.worker_memory_bytes[static_cast<size_t>(st.index % workers)]) : 0;
+      const size_t worker = static_cast<size_t>(placed.place(st.index).worker);
+      st.memory_bytes = worker < c.worker_memory_bytes.size() ? uint64_t(c.worker_memory_bytes[worker]) : 0;
       st.in_flight = 0;
     }
     print_recommendation(a, plan, c, sizes.empty() ? "" : profile.source_path);

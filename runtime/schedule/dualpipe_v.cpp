@@ -1,12 +1,14 @@
 // DualPipeV (DeepSeek-V3's DualPipe cut in half, deepseek-ai/DualPipe
-// dualpipev.py): 2p stages on p workers in a V, as zb-v, in DualPipe's
-// steps per worker - warm-up F0's, F0F1 pairs, B1W1F1 (zero bubble), the
-// main F0B1F1B0 loop, the drain with W's queued and run last - written
-// here from the paper's description so that every worker runs M of each
-// (our step 5 runs the F1's the warm-up left). Its F/B pairs of opposite
-// chunks are those DualPipe overlaps with each other's communication; here
-// they run one after the other. A worker holds at most 2p + 1
-// chunk-microbatches (p + 1 stages' worth). Needs M >= 2p.
+// dualpipev.py): 2p stages on p workers in a V, as zb-v, in dualpipev.py's
+// eight steps per worker - nF0, nF0F1, nB1W1F1 (zero bubble), the main
+// nF0B1F1B0 loop, nB1F1B0, nB1B0 (W's queued from its middle on), nWB0,
+// nW - action for action. Its F&B pairs of opposite chunks are those
+// DualPipe overlaps (one kernel stream hiding the other's communication);
+// here each pair runs F then B, as dualpipev.py does without
+// overlapped_forward_backward, and each half starts when its own input is
+// there (DualPipe waits for both). A worker holds at most 2p + 1
+// chunk-microbatches (DualPipe's PP + 1 with PP = 2p chunks: p + 1/2
+// stages' worth). Needs M >= 2p.
 #include "core/error.h"
 #include "runtime/schedule/schedule.h"
 #include "runtime/schedule/v_shape.h"
@@ -58,7 +60,7 @@ class DualPipeV final : public VShapedKind {
       F(0), B(1, false);
       F(1), B(0, false);
     }
-    for (int i = 0; i < p - rank - 1; ++i) F(1), B(1, false), B(0, false);  // 5: the last F1's, B1B0
+    for (int i = 0; i < p - rank - 1; ++i) B(1, false), F(1), B(0, false);  // 5: nB1F1B0
     bool zero_bubble = false;
     const int step6 = rank + 1;
     for (int i = 0; i < step6; ++i) {  // 6: nB1W1B0W0

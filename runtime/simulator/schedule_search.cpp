@@ -72,6 +72,7 @@ ScheduleCandidate one_f_one_b_rr(const Profile& profile, const Topology& topolog
     c.plan = search.plan;
     c.schedule.minibatches = replay_minibatches(c.plan);
     c.samples_per_s = c.plan.throughput_samples_per_s;
+    c.time_per_batch_s = c.plan.time_per_minibatch_s;
     for (const PlanStage& st : c.plan.stages) c.peak_memory_bytes = std::max(c.peak_memory_bytes, double(st.memory_bytes));
     c.fits = true;
   } catch (const UserError& e) {
@@ -124,6 +125,7 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const Sch
       continue;
     }
     c.samples_per_s = rep.throughput_samples_per_s;
+    c.time_per_batch_s = rep.time_per_minibatch_s;
     c.replayed = true;
     c.worker_memory_bytes = worker_memory(profile, plan, c.schedule, rep);
     for (double b : c.worker_memory_bytes) c.peak_memory_bytes = std::max(c.peak_memory_bytes, b);
@@ -134,7 +136,7 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const Sch
       if (!best.fits) best.note = "no microbatch count fits the memory limit";  // rather than a refused count's reason
       continue;
     }
-    if (!best.fits || c.samples_per_s > best.samples_per_s) {
+    if (!best.fits || c.time_per_batch_s < best.time_per_batch_s) {
       c.least_memory_bytes = best.least_memory_bytes;
       best = c;
     }
@@ -192,7 +194,8 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
   }
   for (size_t i = 0; i < out.families.size(); ++i)
     if (out.families[i].fits &&
-        (out.chosen < 0 || out.families[i].samples_per_s > out.families[static_cast<size_t>(out.chosen)].samples_per_s))
+        (out.chosen < 0 ||
+         out.families[i].time_per_batch_s < out.families[static_cast<size_t>(out.chosen)].time_per_batch_s))
       out.chosen = static_cast<int>(i);
   return out;
 }

@@ -2,7 +2,8 @@
 // `plan --schedule auto`: the best plan of each schedule family -
 // 1f1b-rr (the planner's, replication included), 2bw, 1f1b-flush,
 // interleaved-1f1b (v = 2) and zb-h1 - with the microbatch count, under the
-// memory limit, each predicted by replaying it; the fastest that fits wins.
+// memory limit, each predicted by replaying it; the fastest that fits (the
+// least time per minibatch) wins.
 //
 // The synchronous families and 2bw run straight pipelines here (zb-h1 and
 // interleaved run unreplicated plans only), layer chains and DAG profiles
@@ -33,7 +34,12 @@ struct ScheduleCandidate {
   const ScheduleKind* family = default_schedule_kind();
   Plan plan;                    // interleaved and the V shapes: workers x 2 stages
   ScheduleOptions schedule;     // microbatches, virtual stages; minibatches: replayed
-  double samples_per_s = 0;     // simulated steady state
+  double samples_per_s = 0;     // simulated steady state (0 where the profile records no batch)
+  // Seconds per minibatch of the profile (the flush families: a batch of M
+  // microbatches), simulated steady state (1f1b-rr: the planner's): what
+  // the search ranks by, so that profiles without a batch size (PipeDream's
+  // graph.txt) rank too.
+  double time_per_batch_s = 0;
   double peak_memory_bytes = 0; // the fullest worker
   std::vector<double> worker_memory_bytes;  // by rank (the synchronous families and 2bw)
   double least_memory_bytes = 0;  // the fullest worker at the count that needs least (0: not computed)

@@ -200,6 +200,25 @@ TEST_F(FirstHour, ScheduleAutoSaysWhyAFamilyIsOutAndSearchesDags) {
     EXPECT_TRUE(std::regex_search(r.output, std::regex(std::string("\n  ") + family + " *1-1 "))) << family << r.output;
 }
 
+// --schedule auto choosing a V: the plan records, for every stage, the
+// memory of the worker the V places it on (stages w and 2p - 1 - w on
+// worker w), so the first and last stage share worker 0's figure.
+TEST_F(FirstHour, ScheduleAutoRecordsAVsMemoryByTheWorkerEachStageRunsOn) {
+  json heavy_first = chain_profile(8, "chain", 16);
+  heavy_first["nodes"][0]["parameter_bytes"] = 2000000;  // worker 0 holds more than the others
+  write_text(path("heavy.json"), heavy_first.dump());
+  const JobResult r =
+      pipedream("plan --profile heavy.json --workers 4 --bandwidth 10 --schedule auto --memory 6.6MB -o v.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json plan = json::parse(file_text(path("v.json")));
+  ASSERT_EQ(plan.value("schedule", ""), "zb-v") << r.output;
+  const json& stages = plan.at("stages");
+  ASSERT_EQ(stages.size(), 8u);
+  for (int w = 0; w < 4; ++w)
+    EXPECT_EQ(stages[w].value("memory_bytes", 0.0), stages[7 - w].value("memory_bytes", 0.0)) << "worker " << w;
+  EXPECT_GT(stages[0].value("memory_bytes", 0.0), stages[3].value("memory_bytes", 0.0));
+}
+
 // `run --plan auto --schedule X` plans for X: the plan records X, its
 // microbatches and batch, and the run compares with X's prediction.
 TEST_F(FirstHour, RunPlanAutoPlansForTheScheduleGiven) {

@@ -66,6 +66,29 @@ TEST(ScheduleSearch, AMemoryLimitThatRulesOutStashingPicksAnotherFamilyAndSimula
   EXPECT_NEAR(simulate(c.plan, so).throughput_samples_per_s / c.samples_per_s, 1.0, 1e-9) << to_string(c.family);
 }
 
+// PipeDream's graph.txt records no batch size, so no samples/s: the search
+// ranks by time per minibatch, and under a limit that rules out 1F1B-RR
+// picks the fastest family that fits, not the first.
+TEST(ScheduleSearch, ProfilesWithoutABatchSizeRankByTimePerMinibatch) {
+  Profile p = activation_heavy_chain();
+  p.batch_size = 0;
+  const ScheduleSearch free = search_schedules(p, flat_topology(4, 10), PlannerOptions{});
+  double flush_peak = 0;
+  for (size_t i = 1; i < free.families.size(); ++i) flush_peak = std::max(flush_peak, free.families[i].peak_memory_bytes);
+  PlannerOptions limited;
+  limited.memory_bytes = static_cast<uint64_t>(flush_peak * 1.01);
+  const ScheduleSearch s = search_schedules(p, flat_topology(4, 10), limited);
+  ASSERT_FALSE(s.families[0].fits);
+  ASSERT_GT(s.chosen, 0);
+  const ScheduleCandidate& chosen = s.families[static_cast<size_t>(s.chosen)];
+  for (const ScheduleCandidate& c : s.families) {
+    if (!c.fits) continue;
+    EXPECT_GT(c.time_per_batch_s, 0) << to_string(c.family);
+    EXPECT_LE(chosen.time_per_batch_s, c.time_per_batch_s) << to_string(chosen.family) << " over " << to_string(c.family);
+  }
+  EXPECT_NE(to_string(chosen.family), "1f1b-flush");  // zb-h1 runs the same plan faster at the same memory
+}
+
 // Microbatch times the profile measured (profile --microbatches) price the
 // flush families' microbatches: 3x a linear share costs them throughput,
 // where 1F1B-RR, which runs whole minibatches, is unchanged.

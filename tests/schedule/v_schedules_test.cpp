@@ -82,5 +82,37 @@ TEST(VSchedules, BubbleBelowZeroBubbleH1sOnUniformStages) {
     }
 }
 
+// The paper's ZB-V: with F = B = W, every worker is busy for the whole of
+// the steady state (batches tile: worker w starts and ends w steps after
+// worker 0), at 1F1B's activation memory (2p chunk-microbatches).
+TEST(VSchedules, ZeroBubbleVHasNoSteadyStateBubbleAtOneFOneBsMemory) {
+  for (int p : {2, 3, 4, 8})
+    for (int M : {2 * p - 1, 2 * p, 16, 24}) {
+      SimulationOptions o;
+      o.schedule = v_options("zb-v", M, 8);
+      const SimulationReport rep = simulate(uniform(2 * p, 0.5), o);
+      for (const auto& w : rep.workers) {
+        EXPECT_NEAR(w.bubble_fraction, 0.0, 1e-9) << "p=" << p << " M=" << M << " worker " << w.rank;
+        EXPECT_EQ(w.peak_held, 2 * p) << "p=" << p << " M=" << M << " worker " << w.rank;
+      }
+    }
+}
+
+// DeepSeek's DualPipeV order with F = B = W = 1 step: worker 0 starts a
+// batch first and ends it last (its stage 0 runs the batch's last B), so
+// batches do not tile and every worker idles p - 1 steps a batch, at
+// 2p + 1 chunk-microbatches held (DualPipe's PP + 1 with PP = 2p chunks).
+TEST(VSchedules, DualPipeVIdlesPMinusOneStepsPerBatch) {
+  for (int p : {2, 3, 4, 8})
+    for (int M : {2 * p, 16, 24}) {
+      SimulationOptions o;
+      o.schedule = v_options("dualpipev", M, 8);
+      const SimulationReport rep = simulate(uniform(2 * p, 0.5), o);
+      const double step = 0.5 / M, compute = 6 * M * step;
+      EXPECT_NEAR(rep.time_per_minibatch_s, compute + (p - 1) * step, 1e-9) << "p=" << p << " M=" << M;
+      for (const auto& w : rep.workers) EXPECT_EQ(w.peak_held, 2 * p + 1) << "p=" << p << " M=" << M;
+    }
+}
+
 }  // namespace
 }  // namespace pd
