@@ -25,6 +25,12 @@ namespace {
 constexpr uint32_t kModelGraph = 7;        // ModelProto.graph
 constexpr uint32_t kGraphInitializer = 5;  // GraphProto.initializer
 constexpr uint32_t kTensorFloatData = 4, kTensorName = 8, kTensorRawData = 9, kTensorDoubleData = 10;
+constexpr uint32_t kTensorExternalData = 13, kTensorDataLocation = 14;  // TensorProto
+constexpr uint32_t kEntryKey = 1, kEntryValue = 2;                      // StringStringEntryProto
+constexpr uint64_t kDataLocationExternal = 1;                           // TensorProto.DataLocation.EXTERNAL
+// Offsets of tensors in a written external data file are multiples of this
+// (so that a reader mapping the file finds each tensor aligned).
+constexpr uint64_t kExternalAlignment = 64;
 // Protobuf wire types.
 constexpr int kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
 
@@ -126,6 +132,10 @@ struct Replacement {
   int32_t data_type = kFloat;
 };
 
+size_t raw_data_bytes(const Replacement& r) {
+  return static_cast<size_t>(r.value->numel()) * (r.data_type == kFloat ? sizeof(float) : sizeof(double));
+}
+
 std::string raw_data(const Replacement& r) {
   const float* v = r.value->f32();
   const size_t n = static_cast<size_t>(r.value->numel());
@@ -138,10 +148,29 @@ std::string raw_data(const Replacement& r) {
   return out;
 }
 
+// The external data file export lays out (ONNX: `location` relative to
+// the model's folder, `offset`, `length`): each replaced tensor's bytes in
+// the order the graph lists them, at aligned offsets.
+struct ExternalLayout {
+  std::string location;  // the data file's name, beside the model
+  uint64_t size = 0;
+  std::vector<std::pair<uint64_t, Replacement>> tensors;  // offset, value
+};
+
+void put_entry(std::string& out, const std::string& key, const std::string& value) {
+  std::string entry;
+  put_bytes_field(entry, kEntryKey, key);
+  put_bytes_field(entry, kEntryValue, value);
+  put_bytes_field(out, kTensorExternalData, entry);
+}
+
 // A TensorProto with its data replaced when its name is in `values`: the
-// old data fields (float_data, double_data, raw_data) dropped, the new
-// values appended as raw_data; name, dims, type and the rest kept.
-std::string rewrite_tensor(std::string_view tensor, const std::map<std::string, Replacement>& values) {
+// old data fields (float_data, double_data, raw_data, external data)
+// dropped, the new values appended as raw_data or, with `external`, as
+// external data entries pointing into its file; name, dims, type and the
+// rest kept.
+std::string rewrite_tensor(std::string_view tensor, const std::map<std::string, Replacement>& values,
+                           ExternalLayout* external) {
   FieldScanner s(tensor);
   Field f;
   std::string name;
@@ -152,11 +181,39 @@ std::string rewrite_tensor(std::string_view tensor, const std::map<std::string, 
   std::string out;
   FieldScanner again(tensor);
   while (again.next(f)) {
-    const bool data = f.number == kTensorFloatData || f.number == kTensorRawData || f.number == kTensorDoubleData;
+    const bool data = f.number == kTensorFloatData || f.number == kTensorRawData || f.number == kTensorDoubleData ||
+                      f.number == kTensorExternalData || f.number == kTensorDataLocation;
     if (!data) out.append(tensor.substr(f.begin, f.end - f.begin));
   }
-  put_bytes_field(out, kTensorRawData, raw_data(it->second));
+  if (!external) {
+    put_bytes_field(out, kTensorRawData, raw_data(it->second));
+    return out;
+  }
+  const uint64_t offset = (external->size + kExternalAlignment - 1) / kExternalAlignment * kExternalAlignment;
+  const uint64_t length = raw_data_bytes(it->second);
+  external->tensors.emplace_back(offset, it->second);
+  external->size = offset + length;
+  put_entry(out, "location", external->location);
+  put_entry(out, "offset", std::to_string(offset));
+  put_entry(out, "length", std::to_string(length));
+  put_varint(out, uint64_t(kTensorDataLocation) << 3 | kVarint);
+  put_varint(out, kDataLocationExternal);
   return out;
+}
+
+// Writes the laid-out tensors (zeros between them) to `path`, atomically.
+void write_external_data(const std::string& path, const ExternalLayout& layout) {
+  write_file_atomically(path, [&](std::FILE* f) {
+    static const char zeros[kExternalAlignment] = {};
+    uint64_t at = 0;
+    for (const auto& [offset, r] : layout.tensors) {
+      if (offset > at && std::fwrite(zeros, 1, offset - at, f) != offset - at) return false;
+      const std::string bytes = raw_data(r);
+      if (std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) return false;
+      at = offset + bytes.size();
+    }
+    return true;
+  });
 }
 
 // Each parameter and buffer of the imported model: its stored name
@@ -251,28 +308,50 @@ std::string read_bytes(const std::string& path) {
   return read_input_file(path, "the ONNX model", kMaxModelBytes);
 }
 
+// `onnx_bytes` (parsed as `proto`) with the weights written in, embedded or
+// (with `external`) laid out for an external data file.
+std::string rewrite_model(const std::string& onnx_bytes, const ModelProto& proto, const std::string& source,
+                          const NamedTensors& weights, const std::string& weights_source, ExternalLayout* external) {
+  const Model model = import_model(proto, std::filesystem::path(source).stem().string());
+  const std::map<std::string, Replacement> values = match_weights(proto, model, weights, source, weights_source);
+  return rewrite_fields(onnx_bytes, kModelGraph, [&](std::string_view graph) {
+    return rewrite_fields(graph, kGraphInitializer,
+                          [&](std::string_view t) { return rewrite_tensor(t, values, external); });
+  });
+}
+
 }  // namespace
 
 std::string export_weights(const std::string& onnx_bytes, const std::string& source, const NamedTensors& weights,
                            const std::string& weights_source) {
-  const ModelProto proto = parse_model(onnx_bytes, source);
-  const Model model = import_model(proto, std::filesystem::path(source).stem().string());
-  const std::map<std::string, Replacement> values = match_weights(proto, model, weights, source, weights_source);
-  return rewrite_fields(onnx_bytes, kModelGraph, [&](std::string_view graph) {
-    return rewrite_fields(graph, kGraphInitializer, [&](std::string_view t) { return rewrite_tensor(t, values); });
-  });
+  return rewrite_model(onnx_bytes, parse_model(onnx_bytes, source), source, weights, weights_source, nullptr);
 }
 
-void export_model_file(const std::string& onnx_path, const std::vector<std::string>& weight_paths,
-                       const std::string& out_path) {
-  NamedTensors weights;
-  std::string weights_source;
-  for (const std::string& p : weight_paths) {
-    NamedTensors w = load_safetensors(p);
-    weights.insert(weights.end(), w.begin(), w.end());
-    weights_source += (weights_source.empty() ? "" : " + ") + p;
+std::string external_data_file_name(const std::string& out_path) {
+  return std::filesystem::path(out_path).filename().string() + ".data";
+}
+
+ExportLayout export_model_file(const std::string& onnx_path, const std::vector<std::string>& weight_paths,
+                               const std::string& out_path, ExportLayout layout) {
+  const WeightFiles weights = read_weight_files(weight_paths);
+  const std::string bytes = read_bytes(onnx_path);
+  const ModelProto proto = read_model_file(onnx_path);  // external data of the input resolved in its folder
+  if (layout == ExportLayout::automatic) {
+    uint64_t total = bytes.size();
+    for (const auto& [name, t] : weights.tensors) total += t.nbytes();
+    layout = total >= kMaxModelBytes ? ExportLayout::external : ExportLayout::embedded;
   }
-  write_file_atomically(out_path, export_weights(read_bytes(onnx_path), onnx_path, weights, weights_source));
+  if (layout == ExportLayout::embedded) {
+    write_file_atomically(out_path, rewrite_model(bytes, proto, onnx_path, weights.tensors, weights.source, nullptr));
+    return layout;
+  }
+  ExternalLayout external;
+  external.location = external_data_file_name(out_path);
+  const std::string model = rewrite_model(bytes, proto, onnx_path, weights.tensors, weights.source, &external);
+  const std::filesystem::path folder = std::filesystem::path(out_path).parent_path();
+  write_external_data((folder / external.location).string(), external);  // before the model that names it
+  write_file_atomically(out_path, model);
+  return layout;
 }
 
 }  // namespace pd::onnx

@@ -21,9 +21,22 @@ namespace pd::onnx {
 std::string export_weights(const std::string& onnx_bytes, const std::string& source, const NamedTensors& weights,
                            const std::string& weights_source);
 
-// Reads in.onnx and the safetensors files (several: a checkpoint's stage
-// files), writes out.onnx atomically.
-void export_model_file(const std::string& onnx_path, const std::vector<std::string>& weight_paths,
-                       const std::string& out_path);
+// Where export_model_file writes the weights: in the .onnx file
+// (raw_data), or in one external data file beside it, as the ONNX spec
+// lays it out (each tensor's `location` relative to the model's folder,
+// `offset`, `length`); automatic: external where the model would reach
+// protobuf's 2 GiB (kMaxModelBytes), embedded below.
+enum class ExportLayout { automatic, embedded, external };
+
+// The external data file export_model_file writes for `out_path`:
+// "{its file name}.data", in its folder.
+std::string external_data_file_name(const std::string& out_path);
+
+// Reads in.onnx (its own external data resolved in its folder) and the
+// weights (safetensors files, a sharded save's index, a checkpoint's stage
+// files), writes out.onnx atomically - after its external data file,
+// with that layout. Returns the layout written.
+ExportLayout export_model_file(const std::string& onnx_path, const std::vector<std::string>& weight_paths,
+                               const std::string& out_path, ExportLayout layout = ExportLayout::automatic);
 
 }  // namespace pd::onnx

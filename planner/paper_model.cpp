@@ -50,7 +50,8 @@ class AlignedHierarchy {
   AlignedHierarchy(const StateSpace& space, const Topology& topology, double memory, const PlannerOptions& options,
                    const RecomputeChoices& recompute)
       : space_(space), recompute_(recompute), memory_(memory), straight_(options.straight), fewer_(options.fewer_workers),
-        total_workers_(topology.total_workers()), stage_replicas_(options.stage_replicas) {
+        total_workers_(topology.total_workers()), stage_replicas_(options.stage_replicas),
+        weight_versions_(options.weight_versions) {
     for (int l = 0, below = 1; l < int(topology.levels.size()); ++l) {
       units_.push_back(topology.levels[l].count);
       bandwidth_.push_back(topology.levels[l].bandwidth_GBps * 1e9);
@@ -103,12 +104,12 @@ class AlignedHierarchy {
   StageCosts costs(int level, int entry_level, int base) const {
     Level l{level, units_[level], unit_workers_[level], bandwidth_[level], entry_level, bandwidth_[entry_level], base};
     return StageCosts(space_, l, total_workers_, memory_, level > 0 ? &tiles_[level - 1] : nullptr, stage_replicas_,
-                      &recompute_);
+                      &recompute_, weight_versions_);
   }
   // The same group with no memory limit (its tiles must be the unlimited ones).
   StageCosts unlimited_costs(int level, int entry_level, const TileTables* tiles) const {
     Level l{level, units_[level], unit_workers_[level], bandwidth_[level], entry_level, bandwidth_[entry_level], 0};
-    return StageCosts(space_, l, total_workers_, 0, tiles, stage_replicas_, &recompute_);
+    return StageCosts(space_, l, total_workers_, 0, tiles, stage_replicas_, &recompute_, weight_versions_);
   }
 
   // The optimum of every range starting at k, on one group.
@@ -182,6 +183,7 @@ class AlignedHierarchy {
   const bool straight_, fewer_;
   const int total_workers_;
   const int stage_replicas_;
+  const int weight_versions_;
   std::vector<int> units_, unit_workers_;
   std::vector<double> bandwidth_;
   std::vector<TileTables> tiles_;  // [l]: groups of level l as units of level l + 1

@@ -60,9 +60,10 @@ struct TileTables {
 class StageCosts {
  public:
   StageCosts(const StateSpace& s, Level level, int total_workers, double memory, const TileTables* tiles,
-             int stage_replicas, const RecomputeChoices* recompute = nullptr)
+             int stage_replicas, const RecomputeChoices* recompute = nullptr, int weight_versions = 0)
       : s_(s), level_(level), total_workers_(total_workers), memory_(memory), tiles_(tiles),
-        stage_replicas_(stage_replicas), recompute_(recompute && recompute->enabled() ? recompute : nullptr) {
+        stage_replicas_(stage_replicas), recompute_(recompute && recompute->enabled() ? recompute : nullptr),
+        weight_versions_(weight_versions) {
     if (tiles_ && !memory_limited()) {
       entry_tile_ = &tiles_->get(level_.entry_level, 0);
       inner_tile_ = &tiles_->get(level_.index, 0);
@@ -101,7 +102,8 @@ class StageCosts {
             s_.cut_bytes[j],
             m * level_.unit_workers,
             s_.workspace(k, j),
-            r.transient_bytes};
+            r.transient_bytes,
+            weight_versions_};
   }
   // What the stage recomputes where it sits (planner/recompute.h): full
   // and every-other's fixed set; under auto the fastest set that brings it
@@ -172,6 +174,8 @@ class StageCosts {
   int max_in_flight(int k, int j, int m) const {
     if (!memory_limited()) return std::numeric_limits<int>::max();
     const StageFootprint s = footprint(k, j, m);
+    // A flushing schedule holds at most one minibatch wherever the stage sits.
+    if (weight_versions_ > 0) return stage_memory_bytes(s, 1) <= memory_ ? std::numeric_limits<int>::max() : 0;
     // stage_memory_bytes grows linearly with in-flight: solve, then settle rounding.
     const double fixed = stage_memory_bytes(s, 0), per = stage_memory_bytes(s, 1) - fixed;
     int f = int(std::min(1e9, std::max(0.0, std::floor((memory_ - fixed) / std::max(per, 1e-300)))));
@@ -180,6 +184,7 @@ class StageCosts {
     return f;
   }
   int in_flight(int m, int before) const {
+    if (weight_versions_ > 0) return 1;  // (a minibatch's microbatches)
     return in_flight_1f1b_rr(total_workers_, first_rank(before), m * level_.unit_workers);
   }
   bool has_tiles() const { return tiles_ != nullptr; }
@@ -203,6 +208,7 @@ class StageCosts {
   const std::vector<double>* inner_tile_ = nullptr;
   const int stage_replicas_;
   const RecomputeChoices* recompute_;
+  const int weight_versions_;  // PlannerOptions::weight_versions
   Recomputation fixed_recomputation(int k, int j) const {
     return recompute_ && !recompute_->chosen_per_stage() ? recompute_->fixed(k, j) : Recomputation{};
   }

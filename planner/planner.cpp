@@ -75,7 +75,7 @@ void set_boundary_bytes(const PlanningGraph& g, const std::vector<PlannedStage>&
 // Each stage's in-flight count and memory per worker, from its placement
 // (stage_memory.h; with --fewer-workers the planner's check counted
 // in-flight over all the topology's workers, an upper bound).
-void set_stage_memory(const PlanningGraph& g, const std::vector<PlannedStage>& planned,
+void set_stage_memory(const PlanningGraph& g, const std::vector<PlannedStage>& planned, int weight_versions,
                       std::vector<PlanStage>& stages) {
   int used = 0, before = 0;
   for (const auto& s : stages) used += s.replicas;
@@ -100,7 +100,8 @@ void set_stage_memory(const PlanningGraph& g, const std::vector<PlannedStage>& p
     }
     f.boundary_bytes = double(stages[s].output_bytes);
     f.replicas = stages[s].replicas;
-    stages[s].in_flight = in_flight_1f1b_rr(used, before, f.replicas);
+    f.weight_versions = weight_versions;
+    stages[s].in_flight = weight_versions > 0 ? 1 : in_flight_1f1b_rr(used, before, f.replicas);
     stages[s].memory_bytes = uint64_t(stage_memory_bytes(f, stages[s].in_flight));
     before += f.replicas;
   }
@@ -233,6 +234,8 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
     throw UserError("the topology has no workers: give --workers N (N >= 1) or a topology file with levels");
   if (options.activation_compression_ratio && !(*options.activation_compression_ratio > 0))
     throw UserError("--activation-compression-ratio must be positive");
+  PD_CHECK(options.weight_versions == 0 || options.cost_model == CostModel::paper,
+           "a flushing schedule's memory model is the paper cost model's");
   PlanningGraph g = build_planning_graph(profile);
   require_a_layer_per_worker(profile, g, topology, options);
   PlannedPipeline pipeline;
@@ -260,7 +263,7 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
     replicas.push_back(plan.stages.back().replicas);
   }
   set_boundary_bytes(g, pipeline.stages, plan.stages);
-  set_stage_memory(g, pipeline.stages, plan.stages);
+  set_stage_memory(g, pipeline.stages, options.weight_versions, plan.stages);
   // Layer ranges: for a chain, positions in profile order; the nodes a
   // PipeDream profile drops (its input, tuple unpacking) join the stage of
   // their neighbour. For a DAG, ranges number the nodes stage by stage and

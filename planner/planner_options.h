@@ -23,6 +23,14 @@ struct PlannerOptions {
   // Per-worker memory limit in bytes; 0 takes the topology's, and 0 there
   // means unlimited.
   uint64_t memory_bytes = 0;
+  // The memory model that limit checks a stage against (stage_memory.h):
+  // 0, 1F1B-RR's, a weight version and a minibatch's activations per
+  // minibatch in flight where the stage sits; n >= 1, a schedule that keeps
+  // n weight versions and at most one minibatch's activations (its
+  // microbatches') on a stage at once, wherever it sits (1f1b-flush, gpipe,
+  // the zero-bubble schedules: 1; 2bw: 2). `plan --schedule auto` asks for
+  // it when the straight optimum ignoring memory does not fit such a schedule.
+  int weight_versions = 0;
   // PipeDream's --activation_compression_ratio; unset: the pipedream model
   // ignores activation transfer (the paper model always counts it).
   std::optional<double> activation_compression_ratio;

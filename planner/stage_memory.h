@@ -23,11 +23,16 @@ struct StageFootprint {
   // then what the stage still stashes; this, the most one recomputed layer
   // makes again (its activation less the input kept), for one minibatch, on top.
   double recompute_bytes = 0;
+  // Weight versions held: 0, one per in-flight minibatch (1F1B-RR's
+  // stashing); n >= 1, n whatever the in-flight count (a schedule that
+  // flushes: PlannerOptions::weight_versions).
+  int weight_versions = 0;
 };
 
 // Bytes one worker of the stage holds (what `run` measures, less the data
 // set and the kernels' scratch):
-// - a weight version per in-flight minibatch (stashing) and the gradient;
+// - a weight version per in-flight minibatch (stashing; or weight_versions)
+//   and the gradient;
 // - the optimizer state;
 // - per in-flight minibatch, its stashed activations, and the activation it
 //   sends on and the gradient that comes back for it (message buffers live
@@ -37,7 +42,8 @@ struct StageFootprint {
 // - the working memory of the layer computing at the time (the gradient it
 //   receives and what it allocates while it runs), the most of its layers.
 inline double stage_memory_bytes(const StageFootprint& s, int in_flight) {
-  return s.parameter_bytes * (in_flight + 1) + s.optimizer_state_bytes +
+  const int versions = s.weight_versions > 0 ? s.weight_versions : in_flight;
+  return s.parameter_bytes * (versions + 1) + s.optimizer_state_bytes +
          (s.activation_bytes + 2 * s.boundary_bytes) * in_flight + (s.replicas > 1 ? s.parameter_bytes : 0) +
          s.workspace_bytes + s.recompute_bytes;
 }

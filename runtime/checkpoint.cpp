@@ -1,9 +1,12 @@
 #include "runtime/checkpoint.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "core/atomic_file.h"
 #include "core/checked.h"
@@ -306,6 +309,46 @@ NamedTensors checkpoint_tensors(const ResumePoint& p) {
     }
   }
   return all;
+}
+
+namespace {
+
+// "optimizer.{k}.{x}" and "version.{v}.{x}" -> "{x}"; other names as they are.
+std::string stored_for(const std::string& name) {
+  for (const char* prefix : {"optimizer.", "version."}) {
+    const size_t n = std::strlen(prefix);
+    if (name.compare(0, n, prefix) != 0) continue;
+    size_t k = n;
+    while (k < name.size() && std::isdigit(static_cast<unsigned char>(name[k]))) ++k;
+    if (k > n && k < name.size() && name[k] == '.') return name.substr(k + 1);
+  }
+  return name;
+}
+
+}  // namespace
+
+NamedTensors checkpoint_tensors_of(const ResumePoint& p, const std::vector<const ParameterStore*>& stores) {
+  std::set<std::string> own;
+  for (const ParameterStore* w : stores) {
+    for (size_t i = 0; i < w->param_names().size(); ++i) own.insert(w->saved_name(i));
+    own.insert(w->buffer_names().begin(), w->buffer_names().end());
+  }
+  std::vector<std::string> files;
+  for (int s = 0; s < p.stages(); ++s) {
+    files.push_back(stage_file(p.dir, s));
+    for (int r = 1; fs::exists(replica_file(p.dir, s, r)); ++r) files.push_back(replica_file(p.dir, s, r));
+  }
+  std::set<std::string> taken;  // replicas hold the same version under the same name: one copy
+  NamedTensors out;
+  for (const std::string& file : files) {
+    std::vector<std::string> names;
+    for (const SafetensorsEntry& e : read_safetensors_entries(file))
+      if (own.count(stored_for(e.name)) && taken.insert(e.name).second) names.push_back(e.name);
+    if (names.empty()) continue;
+    NamedTensors t = load_safetensors_named(file, names);
+    out.insert(out.end(), std::make_move_iterator(t.begin()), std::make_move_iterator(t.end()));
+  }
+  return out;
 }
 
 NamedTensors checkpoint_weights(const std::string& path) {

@@ -96,6 +96,11 @@ std::string lr_schedule_note(const ResumePoint& p, const LrSchedule& lr);
 
 // Every tensor of every stage file, by name (replicas are stored once).
 NamedTensors checkpoint_tensors(const ResumePoint& p);
+// Only the tensors of `stores` - their weights and buffers, optimizer
+// slots and older weight versions - from whichever stage files hold them
+// (any plan's), matched on the files' headers and read by byte range: a
+// run rank reads its own stages' share, not the model's.
+NamedTensors checkpoint_tensors_of(const ResumePoint& p, const std::vector<const ParameterStore*>& stores);
 // The weights and buffers alone ("{layer}.{name}"): what --save would have
 // written at the checkpoint's step. For starting another run from them.
 NamedTensors checkpoint_weights(const std::string& path);

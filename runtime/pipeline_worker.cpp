@@ -139,7 +139,9 @@ ResumeFrom resume_if_asked(const RunSpec& spec, const Model& model, const Worker
   if (spec.resume.empty()) return from;
   const ResumePoint p = find_checkpoint(spec.resume);
   require_resumable(p, spec, model);
-  const NamedTensors all = checkpoint_tensors(p);
+  std::vector<const ParameterStore*> own;
+  for (const StageState& state : states) own.push_back(&state.weights);
+  const NamedTensors all = checkpoint_tensors_of(p, own);  // this rank's stages' tensors alone
   for (StageState& state : states) {
     load_checkpoint_state(all, p.dir, state.weights, state.optimizer);
     // Optimizer steps this stage would have taken by then: one per batch

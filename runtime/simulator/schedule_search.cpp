@@ -84,12 +84,21 @@ ScheduleCandidate one_f_one_b_rr(const Profile& profile, const Topology& topolog
 
 // The planner's straight optimum on `workers`, ignoring memory (checked
 // per schedule afterwards); nullopt-like empty plan when there is none.
-Plan straight_plan(const Profile& profile, Topology topology, PlannerOptions options) {
+// With a stage limit: the fastest whose every stage fits it holding
+// `weight_versions` weight versions and one minibatch's activations
+// (PlannerOptions::weight_versions), which bounds the schedule's figure
+// above as long as a stage holds at most its minibatch's microbatches.
+Plan straight_plan(const Profile& profile, Topology topology, PlannerOptions options, double stage_limit = 0,
+                   int weight_versions = 0) {
   options.straight = true;
   options.fewer_workers = false;
-  options.memory_bytes = 0;
+  options.memory_bytes = uint64_t(stage_limit);
+  options.weight_versions = stage_limit > 0 ? weight_versions : 0;
+  if (stage_limit > 0) options.explain_infeasible = false;
   topology.worker_memory_bytes = 0;
-  return plan_pipeline(profile, topology, options);
+  Plan plan = plan_pipeline(profile, topology, options);
+  plan.topology.worker_memory_bytes = 0;  // (recorded as the unlimited optimum's)
+  return plan;
 }
 
 ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const ScheduleKind* kind, int virtual_stages,
@@ -144,6 +153,26 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const Sch
   return best;
 }
 
+// The fastest cut ignoring memory can put more layers on a stage than the
+// limit holds (uneven layer times) where an even cut fits: then the fastest
+// cut whose stages fit (`chunks` stages share a worker, a share of the
+// limit each). `fastest` is kept when that does not fit either (its note
+// and least memory say what would).
+ScheduleCandidate fitting_flush(const Profile& profile, const Topology& topology, const PlannerOptions& options,
+                                ScheduleCandidate fastest, const ScheduleKind* kind, int virtual_stages, int workers,
+                                double limit) {
+  if (fastest.fits || !(limit > 0)) return fastest;
+  const int chunks = kind->chunks(virtual_stages);
+  const Topology stages = chunks > 1 ? flat_topology(chunks * workers, topology.levels.front().bandwidth_GBps) : topology;
+  try {
+    const Plan fitting = straight_plan(profile, stages, options, limit / chunks, kind->weight_versions());
+    ScheduleCandidate c = best_flush(profile, fitting, kind, virtual_stages, workers, limit);
+    if (c.fits) return c;
+  } catch (const UserError&) {  // no cut fits the limit under this model
+  }
+  return fastest;
+}
+
 }  // namespace
 
 ScheduleSearch search_schedules(const Profile& profile, const Topology& topology, const PlannerOptions& options) {
@@ -180,7 +209,8 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
         try {
           const Plan more = straight_plan(
               profile, flat_topology(chunks * workers, topology.levels.front().bandwidth_GBps), options);
-          c = best_flush(profile, more, kind, virtual_stages, workers, limit);
+          c = fitting_flush(profile, topology, options, best_flush(profile, more, kind, virtual_stages, workers, limit),
+                            kind, virtual_stages, workers, limit);
         } catch (const UserError& e) {
           c.note = cat("no plan of ", chunks * workers, " stages: ", e.what());
         }
@@ -188,7 +218,8 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
     } else if (straight.stages.empty()) {
       c.note = why_not;
     } else {
-      c = best_flush(profile, straight, kind, 1, workers, limit);
+      c = fitting_flush(profile, topology, options, best_flush(profile, straight, kind, 1, workers, limit), kind, 1,
+                        workers, limit);
     }
     out.families.push_back(c);
   }

@@ -120,6 +120,40 @@ TEST(OnnxExport, TrainedWeightsImportBitwise) {
   }
 }
 
+// --external-data: the weights go to OUTPUT.data beside the output (here
+// in another folder than the input), each tensor named by location
+// relative to the model's folder, offset and length; the export imports to
+// exactly the trained weights, as the embedded export does.
+TEST(OnnxExport, ExternalDataOnRequestImportsBitwise) {
+  namespace fs = std::filesystem;
+  const std::string in = scratch_file("bn_ext.onnx", encode(bn_model()));
+  const std::string saved = scratch_file("trained_ext.safetensors"), embedded = scratch_file("embedded.onnx");
+  const fs::path folder = fs::path(scratch_file("external"));
+  fs::remove_all(folder);
+  fs::create_directories(folder);
+  const std::string out = (folder / "trained.onnx").string();
+  std::string log;
+  ASSERT_EQ(pipedream(cat("train --model ", in, " --data synthetic --minibatches 2 --batch 4 --no-eval --threads 1 "
+                          "--save ", saved), log), 0) << log;
+  ASSERT_EQ(pipedream(cat("export --onnx ", in, " --weights ", saved, " -o ", embedded), log), 0) << log;
+  EXPECT_EQ(log.find("external data"), std::string::npos) << log;  // small: embedded unless asked
+  ASSERT_EQ(pipedream(cat("export --onnx ", in, " --weights ", saved, " -o ", out, " --external-data"), log), 0) << log;
+  EXPECT_NE(log.find("trained.onnx.data"), std::string::npos) << log;
+  const NamedTensors trained = load_safetensors(saved);
+  size_t weight_bytes = 0;
+  for (const auto& [n, t] : trained) weight_bytes += t.nbytes();
+  ASSERT_TRUE(fs::exists(folder / "trained.onnx.data"));
+  EXPECT_GE(fs::file_size(folder / "trained.onnx.data"), weight_bytes);
+  // No weight left inside: the .onnx lost their bytes and gained each one's three entries.
+  EXPECT_LE(fs::file_size(out) + weight_bytes, fs::file_size(embedded) + 80 * trained.size());
+  expect_bitwise_equal(initial_weights(out), trained);
+  expect_bitwise_equal(initial_weights(out), initial_weights(embedded));
+  // Re-exported from its own external data (read from its folder), embedded again: the same weights.
+  const std::string again = scratch_file("again.onnx");
+  ASSERT_EQ(pipedream(cat("export --onnx ", out, " --weights ", saved, " -o ", again), log), 0) << log;
+  expect_bitwise_equal(initial_weights(again), trained);
+}
+
 TEST(OnnxExport, InitialWeightsGiveTheSameFile) {
   // The test encoder writes raw_data last, as export does, so exporting
   // the weights the file holds reproduces it byte for byte.

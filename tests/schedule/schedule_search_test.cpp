@@ -107,5 +107,91 @@ TEST(ScheduleSearch, MeasuredMicrobatchTimesPriceTheFlushFamilies) {
   }
 }
 
+// bench/big_model.sh's wide MLP in small: Flatten, then 8 (Gemm, Relu) of
+// equal weights trained with Adam, whose Gemm times a busy host measured
+// unevenly (two 5x the others). Ignoring memory, the fastest straight cut
+// on 4 workers puts three Gemms on a stage, which no flushing schedule fits
+// under a cap that two per stage fit.
+Profile uneven_wide_mlp() {
+  Profile p;
+  p.model = "wide_mlp";
+  p.batch_size = 8;
+  const auto add = [&p](const std::string& op, double ms, uint64_t parameters) {
+    ProfileNode n;
+    n.id = static_cast<int>(p.nodes.size());
+    n.name = op + std::to_string(n.id);
+    n.op = op;
+    n.forward_ms = ms;
+    n.backward_ms = 2 * ms;
+    n.output_bytes = n.activation_bytes = 262'144;
+    n.parameter_bytes = parameters;
+    n.optimizer_state_bytes = 2 * parameters;  // Adam's two moments
+    if (n.id > 0) p.edges.push_back({n.id - 1, n.id});
+    p.nodes.push_back(n);
+  };
+  add("Flatten", 0.01, 0);
+  const double gemm_ms[] = {10, 10, 10, 50, 50, 10, 10, 10};
+  for (double ms : gemm_ms) {
+    add("Gemm", ms, 100'000'000);
+    add("Relu", 0.01, 0);
+  }
+  return p;
+}
+
+int gemms(const Profile& p, const PlanStage& st) {
+  int count = 0;
+  for (int v = st.first_layer; v <= st.last_layer; ++v) count += p.nodes[static_cast<size_t>(v)].op == "Gemm";
+  return count;
+}
+
+// Two Gemms (weights, gradient, Adam: 800 MB) fit 1 GB, three (1.2 GB) do
+// not: the search finds the even cut where the fastest cut does not fit.
+TEST(ScheduleSearch, FindsACutThatFitsWhereTheFastestCutIgnoringMemoryDoesNot) {
+  const Profile p = uneven_wide_mlp();
+  const ScheduleSearch free = search_schedules(p, flat_topology(4, 10), PlannerOptions{});
+  size_t flush = 0;
+  while (flush < free.families.size() && to_string(free.families[flush].family) != "1f1b-flush") ++flush;
+  ASSERT_LT(flush, free.families.size());
+  int most = 0;
+  for (const PlanStage& st : free.families[flush].plan.stages) most = std::max(most, gemms(p, st));
+  ASSERT_EQ(most, 3);  // the miss this reproduces
+
+  PlannerOptions limited;
+  limited.memory_bytes = 1'000'000'000;
+  const ScheduleSearch s = search_schedules(p, flat_topology(4, 10), limited);
+  EXPECT_FALSE(s.families[0].fits);  // 1f1b-rr stashes 4 weight versions on stage 0
+  const ScheduleCandidate& c = s.families[flush];
+  ASSERT_TRUE(c.fits) << c.note;
+  ASSERT_EQ(c.plan.stages.size(), 4u);
+  for (const PlanStage& st : c.plan.stages) EXPECT_EQ(gemms(p, st), 2) << "stage " << st.index;
+  EXPECT_LE(c.peak_memory_bytes, double(limited.memory_bytes));
+  EXPECT_GT(c.peak_memory_bytes, 800e6);
+  ASSERT_GE(s.chosen, 1);
+  EXPECT_LE(s.families[static_cast<size_t>(s.chosen)].peak_memory_bytes, double(limited.memory_bytes));
+}
+
+// The planner's flushing memory model (PlannerOptions::weight_versions):
+// one weight version and one minibatch's activations wherever a stage sits,
+// where 1F1B-RR's stage 0 stashes a version per worker after it.
+TEST(ScheduleSearch, ThePlannersFlushingMemoryModelFitsWhereStashingDoesNot) {
+  const Profile p = uneven_wide_mlp();
+  PlannerOptions o;
+  o.straight = true;
+  o.explain_infeasible = false;
+  o.memory_bytes = 1'000'000'000;
+  EXPECT_THROW(plan_pipeline(p, flat_topology(4, 10), o), UserError);
+  o.weight_versions = 1;
+  const Plan plan = plan_pipeline(p, flat_topology(4, 10), o);
+  ASSERT_EQ(plan.stages.size(), 4u);
+  for (const PlanStage& st : plan.stages) {
+    EXPECT_EQ(gemms(p, st), 2) << "stage " << st.index;
+    EXPECT_EQ(st.in_flight, 1);
+    EXPECT_LE(st.memory_bytes, o.memory_bytes);
+    EXPECT_GE(st.memory_bytes, 800'000'000u);  // weights, gradient, Adam's two moments of two Gemms
+  }
+  o.weight_versions = 2;  // 2bw: two versions of two Gemms (1 GB) and the rest do not fit
+  EXPECT_THROW(plan_pipeline(p, flat_topology(4, 10), o), UserError);
+}
+
 }  // namespace
 }  // namespace pd
