@@ -130,7 +130,7 @@ TEST(TimelineSvg, LongWorkerLabelsFitLeftOfTheRows) {
   simulate(plan, o, &events);
   TimelineSvgOptions svg;
   svg.flush = true;
-  svg.virtual_stages = 3;
+  svg.worker_stages = Schedule(plan, o.schedule).stages_by_worker();
   std::ostringstream os;
   write_timeline_svg(os, plan, events, svg);
   const std::string doc = os.str();
@@ -151,6 +151,31 @@ TEST(TimelineSvg, TheWellFormednessCheckCatchesBrokenXml) {
   EXPECT_NE(xml_problem("<svg>a & b</svg>"), "");
   EXPECT_NE(xml_problem("<svg x=\"1></svg>"), "");
   EXPECT_EQ(xml_problem("<?xml version=\"1.0\"?><svg><g/><text>1 &amp; 2</text></svg>"), "");
+}
+
+// A V shape's rows name the stages where the built schedule places them:
+// worker w runs stages w and 2p - 1 - w (the SVG and the Chrome trace).
+TEST(TimelineSvg, VShapeRowsNameWhereTheScheduleRunsEachStage) {
+  const Plan plan = make_plan(std::vector<int>(8, 1));
+  SimulationOptions o;
+  o.schedule = testing::schedule_options(parse_schedule_kind("zb-v"), 2, 8);
+  o.record_trace = true;
+  std::vector<TraceEvent> events;
+  simulate(plan, o, &events);
+  TimelineSvgOptions svg;
+  svg.flush = true;
+  svg.worker_stages = Schedule(plan, o.schedule).stages_by_worker();
+  std::ostringstream os;
+  write_timeline_svg(os, plan, events, svg);
+  const std::string doc = os.str();
+  EXPECT_EQ(xml_problem(doc), "");
+  EXPECT_EQ(count(doc, "class=\"row\""), 4);
+  for (const char* row : {"worker 0 \xC2\xB7 stages 0,7<", "worker 3 \xC2\xB7 stages 3,4<"})
+    EXPECT_NE(doc.find(row), std::string::npos) << row;
+  std::ostringstream trace;
+  write_chrome_trace(trace, plan, events, o.schedule);
+  EXPECT_NE(trace.str().find("rank 0 (stages 0,7)"), std::string::npos);
+  EXPECT_NE(trace.str().find("rank 2 (stages 2,5)"), std::string::npos);
 }
 
 }  // namespace
