@@ -390,7 +390,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--straight", args->straight, "no replication: one worker per stage");
   cmd->add_option("--schedule", args->schedule,
                   cat(default_schedule_kind()->name(), " (default: the planner's pipeline with replication) | auto (the "
-                      "best of ", schedule_names([](const ScheduleKind& k) { return k.searched(); }, " and "),
+                      "best of ", searched_schedule_names(" and "),
                       " with the microbatch count, under --memory)"));
   cmd->add_option("--memory", args->memory, "memory per worker (4000000000, 16GB, 16GiB)");
   cmd->add_option("--recompute", args->recompute,

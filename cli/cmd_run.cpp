@@ -477,10 +477,15 @@ void run_command(const RunArgs& given) {
     const int per_worker = stages_per_worker(kind, v);
     const int stages = per_worker * a.workers;
     const uint64_t memory = a.memory.empty() ? 0 : parse_size(a.memory);
-    plan = plan_for_workers(profile, stages, a.straight || kind->flushes(), device.is_cpu() ? a.threads : 1,
+    // Registry question (one of the sites runtime/schedule/README.md
+    // counts): 1f1b-rr runs the planner's replicated plan; a schedule that
+    // flushes runs a straight plan recorded as its own (no plan exists yet
+    // to ask instead).
+    const bool plan_of_its_own = kind->flushes();
+    plan = plan_for_workers(profile, stages, a.straight || plan_of_its_own, device.is_cpu() ? a.threads : 1,
                             device.is_cpu() ? cores : 0, 4.0, memory, recompute_mode_option(a.recompute, memory > 0));
     plan.batch = a.batch;
-    if (kind->flushes()) plan_for_schedule(plan, kind, M, v, a.batch, device.is_cpu() ? a.threads : 1,
+    if (plan_of_its_own) plan_for_schedule(plan, kind, M, v, a.batch, device.is_cpu() ? a.threads : 1,
                                            device.is_cpu() ? cores : 0);
     plan_path = a.plan_out;
     write_plan(plan, plan_path);

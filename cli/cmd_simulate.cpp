@@ -88,8 +88,7 @@ void write_svg(const SimulateArgs& a, const Plan& plan, const ScheduleOptions& o
                const std::vector<TraceEvent>& events) {
   TimelineSvgOptions svg;
   svg.flush = o.microbatches > 1;  // label microbatches within their batch
-  svg.kind = o.kind;
-  svg.virtual_stages = o.virtual_stages;
+  svg.worker_stages = Schedule(plan, o).stages_by_worker();
   svg.minibatches = a.svg_minibatches > 0 ? a.svg_minibatches : 2 * steps_per_period(o.kind, workers_of(plan));
   svg.minibatches = std::min(svg.minibatches, o.minibatches);
   svg.title = cat(schedule_title(o), ", plan ", plan.config.empty() ? std::string("?") : plan.config, ", first ",

@@ -433,10 +433,10 @@ void StageExecutor::backward(const Action& a) {
     }
     p.ctx.clear();
     dx = g;
-  } else if (schedule_.options().kind->splits_backward()) {
-    // Registry question 1 (the Action B does not say whether a W
-    // follows): the input gradient now, the weight gradient at W (ctx keeps
-    // what it needs; layers that do not split add theirs here).
+  } else if (schedule_.has_weight_passes()) {
+    // A W of this item follows: the input gradient now, the weight
+    // gradient at W (ctx keeps what it needs; layers that do not split add
+    // theirs here).
     dx = backward_input_layers(m, w, grads_, state_.first_layer, state_.last_layer, p.grad_in, info, p.ctx,
                                !first_stage_);
     pack_stash(p.ctx);
@@ -492,18 +492,7 @@ void StageExecutor::finish_open_round() {
 }
 
 int64_t StageExecutor::oldest_needed() const {
-  const ScheduleOptions& o = schedule_.options();
-  if (o.kind->weight_versions() > 1) {
-    // Registry question 2 (which versions stay in use; 2bw): the version
-    // the next forward uses, its batch's predecessor's.
-    const int64_t per_batch = (o.microbatches - replica_ + replicas_ - 1) / replicas_;
-    return o.kind->batch_version(forwards_done_ / per_batch);
-  }
-  if (o.policy == WeightPolicy::Vertical) {
-    const int64_t next = replica_ + forwards_done_ * replicas_;
-    if (next < o.minibatches) return schedule_.vertical_version(stage_, next);
-  }
-  return std::numeric_limits<int64_t>::max();
+  return schedule_.oldest_version_needed(stage_, replica_, forwards_done_);
 }
 
 void StageExecutor::prepare_step(const Action& a) {

@@ -507,22 +507,7 @@ void write_trace(const RunSpec& spec, const GatheredResults& g, Transport& t) {
 // 1f1b-rr's with stashed weights, at the profiled batch, for training alone.
 std::string memory_not_comparable(const RunSpec& spec, bool evaluated) {
   const Plan& plan = spec.plan;
-  const ScheduleKind* kind = spec.schedule.kind;
-  const bool flush = kind->flushes();
-  const bool planned_default = plan.schedule == default_schedule_kind()->name();
-  // The plan's figure is its schedule's: 1f1b-rr's with stashed weights, or
-  // the flush schedule's at the microbatches it records (`plan --schedule auto`).
-  const bool same = plan.schedule == kind->name() &&
-                    (flush ? plan.microbatches == spec.schedule.microbatches
-                           : spec.schedule.policy == WeightPolicy::Stash);
-  if (!same)
-    return cat("the plan's figure is for ", plan.schedule,
-               planned_default            ? std::string(" with stashed weights")
-               : plan.microbatches > 0    ? cat(" at ", plan.microbatches, " microbatches")
-                                          : std::string(),
-               ", not ", to_string(kind),
-               !flush ? " with weights " + to_string(spec.schedule.policy)
-                      : cat(" at ", spec.schedule.microbatches, " microbatches"));
+  if (std::string why = plan_memory_differs(plan, spec.schedule); !why.empty()) return why;
   const int64_t planned_batch = plan.batch > 0 ? plan.batch : plan.profile.batch_size;
   if (planned_batch > 0 && spec.samples_per_step() != planned_batch)
     return cat("the plan's figure is for batch ", planned_batch, ", this run's is ", spec.samples_per_step());
@@ -571,22 +556,7 @@ std::string time_not_comparable(const RunSpec& spec, const RunReporter& report, 
   const Plan& plan = spec.plan;
   // A flush schedule's prediction holds for the microbatches and virtual
   // stages it was made for (plan.json records them).
-  const ScheduleKind* kind = spec.schedule.kind;
-  const bool flush = kind->flushes();
-  const bool planned_default = plan.schedule == default_schedule_kind()->name();
-  const bool same_schedule =
-      plan.schedule == kind->name() &&
-      (!flush || (plan.microbatches == spec.schedule.microbatches &&
-                  std::max(1, plan.virtual_stages) == std::max(1, spec.schedule.virtual_stages)));
-  const std::string run_schedule =
-      cat(to_string(kind), flush ? cat(" at ", spec.schedule.microbatches, " microbatches") : std::string(),
-          spec.schedule.virtual_stages > 1 ? cat(", ", spec.schedule.virtual_stages, " virtual stages") : std::string());
-  if (!same_schedule)
-    return cat("the plan predicts ", plan.schedule,
-               !planned_default && plan.microbatches > 0 ? cat(" at ", plan.microbatches, " microbatches")
-                                                         : std::string(),
-               !planned_default && plan.microbatches == 0 ? " (microbatches not recorded)" : "",
-               ", this run is ", run_schedule, " (`pipedream simulate ", schedule_flags(spec.schedule), "` predicts it)");
+  if (std::string why = plan_time_differs(plan, spec.schedule); !why.empty()) return why;
   const int64_t planned_batch = plan.batch > 0 ? plan.batch : plan.profile.batch_size;
   if (planned_batch > 0 && spec.samples_per_step() != planned_batch)
     return cat("the plan predicts batch ", planned_batch, ", this run's is ", spec.samples_per_step());

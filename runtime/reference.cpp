@@ -9,10 +9,12 @@ namespace pd {
 ReferencePipeline::ReferencePipeline(const RunSpec& spec, const Model& model, const Dataset& train)
     : spec_(spec), model_(model), train_(train), optimizer_(make_optimizer(spec.optimizer)) {
   // One state per rank; per stage where a rank runs several (interleaved-1f1b, the V shapes).
-  const bool by_stage = stages_per_worker(spec.schedule.kind, spec.schedule.virtual_stages) > 1;
+  ScheduleOptions placement = spec.schedule;
+  placement.minibatches = 1;  // where stages run does not depend on the length
+  by_stage_ = Schedule(spec.plan, placement).chunks() > 1;
   const int R = spec.plan.workers();
   for (int r = 0; r < R; ++r) {
-    const PlanStage& s = spec.plan.stages[static_cast<size_t>(by_stage ? r : spec.plan.stage_of_rank(r))];
+    const PlanStage& s = spec.plan.stages[static_cast<size_t>(by_stage_ ? r : spec.plan.stage_of_rank(r))];
     states_.push_back(
         make_stage_state(model, s.index, s.first_layer, s.last_layer, spec.seed, *optimizer_, spec.device));
     states_.back().recompute = recompute_flags(s);
@@ -101,7 +103,7 @@ void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observ
 NamedTensors ReferencePipeline::merged_weights() const {
   NamedTensors out;
   for (const PlanStage& s : spec_.plan.stages) {
-    const int holder = stages_per_worker(spec_.schedule.kind, spec_.schedule.virtual_stages) > 1 ? s.index : s.ranks.front();
+    const int holder = by_stage_ ? s.index : s.ranks.front();
     NamedTensors part = states_[static_cast<size_t>(holder)].weights.named_tensors();
     out.insert(out.end(), part.begin(), part.end());
   }

@@ -36,6 +36,7 @@ class ReferencePipeline {
   const Dataset& train_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<StageState> states_;
+  bool by_stage_ = false;  // states_ per plan stage (ranks run several), not per rank
   std::vector<ExecutorStats> stats_;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> versions_;
   bool record_versions_ = false;

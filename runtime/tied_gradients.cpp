@@ -30,8 +30,6 @@ int stage_holding(const Plan& plan, int layer) {
   return -1;
 }
 
-bool steps_every_stage_together(const ScheduleKind* k) { return k->flushes() && !k->never_drains(); }
-
 }  // namespace
 
 std::shared_ptr<TiedStages> tied_stages(const Model& m, const Plan& plan, const ScheduleKind* kind) {
@@ -46,15 +44,13 @@ std::shared_ptr<TiedStages> tied_stages(const Model& m, const Plan& plan, const 
       group.members.push_back({stage_holding(plan, t.layer), stored_name(t), shape});
     }
     const bool across = group.members.front().stage != group.members.back().stage;
-    if (across && !steps_every_stage_together(kind)) {
+    if (across) {
       std::string where;
       for (const TiedStages::Member& mem : group.members)
         where += cat(where.empty() ? "" : ", ", mem.stored, " in stage ", mem.stage);
-      throw UserError(cat(m.name, " ties one parameter across stages (", where, "), but ", to_string(kind),
-                          " steps each stage on its own minibatches at its own time, so the copies would take "
-                          "different updates and drift apart: use a synchronous schedule (--schedule ",
-                          schedule_names([](const ScheduleKind& k) { return k.flushes() && !k.never_drains(); }),
-                          "), which sums the tied gradient once per step, or a plan that keeps layers ", g.owner().layer, "-", g.members.back().layer, " in one stage"));
+      require_tied_stages_step_together(kind, cat(m.name, " ties one parameter across stages (", where, ")"),
+                                        cat("a plan that keeps layers ", g.owner().layer, "-",
+                                            g.members.back().layer, " in one stage"));
     }
     if (across) out->bytes += static_cast<size_t>(shape_numel(group.members.front().shape)) * sizeof(float);
     out->groups.push_back(std::move(group));

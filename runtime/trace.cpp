@@ -84,8 +84,7 @@ void write_run_timeline_svg(const std::string& path, const Plan& plan, const Sch
   std::sort(events.begin(), events.end(), [](const TraceEvent& a, const TraceEvent& b) { return a.start_s < b.start_s; });
   TimelineSvgOptions svg;
   svg.flush = schedule.microbatches > 1;  // label microbatches within their batch
-  svg.kind = schedule.kind;
-  svg.virtual_stages = schedule.virtual_stages;
+  svg.worker_stages = Schedule(plan, schedule).stages_by_worker();
   const int workers = static_cast<int>(ranks_events.size());
   svg.minibatches = std::min(minibatches > 0 ? minibatches : 2 * steps_per_period(schedule.kind, workers),
                              schedule.minibatches);

@@ -1,5 +1,6 @@
 // What callers outside runtime/schedule ask about a schedule (schedule.h's
 // last section): descriptions, flag checks and refusals, from the kind.
+#include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
@@ -49,10 +50,15 @@ int microbatches_for(const ScheduleKind* kind, int given, int workers, const std
   return given > 0 ? given : fallback(kind->microbatch_multiple(workers));
 }
 
+namespace {
+
+// The flush schedules step every stage on the same batch; 2bw and 1f1b-rr
+// step stages on their own items.
+bool synchronous(const ScheduleKind& k) { return k.flushes() && !k.never_drains(); }
+
+}  // namespace
+
 void require_whole_model_gradient(const ScheduleOptions& o, int stages, const std::string& flag) {
-  // The flush schedules step every stage on the same batch; 2bw and
-  // 1f1b-rr step stages on their own items.
-  auto synchronous = [](const ScheduleKind& k) { return k.flushes() && !k.never_drains(); };
   if (stages == 1 || synchronous(*o.kind)) return;
   throw UserError(cat(flag, " needs the whole model's gradient at each optimizer step, which ", o.kind->name(),
                       " on ", stages, " stages never has (each stage steps on its own minibatches): use a "
@@ -103,6 +109,58 @@ std::vector<std::pair<std::string, std::string>> schedule_fields(const ScheduleO
   std::vector<std::pair<std::string, std::string>> f{{"schedule", o.kind->name()}};
   if (o.kind->takes_weight_policy()) f.emplace_back("weights", to_string(o.policy));
   return f;
+}
+
+void require_tied_stages_step_together(const ScheduleKind* kind, const std::string& tie, const std::string& or_else) {
+  if (synchronous(*kind)) return;
+  throw UserError(cat(tie, ", but ", kind->name(),
+                      " steps each stage on its own minibatches at its own time, so the copies would take "
+                      "different updates and drift apart: use a synchronous schedule (--schedule ",
+                      schedule_names(synchronous), "), which sums the tied gradient once per step, or ", or_else));
+}
+
+std::string plan_memory_differs(const Plan& plan, const ScheduleOptions& o) {
+  const bool flush = o.kind->flushes();
+  const bool planned_default = plan.schedule == default_schedule_kind()->name();
+  const bool same = plan.schedule == o.kind->name() &&
+                    (flush ? plan.microbatches == o.microbatches : o.policy == WeightPolicy::Stash);
+  if (same) return "";
+  return cat("the plan's figure is for ", plan.schedule,
+             planned_default         ? std::string(" with stashed weights")
+             : plan.microbatches > 0 ? cat(" at ", plan.microbatches, " microbatches")
+                                     : std::string(),
+             ", not ", o.kind->name(),
+             !flush ? " with weights " + to_string(o.policy) : cat(" at ", o.microbatches, " microbatches"));
+}
+
+std::string plan_time_differs(const Plan& plan, const ScheduleOptions& o) {
+  const bool flush = o.kind->flushes();
+  const bool planned_default = plan.schedule == default_schedule_kind()->name();
+  const bool same = plan.schedule == o.kind->name() &&
+                    (!flush || (plan.microbatches == o.microbatches &&
+                                std::max(1, plan.virtual_stages) == std::max(1, o.virtual_stages)));
+  if (same) return "";
+  const std::string run_schedule =
+      cat(o.kind->name(), flush ? cat(" at ", o.microbatches, " microbatches") : std::string(),
+          o.virtual_stages > 1 ? cat(", ", o.virtual_stages, " virtual stages") : std::string());
+  return cat("the plan predicts ", plan.schedule,
+             !planned_default && plan.microbatches > 0 ? cat(" at ", plan.microbatches, " microbatches") : std::string(),
+             !planned_default && plan.microbatches == 0 ? " (microbatches not recorded)" : "", ", this run is ",
+             run_schedule, " (`pipedream simulate ", schedule_flags(o), "` predicts it)");
+}
+
+std::vector<SearchedSchedule> searched_schedules() {
+  std::vector<SearchedSchedule> out;
+  for (const ScheduleKind* kind : schedule_kinds()) {
+    if (!kind->searched() || kind == default_schedule_kind()) continue;
+    const int virtual_stages = kind->takes_virtual_stages() ? 2 : 1;
+    out.push_back({kind, virtual_stages, kind->chunks(virtual_stages)});
+  }
+  return out;
+}
+
+std::string searched_schedule_names(const char* last) {
+  return schedule_names([](const ScheduleKind& k) { return k.searched(); }, last);
 }
 
 }  // namespace pd

@@ -1,6 +1,7 @@
 #include "runtime/schedule/schedule.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 
@@ -46,7 +47,30 @@ Schedule::Schedule(const Plan& plan, const ScheduleOptions& options) : options_(
   else map_ranks(plan);
   options.kind->check(plan, options);
   order_ = options.kind->worker_orders(*this);
+  for (const auto& order : order_)
+    for (const OrderEntry& e : order) weight_passes_ = weight_passes_ || e.kind == ActionKind::BackwardWeight;
 }
+
+int64_t Schedule::oldest_version_needed(int stage, int replica, int64_t forwards_done) const {
+  const ScheduleOptions& o = options_;
+  const int r = replicas(stage);
+  if (o.kind->weight_versions() > 1) {
+    // 2bw: the version the next forward uses, its batch's predecessor's.
+    const int64_t per_batch = (o.microbatches - replica + r - 1) / r;
+    return o.kind->batch_version(forwards_done / per_batch);
+  }
+  if (o.policy == WeightPolicy::Vertical) {
+    const int64_t next = replica + forwards_done * r;
+    if (next < o.minibatches) return vertical_version(stage, next);
+  }
+  return std::numeric_limits<int64_t>::max();
+}
+
+bool Schedule::holds_several_versions() const {
+  return (!options_.kind->flushes() && options_.policy != WeightPolicy::None) || options_.kind->weight_versions() > 1;
+}
+
+int Schedule::versions_kept() const { return options_.kind->weight_versions(); }
 
 // What every schedule refuses; each kind's own checks follow in its check().
 void Schedule::check_options(const Plan& plan) const {

@@ -304,6 +304,9 @@ class Schedule {
   StagePlace place(int stage) const {
     return chunks_ > 1 ? places_.at(static_cast<size_t>(stage)) : StagePlace{ranks_.at(static_cast<size_t>(stage))[0], 0};
   }
+  // Each worker's stages in chunk order, where workers run several
+  // (interleaved-1f1b, the V shapes); empty otherwise (the plan's ranks say).
+  const std::vector<std::vector<int>>& stages_by_worker() const { return chunk_stages_; }
   // Whether `rank` runs `stage` (as one of its chunks).
   bool runs(int rank, int stage) const { return chunks_ > 1 ? place(stage).worker == rank : stage_of(rank) == stage; }
   // Most microbatches a rank holds between F and the end of their backward
@@ -316,6 +319,21 @@ class Schedule {
   // Most items between F and B (`to_w`: F and W) in `rank`'s order.
   int64_t order_peak(int rank, bool to_w) const;
   bool ordered() const { return !order_.empty(); }
+  // Whether the workers' lists hold W actions (read off the built orders):
+  // then every B computes the input gradient alone and its item's W the
+  // weight gradient later, so B keeps what W needs.
+  bool has_weight_passes() const { return weight_passes_; }
+  // The oldest weight version a worker of `stage` (replica `replica`) can
+  // still need for a forward after `forwards_done` of its forwards (2bw:
+  // the next forward's batch's; vertical: the next forward's version);
+  // INT64_MAX where versions are kept for the items in flight alone.
+  int64_t oldest_version_needed(int stage, int replica, int64_t forwards_done) const;
+  // Whether a worker's forwards use more than one weight version at once
+  // (1f1b-rr with stash or vertical, 2bw), so it keeps several.
+  bool holds_several_versions() const;
+  // Weight versions a stage keeps at once for its steps (2bw: two;
+  // otherwise one), for memory estimates.
+  int versions_kept() const;
   // Lists to yield instead of generating them (`run --schedule-file`): one
   // per rank, checked by the caller (checked_schedule) against this
   // schedule's shape; they must outlive it.
@@ -333,6 +351,7 @@ class Schedule {
   std::vector<StagePlace> places_;               // per stage, when chunks_ > 1
   std::vector<std::vector<int>> chunk_stages_;   // per rank, per chunk, when chunks_ > 1
   std::vector<std::vector<OrderEntry>> order_;  // per rank: ordered schedules
+  bool weight_passes_ = false;                  // some order holds a W
   const std::vector<std::vector<Action>>* given_ = nullptr;
   void check_options(const Plan& plan) const;
   void map_ranks(const Plan& plan);
@@ -401,5 +420,29 @@ std::string microbatches_flag_help(const std::string& what);
 std::string split_backward_flag_help(const std::string& what);
 // Schedule fields of a metrics line: {"schedule": name[, "weights": policy]}.
 std::vector<std::pair<std::string, std::string>> schedule_fields(const ScheduleOptions& o);
+// Refuses (UserError) a parameter tied across stages (`tie`: "gpt ties
+// one parameter across stages (...)") under a schedule whose stages step
+// at their own times, naming the synchronous schedules; `or_else` is the
+// other way out ("a plan that keeps layers 0-9 in one stage").
+void require_tied_stages_step_together(const ScheduleKind* kind, const std::string& tie, const std::string& or_else);
+// Why the plan's per-stage memory is not this run's, or "": the plan's
+// figure is for its schedule with stashed weights (1f1b-rr) or at the
+// microbatches it records.
+std::string plan_memory_differs(const Plan& plan, const ScheduleOptions& o);
+// Why the plan's predicted time is not this run's schedule's, or "": a
+// flush schedule's prediction holds for its microbatches and virtual stages.
+std::string plan_time_differs(const Plan& plan, const ScheduleOptions& o);
+// What `plan --schedule auto` searches besides 1f1b-rr (whose replicated
+// plans the planner's own search makes): each schedule with the virtual
+// stages it is searched at and the plan stages it runs per worker.
+struct SearchedSchedule {
+  const ScheduleKind* kind = nullptr;
+  int virtual_stages = 1;
+  int stages_per_worker = 1;
+};
+std::vector<SearchedSchedule> searched_schedules();
+// Every schedule `plan --schedule auto` chooses among, 1f1b-rr included:
+// "1f1b-rr, gpipe, ... and zb-v".
+std::string searched_schedule_names(const char* last);
 
 }  // namespace pd

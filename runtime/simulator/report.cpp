@@ -209,7 +209,8 @@ std::string format_report(const SimulationReport& rep) {
 void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<TraceEvent>& events,
                         const ScheduleOptions& schedule) {
   const bool flush = schedule.microbatches > 1;  // name items batch.microbatch
-  const int chunks = schedule.kind->chunks(schedule.virtual_stages);
+  const Schedule placed(plan, schedule);  // where stages run
+  const int chunks = placed.chunks();
   // Microseconds, as the trace-event format expects. One process; a thread
   // per rank (tid = rank) and one per stage for all-reduces (tid = R + s).
   int R = 0;
@@ -220,7 +221,7 @@ void write_chrome_trace(std::ostream& os, const Plan& plan, const std::vector<Tr
     R /= chunks;
     for (int r = 0; r < R; ++r) {
       std::string stages;
-      for (int c = 0; c < chunks; ++c) stages += cat(c ? "," : "", schedule.kind->stage_at(r, c, R));
+      for (int c = 0; c < chunks; ++c) stages += cat(c ? "," : "", placed.stage_of(r, c));
       out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 0}, {"tid", r},
                      {"args", {{"name", cat("rank ", r, " (stages ", stages, ")")}}}});
     }

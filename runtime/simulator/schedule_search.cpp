@@ -33,7 +33,7 @@ std::vector<double> worker_memory(const Profile& profile, const Plan& plan, cons
                                   const SimulationReport& rep) {
   const Schedule schedule(plan, o);
   const auto nodes = stage_nodes(plan, profile);
-  const double versions = o.kind->weight_versions(), m = o.microbatches;
+  const double versions = schedule.versions_kept(), m = o.microbatches;
   std::vector<double> bytes(rep.workers.size(), 0);
   for (const WorkerReport& w : rep.workers) {
     double fixed = 0, per_item = 0, workspace = 0;
@@ -190,12 +190,11 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
     why_not = e.what();
   }
   const int layers = static_cast<int>(build_planning_graph(profile).nodes.size());
-  // Every other searched registry entry, each on the stage split that suits
-  // it: one stage per worker, or `chunks` per worker placed as it says.
-  for (const ScheduleKind* kind : schedule_kinds()) {
-    if (!kind->searched() || kind == default_schedule_kind()) continue;  // 1f1b-rr: the planner's search above
-    const int virtual_stages = kind->takes_virtual_stages() ? 2 : 1;
-    const int chunks = kind->chunks(virtual_stages);
+  // Every other searched schedule, each on the stage split that suits it:
+  // one stage per worker, or `chunks` per worker placed as it says.
+  for (const SearchedSchedule& searched : searched_schedules()) {
+    const ScheduleKind* kind = searched.kind;
+    const int virtual_stages = searched.virtual_stages, chunks = searched.stages_per_worker;
     ScheduleCandidate c;
     c.family = kind;
     if (chunks > 1) {

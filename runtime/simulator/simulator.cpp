@@ -151,13 +151,14 @@ class Simulation {
     if (!opt.stashed_bytes.empty() && opt.stashed_bytes.size() != plan.stages.size())
       throw UserError(cat("stashed bytes are given for ", opt.stashed_bytes.size(), " stages, the plan has ",
                           plan.stages.size()));
-    // Registry question 3: how to price and measure the actions - steps
-    // per batch or per minibatch, B's share of the backward, versions held.
-    const ScheduleKind& kind = *opt.schedule.kind;
-    flush_ = kind.flushes();
-    split_ = kind.splits_backward();
+    // Registry question (one of the sites runtime/schedule/README.md
+    // counts): whether items are (batch, microbatch) with a step per batch
+    // or minibatches with a step per round - which item marks the measured
+    // window, and how actions are named. The rest is the built schedule's.
+    flush_ = opt.schedule.kind->flushes();
+    split_ = schedule_.has_weight_passes();
     chunks_ = schedule_.chunks();
-    holds_versions_ = (!flush_ && opt.schedule.policy != WeightPolicy::None) || kind.weight_versions() > 1;
+    holds_versions_ = schedule_.holds_several_versions();
     if (!(opt.cores >= 0)) throw UserError(cat("the cores shared by the workers must be >= 0 (got ", opt.cores, ")"));
     if (opt.threads_per_worker < 1)
       throw UserError(cat("the threads per worker must be >= 1 (got ", opt.threads_per_worker, ")"));

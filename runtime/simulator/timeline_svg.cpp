@@ -91,13 +91,13 @@ struct RowLabel {
   std::string text;  // "worker 1 · stages 1,5"
 };
 
-std::vector<RowLabel> row_labels(const Plan& plan, int workers, int chunks, const ScheduleKind& kind) {
+std::vector<RowLabel> row_labels(const Plan& plan, const std::vector<std::vector<int>>& worker_stages) {
   std::vector<RowLabel> rows;
-  if (chunks > 1) {  // one row per worker, naming its stages
-    for (int w = 0; w < workers; ++w) {
+  if (!worker_stages.empty()) {  // one row per worker, naming its stages
+    for (size_t w = 0; w < worker_stages.size(); ++w) {
       std::string stages = "stages";
-      for (int c = 0; c < chunks; ++c) stages += cat(c ? "," : " ", kind.stage_at(w, c, workers));
-      rows.push_back({w, cat("worker ", w, " \xC2\xB7 ", stages)});
+      for (size_t c = 0; c < worker_stages[w].size(); ++c) stages += cat(c ? "," : " ", worker_stages[w][c]);
+      rows.push_back({static_cast<int>(w), cat("worker ", w, " \xC2\xB7 ", stages)});
     }
     return rows;
   }
@@ -227,13 +227,12 @@ void draw_legend(std::ostream& os, const Layout& l, bool weights, bool chunks) {
 
 void write_timeline_svg(std::ostream& os, const Plan& plan, const std::vector<TraceEvent>& events,
                         const TimelineSvgOptions& options) {
-  int workers = 0;
-  for (const PlanStage& st : plan.stages) workers += static_cast<int>(st.ranks.size());
-  const int v = std::max(1, options.kind->chunks(options.virtual_stages));
-  workers /= v;
+  int workers = static_cast<int>(options.worker_stages.size());
+  if (workers == 0)
+    for (const PlanStage& st : plan.stages) workers += static_cast<int>(st.ranks.size());
   const double end = window_end(events, options.minibatches);
   if (workers == 0 || !(end > 0)) throw UserError("nothing to draw: the trace has no computation");
-  const std::vector<RowLabel> rows = row_labels(plan, workers, v, *options.kind);
+  const std::vector<RowLabel> rows = row_labels(plan, options.worker_stages);
   const Layout l = make_layout(events, end, workers, !options.title.empty(), left_margin(rows));
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
      << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(std::ceil(l.width)) << "\" height=\""

@@ -24,8 +24,9 @@ struct TimelineSvgOptions {
   // Where stages run: with several per worker (interleaved-1f1b's
   // --virtual-stages, the V shapes) a row is a worker, named with its
   // stages, and boxes of chunk c > 0 are drawn in a darker shade.
-  const ScheduleKind* kind = default_schedule_kind();
-  int virtual_stages = 1;
+  // Schedule::stages_by_worker(): each worker's stages; empty: one stage
+  // per worker, as the plan's ranks say.
+  std::vector<std::vector<int>> worker_stages;
 };
 
 // Elements carry classes a test (or a stylesheet) can find: each worker's

@@ -31,10 +31,9 @@ Profile activation_heavy_chain() {
 TEST(ScheduleSearch, ComparesEveryFamilyAndChoosesTheFastestThatFits) {
   const Profile p = activation_heavy_chain();
   const ScheduleSearch s = search_schedules(p, flat_topology(4, 10), PlannerOptions{});
-  // 1f1b-rr (the planner's), then every other searched registry entry in order.
+  // 1f1b-rr (the planner's), then every other searched schedule in registry order.
   std::vector<std::string> names = {"1f1b-rr"};
-  for (const ScheduleKind* k : schedule_kinds())
-    if (k->searched() && k != default_schedule_kind()) names.push_back(k->name());
+  for (const SearchedSchedule& searched : searched_schedules()) names.push_back(searched.kind->name());
   ASSERT_EQ(s.families.size(), names.size());
   for (size_t i = 0; i < names.size(); ++i) {
     EXPECT_EQ(to_string(s.families[i].family), names[i]);

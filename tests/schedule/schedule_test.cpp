@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <set>
+#include <string>
 
 #include "core/error.h"
 #include "runtime/schedule/check.h"
@@ -337,6 +340,52 @@ TEST(ScheduleCursor, ForwardVersionPredictsEveryForward) {
         EXPECT_GT(local, 0);
       }
     }
+}
+
+// A built schedule answers what its lists imply, so the executor and the
+// simulator ask it instead of the registry (runtime/schedule/README.md).
+// has_weight_passes: exactly the schedules whose lists hold W's.
+TEST(ScheduleData, WeightPassesAreReadOffTheLists) {
+  std::set<std::string> with_w;
+  for (const ScheduleKind* k : schedule_kinds()) {
+    const int workers = 4, per_worker = stages_per_worker(k, 1);
+    const int m = microbatches_for(k, 0, workers, [](int) { return 8; });  // 1f1b-rr: 1
+    const Schedule s(make_plan(std::vector<int>(static_cast<size_t>(workers * per_worker), 1)),
+                     testing::schedule_options(k, 2, m));
+    bool any_w = false;
+    for (int r = 0; r < s.workers(); ++r)
+      for (const Action& a : s.actions(r)) any_w = any_w || a.kind == ActionKind::BackwardWeight;
+    EXPECT_EQ(s.has_weight_passes(), any_w) << k->name();
+    if (s.has_weight_passes()) with_w.insert(k->name());
+  }
+  EXPECT_EQ(with_w, (std::set<std::string>{"zb-h1", "zb-h2", "zb-v", "dualpipev"}));
+}
+
+// oldest_version_needed: after k forwards a worker's next forward is its
+// k-th, and the oldest version it may still need is that forward's (2bw,
+// vertical); stash and the flush schedules keep versions for the items in
+// flight alone.
+TEST(ScheduleData, OldestVersionNeededIsTheNextForwardsVersion) {
+  const std::vector<std::pair<Plan, ScheduleOptions>> cases = {
+      {make_plan({1, 1, 1, 1}), testing::schedule_options(parse_schedule_kind("2bw"), 6, 4)},
+      {make_plan({2, 1, 1}), rr(23, WeightPolicy::Vertical)},
+      {make_plan({1, 1, 1, 1}), rr(23, WeightPolicy::Vertical)},
+  };
+  for (const auto& [plan, o] : cases) {
+    const Schedule s(plan, o);
+    for (int r = 0; r < s.workers(); ++r) {
+      int64_t k = 0;
+      for (const Action& a : s.actions(r))
+        if (a.kind == ActionKind::Forward)
+          EXPECT_EQ(s.oldest_version_needed(s.stage_of(r), s.replica_of(r), k++), a.weight_version)
+              << to_string(o.kind) << " rank " << r << " forward " << k - 1;
+      EXPECT_GT(k, 0);
+    }
+  }
+  for (const ScheduleOptions& o : {rr(10), flush(parse_schedule_kind("1f1b-flush"), 3, 4)}) {
+    const Schedule s(make_plan({1, 1, 1}), o);
+    EXPECT_EQ(s.oldest_version_needed(1, 0, 2), std::numeric_limits<int64_t>::max()) << to_string(o.kind);
+  }
 }
 
 }  // namespace

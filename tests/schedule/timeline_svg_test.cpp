@@ -116,24 +116,34 @@ TEST(TimelineSvg, SixteenWorkersStayReadable) {
   for (int m = 0; m < 34; ++m) EXPECT_TRUE(shown.count(m)) << "minibatch " << m;
 }
 
-// A label is drawn right-aligned ending at its x: the margin must hold it
-// whole (7 px per character at font-size 11), however long the label.
-TEST(TimelineSvg, LongWorkerLabelsFitLeftOfTheRows) {
-  const Plan plan = make_plan(std::vector<int>(12, 1));
+// The simulated picture of a schedule that runs several stages per worker,
+// rows named from the built schedule's placement; `chrome_trace`: also the
+// Chrome trace of the same events.
+std::string placed_picture(const Plan& plan, const ScheduleOptions& schedule, std::string* chrome_trace = nullptr) {
   SimulationOptions o;
-  o.schedule.kind = parse_schedule_kind("interleaved-1f1b");
-  o.schedule.virtual_stages = 3;
-  o.schedule.minibatches = 2;
-  o.schedule.microbatches = 4;
+  o.schedule = schedule;
   o.record_trace = true;
   std::vector<TraceEvent> events;
   simulate(plan, o, &events);
   TimelineSvgOptions svg;
   svg.flush = true;
-  svg.virtual_stages = 3;
+  svg.worker_stages = Schedule(plan, schedule).stages_by_worker();
   std::ostringstream os;
   write_timeline_svg(os, plan, events, svg);
-  const std::string doc = os.str();
+  if (chrome_trace) {
+    std::ostringstream trace;
+    write_chrome_trace(trace, plan, events, schedule);
+    *chrome_trace = trace.str();
+  }
+  return os.str();
+}
+
+// A label is drawn right-aligned ending at its x: the margin must hold it
+// whole (7 px per character at font-size 11), however long the label.
+TEST(TimelineSvg, LongWorkerLabelsFitLeftOfTheRows) {
+  const Plan plan = make_plan(std::vector<int>(12, 1));
+  const std::string doc = placed_picture(
+      plan, testing::schedule_options(parse_schedule_kind("interleaved-1f1b"), 2, 4, WeightPolicy::Stash, 3));
   EXPECT_EQ(xml_problem(doc), "");
   const std::regex label("<text class=\"worker\" x=\"([0-9.]+)\"[^>]*>([^<]*)</text>");
   int rows = 0;
@@ -151,6 +161,21 @@ TEST(TimelineSvg, TheWellFormednessCheckCatchesBrokenXml) {
   EXPECT_NE(xml_problem("<svg>a & b</svg>"), "");
   EXPECT_NE(xml_problem("<svg x=\"1></svg>"), "");
   EXPECT_EQ(xml_problem("<?xml version=\"1.0\"?><svg><g/><text>1 &amp; 2</text></svg>"), "");
+}
+
+// A V shape's rows name the stages where the built schedule places them:
+// worker w runs stages w and 2p - 1 - w (the SVG and the Chrome trace).
+TEST(TimelineSvg, VShapeRowsNameWhereTheScheduleRunsEachStage) {
+  const Plan plan = make_plan(std::vector<int>(8, 1));
+  const ScheduleOptions zb_v = testing::schedule_options(parse_schedule_kind("zb-v"), 2, 8);
+  std::string trace;
+  const std::string doc = placed_picture(plan, zb_v, &trace);
+  EXPECT_EQ(xml_problem(doc), "");
+  EXPECT_EQ(count(doc, "class=\"row\""), 4);
+  for (const char* row : {"worker 0 \xC2\xB7 stages 0,7<", "worker 3 \xC2\xB7 stages 3,4<"})
+    EXPECT_NE(doc.find(row), std::string::npos) << row;
+  EXPECT_NE(trace.find("rank 0 (stages 0,7)"), std::string::npos);
+  EXPECT_NE(trace.find("rank 2 (stages 2,5)"), std::string::npos);
 }
 
 }  // namespace
