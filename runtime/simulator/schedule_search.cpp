@@ -159,13 +159,13 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const Sch
 // limit each). `fastest` is kept when that does not fit either (its note
 // and least memory say what would).
 ScheduleCandidate fitting_flush(const Profile& profile, const Topology& topology, const PlannerOptions& options,
-                                ScheduleCandidate fastest, const ScheduleKind* kind, int virtual_stages, int workers,
-                                double limit) {
+                                ScheduleCandidate fastest, const SearchedSchedule& searched, int workers, double limit) {
   if (fastest.fits || !(limit > 0)) return fastest;
-  const int chunks = kind->chunks(virtual_stages);
+  const ScheduleKind* kind = searched.kind;
+  const int virtual_stages = searched.virtual_stages, chunks = searched.stages_per_worker;
   const Topology stages = chunks > 1 ? flat_topology(chunks * workers, topology.levels.front().bandwidth_GBps) : topology;
   try {
-    const Plan fitting = straight_plan(profile, stages, options, limit / chunks, kind->weight_versions());
+    const Plan fitting = straight_plan(profile, stages, options, limit / chunks, searched.weight_versions);
     ScheduleCandidate c = best_flush(profile, fitting, kind, virtual_stages, workers, limit);
     if (c.fits) return c;
   } catch (const UserError&) {  // no cut fits the limit under this model
@@ -209,7 +209,7 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
           const Plan more = straight_plan(
               profile, flat_topology(chunks * workers, topology.levels.front().bandwidth_GBps), options);
           c = fitting_flush(profile, topology, options, best_flush(profile, more, kind, virtual_stages, workers, limit),
-                            kind, virtual_stages, workers, limit);
+                            searched, workers, limit);
         } catch (const UserError& e) {
           c.note = cat("no plan of ", chunks * workers, " stages: ", e.what());
         }
@@ -217,7 +217,7 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
     } else if (straight.stages.empty()) {
       c.note = why_not;
     } else {
-      c = fitting_flush(profile, topology, options, best_flush(profile, straight, kind, 1, workers, limit), kind, 1,
+      c = fitting_flush(profile, topology, options, best_flush(profile, straight, kind, 1, workers, limit), searched,
                         workers, limit);
     }
     out.families.push_back(c);
