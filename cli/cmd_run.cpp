@@ -150,6 +150,9 @@ void set_schedule(const RunArgs& a, const Plan& plan, RunSpec& s) {
   const int virtual_stages =
       a.virtual_stages > 0 ? a.virtual_stages : plans_this && plan.virtual_stages > 0 ? plan.virtual_stages : 1;
   s.schedule.virtual_stages = a.schedule_file.empty() ? virtual_stages : file.options.virtual_stages;
+  // Registry question (counted in runtime/schedule/README.md): the workers
+  // a plan's stages fill under this placement, needed for the microbatch
+  // count before a Schedule can be built.
   const int workers = plan.workers() / std::max(1, stages_per_worker(s.schedule.kind, s.schedule.virtual_stages));
   const bool plan_microbatches = plans_this && plan.microbatches > 0 && (plan.batch == 0 || plan.batch == a.batch);
   s.schedule.microbatches = microbatches_for(s.schedule.kind, a.microbatches, workers, [&](int multiple) {
@@ -410,14 +413,14 @@ int auto_plan_microbatches(const RunArgs& a) {
 // --plan auto --schedule X (a flush schedule): the plan becomes X's, with
 // its microbatches, virtual stages and batch, and X's replayed prediction
 // (batches of M microbatches of the profiled size; interleaved-1f1b: none).
-void plan_for_schedule(Plan& plan, const ScheduleKind* kind, int microbatches, int virtual_stages, int64_t batch,
-                       int threads, int cores) {
+void plan_for_schedule(Plan& plan, const ScheduleKind* kind, int microbatches, int virtual_stages, int per_worker,
+                       int64_t batch, int threads, int cores) {
   plan.schedule = kind->name();
   plan.microbatches = microbatches;
   plan.virtual_stages = virtual_stages;
   plan.batch = batch;
   for (PlanStage& st : plan.stages) st.memory_bytes = 0;  // 1f1b-rr's figure, not X's: not computed
-  if (stages_per_worker(kind, virtual_stages) > 1) {  // replayed on one stage per worker only
+  if (per_worker > 1) {  // replayed on one stage per worker only
     set_predicted_time(plan, 0, PredictedBy::replay);
     plan.throughput_samples_per_s = 0;
     return;
@@ -474,6 +477,8 @@ void run_command(const RunArgs& given) {
     const ScheduleKind* kind = a.schedule.empty() || !a.schedule_file.empty() ? default_schedule_kind()
                                                                               : parse_schedule_kind(a.schedule);
     const int v = std::max(1, a.virtual_stages);
+    // Registry question (counted in runtime/schedule/README.md): how many
+    // stages to plan per worker, before any plan or Schedule exists.
     const int per_worker = stages_per_worker(kind, v);
     const int stages = per_worker * a.workers;
     const uint64_t memory = a.memory.empty() ? 0 : parse_size(a.memory);
@@ -485,7 +490,7 @@ void run_command(const RunArgs& given) {
     plan = plan_for_workers(profile, stages, a.straight || plan_of_its_own, device.is_cpu() ? a.threads : 1,
                             device.is_cpu() ? cores : 0, 4.0, memory, recompute_mode_option(a.recompute, memory > 0));
     plan.batch = a.batch;
-    if (plan_of_its_own) plan_for_schedule(plan, kind, M, v, a.batch, device.is_cpu() ? a.threads : 1,
+    if (plan_of_its_own) plan_for_schedule(plan, kind, M, v, per_worker, a.batch, device.is_cpu() ? a.threads : 1,
                                            device.is_cpu() ? cores : 0);
     plan_path = a.plan_out;
     write_plan(plan, plan_path);
