@@ -273,10 +273,13 @@ Plan choose_schedule(const PlanArgs& a, const Profile& profile, const Topology& 
     plan.virtual_stages = c.schedule.virtual_stages;
     plan.batch = plan.profile.batch_size;
     // The memory printed and compared by `run` is this schedule's: stage k's worker's.
-    const int workers = static_cast<int>(c.worker_memory_bytes.size());
-    for (PlanStage& st : plan.stages) {
-      st.memory_bytes = workers > 0 ? uint64_t(c.worker_memory_bytes[static_cast<size_t>(st.index % workers)]) : 0;
-      st.in_flight = 0;
+    for (PlanStage& st : plan.stages) st.memory_bytes = 0, st.in_flight = 0;
+    if (!c.worker_memory_bytes.empty()) {
+      const Schedule placed(plan, c.schedule);
+      for (int r = 0; r < placed.workers(); ++r)
+        for (int k = 0; k < placed.chunks(); ++k)
+          plan.stages[static_cast<size_t>(placed.stage_of(r, k))].memory_bytes =
+              uint64_t(c.worker_memory_bytes.at(static_cast<size_t>(r)));
     }
     print_recommendation(a, plan, c, sizes.empty() ? "" : profile.source_path);
   } else {

@@ -142,9 +142,12 @@ struct SimulationOptions {
 // the profile.
 std::vector<std::vector<const ProfileNode*>> stage_nodes(const Plan& plan, const Profile& profile);
 
-// Stashed activation bytes per minibatch of each stage: the profile's
-// activation_bytes summed over the stage's layers (nodes for DAG plans).
-// Throws UserError if the plan's layers are not in the profile.
+// Stashed activation bytes per minibatch (the plan's batch; the replay
+// gives a microbatch its share) of each stage: the profile's
+// activation_bytes summed over the stage's layers (nodes for DAG plans),
+// its recomputed layers' inputs in place of their activations
+// (worker_memory.h's stage_footprints). Throws UserError if the plan's
+// layers are not in the profile.
 std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile& profile);
 
 // Each stage's forward and backward seconds for one microbatch of
@@ -192,6 +195,9 @@ struct WorkerReport {
   // pass (W for zb-h1, which needs them; B otherwise = peak_in_flight).
   int64_t peak_held = 0;
   int64_t peak_weight_versions = 0;               // versions held at once
+  // Everything the worker holds at its peak (worker_memory.h); 0 when not
+  // predicted (simulate without the plan's profile).
+  double predicted_memory_bytes = 0;
 };
 
 struct SimulationReport {
