@@ -16,7 +16,8 @@
 # 3 batches of 4 microbatches (dualpipev: 8, its M >= 2 x workers).
 # Prints one JSON object per worker and run, then a Markdown table; DIR
 # (default runs/memory-table) keeps profiles, plans and metrics.
-# Environment: BUILD_DIR (default build).
+# Environment: BUILD_DIR (default build); REUSE_RUNS=1 keeps the runs
+# already measured in DIR (their plans unchanged) and predicts again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
     --models) models=${2:?}; models=${models//,/ }; shift 2 ;;
     --schedules) schedules=${2:?}; schedules=${schedules//,/ }; shift 2 ;;
     --recompute) modes=${2:?}; modes=${modes//,/ }; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "memory_table.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -68,6 +69,7 @@ for model in $models; do
   [ -f "$profile" ] || "$pipedream" profile $(model_args "$model") --batch "$batch" --threads 1 -o "$profile" > /dev/null
   for mode in $modes; do
     for w in 4 8; do
+      [ -n "${REUSE_RUNS:-}" ] && [ -f "$out/$model.$mode.plan$w.json" ] && continue
       "$pipedream" plan --profile "$profile" --workers "$w" --bandwidth 4 --straight --recompute "$mode" \
         -o "$out/$model.$mode.plan$w.json" > /dev/null
     done
@@ -78,10 +80,12 @@ for model in $models; do
       metrics="$out/$model.$mode.$schedule.jsonl"
       # shellcheck disable=SC2086
       "$pipedream" simulate --plan "$plan" --profile "$profile" $flags --json > "$sim"
-      rm -f "$metrics"
-      # shellcheck disable=SC2046,SC2086
-      "$pipedream" run --plan "$plan" $(model_args "$model") --data synthetic $flags --batch "$batch" --no-eval \
-        --threads-per-worker 1 --timeout 600 --metrics "$metrics" > "$metrics.log" 2>&1
+      if [ -z "${REUSE_RUNS:-}" ] || [ ! -s "$metrics" ]; then
+        rm -f "$metrics"
+        # shellcheck disable=SC2046,SC2086
+        "$pipedream" run --plan "$plan" $(model_args "$model") --data synthetic $flags --batch "$batch" --no-eval \
+          --threads-per-worker 1 --timeout 600 --metrics "$metrics" > "$metrics.log" 2>&1
+      fi
       cells="" worst=0
       for rank in $(jq -r '.workers[].rank' "$sim"); do
         predicted=$(jq -r --argjson r "$rank" '.workers[] | select(.rank == $r) | .predicted_memory_bytes' "$sim")

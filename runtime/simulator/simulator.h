@@ -190,6 +190,9 @@ struct WorkerReport {
   int rank = 0, stage = 0;
   double busy_fraction = 0, bubble_fraction = 0;  // steady-state window
   uint64_t peak_activation_bytes = 0;             // peak of the held items' stashed bytes
+  // Peak of those and the messages sent to the worker that its receives
+  // have not yet taken (activations and gradients, the boundaries' bytes).
+  uint64_t peak_with_messages_bytes = 0;
   int64_t peak_in_flight = 0;                     // items between F and B (interleaved: chunk items)
   // Items whose forward's tensors are held: from F to their last backward
   // pass (W for zb-h1, which needs them; B otherwise = peak_in_flight).

@@ -48,7 +48,7 @@ std::vector<double> predicted_worker_memory(const Plan& plan, const Profile& pro
       mine.recompute_bytes = std::max(mine.recompute_bytes, f.recompute_bytes);
     }
     const double versions = std::max<double>(double(o.kind->weight_versions()), double(w.peak_weight_versions));
-    out.at(size_t(w.rank)) = worker_memory_bytes(mine, versions, double(w.peak_activation_bytes));
+    out.at(size_t(w.rank)) = worker_memory_bytes(mine, versions, double(w.peak_with_messages_bytes));
   }
   return out;
 }
