@@ -62,7 +62,14 @@ std::vector<double> predicted_stage_memory(const Plan& plan, const Profile& prof
   o.schedule.minibatches = schedule.kind->flushes() ? 3 : 4 * workers + 4;
   const Schedule placed(plan, o.schedule);
   o.stashed_bytes = stashed_bytes_from_profile(plan, profile);
-  const SimulationReport rep = simulate(plan, o);
+  // The replay gives an item its share of a stage's output: a plan whose
+  // profile measured one microbatch (`run --plan auto` with a flush
+  // schedule) sends the batch's.
+  Plan batch = plan;
+  if (plan.batch > 0 && profile.batch_size > 0)
+    for (PlanStage& st : batch.stages)
+      st.output_bytes = uint64_t(double(st.output_bytes) * double(plan.batch) / double(profile.batch_size));
+  const SimulationReport rep = simulate(batch, o);
   const std::vector<double> bytes = predicted_worker_memory(plan, profile, rep);
   std::vector<double> out(plan.stages.size(), 0);
   for (int r = 0; r < placed.workers(); ++r)
