@@ -33,15 +33,17 @@ struct StageFootprint {
 // - the optimizer state; with replicas, one more copy of the gradients,
 //   which the bucketed all-reduce sends from;
 // - the stashed activations of the items (minibatches, or microbatches)
-//   it holds at once, `held_activation_bytes`;
+//   it holds at once and, from a schedule's replay, the messages sent to
+//   it that its receives have not yet taken: `held_activation_bytes`;
 // - the working memory of the layer computing at the time (the gradient it
 //   receives and what it allocates while it runs), the most of its layers,
 //   and, recomputing, one recomputed layer's activations again.
-// Messages are not counted: a sent activation or gradient is copied out of
-// the worker's tensors (the same-host path's shared segment, MPI's
-// buffers), and a received one is the stash of the layer it feeds or the
-// gradient its backward takes as working memory. Measured against run's
-// peaks for gpt-mini and cnn under every schedule: docs/measurements.md.
+// Messages are not counted per in-flight minibatch: a sent activation or
+// gradient is freed once its send has copied it out (the same-host path's
+// shared segment, MPI's buffers), and a received one becomes the stash of
+// the layer it feeds or the gradient its backward takes as working memory.
+// Measured against run's peaks for gpt-mini and cnn under every schedule:
+// docs/measurements.md.
 inline double worker_memory_bytes(const StageFootprint& s, double weight_versions, double held_activation_bytes) {
   return s.parameter_bytes * (weight_versions + 1) + s.optimizer_state_bytes +
          (s.replicas > 1 ? s.parameter_bytes : 0) + held_activation_bytes + s.workspace_bytes + s.recompute_bytes;
