@@ -34,6 +34,7 @@
 #include "runtime/schedule/check.h"
 #include "runtime/schedule/schedule_file.h"
 #include "runtime/simulator/simulator.h"
+#include "runtime/simulator/worker_memory.h"
 #include "runtime/trainer.h"
 
 namespace pd::cli {
@@ -413,21 +414,24 @@ int auto_plan_microbatches(const RunArgs& a) {
 // --plan auto --schedule X (a flush schedule): the plan becomes X's, with
 // its microbatches, virtual stages and batch, and X's replayed prediction
 // (batches of M microbatches of the profiled size; interleaved-1f1b: none).
-void plan_for_schedule(Plan& plan, const ScheduleKind* kind, int microbatches, int virtual_stages, int per_worker,
-                       int64_t batch, int threads, int cores) {
+void plan_for_schedule(Plan& plan, const Profile& profile, const ScheduleKind* kind, int microbatches,
+                       int virtual_stages, int per_worker, int64_t batch, int threads, int cores) {
   plan.schedule = kind->name();
   plan.microbatches = microbatches;
   plan.virtual_stages = virtual_stages;
   plan.batch = batch;
-  for (PlanStage& st : plan.stages) st.memory_bytes = 0;  // 1f1b-rr's figure, not X's: not computed
+  ScheduleOptions s;
+  s.kind = kind;
+  s.microbatches = microbatches;
+  s.virtual_stages = virtual_stages;
+  // X's memory in place of 1f1b-rr's: each stage's worker at its peak under X.
+  const std::vector<double> memory = predicted_stage_memory(plan, profile, s);
+  for (size_t i = 0; i < plan.stages.size(); ++i) plan.stages[i].memory_bytes = uint64_t(memory[i]);
   if (per_worker > 1) {  // replayed on one stage per worker only
     set_predicted_time(plan, 0, PredictedBy::replay);
     plan.throughput_samples_per_s = 0;
     return;
   }
-  ScheduleOptions s;
-  s.kind = kind;
-  s.microbatches = microbatches;
   const double samples_per_s = flush_samples_per_s(plan, s, threads, cores);
   set_predicted_time(plan, samples_per_s > 0 ? double(batch) / samples_per_s : 0, PredictedBy::replay);
   plan.throughput_samples_per_s = samples_per_s;
@@ -490,7 +494,7 @@ void run_command(const RunArgs& given) {
     plan = plan_for_workers(profile, stages, a.straight || plan_of_its_own, device.is_cpu() ? a.threads : 1,
                             device.is_cpu() ? cores : 0, 4.0, memory, recompute_mode_option(a.recompute, memory > 0));
     plan.batch = a.batch;
-    if (plan_of_its_own) plan_for_schedule(plan, kind, M, v, per_worker, a.batch, device.is_cpu() ? a.threads : 1,
+    if (plan_of_its_own) plan_for_schedule(plan, profile, kind, M, v, per_worker, a.batch, device.is_cpu() ? a.threads : 1,
                                            device.is_cpu() ? cores : 0);
     plan_path = a.plan_out;
     write_plan(plan, plan_path);

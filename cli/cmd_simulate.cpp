@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "runtime/simulator/plan_search.h"
 #include "runtime/simulator/simulator.h"
 #include "runtime/simulator/timeline_svg.h"
+#include "runtime/simulator/worker_memory.h"
 
 namespace pd::cli {
 
@@ -143,8 +145,9 @@ void run_simulate(const SimulateArgs& a) {
     stale = refresh_stale_plan(plan, nullptr);
     if (!stale.empty()) stale += "; the stages' compute times are the stored ones, as stale: pass --profile to recompute them";
   }
+  std::optional<Profile> read;
   if (!a.profile.empty()) {
-    const Profile profile = read_profile(a.profile);
+    const Profile& profile = read.emplace(read_profile(a.profile));
     if (profile.precision == Precision::BF16)
       std::fprintf(stderr, "%s was measured with --precision bf16: sizes at 2 bytes an element\n", a.profile.c_str());
     // An edited plan's layer names are as stale as its costs: both come
@@ -165,6 +168,10 @@ void run_simulate(const SimulateArgs& a) {
   opt.record_trace = !a.trace.empty() || !a.svg.empty();
   std::vector<TraceEvent> events;
   SimulationReport rep = simulate(plan, opt, &events);
+  if (read) {  // each worker's memory at its peak, `run`'s measured figure
+    const std::vector<double> memory = predicted_worker_memory(plan, *read, rep);
+    for (WorkerReport& w : rep.workers) w.predicted_memory_bytes = memory.at(static_cast<size_t>(w.rank));
+  }
   if (!a.trace.empty()) {
     std::ostringstream out;
     write_chrome_trace(out, plan, events, opt.schedule);

@@ -195,7 +195,7 @@ class AlignedHierarchy {
 double whole_model_memory(const StateSpace& s, int replicas) {
   const int last = s.size() - 1;
   return stage_memory_bytes(
-      {s.parameters[last], s.optimizer_state[last], s.activations[last], 0, replicas, s.workspace(0, last)}, 1);
+      {s.parameters[last], s.optimizer_state[last], s.activations[last], replicas, s.workspace(0, last)}, 1);
 }
 
 }  // namespace

@@ -99,7 +99,6 @@ class StageCosts {
     return {s_.parameters[j] - s_.parameters[k],
             s_.optimizer_state[j] - s_.optimizer_state[k],
             s_.activations[j] - s_.activations[k] - r.saved_bytes,
-            s_.cut_bytes[j],
             m * level_.unit_workers,
             s_.workspace(k, j),
             r.transient_bytes,

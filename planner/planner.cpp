@@ -80,26 +80,7 @@ void set_stage_memory(const PlanningGraph& g, const std::vector<PlannedStage>& p
   int used = 0, before = 0;
   for (const auto& s : stages) used += s.replicas;
   for (size_t s = 0; s < stages.size(); ++s) {
-    StageFootprint f;
-    for (int v : planned[s].nodes) {
-      f.parameter_bytes += g.nodes[v].parameter_bytes, f.optimizer_state_bytes += g.nodes[v].optimizer_state_bytes;
-      f.activation_bytes += g.nodes[v].activation_bytes;
-      f.workspace_bytes = std::max(f.workspace_bytes, g.nodes[v].workspace_bytes);
-    }
-    if (!planned[s].recompute_nodes.empty()) {
-      for (int v : planned[s].recompute_nodes) {
-        double input = 0;
-        for (int u : g.in[v]) input += g.nodes[u].output_bytes;
-        f.activation_bytes -= g.nodes[v].activation_bytes - input;
-      }
-      for (int v : planned[s].recompute_nodes) {
-        double input = 0;
-        for (int u : g.in[v]) input += g.nodes[u].output_bytes;
-        f.recompute_bytes = std::max(f.recompute_bytes, g.nodes[v].activation_bytes - input);
-      }
-    }
-    f.boundary_bytes = double(stages[s].output_bytes);
-    f.replicas = stages[s].replicas;
+    StageFootprint f = stage_footprint(g, planned[s].nodes, planned[s].recompute_nodes, stages[s].replicas);
     f.weight_versions = weight_versions;
     stages[s].in_flight = weight_versions > 0 ? 1 : in_flight_1f1b_rr(used, before, f.replicas);
     stages[s].memory_bytes = uint64_t(stage_memory_bytes(f, stages[s].in_flight));
@@ -118,7 +99,7 @@ double smallest_footprint(const PlanningGraph& g, RecomputeMode recompute) {
   double most = 0;
   for (size_t v = 0; v < g.nodes.size(); ++v) {
     const PlanningNode& n = g.nodes[v];
-    const StageFootprint plain{n.parameter_bytes, n.optimizer_state_bytes, n.activation_bytes, 0, 1, n.workspace_bytes};
+    const StageFootprint plain{n.parameter_bytes, n.optimizer_state_bytes, n.activation_bytes, 1, n.workspace_bytes};
     double least = stage_memory_bytes(plain, 1);
     if (recompute != RecomputeMode::none) {
       double input = 0;

@@ -86,6 +86,26 @@ RecomputeChoices::RecomputeChoices(const PlanningGraph& g, const StateSpace& s, 
   rows_.resize(size_t(s.size()));
 }
 
+StageFootprint stage_footprint(const PlanningGraph& g, const std::vector<int>& nodes, const std::vector<int>& recomputed,
+                               int replicas) {
+  StageFootprint f;
+  f.replicas = replicas;
+  for (int v : nodes) {
+    const PlanningNode& n = g.nodes[size_t(v)];
+    f.parameter_bytes += n.parameter_bytes, f.optimizer_state_bytes += n.optimizer_state_bytes;
+    f.activation_bytes += n.activation_bytes;
+    f.workspace_bytes = std::max(f.workspace_bytes, n.workspace_bytes);
+  }
+  for (int v : recomputed) {
+    double input = 0;
+    for (int u : g.in[size_t(v)]) input += g.nodes[size_t(u)].output_bytes;
+    const double saved = g.nodes[size_t(v)].activation_bytes - input;
+    f.activation_bytes -= saved;
+    f.recompute_bytes = std::max(f.recompute_bytes, saved);
+  }
+  return f;
+}
+
 // The stage's nodes in the space's order (prefix spaces) or ascending.
 std::vector<RecomputeChoices::Item> RecomputeChoices::stage_items(int k, int j) const {
   std::vector<Item> out;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "planner/planning_graph.h"
+#include "planner/stage_memory.h"
 #include "planner/state_space.h"
 
 namespace pd {
@@ -84,6 +85,12 @@ class RecomputeChoices {
   mutable std::map<std::pair<int, int>, std::vector<Point>> pairs_;
   mutable bool exact_ = true;
 };
+
+// A stage's footprint from its planning-graph nodes, `recomputed` of them
+// dropping their activations less their inputs (the planner's figure for
+// its plan, and `simulate`'s and `run`'s for any schedule).
+StageFootprint stage_footprint(const PlanningGraph& g, const std::vector<int>& nodes, const std::vector<int>& recomputed,
+                               int replicas);
 
 // The Pareto set of (bytes saved, seconds) of subsets of the given items
 // with a positive saving, cheapest first; each point's subset when asked.

@@ -1,7 +1,9 @@
 #pragma once
 // A pipeline stage's memory per worker and its in-flight minibatches under
-// 1F1B-RR (docs/design.md §5-6). The one definition the planner's memory
-// check, `simulate`'s report and `run`'s end-of-run report all use.
+// 1F1B-RR (docs/design.md §5-6), and one worker's memory under any
+// schedule. The one definition the planner's memory check, `plan
+// --schedule auto`, `simulate`'s report and `run`'s end-of-run report use.
+#include <algorithm>
 #include <cstdint>
 
 namespace pd {
@@ -16,7 +18,6 @@ inline int in_flight_1f1b_rr(int total_workers, int workers_before, int replicas
 struct StageFootprint {
   double parameter_bytes = 0, optimizer_state_bytes = 0;
   double activation_bytes = 0;  // stashed for the backward, per minibatch
-  double boundary_bytes = 0;    // sent to the next stage per minibatch (0 for the last)
   int replicas = 1;
   double workspace_bytes = 0;   // the most working memory of one of its layers while it computes
   // Activation recomputation (planner/recompute.h): activation_bytes is
@@ -29,23 +30,35 @@ struct StageFootprint {
   int weight_versions = 0;
 };
 
-// Bytes one worker of the stage holds (what `run` measures, less the data
-// set and the kernels' scratch):
-// - a weight version per in-flight minibatch (stashing; or weight_versions)
-//   and the gradient;
-// - the optimizer state;
-// - per in-flight minibatch, its stashed activations, and the activation it
-//   sends on and the gradient that comes back for it (message buffers live
-//   until the transfer completes);
-// - with replicas, one more copy of the gradients, which the bucketed
-//   all-reduce sends from;
+// Bytes one worker holds at its peak (what `run` measures: its tensors,
+// less the data set), under any schedule:
+// - its weights in `weight_versions` versions (1; stashing: one per
+//   in-flight minibatch; 2bw: 2), and their gradient;
+// - the optimizer state; with replicas, one more copy of the gradients,
+//   which the bucketed all-reduce sends from;
+// - the stashed activations of the items (minibatches, or microbatches)
+//   it holds at once and, from a schedule's replay, the messages sent to
+//   it that its receives have not yet taken: `held_activation_bytes`;
 // - the working memory of the layer computing at the time (the gradient it
-//   receives and what it allocates while it runs), the most of its layers.
+//   receives and what it allocates while it runs), the most of its layers,
+//   and, recomputing, one recomputed layer's activations again.
+// Messages are not counted per in-flight minibatch: a sent activation or
+// gradient is freed once its send has copied it out (the same-host path's
+// shared segment, MPI's buffers), and a received one becomes the stash of
+// the layer it feeds or the gradient its backward takes as working memory.
+// Measured against run's peaks for gpt-mini and cnn under every schedule:
+// docs/measurements.md.
+inline double worker_memory_bytes(const StageFootprint& s, double weight_versions, double held_activation_bytes) {
+  return s.parameter_bytes * (weight_versions + 1) + s.optimizer_state_bytes +
+         (s.replicas > 1 ? s.parameter_bytes : 0) + held_activation_bytes + s.workspace_bytes + s.recompute_bytes;
+}
+
+// Under 1F1B-RR with stashed weights: a weight version and a minibatch's
+// stash per in-flight minibatch (with `weight_versions` set, the planner's
+// flushing model: that many versions whatever the in-flight count).
 inline double stage_memory_bytes(const StageFootprint& s, int in_flight) {
   const int versions = s.weight_versions > 0 ? s.weight_versions : in_flight;
-  return s.parameter_bytes * (versions + 1) + s.optimizer_state_bytes +
-         (s.activation_bytes + 2 * s.boundary_bytes) * in_flight + (s.replicas > 1 ? s.parameter_bytes : 0) +
-         s.workspace_bytes + s.recompute_bytes;
+  return worker_memory_bytes(s, versions, s.activation_bytes * in_flight);
 }
 
 }  // namespace pd

@@ -12,6 +12,7 @@
 #include "core/text.h"
 #include "profiler/profile.h"
 #include "runtime/simulator/simulator.h"
+#include "runtime/simulator/worker_memory.h"
 
 namespace pd {
 
@@ -44,11 +45,8 @@ std::vector<std::vector<const ProfileNode*>> stage_nodes(const Plan& plan, const
 
 std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile& profile) {
   std::vector<uint64_t> out;
-  for (const auto& nodes : stage_nodes(plan, profile)) {
-    uint64_t sum = 0;
-    for (const ProfileNode* n : nodes) sum += n->activation_bytes;
-    out.push_back(sum);
-  }
+  for (const StageFootprint& f : stage_footprints(plan, profile))
+    out.push_back(uint64_t(std::max(0.0, f.activation_bytes)));
   return out;
 }
 
@@ -146,7 +144,7 @@ std::string refresh_stale_plan(Plan& plan, const Profile* profile) {
 
 nlohmann::json report_to_json(const SimulationReport& rep) {
   nlohmann::json workers = nlohmann::json::array();
-  for (const auto& w : rep.workers)
+  for (const auto& w : rep.workers) {
     workers.push_back({{"rank", w.rank},
                        {"stage", w.stage},
                        {"busy_fraction", w.busy_fraction},
@@ -154,7 +152,10 @@ nlohmann::json report_to_json(const SimulationReport& rep) {
                        {"peak_in_flight", w.peak_in_flight},
                        {"peak_held", w.peak_held},
                        {"peak_activation_bytes", w.peak_activation_bytes},
+                       {"peak_with_messages_bytes", w.peak_with_messages_bytes},
                        {"peak_weight_versions", w.peak_weight_versions}});
+    if (w.predicted_memory_bytes > 0) workers.back()["predicted_memory_bytes"] = w.predicted_memory_bytes;
+  }
   nlohmann::json j = {{"schedule", to_string(rep.schedule.kind)},
                       {"minibatches", rep.minibatches},
                       {"makespan_s", rep.makespan_s},
@@ -191,17 +192,23 @@ std::string format_report(const SimulationReport& rep) {
   // zb-h1 holds a microbatch's tensors from F to W, past its B: a column
   // for that peak when it differs from the F-to-B one.
   bool held = false;
+  bool memory = false;
   for (const auto& w : rep.workers) held = held || w.peak_held != w.peak_in_flight;
+  for (const auto& w : rep.workers) memory = memory || w.predicted_memory_bytes > 0;
   os << std::right << std::setw(6) << "rank" << std::setw(7) << "stage" << std::setw(8) << "busy" << std::setw(8)
      << "bubble" << std::setw(11) << "in-flight";
   if (held) os << std::setw(11) << "F-to-W";
-  os << std::setw(13) << "stashed" << std::setw(10) << "versions" << "\n";
+  os << std::setw(13) << "stashed" << std::setw(10) << "versions";
+  if (memory) os << std::setw(12) << "memory";
+  os << "\n";
   for (const auto& w : rep.workers) {
     os << std::setw(6) << w.rank << std::setw(7) << w.stage << std::setw(8) << percent(w.busy_fraction)
        << std::setw(8) << percent(w.bubble_fraction) << std::setw(11) << w.peak_in_flight;
     if (held) os << std::setw(11) << w.peak_held;
     os << std::setw(13) << bytes_text(static_cast<double>(w.peak_activation_bytes)) << std::setw(10)
-       << w.peak_weight_versions << "\n";
+       << w.peak_weight_versions;
+    if (memory) os << std::setw(12) << bytes_text(w.predicted_memory_bytes);
+    os << "\n";
   }
   return os.str();
 }

@@ -7,47 +7,10 @@
 #include "planner/planning_graph.h"
 #include "runtime/simulator/plan_search.h"
 #include "runtime/simulator/simulator.h"
+#include "runtime/simulator/worker_memory.h"
 
 namespace pd {
 namespace {
-
-// One stage's footprint from the profile (its layers, or its nodes in a DAG plan).
-struct Footprint {
-  double parameters = 0, optimizer_state = 0, activations = 0, boundary = 0, workspace = 0;
-};
-
-Footprint footprint(const std::vector<const ProfileNode*>& nodes, const PlanStage& st) {
-  Footprint f;
-  for (const ProfileNode* n : nodes) {
-    f.parameters += double(n->parameter_bytes);
-    f.optimizer_state += double(n->optimizer_state_bytes);
-    f.activations += double(n->activation_bytes);
-    f.workspace = std::max(f.workspace, double(n->workspace_bytes));
-  }
-  f.boundary = double(st.output_bytes);
-  return f;
-}
-
-// Each worker's bytes under a synchronous (or 2bw) schedule, by rank.
-std::vector<double> worker_memory(const Profile& profile, const Plan& plan, const ScheduleOptions& o,
-                                  const SimulationReport& rep) {
-  const Schedule schedule(plan, o);
-  const auto nodes = stage_nodes(plan, profile);
-  const double versions = schedule.versions_kept(), m = o.microbatches;
-  std::vector<double> bytes(rep.workers.size(), 0);
-  for (const WorkerReport& w : rep.workers) {
-    double fixed = 0, per_item = 0, workspace = 0;
-    for (int c = 0; c < schedule.chunks(); ++c) {
-      const size_t stage = static_cast<size_t>(schedule.stage_of(w.rank, c));
-      const Footprint f = footprint(nodes[stage], plan.stages[stage]);
-      fixed += f.parameters * (versions + 1) + f.optimizer_state;
-      per_item = std::max(per_item, (f.activations + 2 * f.boundary) / m);
-      workspace = std::max(workspace, f.workspace / m);
-    }
-    bytes.at(static_cast<size_t>(w.rank)) = fixed + double(w.peak_held) * per_item + workspace;
-  }
-  return bytes;
-}
 
 // The microbatch counts searched: those of W, 2W and 4W and the divisors of
 // the batch between (interleaved: multiples of W only) that split the
@@ -112,7 +75,6 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const Sch
     return best;
   }
   best.note = "no microbatch count fits the memory limit";
-  const std::vector<uint64_t> stashed = stashed_bytes_from_profile(plan, profile);
   for (int m : counts) {
     ScheduleCandidate c;
     c.family = best.family;
@@ -123,7 +85,7 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const Sch
     c.schedule.minibatches = kScheduleSearchBatches;
     SimulationOptions so;
     so.schedule = c.schedule;
-    so.stashed_bytes = stashed;
+    so.stashed_bytes = stashed_bytes_from_profile(plan, profile);
     if (profile.batch_size % m == 0)
       so.microbatch_times = microbatch_times_from_profile(plan, profile, profile.batch_size / m);
     SimulationReport rep;
@@ -136,7 +98,7 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const Sch
     c.samples_per_s = rep.throughput_samples_per_s;
     c.time_per_batch_s = rep.time_per_minibatch_s;
     c.replayed = true;
-    c.worker_memory_bytes = worker_memory(profile, plan, c.schedule, rep);
+    c.worker_memory_bytes = predicted_worker_memory(plan, profile, rep);
     for (double b : c.worker_memory_bytes) c.peak_memory_bytes = std::max(c.peak_memory_bytes, b);
     best.least_memory_bytes = best.least_memory_bytes > 0 ? std::min(best.least_memory_bytes, c.peak_memory_bytes)
                                                           : c.peak_memory_bytes;

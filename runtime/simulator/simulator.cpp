@@ -71,6 +71,10 @@ struct alignas(64) WorkerState {
   int64_t in_flight = 0, peak_in_flight = 0;
   int64_t held = 0, peak_held = 0;         // F until the last backward pass (W for zb-h1)
   uint64_t held_bytes = 0, peak_held_bytes = 0;
+  // Messages sent to it and not yet taken by their receive (the runtime
+  // pulls them into its tensors as they arrive), and the peak of these
+  // with the held stashes.
+  uint64_t inbox_bytes = 0, peak_with_inbox_bytes = 0;
   // Weight versions the in-flight minibatches use: their forwards' versions
   // never decrease, so counting distinct ones needs only the newest and,
   // when the oldest leaves, the version of the next one (from the source) -
@@ -434,6 +438,7 @@ class Simulation {
         send(r, a);
       } else if (a.is_recv()) {
         if (!receive(r, a.key)) return;
+        w.inbox_bytes -= std::min(w.inbox_bytes, message_bytes(r, a));
       } else if (a.kind == ActionKind::OptimizerStep) {
         if (!step(r, a)) return;
         if (w.step_s > 0) {  // finish_compute moves past it
@@ -529,6 +534,7 @@ class Simulation {
       w.peak_held = std::max(w.peak_held, ++w.held);
       w.held_bytes += stashed_bytes(w, a);
       w.peak_held_bytes = std::max(w.peak_held_bytes, w.held_bytes);
+      w.peak_with_inbox_bytes = std::max(w.peak_with_inbox_bytes, w.held_bytes + w.inbox_bytes);
       if (holds_versions_) {
         if (another_version) ++w.distinct_held;
         w.newest_held = a.key;
@@ -596,6 +602,14 @@ class Simulation {
     w.peak_versions = std::max(w.peak_versions, n);
   }
 
+  // The bytes of the boundary a send or receive of worker r crosses, per item.
+  uint64_t message_bytes(int r, const PackedAction& a) const {
+    const int stage = schedule_.stage_of(r, a.chunk);
+    const bool upstream_boundary = a.kind == ActionKind::RecvActivation || a.kind == ActionKind::SendGradient;
+    const int boundary = upstream_boundary ? stage - 1 : stage;
+    return boundary < 0 ? 0 : static_cast<uint64_t>(costs_[static_cast<size_t>(boundary)].message_bytes);
+  }
+
   void send(int r, const PackedAction& a) {
     const bool activation = a.kind == ActionKind::SendActivation;
     const int downstream = activation ? a.peer : r;
@@ -617,6 +631,8 @@ class Simulation {
     // activation never waits behind a gradient.
     const double arrival = opt_.realistic_latency ? end + busy_latency(r, a.peer) : std::max(now_, start - duration);
     WorkerState& dst = workers_[a.peer];
+    dst.inbox_bytes += message_bytes(r, a);
+    dst.peak_with_inbox_bytes = std::max(dst.peak_with_inbox_bytes, dst.held_bytes + dst.inbox_bytes);
     dst.mailbox.push_back({a.key, arrival}, spilled_[a.peer]);
     if (dst.mailbox.wait_tag == a.key) {
       dst.mailbox.wait_tag = -1;
@@ -797,6 +813,7 @@ class Simulation {
       wr.peak_in_flight = w.peak_in_flight;
       wr.peak_held = w.peak_held;
       wr.peak_activation_bytes = w.peak_held_bytes;
+      wr.peak_with_messages_bytes = w.peak_with_inbox_bytes;
       wr.peak_weight_versions = w.peak_versions;
       rep.workers.push_back(wr);
     }

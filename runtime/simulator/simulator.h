@@ -142,9 +142,12 @@ struct SimulationOptions {
 // the profile.
 std::vector<std::vector<const ProfileNode*>> stage_nodes(const Plan& plan, const Profile& profile);
 
-// Stashed activation bytes per minibatch of each stage: the profile's
-// activation_bytes summed over the stage's layers (nodes for DAG plans).
-// Throws UserError if the plan's layers are not in the profile.
+// Stashed activation bytes per minibatch (the plan's batch; the replay
+// gives a microbatch its share) of each stage: the profile's
+// activation_bytes summed over the stage's layers (nodes for DAG plans),
+// its recomputed layers' inputs in place of their activations
+// (worker_memory.h's stage_footprints). Throws UserError if the plan's
+// layers are not in the profile.
 std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile& profile);
 
 // Each stage's forward and backward seconds for one microbatch of
@@ -187,11 +190,17 @@ struct WorkerReport {
   int rank = 0, stage = 0;
   double busy_fraction = 0, bubble_fraction = 0;  // steady-state window
   uint64_t peak_activation_bytes = 0;             // peak of the held items' stashed bytes
+  // Peak of those and the messages sent to the worker that its receives
+  // have not yet taken (activations and gradients, the boundaries' bytes).
+  uint64_t peak_with_messages_bytes = 0;
   int64_t peak_in_flight = 0;                     // items between F and B (interleaved: chunk items)
   // Items whose forward's tensors are held: from F to their last backward
   // pass (W for zb-h1, which needs them; B otherwise = peak_in_flight).
   int64_t peak_held = 0;
   int64_t peak_weight_versions = 0;               // versions held at once
+  // Everything the worker holds at its peak (worker_memory.h); 0 when not
+  // predicted (simulate without the plan's profile).
+  double predicted_memory_bytes = 0;
 };
 
 struct SimulationReport {

@@ -136,10 +136,8 @@ inline double closed_form(const AlignedPlan& p, const Profile& prof, const Topol
     }
     const int in_flight = (total_workers - 1 - b.first) / r + 1;
     // Weight versions + gradient, optimizer state, per in-flight minibatch its
-    // stash and the activation out and gradient back, and with replicas the
-    // all-reduce's copy of the gradients.
-    const double out = s + 1 < p.blocks.size() ? double(prof.nodes[p.cuts[s + 1] - 1].output_bytes) : 0.0;
-    const double need = params * (in_flight + 1) + opt + (act + 2 * out) * in_flight + (r > 1 ? params : 0.0);
+    // stash, and with replicas the all-reduce's copy of the gradients.
+    const double need = params * (in_flight + 1) + opt + act * in_flight + (r > 1 ? params : 0.0);
     if (memory > 0 && need > memory) return INFINITY;
     double sync = 0;
     if (r > 1) sync = 4.0 * (r - 1) * params / (r * t.levels[common_level(t, b.first, b.end - 1)].bandwidth_GBps * 1e9);

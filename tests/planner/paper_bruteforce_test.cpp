@@ -86,12 +86,10 @@ struct Brute {
   double stage(uint64_t before_set, uint64_t stage_set, int m, int before) const {
     double c = compute(stage_set), p = sum(stage_set, &PlanningNode::parameter_bytes);
     int in_flight = (workers - 1 - before) / m + 1;
-    // planner/stage_memory.h: versions + gradient, optimizer state, per
-    // in-flight minibatch the stash and the activation out and gradient
-    // back across the cut after the stage, and the all-reduce's copy.
+    // planner/stage_memory.h: versions + gradient, optimizer state, the
+    // stash per in-flight minibatch, and the all-reduce's copy.
     double mem = p * (in_flight + 1) + sum(stage_set, &PlanningNode::optimizer_state_bytes) +
-                 (sum(stage_set, &PlanningNode::activation_bytes) + 2 * cut(before_set | stage_set)) * in_flight +
-                 (m > 1 ? p : 0);
+                 sum(stage_set, &PlanningNode::activation_bytes) * in_flight + (m > 1 ? p : 0);
     if (memory > 0 && mem > memory) return INFINITY;
     double t = std::max(c, 4.0 * (m - 1) * p / (m * bandwidth)) / m;
     return std::max(t, 2.0 * cut(before_set) / (bandwidth * m));

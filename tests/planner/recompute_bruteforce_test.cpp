@@ -25,7 +25,7 @@ using namespace testing_aligned;
 // The fastest stage time of layers [first, end) on r replicas with
 // `in_flight` minibatches, over the subsets the mode allows; INFINITY when
 // none fits.
-double best_stage(const Profile& prof, int first, int end, int r, int in_flight, double out_bytes, double sync_bw,
+double best_stage(const Profile& prof, int first, int end, int r, int in_flight, double sync_bw,
                   double memory, RecomputeMode mode) {
   const int n = end - first;
   double c = 0, params = 0, act = 0, opt = 0, largest = 0;
@@ -59,7 +59,7 @@ double best_stage(const Profile& prof, int first, int end, int r, int in_flight,
       }
     // auto plans with the stage's most as the transient (a bound); fixed sets with their own.
     if (mode == RecomputeMode::automatic) most = largest;
-    const double need = params * (in_flight + 1) + opt + (act - saved + 2 * out_bytes) * in_flight +
+    const double need = params * (in_flight + 1) + opt + (act - saved) * in_flight +
                         (r > 1 ? params : 0.0) + (set ? most : 0.0);
     if (memory > 0 && need > memory) continue;
     best = std::min(best, std::max(c + extra, sync) / r);
@@ -74,9 +74,8 @@ double closed_form_with_recompute(const AlignedPlan& p, const Profile& prof, con
     const Block& b = p.blocks[s];
     const int r = b.end - b.first;
     const int in_flight = (total_workers - 1 - b.first) / r + 1;
-    const double out = s + 1 < p.blocks.size() ? double(prof.nodes[p.cuts[s + 1] - 1].output_bytes) : 0.0;
     const double bw = t.levels[common_level(t, b.first, b.end - 1)].bandwidth_GBps * 1e9;
-    worst = std::max(worst, best_stage(prof, p.cuts[s], p.cuts[s + 1], r, in_flight, out, bw, memory, mode));
+    worst = std::max(worst, best_stage(prof, p.cuts[s], p.cuts[s + 1], r, in_flight, bw, memory, mode));
     if (s > 0) {
       double bytes = double(prof.nodes[p.cuts[s] - 1].output_bytes);
       double link = t.levels[common_level(t, b.first - 1, b.first)].bandwidth_GBps * 1e9;

@@ -1,0 +1,96 @@
+// Each worker's predicted memory under a schedule (runtime/simulator/
+// worker_memory.h): 1F1B-RR's equals the planner's per-stage figure; a
+// flush schedule holds its microbatches' shares of the stash and one
+// weight version; recomputed layers keep only their inputs; the messages
+// a worker has been sent and not yet received are counted.
+#include <gtest/gtest.h>
+
+#include "planner/planner.h"
+#include "planner/topology.h"
+#include "runtime/simulator/simulator.h"
+#include "runtime/simulator/worker_memory.h"
+#include "tests/schedule/plans.h"
+
+namespace pd {
+namespace {
+
+constexpr double kParams = 4e6, kOptimizer = 4e6, kActivation = 8e6, kWorkspace = 2e6;
+
+Profile chain(uint64_t output_bytes) {
+  ProfileNode n;
+  n.forward_ms = 10;
+  n.backward_ms = 20;
+  n.output_bytes = output_bytes;
+  n.activation_bytes = uint64_t(kActivation);
+  n.parameter_bytes = uint64_t(kParams);
+  n.optimizer_state_bytes = uint64_t(kOptimizer);
+  n.workspace_bytes = uint64_t(kWorkspace);
+  return testing::equal_chain_profile(4, 8, n);
+}
+
+Plan straight_plan(const Profile& p, RecomputeMode recompute = RecomputeMode::none) {
+  PlannerOptions o;
+  o.straight = true;
+  o.recompute = recompute;
+  return plan_pipeline(p, flat_topology(4, 10), o);
+}
+
+std::vector<double> predicted(const Plan& plan, const Profile& p, const ScheduleKind* kind, int microbatches) {
+  SimulationOptions o;
+  o.schedule.kind = kind;
+  o.schedule.microbatches = microbatches;
+  o.schedule.minibatches = kind->flushes() ? 3 : 16;
+  o.stashed_bytes = stashed_bytes_from_profile(plan, p);
+  return predicted_worker_memory(plan, p, simulate(plan, o));
+}
+
+TEST(WorkerMemory, OneFOneBRRIsThePlannersFigure) {
+  const Profile p = chain(0);  // nothing crosses a boundary: no messages held
+  const Plan plan = straight_plan(p);
+  const std::vector<double> bytes = predicted(plan, p, parse_schedule_kind("1f1b-rr"), 1);
+  ASSERT_EQ(bytes.size(), 4u);
+  for (size_t s = 0; s < 4; ++s) {
+    EXPECT_DOUBLE_EQ(bytes[s], double(plan.stages[s].memory_bytes)) << "stage " << s;
+    // In-flight 4 - s: that many weight versions and stashes.
+    const double in_flight = 4.0 - double(s);
+    EXPECT_DOUBLE_EQ(bytes[s], kParams * (in_flight + 1) + kOptimizer + kActivation * in_flight + kWorkspace);
+  }
+}
+
+TEST(WorkerMemory, GpipeHoldsEveryMicrobatchsShareAndOneVersion) {
+  const Profile p = chain(0);
+  const Plan plan = straight_plan(p);
+  const std::vector<double> bytes = predicted(plan, p, parse_schedule_kind("gpipe"), 4);
+  // Four microbatches of a quarter each: the whole stash; a quarter of the workspace.
+  for (size_t s = 0; s < 4; ++s)
+    EXPECT_DOUBLE_EQ(bytes[s], kParams * 2 + kOptimizer + kActivation + kWorkspace / 4) << "stage " << s;
+}
+
+TEST(WorkerMemory, RecomputedLayersKeepTheirInputs) {
+  const Profile p = chain(0);
+  const Plan plain = straight_plan(p), recomputed = straight_plan(p, RecomputeMode::full);
+  ASSERT_FALSE(recomputed.stages[0].recompute_layers.empty());
+  const std::vector<double> a = predicted(plain, p, parse_schedule_kind("1f1b-flush"), 4);
+  const std::vector<double> b = predicted(recomputed, p, parse_schedule_kind("1f1b-flush"), 4);
+  // Stage 0 holds 4 microbatches under 1f1b-flush: each saves a quarter
+  // of (activation - input), its first layer's input being the data (0),
+  // and the recomputation's transient (a quarter of the most one saves) comes back once.
+  EXPECT_DOUBLE_EQ(a[0] - b[0], 4 * (kActivation - 0) / 4 - kActivation / 4);
+}
+
+TEST(WorkerMemory, CountsMessagesSentAndNotYetReceived) {
+  const Plan plan = straight_plan(chain(0));
+  const Profile with_messages = chain(3'000'000);
+  const Plan sends = straight_plan(with_messages);
+  ASSERT_EQ(sends.stages[0].output_bytes, 3'000'000u);
+  const std::vector<double> quiet = predicted(plan, chain(0), parse_schedule_kind("gpipe"), 4);
+  const std::vector<double> loud = predicted(sends, with_messages, parse_schedule_kind("gpipe"), 4);
+  // gpipe: a later stage is sent microbatches while it still holds others.
+  bool more = false;
+  for (size_t s = 1; s < 4; ++s) more = more || loud[s] > quiet[s];
+  EXPECT_TRUE(more);
+  for (size_t s = 0; s < 4; ++s) EXPECT_GE(loud[s], quiet[s]);
+}
+
+}  // namespace
+}  // namespace pd
