@@ -15,16 +15,21 @@ export ASAN_OPTIONS=log_path=$LOGS/asan:detect_leaks=1
 export UBSAN_OPTIONS=log_path=$LOGS/ubsan:print_stacktrace=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 status=0
-run() {
-  local name=$1
-  shift
+run() {  # LABEL BINARY ARGS...
+  local label=$1 name=$2
+  shift 2
   local start=$SECONDS
-  "$BUILD/tests/$name" "$@" > "$LOGS/$name.out" 2>&1 || status=1
-  echo "$name: $(grep -E '^\[  (PASSED|FAILED|SKIPPED)  \]' "$LOGS/$name.out" | tr -s ' ' | tr '\n' ' ')($((SECONDS - start)) s)"
+  "$BUILD/tests/$name" "$@" > "$LOGS/$label.out" 2>&1 || status=1
+  echo "$label: $(grep -E '^\[  (PASSED|FAILED|SKIPPED)  \]' "$LOGS/$label.out" | tr -s ' ' | tr '\n' ' ')($((SECONDS - start)) s)"
 }
-run test_fuzz
-run test_models --gtest_filter='ImageFolder.*:Npy.*:Tokens.*:Synthetic.*:BatchLoader.*:SampleOrder.*:Datasets.*:DataTrain.*:ParameterStore.*:MatchNamedWeights.*'
-run test_cli --gtest_filter='*HostileFiles*:HostileData.*:FullDisk.*:MetricsFile.*:ShardedSave.*'
+run fuzz test_fuzz
+run models test_models --gtest_filter='ImageFolder.*:Npy.*:Tokens.*:Synthetic.*:BatchLoader.*:SampleOrder.*:Datasets.*:DataTrain.*:ParameterStore.*:MatchNamedWeights.*'
+run cli test_cli --gtest_filter='*HostileFiles*:HostileData.*:FullDisk.*:MetricsFile.*:ShardedSave.*-ShardedSave.FourStages*'
+# Its 4 MPI ranks leak Open MPI's and hwloc's allocations at MPI_Finalize
+# (LeakSanitizer: ompi_op_base_op_select, hwloc_bitmap_alloc and Open MPI's
+# unloaded plugins; no pipedream frame), and a leak report makes a rank
+# exit 1: leaks are not checked there, everything else is.
+ASAN_OPTIONS=log_path=$LOGS/asan:detect_leaks=0 run cli-mpi test_cli --gtest_filter='ShardedSave.FourStages*'
 reports=$(find "$LOGS" -name 'asan.*' -o -name 'ubsan.*' | wc -l)
 echo "sanitizer reports: $reports (in $LOGS)"
 [ "$reports" -eq 0 ] || status=1
