@@ -99,7 +99,7 @@ HeaderRead read_header(const std::string& path) {
   // A folder or a device (/dev/zero) is refused before its "size" is read.
   checked_input_file(path, "the safetensors file", std::numeric_limits<uint64_t>::max());
   HeaderRead h{std::ifstream(path, std::ios::binary), {}, 0, 0};
-  if (!h.in) throw UserError(cat("cannot open safetensors file ", path));
+  if (!h.in) throw UserError(cat("cannot open safetensors file ", path, ": ", std::strerror(errno)));
   h.in.seekg(0, std::ios::end);
   const uint64_t file_size = static_cast<uint64_t>(h.in.tellg());
   h.in.seekg(0);

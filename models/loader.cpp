@@ -2,26 +2,48 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
 
 #include "core/device_ops.h"
 #include "core/error.h"
 
 namespace pd {
 
+namespace {
+
+// A thread that could not start: usually memory (each takes a stack), as
+// under an address-space limit.
+RuntimeFailure thread_start_failure(const char* pool, size_t started, int threads, const std::system_error& e) {
+  return RuntimeFailure(cat("cannot start ", pool, " thread ", started + 1, " of ", threads, " (", e.what(),
+                            "): out of memory or of threads; raise the limit (ulimit -v, -u) or ask for fewer threads"));
+}
+
+}  // namespace
+
 BatchLoader::BatchLoader(Produce produce, int64_t first, int64_t end, int threads, int depth)
     : produce_(std::move(produce)), next_take_(first), next_claim_(first), end_(end),
       depth_(depth > 0 ? depth : 2 * std::max(threads, 1)) {
   PD_CHECK(threads >= 0 && first <= end, "bad loader range or thread count");
-  for (int t = 0; t < threads && t < end - first; ++t) workers_.emplace_back([this] { work(); });
+  try {
+    for (int t = 0; t < threads && t < end - first; ++t) workers_.emplace_back([this] { work(); });
+  } catch (const std::system_error& e) {
+    // No destructor runs for a constructor that throws: the threads started
+    // must be joined here, or their std::thread objects would abort.
+    stop();
+    throw thread_start_failure("loader", workers_.size(), threads, e);
+  }
 }
 
-BatchLoader::~BatchLoader() {
+BatchLoader::~BatchLoader() { stop(); }
+
+void BatchLoader::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   space_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
+  workers_.clear();
 }
 
 void BatchLoader::work() {
@@ -60,10 +82,17 @@ Batch BatchLoader::next() {
 }
 
 PrefetchPool::PrefetchPool(int threads) {
-  for (int t = 0; t < threads; ++t) workers_.emplace_back([this] { work(); });
+  try {
+    for (int t = 0; t < threads; ++t) workers_.emplace_back([this] { work(); });
+  } catch (const std::system_error& e) {
+    stop();
+    throw thread_start_failure("prefetch", workers_.size(), threads, e);
+  }
 }
 
-PrefetchPool::~PrefetchPool() {
+PrefetchPool::~PrefetchPool() { stop(); }
+
+void PrefetchPool::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -71,6 +100,7 @@ PrefetchPool::~PrefetchPool() {
   }
   task_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
+  workers_.clear();
 }
 
 void PrefetchPool::submit(int64_t key, std::function<Tensor()> task) {

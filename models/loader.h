@@ -44,6 +44,7 @@ class BatchLoader {
     std::exception_ptr error;
   };
   void work();
+  void stop();  // stops and joins the threads
 
   Produce produce_;
   int64_t next_take_, next_claim_, end_;
@@ -77,6 +78,7 @@ class PrefetchPool {
     bool done = false;
   };
   void work();
+  void stop();  // drops the tasks not started, joins the threads
   std::mutex mu_;
   std::condition_variable task_cv_, done_cv_;
   std::deque<std::pair<int64_t, std::function<Tensor()>>> tasks_;

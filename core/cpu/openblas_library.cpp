@@ -1,6 +1,7 @@
 #include "core/cpu/openblas_library.h"
 
 #include <dlfcn.h>
+#include <stdlib.h>
 
 #include "core/error.h"
 
@@ -21,6 +22,12 @@ F symbol(void* handle, const char* name) {
 }
 
 OpenBlasLibrary load() {
+  // No pool of OpenBLAS threads (it would sit idle: see below). Each pool
+  // thread maps a 128 MiB work buffer as it starts, and under an
+  // address-space limit (ulimit -v) one whose buffer does not fit retries
+  // the mmap forever at full CPU: read by the library's constructor, so
+  // set before dlopen.
+  ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
   // RTLD_GLOBAL: as if linked, one copy of its symbols for the whole process.
   void* handle = dlopen(PD_OPENBLAS_SONAME, RTLD_NOW | RTLD_GLOBAL);
   if (!handle)

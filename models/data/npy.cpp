@@ -416,10 +416,21 @@ int64_t integer_at(const std::string& bytes, const std::string& descr, int64_t i
   return static_cast<int64_t>(raw);
 }
 
+// A tensor for data of `source`, or a UserError naming it when the memory
+// is not there (on the host, the only way Tensor::empty fails).
+Tensor tensor_for(const std::string& source, const Shape& shape, DType dtype) {
+  try {
+    return Tensor::empty(shape, dtype);
+  } catch (const RuntimeFailure& e) {
+    throw UserError(cat("--data npy: ", source, " needs ", static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype),
+                        " bytes in memory as ", dtype_name(dtype), ", which could not be allocated (", e.what(), ")"));
+  }
+}
+
 // Samples as the model's input dtype: floats (u1 scaled by 1/255) or token
 // ids in [0, vocab), from any integer dtype.
 Tensor to_inputs(const NpyArray& a, const std::string& bytes, DType want, int64_t vocab) {
-  Tensor t = Tensor::empty(a.shape, want);
+  Tensor t = tensor_for(a.source, a.shape, want);
   const int64_t n = t.numel();
   const char* p = bytes.data();
   const std::string& d = a.descr;
@@ -465,7 +476,7 @@ Tensor to_labels(const NpyArray& a, const std::string& bytes, int64_t classes) {
   if (d[1] == 'f')
     throw UserError(cat("--data npy: ", a.source, " holds labels of dtype ", d, "; labels must be integers (class "
                         "indices: i1, u1, i2, u2, i4, u4, i8, u8)"));
-  Tensor t = Tensor::empty(a.shape, DType::I32);
+  Tensor t = tensor_for(a.source, a.shape, DType::I32);
   for (int64_t i = 0; i < t.numel(); ++i) {
     const int64_t v = integer_at(bytes, d, i);
     if (v < 0 || v >= classes)
@@ -480,10 +491,10 @@ Tensor to_labels(const NpyArray& a, const std::string& bytes, int64_t classes) {
 Tensor read_inputs(const NpyArray& a, const Model& m) { return to_inputs(a, read_npy_data(a), m.input_dtype, m.classes); }
 Tensor read_labels(const NpyArray& a, const Model& m) { return to_labels(a, read_npy_data(a), m.classes); }
 
-Tensor rows_of(const Tensor& t, const std::vector<int64_t>& rows) {
+Tensor rows_of(const Tensor& t, const std::vector<int64_t>& rows, const std::string& source) {
   Shape s = t.shape();
   s[0] = static_cast<int64_t>(rows.size());
-  Tensor out = Tensor::empty(s, t.dtype());
+  Tensor out = tensor_for(source, s, t.dtype());
   const size_t row = t.dim(0) ? t.nbytes() / static_cast<size_t>(t.dim(0)) : 0;
   for (size_t i = 0; i < rows.size(); ++i)
     std::memcpy(static_cast<char*>(out.raw()) + i * row,
@@ -571,8 +582,10 @@ DataSplits open_npy(const std::string& files, const Model& m, const DataOptions&
     if (test_rows.empty() || train_rows.empty())
       throw UserError(cat("--data npy: ", xtr.source, " has ", x.dim(0), " samples: too few to hold out every ",
                           stride, "th"));
-    s.train = in_memory_dataset("npy/train", rows_of(x, train_rows), rows_of(y, train_rows), classes);
-    s.test = in_memory_dataset("npy/test", rows_of(x, test_rows), rows_of(y, test_rows), classes);
+    s.train = in_memory_dataset("npy/train", rows_of(x, train_rows, xtr.source), rows_of(y, train_rows, ytr.source),
+                                classes);
+    s.test = in_memory_dataset("npy/test", rows_of(x, test_rows, xtr.source), rows_of(y, test_rows, ytr.source),
+                               classes);
   }
   return s;
 }

@@ -34,6 +34,14 @@ const std::string kModel = " --model mlp --model-options hidden=24,depth=3 --dat
 const std::string kRun = "run --plan {dir}/plan.json" + kModel + " --threads-per-worker 1";
 const std::string kTrain = "train" + kModel + " --threads 1";
 
+// An AddressSanitizer build maps terabytes of shadow memory: no
+// address-space cap (prlimit --as) lets its pipedream start.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSpaceCapsWork = false;
+#else
+constexpr bool kAddressSpaceCapsWork = true;
+#endif
+
 std::string deep(size_t depth = 70000) { return std::string(depth, '[') + "0" + std::string(depth, ']'); }
 
 std::string read_all(const fs::path& p) {
@@ -206,6 +214,11 @@ class HostileData : public ::testing::Test {
     ASSERT_EQ(::mkfifo((dir_ + "/fifo.npy").c_str(), 0600), 0);
     fs::create_directories(dir_ + "/folder.npy");
   }
+  // The sparse 20 GB and 4.4 GB files take no disk but must not pile up.
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
   JobResult pipedream(const std::string& args, const std::string& prefix = "") const {
     return run_shell(prefix + pipedream_binary() + " " + args + " < /dev/null", 60);
   }
@@ -291,6 +304,7 @@ TEST_F(HostileData, EveryIntegerDtypeOfTokenIdsTrainsTheSameWeights) {
 // ran): files that claim or hold more than the cap allows are refused
 // naming the file, not "bad_alloc" or "out of host memory".
 TEST_F(HostileData, ReadersUnderAnAddressSpaceCapNameTheFile) {
+  if (!kAddressSpaceCapsWork) GTEST_SKIP() << "AddressSanitizer build: prlimit --as cannot be used";
   const std::string cap = "prlimit --as=" + std::to_string(uint64_t{3} << 30) + " ";
   const std::string train = "train --model mlp --threads 1 --minibatches 1 --no-eval --data ";
   // 20 GB sparse files: tokens, a .npy whose header vouches for 20 GB, an image.
@@ -318,6 +332,151 @@ TEST_F(HostileData, ReadersUnderAnAddressSpaceCapNameTheFile) {
   fs::resize_file(dir_ + "/huge.safetensors", 8 + header.size() + (uint64_t{20} << 30));
   expect_refused(pipedream("evaluate --model mlp --data synthetic --weights " + dir_ + "/huge.safetensors", cap),
                  dir_ + "/huge.safetensors: 1 tensor is not in mlp: 'huge'");
+}
+
+// Too little address space for OpenBLAS's 128 MiB work buffer: OpenBLAS
+// retried its mmap forever at full CPU (and a first SIGTERM only asked the
+// loop to stop); now the run exits 1 naming memory and the limit.
+TEST_F(HostileData, TrainUnderAnAddressSpaceCapTooSmallForOpenBlasExitsOneNamingMemory) {
+  if (!kAddressSpaceCapsWork) GTEST_SKIP() << "AddressSanitizer build: prlimit --as cannot be used";
+  const JobResult r = pipedream("train --model mlp --data synthetic --minibatches 3 --no-eval --threads 1 "
+                                "--loader-threads 0",
+                                "prlimit --as=" + std::to_string(uint64_t{150} << 20) + " ");
+  EXPECT_EQ(r.exit_code, 1) << r.output.substr(0, 2000);
+  EXPECT_NE(r.output.find("out of memory: OpenBLAS needs 128 MiB of address space"), std::string::npos)
+      << r.output.substr(0, 2000);
+  EXPECT_NE(r.output.find("address-space limit of 150 MiB"), std::string::npos) << r.output.substr(0, 2000);
+}
+
+// Unreadable files and folders. The tests run as root, whom permissions do
+// not stop, so the reader runs as nobody (setpriv), on files it may reach
+// but not read: each exits 2 naming the path and why.
+TEST_F(HostileData, UnreadableFilesAndFoldersExitTwoNamingThePath) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run the reader as another user";
+  if (run_shell("setpriv --version").exit_code != 0) GTEST_SKIP() << "no setpriv";
+  const std::string nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  const std::string train = "train --model mlp --threads 1 --minibatches 1 --batch 4 --no-eval --data ";
+  write_text(dir_ + "/x.npy", npy_bytes("<f4", {20, 1, 28, 28}, std::string(20 * 3136, '\0')));
+  write_text(dir_ + "/y.npy", npy_bytes("|u1", {20}, std::string(20, '\1')));
+  const JobResult readable = pipedream(train + "npy:" + dir_ + "/x.npy," + dir_ + "/y.npy", nobody);
+  ASSERT_EQ(readable.exit_code, 0) << "nobody cannot run pipedream or reach " << dir_ << ":\n" << readable.output;
+  ASSERT_EQ(::chmod((dir_ + "/x.npy").c_str(), 0), 0);
+  expect_refused(pipedream(train + "npy:" + dir_ + "/x.npy," + dir_ + "/y.npy", nobody),
+                 "--data npy: " + dir_ + "/x.npy cannot be opened: Permission denied");
+  write_text(dir_ + "/data.npz", zip_bytes({{"x.npy", "."}, {"y.npy", "."}}, false));
+  ASSERT_EQ(::chmod((dir_ + "/data.npz").c_str(), 0), 0);
+  expect_refused(pipedream(train + "npy:" + dir_ + "/data.npz", nobody),
+                 "--data npy: " + dir_ + "/data.npz cannot be opened: Permission denied");
+  write_text(dir_ + "/train.bin", std::string(400, '\1'));
+  ASSERT_EQ(::chmod((dir_ + "/train.bin").c_str(), 0), 0);
+  expect_refused(pipedream("train" + kGptTiny + " --threads 1 --minibatches 1 --data tokens:" + dir_ + "/train.bin", nobody),
+                 dir_ + "/train.bin cannot be opened: Permission denied");
+  // An image folder: an unreadable class folder, then an unreadable image.
+  write_image_folder(dir_ + "/images", 2, 2);
+  ASSERT_EQ(::chmod((dir_ + "/images/class1").c_str(), 0), 0);
+  const std::string images = "train --model cnn --model-options classes=2 --threads 1 --minibatches 1 --batch 2 --data images:";
+  expect_refused(pipedream(images + dir_ + "/images", nobody),
+                 "folder " + dir_ + "/images/class1 cannot be listed: Permission denied");
+  ASSERT_EQ(::chmod((dir_ + "/images/class1").c_str(), 0755), 0);
+  ASSERT_EQ(::chmod((dir_ + "/images/class1/img001.png").c_str(), 0), 0);
+  expect_refused(pipedream(images + dir_ + "/images", nobody),
+                 dir_ + "/images/class1/img001.png cannot be opened: Permission denied");
+  // Weights: an unreadable file, and an unreadable weights folder.
+  const std::string w = dir_ + "/w.safetensors";
+  ASSERT_EQ(pipedream("train --model mlp --data synthetic --threads 1 --minibatches 1 --no-eval --save " + w).exit_code, 0);
+  ASSERT_EQ(::chmod(w.c_str(), 0), 0);
+  expect_refused(pipedream("evaluate --model mlp --data synthetic --weights " + w, nobody), w + ": Permission denied");
+  expect_refused(pipedream("train --model mlp --data synthetic --threads 1 --minibatches 1 --init " + w, nobody),
+                 w + ": Permission denied");
+  fs::create_directories(dir_ + "/weights");
+  ASSERT_EQ(::chmod((dir_ + "/weights").c_str(), 0), 0);
+  expect_refused(pipedream("evaluate --model mlp --data synthetic --weights " + dir_ + "/weights", nobody),
+                 dir_ + "/weights: the weights folder cannot be listed: Permission denied");
+}
+
+// A real zip64 archive: a stored member of 4.39 GB (a sparse hole on
+// disk), then members whose local headers lie beyond 4 GiB. The sizes and
+// offsets exist only in the zip64 fields; read as 32-bit values they would
+// make x_train "hold 95 MB but need 4.39 GB" and y_train's header lie
+// nowhere. Under a 3 GiB address-space cap the reader gets as far as
+// allocating x_train's 4,390,400,000 bytes and names the member.
+TEST_F(HostileData, Zip64MemberOverFourGiBIsReadByItsZip64Fields) {
+  if (!kAddressSpaceCapsWork) GTEST_SKIP() << "AddressSanitizer build: prlimit --as cannot be used";
+  const int64_t rows = 1400000;  // x 28x28 f32: 4,390,400,000 bytes > 2^32
+  const std::string x_head = npy_bytes("<f4", {rows, 1, 28, 28}, "");
+  const uint64_t x_size = x_head.size() + uint64_t(rows) * 3136;
+  ASSERT_GT(x_size, uint64_t{1} << 32);
+  // CRC-32 of the header then x_size - header zeros, combined without reading 4 GB.
+  const std::string mib(1 << 20, '\0');
+  const uLong zero_mib = crc32(0, reinterpret_cast<const Bytef*>(mib.data()), static_cast<uInt>(mib.size()));
+  uLong crc = crc32(0, reinterpret_cast<const Bytef*>(x_head.data()), static_cast<uInt>(x_head.size()));
+  uint64_t zeros = x_size - x_head.size();
+  for (; zeros >= mib.size(); zeros -= mib.size()) crc = crc32_combine(crc, zero_mib, static_cast<z_off_t>(mib.size()));
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(mib.data()), static_cast<uInt>(zeros));
+  auto put = [](std::string& s, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) s += static_cast<char>((v >> (8 * i)) & 0xFF);
+  };
+  struct Entry {
+    std::string name, data;
+    uint64_t size, crc, offset;
+  };
+  std::vector<Entry> entries;
+  std::string labels(static_cast<size_t>(rows), '\0');
+  for (int64_t i = 0; i < rows; ++i) labels[static_cast<size_t>(i)] = static_cast<char>(i % 10);
+  const std::string y = npy_bytes("|u1", {rows}, labels), xt = npy_bytes("<f4", {2, 1, 28, 28}, std::string(2 * 3136, '\0')),
+                    yt = npy_bytes("|u1", {2}, std::string("\1\2", 2));
+  auto crc_of = [](const std::string& d) { return crc32(0, reinterpret_cast<const Bytef*>(d.data()), static_cast<uInt>(d.size())); };
+  const std::string path = dir_ + "/big.npz";
+  {
+    std::ofstream f(path, std::ios::binary);
+    // x_train: sizes in the local zip64 extra field; its data a hole after the .npy header.
+    std::string local;
+    put(local, 0x04034b50, 4), put(local, 45, 2), put(local, 0, 2), put(local, 0, 2), put(local, 0, 4);
+    put(local, crc, 4), put(local, 0xFFFFFFFF, 4), put(local, 0xFFFFFFFF, 4), put(local, 11, 2), put(local, 20, 2);
+    local += "x_train.npy";
+    put(local, 0x0001, 2), put(local, 16, 2), put(local, x_size, 8), put(local, x_size, 8);
+    entries.push_back({"x_train.npy", "", x_size, crc, 0});
+    f << local << x_head;
+    uint64_t at = local.size() + x_size;
+    f.seekp(static_cast<std::streamoff>(at));
+    for (const auto& [name, data] : std::vector<std::pair<std::string, std::string>>{
+             {"y_train.npy", y}, {"x_test.npy", xt}, {"y_test.npy", yt}}) {
+      std::string h;
+      put(h, 0x04034b50, 4), put(h, 20, 2), put(h, 0, 2), put(h, 0, 2), put(h, 0, 4);
+      put(h, crc_of(data), 4), put(h, data.size(), 4), put(h, data.size(), 4), put(h, name.size(), 2), put(h, 0, 2);
+      f << h << name << data;
+      entries.push_back({name, data, data.size(), crc_of(data), at});
+      at += h.size() + name.size() + data.size();
+    }
+    // Central directory: x_train's sizes and every later member's offset in zip64 fields.
+    std::string dir;
+    for (const Entry& e : entries) {
+      const bool big = e.size > 0xFFFFFFFFu, far = e.offset > 0xFFFFFFFFu;
+      put(dir, 0x02014b50, 4), put(dir, 45, 2), put(dir, 45, 2), put(dir, 0, 2), put(dir, 0, 2), put(dir, 0, 4);
+      put(dir, e.crc, 4), put(dir, big ? 0xFFFFFFFF : e.size, 4), put(dir, big ? 0xFFFFFFFF : e.size, 4);
+      put(dir, e.name.size(), 2), put(dir, (big ? 16 : 0) + (far ? 8 : 0) + (big || far ? 4 : 0), 2);
+      put(dir, 0, 2), put(dir, 0, 2), put(dir, 0, 2), put(dir, 0, 4), put(dir, far ? 0xFFFFFFFF : e.offset, 4);
+      dir += e.name;
+      if (big || far) {
+        put(dir, 0x0001, 2), put(dir, (big ? 16 : 0) + (far ? 8 : 0), 2);
+        if (big) put(dir, e.size, 8), put(dir, e.size, 8);
+        if (far) put(dir, e.offset, 8);
+      }
+    }
+    std::string end;
+    put(end, 0x06064b50, 4), put(end, 44, 8), put(end, 45, 2), put(end, 45, 2), put(end, 0, 4), put(end, 0, 4);
+    put(end, entries.size(), 8), put(end, entries.size(), 8), put(end, dir.size(), 8), put(end, at, 8);
+    put(end, 0x07064b50, 4), put(end, 0, 4), put(end, at + dir.size(), 8), put(end, 1, 4);
+    put(end, 0x06054b50, 4), put(end, 0, 2), put(end, 0, 2), put(end, 0xFFFF, 2), put(end, 0xFFFF, 2);
+    put(end, 0xFFFFFFFF, 4), put(end, 0xFFFFFFFF, 4), put(end, 0, 2);
+    f << dir << end;
+    ASSERT_TRUE(f.good());
+  }
+  const std::string cap = "prlimit --as=" + std::to_string(uint64_t{3} << 30) + " ";
+  expect_refused(pipedream("train --model mlp --threads 1 --minibatches 1 --no-eval --data npy:" + path, cap),
+                 "--data npy: " + path + " needs " + std::to_string(x_size - x_head.size()) + " bytes for " + path +
+                     ":x_train in memory, which could not be allocated");
 }
 
 // ---- failed writes -------------------------------------------------------------

@@ -7,15 +7,19 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <numeric>
 
+#include "core/cpu/host_allocator.h"
 #include "core/safetensors.h"
 #include "models/dataset.h"
 #include "models/model.h"
@@ -351,6 +355,118 @@ TEST(HostileData, SafetensorsDuplicateNamesForeignTensorsAndNanWeightsAreRefused
   save_safetensors(w, bad);
   e = pd::testing_support::error_of([&] { load_named_weights(m, {w}); });
   EXPECT_HAS(e, w + ": tensor '" + bad[1].first + "' holds inf at element 3; weights must be finite");
+}
+
+// ---- within the stated bounds ---------------------------------------------------
+
+// Runs `read` in a child process whose address space may grow by `budget`
+// bytes beyond what it maps when `read` starts (RLIMIT_AS, what `prlimit
+// --as` sets): true when `read` returned; false when it threw a UserError
+// holding `refusal` (any other end fails the test).
+bool fits_in(uint64_t budget, const std::function<void()>& read, const std::string& refusal = "") {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    cpu::release_host_cache();  // blocks cached by earlier tests would serve the reader's
+    std::ifstream statm("/proc/self/statm");
+    uint64_t pages = 0;
+    statm >> pages;
+    const uint64_t cap = pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) + budget;
+    const rlimit as{cap, cap};
+    if (::setrlimit(RLIMIT_AS, &as) != 0) ::_exit(3);
+    try {
+      read();
+    } catch (const UserError& e) {
+      const bool expected = !refusal.empty() && std::string(e.what()).find(refusal) != std::string::npos;
+      if (!expected) std::fprintf(stderr, "under a cap of %llu bytes more: %s\n", (unsigned long long)budget, e.what());
+      ::_exit(expected ? 1 : 2);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "under a cap of %llu bytes more: %s\n", static_cast<unsigned long long>(budget), e.what());
+      ::_exit(2);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) < 2) << "the reader did not return nor refuse naming the file";
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// Each reader given a valid file loads it with no more address space than
+// what it returns plus its bound in models/README.md, plus 16 MiB for the
+// allocator's rounding and the libraries' own maps. The files are 64 MiB,
+// so a reader that held another copy of its data would not fit.
+TEST(HostileData, ValidFilesLoadWithinTheReadersStatedBoundsUnderACap) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer maps terabytes of shadow memory: no address-space cap fits it";
+#endif
+  Scratch d("bounds");
+  const uint64_t slack = uint64_t{16} << 20;
+  const int64_t rows = (int64_t{64} << 20) / 3136;
+  const uint64_t data = uint64_t(rows) * 3136, labels_i32 = uint64_t(rows) * 4;
+  std::vector<float> px(static_cast<size_t>(rows) * 784);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<float>(i % 251) / 251.0f;
+  std::string y(static_cast<size_t>(rows), '\0');
+  for (int64_t i = 0; i < rows; ++i) y[static_cast<size_t>(i)] = static_cast<char>(i % 10);
+  const std::string xs = npy_bytes("<f4", {rows, 1, 28, 28}, raw_bytes(px)), ys = npy_bytes("|u1", {rows}, y);
+  px = {};
+  const std::string x = (d.path / "x.npy").string(), yf = (d.path / "y.npy").string();
+  write_file(x, xs);
+  write_file(yf, ys);
+  const Model m = mlp();
+  auto load = [&](const std::string& source) {
+    return [source, &m] {
+      DataSplits s = open_dataset(source, "", m, parse_data_options(""));
+      if (s.train->size() + s.test->size() != (int64_t{64} << 20) / 3136) throw std::runtime_error("wrong row count");
+    };
+  };
+  // npy: returns the samples and labels (data + labels_i32); holds one
+  // array's data as stored (data) beyond them.
+  EXPECT_TRUE(fits_in(data + labels_i32 + data + slack, load("npy:" + x + "," + yf))) << "npy: x.npy,y.npy";
+  // Less than that: refused naming the file (exit 2), not "out of host memory".
+  EXPECT_FALSE(fits_in(data + labels_i32 + slack, load("npy:" + x + "," + yf), x + " needs ")) << "the cap does not bind";
+  // .npz, deflated: the same, plus its 1 MiB inflate buffer, tail and directory.
+  const std::string npz = (d.path / "data.npz").string();
+  write_file(npz, zip_bytes({{"x.npy", xs}, {"y.npy", ys}}, true));
+  EXPECT_TRUE(fits_in(data + labels_i32 + data + (uint64_t{1} << 20) + slack, load("npy:" + npz))) << "npy: .npz";
+  // tokens: returns the stream (2 bytes a token); the training split keeps
+  // the whole stream's capacity (val x the stream).
+  const Model lm = gpt_tiny();
+  const uint64_t tokens = uint64_t{32} << 20;
+  std::string stream(2 * tokens, '\0');
+  for (uint64_t i = 0; i < tokens; ++i) stream[2 * i] = static_cast<char>(i % 50);
+  const std::string bin = (d.path / "data.bin").string();
+  write_file(bin, stream);
+  stream = {};
+  EXPECT_TRUE(fits_in(2 * tokens + 2 * tokens / 10 + 1024 + slack, [&] {
+    DataSplits s = open_dataset("tokens:" + bin, "", lm, parse_data_options(""));
+    if (s.train->size() == 0) throw std::runtime_error("no windows");
+  })) << "tokens";
+  // images: the file list, then per fetch one image file and its decoded
+  // pixels (a 2048 x 2048 RGB PNG: 12 MiB of pixels).
+  const fs::path images = d.path / "images";
+  pd::testing::write_image_folder(images, 2, 4, 1);
+  pd::testing::write_png(images / "class0" / "big.png", 2048, 2048, 3, 1);
+  const uint64_t big_png = fs::file_size(images / "class0" / "big.png"), pixels = uint64_t{2048} * 2048 * 3;
+  const Model two = build_model(zoo_spec("mlp", {{"classes", 2}}));
+  EXPECT_TRUE(fits_in(big_png + pixels + slack, [&] {
+    DataSplits s = open_dataset("images:" + images.string(), "", two, parse_data_options("val=0.2"));
+    std::vector<int64_t> all(static_cast<size_t>(s.train->size()));
+    std::iota(all.begin(), all.end(), 0);
+    for (int64_t i : all) s.train->inputs(std::span<const int64_t>(&i, 1));
+  })) << "images";
+  // safetensors: returns the model's tensors; holds the header beyond them.
+  const Model wide = build_model(zoo_spec("mlp", {{"hidden", 2048}}));
+  const std::string w = (d.path / "w.safetensors").string();
+  uint64_t weights = 0;
+  {
+    ParameterStore p = ParameterStore::create(wide, 0, wide.size() - 1, 1, Device::cpu());
+    const NamedTensors named = p.named_tensors();
+    for (const auto& [n, t] : named) weights += t.nbytes();
+    save_safetensors(w, named);
+  }
+  const uint64_t header = fs::file_size(w) - weights;
+  EXPECT_TRUE(fits_in(weights + header + slack, [&] { load_named_weights(wide, {w}); }))
+      << "safetensors";
 }
 
 }  // namespace
