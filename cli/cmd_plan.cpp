@@ -190,10 +190,21 @@ std::string plan_command(const PlanArgs& a, uint64_t memory, int workers) {
   throw UserError(text);
 }
 
+// The flags that build the profiled model again: those `profile` recorded
+// (--model or --model-spec, and --model-options), else the profile's model
+// name (older profiles, PipeDream's graph.txt).
+std::string model_flags(const Profile& p) {
+  if (p.model_argument.empty() && p.model_spec_file.empty()) return "--model " + shell_word(p.model);
+  std::string flags = p.model_argument.empty() ? "--model-spec " + shell_word(p.model_spec_file)
+                                               : "--model " + shell_word(p.model_argument);
+  if (!p.model_options.empty()) flags += " --model-options " + shell_word(p.model_options);
+  return flags;
+}
+
 // The commands that run and replay --schedule auto's choice, as pasted
 // (the plan file records the schedule, microbatches and batch, which the
 // run command repeats so that it reads on its own).
-void print_recommendation(const PlanArgs& a, const Plan& plan, const ScheduleCandidate& c,
+void print_recommendation(const PlanArgs& a, const Plan& plan, const Profile& profile, const ScheduleCandidate& c,
                           const std::string& measured_profile) {
   const std::string file = a.output.empty() ? std::string("plan.json") : a.output;
   const std::string flags = cat("--schedule ", to_string(c.family), " --microbatches ", c.schedule.microbatches,
@@ -202,13 +213,12 @@ void print_recommendation(const PlanArgs& a, const Plan& plan, const ScheduleCan
   if (a.output.empty()) std::printf("(give -o plan.json to write the plan the commands below read)\n");
   const int batch = plan.profile.batch_size, m = c.schedule.microbatches;
   if (batch > 0)
-    std::printf("run it (batches of %d: %d microbatches of %d; plan.json records these flags; add the --model-options "
-                "you profiled with, and --data and a length):\n  pipedream run --plan %s --model %s --batch %d %s\n",
-                batch, m, batch / m, shell_word(file).c_str(), shell_word(plan.profile.model).c_str(), batch,
-                flags.c_str());
+    std::printf("run it (batches of %d: %d microbatches of %d; plan.json records these flags; add --data and a "
+                "length):\n  pipedream run --plan %s %s --batch %d %s\n",
+                batch, m, batch / m, shell_word(file).c_str(), model_flags(profile).c_str(), batch, flags.c_str());
   else  // a PipeDream graph.txt records no batch
     std::printf("run it (the profile records no batch: give --batch, a multiple of %d):\n  pipedream run --plan %s "
-                "--model %s %s\n", m, shell_word(file).c_str(), shell_word(plan.profile.model).c_str(), flags.c_str());
+                "%s %s\n", m, shell_word(file).c_str(), model_flags(profile).c_str(), flags.c_str());
   // simulate prices microbatches as the search did only with the same profile.
   std::printf("replay this prediction:\n  pipedream simulate --plan %s %s%s --minibatches %lld\n", shell_word(file).c_str(),
               flags.c_str(), measured_profile.empty() ? "" : cat(" --profile ", shell_word(measured_profile)).c_str(),
@@ -284,7 +294,7 @@ Plan choose_schedule(const PlanArgs& a, const Profile& profile, const Topology& 
       st.memory_bytes = worker < c.worker_memory_bytes.size() ? uint64_t(c.worker_memory_bytes[worker]) : 0;
       st.in_flight = 0;
     }
-    print_recommendation(a, plan, c, sizes.empty() ? "" : profile.source_path);
+    print_recommendation(a, plan, profile, c, sizes.empty() ? "" : profile.source_path);
   } else {
     plan.batch = plan.profile.batch_size;
   }

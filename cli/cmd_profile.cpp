@@ -171,6 +171,7 @@ void run_profile(const ProfileArgs& a) {
     throw;
   }
   line.finish();
+  p.model_argument = a.model, p.model_spec_file = a.spec_file, p.model_options = a.model_options;
 
   std::printf("%s, batch %d, %s, %s%s, %d threads, median of %d iterations (%s) after %d warm-up\n", p.model.c_str(),
               p.batch_size, p.device.c_str(), p.dtype.c_str(),

@@ -62,6 +62,10 @@ struct Profile {
   ProfileSource source_kind = ProfileSource::json;
   std::string sha256;       // of the file's bytes
   std::string model, device = "cpu", dtype = "f32";
+  // How `profile` was told to build the model (its --model, --model-spec
+  // and --model-options, as given; empty when not recorded, as in older
+  // profiles and graph.txt): the flags a printed `run` command repeats.
+  std::string model_argument, model_spec_file, model_options;
   // The precision the layers ran in ("precision" in the JSON, absent for
   // fp32): under bf16 output_bytes and activation_bytes count 2 bytes an element.
   Precision precision = Precision::FP32;

@@ -147,7 +147,8 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
   checked::known_keys(j,
                       {"format", "model", "batch_size", "device", "dtype", "precision", "threads",
                        "step_forward_backward_ms", "warmup_iterations", "measured_iterations", "measured_seconds",
-                       "host_probe_ms", "nodes", "edges", "tie_groups"},
+                       "host_probe_ms", "nodes", "edges", "tie_groups", "model_argument", "model_spec_file",
+                       "model_options"},
                       source);
   Profile p;
   p.source_path = source;
@@ -158,6 +159,9 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     throw UserError(cat(key_location(text, source, "format"), ": expected \"format\": \"pipedream-profile/1\", got '",
                         p.format, "'"));
   p.model = string_field(j, "model", "", top);
+  p.model_argument = string_field(j, "model_argument", "", top);
+  p.model_spec_file = string_field(j, "model_spec_file", "", top);
+  p.model_options = string_field(j, "model_options", "", top);
   p.device = string_field(j, "device", "cpu", top);
   p.dtype = string_field(j, "dtype", "f32", top);
   {
@@ -304,6 +308,9 @@ void write_profile_json(const Profile& p, const std::string& path) {
     j["measured_seconds"] = p.measured_seconds;
   }
   if (p.host_probe_ms > 0) j["host_probe_ms"] = p.host_probe_ms;
+  if (!p.model_argument.empty()) j["model_argument"] = p.model_argument;
+  if (!p.model_spec_file.empty()) j["model_spec_file"] = p.model_spec_file;
+  if (!p.model_options.empty()) j["model_options"] = p.model_options;
   if (!p.ties.empty()) {
     json ties = json::array();
     for (const ProfileTie& t : p.ties) ties.push_back({{"parameter", t.parameter}, {"bytes", t.bytes}, {"nodes", t.nodes}});

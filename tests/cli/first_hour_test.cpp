@@ -219,6 +219,26 @@ TEST_F(FirstHour, ScheduleAutoRecordsAVsMemoryByTheWorkerEachStageRunsOn) {
   EXPECT_GT(stages[0].value("memory_bytes", 0.0), stages[3].value("memory_bytes", 0.0));
 }
 
+// The `run` line `plan --schedule auto` prints builds the model that was
+// profiled: the profile records --model and --model-options as given
+// (the limit leaves 1f1b-rr out: only the other families print a run line).
+TEST_F(FirstHour, PrintedRunLineRepeatsTheProfilesModelFlags) {
+  const JobResult profile = pipedream("profile --model mlp --model-options hidden=24,depth=3 --batch 8 --iters 2 "
+                                      "--warmup 1 --threads 1 -o opts.json");
+  ASSERT_EQ(profile.exit_code, 0) << profile.output;
+  const json recorded = json::parse(file_text(path("opts.json")));
+  EXPECT_EQ(recorded.value("model_argument", ""), "mlp");
+  EXPECT_EQ(recorded.value("model_options", ""), "hidden=24,depth=3");
+  const JobResult plan = pipedream("plan --profile opts.json --workers 2 --bandwidth 10 --schedule auto --memory 300KB "
+                                   "-o opts.plan.json");
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  const std::vector<std::string> runs = printed_commands(plan.output, "run");
+  ASSERT_EQ(runs.size(), 1u) << plan.output;
+  EXPECT_NE(runs[0].find("--model mlp --model-options hidden=24,depth=3"), std::string::npos) << runs[0];
+  const JobResult run = pasted(runs[0], " --data synthetic --minibatches 4 --no-eval --threads-per-worker 1");
+  EXPECT_EQ(run.exit_code, 0) << runs[0] << "\n" << run.output;
+}
+
 // `run --plan auto --schedule X` plans for X: the plan records X, its
 // microbatches and batch, and the run compares with X's prediction.
 TEST_F(FirstHour, RunPlanAutoPlansForTheScheduleGiven) {
