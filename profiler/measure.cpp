@@ -97,6 +97,7 @@ SyntheticBatch make_batch(const Model& m, int64_t batch, uint64_t seed) {
 
 struct LayerFacts {
   uint64_t output_bytes = 0, saved_bytes = 0, workspace_bytes = 0;
+  uint64_t weight_pass_bytes = 0;  // ProfileNode::weight_pass_bytes
 };
 
 // What a layer call allocates beyond what was live when it started (the
@@ -172,7 +173,16 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
     if (facts) meter.emplace(allocator);
     BackwardArgs a{operand_params(precision, w.params(i), rounded), grads.params(i), step, i > lowest};
     a.step.layer_index = static_cast<uint32_t>(i);
-    g = m.layer(i).backward(a, g, ctx[static_cast<size_t>(i)]);
+    LayerContext& c = ctx[static_cast<size_t>(i)];
+    if (facts && m.layer(i).defers_weight_gradient()) {
+      // The same kernels in the same order as backward (SplitBackwardLayer),
+      // with what B leaves for W weighed between them.
+      g = m.layer(i).backward_input(a, g, c);
+      (*facts)[static_cast<size_t>(i)].weight_pass_bytes = saved_bytes_beyond_params(c, a.params);
+      m.layer(i).backward_weights(a, c);
+    } else {
+      g = m.layer(i).backward(a, g, c);
+    }
     round_layer_input_grad_if_bf16(precision, m.layer(i), g);
     if (facts) {
       uint64_t& ws = (*facts)[static_cast<size_t>(i)].workspace_bytes;
@@ -343,7 +353,7 @@ void record_precision(Profile& p, Precision precision, Device device) {
   if (precision == Precision::FP32) return;
   for (ProfileNode& node : p.nodes) {
     node.output_bytes /= 2;
-    if (device.is_cpu()) node.activation_bytes /= 2;
+    if (device.is_cpu()) node.activation_bytes /= 2, node.weight_pass_bytes /= 2;
   }
 }
 
@@ -630,6 +640,7 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
     node.output_bytes = facts[k].output_bytes;
     node.activation_bytes = facts[k].saved_bytes;
     node.workspace_bytes = facts[k].workspace_bytes;
+    node.weight_pass_bytes = facts[k].weight_pass_bytes;
     node.parameter_bytes = parameter_bytes(w, i);
     node.optimizer_ms = optimizer_share(node.parameter_bytes);
     node.optimizer_state_bytes = node.parameter_bytes * static_cast<uint64_t>(slots);

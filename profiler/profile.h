@@ -33,6 +33,11 @@ struct ProfileNode {
   // what it allocates beyond its inputs while it runs, plus, in the
   // backward, the gradient it receives (0: not measured, e.g. graph.txt).
   uint64_t workspace_bytes = 0;
+  // What the layer keeps from its input-gradient pass (B) until its
+  // weight-gradient pass (W) where the schedule splits them (zb-h1, zb-h2,
+  // the V shapes): the context backward_weights needs, its output gradient
+  // included (0: the layer does not split, or not measured).
+  uint64_t weight_pass_bytes = 0;
   // The optimizer's update of this node's parameters, once per minibatch
   // (0: not measured, e.g. graph.txt). The planner's cost model leaves it
   // out, as PipeDream's does; simulate counts it (plan stages' optimizer_s).

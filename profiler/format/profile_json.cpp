@@ -191,7 +191,7 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     checked::known_keys(n,
                         {"id", "name", "op", "forward_ms", "backward_ms", "forward_p90_ms", "backward_p90_ms",
                          "output_bytes", "activation_bytes", "parameter_bytes", "optimizer_state_bytes",
-                         "workspace_bytes", "optimizer_ms", "at_batch"},
+                         "workspace_bytes", "optimizer_ms", "at_batch", "weight_pass_bytes"},
                         where);
     ProfileNode node;
     node.id = checked::integer_as<int>(n["id"], {where, "\"id\""}, 0);
@@ -207,6 +207,7 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     node.parameter_bytes = bytes_field(n, "parameter_bytes", node_where, true);
     node.optimizer_state_bytes = bytes_field(n, "optimizer_state_bytes", node_where, false);
     node.workspace_bytes = bytes_field(n, "workspace_bytes", node_where, false);
+    node.weight_pass_bytes = bytes_field(n, "weight_pass_bytes", node_where, false);
     node.optimizer_ms = number_field(n, "optimizer_ms", node_where, false);
     node.at_batch = at_batch_field(n, p.batch_size, node_where);
     node.source_line = int(i) + 1;
@@ -278,6 +279,7 @@ void write_profile_json(const Profile& p, const std::string& path) {
                  {"optimizer_state_bytes", n.optimizer_state_bytes},
                  {"workspace_bytes", n.workspace_bytes}};
     if (n.optimizer_ms > 0) node["optimizer_ms"] = n.optimizer_ms;
+    if (n.weight_pass_bytes > 0) node["weight_pass_bytes"] = n.weight_pass_bytes;
     if (n.forward_p90_ms > 0 || n.backward_p90_ms > 0) {
       node["forward_p90_ms"] = n.forward_p90_ms;
       node["backward_p90_ms"] = n.backward_p90_ms;

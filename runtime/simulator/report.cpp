@@ -50,6 +50,22 @@ std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile
   return out;
 }
 
+std::vector<uint64_t> weight_pass_bytes_from_profile(const Plan& plan, const Profile& profile) {
+  bool recorded = false;
+  for (const ProfileNode& n : profile.nodes) recorded = recorded || n.weight_pass_bytes > 0;
+  if (!recorded) return {};
+  // Per minibatch of the plan's batch, as stashed_bytes_from_profile's.
+  const double share =
+      plan.batch > 0 && profile.batch_size > 0 ? double(plan.batch) / double(profile.batch_size) : 1.0;
+  std::vector<uint64_t> out;
+  for (const auto& nodes : stage_nodes(plan, profile)) {
+    double bytes = 0;
+    for (const ProfileNode* n : nodes) bytes += double(n->weight_pass_bytes);
+    out.push_back(uint64_t(bytes * share));
+  }
+  return out;
+}
+
 std::vector<StageMicrobatchTimes> microbatch_times_from_profile(const Plan& plan, const Profile& profile,
                                                                int microbatch) {
   std::vector<StageMicrobatchTimes> out;

@@ -118,6 +118,7 @@ struct StageCost {
   double step_s = 0;
   double message_bytes;
   uint64_t stashed_bytes;
+  uint64_t weight_pass_bytes;  // SimulationOptions::weight_pass_bytes, per item
   int forward_line = -1, backward_line = -1, weight_line = -1;  // the event queue's delay lines; -1: none
 };
 
@@ -152,6 +153,9 @@ class Simulation {
     if (plan.topology.levels.empty()) throw UserError("the plan has no topology: the simulator needs bandwidths");
     if (plan.topology.total_workers() < R)
       throw UserError(cat("the plan's topology has ", plan.topology.total_workers(), " workers but the plan uses ", R));
+    if (!opt.weight_pass_bytes.empty() && opt.weight_pass_bytes.size() != plan.stages.size())
+      throw UserError(cat("weight-pass bytes are given for ", opt.weight_pass_bytes.size(), " stages, the plan has ",
+                          plan.stages.size()));
     if (!opt.stashed_bytes.empty() && opt.stashed_bytes.size() != plan.stages.size())
       throw UserError(cat("stashed bytes are given for ", opt.stashed_bytes.size(), " stages, the plan has ",
                           plan.stages.size()));
@@ -187,6 +191,7 @@ class Simulation {
     for (size_t s = 0; s < plan.stages.size(); ++s) {
       const PlanStage& st = plan.stages[s];
       uint64_t stash = opt.stashed_bytes.empty() ? st.output_bytes : opt.stashed_bytes[s];
+      const uint64_t weight_pass = opt.weight_pass_bytes.empty() ? stash : opt.weight_pass_bytes[s];
       // A microbatch's compute: measured at its size, or a linear share of the minibatch's.
       const bool measured = !opt.microbatch_times.empty();
       const double forward = measured ? opt.microbatch_times[s].forward_s : st.forward_s / items;
@@ -204,7 +209,8 @@ class Simulation {
       // A tied parameter's gradient exchange (planner/plan_ties.h) holds the step.
       const double step = (g.blocking ? st.optimizer_s : 0.0) + tie_exchange_s(plan, int(s));
       costs_.push_back({forward, backward * (1 - w_share) + recompute, backward * w_share, step,
-                        double(st.output_bytes) / items, static_cast<uint64_t>(std::llround(double(stash) / items))});
+                        double(st.output_bytes) / items, static_cast<uint64_t>(std::llround(double(stash) / items)),
+                        static_cast<uint64_t>(std::llround(double(weight_pass) / items))});
       if (st.replicas > 1) {
         g.allreduce_s = allreduce_seconds(plan.topology, st.ranks, double(st.parameter_bytes), shared_cores_);
         // Each member sends and receives 2(r-1)/r of the bytes in 2(r-1) messages each way.
@@ -504,9 +510,10 @@ class Simulation {
     return {c.weight_s, c.weight_line};
   }
 
-  uint64_t stashed_bytes(const WorkerState& w, const PackedAction& a) const {
-    return costs_[static_cast<size_t>(schedule_.stage_of(static_cast<int>(&w - workers_.data()), a.chunk))].stashed_bytes;
+  const StageCost& cost_of(const WorkerState& w, const PackedAction& a) const {
+    return costs_[static_cast<size_t>(schedule_.stage_of(static_cast<int>(&w - workers_.data()), a.chunk))];
   }
+  uint64_t stashed_bytes(const WorkerState& w, const PackedAction& a) const { return cost_of(w, a).stashed_bytes; }
 
   void start_compute(int r) {
     WorkerState& w = workers_[r];
@@ -553,9 +560,14 @@ class Simulation {
     w.backward_just_done = a.kind == ActionKind::Backward && !split_;
     w.busy += w.compute_end - w.compute_start;
     if (trace_) trace_->push_back({a.kind, r, a.sub, a.item, w.compute_start, w.compute_end, a.chunk});
+    if (a.kind == ActionKind::Backward && split_) {  // B leaves what W needs in place of the stash
+      w.held_bytes = w.held_bytes - stashed_bytes(w, a) + cost_of(w, a).weight_pass_bytes;
+      w.peak_held_bytes = std::max(w.peak_held_bytes, w.held_bytes);
+      w.peak_with_inbox_bytes = std::max(w.peak_with_inbox_bytes, w.held_bytes + w.inbox_bytes);
+    }
     if (a.kind == ActionKind::Backward ? !split_ : a.kind == ActionKind::BackwardWeight) {
       --w.held;  // its last backward pass: the forward's tensors are freed
-      w.held_bytes -= stashed_bytes(w, a);
+      w.held_bytes -= split_ ? cost_of(w, a).weight_pass_bytes : stashed_bytes(w, a);
     }
     if (a.kind == ActionKind::Backward) {
       --w.in_flight;

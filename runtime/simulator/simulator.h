@@ -91,6 +91,11 @@ struct SimulationOptions {
   // Bytes each worker keeps per in-flight minibatch, per stage; empty:
   // estimated (see stashed_bytes_per_minibatch).
   std::vector<uint64_t> stashed_bytes;
+  // Where B and W are split: bytes a worker keeps per minibatch from an
+  // item's B to its W instead of its stash (what W needs, its output
+  // gradient included), per stage; empty: the stash itself
+  // (weight_pass_bytes_from_profile).
+  std::vector<uint64_t> weight_pass_bytes;
   // Schedules with microbatches: each stage's forward and backward seconds
   // for one microbatch, measured at its size (microbatch_times_from_profile).
   // Empty: the stage's minibatch times / microbatches, which undercounts
@@ -149,6 +154,9 @@ std::vector<std::vector<const ProfileNode*>> stage_nodes(const Plan& plan, const
 // (worker_memory.h's stage_footprints). Throws UserError if the plan's
 // layers are not in the profile.
 std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile& profile);
+// Each stage's ProfileNode::weight_pass_bytes summed, per minibatch; empty
+// when the profile records none (older profiles, graph.txt, imported graphs).
+std::vector<uint64_t> weight_pass_bytes_from_profile(const Plan& plan, const Profile& profile);
 
 // Each stage's forward and backward seconds for one microbatch of
 // `microbatch` samples: its layers' (nodes') times at that batch

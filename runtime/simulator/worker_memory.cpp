@@ -37,6 +37,7 @@ std::vector<double> predicted_worker_memory(const Plan& plan, const Profile& pro
   const ScheduleOptions& o = rep.schedule;
   const Schedule schedule(plan, o);
   const std::vector<StageFootprint> stages = stage_footprints(plan, profile, o.microbatches);
+  const bool split_measured = schedule.has_weight_passes() && !weight_pass_bytes_from_profile(plan, profile).empty();
   std::vector<double> out(rep.workers.size(), 0);
   for (const WorkerReport& w : rep.workers) {
     StageFootprint mine;  // its stages together: weights summed, one item's working memory at a time
@@ -47,6 +48,10 @@ std::vector<double> predicted_worker_memory(const Plan& plan, const Profile& pro
       mine.workspace_bytes = std::max(mine.workspace_bytes, f.workspace_bytes);
       mine.recompute_bytes = std::max(mine.recompute_bytes, f.recompute_bytes);
     }
+    // Split B and W with what W keeps measured: the replay's peak holds each
+    // item's W context from its B on, which a recomputed layer's activations
+    // made again become; the transient is inside it, not on top.
+    if (split_measured) mine.recompute_bytes = 0;
     const double versions = std::max<double>(double(schedule.versions_kept()), double(w.peak_weight_versions));
     out.at(size_t(w.rank)) = worker_memory_bytes(mine, versions, double(w.peak_with_messages_bytes));
   }
@@ -63,6 +68,7 @@ std::vector<double> predicted_stage_memory(const Plan& plan, const Profile& prof
   o.schedule.minibatches = 4 * workers + 4;
   const Schedule placed(plan, o.schedule);
   o.stashed_bytes = stashed_bytes_from_profile(plan, profile);
+  o.weight_pass_bytes = weight_pass_bytes_from_profile(plan, profile);
   // The replay gives an item its share of a stage's output: a plan whose
   // profile measured one microbatch (`run --plan auto` with a flush
   // schedule) sends the batch's.

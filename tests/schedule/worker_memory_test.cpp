@@ -57,6 +57,35 @@ TEST(WorkerMemory, OneFOneBRRIsThePlannersFigure) {
   }
 }
 
+// Split B and W (zb-h1): from an item's B to its W a worker keeps what W
+// needs (ProfileNode::weight_pass_bytes) in place of the stash; a schedule
+// that does not split ignores it.
+TEST(WorkerMemory, SplitBackwardHoldsWhatWNeedsFromBToW) {
+  const auto replay = [](const Profile& p, const char* schedule) {
+    const Plan plan = straight_plan(p);
+    SimulationOptions o;
+    o.schedule.kind = parse_schedule_kind(schedule);
+    o.schedule.microbatches = 4;
+    o.schedule.minibatches = 3;
+    o.stashed_bytes = stashed_bytes_from_profile(plan, p);
+    o.weight_pass_bytes = weight_pass_bytes_from_profile(plan, p);
+    return predicted_worker_memory(plan, p, simulate(plan, o));
+  };
+  const Profile plain = chain(0);
+  Profile same = plain, more = plain;
+  for (ProfileNode& n : same.nodes) n.weight_pass_bytes = n.activation_bytes;
+  for (ProfileNode& n : more.nodes) n.weight_pass_bytes = 3 * n.activation_bytes;
+  const std::vector<double> base = replay(plain, "zb-h1"), equal = replay(same, "zb-h1"), larger = replay(more, "zb-h1");
+  ASSERT_EQ(larger.size(), 4u);
+  for (size_t w = 0; w < 4; ++w) {
+    EXPECT_DOUBLE_EQ(equal[w], base[w]) << "worker " << w;  // W keeps the stash: nothing changes
+    // At least one item sits between its B and W at the peak: 2 more stashes' worth of a microbatch.
+    EXPECT_GE(larger[w], base[w] + 2 * kActivation / 4 - 1) << "worker " << w;
+  }
+  const std::vector<double> flush = replay(plain, "1f1b-flush"), flush_more = replay(more, "1f1b-flush");
+  for (size_t w = 0; w < 4; ++w) EXPECT_DOUBLE_EQ(flush_more[w], flush[w]) << "worker " << w;
+}
+
 TEST(WorkerMemory, GpipeHoldsEveryMicrobatchsShareAndOneVersion) {
   const Profile p = chain(0);
   const Plan plan = straight_plan(p);
