@@ -99,6 +99,9 @@ struct Profile {
 Profile read_profile(const std::string& path);
 Profile parse_profile_json(const std::string& text, const std::string& source);
 Profile parse_graph_txt(const std::string& text, const std::string& source);
+// Whether the profile weighed what B keeps for W (ProfileNode::
+// weight_pass_bytes): older profiles, graph.txt and imported graphs did not.
+bool records_weight_passes(const Profile& p);
 void write_profile_json(const Profile& p, const std::string& path);  // atomic
 std::string sha256_hex(const std::string& bytes);
 

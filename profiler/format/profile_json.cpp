@@ -265,6 +265,12 @@ Profile read_profile(const std::string& path) {
   return p;
 }
 
+bool records_weight_passes(const Profile& p) {
+  for (const ProfileNode& n : p.nodes)
+    if (n.weight_pass_bytes > 0) return true;
+  return false;
+}
+
 void write_profile_json(const Profile& p, const std::string& path) {
   json nodes = json::array();
   for (const auto& n : p.nodes) {

@@ -51,9 +51,7 @@ std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile
 }
 
 std::vector<uint64_t> weight_pass_bytes_from_profile(const Plan& plan, const Profile& profile) {
-  bool recorded = false;
-  for (const ProfileNode& n : profile.nodes) recorded = recorded || n.weight_pass_bytes > 0;
-  if (!recorded) return {};
+  if (!records_weight_passes(profile)) return {};
   // Per minibatch of the plan's batch, as stashed_bytes_from_profile's.
   const double share =
       plan.batch > 0 && profile.batch_size > 0 ? double(plan.batch) / double(profile.batch_size) : 1.0;

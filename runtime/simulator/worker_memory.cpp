@@ -37,7 +37,7 @@ std::vector<double> predicted_worker_memory(const Plan& plan, const Profile& pro
   const ScheduleOptions& o = rep.schedule;
   const Schedule schedule(plan, o);
   const std::vector<StageFootprint> stages = stage_footprints(plan, profile, o.microbatches);
-  const bool split_measured = schedule.has_weight_passes() && !weight_pass_bytes_from_profile(plan, profile).empty();
+  const bool split_measured = schedule.has_weight_passes() && records_weight_passes(profile);
   std::vector<double> out(rep.workers.size(), 0);
   for (const WorkerReport& w : rep.workers) {
     StageFootprint mine;  // its stages together: weights summed, one item's working memory at a time
