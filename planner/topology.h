@@ -42,7 +42,9 @@ struct TopologyLevel {
   // thread to get a time slice. 0: not measured. A replay whose workers
   // share the cores and whose messages arrive with their last byte
   // (simulate --cores --realistic-latency) delivers each message that much
-  // later than its link frees; the link is busy for latency_us as before.
+  // later than its link frees while the cores are all taken by computations
+  // (with a core free the receiver wakes at once); the link is busy for
+  // latency_us as before.
   double latency_busy_us = 0;
 };
 

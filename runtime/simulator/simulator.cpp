@@ -75,6 +75,9 @@ struct alignas(64) WorkerState {
   // pulls them into its tensors as they arrive), and the peak of these
   // with the held stashes.
   uint64_t inbox_bytes = 0, peak_with_inbox_bytes = 0;
+  // Shared cores: the time slice the message it waits for may still wait
+  // for once it crosses its link, decided at that moment (busy_latency).
+  double slice_wait_s = 0;
   // Weight versions the in-flight minibatches use: their forwards' versions
   // never decrease, so counting distinct ones needs only the newest and,
   // when the oldest leaves, the version of the next one (from the source) -
@@ -319,6 +322,13 @@ class Simulation {
     progress_time_ = t;
   }
 
+  // Every core is taken by a worker's computation. Communication threads'
+  // CPU does not count: it comes in bursts of microseconds, not a time
+  // slice's worth.
+  bool cores_saturated() const {
+    return double(computing_ranks_.size() - comm_threads_busy_) * opt_.threads_per_worker >= opt_.cores;
+  }
+
   // Processor sharing: n computing workers of T threads each on C cores
   // run at min(1, C / (n T)) of their own-device speed, and slower by the
   // contention for what the busy cores share.
@@ -334,7 +344,10 @@ class Simulation {
 
   // Shared cores: what a message waits beyond its link for the receiving
   // communication thread's time slice (TopologyLevel::latency_busy_us,
-  // beyond latency_us, which the link's time holds already).
+  // beyond latency_us, which the link's time holds already). The callers
+  // charge it only while the cores are all taken by computations: with a
+  // core free, the receiver's threads wake on it at once (latency_busy_us
+  // is measured beside a spinning process per rank).
   double busy_latency(int from, int to) const {
     if (!shared_cores_) return 0.0;
     const Topology& t = plan_.topology;
@@ -641,12 +654,22 @@ class Simulation {
     // (the other direction's message of the same minibatch), so the link's
     // busy time still bounds throughput at 2 C per minibatch but an
     // activation never waits behind a gradient.
-    const double arrival = opt_.realistic_latency ? end + busy_latency(r, a.peer) : std::max(now_, start - duration);
     WorkerState& dst = workers_[a.peer];
+    const bool awaited = dst.mailbox.wait_tag == a.key;
+    double arrival = std::max(now_, start - duration);
+    if (opt_.realistic_latency) {
+      // A receiver busy computing is woken by nobody: its communication
+      // thread takes the message in a time slice of its own if the cores
+      // are all taken now. A receiver blocked on it is woken when the
+      // message is across, and waits for a slice if they are taken then.
+      arrival = end;
+      if (awaited) dst.slice_wait_s = busy_latency(r, a.peer);
+      else if (cores_saturated()) arrival += busy_latency(r, a.peer);
+    }
     dst.inbox_bytes += message_bytes(r, a);
     dst.peak_with_inbox_bytes = std::max(dst.peak_with_inbox_bytes, dst.held_bytes + dst.inbox_bytes);
     dst.mailbox.push_back({a.key, arrival}, spilled_[a.peer]);
-    if (dst.mailbox.wait_tag == a.key) {
+    if (awaited) {
       dst.mailbox.wait_tag = -1;
       wake(a.peer, arrival);
     }
@@ -657,11 +680,20 @@ class Simulation {
     Mailbox& box = workers_[r].mailbox;
     std::vector<Message>& spill = spilled_[r];
     for (uint32_t i = 0; i < box.size; ++i) {
-      const Message& m = box.at(i, spill);
+      Message& m = box.at(i, spill);
       if (m.tag != tag) continue;
       if (m.arrival > now_) {
         wake(r, m.arrival);
         return false;
+      }
+      if (double& slice = workers_[r].slice_wait_s; slice > 0) {
+        const bool wait = cores_saturated() && now_ < m.arrival + slice;
+        if (wait) m.arrival += slice;
+        slice = 0;
+        if (wait) {
+          wake(r, m.arrival);
+          return false;
+        }
       }
       box.erase_unordered(i, spill);
       return true;

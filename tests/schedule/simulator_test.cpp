@@ -534,28 +534,35 @@ TEST(Simulator, SharedCoresPriceTheAllReduceMeasuredWithTheCoresBusy) {
                UserError);
 }
 
-// Two stages (F 1 s, B 2 s) on one core, one minibatch, a 1 GB activation
-// on a 1 GB/s link: the link is busy [1, 2]. Measured with the cores busy,
-// a message waits 0.5 s more for its receiver's time slice: with shared
-// cores and messages arriving with their last byte, rank 1's F starts at
-// 2.5, not 2; on own cores, or in the planner's steady state (a message is
-// usable at once), nothing changes.
+// Two stages (F 1 s, B 2 s) on one core, a 1 GB activation on a 1 GB/s
+// link: the link is busy [1, 2]. Measured with the cores busy, a message
+// waits 0.5 s more for its receiver's time slice - while the cores are all
+// taken. With one minibatch, rank 0 waits for its gradient when the
+// activation is across: the core is free and rank 1's F starts at 2. With
+// two minibatches and a 0.5 GB activation (link [1, 1.5]), rank 0 is
+// computing F1 when it is across: rank 1's F0 starts at 2, not 1.5. On
+// own cores, or in the planner's steady state (a message is usable at
+// once), nothing changes.
 TEST(Simulator, SharedCoresDeliverMessagesAfterTheLatencyMeasuredWithTheCoresBusy) {
   Plan p = testing::make_plan({1, 1}, 1.0, 2.0, 1'000'000'000, 0, 1.0);
   p.topology.levels[0].latency_busy_us = 500'000;
-  auto rank1_forward_start = [&](double cores, bool realistic) {
+  auto rank1_forward_start = [](const Plan& plan, double cores, bool realistic, int64_t minibatches) {
     SimulationOptions o;
-    o.schedule = testing::schedule_options(parse_schedule_kind("1f1b-rr"), 1);
+    o.schedule = testing::schedule_options(parse_schedule_kind("1f1b-rr"), minibatches);
     o.cores = cores;
     o.realistic_latency = realistic;
     o.record_trace = true;
     std::vector<TraceEvent> trace;
-    simulate(p, o, &trace);
+    simulate(plan, o, &trace);
     return events_of(trace, ActionKind::Forward, 1).at(0).start_s;
   };
-  EXPECT_DOUBLE_EQ(rank1_forward_start(1, true), 2.5);
-  EXPECT_DOUBLE_EQ(rank1_forward_start(2, true), 2.0);  // a core per worker: not shared
-  EXPECT_DOUBLE_EQ(rank1_forward_start(1, false), 1.0);
+  EXPECT_DOUBLE_EQ(rank1_forward_start(p, 1, true, 1), 2.0);  // the core is free when it is across
+  EXPECT_DOUBLE_EQ(rank1_forward_start(p, 2, true, 1), 2.0);  // a core per worker: not shared
+  EXPECT_DOUBLE_EQ(rank1_forward_start(p, 1, false, 1), 1.0);
+  Plan half = testing::make_plan({1, 1}, 1.0, 2.0, 500'000'000, 0, 1.0);
+  half.topology.levels[0].latency_busy_us = 500'000;
+  EXPECT_DOUBLE_EQ(rank1_forward_start(half, 1, true, 2), 2.0);  // rank 0's F1 holds the core at 1.5
+  EXPECT_DOUBLE_EQ(rank1_forward_start(half, 2, true, 2), 1.5);
   EXPECT_DOUBLE_EQ(p.topology.latency_between(0, 1, true), 0.5);
   EXPECT_DOUBLE_EQ(p.topology.latency_between(1, 1, true), 0.0);
   EXPECT_DOUBLE_EQ(testing::make_plan({1, 1}).topology.latency_between(0, 1, true), 0.0);  // none measured: the idle one
