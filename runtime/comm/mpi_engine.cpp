@@ -299,9 +299,14 @@ void MpiEngine::loop() {
     //  - while only requests nobody waits for are open: to 2 ms. With
     //    shared memory the receiver pulls the data (CMA) when it polls, so
     //    a receive not yet needed can wait; a wait wakes us at once;
-    //  - idle (only the abort-notice receive open): 10 ms.
+    //  - idle (only the abort-notice receive open): 100 ms. Ranks on one
+    //    host move their tensors through ShmEngine, so this thread idles
+    //    through a whole run there; at 10 ms its wake-ups (each an
+    //    MPI_Test, which polls every transport and yields) took 1-2% of a
+    //    core per rank from compute on a shared 2-core host. An abort
+    //    notice waits at most this long, which nobody notices.
     const bool waiting = waiters_.load() > 0;
-    auto cap = duration_cast<MpiClock::duration>(reqs_.empty() ? microseconds(10000) : microseconds(2000));
+    auto cap = duration_cast<MpiClock::duration>(reqs_.empty() ? microseconds(100000) : microseconds(2000));
     if (waiting) {
       const auto since_wait = nanoseconds(now.time_since_epoch().count() - last_wait_start_ns_.load());
       if (since_wait < kHotAfterWait || now - last_activity < kHotAfterWait) {
