@@ -15,10 +15,22 @@
 # (interleaved: stage k on worker k mod 4; zb-v, dualpipev: stages w and 7 - w
 # on worker w) over that topology, then runs. Measured: the
 # steady state (the middle half of the steps, as simulate's); predicted:
-# simulate --cores (this host's) --threads 1 --contention C.
+# simulate --cores (this host's) --threads 1 --contention C
+# --realistic-latency (messages wait for a time slice while the cores are
+# all taken: latency_busy_us).
+# The host's speed drifts 10-20% in phases of seconds to minutes, between
+# the profile and a run as much as between runs. So each run is also
+# traced, and its speed taken from its own actions: the CPU seconds its
+# ranks' F, B, W and steps took per minibatch (mean over the minibatches
+# of its steady window) over what the profile says they take (the plan's stages at the
+# microbatch, times M, plus the optimizer). Dividing the profile's times
+# by that and replaying it (without --contention: the run's CPU has it)
+# predicts the run at the speed it ran: every timing but the compute's own
+# speed - bubbles, sharing of the cores, messages, wake-ups - stays the
+# replay's. Both ratios are printed.
 # Prints JSON lines (one per run, then one per model and schedule with the
 # medians) and a Markdown table; DIR (default runs/schedules-measured) keeps
-# profiles, plans, metrics. Environment: BUILD_DIR (default build).
+# profiles, plans, metrics and traces. Environment: BUILD_DIR (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,6 +71,36 @@ schedule_args() {  # schedule -> plan suffix and flags
   esac
 }
 
+# A profile with every *_ms field times FACTOR.
+#   scaled_profile OUT PROFILE FACTOR
+scaled_profile() {
+  jq --argjson f "$3" 'reduce (paths(numbers) | select(.[-1] | type == "string" and endswith("_ms"))) as $p
+      (.; setpath($p; getpath($p) * $f))' "$2" > "$1"
+}
+
+# CPU seconds a minibatch's compute takes by the profile: each stage's
+# layers at the microbatch, M times, and their optimizer step.
+#   profile_cpu_per_minibatch PLAN PROFILE MICROBATCH
+profile_cpu_per_minibatch() {
+  jq -n --slurpfile plan "$1" --slurpfile prof "$2" --argjson m "$M" --argjson b "$3" \
+    '($prof[0].nodes) as $n | [$plan[0].stages[] | .layers as [$a, $z] | range($a; $z + 1) as $i | $n[$i]
+      | (.at_batch[] | select(.batch == $b) | .forward_ms + .backward_ms) * $m + (.optimizer_ms // 0)] | add / 1000'
+}
+
+# CPU seconds a run's ranks spent computing per minibatch, from its trace:
+# every non-wait span by minibatch (an F, B or W of microbatch i belongs to
+# minibatch i / M, a step to its own), the mean over the minibatches of the
+# run's steady window (those done after the n/4-th up to the 3n/4-th: the
+# host's speed while the window's time was measured, bursts included).
+#   run_cpu_per_minibatch TRACE
+run_cpu_per_minibatch() {
+  jq --argjson m "$M" '[.traceEvents[] | select(.ph == "X" and .cat != "wait" and .args.cpu_ms != null)
+      | {k: (if .cat == "step" then .args.item else (.args.item / $m | floor) end), c: .args.cpu_ms}]
+      | group_by(.k) | map(map(.c) | add) | length as $n
+      | [to_entries[] | select(.key > ($n / 4 | floor) and .key <= ($n * 3 / 4 | floor)) | .value]
+      | add / length / 1000' "$1"
+}
+
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 cores=$(nproc)
@@ -77,7 +119,7 @@ measure_topology() {  # out.json
 }
 
 measure_topology "$out/topology.json"
-table="| model | schedule | measured samples/s (runs) | simulated samples/s | measured / simulated | cores bound (${cores} cores) | measured / cores bound |\n|---|---|---|---|---|---|---|\n"
+table="| model | schedule | measured samples/s (runs) | simulated samples/s | measured / simulated | runs' compute CPU / profile's | measured / simulated at the runs' speed (runs) | cores bound (${cores} cores) | measured / cores bound |\n|---|---|---|---|---|---|---|---|---|\n"
 for model in $models; do
   b=$(micro "$model")
   batch=$((M * b))
@@ -95,28 +137,41 @@ for model in $models; do
     # shellcheck disable=SC2046,SC2086
     "$pipedream" run --plan "$out/$model.plan$w.json" $(model_args "$model") --data synthetic $flags --microbatches "$M" \
       --batch "$batch" --minibatches "$steps" --no-eval --threads-per-worker 1 --timeout 300 --metrics "$metrics" \
-      > /dev/null 2> "$metrics.log"
+      --trace "$metrics.trace.json" > /dev/null 2> "$metrics.log"
     sps=$(jq -r 'select(.event == "summary") | .steady_samples_per_s' "$metrics")
-    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"steady_samples_per_s\": $sps}"
+    speed=$(awk -v r="$(run_cpu_per_minibatch "$metrics.trace.json")" \
+      -v p="$(profile_cpu_per_minibatch "$out/$model.plan$w.json" "$out/$model.profile.json" "$b")" 'BEGIN { print r / p }')
+    scaled_profile "$metrics.profile.json" "$out/$model.profile.json" "$speed"
+    # shellcheck disable=SC2086
+    at_speed=$("$pipedream" simulate --plan "$out/$model.plan$w.json" --profile "$metrics.profile.json" $flags \
+      --microbatches "$M" --minibatches 16 --cores "$cores" --threads 1 --realistic-latency --json \
+      | jq -r '.throughput_samples_per_s')
+    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"steady_samples_per_s\": $sps, \"compute_cpu_over_profile\": $speed, \"simulated_at_run_speed_samples_per_s\": $at_speed}"
     echo "$sps" >> "$out/$model.$schedule.sps"
+    echo "$speed" >> "$out/$model.$schedule.speed"
+    awk -v m="$sps" -v s="$at_speed" 'BEGIN { printf "%.2f\n", m / s }' >> "$out/$model.$schedule.at_speed"
   done
   for schedule in $schedules; do
     read -r w flags <<< "$(schedule_args "$schedule")"
     # shellcheck disable=SC2086
     sim=$("$pipedream" simulate --plan "$out/$model.plan$w.json" --profile "$out/$model.profile.json" $flags \
-      --microbatches "$M" --minibatches 16 --cores "$cores" --threads 1 --contention "$c" --json | jq -r '.throughput_samples_per_s')
+      --microbatches "$M" --minibatches 16 --cores "$cores" --threads 1 --contention "$c" --realistic-latency --json \
+      | jq -r '.throughput_samples_per_s')
     # With more workers than cores, the cores bound a batch: its whole
     # compute (every stage's F + B) spread over them.
     bound=$(jq -r --argjson c "$cores" --argjson n "$batch" '($n * $c) / ([.stages[] | .forward_s + .backward_s] | add)' \
       "$out/$model.plan$w.json")
     runs=$(paste -sd' ' "$out/$model.$schedule.sps")
     med=$(median < "$out/$model.$schedule.sps")
-    rm "$out/$model.$schedule.sps"
+    speeds=$(for x in $(cat "$out/$model.$schedule.speed"); do printf '%.2f ' "$x"; done)
+    at_speed_runs=$(paste -sd' ' "$out/$model.$schedule.at_speed")
+    at_speed_med=$(median < "$out/$model.$schedule.at_speed")
+    rm "$out/$model.$schedule.sps" "$out/$model.$schedule.speed" "$out/$model.$schedule.at_speed"
     ratio=$(awk -v m="$med" -v s="$sim" 'BEGIN { printf "%.2f", m / s }')
     bound_ratio=$(awk -v m="$med" -v s="$bound" 'BEGIN { printf "%.2f", m / s }')
-    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"median_steady_samples_per_s\": $med, \"simulated_samples_per_s\": $sim, \"ratio\": $ratio, \"contention\": $c, \"cores_bound_samples_per_s\": $bound}"
+    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"median_steady_samples_per_s\": $med, \"simulated_samples_per_s\": $sim, \"ratio\": $ratio, \"contention\": $c, \"cores_bound_samples_per_s\": $bound, \"median_ratio_at_run_speed\": $at_speed_med}"
     runs=$(for x in $runs; do printf '%.0f ' "$x"; done)
-    table+="| $model | $schedule | $(printf '%.0f' "$med") (${runs% }) | $(printf '%.0f' "$sim") | $ratio | $(printf '%.0f' "$bound") | $bound_ratio |\n"
+    table+="| $model | $schedule | $(printf '%.0f' "$med") (${runs% }) | $(printf '%.0f' "$sim") | $ratio | ${speeds% } | $at_speed_med (${at_speed_runs}) | $(printf '%.0f' "$bound") | $bound_ratio |\n"
   done
 done
 printf "%b" "$table"
