@@ -29,22 +29,8 @@ pipedream=${BUILD_DIR:-build}/bin/pipedream
 [ -x "$pipedream" ] || { echo "zero_bubble_table.sh: $pipedream not found: build first" >&2; exit 2; }
 mkdir -p "$out"
 
-# uniform_plan FILE STAGES FORWARD BACKWARD
-uniform_plan() {
-  local file=$1 n=$2 f=$3 b=$4 i config
-  config=$(printf '1%.0s-' $(seq "$n")); config=${config%-}
-  {
-    printf '{"format": "pipedream-plan/1", "config": "%s", "schedule": "1f1b-flush",\n' "$config"
-    printf ' "profile": {"model": "uniform", "batch_size": 64},\n'
-    printf ' "topology": {"levels": [{"count": %s, "bandwidth_GBps": 10}]},\n "stages": [' "$n"
-    for ((i = 0; i < n; i++)); do
-      [ "$i" -gt 0 ] && printf ','
-      printf '\n  {"index": %s, "layers": [%s, %s], "replicas": 1, "ranks": [%s], "forward_s": %s, "backward_s": %s}' \
-        "$i" "$i" "$i" "$i" "$f" "$b"
-    done
-    printf ']}\n'
-  } > "$file"
-}
+# shellcheck source=scripts/uniform_plan.sh
+. scripts/uniform_plan.sh
 
 p=4
 uniform_plan "$out/p$p.plan.json" "$p" 1 2
