@@ -88,32 +88,13 @@ std::string external_tensor(const TensorValue& t, const std::map<std::string, st
 // does), its entries made by `entries(name, offset, length)`.
 using EntriesFor = std::function<std::map<std::string, std::string>(const std::string&, uint64_t, uint64_t)>;
 std::string encode_external(const ModelProto& m, std::string& data, const EntriesFor& entries, int64_t min_elements = 0) {
-  Writer g;
-  for (const Node& n : m.graph.nodes) g.str(1, encode(n));
-  g.str(2, m.graph.name);
-  for (const TensorValue& t : m.graph.initializers) {
-    if (t.data_type != kFloat || t.numel() < min_elements) {
-      g.str(5, encode(t));
-      continue;
-    }
+  return encode(m, [&](const TensorValue& t) {
+    if (t.data_type != kFloat || t.numel() < min_elements) return encode(t);
     data.resize((data.size() + 63) / 64 * 64, '\0');
     const uint64_t offset = data.size(), length = t.floats.size() * 4;
     data.append(reinterpret_cast<const char*>(t.floats.data()), length);
-    g.str(5, external_tensor(t, entries(t.name, offset, length)));
-  }
-  for (const ValueInfo& v : m.graph.inputs) g.str(11, encode(v));
-  for (const ValueInfo& v : m.graph.outputs) g.str(12, encode(v));
-  Writer w;
-  w.integer(1, m.ir_version);
-  w.str(2, m.producer);
-  w.str(7, g.bytes);
-  for (const auto& [domain, version] : m.opsets) {
-    Writer o;
-    o.str(1, domain);
-    o.integer(2, version);
-    w.str(8, o.bytes);
-  }
-  return w.bytes;
+    return external_tensor(t, entries(t.name, offset, length));
+  });
 }
 
 std::map<std::string, std::string> at(const std::string& location, uint64_t offset, uint64_t length) {

@@ -4,6 +4,7 @@
 // without PyTorch.
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "onnx/onnx_proto.h"
@@ -101,11 +102,14 @@ inline std::string encode(const ValueInfo& v) {
   return w.bytes;
 }
 
-inline std::string encode(const ModelProto& m) {
+// The model, each initializer written by `initializer` (default: inline,
+// as encode(TensorValue) does; external_data_test moves some to a file).
+inline std::string encode(const ModelProto& m,
+                          const std::function<std::string(const TensorValue&)>& initializer = nullptr) {
   Writer g;
   for (const Node& n : m.graph.nodes) g.str(1, encode(n));
   g.str(2, m.graph.name);
-  for (const TensorValue& t : m.graph.initializers) g.str(5, encode(t));
+  for (const TensorValue& t : m.graph.initializers) g.str(5, initializer ? initializer(t) : encode(t));
   for (const ValueInfo& v : m.graph.inputs) g.str(11, encode(v));
   for (const ValueInfo& v : m.graph.outputs) g.str(12, encode(v));
   Writer w;
