@@ -1,6 +1,7 @@
 #include "runtime/simulator/schedule_search.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -168,6 +169,27 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
          out.families[i].time_per_batch_s < out.families[static_cast<size_t>(out.chosen)].time_per_batch_s))
       out.chosen = static_cast<int>(i);
   return out;
+}
+
+std::optional<MemoryNeed> least_memory_any_schedule(const Profile& profile, const Topology& topology,
+                                                    PlannerOptions options, uint64_t above, uint64_t start,
+                                                    double seconds) {
+  options.explain_infeasible = false;
+  const auto fits = [&](uint64_t bytes) {
+    options.memory_bytes = bytes;
+    return search_schedules(profile, topology, options).chosen >= 0;
+  };
+  uint64_t lo = above, hi = std::max(start, above + 1);
+  for (int doubling = 0; !fits(hi); ++doubling) {
+    if (doubling == 6) return std::nullopt;
+    lo = hi, hi *= 2;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (hi - lo > 1 && double(hi - lo) > 0.0005 * double(lo) && std::chrono::steady_clock::now() < deadline) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return MemoryNeed{lo, hi};
 }
 
 }  // namespace pd
