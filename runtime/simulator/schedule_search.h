@@ -19,12 +19,10 @@
 // held (F to the last backward pass) times a stage's stashed activations and
 // message buffers per microbatch, plus its layers' working memory per
 // microbatch - planner/stage_memory.h's terms, with 1F1B-RR's weight
-// stashing gone. Where that straight optimum (cut for time alone: uneven
-// layer times can put more layers on a stage than the limit holds) fits no
-// microbatch count, the planner's fastest straight cut whose every stage
-// fits under the family's own memory model (PlannerOptions::weight_versions;
-// a share of the limit per stage where stages share a worker) is replayed
-// instead.
+// stashing gone. Where that straight optimum (cut for time alone) does not
+// fit at a count, the planner's fastest straight cut and, under
+// --recompute, each stage's recomputed layers, priced by the family's own
+// memory at that count, are replayed instead (flush_fit.h).
 #include <cstdint>
 #include <exception>
 #include <optional>
