@@ -72,28 +72,40 @@ FlushFit fit_flush_plan(const Profile& profile, const Plan& fastest, const Topol
   Topology unlimited = stages;
   unlimited.worker_memory_bytes = 0;
   const int chunks = std::max(1, placed.chunks());
-  double stage_limit = limit / chunks;
   out.note = cat("no cut", options.recompute == RecomputeMode::none ? "" : " or recomputation",
                  " fits the memory limit under ", schedule.kind->name(), " at ", schedule.microbatches,
                  " microbatches");
-  for (int attempt = 0; attempt < 4 && stage_limit >= 1; ++attempt) {
-    options.memory_bytes = uint64_t(stage_limit);
-    Plan plan;
-    try {
-      plan = plan_pipeline(profile, unlimited, options);
-    } catch (const UserError&) {  // no cut fits under the planner's model
-      break;
+  const auto fit = [&](const PlannerOptions& planned) {
+    double stage_limit = limit / chunks;
+    PlannerOptions o = planned;
+    for (int attempt = 0; attempt < 4 && stage_limit >= 1; ++attempt) {
+      o.memory_bytes = uint64_t(stage_limit);
+      Plan plan;
+      try {
+        plan = plan_pipeline(profile, unlimited, o);
+      } catch (const UserError&) {  // no cut fits under the planner's model
+        return false;
+      }
+      plan.topology.worker_memory_bytes = 0;  // (the planner's share, not the limit)
+      plan.batch = fastest.batch;
+      FlushReplay r = replay_flush(plan, profile, schedule);
+      if (r.peak_memory_bytes <= limit) {
+        out.replay = std::move(r);
+        out.fits = true;
+        return true;
+      }
+      // The replay holds more than the model (messages in flight): ask for less.
+      stage_limit -= std::max(r.peak_memory_bytes - limit, 0.002 * limit) / chunks;
     }
-    plan.topology.worker_memory_bytes = 0;  // (the planner's share, not the limit)
-    plan.batch = fastest.batch;
-    FlushReplay r = replay_flush(plan, profile, schedule);
-    if (r.peak_memory_bytes <= limit) {
-      out.replay = std::move(r);
-      out.fits = true;
-      return out;
-    }
-    // The replay holds more than the model (messages in flight): ask for less.
-    stage_limit -= std::max(r.peak_memory_bytes - limit, 0.002 * limit) / chunks;
+    return false;
+  };
+  if (fit(options)) return out;
+  // Recomputation's extra forward can slow a stage enough that messages
+  // pile up before it; a cut that recomputes nothing may still fit, and
+  // auto must fit wherever none does.
+  if (options.recompute == RecomputeMode::automatic) {
+    options.recompute = RecomputeMode::none;
+    fit(options);
   }
   return out;
 }

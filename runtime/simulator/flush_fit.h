@@ -13,7 +13,8 @@
 // a share of the limit per stage. The replay of the result
 // (worker_memory.h, messages included) decides: where it is above the
 // limit, the planner is asked again under the limit less the excess, a few
-// times.
+// times. Under --recompute auto, where that fails, the same without
+// recomputation (so auto fits wherever none does).
 #include <string>
 #include <vector>
 
