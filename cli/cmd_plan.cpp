@@ -175,7 +175,8 @@ std::string plan_command(const PlanArgs& a, uint64_t memory, int workers, const 
   if (a.schedule != "1f1b-rr") c += " --schedule " + shell_word(a.schedule);
   if (memory > 0) c += cat(" --memory ", memory);
   else if (!a.memory.empty()) c += " --memory " + shell_word(a.memory);
-  if (!recompute.empty() || !a.recompute.empty()) c += " --recompute " + shell_word(recompute.empty() ? a.recompute : recompute);
+  if (!recompute.empty() || !a.recompute.empty())
+    c += " --recompute " + shell_word(recompute.empty() ? a.recompute : recompute);
   if (a.compression) c += " --activation-compression-ratio " + number_text(*a.compression);
   if (a.max_states != 20000) c += cat(" --max-antichain-states ", a.max_states);
   if (a.closed_form) c += " --closed-form";
@@ -259,10 +260,11 @@ void print_recommendation(const PlanArgs& a, const Plan& plan, const Profile& pr
     // The limit is known not to fit only the way the user asked.
     const uint64_t below = mode == options.recompute ? limit : 1;
     const std::optional<MemoryNeed> need = least_memory_any_schedule(profile, topology, o, below, from);
-    text += cat(mode == RecomputeMode::none ? "; without recomputation, " : cat(", with recomputation (", to_string(mode), "), "),
-                need ? cat(bytes_text(double(need->fits)), " (--memory ", need->fits, " fits, ", need->more_than,
-                           " does not)")
-                     : std::string("no size up to 64 times the plans' own fits"));
+    text += mode == RecomputeMode::none ? std::string("; without recomputation, ")
+                                        : cat(", with recomputation (", to_string(mode), "), ");
+    text += need ? cat(bytes_text(double(need->fits)), " (--memory ", need->fits, " fits, ", need->more_than,
+                       " does not)")
+                 : cat("no size up to ", bytes_text(64.0 * double(std::max(from, below + 1))), " fits");
     if (need) commands += cat("\n  fits: ", plan_command(a, need->fits, 0, to_string(mode)));
   }
   if (workers > 0 && a.topology.empty()) commands += cat("\n  fits: ", plan_command(a, 0, workers));

@@ -148,7 +148,8 @@ std::optional<MemoryNeed> least_memory(const PlanningGraph& g, const Topology& t
   for (const auto& n : g.nodes)
     everything += 2 * n.parameter_bytes + n.optimizer_state_bytes + 2 * n.activation_bytes + 2 * n.output_bytes +
                   n.workspace_bytes;
-  uint64_t lo = std::max(below, uint64_t(std::max(1.0, smallest_footprint(g, options))) - 1), hi = uint64_t(everything) + 1;
+  uint64_t lo = std::max(below, uint64_t(std::max(1.0, smallest_footprint(g, options))) - 1);
+  uint64_t hi = uint64_t(everything) + 1;
   options.memory_bytes = hi;
   options.explain_infeasible = false;
   if (!fits(g, topology, options)) return std::nullopt;

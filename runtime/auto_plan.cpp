@@ -40,17 +40,20 @@ Plan plan_for_workers(const Profile& p, int workers, bool straight, int threads_
   o.recompute = recompute;
   Plan plan;
   if (flushing && memory_bytes > 0) {
+    // The schedule's own memory prices the cut and recomputation (flush_fit.h).
+    const Topology topology = flat_topology(workers, bandwidth_GBps);
     PlannerOptions fastest = o;
     fastest.straight = true;
     fastest.memory_bytes = 0;
-    plan = search_plan(p, flat_topology(workers, bandwidth_GBps), fastest).plan;
+    plan = search_plan(p, topology, fastest).plan;
     plan.batch = batch;
     ScheduleOptions schedule = *flushing;
     schedule.minibatches = 16;
-    const FlushFit fit = fit_flush_plan(p, plan, flat_topology(workers, bandwidth_GBps), o, schedule, double(memory_bytes));
+    const FlushFit fit = fit_flush_plan(p, plan, topology, o, schedule, double(memory_bytes));
     if (!fit.fits)
-      throw UserError(cat("--memory ", bytes_text(double(memory_bytes)), ": ", fit.note, " (the plan ignoring memory "
-                          "needs ", bytes_text(fit.fastest_peak_bytes), " on its fullest worker", 
+      throw UserError(cat("--memory ", bytes_text(double(memory_bytes)), ": ", fit.note,
+                          " (the plan ignoring memory needs ", bytes_text(fit.fastest_peak_bytes),
+                          " on its fullest worker",
                           recompute == RecomputeMode::none ? "; --recompute auto may fit it" : "", ")"));
     plan = fit.replay.plan;
     plan.topology.worker_memory_bytes = memory_bytes;

@@ -12,7 +12,8 @@ namespace {
 // An item's share of the profile's batch (worker_memory.h's stage_footprints).
 double item_share(const Plan& plan, const Profile& profile, int microbatches) {
   const int64_t batch = plan.batch > 0 ? plan.batch : profile.batch_size;
-  if (profile.batch_size > 0 && batch > 0) return double(batch) / std::max(1, microbatches) / double(profile.batch_size);
+  if (profile.batch_size > 0 && batch > 0)
+    return double(batch) / std::max(1, microbatches) / double(profile.batch_size);
   return 1.0 / std::max(1, microbatches);
 }
 
