@@ -67,12 +67,17 @@ FlushFit fit_flush_plan(const Profile& profile, const Plan& fastest, const Topol
   options.stage_replicas = 0;
   options.weight_versions = std::max(1, placed.versions_kept());
   options.item_share = share;
-  options.held_minibatches.clear();
-  for (int s = 0; s < int(fastest.stages.size()); ++s)
-    options.held_minibatches.push_back(double(held_by_rank[size_t(placed.place(s).worker)]) * share);
+
+  const int chunks = std::max(1, placed.chunks());
+  // A worker running several stages holds their items together: each is
+  // planned with an even share of them (else, where that fails, with all).
+  const auto hold = [&](int divisor) {
+    options.held_minibatches.clear();
+    for (int s = 0; s < int(fastest.stages.size()); ++s)
+      options.held_minibatches.push_back(double(held_by_rank[size_t(placed.place(s).worker)]) * share / divisor);
+  };
   Topology unlimited = stages;
   unlimited.worker_memory_bytes = 0;
-  const int chunks = std::max(1, placed.chunks());
   out.note = cat("no cut", options.recompute == RecomputeMode::none ? "" : " or recomputation",
                  " fits the memory limit under ", schedule.kind->name(), " at ", schedule.microbatches,
                  " microbatches");
@@ -100,14 +105,17 @@ FlushFit fit_flush_plan(const Profile& profile, const Plan& fastest, const Topol
     }
     return false;
   };
-  if (fit(options)) return out;
   // Recomputation's extra forward can slow a stage enough that messages
-  // pile up before it; a cut that recomputes nothing may still fit, and
-  // auto must fit wherever none does.
-  if (options.recompute == RecomputeMode::automatic) {
-    options.recompute = RecomputeMode::none;
-    fit(options);
-  }
+  // pile up before it: where recomputing plans fail, a cut that recomputes
+  // nothing may still fit (auto must fit wherever none does).
+  std::vector<RecomputeMode> modes = {options.recompute};
+  if (options.recompute == RecomputeMode::automatic) modes.push_back(RecomputeMode::none);
+  for (const RecomputeMode mode : modes)
+    for (const int divisor : chunks > 1 ? std::vector<int>{chunks, 1} : std::vector<int>{1}) {
+      options.recompute = mode;
+      hold(divisor);
+      if (fit(options)) return out;
+    }
   return out;
 }
 

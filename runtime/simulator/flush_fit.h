@@ -9,8 +9,9 @@
 // (WorkerReport::peak_held items, each its share of the profile's batch:
 // PlannerOptions::held_minibatches, item_share); the orders are fixed, so
 // the count does not depend on the cut. A rank running several stages
-// (interleaved, V shapes) is planned with its whole held count on each, in
-// a share of the limit per stage. The replay of the result
+// (interleaved, V shapes) is planned with an even share of its held count
+// on each, in an even share of the limit (where that fails, with all of it
+// on each). The replay of the result
 // (worker_memory.h, messages included) decides: where it is above the
 // limit, the planner is asked again under the limit less the excess, a few
 // times. Under --recompute auto, where that fails, the same without
