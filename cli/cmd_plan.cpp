@@ -162,9 +162,10 @@ std::string number_text(double v) {
   return text;
 }
 
-// This `plan` command again, with another --memory or --workers: what a
-// failure recommends, ready to paste.
-std::string plan_command(const PlanArgs& a, uint64_t memory, int workers) {
+// This `plan` command again, with another --memory or --workers (and
+// --recompute: `recompute`, else as given): what a failure recommends,
+// ready to paste.
+std::string plan_command(const PlanArgs& a, uint64_t memory, int workers, const std::string& recompute = "") {
   std::string c = "pipedream plan --profile " + shell_word(a.profile);
   if (!a.topology.empty()) c += " --topology " + shell_word(a.topology);
   else c += cat(" --workers ", workers > 0 ? workers : a.workers, " --bandwidth ", number_text(a.bandwidth));
@@ -174,6 +175,8 @@ std::string plan_command(const PlanArgs& a, uint64_t memory, int workers) {
   if (a.schedule != "1f1b-rr") c += " --schedule " + shell_word(a.schedule);
   if (memory > 0) c += cat(" --memory ", memory);
   else if (!a.memory.empty()) c += " --memory " + shell_word(a.memory);
+  if (!recompute.empty() || !a.recompute.empty())
+    c += " --recompute " + shell_word(recompute.empty() ? a.recompute : recompute);
   if (a.compression) c += " --activation-compression-ratio " + number_text(*a.compression);
   if (a.max_states != 20000) c += cat(" --max-antichain-states ", a.max_states);
   if (a.closed_form) c += " --closed-form";
@@ -225,6 +228,49 @@ void print_recommendation(const PlanArgs& a, const Plan& plan, const Profile& pr
               static_cast<long long>(c.schedule.minibatches));
 }
 
+// --schedule auto found nothing under the limit: the least memory with
+// which it chooses a family, with recomputation and without, each found by
+// whole searches (schedule_search.h), and the commands that use them.
+[[noreturn]] void explain_no_family_fits(const PlanArgs& a, const Profile& profile, const Topology& topology,
+                                         const PlannerOptions& options, const ScheduleSearch& search) {
+  // A start that fits either way: the least any family's plan ignoring memory needs.
+  double least = 0;
+  for (const ScheduleCandidate& c : search.families)
+    if (c.least_memory_bytes > 0) least = least > 0 ? std::min(least, c.least_memory_bytes) : c.least_memory_bytes;
+  uint64_t rr_fits = 0;
+  int workers = 0;
+  try {
+    std::rethrow_exception(search.families.front().failure);
+  } catch (const PlanDoesNotFit& e) {  // 1f1b-rr's own search for what fits
+    rr_fits = e.memory_that_fits;
+    workers = e.workers_that_fit;
+  } catch (...) {
+  }
+  const uint64_t limit = options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes;
+  const uint64_t start = least > 0 ? uint64_t(std::ceil(least)) : std::max<uint64_t>(rr_fits, 2 * limit);
+  const RecomputeMode with_mode =
+      options.recompute == RecomputeMode::none ? RecomputeMode::automatic : options.recompute;
+  std::string text = cat("no schedule family fits the memory limit; with ", topology.total_workers(),
+                         " workers the least memory per worker that fits is");
+  std::string commands;
+  for (const RecomputeMode mode : {with_mode, RecomputeMode::none}) {
+    PlannerOptions o = options;
+    o.recompute = mode;
+    const uint64_t from = mode == options.recompute && rr_fits > 0 ? std::min(start, rr_fits) : start;
+    // The limit is known not to fit only the way the user asked.
+    const uint64_t below = mode == options.recompute ? limit : 1;
+    const std::optional<MemoryNeed> need = least_memory_any_schedule(profile, topology, o, below, from);
+    text += mode == RecomputeMode::none ? std::string("; without recomputation, ")
+                                        : cat(", with recomputation (", to_string(mode), "), ");
+    text += need ? cat(bytes_text(double(need->fits)), " (--memory ", need->fits, " fits, ", need->more_than,
+                       " does not)")
+                 : cat("no size up to ", bytes_text(64.0 * double(std::max(from, below + 1))), " fits");
+    if (need) commands += cat("\n  fits: ", plan_command(a, need->fits, 0, to_string(mode)));
+  }
+  if (workers > 0 && a.topology.empty()) commands += cat("\n  fits: ", plan_command(a, 0, workers));
+  throw UserError(text + commands);
+}
+
 // --schedule auto: every family's best side by side, the fastest that fits
 // chosen; its plan is the one written.
 Plan choose_schedule(const PlanArgs& a, const Profile& profile, const Topology& topology, const PlannerOptions& options) {
@@ -255,22 +301,7 @@ Plan choose_schedule(const PlanArgs& a, const Profile& profile, const Topology& 
     std::printf("(microbatch compute measured at batch %s, the profile's at_batch times; 1/M of the minibatch's for "
                 "other sizes)\n", list.c_str());
   }
-  if (search.chosen < 0) {
-    // The least memory any family needs (the fullest worker at its best count): that limit fits it.
-    double least = 0;
-    for (const ScheduleCandidate& c : search.families)
-      if (c.least_memory_bytes > 0) least = least > 0 ? std::min(least, c.least_memory_bytes) : c.least_memory_bytes;
-    uint64_t memory = least > 0 ? uint64_t(std::ceil(least)) : 0;
-    int workers = 0;
-    try {
-      std::rethrow_exception(search.families.front().failure);
-    } catch (const PlanDoesNotFit& e) {  // 1f1b-rr's own search for what fits
-      if (e.memory_that_fits > 0 && (memory == 0 || e.memory_that_fits < memory)) memory = e.memory_that_fits;
-      workers = e.workers_that_fit;
-    } catch (...) {
-    }
-    explain_with_commands(a, "no schedule family fits the memory limit", memory, workers);
-  }
+  if (search.chosen < 0) explain_no_family_fits(a, profile, topology, options, search);
   const ScheduleCandidate& c = search.families[static_cast<size_t>(search.chosen)];
   Plan plan = c.plan;
   plan.schedule = c.family->name();

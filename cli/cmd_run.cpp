@@ -491,8 +491,13 @@ void run_command(const RunArgs& given) {
     // flushes runs a straight plan recorded as its own (no plan exists yet
     // to ask instead).
     const bool plan_of_its_own = kind->flushes();
+    ScheduleOptions flushing;  // a flush schedule's own memory prices the plan under --memory
+    flushing.kind = kind;
+    flushing.microbatches = M;
+    flushing.virtual_stages = v;
     plan = plan_for_workers(profile, stages, a.straight || plan_of_its_own, device.is_cpu() ? a.threads : 1,
-                            device.is_cpu() ? cores : 0, 4.0, memory, recompute_mode_option(a.recompute, memory > 0));
+                            device.is_cpu() ? cores : 0, 4.0, memory, recompute_mode_option(a.recompute, memory > 0),
+                            plan_of_its_own ? &flushing : nullptr, a.batch);
     plan.batch = a.batch;
     if (plan_of_its_own) plan_for_schedule(plan, profile, kind, M, v, per_worker, a.batch, device.is_cpu() ? a.threads : 1,
                                            device.is_cpu() ? cores : 0);

@@ -24,7 +24,7 @@ LevelResult solve_level(const StageCosts& costs, bool straight, bool fewer, Pape
   if (costs.uniform()) algorithm = PaperAlgorithm::table;
   // (Recomputation makes a stage's time depend on its memory: the table DP
   // asks every stage where it sits.)
-  if (costs.recomputes()) algorithm = PaperAlgorithm::table;
+  if (costs.recomputes() || costs.held_by_rank()) algorithm = PaperAlgorithm::table;
   const StateSpace& s = costs.space();
   double pairs = s.all_earlier_nest() ? 0.5 * s.size() * s.size() : 0;
   if (!s.all_earlier_nest())
@@ -51,7 +51,7 @@ class AlignedHierarchy {
                    const RecomputeChoices& recompute)
       : space_(space), recompute_(recompute), memory_(memory), straight_(options.straight), fewer_(options.fewer_workers),
         total_workers_(topology.total_workers()), stage_replicas_(options.stage_replicas),
-        weight_versions_(options.weight_versions) {
+        options_(options) {
     for (int l = 0, below = 1; l < int(topology.levels.size()); ++l) {
       units_.push_back(topology.levels[l].count);
       bandwidth_.push_back(topology.levels[l].bandwidth_GBps * 1e9);
@@ -104,12 +104,12 @@ class AlignedHierarchy {
   StageCosts costs(int level, int entry_level, int base) const {
     Level l{level, units_[level], unit_workers_[level], bandwidth_[level], entry_level, bandwidth_[entry_level], base};
     return StageCosts(space_, l, total_workers_, memory_, level > 0 ? &tiles_[level - 1] : nullptr, stage_replicas_,
-                      &recompute_, weight_versions_);
+                      &recompute_, &options_);
   }
   // The same group with no memory limit (its tiles must be the unlimited ones).
   StageCosts unlimited_costs(int level, int entry_level, const TileTables* tiles) const {
     Level l{level, units_[level], unit_workers_[level], bandwidth_[level], entry_level, bandwidth_[entry_level], 0};
-    return StageCosts(space_, l, total_workers_, 0, tiles, stage_replicas_, &recompute_, weight_versions_);
+    return StageCosts(space_, l, total_workers_, 0, tiles, stage_replicas_, &recompute_, &options_);
   }
 
   // The optimum of every range starting at k, on one group.
@@ -183,7 +183,7 @@ class AlignedHierarchy {
   const bool straight_, fewer_;
   const int total_workers_;
   const int stage_replicas_;
-  const int weight_versions_;
+  const PlannerOptions& options_;  // the flushing memory model (weight_versions, held_minibatches)
   std::vector<int> units_, unit_workers_;
   std::vector<double> bandwidth_;
   std::vector<TileTables> tiles_;  // [l]: groups of level l as units of level l + 1

@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "planner/planner_options.h"
 #include "planner/recompute.h"
 #include "planner/stage_memory.h"
 #include "planner/state_space.h"
@@ -60,10 +61,11 @@ struct TileTables {
 class StageCosts {
  public:
   StageCosts(const StateSpace& s, Level level, int total_workers, double memory, const TileTables* tiles,
-             int stage_replicas, const RecomputeChoices* recompute = nullptr, int weight_versions = 0)
+             int stage_replicas, const RecomputeChoices* recompute = nullptr, const PlannerOptions* flushing = nullptr)
       : s_(s), level_(level), total_workers_(total_workers), memory_(memory), tiles_(tiles),
         stage_replicas_(stage_replicas), recompute_(recompute && recompute->enabled() ? recompute : nullptr),
-        weight_versions_(weight_versions) {
+        weight_versions_(flushing ? flushing->weight_versions : 0),
+        flushing_(weight_versions_ > 0 ? flushing : nullptr) {
     if (tiles_ && !memory_limited()) {
       entry_tile_ = &tiles_->get(level_.entry_level, 0);
       inner_tile_ = &tiles_->get(level_.index, 0);
@@ -95,13 +97,15 @@ class StageCosts {
   // The stage's footprint with recomputation r (default: full and
   // every-other's fixed set, nothing under auto and none).
   StageFootprint footprint(int k, int j, int m) const { return footprint(k, j, m, fixed_recomputation(k, j)); }
+  // A flushing schedule's item is a share of the minibatch: so are its
+  // working memory and a recomputed layer's transient.
   StageFootprint footprint(int k, int j, int m, const Recomputation& r) const {
     return {s_.parameters[j] - s_.parameters[k],
             s_.optimizer_state[j] - s_.optimizer_state[k],
             s_.activations[j] - s_.activations[k] - r.saved_bytes,
             m * level_.unit_workers,
-            s_.workspace(k, j),
-            r.transient_bytes,
+            s_.workspace(k, j) * item_share(),
+            r.transient_bytes * item_share(),
             weight_versions_};
   }
   // What the stage recomputes where it sits (planner/recompute.h): full
@@ -111,22 +115,27 @@ class StageCosts {
   std::optional<Recomputation> recomputation(int k, int j, int m, int before) const {
     if (!recompute_ || !recompute_->chosen_per_stage()) return fixed_recomputation(k, j);
     if (!memory_limited()) return Recomputation{};
-    const int f = in_flight(m, before);
+    const double f = in_flight(m, before);
     const double plain = stage_memory_bytes(footprint(k, j, m, {}), f);
     if (plain <= memory_) return Recomputation{};
-    return recompute_->cheapest(k, j, (plain + recompute_->transient(k, j) - memory_) / f);
+    if (!(f > 0)) return std::nullopt;  // (holds no activations: recomputing saves nothing)
+    return recompute_->cheapest(k, j, (plain + recompute_->transient(k, j) * item_share() - memory_) / f);
   }
   // The set's nodes, for the plan (nullopt: nothing fits).
   std::optional<Recomputation> recomputed_nodes(int k, int j, int m, int before) const {
     if (!recompute_) return Recomputation{};
     const std::optional<Recomputation> r = recomputation(k, j, m, before);
     if (!r || (r->forward_s == 0 && r->saved_bytes == 0)) return r;
-    const int f = in_flight(m, before);
+    const double f = in_flight(m, before);
     const double plain = stage_memory_bytes(footprint(k, j, m, {}), f);
-    return recompute_->choose(k, j, (plain + recompute_->transient(k, j) - memory_) / f);
+    return recompute_->choose(k, j, (plain + recompute_->transient(k, j) * item_share() - memory_) / f);
   }
   bool recomputes() const { return recompute_ != nullptr; }
   bool recompute_per_stage() const { return recompute_ && recompute_->chosen_per_stage(); }
+  // Whether a stage's memory depends on the rank it sits on beyond its
+  // in-flight count (a flushing schedule's held microbatches): the solvers
+  // then ask value() where it sits.
+  bool held_by_rank() const { return flushing_ && !flushing_->held_minibatches.empty(); }
   double memory(int k, int j, int m, int before) const {
     const std::optional<Recomputation> r = recomputation(k, j, m, before);
     return stage_memory_bytes(footprint(k, j, m, r ? *r : Recomputation{}), in_flight(m, before));
@@ -175,6 +184,7 @@ class StageCosts {
     const StageFootprint s = footprint(k, j, m);
     // A flushing schedule holds at most one minibatch wherever the stage sits.
     if (weight_versions_ > 0) return stage_memory_bytes(s, 1) <= memory_ ? std::numeric_limits<int>::max() : 0;
+    // (held_by_rank: value() checks the stage where it sits instead.)
     // stage_memory_bytes grows linearly with in-flight: solve, then settle rounding.
     const double fixed = stage_memory_bytes(s, 0), per = stage_memory_bytes(s, 1) - fixed;
     int f = int(std::min(1e9, std::max(0.0, std::floor((memory_ - fixed) / std::max(per, 1e-300)))));
@@ -182,8 +192,11 @@ class StageCosts {
     while (f < 1000000000 && stage_memory_bytes(s, f + 1) <= memory_) ++f;
     return f;
   }
-  int in_flight(int m, int before) const {
-    if (weight_versions_ > 0) return 1;  // (a minibatch's microbatches)
+  // Minibatches' worth of activations the stage holds (1F1B-RR: a whole
+  // count; a flushing schedule: its held microbatches' share, one minibatch
+  // unless PlannerOptions::held_minibatches says).
+  double in_flight(int m, int before) const {
+    if (flushing_) return flushing_->held_at(first_rank(before));
     return in_flight_1f1b_rr(total_workers_, first_rank(before), m * level_.unit_workers);
   }
   bool has_tiles() const { return tiles_ != nullptr; }
@@ -208,6 +221,8 @@ class StageCosts {
   const int stage_replicas_;
   const RecomputeChoices* recompute_;
   const int weight_versions_;  // PlannerOptions::weight_versions
+  const PlannerOptions* flushing_;  // its held_minibatches and item_share (nullptr: 1F1B-RR's model)
+  double item_share() const { return flushing_ ? flushing_->item_share : 1.0; }
   Recomputation fixed_recomputation(int k, int j) const {
     return recompute_ && !recompute_->chosen_per_stage() ? recompute_->fixed(k, j) : Recomputation{};
   }

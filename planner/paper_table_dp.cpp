@@ -45,7 +45,8 @@ TableDP::TableDP(const StageCosts& costs, int first, bool straight, int last)
           double v;
           if (shared) v = value_[mp];
           else if (mp == 1 && costs_.has_tiles()) v = costs_.value(k, j, 1, m - 1);
-          else if (costs_.recompute_per_stage()) v = costs_.value(k, j, mp, m - mp);  // (time depends on memory)
+          else if (costs_.recompute_per_stage() || costs_.held_by_rank())
+            v = costs_.value(k, j, mp, m - mp);  // (time, or memory, depends on where it sits)
           else if (costs_.in_flight(mp, m - mp) > fits_[mp]) continue;
           else v = m == mp ? value_[mp] : later_[mp];
           double t = std::max(prev, v);

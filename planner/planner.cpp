@@ -75,15 +75,21 @@ void set_boundary_bytes(const PlanningGraph& g, const std::vector<PlannedStage>&
 // Each stage's in-flight count and memory per worker, from its placement
 // (stage_memory.h; with --fewer-workers the planner's check counted
 // in-flight over all the topology's workers, an upper bound).
-void set_stage_memory(const PlanningGraph& g, const std::vector<PlannedStage>& planned, int weight_versions,
+void set_stage_memory(const PlanningGraph& g, const std::vector<PlannedStage>& planned, const PlannerOptions& options,
                       std::vector<PlanStage>& stages) {
+  const int weight_versions = options.weight_versions;
   int used = 0, before = 0;
   for (const auto& s : stages) used += s.replicas;
   for (size_t s = 0; s < stages.size(); ++s) {
     StageFootprint f = stage_footprint(g, planned[s].nodes, planned[s].recompute_nodes, stages[s].replicas);
     f.weight_versions = weight_versions;
     stages[s].in_flight = weight_versions > 0 ? 1 : in_flight_1f1b_rr(used, before, f.replicas);
-    stages[s].memory_bytes = uint64_t(stage_memory_bytes(f, stages[s].in_flight));
+    double held = stages[s].in_flight;
+    if (weight_versions > 0) {  // a flushing schedule's items (PlannerOptions::held_minibatches)
+      f.workspace_bytes *= options.item_share, f.recompute_bytes *= options.item_share;
+      held = options.held_at(stages[s].ranks.empty() ? before : stages[s].ranks.front());
+    }
+    stages[s].memory_bytes = uint64_t(stage_memory_bytes(f, held));
     before += f.replicas;
   }
 }
@@ -94,20 +100,28 @@ PlannedPipeline run_model(const PlanningGraph& g, const Topology& topology, cons
 }
 
 // No plan fits in less: the largest node alone, one minibatch in flight
-// (recomputed, when that takes less and recomputation is allowed).
-double smallest_footprint(const PlanningGraph& g, RecomputeMode recompute) {
+// (recomputed, when that takes less and recomputation is allowed); under a
+// flushing schedule's model, its versions and the fewest items any rank holds.
+double smallest_footprint(const PlanningGraph& g, const PlannerOptions& options) {
+  const RecomputeMode recompute = options.recompute;
+  const bool flushing = options.weight_versions > 0;
+  double held = 1;
+  if (flushing && !options.held_minibatches.empty())
+    held = *std::min_element(options.held_minibatches.begin(), options.held_minibatches.end());
+  const double share = flushing ? options.item_share : 1.0;
   double most = 0;
   for (size_t v = 0; v < g.nodes.size(); ++v) {
     const PlanningNode& n = g.nodes[v];
-    const StageFootprint plain{n.parameter_bytes, n.optimizer_state_bytes, n.activation_bytes, 1, n.workspace_bytes};
-    double least = stage_memory_bytes(plain, 1);
+    const StageFootprint plain{n.parameter_bytes, n.optimizer_state_bytes, n.activation_bytes, 1,
+                               n.workspace_bytes * share, 0, options.weight_versions};
+    double least = stage_memory_bytes(plain, held);
     if (recompute != RecomputeMode::none) {
       double input = 0;
       for (int u : g.in[v]) input += g.nodes[u].output_bytes;
       StageFootprint recomputed = plain;
       recomputed.activation_bytes = input;
-      recomputed.recompute_bytes = std::max(0.0, n.activation_bytes - input);
-      const double r = stage_memory_bytes(recomputed, 1);
+      recomputed.recompute_bytes = std::max(0.0, n.activation_bytes - input) * share;
+      const double r = stage_memory_bytes(recomputed, held);
       least = recompute == RecomputeMode::automatic ? std::min(least, r) : r;
     }
     most = std::max(most, least);
@@ -134,7 +148,8 @@ std::optional<MemoryNeed> least_memory(const PlanningGraph& g, const Topology& t
   for (const auto& n : g.nodes)
     everything += 2 * n.parameter_bytes + n.optimizer_state_bytes + 2 * n.activation_bytes + 2 * n.output_bytes +
                   n.workspace_bytes;
-  uint64_t lo = std::max(below, uint64_t(std::max(1.0, smallest_footprint(g, options.recompute))) - 1), hi = uint64_t(everything) + 1;
+  uint64_t lo = std::max(below, uint64_t(std::max(1.0, smallest_footprint(g, options))) - 1);
+  uint64_t hi = uint64_t(everything) + 1;
   options.memory_bytes = hi;
   options.explain_infeasible = false;
   if (!fits(g, topology, options)) return std::nullopt;
@@ -222,7 +237,7 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
   PlannedPipeline pipeline;
   try {
     const uint64_t limit = options.memory_bytes ? options.memory_bytes : topology.worker_memory_bytes;
-    const double smallest = smallest_footprint(g, options.recompute);
+    const double smallest = smallest_footprint(g, options);
     if (options.cost_model == CostModel::paper && limit > 0 && smallest > double(limit))
       throw NoFeasiblePlan(cat("a layer needs ", bytes_text(smallest), " on one worker, more than the ",
                                bytes_text(double(limit)), " memory limit"));
@@ -244,7 +259,7 @@ Plan plan_pipeline(const Profile& profile, const Topology& topology, const Plann
     replicas.push_back(plan.stages.back().replicas);
   }
   set_boundary_bytes(g, pipeline.stages, plan.stages);
-  set_stage_memory(g, pipeline.stages, options.weight_versions, plan.stages);
+  set_stage_memory(g, pipeline.stages, options, plan.stages);
   // Layer ranges: for a chain, positions in profile order; the nodes a
   // PipeDream profile drops (its input, tuple unpacking) join the stage of
   // their neighbour. For a DAG, ranges number the nodes stage by stage and

@@ -1,8 +1,10 @@
 #pragma once
 // What a caller asks of the planner, beyond the profile and the topology;
 // read by plan_pipeline and by each cost model.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "planner/plan_kinds.h"
 #include "planner/recompute.h"
@@ -31,6 +33,19 @@ struct PlannerOptions {
   // the zero-bubble schedules: 1; 2bw: 2). `plan --schedule auto` asks for
   // it when the straight optimum ignoring memory does not fit such a schedule.
   int weight_versions = 0;
+  // With weight_versions >= 1, a flushing schedule at M microbatches as its
+  // replay holds them (runtime/simulator/flush_fit.h): the activations a
+  // stage on each rank holds at its peak, in minibatches of the profile
+  // (held microbatches x their share of it; empty: one wherever it sits),
+  // and an item's share of the profile's batch, which scales a layer's
+  // working memory and a recomputed layer's transient (1: a minibatch's).
+  std::vector<double> held_minibatches;
+  double item_share = 1;
+  double held_at(int rank) const {
+    if (held_minibatches.empty()) return 1;
+    if (rank >= 0 && size_t(rank) < held_minibatches.size()) return held_minibatches[size_t(rank)];
+    return *std::max_element(held_minibatches.begin(), held_minibatches.end());
+  }
   // PipeDream's --activation_compression_ratio; unset: the pipedream model
   // ignores activation transfer (the paper model always counts it).
   std::optional<double> activation_compression_ratio;

@@ -56,8 +56,10 @@ inline double worker_memory_bytes(const StageFootprint& s, double weight_version
 // Under 1F1B-RR with stashed weights: a weight version and a minibatch's
 // stash per in-flight minibatch (with `weight_versions` set, the planner's
 // flushing model: that many versions whatever the in-flight count).
-inline double stage_memory_bytes(const StageFootprint& s, int in_flight) {
-  const int versions = s.weight_versions > 0 ? s.weight_versions : in_flight;
+// `in_flight` in minibatches' worth (a flushing schedule's held
+// microbatches: a fraction, PlannerOptions::held_minibatches).
+inline double stage_memory_bytes(const StageFootprint& s, double in_flight) {
+  const double versions = s.weight_versions > 0 ? s.weight_versions : in_flight;
   return worker_memory_bytes(s, versions, s.activation_bytes * in_flight);
 }
 

@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "planner/planner.h"
+#include "core/text.h"
+#include "runtime/simulator/flush_fit.h"
 #include "runtime/simulator/plan_search.h"
 #include "profiler/measure.h"
 #include "runtime/simulator/simulator.h"
@@ -25,7 +27,8 @@ Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const 
 }
 
 Plan plan_for_workers(const Profile& p, int workers, bool straight, int threads_per_worker, int cores,
-                      double bandwidth_GBps, uint64_t memory_bytes, RecomputeMode recompute) {
+                      double bandwidth_GBps, uint64_t memory_bytes, RecomputeMode recompute,
+                      const ScheduleOptions* flushing, int64_t batch) {
   if (workers < 1) throw UserError(cat("--workers must be >= 1, got ", workers));
   if (straight && workers > static_cast<int>(p.nodes.size()))
     throw UserError(cat("--straight with ", workers, " workers needs at least as many profile nodes (layers, or an "
@@ -35,7 +38,28 @@ Plan plan_for_workers(const Profile& p, int workers, bool straight, int threads_
   o.straight = straight;
   o.memory_bytes = memory_bytes;
   o.recompute = recompute;
-  Plan plan = search_plan(p, flat_topology(workers, bandwidth_GBps), o).plan;
+  Plan plan;
+  if (flushing && memory_bytes > 0) {
+    // The schedule's own memory prices the cut and recomputation (flush_fit.h).
+    const Topology topology = flat_topology(workers, bandwidth_GBps);
+    PlannerOptions fastest = o;
+    fastest.straight = true;
+    fastest.memory_bytes = 0;
+    plan = search_plan(p, topology, fastest).plan;
+    plan.batch = batch;
+    ScheduleOptions schedule = *flushing;
+    schedule.minibatches = 16;
+    const FlushFit fit = fit_flush_plan(p, plan, topology, o, schedule, double(memory_bytes));
+    if (!fit.fits)
+      throw UserError(cat("--memory ", bytes_text(double(memory_bytes)), ": ", fit.note,
+                          " (the plan ignoring memory needs ", bytes_text(fit.fastest_peak_bytes),
+                          " on its fullest worker",
+                          recompute == RecomputeMode::none ? "; --recompute auto may fit it" : "", ")"));
+    plan = fit.replay.plan;
+    plan.topology.worker_memory_bytes = memory_bytes;
+  } else {
+    plan = search_plan(p, flat_topology(workers, bandwidth_GBps), o).plan;
+  }
   plan.profile.model = p.model;
   plan.profile.batch_size = p.batch_size;
   plan.profile.device = p.device;

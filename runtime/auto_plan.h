@@ -28,9 +28,15 @@ Profile measure_layer_profile(const Model& m, int64_t batch, int threads, const 
 // replay with the cores shared (SimulationOptions::cores; never below the
 // bound), predicted_by "shared cores", if slower than the own-device replay.
 // memory_bytes (0: none) and recompute as PlannerOptions' (`run --memory`, `--recompute`).
+// `flushing` (a schedule that flushes, `run --plan auto --schedule X`,
+// with the profile measured at its microbatch of `batch` / M): the plan is
+// straight, and under a memory limit its cut and recomputed layers are
+// chosen by X's own memory at M microbatches (runtime/simulator/flush_fit.h);
+// UserError when none fits.
 Plan plan_for_workers(const Profile& p, int workers, bool straight = false, int threads_per_worker = 1,
                       int cores = 0, double bandwidth_GBps = 4.0, uint64_t memory_bytes = 0,
-                      RecomputeMode recompute = RecomputeMode::none);
+                      RecomputeMode recompute = RecomputeMode::none, const ScheduleOptions* flushing = nullptr,
+                      int64_t batch = 0);
 
 // A flush schedule (gpipe, 1f1b-flush, zb-h1) run on a plan profiled at
 // its microbatch - what `run --plan auto` profiles for a flush run, the

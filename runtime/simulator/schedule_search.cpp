@@ -1,10 +1,12 @@
 #include "runtime/simulator/schedule_search.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
 #include "core/text.h"
 #include "planner/planning_graph.h"
+#include "runtime/simulator/flush_fit.h"
 #include "runtime/simulator/plan_search.h"
 #include "runtime/simulator/simulator.h"
 #include "runtime/simulator/worker_memory.h"
@@ -46,26 +48,23 @@ ScheduleCandidate one_f_one_b_rr(const Profile& profile, const Topology& topolog
 }
 
 // The planner's straight optimum on `workers`, ignoring memory (checked
-// per schedule afterwards); nullopt-like empty plan when there is none.
-// With a stage limit: the fastest whose every stage fits it holding
-// `weight_versions` weight versions and one minibatch's activations
-// (PlannerOptions::weight_versions), which bounds the schedule's figure
-// above as long as a stage holds at most its minibatch's microbatches.
-Plan straight_plan(const Profile& profile, Topology topology, PlannerOptions options, double stage_limit = 0,
-                   int weight_versions = 0) {
+// per schedule afterwards).
+Plan straight_plan(const Profile& profile, Topology topology, PlannerOptions options) {
   options.straight = true;
   options.fewer_workers = false;
-  options.memory_bytes = uint64_t(stage_limit);
-  options.weight_versions = stage_limit > 0 ? weight_versions : 0;
-  if (stage_limit > 0) options.explain_infeasible = false;
+  options.memory_bytes = 0;
+  options.weight_versions = 0;
   topology.worker_memory_bytes = 0;
-  Plan plan = plan_pipeline(profile, topology, options);
-  plan.topology.worker_memory_bytes = 0;  // (recorded as the unlimited optimum's)
-  return plan;
+  return plan_pipeline(profile, topology, options);
 }
 
-ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const ScheduleKind* kind, int virtual_stages,
-                             int workers, double limit) {
+// The family's best over its microbatch counts: at each, `fastest` (the
+// optimum ignoring memory, on `stages`) where its replay fits the limit,
+// else the fastest cut and recomputation that fit the schedule's memory
+// at that count (flush_fit.h).
+ScheduleCandidate best_flush(const Profile& profile, const Plan& fastest, const Topology& stages,
+                             const PlannerOptions& options, const ScheduleKind* kind, int virtual_stages, int workers,
+                             double limit) {
   ScheduleCandidate best;
   best.family = kind;
   const std::vector<int> counts = microbatch_counts(profile.batch_size, workers, virtual_stages > 1);
@@ -74,66 +73,47 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const Sch
                     " into microbatches");
     return best;
   }
-  best.note = "no microbatch count fits the memory limit";
+  const std::string none_fits = cat("no microbatch count fits the memory limit (",
+                                    options.recompute == RecomputeMode::none ? "without recomputation"
+                                                                             : "with recomputation",
+                                    ")");
+  best.note = none_fits;
   for (int m : counts) {
-    ScheduleCandidate c;
-    c.family = best.family;
-    c.plan = plan;
-    c.schedule.kind = kind;
-    c.schedule.microbatches = m;
-    c.schedule.virtual_stages = virtual_stages;
-    c.schedule.minibatches = kScheduleSearchBatches;
-    SimulationOptions so;
-    so.schedule = c.schedule;
-    so.stashed_bytes = stashed_bytes_from_profile(plan, profile);
-    so.weight_pass_bytes = weight_pass_bytes_from_profile(plan, profile);
-    if (profile.batch_size % m == 0)
-      so.microbatch_times = microbatch_times_from_profile(plan, profile, profile.batch_size / m);
-    SimulationReport rep;
+    ScheduleOptions schedule;
+    schedule.kind = kind;
+    schedule.microbatches = m;
+    schedule.virtual_stages = virtual_stages;
+    schedule.minibatches = kScheduleSearchBatches;
+    FlushFit fit;
     try {
-      rep = simulate(plan, so);
+      fit = fit_flush_plan(profile, fastest, stages, options, schedule, limit);
     } catch (const UserError& e) {  // a count this schedule refuses (dualpipev: M >= 2p)
       if (!best.fits) best.note = e.what();
       continue;
     }
-    c.samples_per_s = rep.throughput_samples_per_s;
-    c.time_per_batch_s = rep.time_per_minibatch_s;
-    c.replayed = true;
-    c.worker_memory_bytes = predicted_worker_memory(plan, profile, rep);
-    for (double b : c.worker_memory_bytes) c.peak_memory_bytes = std::max(c.peak_memory_bytes, b);
-    best.least_memory_bytes = best.least_memory_bytes > 0 ? std::min(best.least_memory_bytes, c.peak_memory_bytes)
-                                                          : c.peak_memory_bytes;
-    c.fits = limit <= 0 || c.peak_memory_bytes <= limit;
-    if (!c.fits) {
-      if (!best.fits) best.note = "no microbatch count fits the memory limit";  // rather than a refused count's reason
+    best.least_memory_bytes = best.least_memory_bytes > 0 ? std::min(best.least_memory_bytes, fit.fastest_peak_bytes)
+                                                          : fit.fastest_peak_bytes;
+    if (!fit.fits) {
+      if (!best.fits) best.note = none_fits;  // rather than a refused count's reason
       continue;
     }
+    ScheduleCandidate c;
+    c.family = kind;
+    c.plan = fit.replay.plan;
+    c.schedule = schedule;
+    c.samples_per_s = fit.replay.report.throughput_samples_per_s;
+    c.time_per_batch_s = fit.replay.report.time_per_minibatch_s;
+    c.replayed = true;
+    c.worker_memory_bytes = fit.replay.worker_memory_bytes;
+    c.peak_memory_bytes = fit.replay.peak_memory_bytes;
+    c.fits = true;
     if (!best.fits || c.time_per_batch_s < best.time_per_batch_s) {
       c.least_memory_bytes = best.least_memory_bytes;
       best = c;
     }
   }
+  if (best.fits) best.least_memory_bytes = std::min(best.least_memory_bytes, best.peak_memory_bytes);
   return best;
-}
-
-// The fastest cut ignoring memory can put more layers on a stage than the
-// limit holds (uneven layer times) where an even cut fits: then the fastest
-// cut whose stages fit (`chunks` stages share a worker, a share of the
-// limit each). `fastest` is kept when that does not fit either (its note
-// and least memory say what would).
-ScheduleCandidate fitting_flush(const Profile& profile, const Topology& topology, const PlannerOptions& options,
-                                ScheduleCandidate fastest, const SearchedSchedule& searched, int workers, double limit) {
-  if (fastest.fits || !(limit > 0)) return fastest;
-  const ScheduleKind* kind = searched.kind;
-  const int virtual_stages = searched.virtual_stages, chunks = searched.stages_per_worker;
-  const Topology stages = chunks > 1 ? flat_topology(chunks * workers, topology.levels.front().bandwidth_GBps) : topology;
-  try {
-    const Plan fitting = straight_plan(profile, stages, options, limit / chunks, searched.weight_versions);
-    ScheduleCandidate c = best_flush(profile, fitting, kind, virtual_stages, workers, limit);
-    if (c.fits) return c;
-  } catch (const UserError&) {  // no cut fits the limit under this model
-  }
-  return fastest;
 }
 
 }  // namespace
@@ -169,10 +149,9 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
                      " layers to cut between");
       } else {
         try {
-          const Plan more = straight_plan(
-              profile, flat_topology(chunks * workers, topology.levels.front().bandwidth_GBps), options);
-          c = fitting_flush(profile, topology, options, best_flush(profile, more, kind, virtual_stages, workers, limit),
-                            searched, workers, limit);
+          const Topology stages = flat_topology(chunks * workers, topology.levels.front().bandwidth_GBps);
+          const Plan more = straight_plan(profile, stages, options);
+          c = best_flush(profile, more, stages, options, kind, virtual_stages, workers, limit);
         } catch (const UserError& e) {
           c.note = cat("no plan of ", chunks * workers, " stages: ", e.what());
         }
@@ -180,8 +159,7 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
     } else if (straight.stages.empty()) {
       c.note = why_not;
     } else {
-      c = fitting_flush(profile, topology, options, best_flush(profile, straight, kind, 1, workers, limit), searched,
-                        workers, limit);
+      c = best_flush(profile, straight, topology, options, kind, 1, workers, limit);
     }
     out.families.push_back(c);
   }
@@ -191,6 +169,27 @@ ScheduleSearch search_schedules(const Profile& profile, const Topology& topology
          out.families[i].time_per_batch_s < out.families[static_cast<size_t>(out.chosen)].time_per_batch_s))
       out.chosen = static_cast<int>(i);
   return out;
+}
+
+std::optional<MemoryNeed> least_memory_any_schedule(const Profile& profile, const Topology& topology,
+                                                    PlannerOptions options, uint64_t above, uint64_t start,
+                                                    double seconds) {
+  options.explain_infeasible = false;
+  const auto fits = [&](uint64_t bytes) {
+    options.memory_bytes = bytes;
+    return search_schedules(profile, topology, options).chosen >= 0;
+  };
+  uint64_t lo = above, hi = std::max(start, above + 1);
+  for (int doubling = 0; !fits(hi); ++doubling) {
+    if (doubling == 6) return std::nullopt;
+    lo = hi, hi *= 2;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (hi - lo > 1 && double(hi - lo) > 0.0005 * double(lo) && std::chrono::steady_clock::now() < deadline) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return MemoryNeed{lo, hi};
 }
 
 }  // namespace pd

@@ -19,13 +19,13 @@
 // held (F to the last backward pass) times a stage's stashed activations and
 // message buffers per microbatch, plus its layers' working memory per
 // microbatch - planner/stage_memory.h's terms, with 1F1B-RR's weight
-// stashing gone. Where that straight optimum (cut for time alone: uneven
-// layer times can put more layers on a stage than the limit holds) fits no
-// microbatch count, the planner's fastest straight cut whose every stage
-// fits under the family's own memory model (PlannerOptions::weight_versions;
-// a share of the limit per stage where stages share a worker) is replayed
-// instead.
+// stashing gone. Where that straight optimum (cut for time alone) does not
+// fit at a count, the planner's fastest straight cut and, under
+// --recompute, each stage's recomputed layers, priced by the family's own
+// memory at that count, are replayed instead (flush_fit.h).
+#include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,5 +63,15 @@ struct ScheduleSearch {
 constexpr int64_t kScheduleSearchBatches = 16;
 
 ScheduleSearch search_schedules(const Profile& profile, const Topology& topology, const PlannerOptions& options);
+
+// The least memory per worker under which search_schedules chooses some
+// family, recomputing as options.recompute says: bisected between `above`
+// (which does not fit) and a size that does (from `start`, doubled until
+// one does), each probe a whole search, for about `seconds`. Both ends are
+// probed or given, so both are true: `fits` fits, `more_than` does not.
+// nullopt: nothing fits even at 64 times `start`.
+std::optional<MemoryNeed> least_memory_any_schedule(const Profile& profile, const Topology& topology,
+                                                    PlannerOptions options, uint64_t above, uint64_t start,
+                                                    double seconds = 4);
 
 }  // namespace pd

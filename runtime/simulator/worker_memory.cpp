@@ -24,8 +24,13 @@ std::vector<StageFootprint> stage_footprints(const Plan& plan, const Profile& pr
     std::vector<int> nodes, recomputed;
     for (const ProfileNode* n : all_nodes[s])
       if (const int v = planned[size_t(n - profile.nodes.data())]; v >= 0) nodes.push_back(v);
-    for (int l : plan.stages[s].recompute_layers)
-      if (size_t(l) < planned.size() && planned[size_t(l)] >= 0) recomputed.push_back(planned[size_t(l)]);
+    // A layer index counts the stage's nodes from its first layer (a DAG
+    // plan numbers them in `nodes` order, a chain's are the profile's own).
+    for (int l : plan.stages[s].recompute_layers) {
+      const size_t at = size_t(l - plan.stages[s].first_layer);
+      if (l < plan.stages[s].first_layer || at >= all_nodes[s].size()) continue;
+      if (const int v = planned[size_t(all_nodes[s][at] - profile.nodes.data())]; v >= 0) recomputed.push_back(v);
+    }
     StageFootprint f = stage_footprint(g, nodes, recomputed, plan.stages[s].replicas);
     f.activation_bytes *= share, f.workspace_bytes *= share, f.recompute_bytes *= share;
     out.push_back(f);

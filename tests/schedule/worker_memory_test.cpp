@@ -121,5 +121,29 @@ TEST(WorkerMemory, CountsMessagesSentAndNotYetReceived) {
   for (size_t s = 0; s < 4; ++s) EXPECT_GE(loud[s], quiet[s]);
 }
 
+
+// A DAG plan numbers a stage's recomputed layers in its `nodes` order (from
+// its first layer), not by profile index: the stage footprints read them
+// so, and give back the planner's own per-stage figure under 1F1B-RR
+// (PipeDream's vgg16 and gnmt profiles, planned on antichains, every layer
+// recomputed).
+TEST(WorkerMemory, DagPlansRecomputeTheLayersThePlannerChose) {
+  for (const char* model : {"vgg16", "gnmt"}) {
+    const Profile p = read_profile(std::string(PD_SOURCE_DIR "/tests/data/pipedream-profiles/") + model + "/graph.txt");
+    PlannerOptions o;
+    o.straight = true;
+    o.recompute = RecomputeMode::full;
+    const Plan plan = plan_pipeline(p, flat_topology(4, 4), o);
+    ASSERT_EQ(plan.state_space, StateSpaceKind::antichain) << model;
+    const std::vector<StageFootprint> f = stage_footprints(plan, p);
+    ASSERT_EQ(f.size(), plan.stages.size());
+    for (size_t s = 0; s < f.size(); ++s) {
+      ASSERT_FALSE(plan.stages[s].recompute_layers.empty()) << model << " stage " << s;
+      EXPECT_NEAR(stage_memory_bytes(f[s], plan.stages[s].in_flight), double(plan.stages[s].memory_bytes), 1.0)
+          << model << " stage " << s;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pd
