@@ -85,8 +85,7 @@ ScheduleCandidate best_flush(const Profile& profile, const Plan& plan, const Sch
     c.schedule.minibatches = kScheduleSearchBatches;
     SimulationOptions so;
     so.schedule = c.schedule;
-    so.stashed_bytes = stashed_bytes_from_profile(plan, profile);
-    so.weight_pass_bytes = weight_pass_bytes_from_profile(plan, profile);
+    set_memory_from_profile(so, plan, profile);
     if (profile.batch_size % m == 0)
       so.microbatch_times = microbatch_times_from_profile(plan, profile, profile.batch_size / m);
     SimulationReport rep;
