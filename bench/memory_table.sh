@@ -6,7 +6,10 @@
 # predicted_memory_bytes per rank (planner/stage_memory.h's
 # worker_memory_bytes over the schedule's replay); measured: `run
 # --metrics`'s peak_training_bytes per rank (the allocator's peak less what
-# was resident before training). Memory does not depend on the host's load.
+# was resident before training). The stashes and weights do not depend on
+# the host's load; the messages a worker holds do (ones that arrive before
+# it runs): on a worker of under 1 MB, 1-3 of them are 10-60%
+# (docs/measurements.md, "working memory priced at its time").
 #
 #   bench/memory_table.sh [--out DIR] [--models cnn,gpt-mini] [--schedules a,b] [--recompute none,full]
 #
@@ -31,7 +34,7 @@ while [ $# -gt 0 ]; do
     --models) models=${2:?}; models=${models//,/ }; shift 2 ;;
     --schedules) schedules=${2:?}; schedules=${schedules//,/ }; shift 2 ;;
     --recompute) modes=${2:?}; modes=${modes//,/ }; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "memory_table.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -155,8 +155,7 @@ void run_simulate(const SimulateArgs& a) {
     stale = refresh_stale_plan(plan, &profile);
     check_profile_matches_plan(plan, profile);
     if (a.recost) recost_plan(plan, profile);
-    opt.stashed_bytes = stashed_bytes_from_profile(plan, profile);
-    opt.weight_pass_bytes = weight_pass_bytes_from_profile(plan, profile);
+    set_memory_from_profile(opt, plan, profile);
     opt.gradient_buckets = gradient_buckets_from_profile(plan, profile);
     if (M > 1 && profile.batch_size % M == 0)
       opt.microbatch_times = microbatch_times_from_profile(plan, profile, profile.batch_size / M);

@@ -41,7 +41,11 @@ struct StageFootprint {
 //   it that its receives have not yet taken: `held_activation_bytes`;
 // - the working memory of the layer computing at the time (the gradient it
 //   receives and what it allocates while it runs), the most of its layers,
-//   and, recomputing, one recomputed layer's activations again.
+//   and, recomputing, one recomputed layer's activations again. A replay
+//   that prices these at each compute (SimulationOptions::working_bytes)
+//   passes its peak of all three as `held_activation_bytes` and a
+//   footprint without them: a received gradient is then not counted both
+//   in the inbox and in the backward's working memory.
 // Messages are not counted per in-flight minibatch: a sent activation or
 // gradient is freed once its send has copied it out (the same-host path's
 // shared segment, MPI's buffers), and a received one becomes the stash of

@@ -28,8 +28,7 @@ FlushReplay replay_flush(const Plan& plan, const Profile& profile, const Schedul
   out.plan = plan;
   SimulationOptions so;
   so.schedule = schedule;
-  so.stashed_bytes = stashed_bytes_from_profile(plan, profile);
-  so.weight_pass_bytes = weight_pass_bytes_from_profile(plan, profile);
+  set_memory_from_profile(so, plan, profile);
   Plan replayed = plan;
   const int m = schedule.microbatches;
   if (profiled_at_microbatch(plan, profile)) {

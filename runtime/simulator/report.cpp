@@ -50,6 +50,16 @@ std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile
   return out;
 }
 
+void set_memory_from_profile(SimulationOptions& o, const Plan& plan, const Profile& profile) {
+  o.stashed_bytes.clear(), o.working_bytes.clear(), o.recompute_bytes.clear();
+  for (const StageFootprint& f : stage_footprints(plan, profile)) {
+    o.stashed_bytes.push_back(uint64_t(std::max(0.0, f.activation_bytes)));
+    o.working_bytes.push_back(uint64_t(std::max(0.0, f.workspace_bytes)));
+    o.recompute_bytes.push_back(uint64_t(std::max(0.0, f.recompute_bytes)));
+  }
+  o.weight_pass_bytes = weight_pass_bytes_from_profile(plan, profile);
+}
+
 std::vector<uint64_t> weight_pass_bytes_from_profile(const Plan& plan, const Profile& profile) {
   if (!records_weight_passes(profile)) return {};
   // Per minibatch of the plan's batch, as stashed_bytes_from_profile's.
@@ -168,6 +178,7 @@ nlohmann::json report_to_json(const SimulationReport& rep) {
                        {"peak_activation_bytes", w.peak_activation_bytes},
                        {"peak_with_messages_bytes", w.peak_with_messages_bytes},
                        {"peak_weight_versions", w.peak_weight_versions}});
+    if (w.peak_working_bytes > 0) workers.back()["peak_working_bytes"] = w.peak_working_bytes;
     if (w.predicted_memory_bytes > 0) workers.back()["predicted_memory_bytes"] = w.predicted_memory_bytes;
   }
   nlohmann::json j = {{"schedule", to_string(rep.schedule.kind)},

@@ -78,6 +78,9 @@ struct alignas(64) WorkerState {
   // Shared cores: the time slice the message it waits for may still wait
   // for once it crosses its link, decided at that moment (busy_latency).
   double slice_wait_s = 0;
+  // The working memory of the compute running (0 between computes), and
+  // the peak of it with the held stashes and the inbox.
+  uint64_t working_bytes = 0, peak_working_bytes = 0;
   // Weight versions the in-flight minibatches use: their forwards' versions
   // never decrease, so counting distinct ones needs only the newest and,
   // when the oldest leaves, the version of the next one (from the source) -
@@ -122,6 +125,7 @@ struct StageCost {
   double message_bytes;
   uint64_t stashed_bytes;
   uint64_t weight_pass_bytes;  // SimulationOptions::weight_pass_bytes, per item
+  uint64_t working_bytes, backward_working_bytes;  // SimulationOptions::working_bytes (B: with recompute_bytes), per item
   int forward_line = -1, backward_line = -1, weight_line = -1;  // the event queue's delay lines; -1: none
 };
 
@@ -159,6 +163,9 @@ class Simulation {
     if (!opt.weight_pass_bytes.empty() && opt.weight_pass_bytes.size() != plan.stages.size())
       throw UserError(cat("weight-pass bytes are given for ", opt.weight_pass_bytes.size(), " stages, the plan has ",
                           plan.stages.size()));
+    for (const auto* v : {&opt.working_bytes, &opt.recompute_bytes})
+      if (!v->empty() && v->size() != plan.stages.size())
+        throw UserError(cat("working bytes are given for ", v->size(), " stages, the plan has ", plan.stages.size()));
     if (!opt.stashed_bytes.empty() && opt.stashed_bytes.size() != plan.stages.size())
       throw UserError(cat("stashed bytes are given for ", opt.stashed_bytes.size(), " stages, the plan has ",
                           plan.stages.size()));
@@ -211,9 +218,15 @@ class Simulation {
       const double recompute = st.recompute_s / items;
       // A tied parameter's gradient exchange (planner/plan_ties.h) holds the step.
       const double step = (g.blocking ? st.optimizer_s : 0.0) + tie_exchange_s(plan, int(s));
+      // Working memory: where W's context is measured, a recomputed
+      // layer's activations made again are inside it (held from B on).
+      const uint64_t working = opt.working_bytes.empty() ? 0 : opt.working_bytes[s];
+      const uint64_t recomputed =
+          opt.recompute_bytes.empty() || (split_ && !opt.weight_pass_bytes.empty()) ? 0 : opt.recompute_bytes[s];
+      const auto per_item = [&](double bytes) { return static_cast<uint64_t>(std::llround(bytes / items)); };
       costs_.push_back({forward, backward * (1 - w_share) + recompute, backward * w_share, step,
-                        double(st.output_bytes) / items, static_cast<uint64_t>(std::llround(double(stash) / items)),
-                        static_cast<uint64_t>(std::llround(double(weight_pass) / items))});
+                        double(st.output_bytes) / items, per_item(double(stash)), per_item(double(weight_pass)),
+                        per_item(double(working)), per_item(double(working + recomputed))});
       if (st.replicas > 1) {
         g.allreduce_s = allreduce_seconds(plan.topology, st.ranks, double(st.parameter_bytes), shared_cores_);
         // Each member sends and receives 2(r-1)/r of the bytes in 2(r-1) messages each way.
@@ -561,6 +574,12 @@ class Simulation {
         count_versions(w);
       }
     }
+    // The pass's working memory (the optimizer step's is not priced); a
+    // backward's received gradient left the inbox at its receive.
+    w.working_bytes = a.kind == ActionKind::OptimizerStep ? 0
+                      : a.kind == ActionKind::Backward    ? cost_of(w, a).backward_working_bytes
+                                                          : cost_of(w, a).working_bytes;
+    w.peak_working_bytes = std::max(w.peak_working_bytes, w.held_bytes + w.inbox_bytes + w.working_bytes);
     if (shared_cores_) return;
     if (line >= 0) events_.push_delayed({w.compute_end, r}, static_cast<size_t>(line));
     else events_.push({w.compute_end, r});
@@ -570,6 +589,7 @@ class Simulation {
     WorkerState& w = workers_[r];
     const PackedAction& a = w.action();
     w.computing = false;
+    w.working_bytes = 0;
     w.backward_just_done = a.kind == ActionKind::Backward && !split_;
     w.busy += w.compute_end - w.compute_start;
     if (trace_) trace_->push_back({a.kind, r, a.sub, a.item, w.compute_start, w.compute_end, a.chunk});
@@ -668,6 +688,7 @@ class Simulation {
     }
     dst.inbox_bytes += message_bytes(r, a);
     dst.peak_with_inbox_bytes = std::max(dst.peak_with_inbox_bytes, dst.held_bytes + dst.inbox_bytes);
+    dst.peak_working_bytes = std::max(dst.peak_working_bytes, dst.held_bytes + dst.inbox_bytes + dst.working_bytes);
     dst.mailbox.push_back({a.key, arrival}, spilled_[a.peer]);
     if (awaited) {
       dst.mailbox.wait_tag = -1;
@@ -858,6 +879,7 @@ class Simulation {
       wr.peak_held = w.peak_held;
       wr.peak_activation_bytes = w.peak_held_bytes;
       wr.peak_with_messages_bytes = w.peak_with_inbox_bytes;
+      wr.peak_working_bytes = opt_.working_bytes.empty() ? 0 : std::max(w.peak_working_bytes, w.peak_with_inbox_bytes);
       wr.peak_weight_versions = w.peak_versions;
       rep.workers.push_back(wr);
     }

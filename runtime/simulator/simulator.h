@@ -96,6 +96,13 @@ struct SimulationOptions {
   // gradient included), per stage; empty: the stash itself
   // (weight_pass_bytes_from_profile).
   std::vector<uint64_t> weight_pass_bytes;
+  // What a compute of each stage holds while it runs beyond the held items
+  // and the messages, per minibatch (working_bytes_from_profile): its
+  // layers' most working memory, in every pass (forward, B, W), and on
+  // top, in B, the most one recomputed layer makes again (recompute_bytes;
+  // 0 where the weight-pass bytes already hold it). Empty: not priced, and
+  // WorkerReport::peak_working_bytes stays 0.
+  std::vector<uint64_t> working_bytes, recompute_bytes;
   // Schedules with microbatches: each stage's forward and backward seconds
   // for one microbatch, measured at its size (microbatch_times_from_profile).
   // Empty: the stage's minibatch times / microbatches, which undercounts
@@ -157,6 +164,11 @@ std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile
 // Each stage's ProfileNode::weight_pass_bytes summed, per minibatch; empty
 // when the profile records none (older profiles, graph.txt, imported graphs).
 std::vector<uint64_t> weight_pass_bytes_from_profile(const Plan& plan, const Profile& profile);
+// The memory a replay prices from the profile, set in `o`: the stashes
+// (stashed_bytes_from_profile), what B keeps for W (where o.schedule
+// splits them and the profile measured it) and each compute's working
+// memory (SimulationOptions::working_bytes), per minibatch.
+void set_memory_from_profile(SimulationOptions& o, const Plan& plan, const Profile& profile);
 
 // Each stage's forward and backward seconds for one microbatch of
 // `microbatch` samples: its layers' (nodes') times at that batch
@@ -201,6 +213,12 @@ struct WorkerReport {
   // Peak of those and the messages sent to the worker that its receives
   // have not yet taken (activations and gradients, the boundaries' bytes).
   uint64_t peak_with_messages_bytes = 0;
+  // Peak of those and the working memory of the compute running at the
+  // time (SimulationOptions::working_bytes; 0 when not priced): a received
+  // gradient counts once, in the inbox until its B takes it, then in B's
+  // working memory, and a worker of several stages pays the working memory
+  // of the one computing.
+  uint64_t peak_working_bytes = 0;
   int64_t peak_in_flight = 0;                     // items between F and B (interleaved: chunk items)
   // Items whose forward's tensors are held: from F to their last backward
   // pass (W for zb-h1, which needs them; B otherwise = peak_in_flight).

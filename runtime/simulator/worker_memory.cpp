@@ -58,6 +58,13 @@ std::vector<double> predicted_worker_memory(const Plan& plan, const Profile& pro
     // made again become; the transient is inside it, not on top.
     if (split_measured) mine.recompute_bytes = 0;
     const double versions = std::max<double>(double(schedule.versions_kept()), double(w.peak_weight_versions));
+    // A replay that priced each compute's working memory at its time
+    // (set_memory_from_profile) holds it in its peak already.
+    if (w.peak_working_bytes > 0) {
+      mine.workspace_bytes = mine.recompute_bytes = 0;
+      out.at(size_t(w.rank)) = worker_memory_bytes(mine, versions, double(w.peak_working_bytes));
+      continue;
+    }
     out.at(size_t(w.rank)) = worker_memory_bytes(mine, versions, double(w.peak_with_messages_bytes));
   }
   return out;
@@ -72,8 +79,7 @@ std::vector<double> predicted_stage_memory(const Plan& plan, const Profile& prof
   for (const PlanStage& st : plan.stages) workers += st.replicas;
   o.schedule.minibatches = 4 * workers + 4;
   const Schedule placed(plan, o.schedule);
-  o.stashed_bytes = stashed_bytes_from_profile(plan, profile);
-  o.weight_pass_bytes = weight_pass_bytes_from_profile(plan, profile);
+  set_memory_from_profile(o, plan, profile);
   // The replay gives an item its share of a stage's output: a plan whose
   // profile measured one microbatch (`run --plan auto` with a flush
   // schedule) sends the batch's.

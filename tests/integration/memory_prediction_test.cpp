@@ -3,8 +3,9 @@
 // against the peak each rank of `run` measures (its allocator's peak less
 // what was resident before training), on cnn's four stages: within 10% for
 // a flush schedule (gpipe), a synchronous 1F1B (1f1b-flush) and 2bw, with
-// and without recomputation. Memory does not depend on timing, so this
-// holds on a loaded host. bench/memory_table.sh measures every schedule.
+// and without recomputation. The messages a worker holds depend on timing
+// (those that arrive before it runs): on a loaded 2-core host conv2's rank
+// under 2bw once measured -11% in five runs (docs/measurements.md). bench/memory_table.sh measures every schedule.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -40,7 +40,7 @@ std::vector<double> predicted(const Plan& plan, const Profile& p, const Schedule
   o.schedule.kind = kind;
   o.schedule.microbatches = microbatches;
   o.schedule.minibatches = kind->flushes() ? 3 : 16;
-  o.stashed_bytes = stashed_bytes_from_profile(plan, p);
+  set_memory_from_profile(o, plan, p);
   return predicted_worker_memory(plan, p, simulate(plan, o));
 }
 
@@ -142,6 +142,32 @@ TEST(WorkerMemory, DagPlansRecomputeTheLayersThePlannerChose) {
       EXPECT_NEAR(stage_memory_bytes(f[s], plan.stages[s].in_flight), double(plan.stages[s].memory_bytes), 1.0)
           << model << " stage " << s;
     }
+  }
+}
+
+// The replay prices each compute's working memory at its time: the
+// gradient a backward receives is in the worker's inbox until its receive
+// takes it and in the backward's working memory after, never both. Stage 0
+// of two, whose only memory is that gradient (its working memory, nothing
+// stashed) and whose backward ends long before the next gradient comes,
+// holds one microbatch's gradient at a time; the peak of the inbox with
+// the most working memory on top counted it twice.
+TEST(WorkerMemory, ReceivedGradientCountsOnceInTheInboxOrInItsBackward) {
+  constexpr double kGradient = 4e6;  // stage 0's output, per minibatch
+  ProfileNode n;
+  n.output_bytes = uint64_t(kGradient);
+  n.workspace_bytes = uint64_t(kGradient);  // its backward's received gradient, nothing more
+  Profile p = testing::equal_chain_profile(2, 8, n);
+  p.nodes[0].forward_ms = p.nodes[0].backward_ms = p.nodes[1].forward_ms = 1;
+  p.nodes[1].backward_ms = 10;  // gradients come every 10 ms, stage 0 takes 1 ms for each
+  p.nodes[1].output_bytes = p.nodes[1].workspace_bytes = 0;
+  PlannerOptions po;
+  po.straight = true;
+  const Plan plan = plan_pipeline(p, flat_topology(2, 10), po);
+  ASSERT_EQ(plan.stages.size(), 2u);
+  for (const char* schedule : {"1f1b-flush", "gpipe"}) {
+    const std::vector<double> bytes = predicted(plan, p, parse_schedule_kind(schedule), 4);
+    EXPECT_DOUBLE_EQ(bytes[0], kGradient / 4) << schedule;
   }
 }
 
