@@ -7,7 +7,6 @@
 
 #include "core/cpu/gemm.h"
 #include "core/cuda_plugin.h"
-#include "core/device_ops.h"
 #include "core/error.h"
 #include "core/precision_names.h"
 
@@ -40,7 +39,6 @@ void apply_compute_settings(const ComputeSettings& s) {
     throw UserError(cat("--threads must be in [1, ", kMaxComputeThreads, "], got ", s.threads));
   open_device(s.device, s.device.str(), s.deterministic, s.allow_tf32);
   cpu::set_compute_threads(s.threads);
-  device_ops(s.device).set_precision(s.precision);
   g_applied = s;
 }
 

@@ -4,6 +4,13 @@
 // (cli/) build one ComputeSettings from their flags and apply it once, at
 // the start; the runtime and the profiler then compute on it and never set
 // a thread count or open a device themselves.
+//
+// Precision is recorded here for the command to hand on (RunSpec,
+// TrainOptions, ProfileOptions), not set in any backend: it travels with
+// every call, as StepInfo::precision (core/layer.h) and the precision
+// argument of the DeviceOps entries whose results depend on it, because
+// one process computes in both (an imported graph's nodes run FP32 inside a
+// bf16 run; tests and the profiler compare the two).
 
 #include <string>
 
@@ -34,8 +41,7 @@ int threads_or_all_cores(int threads);
 
 // Applies s to this process: opens s.device (CUDA: loads the plugin,
 // initialises the GPU, sets deterministic convolutions and TF32 math as
-// asked), sets the CPU compute threads and the device's precision
-// (DeviceOps::set_precision). Once per process: a later call
+// asked) and sets the CPU compute threads. Once per process: a later call
 // with equal settings does nothing; one with different settings throws
 // RuntimeFailure naming both, because what the first opened (a GPU, kernels
 // chosen and timed under it) cannot be taken back. Bad values throw

@@ -565,7 +565,6 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
 
   const int n = model.size();
   g_timed_device = o.device;
-  device_ops(o.device).set_precision(o.precision);
   if (o.memory_bytes > 0) return measure_one_layer_at_a_time(model, o, details);
   ParameterStore w = ParameterStore::create(model, o.seed, o.device);
   ParameterStore grads = w.zeros_like_params();

@@ -664,7 +664,6 @@ static WorkerSummary run_worker(const RunSpec& spec, const Model& model, const D
                      spec.schedule.microbatches, spec.samples_per_step(), spec.log_every);
   report.set_learning_rates(spec.lr);
   StageTraining training = training_of(spec, model, data, *optimizer);
-  device_ops(spec.device).set_precision(spec.precision);
   const TrainingOutcome trained =
       train_segments(spec, model, data, role, states, training, from, report, bar, t);
 

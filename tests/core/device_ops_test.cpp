@@ -50,10 +50,10 @@ TEST(DeviceOps, CpuLinearEntriesGiveTheKernelsBits) {
   std::vector<float> y1(R * O), y2(R * O), dx1(R * I), dx2(R * I), dw1(O * I, 0.0f), dw2(O * I, 0.0f), db1(O, 0.0f),
       db2(O, 0.0f);
   cpu::linear_forward(x.f32(), w.f32(), b.f32(), y1.data(), R, I, O);
-  o.linear_forward(R, I, O, x.f32(), w.f32(), b.f32(), y2.data());
+  o.linear_forward(Precision::FP32, R, I, O, x.f32(), w.f32(), b.f32(), y2.data());
   cpu::linear_backward(x.f32(), w.f32(), dy.f32(), dx1.data(), dw1.data(), db1.data(), R, I, O);
-  o.linear_backward_input(R, I, O, dy.f32(), w.f32(), dx2.data());
-  o.linear_backward_params_accum(R, I, O, x.f32(), dy.f32(), dw2.data(), db2.data());
+  o.linear_backward_input(Precision::FP32, R, I, O, dy.f32(), w.f32(), dx2.data());
+  o.linear_backward_params_accum(Precision::FP32, R, I, O, x.f32(), dy.f32(), dw2.data(), db2.data());
   EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(dx1.data(), dx2.data(), dx1.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(dw1.data(), dw2.data(), dw1.size() * sizeof(float)));
