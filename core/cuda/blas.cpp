@@ -59,9 +59,9 @@ void gemm(Precision p, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                            to_int(lda, "lda"), &beta, C, to_int(ldc, "ldc")));
 }
 
-void gemm_strided_batched(Precision p, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                          int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
-                          float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+void gemm_strided_batched(Precision p, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                          const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
+                          float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
   if (M == 0 || N == 0 || batch == 0) return;
   Context& c = context();
   if (p == Precision::BF16 && K > 0) {

@@ -29,8 +29,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 // to nearest even first); under FP32 cublasSgemm (TF32 with --allow-tf32).
 void gemm(Precision p, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-void gemm_strided_batched(Precision p, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                          int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
-                          float* C, int64_t ldc, int64_t stride_c, int64_t batch);
+void gemm_strided_batched(Precision p, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                          const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
+                          float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch);
 
 }  // namespace pd::cuda

@@ -179,8 +179,9 @@ const Perf* pick(const std::vector<Perf>& perfs, int count, bool deterministic, 
 ConvPlan& plan_for(const Conv2dGeometry& g, Precision precision) {
   Context& c = context();
   PD_CHECK(g.pad.is_symmetric(), "cuDNN convolution needs the same pad before and after each axis");
-  PlanKey key{g.batch,    g.in_channels, g.in_h,    g.in_w,     g.out_channels, g.kernel_h,      g.kernel_w,
-              g.stride_h, g.stride_w,    g.pad.top, g.pad.left, g.groups,       c.deterministic, tensor_math(c, precision)};
+  PlanKey key{
+      g.batch,    g.in_channels, g.in_h,    g.in_w,     g.out_channels, g.kernel_h,      g.kernel_w,
+      g.stride_h, g.stride_w,    g.pad.top, g.pad.left, g.groups,       c.deterministic, tensor_math(c, precision)};
   std::lock_guard<std::mutex> lock(g_plans_mu);
   auto it = g_plans.find(key);
   if (it != g_plans.end()) return *it->second;
@@ -314,7 +315,8 @@ void conv2d_backward_params_accum(Precision precision, const Conv2dGeometry& g, 
                                   float* dw, float* dbias) {
   if (!g.pad.is_symmetric()) {
     auto xp = padded_input(g, x);
-    return conv2d_backward_params_accum(precision, on_padded_input(g), static_cast<const float*>(xp->data), dy, dw, dbias);
+    return conv2d_backward_params_accum(precision, on_padded_input(g), static_cast<const float*>(xp->data), dy, dw,
+                                        dbias);
   }
   ConvPlan& p = plan_for(g, precision);
   Context& c = context();

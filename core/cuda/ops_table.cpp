@@ -456,15 +456,15 @@ void attention_forward(Precision p, int64_t B, int64_t T, int64_t H, int64_t hd,
   // bf16: P is an operand (of PV here, of dV and the softmax backward later),
   // rounded where the CPU rounds it; dS is rounded by the GEMMs' packing.
   if (p == Precision::BF16) kernels::round_bf16(BH * T * T, probs, probs, cs());
-  gemm_strided_batched(p, false, false, T, hd, T, 1.0f, probs, T, T * T, v, hd, mat, 0.0f, out_heads.as<float>(), hd, mat,
-                       BH);
+  gemm_strided_batched(p, false, false, T, hd, T, 1.0f, probs, T, T * T, v, hd, mat, 0.0f, out_heads.as<float>(), hd,
+                       mat, BH);
   const int64_t heads_shape[4] = {B, H, T, hd};
   const int swap_ht[4] = {0, 2, 1, 3};
   permute(4, heads_shape, swap_ht, out_heads.as<float>(), att);
 }
 
-void attention_backward(Precision p, int64_t B, int64_t T, int64_t H, int64_t hd, const float* qkv,
-                        const float* probs, const float* datt, float* dqkv) {
+void attention_backward(Precision p, int64_t B, int64_t T, int64_t H, int64_t hd, const float* qkv, const float* probs,
+                        const float* datt, float* dqkv) {
   const int64_t BH = B * H, mat = T * hd, part = BH * mat;
   Scratch heads(static_cast<size_t>(3 * part) * sizeof(float)), dheads(static_cast<size_t>(3 * part) * sizeof(float));
   Scratch dout_heads(static_cast<size_t>(part) * sizeof(float)), dscores(static_cast<size_t>(BH * T * T) * sizeof(float));
@@ -480,9 +480,10 @@ void attention_backward(Precision p, int64_t B, int64_t T, int64_t H, int64_t hd
   float* dv = dk + part;
   float* ds = dscores.as<float>();
   // dv = probsᵀ dout; dprobs = dout vᵀ, turned into dscores in place.
-  gemm_strided_batched(p, true, false, T, hd, T, 1.0f, probs, T, T * T, dout_heads.as<float>(), hd, mat, 0.0f, dv, hd, mat,
+  gemm_strided_batched(p, true, false, T, hd, T, 1.0f, probs, T, T * T, dout_heads.as<float>(), hd, mat, 0.0f, dv, hd,
+                       mat, BH);
+  gemm_strided_batched(p, false, true, T, T, hd, 1.0f, dout_heads.as<float>(), hd, mat, v, hd, mat, 0.0f, ds, T, T * T,
                        BH);
-  gemm_strided_batched(p, false, true, T, T, hd, 1.0f, dout_heads.as<float>(), hd, mat, v, hd, mat, 0.0f, ds, T, T * T, BH);
   kernels::causal_softmax_backward(BH, T, softmax_scale(hd), probs, ds, ds, cs());
   // dq = dscores k; dk = dscoresᵀ q.
   gemm_strided_batched(p, false, false, T, hd, T, 1.0f, ds, T, T * T, k, hd, mat, 0.0f, dq, hd, mat, BH);
@@ -577,8 +578,8 @@ DeviceOps make_table() {
     gemm(Precision::FP32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   };
   o.gemm_strided_batched = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                              int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
-                              float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+                              int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
+                              float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
     gemm_strided_batched(Precision::FP32, ta, tb, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
                          stride_c, batch);
   };

@@ -67,7 +67,8 @@ class CausalSelfAttention : public SplitBackwardLayer {
     Tensor att = Tensor::empty({B, T, dim_}, DType::F32, dev);
     Tensor y = Tensor::empty({B, T, dim_}, DType::F32, dev);
     if (rows > 0) {
-      ops.linear_forward(a.step.precision, rows, dim_, 3 * dim_, x.f32(), a.params[0].f32(), a.params[1].f32(), qkv.f32());
+      ops.linear_forward(a.step.precision, rows, dim_, 3 * dim_, x.f32(), a.params[0].f32(), a.params[1].f32(),
+                         qkv.f32());
       round_in_place_if_bf16(a.step.precision, qkv);  // bf16: q, k, v are GEMM operands
       if (fused)
         ops.fused_attention_forward(B, T, heads_, hd, qkv.f32(), att.f32(), probs.f32());
@@ -99,9 +100,11 @@ class CausalSelfAttention : public SplitBackwardLayer {
         ops.fused_attention_backward(B, T, heads_, dim_ / heads_, qkv.f32(), att.f32(), probs.f32(), datt.f32(),
                                      dqkv.f32());
       else
-        ops.attention_backward(a.step.precision, B, T, heads_, dim_ / heads_, qkv.f32(), probs.f32(), datt.f32(), dqkv.f32());
+        ops.attention_backward(a.step.precision, B, T, heads_, dim_ / heads_, qkv.f32(), probs.f32(), datt.f32(),
+                               dqkv.f32());
       round_in_place_if_bf16(a.step.precision, dqkv);  // bf16: qkv's backward operand
-      if (dx.defined()) ops.linear_backward_input(a.step.precision, rows, dim_, 3 * dim_, dqkv.f32(), a.params[0].f32(), dx.f32());
+      if (dx.defined())
+        ops.linear_backward_input(a.step.precision, rows, dim_, 3 * dim_, dqkv.f32(), a.params[0].f32(), dx.f32());
     }
     ctx.saved = {x, att, dy, dqkv};
     return dx;
@@ -117,10 +120,10 @@ class CausalSelfAttention : public SplitBackwardLayer {
       ops.linear_backward_params_accum_bf16(rows, dim_, 3 * dim_, x.bf16(), ctx.saved[3].bf16(), a.grads[0].f32(),
                                             a.grads[1].f32());
     } else if (rows > 0) {
-      ops.linear_backward_params_accum(a.step.precision, rows, dim_, dim_, ctx.saved[1].f32(), ctx.saved[2].f32(), a.grads[2].f32(),
-                                       a.grads[3].f32());
-      ops.linear_backward_params_accum(a.step.precision, rows, dim_, 3 * dim_, x.f32(), ctx.saved[3].f32(), a.grads[0].f32(),
-                                       a.grads[1].f32());
+      ops.linear_backward_params_accum(a.step.precision, rows, dim_, dim_, ctx.saved[1].f32(), ctx.saved[2].f32(),
+                                       a.grads[2].f32(), a.grads[3].f32());
+      ops.linear_backward_params_accum(a.step.precision, rows, dim_, 3 * dim_, x.f32(), ctx.saved[3].f32(),
+                                       a.grads[0].f32(), a.grads[1].f32());
     }
     ctx.clear();
   }
@@ -174,8 +177,8 @@ class CausalSelfAttention : public SplitBackwardLayer {
                                           dqkv.bf16());
       } else {
         Tensor dqkv32 = Tensor::empty({B, T, 3 * dim_}, DType::F32, dev);
-        ops.attention_backward(a.step.precision, B, T, heads_, hd, unpacked_bf16(qkv).f32(), probs.f32(), unpacked_bf16(datt).f32(),
-                               dqkv32.f32());
+        ops.attention_backward(a.step.precision, B, T, heads_, hd, unpacked_bf16(qkv).f32(), probs.f32(),
+                               unpacked_bf16(datt).f32(), dqkv32.f32());
         ops.pack_bf16(dqkv32.numel(), dqkv32.f32(), dqkv.bf16());
       }
       if (dx.defined())

@@ -73,8 +73,9 @@ class Conv2d : public SplitBackwardLayer {
   void backward_weights(const BackwardArgs& a, LayerContext& ctx) const override {
     PD_CHECK(ctx.saved.size() == 2, describe(), ": weight backward without its input backward");
     const Tensor& x = ctx.saved[0];
-    device_ops(x.device()).conv2d_backward_params_accum(a.step.precision, geometry(x), x.f32(), ctx.saved[1].f32(), a.grads[0].f32(),
-                                                        bias_ ? a.grads[1].f32() : nullptr);
+    device_ops(x.device())
+        .conv2d_backward_params_accum(a.step.precision, geometry(x), x.f32(), ctx.saved[1].f32(), a.grads[0].f32(),
+                                      bias_ ? a.grads[1].f32() : nullptr);
     ctx.clear();
   }
 

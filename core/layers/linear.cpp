@@ -85,7 +85,9 @@ class Linear : public SplitBackwardLayer {
     Tensor dx;
     if (a.need_input_grad) {
       dx = Tensor::empty(x.shape(), DType::F32, x.device());
-      if (rows > 0) device_ops(x.device()).linear_backward_input(a.step.precision, rows, in_, out_, dy.f32(), a.params[0].f32(), dx.f32());
+      if (rows > 0)
+        device_ops(x.device())
+            .linear_backward_input(a.step.precision, rows, in_, out_, dy.f32(), a.params[0].f32(), dx.f32());
     }
     ctx.saved.push_back(dy);
     return dx;
@@ -99,8 +101,9 @@ class Linear : public SplitBackwardLayer {
       device_ops(x.device()).linear_backward_params_accum_bf16(rows, in_, out_, x.bf16(), ctx.saved[1].bf16(),
                                                                a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr);
     else if (rows > 0)
-      device_ops(x.device()).linear_backward_params_accum(a.step.precision, rows, in_, out_, x.f32(), ctx.saved[1].f32(),
-                                                          a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr);
+      device_ops(x.device())
+          .linear_backward_params_accum(a.step.precision, rows, in_, out_, x.f32(), ctx.saved[1].f32(),
+                                        a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr);
     ctx.clear();
   }
 

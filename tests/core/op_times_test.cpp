@@ -36,7 +36,8 @@ TEST(OpTimes, CountsEachEntryCalledWithTheBackendsResults) {
   EXPECT_TRUE(op_timing_active());
   EXPECT_NE(&device_ops(Device::cpu()), &cpu_device_ops()) << "timing hands out the timed table";
   for (int k = 0; k < 2; ++k)
-    device_ops(Device::cpu()).linear_forward(Precision::FP32, rows, in, out, x.data(), w.data(), b.data(), timed.data());
+    device_ops(Device::cpu())
+        .linear_forward(Precision::FP32, rows, in, out, x.data(), w.data(), b.data(), timed.data());
   device_ops(Device::cpu()).round_bf16(rows * out, timed.data(), rounded.data());
   device_ops(Device::cpu()).synchronize();  // a runtime entry: passed through, not counted
   const std::vector<OpTime> t = stop_op_timing();

@@ -2,11 +2,12 @@
 // Tolerance: atol 1e-4 + rtol 1e-4 for K <= 100 with inputs in [-1, 1]
 // (FP32 accumulation error is about K * 6e-8; TF32 is off by default).
 #if defined(PIPEDREAM_HAVE_CUDA)  // the whole file needs the CUDA backend
+#include "core/cuda/blas.h"
+
 #include <cmath>
 #include <cstring>
 #include <iterator>
 
-#include "core/cuda/blas.h"
 #include "core/precision.h"
 #include "tests/gpu/gpu_test.h"
 #include "tests/gpu/reference.h"
@@ -86,10 +87,10 @@ TEST_F(CudaGemmBf16, BfloatOperandsGiveTheFp32Result) {
   const int64_t batch = 5, T = 33, hd = 64;
   auto Q = bf16_values(batch * T * hd, 70), Kt = bf16_values(batch * T * hd, 71);
   Tensor dQ = on_gpu(Q), dK = on_gpu(Kt), dS = gpu_zeros(batch * T * T), dS2 = gpu_zeros(batch * T * T);
-  cuda::gemm_strided_batched(Precision::BF16, false, true, T, T, hd, 0.125f, dQ.f32(), hd, T * hd, dK.f32(), hd, T * hd, 0.0f,
-                            dS.f32(), T, T * T, batch);
-  cuda::gemm_strided_batched(Precision::BF16, false, true, T, T, hd, 0.125f, dQ.f32(), hd, T * hd, dK.f32(), hd, T * hd, 0.0f,
-                            dS2.f32(), T, T * T, batch);
+  cuda::gemm_strided_batched(Precision::BF16, false, true, T, T, hd, 0.125f, dQ.f32(), hd, T * hd, dK.f32(), hd, T * hd,
+                             0.0f, dS.f32(), T, T * T, batch);
+  cuda::gemm_strided_batched(Precision::BF16, false, true, T, T, hd, 0.125f, dQ.f32(), hd, T * hd, dK.f32(), hd, T * hd,
+                             0.0f, dS2.f32(), T, T * T, batch);
   std::vector<double> want;
   for (int64_t b = 0; b < batch; ++b) {
     std::vector<float> q(Q.begin() + b * T * hd, Q.begin() + (b + 1) * T * hd);
