@@ -31,7 +31,7 @@
 
 #include "bench/suites.h"
 #include "core/build_info.h"
-#include "core/cpu/gemm.h"
+#include "core/compute_settings.h"
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/bf16_rounding.h"
@@ -237,15 +237,21 @@ void run_core(const CoreOptions& o) {
   run_core_with(opts);
 }
 
+// The process's settings (core/compute_settings.h), applied once.
+Device apply_core_settings(const CoreOptions& o) {
+  const Device device = resolve_compute_device(o.device);
+  apply_compute_settings({.device = device, .threads = o.threads, .precision = o.precision,
+                          .deterministic = o.deterministic, .allow_tf32 = o.allow_tf32});
+  return device;
+}
+
 void run_core_with(const CoreOptions& o) {
   if (!o.model.empty()) {
     // Any model: the same step, one line; "workload" is the model's name,
     // "model" / "model_options" what was asked for.
     if (o.batch == 0) throw UserError("--model needs --batch B");
     const Model m = resolve_model(o.model, "", o.model_options);
-    const Device device = open_compute_device(o.device, o.deterministic, o.allow_tf32);
-    device_ops(device).set_precision(o.precision);
-    cpu::set_compute_threads(o.threads);
+    const Device device = apply_core_settings(o);
     for (nlohmann::json& line : run_workload(m, {m.name, o.batch}, o, device)) {
       line["model"] = o.model;
       line["model_options"] = o.model_options;
@@ -257,9 +263,7 @@ void run_core_with(const CoreOptions& o) {
   std::vector<CoreWorkload> selected = select_workloads(o.workloads);
   if (o.batch > 0)
     for (CoreWorkload& w : selected) w.batch = o.batch;
-  const Device device = open_compute_device(o.device, o.deterministic, o.allow_tf32);
-  device_ops(device).set_precision(o.precision);
-  cpu::set_compute_threads(o.threads);
+  const Device device = apply_core_settings(o);
   for (const CoreWorkload& w : selected)
     for (const nlohmann::json& line : run_workload(resolve_model(w.name), w, o, device))
       std::cout << line.dump() << std::endl;

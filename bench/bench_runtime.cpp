@@ -30,7 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/suites.h"
-#include "core/cpu/gemm.h"
+#include "core/compute_settings.h"
 #include "core/error.h"
 #include "core/loss.h"
 #include "models/layer_range.h"
@@ -368,7 +368,6 @@ void bench_model(const std::string& name, const BenchArgs& a, Transport& t, cons
   const Model m = resolve_model(name);
   const std::unique_ptr<Dataset> data = synthetic_in_memory(m, a.batch);
   const Plan plan = straight_two_stage_plan(m, a.batch, t);
-  cpu::set_compute_threads(1);
   const PlanStage& mine = plan.stages[static_cast<size_t>(plan.stage_of_rank(t.rank()))];
   compute_loop_seconds(m, *data, mine, a.batch, 3, opt);  // warm-up
   const WeightPolicy policy = parse_weight_policy(a.weights);
@@ -399,7 +398,7 @@ void run_bench(const BenchArgs& a) {
     std::exit(run_and_wait(mpirun_command(2, own_arguments())));
   }
   require_world_size(2, launcher_world_size());
-  cpu::set_compute_threads(1);
+  apply_compute_settings({.threads = 1});
   MpiTransport t(120);
   OptimizerConfig oc;
   oc.lr = 0.01f;

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_checks.h"
+#include "core/compute_settings.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "models/model.h"
@@ -162,6 +163,8 @@ void run_profile(const ProfileArgs& a) {
   ProgressLine line(model.name, o.device.str());
   o.progress = [&line](const ProfileProgress& p) { line.update(p); };
   line.start(o);
+  apply_compute_settings({.device = o.device, .threads = threads_or_all_cores(o.threads), .precision = o.precision,
+                          .allow_tf32 = o.allow_tf32});
   Profile p;
   MeasureDetails details;
   try {

@@ -11,7 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_checks.h"
-#include "core/cpu/gemm.h"
+#include "core/compute_settings.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "core/safetensors.h"
@@ -308,9 +308,18 @@ void print_plan(const Plan& p, const Model& m, const ScheduleOptions& schedule) 
   }
 }
 
+// What this process computes with, applied once (core/compute_settings.h):
+// before --plan auto profiles and before a worker or --reference computes,
+// not in a launcher that only starts mpirun. Returns the device.
+Device apply_run_settings(const RunArgs& a) {
+  const Device device = resolve_compute_device(a.device);
+  apply_compute_settings({.device = device, .threads = a.threads, .precision = a.precision,
+                          .deterministic = a.deterministic, .allow_tf32 = a.allow_tf32});
+  return device;
+}
+
 // --reference: all workers here, in a valid global order.
 void run_reference(const RunSpec& spec, const Model& model, const DataSplits& data) {
-  cpu::set_compute_threads(spec.threads);
   if (spec.device.is_cuda())
     std::fprintf(stderr, "reference on %s: every worker in this process, messages staged through the host\n",
                  spec.device.str().c_str());
@@ -388,11 +397,11 @@ void run_mpi_worker(RunSpec& spec, const RunArgs& a, const Model& model, const D
   set_abort_reporter(&report_error_to_launcher);
   MpiTransport t(spec.timeout_s);
   print_placement(spec.plan, t);
+  spec.device = apply_run_settings(a);
   if (spec.device.is_cpu()) {
     run_pipeline_worker(spec, model, data, t);
     return;
   }
-  spec.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
   if (spec.transport == DeviceTransport::nccl) {
     NcclTransport nccl(t, spec.device, pipeline_links(spec.plan, tied_stages(model, spec.plan, spec.schedule.kind).get()));
     run_pipeline_worker(spec, model, data, nccl);
@@ -463,7 +472,7 @@ void run_command(const RunArgs& given) {
                       "or plan first and give --plan plan.json");
     if (a.workers < 1) throw UserError("--plan auto needs --workers N");
     if (a.batch == 0) a.batch = kDefaultBatch;
-    const Device device = Device::parse(a.device);
+    const Device device = apply_run_settings(a);
     const int M = auto_plan_microbatches(a);
     const int64_t profiled = microbatch_size(a.batch, M);
     const std::string what = M > 1 ? cat("microbatch ", profiled, " = --batch ", a.batch, " / ", M)
@@ -547,7 +556,7 @@ void run_command(const RunArgs& given) {
 
   if (a.reference) {
     print_plan(plan, model, spec.schedule);
-    spec.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
+    spec.device = apply_run_settings(a);
     run_reference(spec, model, data);
     return;
   }
@@ -570,7 +579,7 @@ void run_command(const RunArgs& given) {
   }
   if (R == 1 && !under_mpi) {
     print_plan(plan, model, spec.schedule);
-    spec.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
+    spec.device = apply_run_settings(a);
     LocalTransport t(std::make_shared<LocalHub>(1), 0);
     install_stop_signal_handlers();
     run_pipeline_worker(spec, model, data, t);

@@ -7,11 +7,10 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
-#include <thread>
 
 #include "cli/commands.h"
 #include "cli/option_checks.h"
-#include "core/cpu/gemm.h"
+#include "core/compute_settings.h"
 #include "core/cuda_plugin.h"
 #include "core/error.h"
 #include "core/safetensors.h"
@@ -137,16 +136,17 @@ void run_train(const TrainArgs& given) {
   const int64_t steps = planned_steps(o, data.train->size());
   if (!o.checkpoint_dir.empty()) remove_partial_checkpoints(o.checkpoint_dir);  // an interrupted run's
   const NamedTensors init = a.init.empty() ? NamedTensors{} : load_named_weights(model, a.init);
-  o.device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
-  cpu::set_compute_threads(a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  o.device = resolve_compute_device(a.device);
+  apply_compute_settings({.device = o.device, .threads = threads_or_all_cores(a.threads), .precision = o.precision,
+                          .deterministic = a.deterministic, .allow_tf32 = a.allow_tf32});
   o.loader_threads = a.loader_threads >= 0 ? a.loader_threads
-                                           : default_loader_threads(o.device.is_cpu() ? cpu::compute_threads() : 1);
+                                           : default_loader_threads(o.device.is_cpu() ? compute_threads() : 1);
 
   std::fprintf(stderr, "training %s (%lld parameters) on %s: %lld samples, batch %lld, %lld steps, %s lr %g, %s%s\n",
                model.name.c_str(), static_cast<long long>(model.parameter_count()), a.data.c_str(),
                static_cast<long long>(data.train->size()), static_cast<long long>(o.batch),
                static_cast<long long>(steps), to_string(o.optimizer.kind), o.optimizer.lr,
-               o.device.is_cpu() ? counted(cpu::compute_threads(), "thread", "threads").c_str() : o.device.str().c_str(),
+               o.device.is_cpu() ? counted(compute_threads(), "thread", "threads").c_str() : o.device.str().c_str(),
                o.precision == Precision::BF16 ? ", bf16" : "");
   if (!init.empty()) std::fprintf(stderr, "starting from --init weights (%zu tensors)\n", init.size());
   // A resumed run's log continues the interrupted one's (runtime/metrics.h).

@@ -1,10 +1,7 @@
 #include "cli/inference.h"
 
-#include <algorithm>
-#include <thread>
-
 #include "cli/option_checks.h"
-#include "core/cpu/gemm.h"
+#include "core/compute_settings.h"
 #include "core/cuda_plugin.h"
 #include "core/device_ops.h"
 #include "core/error.h"
@@ -48,10 +45,9 @@ Inference open_inference(const InferenceArgs& a) {
                         split->size(), " samples"));
   out.data = a.samples > 0 ? load_into_memory(*split, a.samples) : std::move(split);
   out.precision = parse_precision_flag(a.precision);
-  const Device device = open_compute_device(a.device, a.deterministic, a.allow_tf32);
-  cpu::set_compute_threads(a.threads > 0 ? a.threads
-                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  device_ops(device).set_precision(out.precision);
+  const Device device = resolve_compute_device(a.device);
+  apply_compute_settings({.device = device, .threads = threads_or_all_cores(a.threads), .precision = out.precision,
+                          .deterministic = a.deterministic, .allow_tf32 = a.allow_tf32});
   out.weights = ParameterStore::create(out.model, 0, device);
   out.weights.load(w, "--weights");
   return out;

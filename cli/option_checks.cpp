@@ -8,7 +8,7 @@
 #include <variant>
 
 #include "core/checked.h"
-#include "core/cpu/gemm.h"
+#include "core/compute_settings.h"
 #include "core/precision_names.h"
 #include "planner/plan.h"
 #include "planner/topology.h"
@@ -59,7 +59,7 @@ struct OptionRule {
 const OptionRule kRules[] = {
     {"simulate", "--minibatches", IntegerRule{1, kMaxReplayPasses}, "what simulate replays in reasonable time"},
     {"schedule", "--minibatches", IntegerRule{1, kMaxPrintedPasses}, "what schedule prints in reasonable time"},
-    {"simulate", "--threads", IntegerRule{1, cpu::kMaxComputeThreads}},
+    {"simulate", "--threads", IntegerRule{1, kMaxComputeThreads}},
     {"simulate", "--batch-size", IntegerRule{1, kMaxInt}},
     {"simulate", "--cores", NumberRule{0, 1e6}},  // 0: every worker has its own device
     {"simulate", "--contention", NumberRule{0, 1e6}},
@@ -97,8 +97,8 @@ const OptionRule kRules[] = {
     {nullptr, "--gradient-delay", IntegerRule{0, 1 << 20}},
     {nullptr, "--warmup", IntegerRule{0, kMaxInt}},
     {nullptr, "--lr-step-size", IntegerRule{1, kMaxCount}},
-    {nullptr, "--threads", IntegerRule{0, cpu::kMaxComputeThreads}},  // 0: all cores
-    {nullptr, "--threads-per-worker", IntegerRule{1, cpu::kMaxComputeThreads}},
+    {nullptr, "--threads", IntegerRule{0, kMaxComputeThreads}},  // 0: all cores
+    {nullptr, "--threads-per-worker", IntegerRule{1, kMaxComputeThreads}},
     {nullptr, "--seed", SeedRule{}},
     {nullptr, "--lr", NumberRule{0, kMaxFloat}},
     {nullptr, "--momentum", NumberRule{0, 1}},

@@ -80,28 +80,41 @@ int launcher_local_rank() {
   return 0;
 }
 
-Device open_compute_device(const std::string& arg, bool deterministic, bool allow_tf32) {
+Device resolve_compute_device(const std::string& arg) {
   const Device d = Device::parse(arg);
-  if (d.is_cpu() && allow_tf32)
-    throw UserError(cat("--allow-tf32 applies to CUDA only (--device cuda or cuda:N), not --device ", arg));
-  if (d.is_cpu()) return d;
+  if (d.is_cpu() || arg.find(':') != std::string::npos) return d;
   try {
     std::string why;
     const CudaPluginApi* api = cuda_plugin(&why);
     if (!api) throw UserError(cat(why, "; use --device cpu"));
-    int index = d.index;
-    if (arg.find(':') == std::string::npos) {
-      const int visible = api->visible_device_count();
-      if (visible == 0) throw UserError("no GPU is visible (cudaGetDeviceCount reports none): use --device cpu");
-      index = launcher_local_rank() % visible;
-    }
-    api->initialize_backend(index);
-    api->set_deterministic(deterministic);
-    api->set_allow_tf32(allow_tf32);
-    return Device::cuda(index);
+    const int visible = api->visible_device_count();
+    if (visible == 0) throw UserError("no GPU is visible (cudaGetDeviceCount reports none): use --device cpu");
+    return Device::cuda(launcher_local_rank() % visible);
   } catch (const UserError& e) {
     throw UserError(cat("--device ", arg, ": ", e.what()));
   }
+}
+
+void open_device(Device d, const std::string& arg, bool deterministic, bool allow_tf32) {
+  if (d.is_cpu() && allow_tf32)
+    throw UserError(cat("--allow-tf32 applies to CUDA only (--device cuda or cuda:N), not --device ", arg));
+  if (d.is_cpu()) return;
+  try {
+    std::string why;
+    const CudaPluginApi* api = cuda_plugin(&why);
+    if (!api) throw UserError(cat(why, "; use --device cpu"));
+    api->initialize_backend(d.index);
+    api->set_deterministic(deterministic);
+    api->set_allow_tf32(allow_tf32);
+  } catch (const UserError& e) {
+    throw UserError(cat("--device ", arg, ": ", e.what()));
+  }
+}
+
+Device open_compute_device(const std::string& arg, bool deterministic, bool allow_tf32) {
+  const Device d = resolve_compute_device(arg);
+  open_device(d, arg, deterministic, allow_tf32);
+  return d;
 }
 
 void require_compute_device(const std::string& arg) {

@@ -72,6 +72,13 @@ void initialize_cuda_device(int device);
 // --allow-tf32 when TF32 is asked for on the CPU (nothing there to switch).
 Device open_compute_device(const std::string& arg, bool deterministic = false, bool allow_tf32 = false);
 
+// The two halves of open_compute_device: the device "cpu", "cuda" or
+// "cuda:N" names in this process, and opening it (arg: the --device text
+// for messages). A command opens its device through apply_compute_settings
+// (core/compute_settings.h), which calls open_device once per process.
+Device resolve_compute_device(const std::string& arg);
+void open_device(Device d, const std::string& arg, bool deterministic, bool allow_tf32);
+
 // The checks of open_compute_device that need no GPU context (plugin
 // loadable, a GPU visible), for a process that only launches the workers.
 void require_compute_device(const std::string& arg);

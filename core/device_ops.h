@@ -55,13 +55,6 @@ struct DeviceOps {
   void (*synchronize)() = nullptr;  // waits for this device's streams
   // cuDNN algorithm choice restricted to deterministic ones (--deterministic).
   void (*set_deterministic)(bool on) = nullptr;
-  // --precision for the process (core/precision.h). Under BF16 the GEMM and
-  // convolution entries may run on bf16 copies of their operands with FP32
-  // accumulation: exact conversions, because the layers round every operand
-  // to bf16 first (round_bf16), so the CPU's FP32 products are the same.
-  // attention_forward/backward round their internal operands (the
-  // probabilities before PV, dS before dQ and dK) under BF16 on every backend.
-  void (*set_precision)(Precision p) = nullptr;
   // Timing for the profiler: record an event on the compute stream; the
   // elapsed time between two recorded events (waits for the second).
   uint64_t (*event_record)() = nullptr;
@@ -91,14 +84,19 @@ struct DeviceOps {
                                int64_t ldc, int64_t stride_c, int64_t batch) = nullptr;
 
   // --- linear layer: y = x Wᵀ + b over rows; x [rows, in], W [out, in] ---
-  // b may be null.
-  void (*linear_forward)(int64_t rows, int64_t in, int64_t out, const float* x, const float* w,
+  // b may be null. Precision, here and in the convolution and attention
+  // entries, is the caller's StepInfo::precision (the one way it travels):
+  // under BF16 a backend may run the GEMM or convolution on bf16 copies of
+  // the operands with FP32 accumulation (CUDA) - exact, because the layers
+  // round every operand to bf16 first, so the CPU's FP32 products are the
+  // same; under FP32 it computes in FP32 (TF32 only with --allow-tf32).
+  void (*linear_forward)(Precision p, int64_t rows, int64_t in, int64_t out, const float* x, const float* w,
                          const float* b, float* y) = nullptr;
   // dx = dy W (overwritten).
-  void (*linear_backward_input)(int64_t rows, int64_t in, int64_t out, const float* dy, const float* w,
+  void (*linear_backward_input)(Precision p, int64_t rows, int64_t in, int64_t out, const float* dy, const float* w,
                                 float* dx) = nullptr;
   // dw += dyᵀ x; db += column sums of dy (db may be null).
-  void (*linear_backward_params_accum)(int64_t rows, int64_t in, int64_t out, const float* x,
+  void (*linear_backward_params_accum)(Precision p, int64_t rows, int64_t in, int64_t out, const float* x,
                                        const float* dy, float* dw, float* db) = nullptr;
 
   // --- convolution (cuDNN; CPU: im2col + GEMM); bias may be null ---
@@ -107,12 +105,12 @@ struct DeviceOps {
   // group) on its fast kernels and the rest on im2col + GEMM per sample and
   // group; CUDA runs cuDNN, on a zero-padded copy of x where the pads differ
   // before and after an axis.
-  void (*conv2d_forward)(const Conv2dGeometry& g, const float* x, const float* w, const float* bias,
+  void (*conv2d_forward)(Precision p, const Conv2dGeometry& g, const float* x, const float* w, const float* bias,
                          float* y) = nullptr;
-  void (*conv2d_backward_data)(const Conv2dGeometry& g, const float* w, const float* dy,
+  void (*conv2d_backward_data)(Precision p, const Conv2dGeometry& g, const float* w, const float* dy,
                                float* dx) = nullptr;
   // dw += dL/dw; dbias += dL/dbias when dbias is not null.
-  void (*conv2d_backward_params_accum)(const Conv2dGeometry& g, const float* x, const float* dy,
+  void (*conv2d_backward_params_accum)(Precision p, const Conv2dGeometry& g, const float* x, const float* dy,
                                        float* dw, float* dbias) = nullptr;
 
   // --- pooling (cuDNN; CPU: own kernels) ---
@@ -247,12 +245,14 @@ struct DeviceOps {
   // --- causal multi-head attention between the qkv and output projections ---
   // qkv [batch, T, 3, heads, head_dim] (q | k | v); probs [batch, heads, T, T]
   // = causal softmax(q kᵀ / sqrt(head_dim)), zero above the diagonal, saved
-  // for backward; att [batch, T, heads, head_dim] = probs v.
-  void (*attention_forward)(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
-                            float* probs, float* att) = nullptr;
+  // for backward; att [batch, T, heads, head_dim] = probs v. Under BF16
+  // both round their internal GEMM operands (the probabilities before PV,
+  // dS before dQ and dK) on every backend.
+  void (*attention_forward)(Precision p, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
+                            const float* qkv, float* probs, float* att) = nullptr;
   // dqkv (every element overwritten) from datt.
-  void (*attention_backward)(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
-                             const float* probs, const float* datt, float* dqkv) = nullptr;
+  void (*attention_backward)(Precision p, int64_t batch, int64_t T, int64_t heads, int64_t head_dim,
+                             const float* qkv, const float* probs, const float* datt, float* dqkv) = nullptr;
 
   // --- fused causal attention (CUDA with cuDNN; null on the CPU) ---
   // The same maths and layouts as attention_forward/backward, in one

@@ -17,7 +17,7 @@ namespace {
 // static_assert below fails when an entry is added to DeviceOps without
 // being listed here.
 #define PD_DEVICE_OPS_ENTRIES(T, P)                                                                            \
-  P(synchronize) P(set_deterministic) P(set_precision) P(event_record) P(event_elapsed_ms) P(event_release)    \
+  P(synchronize) P(set_deterministic) P(event_record) P(event_elapsed_ms) P(event_release)    \
   P(pinned_alloc) P(pinned_free) P(upload_async) P(upload_wait_on_compute) P(upload_release)                    \
   T(gemm) T(gemm_strided_batched) T(linear_forward) T(linear_backward_input) T(linear_backward_params_accum)   \
   T(conv2d_forward) T(conv2d_backward_data) T(conv2d_backward_params_accum) T(pool2d_forward)                  \

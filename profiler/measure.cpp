@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "core/bf16_rounding.h"
-#include "core/cpu/gemm.h"
+#include "core/compute_settings.h"
 #include "core/cpu/host_allocator.h"
 #include "core/device_ops.h"
 #include "core/cuda_plugin.h"
@@ -48,8 +48,8 @@ void check_profile_options(const ProfileOptions& o) {
   if (o.warmup < 0) throw UserError(cat("--warmup must be >= 0, got ", o.warmup));
   if (!(o.min_seconds >= 0) || !std::isfinite(o.min_seconds))
     throw UserError(cat("--min-time must be a number of seconds >= 0, got ", o.min_seconds));
-  if (o.threads < 0 || o.threads > cpu::kMaxComputeThreads)
-    throw UserError(cat("--threads must be in [1, ", cpu::kMaxComputeThreads, "] (or 0 for all cores), got ", o.threads));
+  if (o.threads < 0 || o.threads > kMaxComputeThreads)
+    throw UserError(cat("--threads must be in [1, ", kMaxComputeThreads, "] (or 0 for all cores), got ", o.threads));
   for (size_t i = 0; i < o.microbatches.size(); ++i) {
     const int m = o.microbatches[i];
     if (m < 2 || o.batch % m != 0)
@@ -259,7 +259,7 @@ class HostProbe {
     std::vector<double> runs;
     for (int k = 0; k < 5; ++k) {
       const Clock::time_point start = Clock::now();
-      cpu::gemm(false, false, kN, kN, kN, 1.0f, a_.data(), kN, b_.data(), kN, 0.0f, c_.data(), kN);
+      cpu_gemm_(false, false, kN, kN, kN, 1.0f, a_.data(), kN, b_.data(), kN, 0.0f, c_.data(), kN);
       runs.push_back(ms_between(start, Clock::now()));
     }
     return sample_median(std::move(runs));
@@ -267,6 +267,7 @@ class HostProbe {
 
  private:
   static constexpr int64_t kN = 256;
+  decltype(DeviceOps::gemm) cpu_gemm_ = device_ops(Device::cpu()).gemm;
   std::vector<float> a_, b_, c_;
 };
 
@@ -503,7 +504,7 @@ Profile measure_one_layer_at_a_time(const Model& model, const ProfileOptions& o,
   p.device = o.device.str();
   p.dtype = "f32";
   p.batch_size = static_cast<int>(o.batch);
-  p.threads = cpu::compute_threads();
+  p.threads = compute_threads();
   p.step_forward_backward_ms = median(sums);
   p.warmup_iterations = o.warmup;
   p.measured_iterations = o.iters;
@@ -541,17 +542,29 @@ Profile measure_one_layer_at_a_time(const Model& model, const ProfileOptions& o,
   return p;
 }
 
+// The profile records the process's compute settings (applied once by the
+// command, core/compute_settings.h): they must be what the options ask for.
+void require_applied_settings(const ProfileOptions& o) {
+  const int threads = threads_or_all_cores(o.threads);
+  if (threads != compute_threads())
+    throw RuntimeFailure(cat("a profile with ", threads, " compute threads in a process that computes with ",
+                             compute_threads(), ": apply_compute_settings with the profile's options first"));
+  if (!o.device.is_cuda()) return;
+  const ComputeSettings* s = applied_compute_settings();
+  if (!s || s->device != o.device || s->allow_tf32 != o.allow_tf32)
+    throw RuntimeFailure(cat("a profile on ", o.device.str(), o.allow_tf32 ? " with TF32" : "",
+                             " in a process that has not opened it: apply_compute_settings with the profile's "
+                             "options first"));
+}
+
 // One batch size, o.microbatches ignored.
 Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDetails* details) {
   PD_CHECK(model.size() > 0, "model ", model.name, " has no layers");
-  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  cpu::set_compute_threads(threads);
+  require_applied_settings(o);
   const int slots = make_optimizer(o.optimizer)->slots_per_param();
 
   const int n = model.size();
-  if (o.device.is_cuda()) open_compute_device(o.device.str(), false, o.allow_tf32);
   g_timed_device = o.device;
-  device_ops(o.device).set_precision(o.precision);
   if (o.memory_bytes > 0) return measure_one_layer_at_a_time(model, o, details);
   ParameterStore w = ParameterStore::create(model, o.seed, o.device);
   ParameterStore grads = w.zeros_like_params();
@@ -613,7 +626,7 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
   p.device = o.device.str();
   p.dtype = "f32";
   p.batch_size = static_cast<int>(o.batch);
-  p.threads = cpu::compute_threads();
+  p.threads = compute_threads();
   p.step_forward_backward_ms = median(samples.whole);
   p.warmup_iterations = o.warmup;
   p.measured_iterations = static_cast<int>(samples.whole.size());

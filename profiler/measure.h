@@ -95,8 +95,9 @@ struct MeasureDetails {
 void check_profile_options(const ProfileOptions& options);
 
 // Checks the options as above, then measures (details: of the batch
-// itself). Sets the process's compute thread count
-// (cpu::set_compute_threads) to the measured count.
+// itself) on the process's compute settings, which the caller applied
+// (apply_compute_settings, core/compute_settings.h) with the options'
+// device, threads (0: all cores) and TF32; else RuntimeFailure.
 Profile measure_profile(const Model& model, const ProfileOptions& options, MeasureDetails* details = nullptr);
 
 double sample_median(std::vector<double> v);  // mean of the middle two for an even count

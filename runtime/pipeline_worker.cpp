@@ -8,7 +8,7 @@
 #include <memory>
 #include <numeric>
 
-#include "core/cpu/gemm.h"
+#include "core/compute_settings.h"
 #include "core/device_ops.h"
 #include "core/error.h"
 #include "core/precision_names.h"
@@ -641,7 +641,10 @@ static WorkerSummary run_worker(const RunSpec& spec, const Model& model, const D
   const int reporter = reporter_rank(spec);
   // What the plan's memory counts excludes the data set, loaded already.
   const double resident_before = double(allocator_for(spec.device).current_bytes());
-  cpu::set_compute_threads(spec.threads);
+  // The command applied the process's settings (core/compute_settings.h).
+  if (compute_threads() != spec.threads)
+    throw RuntimeFailure(cat("a worker of ", spec.threads, " compute threads in a process that computes with ",
+                             compute_threads(), ": apply_compute_settings with the run's settings first"));
   t.set_timeout(spec.timeout_s);
 
   auto optimizer = make_optimizer(spec.optimizer);
@@ -661,7 +664,6 @@ static WorkerSummary run_worker(const RunSpec& spec, const Model& model, const D
                      spec.schedule.microbatches, spec.samples_per_step(), spec.log_every);
   report.set_learning_rates(spec.lr);
   StageTraining training = training_of(spec, model, data, *optimizer);
-  device_ops(spec.device).set_precision(spec.precision);
   const TrainingOutcome trained =
       train_segments(spec, model, data, role, states, training, from, report, bar, t);
 

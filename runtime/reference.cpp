@@ -25,7 +25,6 @@ ReferencePipeline::ReferencePipeline(const RunSpec& spec, const Model& model, co
   }
   stats_.resize(static_cast<size_t>(R));
   versions_.resize(static_cast<size_t>(R));
-  device_ops(spec.device).set_precision(spec.precision);
 }
 
 void ReferencePipeline::run_segment(const Segment& seg, ExecutorObserver* observer) {

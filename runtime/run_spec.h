@@ -34,7 +34,7 @@ struct RunSpec {
   // scales by the whole model's norm, so the stages of a plan exchange
   // their norms at each optimizer step.
   float clip_grad_norm = 0;
-  int threads = 1;           // compute threads per worker
+  int threads = 1;           // compute threads per worker (applied by the command: core/compute_settings.h)
   int loader_threads = 0;    // first stage: threads fetching its inputs ahead
   // Where each worker computes (a GPU: the process's own, initialised by
   // the command before the workers start) and how device tensors travel.

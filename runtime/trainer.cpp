@@ -190,7 +190,6 @@ TrainResult train(const Model& m, const Dataset& train_data, const Dataset* test
   validate(schedule);
   auto optimizer = make_optimizer(o.optimizer);
   const SampleOrder order(train_data.size(), o.seed);
-  device_ops(o.device).set_precision(o.precision);
 
   // versions.front() is w_{t-d} (or w_0 early on), versions.back() is w_t.
   // With d = 0 there is one version, updated in place.

@@ -51,27 +51,32 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
 }
 
 // --- linear ---
-void linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b, float* y) {
+// The CPU computes GEMMs and convolutions in FP32 whatever the precision:
+// under BF16 their operands are bf16 values and the products exact.
+void linear_forward(Precision, int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
+                    float* y) {
   cpu::linear_forward(x, w, b, y, rows, in, out);
 }
-void linear_backward_input(int64_t rows, int64_t in, int64_t out, const float* dy, const float* w, float* dx) {
+void linear_backward_input(Precision, int64_t rows, int64_t in, int64_t out, const float* dy, const float* w,
+                           float* dx) {
   cpu::gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
 }
-void linear_backward_params_accum(int64_t rows, int64_t in, int64_t out, const float* x, const float* dy, float* dw,
-                                  float* db) {
+void linear_backward_params_accum(Precision, int64_t rows, int64_t in, int64_t out, const float* x, const float* dy,
+                                  float* dw, float* db) {
   cpu::gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
   if (db) cpu::add_column_sums(dy, rows, out, db);
 }
 
 // --- convolution: every geometry (conv_general_kernels.h routes the core
 // layers' case to conv_kernels.h as it stands) ---
-void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias, float* y) {
+void conv2d_forward(Precision, const Conv2dGeometry& g, const float* x, const float* w, const float* bias, float* y) {
   cpu::conv2d_forward_general(g, x, w, bias, y);
 }
-void conv2d_backward_data(const Conv2dGeometry& g, const float* w, const float* dy, float* dx) {
+void conv2d_backward_data(Precision, const Conv2dGeometry& g, const float* w, const float* dy, float* dx) {
   cpu::conv2d_backward_input_general(g, w, dy, dx);
 }
-void conv2d_backward_params_accum(const Conv2dGeometry& g, const float* x, const float* dy, float* dw, float* dbias) {
+void conv2d_backward_params_accum(Precision, const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
+                                  float* dbias) {
   cpu::conv2d_backward_params_general(g, x, dy, dw, dbias);
 }
 
@@ -289,13 +294,14 @@ void linear_backward_input_bf16(int64_t rows, int64_t in, int64_t out, const uin
   PD_CHECK((dx == nullptr) != (dx16 == nullptr), "linear_backward_input_bf16 writes dx or dx16");
   std::vector<float> dx32(dx16 ? static_cast<size_t>(rows * in) : 0);
   float* to = dx ? dx : dx32.data();
-  linear_backward_input(rows, in, out, unpacked(rows * out, dy).data(), w, to);
+  linear_backward_input(Precision::BF16, rows, in, out, unpacked(rows * out, dy).data(), w, to);
   if (dx) round_bf16(rows * in, dx, dx);
   else pack_bf16(rows * in, to, dx16);
 }
 void linear_backward_params_accum_bf16(int64_t rows, int64_t in, int64_t out, const uint16_t* x, const uint16_t* dy,
                                        float* dw, float* db) {
-  linear_backward_params_accum(rows, in, out, unpacked(rows * in, x).data(), unpacked(rows * out, dy).data(), dw, db);
+  linear_backward_params_accum(Precision::BF16, rows, in, out, unpacked(rows * in, x).data(),
+                               unpacked(rows * out, dy).data(), dw, db);
 }
 void gelu_backward_bf16(int64_t n, const uint16_t* pre, const uint16_t* dy, uint16_t* dx) {
   std::vector<float> dx32(static_cast<size_t>(n));
@@ -331,19 +337,18 @@ void softmax_cross_entropy_bf16(int64_t rows, int64_t classes, const uint16_t* l
 }
 
 // --- attention ---
-// set_precision: under BF16 the fused attention rounds its internal GEMM
-// operands (probabilities, dS); every other CPU entry is plain FP32.
-std::atomic<Precision> g_precision{Precision::FP32};
-cpu::AttentionShape attention_shape(int64_t batch, int64_t T, int64_t heads, int64_t head_dim) {
-  return {batch, T, heads, head_dim, g_precision.load(std::memory_order_relaxed) == Precision::BF16};
+// Under BF16 attention rounds its internal GEMM operands (probabilities,
+// dS); every other CPU entry is plain FP32.
+cpu::AttentionShape attention_shape(Precision p, int64_t batch, int64_t T, int64_t heads, int64_t head_dim) {
+  return {batch, T, heads, head_dim, p == Precision::BF16};
 }
-void attention_forward(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv, float* probs,
-                       float* att) {
-  cpu::attention_forward(attention_shape(batch, T, heads, head_dim), qkv, probs, att);
+void attention_forward(Precision p, int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
+                       float* probs, float* att) {
+  cpu::attention_forward(attention_shape(p, batch, T, heads, head_dim), qkv, probs, att);
 }
-void attention_backward(int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
+void attention_backward(Precision p, int64_t batch, int64_t T, int64_t heads, int64_t head_dim, const float* qkv,
                         const float* probs, const float* datt, float* dqkv) {
-  cpu::attention_backward(attention_shape(batch, T, heads, head_dim), qkv, probs, datt, dqkv);
+  cpu::attention_backward(attention_shape(p, batch, T, heads, head_dim), qkv, probs, datt, dqkv);
 }
 
 // --- embedding ---
@@ -381,7 +386,6 @@ DeviceOps make_table() {
   o.name = "cpu";
   o.synchronize = [] {};
   o.set_deterministic = [](bool) {};  // the CPU kernels always are
-  o.set_precision = [](Precision p) { g_precision.store(p, std::memory_order_relaxed); };
   o.event_record = &event_record;
   o.event_elapsed_ms = &event_elapsed_ms;
   o.event_release = [](uint64_t) {};

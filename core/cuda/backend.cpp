@@ -31,7 +31,8 @@ void bind_thread(int device) {
 }
 
 void apply_math_mode(Context& c) {
-  CUBLAS_CHECK(cublasSetMathMode(c.cublas, tensor_math(c) ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  // cublasSgemm runs FP32 calls only (BF16 ones go through cublasGemmEx).
+  CUBLAS_CHECK(cublasSetMathMode(c.cublas, c.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 }
 
 // Copies between the host and the GPU, or within the GPU, ordered on the
@@ -128,12 +129,6 @@ bool deterministic() { return g_ctx && g_ctx->deterministic; }
 void set_allow_tf32(bool on) {
   Context& c = context();
   c.allow_tf32 = on;
-  apply_math_mode(c);
-}
-
-void set_precision(Precision p) {
-  Context& c = context();
-  c.precision = p;
   apply_math_mode(c);
 }
 

@@ -26,10 +26,6 @@ bool deterministic();
 // TF32 tensor cores for cuBLAS GEMMs and cuDNN convolutions (off by
 // default: results then match the CPU to FP32 rounding).
 void set_allow_tf32(bool on);
-// --precision (core/precision.h): under BF16, GEMMs run on bf16 copies of
-// their (bf16-valued) operands and convolutions in TF32 math, both exact
-// on such operands and accumulating in FP32.
-void set_precision(Precision p);
 
 // Versions compiled in, for `pipedream --version`: "CUDA 13.0, cuDNN 9.x, NCCL 2.x".
 const char* versions();

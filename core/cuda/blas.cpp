@@ -42,11 +42,11 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
 // operands and M/N, keep the transposition flags.
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm(Precision p, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   Context& c = context();
-  if (c.precision == Precision::BF16 && K > 0) {
+  if (p == Precision::BF16 && K > 0) {
     Bf16Copy a(A, span(trans_a, M, K, lda)), b(B, span(trans_b, K, N, ldb));
     CUBLAS_CHECK(cublasGemmEx(c.cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                               to_int(N, "N"), to_int(M, "M"), to_int(K, "K"), &alpha, b.get(), CUDA_R_16BF,
@@ -59,12 +59,12 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
                            to_int(lda, "lda"), &beta, C, to_int(ldc, "ldc")));
 }
 
-void gemm_strided_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                          int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
-                          float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+void gemm_strided_batched(Precision p, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                          const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
+                          float beta, float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
   if (M == 0 || N == 0 || batch == 0) return;
   Context& c = context();
-  if (c.precision == Precision::BF16 && K > 0) {
+  if (p == Precision::BF16 && K > 0) {
     Bf16Copy a(A, (batch - 1) * stride_a + span(trans_a, M, K, lda)),
         b(B, (batch - 1) * stride_b + span(trans_b, K, N, ldb));
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(

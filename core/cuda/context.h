@@ -24,13 +24,13 @@ struct Context {
 #endif
   bool deterministic = false;
   bool allow_tf32 = false;
-  Precision precision = Precision::FP32;  // DeviceOps::set_precision
 };
 
-// Tensor-core math for FP32-stored operands: with --allow-tf32, and under
-// --precision bf16, where every GEMM/convolution operand is a bf16 value
-// and TF32's 10-bit mantissa holds it exactly (products unchanged).
-inline bool tensor_math(const Context& c) { return c.allow_tf32 || c.precision == Precision::BF16; }
+// Tensor-core math for FP32-stored operands: with --allow-tf32, and for a
+// call under --precision bf16 (its StepInfo::precision), where every
+// GEMM/convolution operand is a bf16 value and TF32's 10-bit mantissa holds
+// it exactly (products unchanged).
+inline bool tensor_math(const Context& c, Precision p) { return c.allow_tf32 || p == Precision::BF16; }
 
 // The initialised context; throws if initialize_backend() was not called.
 Context& context();

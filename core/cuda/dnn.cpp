@@ -176,17 +176,18 @@ const Perf* pick(const std::vector<Perf>& perfs, int count, bool deterministic, 
   return nullptr;
 }
 
-ConvPlan& plan_for(const Conv2dGeometry& g) {
+ConvPlan& plan_for(const Conv2dGeometry& g, Precision precision) {
   Context& c = context();
   PD_CHECK(g.pad.is_symmetric(), "cuDNN convolution needs the same pad before and after each axis");
-  PlanKey key{g.batch,    g.in_channels, g.in_h,    g.in_w,     g.out_channels, g.kernel_h,      g.kernel_w,
-              g.stride_h, g.stride_w,    g.pad.top, g.pad.left, g.groups,       c.deterministic, tensor_math(c)};
+  PlanKey key{
+      g.batch,    g.in_channels, g.in_h,    g.in_w,     g.out_channels, g.kernel_h,      g.kernel_w,
+      g.stride_h, g.stride_w,    g.pad.top, g.pad.left, g.groups,       c.deterministic, tensor_math(c, precision)};
   std::lock_guard<std::mutex> lock(g_plans_mu);
   auto it = g_plans.find(key);
   if (it != g_plans.end()) return *it->second;
   auto plan = std::make_unique<ConvPlan>(g);
   ConvPlan& p = *plan;
-  const bool tf32 = tensor_math(c);
+  const bool tf32 = tensor_math(c, precision);
   // Without --deterministic, time the algorithms on this GPU (cudnnFind*) and
   // take the fastest; with it, the heuristics' ranked list, so that every
   // process of a run picks the same algorithm whatever its timings.
@@ -278,12 +279,13 @@ std::shared_ptr<Storage> padded_input(const Conv2dGeometry& g, const float* x) {
 
 }  // namespace
 
-void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias, float* y) {
+void conv2d_forward(Precision precision, const Conv2dGeometry& g, const float* x, const float* w, const float* bias,
+                    float* y) {
   if (!g.pad.is_symmetric()) {
     auto xp = padded_input(g, x);
-    return conv2d_forward(on_padded_input(g), static_cast<const float*>(xp->data), w, bias, y);
+    return conv2d_forward(precision, on_padded_input(g), static_cast<const float*>(xp->data), w, bias, y);
   }
-  ConvPlan& p = plan_for(g);
+  ConvPlan& p = plan_for(g, precision);
   Context& c = context();
   auto ws = workspace(p.fwd_ws);
   CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.d, p.fwd_math));
@@ -292,16 +294,16 @@ void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w, con
   if (bias) CUDNN_CHECK(cudnnAddTensor(c.cudnn, &kOne, p.bias.d, bias, &kOne, p.y.d, y));
 }
 
-void conv2d_backward_data(const Conv2dGeometry& g, const float* w, const float* dy, float* dx) {
+void conv2d_backward_data(Precision precision, const Conv2dGeometry& g, const float* w, const float* dy, float* dx) {
   if (!g.pad.is_symmetric()) {
     const Conv2dGeometry s = on_padded_input(g);
     auto dxp = workspace(static_cast<size_t>(s.batch * s.in_channels * s.in_h * s.in_w) * sizeof(float));
-    conv2d_backward_data(s, w, dy, static_cast<float*>(dxp->data));
+    conv2d_backward_data(precision, s, w, dy, static_cast<float*>(dxp->data));
     kernels::crop_planes(g.batch * g.in_channels, g.in_h, g.in_w, g.pad.top, g.pad.left, g.pad.bottom, g.pad.right,
                          static_cast<const float*>(dxp->data), dx, context().compute);
     return;
   }
-  ConvPlan& p = plan_for(g);
+  ConvPlan& p = plan_for(g, precision);
   Context& c = context();
   auto ws = workspace(p.bwd_data_ws);
   CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.d, p.bwd_data_math));
@@ -309,13 +311,14 @@ void conv2d_backward_data(const Conv2dGeometry& g, const float* w, const float* 
                                            ws ? ws->data : nullptr, p.bwd_data_ws, &kZero, p.x.d, dx));
 }
 
-void conv2d_backward_params_accum(const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
-                                  float* dbias) {
+void conv2d_backward_params_accum(Precision precision, const Conv2dGeometry& g, const float* x, const float* dy,
+                                  float* dw, float* dbias) {
   if (!g.pad.is_symmetric()) {
     auto xp = padded_input(g, x);
-    return conv2d_backward_params_accum(on_padded_input(g), static_cast<const float*>(xp->data), dy, dw, dbias);
+    return conv2d_backward_params_accum(precision, on_padded_input(g), static_cast<const float*>(xp->data), dy, dw,
+                                        dbias);
   }
-  ConvPlan& p = plan_for(g);
+  ConvPlan& p = plan_for(g, precision);
   Context& c = context();
   auto ws = workspace(p.bwd_filter_ws);
   CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv.d, p.bwd_filter_math));
@@ -409,9 +412,11 @@ namespace {
 }
 }  // namespace
 
-void conv2d_forward(const Conv2dGeometry&, const float*, const float*, const float*, float*) { no_cudnn(); }
-void conv2d_backward_data(const Conv2dGeometry&, const float*, const float*, float*) { no_cudnn(); }
-void conv2d_backward_params_accum(const Conv2dGeometry&, const float*, const float*, float*, float*) { no_cudnn(); }
+void conv2d_forward(Precision, const Conv2dGeometry&, const float*, const float*, const float*, float*) { no_cudnn(); }
+void conv2d_backward_data(Precision, const Conv2dGeometry&, const float*, const float*, float*) { no_cudnn(); }
+void conv2d_backward_params_accum(Precision, const Conv2dGeometry&, const float*, const float*, float*, float*) {
+  no_cudnn();
+}
 void pool2d_forward(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y) {
   if (pool_fits_cudnn(g)) no_cudnn();
   pool2d_forward_direct(kind, g, x, y);

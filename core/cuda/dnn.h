@@ -12,9 +12,11 @@
 
 namespace pd::cuda {
 
-void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias, float* y);
-void conv2d_backward_data(const Conv2dGeometry& g, const float* w, const float* dy, float* dx);
-void conv2d_backward_params_accum(const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
+// Under BF16 (the caller's StepInfo::precision) in TF32 tensor-core math,
+// exact on bf16-valued operands.
+void conv2d_forward(Precision p, const Conv2dGeometry& g, const float* x, const float* w, const float* bias, float* y);
+void conv2d_backward_data(Precision p, const Conv2dGeometry& g, const float* w, const float* dy, float* dx);
+void conv2d_backward_params_accum(Precision p, const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
                                   float* dbias);
 
 void pool2d_forward(PoolKind kind, const Pool2dGeometry& g, const float* x, float* y);

@@ -255,16 +255,18 @@ void batchnorm_backward_eval(int64_t n, int64_t c, int64_t h, int64_t w, const f
 
 // --- composed entries: the layers' one interface, from the kernels above ---
 
-void linear_forward(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b, float* y) {
-  gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
+void linear_forward(Precision p, int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
+                    float* y) {
+  gemm(p, false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
   if (b) kernels::add_bias_rows(rows, out, b, y, cs());
 }
-void linear_backward_input(int64_t rows, int64_t in, int64_t out, const float* dy, const float* w, float* dx) {
-  gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+void linear_backward_input(Precision p, int64_t rows, int64_t in, int64_t out, const float* dy, const float* w,
+                           float* dx) {
+  gemm(p, false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
 }
-void linear_backward_params_accum(int64_t rows, int64_t in, int64_t out, const float* x, const float* dy, float* dw,
-                                  float* db) {
-  gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
+void linear_backward_params_accum(Precision p, int64_t rows, int64_t in, int64_t out, const float* x, const float* dy,
+                                  float* dw, float* db) {
+  gemm(p, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
   if (db) sum_rows_accum(rows, out, dy, db);
 }
 
@@ -275,7 +277,7 @@ void linear_gelu_forward(Precision p, int64_t rows, int64_t in, int64_t out, con
                          const float* b, float* pre, float* y) {
   if (rows * out == 0) return;
   PD_CHECK(b != nullptr, "linear_gelu_forward needs a bias");
-  gemm(false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, pre, out);
+  gemm(p, false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, pre, out);
   kernels::bias_gelu_forward(rows, out, b, p == Precision::BF16, pre, y, cs());
 }
 void gelu_backward_rounded(Precision p, int64_t n, const float* pre, const float* dy, float* dx) {
@@ -441,26 +443,27 @@ void qkv_to_heads(int64_t B, int64_t T, int64_t H, int64_t hd, const float* qkv,
   permute(5, qkv_shape, to_heads, qkv, heads);
 }
 
-void attention_forward(int64_t B, int64_t T, int64_t H, int64_t hd, const float* qkv, float* probs, float* att) {
+void attention_forward(Precision p, int64_t B, int64_t T, int64_t H, int64_t hd, const float* qkv, float* probs,
+                       float* att) {
   const int64_t BH = B * H, mat = T * hd, part = BH * mat;
   Scratch heads(static_cast<size_t>(3 * part) * sizeof(float)), out_heads(static_cast<size_t>(part) * sizeof(float));
   qkv_to_heads(B, T, H, hd, qkv, heads.as<float>());
   const float* q = heads.as<float>();
   const float* k = q + part;
   const float* v = k + part;
-  gemm_strided_batched(false, true, T, T, hd, 1.0f, q, hd, mat, k, hd, mat, 0.0f, probs, T, T * T, BH);
+  gemm_strided_batched(p, false, true, T, T, hd, 1.0f, q, hd, mat, k, hd, mat, 0.0f, probs, T, T * T, BH);
   kernels::causal_softmax_forward(BH, T, softmax_scale(hd), probs, probs, cs());
   // bf16: P is an operand (of PV here, of dV and the softmax backward later),
   // rounded where the CPU rounds it; dS is rounded by the GEMMs' packing.
-  if (context().precision == Precision::BF16) kernels::round_bf16(BH * T * T, probs, probs, cs());
-  gemm_strided_batched(false, false, T, hd, T, 1.0f, probs, T, T * T, v, hd, mat, 0.0f, out_heads.as<float>(), hd, mat,
-                       BH);
+  if (p == Precision::BF16) kernels::round_bf16(BH * T * T, probs, probs, cs());
+  gemm_strided_batched(p, false, false, T, hd, T, 1.0f, probs, T, T * T, v, hd, mat, 0.0f, out_heads.as<float>(), hd,
+                       mat, BH);
   const int64_t heads_shape[4] = {B, H, T, hd};
   const int swap_ht[4] = {0, 2, 1, 3};
   permute(4, heads_shape, swap_ht, out_heads.as<float>(), att);
 }
 
-void attention_backward(int64_t B, int64_t T, int64_t H, int64_t hd, const float* qkv, const float* probs,
+void attention_backward(Precision p, int64_t B, int64_t T, int64_t H, int64_t hd, const float* qkv, const float* probs,
                         const float* datt, float* dqkv) {
   const int64_t BH = B * H, mat = T * hd, part = BH * mat;
   Scratch heads(static_cast<size_t>(3 * part) * sizeof(float)), dheads(static_cast<size_t>(3 * part) * sizeof(float));
@@ -477,13 +480,14 @@ void attention_backward(int64_t B, int64_t T, int64_t H, int64_t hd, const float
   float* dv = dk + part;
   float* ds = dscores.as<float>();
   // dv = probsᵀ dout; dprobs = dout vᵀ, turned into dscores in place.
-  gemm_strided_batched(true, false, T, hd, T, 1.0f, probs, T, T * T, dout_heads.as<float>(), hd, mat, 0.0f, dv, hd, mat,
+  gemm_strided_batched(p, true, false, T, hd, T, 1.0f, probs, T, T * T, dout_heads.as<float>(), hd, mat, 0.0f, dv, hd,
+                       mat, BH);
+  gemm_strided_batched(p, false, true, T, T, hd, 1.0f, dout_heads.as<float>(), hd, mat, v, hd, mat, 0.0f, ds, T, T * T,
                        BH);
-  gemm_strided_batched(false, true, T, T, hd, 1.0f, dout_heads.as<float>(), hd, mat, v, hd, mat, 0.0f, ds, T, T * T, BH);
   kernels::causal_softmax_backward(BH, T, softmax_scale(hd), probs, ds, ds, cs());
   // dq = dscores k; dk = dscoresᵀ q.
-  gemm_strided_batched(false, false, T, hd, T, 1.0f, ds, T, T * T, k, hd, mat, 0.0f, dq, hd, mat, BH);
-  gemm_strided_batched(true, false, T, hd, T, 1.0f, ds, T, T * T, q, hd, mat, 0.0f, dk, hd, mat, BH);
+  gemm_strided_batched(p, false, false, T, hd, T, 1.0f, ds, T, T * T, k, hd, mat, 0.0f, dq, hd, mat, BH);
+  gemm_strided_batched(p, true, false, T, hd, T, 1.0f, ds, T, T * T, q, hd, mat, 0.0f, dk, hd, mat, BH);
   const int64_t dheads_shape[5] = {3, B, H, T, hd};
   const int to_rows[5] = {1, 3, 0, 2, 4};
   permute(5, dheads_shape, to_rows, dheads.as<float>(), dqkv);
@@ -558,7 +562,6 @@ DeviceOps make_table() {
   o.name = "cuda";
   o.synchronize = &synchronize;
   o.set_deterministic = [](bool on) { context().deterministic = on; };
-  o.set_precision = &set_precision;
   o.event_record = &event_record;
   o.event_elapsed_ms = &event_elapsed_ms;
   o.event_release = &event_release;
@@ -567,8 +570,19 @@ DeviceOps make_table() {
   o.upload_async = &upload_async;
   o.upload_wait_on_compute = &upload_wait_on_compute;
   o.upload_release = &upload_release;
-  o.gemm = &gemm;
-  o.gemm_strided_batched = &gemm_strided_batched;
+  // The table's GEMMs compute in FP32, cpu::gemm's contract: callers with
+  // bf16 operands go through the linear, convolution and attention
+  // entries, which take the precision.
+  o.gemm = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    gemm(Precision::FP32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  };
+  o.gemm_strided_batched = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                              int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
+                              float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+    gemm_strided_batched(Precision::FP32, ta, tb, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                         stride_c, batch);
+  };
   o.linear_forward = &linear_forward;
   o.linear_backward_input = &linear_backward_input;
   o.linear_backward_params_accum = &linear_backward_params_accum;

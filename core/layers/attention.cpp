@@ -67,14 +67,15 @@ class CausalSelfAttention : public SplitBackwardLayer {
     Tensor att = Tensor::empty({B, T, dim_}, DType::F32, dev);
     Tensor y = Tensor::empty({B, T, dim_}, DType::F32, dev);
     if (rows > 0) {
-      ops.linear_forward(rows, dim_, 3 * dim_, x.f32(), a.params[0].f32(), a.params[1].f32(), qkv.f32());
+      ops.linear_forward(a.step.precision, rows, dim_, 3 * dim_, x.f32(), a.params[0].f32(), a.params[1].f32(),
+                         qkv.f32());
       round_in_place_if_bf16(a.step.precision, qkv);  // bf16: q, k, v are GEMM operands
       if (fused)
         ops.fused_attention_forward(B, T, heads_, hd, qkv.f32(), att.f32(), probs.f32());
       else
-        ops.attention_forward(B, T, heads_, hd, qkv.f32(), probs.f32(), att.f32());
+        ops.attention_forward(a.step.precision, B, T, heads_, hd, qkv.f32(), probs.f32(), att.f32());
       round_in_place_if_bf16(a.step.precision, att);  // bf16: proj's operand
-      ops.linear_forward(rows, dim_, dim_, att.f32(), a.params[2].f32(), a.params[3].f32(), y.f32());
+      ops.linear_forward(a.step.precision, rows, dim_, dim_, att.f32(), a.params[2].f32(), a.params[3].f32(), y.f32());
     }
     ctx.saved = {x, qkv, probs, att};
     return y;
@@ -93,15 +94,17 @@ class CausalSelfAttention : public SplitBackwardLayer {
     Tensor dqkv = Tensor::empty({B, T, 3 * dim_}, DType::F32, dev);
     Tensor dx = a.need_input_grad ? Tensor::empty(x.shape(), DType::F32, dev) : Tensor();
     if (rows > 0) {
-      ops.linear_backward_input(rows, dim_, dim_, dy.f32(), a.params[2].f32(), datt.f32());
+      ops.linear_backward_input(a.step.precision, rows, dim_, dim_, dy.f32(), a.params[2].f32(), datt.f32());
       round_in_place_if_bf16(a.step.precision, datt);  // bf16: dO is a GEMM operand
       if (saved_fused_stats(probs))
         ops.fused_attention_backward(B, T, heads_, dim_ / heads_, qkv.f32(), att.f32(), probs.f32(), datt.f32(),
                                      dqkv.f32());
       else
-        ops.attention_backward(B, T, heads_, dim_ / heads_, qkv.f32(), probs.f32(), datt.f32(), dqkv.f32());
+        ops.attention_backward(a.step.precision, B, T, heads_, dim_ / heads_, qkv.f32(), probs.f32(), datt.f32(),
+                               dqkv.f32());
       round_in_place_if_bf16(a.step.precision, dqkv);  // bf16: qkv's backward operand
-      if (dx.defined()) ops.linear_backward_input(rows, dim_, 3 * dim_, dqkv.f32(), a.params[0].f32(), dx.f32());
+      if (dx.defined())
+        ops.linear_backward_input(a.step.precision, rows, dim_, 3 * dim_, dqkv.f32(), a.params[0].f32(), dx.f32());
     }
     ctx.saved = {x, att, dy, dqkv};
     return dx;
@@ -117,10 +120,10 @@ class CausalSelfAttention : public SplitBackwardLayer {
       ops.linear_backward_params_accum_bf16(rows, dim_, 3 * dim_, x.bf16(), ctx.saved[3].bf16(), a.grads[0].f32(),
                                             a.grads[1].f32());
     } else if (rows > 0) {
-      ops.linear_backward_params_accum(rows, dim_, dim_, ctx.saved[1].f32(), ctx.saved[2].f32(), a.grads[2].f32(),
-                                       a.grads[3].f32());
-      ops.linear_backward_params_accum(rows, dim_, 3 * dim_, x.f32(), ctx.saved[3].f32(), a.grads[0].f32(),
-                                       a.grads[1].f32());
+      ops.linear_backward_params_accum(a.step.precision, rows, dim_, dim_, ctx.saved[1].f32(), ctx.saved[2].f32(),
+                                       a.grads[2].f32(), a.grads[3].f32());
+      ops.linear_backward_params_accum(a.step.precision, rows, dim_, 3 * dim_, x.f32(), ctx.saved[3].f32(),
+                                       a.grads[0].f32(), a.grads[1].f32());
     }
     ctx.clear();
   }
@@ -149,7 +152,7 @@ class CausalSelfAttention : public SplitBackwardLayer {
         ops.fused_attention_forward_bf16(B, T, heads_, hd, qkv.bf16(), att.bf16(), probs.f32());
       } else {
         Tensor att32 = Tensor::empty({B, T, dim_}, DType::F32, dev);
-        ops.attention_forward(B, T, heads_, hd, unpacked_bf16(qkv).f32(), probs.f32(), att32.f32());
+        ops.attention_forward(a.step.precision, B, T, heads_, hd, unpacked_bf16(qkv).f32(), probs.f32(), att32.f32());
         ops.pack_bf16(att32.numel(), att32.f32(), att.bf16());
       }
       ops.linear_forward_bf16(rows, dim_, dim_, att.bf16(), a.params[2].f32(), a.params[3].f32(), y.f32(), nullptr);
@@ -174,8 +177,8 @@ class CausalSelfAttention : public SplitBackwardLayer {
                                           dqkv.bf16());
       } else {
         Tensor dqkv32 = Tensor::empty({B, T, 3 * dim_}, DType::F32, dev);
-        ops.attention_backward(B, T, heads_, hd, unpacked_bf16(qkv).f32(), probs.f32(), unpacked_bf16(datt).f32(),
-                               dqkv32.f32());
+        ops.attention_backward(a.step.precision, B, T, heads_, hd, unpacked_bf16(qkv).f32(), probs.f32(),
+                               unpacked_bf16(datt).f32(), dqkv32.f32());
         ops.pack_bf16(dqkv32.numel(), dqkv32.f32(), dqkv.bf16());
       }
       if (dx.defined())

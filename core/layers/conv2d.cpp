@@ -51,7 +51,7 @@ class Conv2d : public SplitBackwardLayer {
     PD_CHECK(x.ndim() == 4, describe(), " got input ", shape_str(x.shape()));
     const Shape out = output_shape({x.dim(1), x.dim(2), x.dim(3)});
     Tensor y = Tensor::empty({x.dim(0), out[0], out[1], out[2]}, DType::F32, x.device());
-    device_ops(x.device()).conv2d_forward(geometry(x), x.f32(), a.params[0].f32(),
+    device_ops(x.device()).conv2d_forward(a.step.precision, geometry(x), x.f32(), a.params[0].f32(),
                                           bias_ ? a.params[1].f32() : nullptr, y.f32());
     ctx.saved = {x};
     return y;
@@ -64,7 +64,7 @@ class Conv2d : public SplitBackwardLayer {
     Tensor dx;
     if (a.need_input_grad) {
       dx = Tensor::empty(x.shape(), DType::F32, x.device());
-      device_ops(x.device()).conv2d_backward_data(geometry(x), a.params[0].f32(), dy.f32(), dx.f32());
+      device_ops(x.device()).conv2d_backward_data(a.step.precision, geometry(x), a.params[0].f32(), dy.f32(), dx.f32());
     }
     ctx.saved.push_back(dy);
     return dx;
@@ -73,8 +73,9 @@ class Conv2d : public SplitBackwardLayer {
   void backward_weights(const BackwardArgs& a, LayerContext& ctx) const override {
     PD_CHECK(ctx.saved.size() == 2, describe(), ": weight backward without its input backward");
     const Tensor& x = ctx.saved[0];
-    device_ops(x.device()).conv2d_backward_params_accum(geometry(x), x.f32(), ctx.saved[1].f32(), a.grads[0].f32(),
-                                                        bias_ ? a.grads[1].f32() : nullptr);
+    device_ops(x.device())
+        .conv2d_backward_params_accum(a.step.precision, geometry(x), x.f32(), ctx.saved[1].f32(), a.grads[0].f32(),
+                                      bias_ ? a.grads[1].f32() : nullptr);
     ctx.clear();
   }
 

@@ -71,7 +71,7 @@ class Linear : public SplitBackwardLayer {
     if (logits_in_bf16(a.step, x)) return forward_to_loss_bf16(a, x, rows, ys, ctx);
     Tensor y = Tensor::empty(ys, DType::F32, x.device());
     if (rows > 0)
-      device_ops(x.device()).linear_forward(rows, in_, out_, x.f32(), a.params[0].f32(),
+      device_ops(x.device()).linear_forward(a.step.precision, rows, in_, out_, x.f32(), a.params[0].f32(),
                                             bias_ ? a.params[1].f32() : nullptr, y.f32());
     ctx.saved = {x};
     return y;
@@ -85,7 +85,9 @@ class Linear : public SplitBackwardLayer {
     Tensor dx;
     if (a.need_input_grad) {
       dx = Tensor::empty(x.shape(), DType::F32, x.device());
-      if (rows > 0) device_ops(x.device()).linear_backward_input(rows, in_, out_, dy.f32(), a.params[0].f32(), dx.f32());
+      if (rows > 0)
+        device_ops(x.device())
+            .linear_backward_input(a.step.precision, rows, in_, out_, dy.f32(), a.params[0].f32(), dx.f32());
     }
     ctx.saved.push_back(dy);
     return dx;
@@ -99,8 +101,9 @@ class Linear : public SplitBackwardLayer {
       device_ops(x.device()).linear_backward_params_accum_bf16(rows, in_, out_, x.bf16(), ctx.saved[1].bf16(),
                                                                a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr);
     else if (rows > 0)
-      device_ops(x.device()).linear_backward_params_accum(rows, in_, out_, x.f32(), ctx.saved[1].f32(),
-                                                          a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr);
+      device_ops(x.device())
+          .linear_backward_params_accum(a.step.precision, rows, in_, out_, x.f32(), ctx.saved[1].f32(),
+                                        a.grads[0].f32(), bias_ ? a.grads[1].f32() : nullptr);
     ctx.clear();
   }
 

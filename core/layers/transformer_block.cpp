@@ -217,8 +217,8 @@ class TransformerBlock : public SplitBackwardLayer {
     Tensor dpre = Tensor::empty(pre.shape(), DType::F32, dev), dx = Tensor::empty(x.shape(), DType::F32, dev);
     device_ops(dev).gelu_backward_rounded(a.step.precision, pre.numel(), pre.f32(), dy.f32(), dpre.f32());
     if (rows > 0)
-      device_ops(dev).linear_backward_input(rows, dim_, 4 * dim_, dpre.f32(), a.params[slots_[kFc1].first_param].f32(),
-                                            dx.f32());
+      device_ops(dev).linear_backward_input(a.step.precision, rows, dim_, 4 * dim_, dpre.f32(),
+                                            a.params[slots_[kFc1].first_param].f32(), dx.f32());
     round_in_place_if_bf16(a.step.precision, dx);
     ctx.saved.push_back(dpre);
     return dx;
@@ -229,8 +229,9 @@ class TransformerBlock : public SplitBackwardLayer {
     const int64_t rows = rows_over_last_dim(x, dim_, "transformer block");
     const size_t k = slots_[kFc1].first_param;
     if (rows > 0)
-      device_ops(x.device()).linear_backward_params_accum(rows, dim_, 4 * dim_, x.f32(), ctx.saved[2].f32(),
-                                                          a.grads[k].f32(), a.grads[k + 1].f32());
+      device_ops(x.device())
+          .linear_backward_params_accum(a.step.precision, rows, dim_, 4 * dim_, x.f32(), ctx.saved[2].f32(),
+                                        a.grads[k].f32(), a.grads[k + 1].f32());
   }
 
   // --- bf16 storage (DeviceOps *_bf16): ln1's and ln2's outputs,

@@ -17,18 +17,18 @@ class ConvOp : public Op {
   explicit ConvOp(Conv2dGeometry window) : window_(window) {}
   std::string type() const override { return "Conv"; }
 
-  std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo&, LayerContext& ctx) const override {
+  std::vector<Tensor> forward(std::span<const Tensor> in, const StepInfo& step, LayerContext& ctx) const override {
     const Tensor &x = in[0], &w = in[1];
     const bool bias = in.size() > 2 && in[2].defined();
     const Conv2dGeometry g = geometry(x, w);
     Tensor y = Tensor::empty({g.batch, g.out_channels, g.out_h(), g.out_w()}, DType::F32, x.device());
-    device_ops(x.device()).conv2d_forward(g, x.f32(), w.f32(), bias ? in[2].f32() : nullptr, y.f32());
+    device_ops(x.device()).conv2d_forward(step.precision, g, x.f32(), w.f32(), bias ? in[2].f32() : nullptr, y.f32());
     ctx.saved = {x, w};
     if (bias) ctx.saved.push_back(in[2]);
     return {y};
   }
 
-  std::vector<Tensor> backward(std::span<const Tensor> dys, const std::vector<bool>& need, const StepInfo&,
+  std::vector<Tensor> backward(std::span<const Tensor> dys, const std::vector<bool>& need, const StepInfo& step,
                                LayerContext& ctx) const override {
     const Tensor &x = ctx.saved[0], &w = ctx.saved[1], &dy = dys[0];
     const bool bias = ctx.saved.size() > 2;
@@ -37,13 +37,13 @@ class ConvOp : public Op {
     std::vector<Tensor> grads(need.size());
     if (need[0]) {
       grads[0] = Tensor::empty(x.shape(), DType::F32, x.device());
-      ops.conv2d_backward_data(g, w.f32(), dy.f32(), grads[0].f32());
+      ops.conv2d_backward_data(step.precision, g, w.f32(), dy.f32(), grads[0].f32());
     }
     const bool want_w = need.size() > 1 && need[1], want_b = bias && need.size() > 2 && need[2];
     if (want_w || want_b) {
       Tensor dw = Tensor::zeros(w.shape(), DType::F32, x.device());
       Tensor db = bias ? Tensor::zeros({g.out_channels}, DType::F32, x.device()) : Tensor();
-      ops.conv2d_backward_params_accum(g, x.f32(), dy.f32(), dw.f32(), bias ? db.f32() : nullptr);
+      ops.conv2d_backward_params_accum(step.precision, g, x.f32(), dy.f32(), dw.f32(), bias ? db.f32() : nullptr);
       if (want_w) grads[1] = dw;
       if (want_b) grads[2] = db;
     }

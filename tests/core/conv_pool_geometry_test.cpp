@@ -77,9 +77,9 @@ TEST(ConvGeometry, CpuTableMatchesNaiveLoopsOnEveryGeometry) {
     auto x = random_values(xs, 1), w = random_values(ws, 2), b = random_values(g.out_channels, 3);
     auto dy = random_values(ys, 4);
     std::vector<float> y(ys), dx(xs), dw(ws, 0.5f), db(g.out_channels, -1.0f);
-    cpu.conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
-    cpu.conv2d_backward_data(g, w.data(), dy.data(), dx.data());
-    cpu.conv2d_backward_params_accum(g, x.data(), dy.data(), dw.data(), db.data());
+    cpu.conv2d_forward(Precision::FP32, g, x.data(), w.data(), b.data(), y.data());
+    cpu.conv2d_backward_data(Precision::FP32, g, w.data(), dy.data(), dx.data());
+    cpu.conv2d_backward_params_accum(Precision::FP32, g, x.data(), dy.data(), dw.data(), db.data());
     ref::ConvGrads want = ref::conv2d_backward(g, x, w, dy);
     for (double& v : want.dw) v += 0.5;
     for (double& v : want.db) v -= 1.0;
@@ -111,11 +111,11 @@ TEST(ConvGeometry, CpuTableRunsTheSquareKernelsOnTheCoreCase) {
   auto dy = random_values(ys, 8);
   std::vector<float> y1(ys), y2(ys), dx1(xs), dx2(xs), dw1(ws, 0.0f), dw2(ws, 0.0f), db1(7, 0.0f), db2(7, 0.0f);
   const DeviceOps& cpu = device_ops(Device::cpu());
-  cpu.conv2d_forward(g, x.data(), w.data(), b.data(), y1.data());
+  cpu.conv2d_forward(Precision::FP32, g, x.data(), w.data(), b.data(), y1.data());
   cpu::conv2d_forward(s, x.data(), w.data(), b.data(), y2.data());
-  cpu.conv2d_backward_data(g, w.data(), dy.data(), dx1.data());
+  cpu.conv2d_backward_data(Precision::FP32, g, w.data(), dy.data(), dx1.data());
   cpu::conv2d_backward_input(s, w.data(), dy.data(), dx2.data());
-  cpu.conv2d_backward_params_accum(g, x.data(), dy.data(), dw1.data(), db1.data());
+  cpu.conv2d_backward_params_accum(Precision::FP32, g, x.data(), dy.data(), dw1.data(), db1.data());
   cpu::conv2d_backward_params(s, x.data(), dy.data(), dw2.data(), db2.data());
   EXPECT_TRUE(same_bits(y1, y2));
   EXPECT_TRUE(same_bits(dx1, dx2));

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/cpu/attention_kernels.h"
 #include "core/cpu/linear_kernels.h"
 #include "core/device_ops.h"
 #include "tests/core/gradcheck.h"
@@ -50,14 +51,37 @@ TEST(DeviceOps, CpuLinearEntriesGiveTheKernelsBits) {
   std::vector<float> y1(R * O), y2(R * O), dx1(R * I), dx2(R * I), dw1(O * I, 0.0f), dw2(O * I, 0.0f), db1(O, 0.0f),
       db2(O, 0.0f);
   cpu::linear_forward(x.f32(), w.f32(), b.f32(), y1.data(), R, I, O);
-  o.linear_forward(R, I, O, x.f32(), w.f32(), b.f32(), y2.data());
+  o.linear_forward(Precision::FP32, R, I, O, x.f32(), w.f32(), b.f32(), y2.data());
   cpu::linear_backward(x.f32(), w.f32(), dy.f32(), dx1.data(), dw1.data(), db1.data(), R, I, O);
-  o.linear_backward_input(R, I, O, dy.f32(), w.f32(), dx2.data());
-  o.linear_backward_params_accum(R, I, O, x.f32(), dy.f32(), dw2.data(), db2.data());
+  o.linear_backward_input(Precision::FP32, R, I, O, dy.f32(), w.f32(), dx2.data());
+  o.linear_backward_params_accum(Precision::FP32, R, I, O, x.f32(), dy.f32(), dw2.data(), db2.data());
   EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(dx1.data(), dx2.data(), dx1.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(dw1.data(), dw2.data(), dw1.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(db1.data(), db2.data(), db1.size() * sizeof(float)));
+}
+
+// Precision travels with the call (no process-wide setting): the table's
+// attention rounds its internal operands exactly when the call says BF16.
+TEST(DeviceOps, CpuAttentionTakesItsPrecisionFromTheCall) {
+  const int64_t B = 2, T = 6, H = 2, hd = 4;
+  const Tensor qkv = testing::random_tensor({B, T, 3 * H * hd}, 5), datt = testing::random_tensor({B, T, H * hd}, 6);
+  const DeviceOps& o = device_ops(Device::cpu());
+  std::vector<float> att_of[2];
+  for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP32}) {
+    SCOPED_TRACE(p == Precision::BF16 ? "bf16" : "fp32");
+    const cpu::AttentionShape shape{B, T, H, hd, p == Precision::BF16};
+    std::vector<float> probs1(B * H * T * T), probs2(probs1.size()), att1(B * T * H * hd), att2(att1.size()),
+        dqkv1(qkv.numel()), dqkv2(qkv.numel());
+    cpu::attention_forward(shape, qkv.f32(), probs1.data(), att1.data());
+    o.attention_forward(p, B, T, H, hd, qkv.f32(), probs2.data(), att2.data());
+    cpu::attention_backward(shape, qkv.f32(), probs1.data(), datt.f32(), dqkv1.data());
+    o.attention_backward(p, B, T, H, hd, qkv.f32(), probs2.data(), datt.f32(), dqkv2.data());
+    EXPECT_EQ(0, std::memcmp(att1.data(), att2.data(), att1.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(dqkv1.data(), dqkv2.data(), dqkv1.size() * sizeof(float)));
+    att_of[p == Precision::BF16] = att2;
+  }
+  EXPECT_NE(att_of[0], att_of[1]) << "these inputs must tell the precisions apart";
 }
 
 }  // namespace

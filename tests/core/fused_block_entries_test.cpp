@@ -35,7 +35,7 @@ TEST_P(CpuFusedEntries, LinearGeluIsLinearRoundGeluRound) {
   const auto x = values({rows, in}, 1), w = values({out, in}, 2), b = values({out}, 3);
   const size_t n = static_cast<size_t>(rows * out);
   std::vector<float> pre(n), y(n), want_pre(n), want_y(n);
-  o.linear_forward(rows, in, out, x.data(), w.data(), b.data(), want_pre.data());
+  o.linear_forward(Precision::FP32, rows, in, out, x.data(), w.data(), b.data(), want_pre.data());
   round_if_bf16(want_pre);
   o.gelu_forward(static_cast<int64_t>(n), want_pre.data(), want_y.data());
   round_if_bf16(want_y);

@@ -30,13 +30,14 @@ TEST(OpTimes, CountsEachEntryCalledWithTheBackendsResults) {
   const int64_t rows = 64, in = 256, out = 128;
   const std::vector<float> x = ramp(rows * in, 0.01f), w = ramp(out * in, 0.02f), b = ramp(out, 0.1f);
   std::vector<float> plain(rows * out), timed(rows * out), rounded(rows * out);
-  device_ops(Device::cpu()).linear_forward(rows, in, out, x.data(), w.data(), b.data(), plain.data());
+  device_ops(Device::cpu()).linear_forward(Precision::FP32, rows, in, out, x.data(), w.data(), b.data(), plain.data());
 
   start_op_timing();
   EXPECT_TRUE(op_timing_active());
   EXPECT_NE(&device_ops(Device::cpu()), &cpu_device_ops()) << "timing hands out the timed table";
   for (int k = 0; k < 2; ++k)
-    device_ops(Device::cpu()).linear_forward(rows, in, out, x.data(), w.data(), b.data(), timed.data());
+    device_ops(Device::cpu())
+        .linear_forward(Precision::FP32, rows, in, out, x.data(), w.data(), b.data(), timed.data());
   device_ops(Device::cpu()).round_bf16(rows * out, timed.data(), rounded.data());
   device_ops(Device::cpu()).synchronize();  // a runtime entry: passed through, not counted
   const std::vector<OpTime> t = stop_op_timing();

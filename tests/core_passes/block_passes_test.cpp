@@ -118,7 +118,6 @@ Calls block_calls(Precision p) {
   for (const Tensor& t : params) grads.push_back(Tensor::zeros(t.shape(), DType::F32, dev));
   StepInfo step;
   step.precision = p;
-  table.set_precision(p);
   Tensor x = Tensor::zeros({B, T, C}, DType::F32, dev), dy = Tensor::zeros({B, T, C}, DType::F32, dev);
   Calls c;
   LayerContext ctx;
@@ -129,7 +128,6 @@ Calls block_calls(Precision p) {
   g_log = &c.backward_weights;
   block->backward_weights({params, grads, step, true}, ctx);
   g_log = nullptr;
-  table.set_precision(Precision::FP32);
   return c;
 }
 

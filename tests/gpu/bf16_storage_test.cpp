@@ -215,7 +215,6 @@ BlockRun run_block_on_gpu(const Layer& block, const std::vector<Tensor>& params_
                           const Tensor& dy_h, Bf16Storage storage) {
   const Device dev = Device::cuda(0);
   set_bf16_storage(storage);
-  device_ops(dev).set_precision(Precision::BF16);
   std::vector<Tensor> params, grads;
   for (const Tensor& t : params_h) {
     params.push_back(t.to(dev));
@@ -229,7 +228,6 @@ BlockRun run_block_on_gpu(const Layer& block, const std::vector<Tensor>& params_
   r.saved_bytes = ctx.saved_bytes();
   r.dx = block.backward({params, grads, step, true}, dy_h.to(dev), ctx).to_floats();
   for (const Tensor& g : grads) r.grads.push_back(g.to_floats());
-  device_ops(dev).set_precision(Precision::FP32);
   set_bf16_storage(Bf16Storage::WhereItPays);
   return r;
 }

@@ -2,6 +2,8 @@
 // Tolerance: atol 1e-4 + rtol 1e-4 for K <= 100 with inputs in [-1, 1]
 // (FP32 accumulation error is about K * 6e-8; TF32 is off by default).
 #if defined(PIPEDREAM_HAVE_CUDA)  // the whole file needs the CUDA backend
+#include "core/cuda/blas.h"
+
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -66,17 +68,9 @@ static std::vector<float> bf16_values(size_t n, uint32_t key) {
   return v;
 }
 
-class CudaGemmBf16 : public GpuTest {
- protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (!ops) return;
-    ops->set_precision(Precision::BF16);
-  }
-  void TearDown() override {
-    if (ops) ops->set_precision(Precision::FP32);
-  }
-};
+// The bf16 path of the backend's GEMMs (what the linear and attention
+// entries run under BF16); the table's gemm entries compute in FP32.
+using CudaGemmBf16 = GpuTest;
 
 TEST_F(CudaGemmBf16, BfloatOperandsGiveTheFp32Result) {
   const int64_t M = 37, N = 53, K = 300;
@@ -86,17 +80,17 @@ TEST_F(CudaGemmBf16, BfloatOperandsGiveTheFp32Result) {
       auto A = bf16_values((ta ? K : M) * lda, 40 + ta), B = bf16_values((tb ? N : K) * ldb, 50 + tb);
       auto C = random_floats(M * ldc, 60);
       Tensor dA = on_gpu(A), dB = on_gpu(B), dC = on_gpu(C);
-      ops->gemm(ta, tb, M, N, K, 0.75f, dA.f32(), lda, dB.f32(), ldb, 0.5f, dC.f32(), ldc);
+      cuda::gemm(Precision::BF16, ta, tb, M, N, K, 0.75f, dA.f32(), lda, dB.f32(), ldb, 0.5f, dC.f32(), ldc);
       auto want = ref::gemm(ta, tb, M, N, K, 0.75, A, lda, B, ldb, 0.5, C, ldc);
       EXPECT_TRUE(close(host(dC), want, 1e-4, 1e-4)) << "trans_a " << ta << " trans_b " << tb;
     }
   const int64_t batch = 5, T = 33, hd = 64;
   auto Q = bf16_values(batch * T * hd, 70), Kt = bf16_values(batch * T * hd, 71);
   Tensor dQ = on_gpu(Q), dK = on_gpu(Kt), dS = gpu_zeros(batch * T * T), dS2 = gpu_zeros(batch * T * T);
-  ops->gemm_strided_batched(false, true, T, T, hd, 0.125f, dQ.f32(), hd, T * hd, dK.f32(), hd, T * hd, 0.0f,
-                            dS.f32(), T, T * T, batch);
-  ops->gemm_strided_batched(false, true, T, T, hd, 0.125f, dQ.f32(), hd, T * hd, dK.f32(), hd, T * hd, 0.0f,
-                            dS2.f32(), T, T * T, batch);
+  cuda::gemm_strided_batched(Precision::BF16, false, true, T, T, hd, 0.125f, dQ.f32(), hd, T * hd, dK.f32(), hd, T * hd,
+                             0.0f, dS.f32(), T, T * T, batch);
+  cuda::gemm_strided_batched(Precision::BF16, false, true, T, T, hd, 0.125f, dQ.f32(), hd, T * hd, dK.f32(), hd, T * hd,
+                             0.0f, dS2.f32(), T, T * T, batch);
   std::vector<double> want;
   for (int64_t b = 0; b < batch; ++b) {
     std::vector<float> q(Q.begin() + b * T * hd, Q.begin() + (b + 1) * T * hd);
@@ -115,7 +109,7 @@ TEST_F(CudaGemmBf16, OtherOperandsAreRoundedToNearestEven) {
   for (float& x : Ar) x = round_to_bf16(x);
   for (float& x : Br) x = round_to_bf16(x);
   Tensor dA = on_gpu(A), dB = on_gpu(B), dC = gpu_zeros(M * N);
-  ops->gemm(false, false, M, N, K, 1.0f, dA.f32(), K, dB.f32(), N, 0.0f, dC.f32(), N);
+  cuda::gemm(Precision::BF16, false, false, M, N, K, 1.0f, dA.f32(), K, dB.f32(), N, 0.0f, dC.f32(), N);
   auto want = ref::gemm(false, false, M, N, K, 1.0, Ar, K, Br, N, 0.0, std::vector<float>(M * N), N);
   EXPECT_TRUE(close(host(dC), want, 1e-5, 1e-5));
 }

@@ -42,7 +42,7 @@ TEST_F(CudaCnnStep, ForwardBackwardSgdMatchesCpuComposition) {
   Tensor gx = on_gpu(x), gcw = on_gpu(cw), gcb = on_gpu(cb), gfw = on_gpu(fw), gfb = on_gpu(fb);
   Tensor glab = on_gpu_ints(labels);
   Tensor c = gpu_zeros(conv_out), r = gpu_zeros(conv_out), p = gpu_zeros(N * feat), logits = gpu_zeros(N * classes);
-  ops->conv2d_forward(cg, gx.f32(), gcw.f32(), gcb.f32(), c.f32());
+  ops->conv2d_forward(Precision::FP32, cg, gx.f32(), gcw.f32(), gcb.f32(), c.f32());
   ops->relu_forward(conv_out, c.f32(), r.f32());
   ops->pool2d_forward(PoolKind::Max, pg, r.f32(), p.f32());
   ops->gemm(false, true, N, classes, feat, 1.0f, p.f32(), feat, gfw.f32(), feat, 0.0f, logits.f32(), classes);
@@ -58,7 +58,7 @@ TEST_F(CudaCnnStep, ForwardBackwardSgdMatchesCpuComposition) {
   ops->gemm(false, false, N, feat, classes, 1.0f, dlogits.f32(), classes, gfw.f32(), feat, 0.0f, dp.f32(), feat);
   ops->pool2d_backward(PoolKind::Max, pg, r.f32(), p.f32(), dp.f32(), dr.f32());
   ops->relu_backward(conv_out, r.f32(), dr.f32(), dc.f32());
-  ops->conv2d_backward_params_accum(cg, gx.f32(), dc.f32(), gdcw.f32(), gdcb.f32());
+  ops->conv2d_backward_params_accum(Precision::FP32, cg, gx.f32(), dc.f32(), gdcw.f32(), gdcb.f32());
   Tensor bufs[4] = {gpu_zeros(cw.size()), gpu_zeros(4), gpu_zeros(fw.size()), gpu_zeros(classes)};
   ops->sgd_step(cw.size(), lr, momentum, 0.0f, false, gcw.f32(), gdcw.f32(), bufs[0].f32());
   ops->sgd_step(4, lr, momentum, 0.0f, false, gcb.f32(), gdcb.f32(), bufs[1].f32());

@@ -91,16 +91,16 @@ TEST_F(CudaConvGeneral, GroupsRectangularKernelsStridesAndPadsMatchTheCpuTable) 
     auto dy = random_floats(ys, 24);
     // CPU table. Gradients accumulate: both start from a known non-zero value.
     std::vector<float> y(ys), dx(xs), dw(ws, 0.5f), db(g.out_channels, -1.0f);
-    cpu.conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
-    cpu.conv2d_backward_data(g, w.data(), dy.data(), dx.data());
-    cpu.conv2d_backward_params_accum(g, x.data(), dy.data(), dw.data(), db.data());
+    cpu.conv2d_forward(Precision::FP32, g, x.data(), w.data(), b.data(), y.data());
+    cpu.conv2d_backward_data(Precision::FP32, g, w.data(), dy.data(), dx.data());
+    cpu.conv2d_backward_params_accum(Precision::FP32, g, x.data(), dy.data(), dw.data(), db.data());
     // CUDA table.
     Tensor gx = on_gpu(x), gw = on_gpu(w), gb = on_gpu(b), gdy = on_gpu(dy);
     Tensor gy = gpu_zeros(ys), gdx = gpu_zeros(xs);
     Tensor gdw = on_gpu(std::vector<float>(ws, 0.5f)), gdb = on_gpu(std::vector<float>(g.out_channels, -1.0f));
-    ops->conv2d_forward(g, gx.f32(), gw.f32(), gb.f32(), gy.f32());
-    ops->conv2d_backward_data(g, gw.f32(), gdy.f32(), gdx.f32());
-    ops->conv2d_backward_params_accum(g, gx.f32(), gdy.f32(), gdw.f32(), gdb.f32());
+    ops->conv2d_forward(Precision::FP32, g, gx.f32(), gw.f32(), gb.f32(), gy.f32());
+    ops->conv2d_backward_data(Precision::FP32, g, gw.f32(), gdy.f32(), gdx.f32());
+    ops->conv2d_backward_params_accum(Precision::FP32, g, gx.f32(), gdy.f32(), gdw.f32(), gdb.f32());
     EXPECT_TRUE(close(host(gy), y, 2e-3, 1e-3));
     EXPECT_TRUE(close(host(gdx), dx, 2e-3, 1e-3));
     EXPECT_TRUE(close(host(gdw), dw, 2e-3, 1e-3));

@@ -48,9 +48,9 @@ TEST_F(CudaConv, ForwardAndBackwardMatchReferenceForStridesAndPadding) {
     Tensor y = gpu_zeros(d.dy.size()), dx = gpu_zeros(d.x.size());
     // Gradients accumulate: start from a known non-zero value.
     Tensor dw = on_gpu(std::vector<float>(d.w.size(), 0.5f)), db = on_gpu(std::vector<float>(d.b.size(), -1.0f));
-    ops->conv2d_forward(g, x.f32(), w.f32(), b.f32(), y.f32());
-    ops->conv2d_backward_data(g, w.f32(), dy.f32(), dx.f32());
-    ops->conv2d_backward_params_accum(g, x.f32(), dy.f32(), dw.f32(), db.f32());
+    ops->conv2d_forward(Precision::FP32, g, x.f32(), w.f32(), b.f32(), y.f32());
+    ops->conv2d_backward_data(Precision::FP32, g, w.f32(), dy.f32(), dx.f32());
+    ops->conv2d_backward_params_accum(Precision::FP32, g, x.f32(), dy.f32(), dw.f32(), db.f32());
     auto want_y = ref::conv2d_forward(g, d.x, d.w, d.b);
     auto grads = ref::conv2d_backward(g, d.x, d.w, d.dy);
     for (double& v : grads.dw) v += 0.5;
@@ -68,7 +68,6 @@ TEST_F(CudaConv, ForwardAndBackwardMatchReferenceForStridesAndPadding) {
 // deterministic algorithms (what --precision bf16 runs use for staged
 // pipelines) giving the same bits twice.
 TEST_F(CudaConv, Bf16PrecisionOnBfloatOperandsKeepsFp32Results) {
-  ops->set_precision(Precision::BF16);
   ops->set_deterministic(true);
   Conv2dGeometry g = geometry(1, 1);
   ConvData d = conv_data(g);
@@ -77,11 +76,10 @@ TEST_F(CudaConv, Bf16PrecisionOnBfloatOperandsKeepsFp32Results) {
   Tensor x = on_gpu(d.x), w = on_gpu(d.w), b = on_gpu(d.b), dy = on_gpu(d.dy);
   Tensor y = gpu_zeros(d.dy.size()), y2 = gpu_zeros(d.dy.size()), dx = gpu_zeros(d.x.size()),
          dw = gpu_zeros(d.w.size()), db = gpu_zeros(d.b.size());
-  ops->conv2d_forward(g, x.f32(), w.f32(), b.f32(), y.f32());
-  ops->conv2d_forward(g, x.f32(), w.f32(), b.f32(), y2.f32());
-  ops->conv2d_backward_data(g, w.f32(), dy.f32(), dx.f32());
-  ops->conv2d_backward_params_accum(g, x.f32(), dy.f32(), dw.f32(), db.f32());
-  ops->set_precision(Precision::FP32);
+  ops->conv2d_forward(Precision::BF16, g, x.f32(), w.f32(), b.f32(), y.f32());
+  ops->conv2d_forward(Precision::BF16, g, x.f32(), w.f32(), b.f32(), y2.f32());
+  ops->conv2d_backward_data(Precision::BF16, g, w.f32(), dy.f32(), dx.f32());
+  ops->conv2d_backward_params_accum(Precision::BF16, g, x.f32(), dy.f32(), dw.f32(), db.f32());
   ops->set_deterministic(false);
   auto want_y = ref::conv2d_forward(g, d.x, d.w, d.b);
   auto grads = ref::conv2d_backward(g, d.x, d.w, d.dy);
@@ -96,7 +94,7 @@ TEST_F(CudaConv, NoBiasLeavesOutputUnbiased) {
   Conv2dGeometry g = geometry(1, 1);
   ConvData d = conv_data(g);
   Tensor x = on_gpu(d.x), w = on_gpu(d.w), y = gpu_zeros(d.dy.size());
-  ops->conv2d_forward(g, x.f32(), w.f32(), nullptr, y.f32());
+  ops->conv2d_forward(Precision::FP32, g, x.f32(), w.f32(), nullptr, y.f32());
   EXPECT_TRUE(close(host(y), ref::conv2d_forward(g, d.x, d.w, {}), 2e-3, 1e-3));
 }
 
@@ -112,7 +110,7 @@ TEST_F(CudaConv, DeterministicModeRepeatsBitwiseAndPlansAreCachedPerShape) {
   std::vector<std::vector<float>> dws;
   for (int rep = 0; rep < 2; ++rep) {
     Tensor dw = gpu_zeros(d.w.size());
-    ops->conv2d_backward_params_accum(g, x.f32(), dy.f32(), dw.f32(), nullptr);
+    ops->conv2d_backward_params_accum(Precision::FP32, g, x.f32(), dy.f32(), dw.f32(), nullptr);
     dws.push_back(host(dw));
   }
   EXPECT_EQ(dws[0], dws[1]);
@@ -120,7 +118,7 @@ TEST_F(CudaConv, DeterministicModeRepeatsBitwiseAndPlansAreCachedPerShape) {
   Conv2dGeometry other = geometry(2, 1);
   ConvData d2 = conv_data(other);
   Tensor x2 = on_gpu(d2.x), w2 = on_gpu(d2.w), y2 = gpu_zeros(d2.dy.size());
-  ops->conv2d_forward(other, x2.f32(), w2.f32(), nullptr, y2.f32());
+  ops->conv2d_forward(Precision::FP32, other, x2.f32(), w2.f32(), nullptr, y2.f32());
   EXPECT_EQ(cuda::conv_plan_count(), 2u);
   ops->set_deterministic(false);
 }

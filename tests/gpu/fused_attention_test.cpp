@@ -102,8 +102,8 @@ class FusedAttention : public GpuTest {
     Tensor probs = Tensor::empty({s.B * s.H * s.T * s.T}, DType::F32, Device::cuda(0));
     Tensor att = Tensor::empty({s.att_numel()}, DType::F32, Device::cuda(0));
     Tensor dqkv = Tensor::empty({s.qkv_numel()}, DType::F32, Device::cuda(0));
-    ops->attention_forward(s.B, s.T, s.H, s.hd, qkv.f32(), probs.f32(), att.f32());
-    ops->attention_backward(s.B, s.T, s.H, s.hd, qkv.f32(), probs.f32(), datt.f32(), dqkv.f32());
+    ops->attention_forward(Precision::FP32, s.B, s.T, s.H, s.hd, qkv.f32(), probs.f32(), att.f32());
+    ops->attention_backward(Precision::FP32, s.B, s.T, s.H, s.hd, qkv.f32(), probs.f32(), datt.f32(), dqkv.f32());
     return {host(att), {}, host(dqkv)};
   }
 

@@ -48,7 +48,6 @@ TEST_F(FusedBlockOps, LinearGeluForwardMatchesTheCpuEntry) {
     const Tensor gx = on_gpu(x), gw = on_gpu(w), gb = on_gpu(b);
     for (Precision p : {Precision::FP32, Precision::BF16}) {
       SCOPED_TRACE(::testing::Message() << name(p) << " rows " << s.rows << " in " << s.in << " out " << s.out);
-      ops->set_precision(p);
       std::vector<float> pre(n), y(n);
       cpu.linear_gelu_forward(p, s.rows, s.in, s.out, x.data(), w.data(), b.data(), pre.data(), y.data());
       Tensor gpre = gpu_zeros(n), gy = gpu_zeros(n), gpre2 = gpu_zeros(n), gy2 = gpu_zeros(n);
@@ -64,7 +63,6 @@ TEST_F(FusedBlockOps, LinearGeluForwardMatchesTheCpuEntry) {
       EXPECT_EQ(host(gpre), host(gpre2));
       EXPECT_EQ(host(gy), host(gy2));
     }
-    ops->set_precision(Precision::FP32);
   }
 }
 
@@ -185,7 +183,6 @@ struct BlockResult {
 
 BlockResult run_block(const Layer& block, Device dev, const std::vector<Tensor>& params_h, const Tensor& x_h,
                       const Tensor& dy_h, Precision p) {
-  device_ops(dev).set_precision(p);
   std::vector<Tensor> params, grads;
   for (const Tensor& t : params_h) {
     params.push_back(t.to(dev));
@@ -199,7 +196,6 @@ BlockResult run_block(const Layer& block, Device dev, const std::vector<Tensor>&
   r.y = block.forward({params, {}, step}, x_h.to(dev), ctx).to_floats();
   r.dx = block.backward({params, grads, step, true}, dy_h.to(dev), ctx).to_floats();
   for (const Tensor& g : grads) r.grads.push_back(g.to_floats());
-  device_ops(dev).set_precision(Precision::FP32);
   return r;
 }
 

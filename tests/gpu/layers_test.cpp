@@ -240,12 +240,8 @@ TEST_F(CudaLayers, ResNetBottleneckWithProjectionUnderBf16) {
   const Tensor x = rounded_copy_if_bf16(Precision::BF16, random_tensor({2, 8, 9, 9}, 29));
   StepInfo step = training_step();
   step.precision = Precision::BF16;
-  ops->set_precision(Precision::BF16);
-  device_ops(Device::cpu()).set_precision(Precision::BF16);
   const LayerRun cpu = run_layer(*block, Device::cpu(), params, buffers, x, step);
   const LayerRun gpu = run_layer(*block, Device::cuda(0), params, buffers, x, step);
-  ops->set_precision(Precision::FP32);
-  device_ops(Device::cpu()).set_precision(Precision::FP32);
   for (float v : gpu.y.to_floats()) ASSERT_EQ(v, round_to_bf16(v)) << "the block's output is bf16 values";
   EXPECT_TRUE(close_l2(gpu.y.to_floats(), cpu.y.to_floats(), 3e-2, 1e-1)) << "output";
   EXPECT_TRUE(close_l2(gpu.dx.to_floats(), cpu.dx.to_floats(), 3e-2, 1e-1)) << "input gradient";

@@ -26,11 +26,7 @@ struct ChainResult {
   std::vector<Tensor> grads;
 };
 
-class Bf16Range : public ::testing::Test {
- protected:
-  void SetUp() override { device_ops(Device::cpu()).set_precision(Precision::BF16); }
-  void TearDown() override { device_ops(Device::cpu()).set_precision(Precision::FP32); }
-};
+using Bf16Range = ::testing::Test;
 
 // A layer range gives the bits of rounding after every top-level layer.
 ChainResult every_layer_rounded(const Model& m, const ParameterStore& w, const Tensor& x, const Tensor& dy,

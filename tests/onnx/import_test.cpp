@@ -103,11 +103,8 @@ TEST(OnnxImport, UnderBf16AGraphIsRoundedAtItsBoundaryOnly) {
   const ParameterStore w = ParameterStore::create(m, 0);
   Tensor x = Tensor::empty({4, 2, 6, 6});
   for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = static_cast<float>((i * 37) % 23) / 7.0f - 1.6f;
-  const DeviceOps& ops = device_ops(Device::cpu());
-  ops.set_precision(Precision::BF16);
   RangeContext ctx;
   const Tensor got = forward_layers(m, w, 0, 0, x, {.training = true, .precision = Precision::BF16}, ctx);
-  ops.set_precision(Precision::FP32);
   std::vector<Tensor> params;
   for (const Tensor& p : w.params(0)) params.push_back(rounded_copy_if_bf16(Precision::BF16, p));
   LayerContext c;
@@ -129,7 +126,6 @@ TEST(OnnxImport, UnderBf16StorageAnImportedHeadHandsTheLossBf16Logits) {
   for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = static_cast<float>((i * 29) % 19) / 6.0f - 1.5f;
   const Tensor labels = Tensor::from_ints({0, 3, 1, 4}, {4});
   const StepInfo step{.training = true, .precision = Precision::BF16, .output_to_loss = true};
-  device_ops(Device::cpu()).set_precision(Precision::BF16);
   struct Result {
     DType logits;
     float loss;
@@ -149,7 +145,6 @@ TEST(OnnxImport, UnderBf16StorageAnImportedHeadHandsTheLossBf16Logits) {
   };
   const Result bf16 = run(Bf16Storage::Always), fp32 = run(Bf16Storage::Never);
   set_bf16_storage(Bf16Storage::WhereItPays);
-  device_ops(Device::cpu()).set_precision(Precision::FP32);
   EXPECT_EQ(bf16.logits, DType::BF16);
   EXPECT_EQ(fp32.logits, DType::F32);
   EXPECT_EQ(bf16.loss, fp32.loss);

@@ -54,11 +54,9 @@ struct StepResult {
 };
 
 StepResult one_step(const Model& m, const ParameterStore& w, const Batch& b, Precision p) {
-  device_ops(Device::cpu()).set_precision(p);
   StepResult r;
   r.grads = w.zeros_like_params();
   r.loss = compute_gradients(m, w, r.grads, b, {.training = true, .seed = 5, .minibatch_id = 0, .precision = p}).loss;
-  device_ops(Device::cpu()).set_precision(Precision::FP32);
   return r;
 }
 
@@ -133,11 +131,9 @@ TEST_P(Bf16Step, Bf16StorageGivesTheBitsOfFp32Storage) {
   const StepResult fp32_storage = one_step(m, w, b, Precision::BF16);
   set_bf16_storage(Bf16Storage::Always);
   const StepResult bf16_storage = one_step(m, w, b, Precision::BF16);
-  device_ops(Device::cpu()).set_precision(Precision::BF16);
   RangeContext ctx;
   const Tensor logits = forward_layers(m, w, 0, m.size() - 1, b.inputs,
                                        {.training = true, .precision = Precision::BF16, .output_to_loss = true}, ctx);
-  device_ops(Device::cpu()).set_precision(Precision::FP32);
   set_bf16_storage(Bf16Storage::WhereItPays);
   EXPECT_EQ(logits.dtype(), DType::BF16);
   EXPECT_EQ(bf16_storage.loss, fp32_storage.loss) << c.name;
@@ -154,7 +150,6 @@ TEST_P(Bf16Step, ActivationsAndInputGradientsAreBf16Values) {
   ParameterStore grads = w.zeros_like_params();
   const Batch b = synthetic(m, c.batch, 11);
   const int last = m.size() - 1, mid = last / 2;
-  device_ops(Device::cpu()).set_precision(Precision::BF16);
   const StepInfo step{.training = true, .seed = 5, .precision = Precision::BF16};
   RangeContext lower, upper;
   const Tensor h = forward_layers(m, w, 0, mid, b.inputs, step, lower);
@@ -167,7 +162,6 @@ TEST_P(Bf16Step, ActivationsAndInputGradientsAreBf16Values) {
   const Tensor dy = softmax_cross_entropy(logits, b.labels, true).grad;
   const Tensor dh = backward_layers(m, w, grads, mid + 1, last, dy, step, upper, true);
   EXPECT_TRUE(all_bf16_values(dh)) << "a stage's input gradient";
-  device_ops(Device::cpu()).set_precision(Precision::FP32);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Bf16Step,
