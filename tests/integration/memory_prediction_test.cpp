@@ -5,7 +5,10 @@
 // a flush schedule (gpipe), a synchronous 1F1B (1f1b-flush) and 2bw, with
 // and without recomputation. The messages a worker holds depend on timing
 // (those that arrive before it runs): on a loaded 2-core host conv2's rank
-// under 2bw once measured -11% in five runs (docs/measurements.md). bench/memory_table.sh measures every schedule.
+// under 2bw measured one activation and one gradient below the replay in 4
+// of 9 runs (-11%, docs/measurements.md), so each rank may also differ by
+// one message of each kind it receives. bench/memory_table.sh measures
+// every schedule.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -22,8 +25,10 @@ namespace {
 // cnn on four stages (conv1..pool1, conv2, relu2..relu3, fc2), every
 // layer recomputed or none: fixed, so that the profile's timings (one
 // iteration here) cannot move the split.
+constexpr int kLayers[4][2] = {{0, 2}, {3, 3}, {4, 8}, {9, 9}};
+
 std::string cnn_plan(bool recompute) {
-  const int layers[4][2] = {{0, 2}, {3, 3}, {4, 8}, {9, 9}};
+  const auto& layers = kLayers;
   std::string stages;
   for (int s = 0; s < 4; ++s) {
     std::string recomputed;
@@ -59,6 +64,12 @@ class MemoryPrediction : public ::testing::Test {
 TEST_F(MemoryPrediction, EachRanksPeakIsWithinTenPercentOfTheReplaysFigure) {
   // Its sizes are cnn's; its timings, fixed, keep the replay's message arrivals the same.
   profile_ = PD_SOURCE_DIR "/tests/data/cnn-batch8.profile.json";
+  // One activation and one gradient a rank receives, per microbatch (of 4).
+  const nlohmann::json nodes = nlohmann::json::parse(std::ifstream(profile_))["nodes"];
+  const auto boundary = [&](int stage) { return nodes.at(size_t(kLayers[stage][1]))["output_bytes"].get<double>() / 4; };
+  const auto one_message_each = [&](int rank) {
+    return (rank > 0 ? boundary(rank - 1) : 0.0) + (rank < 3 ? boundary(rank) : 0.0);
+  };
   for (const std::string mode : {"none", "full"}) {
     const std::string plan = dir_ + "/plan-" + mode + ".json";
     write_text(plan, cnn_plan(mode == "full"));
@@ -77,7 +88,7 @@ TEST_F(MemoryPrediction, EachRanksPeakIsWithinTenPercentOfTheReplaysFigure) {
           if (w["rank"].get<int>() == rank) predicted = w.value("predicted_memory_bytes", 0.0);
         const double measured = r["peak_training_bytes"].get<double>();
         ASSERT_GT(predicted, 0) << schedule << " " << mode << " rank " << rank;
-        EXPECT_NEAR(measured / predicted, 1.0, 0.10)
+        EXPECT_NEAR(measured, predicted, 0.10 * predicted + one_message_each(rank))
             << schedule << ", --recompute " << mode << ", rank " << rank << ": measured " << measured
             << " bytes, predicted " << predicted;
       }
