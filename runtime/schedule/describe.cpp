@@ -154,7 +154,7 @@ std::vector<SearchedSchedule> searched_schedules() {
   for (const ScheduleKind* kind : schedule_kinds()) {
     if (!kind->searched() || kind == default_schedule_kind()) continue;
     const int virtual_stages = kind->takes_virtual_stages() ? 2 : 1;
-    out.push_back({kind, virtual_stages, kind->chunks(virtual_stages), kind->weight_versions()});
+    out.push_back({kind, virtual_stages, kind->chunks(virtual_stages)});
   }
   return out;
 }

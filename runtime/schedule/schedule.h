@@ -439,7 +439,6 @@ struct SearchedSchedule {
   const ScheduleKind* kind = nullptr;
   int virtual_stages = 1;
   int stages_per_worker = 1;
-  int weight_versions = 1;  // what the planner's flushing memory model holds per stage
 };
 std::vector<SearchedSchedule> searched_schedules();
 // Every schedule `plan --schedule auto` chooses among, 1f1b-rr included:
