@@ -5,9 +5,13 @@
 // interrupted 130). A
 // worker started by `run`'s relaunch also leaves its error for the launching
 // process, which prints it last (runtime/launcher.h).
+#include <cxxabi.h>
+
+#include <cstdlib>
 #include <initializer_list>
 #include <iostream>
 #include <string>
+#include <typeinfo>
 
 #include <CLI/CLI.hpp>
 
@@ -26,6 +30,17 @@ inline void prepare_process(int argc, char** argv, std::initializer_list<const c
     if (command == name) pd::cpu::ensure_passive_openmp_wait(argv);
 }
 
+// An exception's text, or its type where it has none (a worker's failure
+// must still say something to the launcher that prints it).
+inline std::string described(const std::exception& e) {
+  if (*e.what() != '\0') return e.what();
+  int status = 0;
+  char* name = abi::__cxa_demangle(typeid(e).name(), nullptr, nullptr, &status);
+  const std::string type = status == 0 && name ? name : typeid(e).name();
+  std::free(name);
+  return "an exception of type " + type + " with no message";
+}
+
 inline int run_app(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
@@ -40,7 +55,8 @@ inline int run_app(CLI::App& app, int argc, char** argv) {
     if (!pd::report_error_to_launcher(e.what(), 2)) std::cerr << "error: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    if (!pd::report_error_to_launcher(e.what(), 1)) std::cerr << "error: " << e.what() << "\n";
+    const std::string what = described(e);
+    if (!pd::report_error_to_launcher(what, 1)) std::cerr << "error: " << what << "\n";
     return 1;
   }
   return 0;

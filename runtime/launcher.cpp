@@ -241,7 +241,10 @@ bool report_error_to_launcher(const std::string& message, int exit_code) {
   // One file per process: every rank on this host writes its own. A rank on
   // another host finds no such folder and prints its error itself.
   std::ofstream out(cat(dir, "/worker-", ::getpid(), ".txt"));
-  out << wall_clock_ns() << ' ' << exit_code << '\n' << message;
+  // The launcher skips an empty report (a file still being written), so an
+  // error without text would leave it saying the worker gave no message.
+  out << wall_clock_ns() << ' ' << exit_code << '\n'
+      << (message.empty() ? cat("an error with no message (exit code ", exit_code, ")") : message);
   out.close();
   return static_cast<bool>(out);
 }

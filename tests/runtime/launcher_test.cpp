@@ -86,6 +86,17 @@ TEST(Launcher, AWorkerReportsToTheLauncherOnlyWhenOneListens) {
   std::filesystem::create_directories(dir);
   ::setenv("PIPEDREAM_ERROR_DIR", dir.c_str(), 1);
   EXPECT_TRUE(report_error_to_launcher("bad", 2));
+  // An error without text still leaves one: the launcher skips empty reports.
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  EXPECT_TRUE(report_error_to_launcher("", 1));
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(f.path());
+    std::string header, text;
+    std::getline(in, header);
+    std::getline(in, text);
+    EXPECT_EQ(text, "an error with no message (exit code 1)");
+  }
   ::setenv("PIPEDREAM_ERROR_DIR", (dir + "/missing").c_str(), 1);  // another host's folder
   EXPECT_FALSE(report_error_to_launcher("bad", 2));
   ::unsetenv("PIPEDREAM_ERROR_DIR");
