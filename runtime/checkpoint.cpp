@@ -126,7 +126,15 @@ void remove_old_checkpoints(const std::string& dir, int64_t step, int64_t keep) 
   if (int64_t(found.size()) <= keep) return;
   found.resize(found.size() - size_t(keep));
   std::error_code ec;
-  for (const auto& [older, path] : found) fs::remove_all(path, ec);
+  // Renamed first: a process killed while it removes the files leaves a
+  // step-N.partial (ignored, and removed by the next commit), never a step-N
+  // with state.json and only some of its stage files.
+  for (const auto& [older, path] : found) {
+    const fs::path doomed = checkpoint_partial_dir(dir, older);
+    fs::remove_all(doomed, ec);
+    fs::rename(path, doomed, ec);
+    fs::remove_all(ec ? path : doomed, ec);
+  }
 }
 
 }  // namespace
