@@ -160,15 +160,13 @@ class Simulation {
     if (plan.topology.levels.empty()) throw UserError("the plan has no topology: the simulator needs bandwidths");
     if (plan.topology.total_workers() < R)
       throw UserError(cat("the plan's topology has ", plan.topology.total_workers(), " workers but the plan uses ", R));
-    if (!opt.weight_pass_bytes.empty() && opt.weight_pass_bytes.size() != plan.stages.size())
-      throw UserError(cat("weight-pass bytes are given for ", opt.weight_pass_bytes.size(), " stages, the plan has ",
-                          plan.stages.size()));
-    for (const auto* v : {&opt.working_bytes, &opt.recompute_bytes})
+    // Per-stage byte figures: none, or one for every stage.
+    const std::pair<const char*, const std::vector<uint64_t>*> per_stage[] = {
+        {"weight-pass", &opt.weight_pass_bytes}, {"working", &opt.working_bytes},
+        {"recompute", &opt.recompute_bytes}, {"stashed", &opt.stashed_bytes}};
+    for (const auto& [what, v] : per_stage)
       if (!v->empty() && v->size() != plan.stages.size())
-        throw UserError(cat("working bytes are given for ", v->size(), " stages, the plan has ", plan.stages.size()));
-    if (!opt.stashed_bytes.empty() && opt.stashed_bytes.size() != plan.stages.size())
-      throw UserError(cat("stashed bytes are given for ", opt.stashed_bytes.size(), " stages, the plan has ",
-                          plan.stages.size()));
+        throw UserError(cat(what, " bytes are given for ", v->size(), " stages, the plan has ", plan.stages.size()));
     // Registry question (one of the sites runtime/schedule/README.md
     // counts): whether items are (batch, microbatch) with a step per batch
     // or minibatches with a step per round - which item marks the measured
