@@ -105,6 +105,18 @@ class ShmOp final : public RequestState {
   std::string error_;  // written before done_
   Tensor result_;
   int64_t meta_ = 0;
+  // A tensor receive is taken out of the ring when its owner first tests
+  // or waits on it (see ShmEngineImpl::recv); this hands it over. Caller's
+  // thread only.
+  std::function<void()> arm_;
+  // A send: blocking on it first takes every receive (arm_all).
+  bool is_send_ = false;
+  void arm() {
+    if (!arm_) return;
+    auto f = std::move(arm_);
+    arm_ = nullptr;
+    f();
+  }
 };
 
 namespace {
@@ -159,6 +171,9 @@ struct Inbound {
   std::map<MatchKey, std::deque<std::shared_ptr<InPost>>> posted;
   int posted_count = 0;
   std::map<MatchKey, std::deque<std::shared_ptr<Unexpected>>> early;
+  // Tensor receives posted but not yet tested or waited on by their owner:
+  // their messages stay in the ring (see ShmEngineImpl::recv).
+  std::map<MatchKey, std::deque<std::shared_ptr<InPost>>> lazy;
 };
 
 struct Outbound {
@@ -191,6 +206,8 @@ class ShmEngineImpl {
     const int n = seg_.ranks();
     in_.resize(n);
     out_.resize(n);
+    out_mu_ = std::make_unique<std::recursive_mutex[]>(static_cast<size_t>(n));
+    in_mu_ = std::make_unique<std::recursive_mutex[]>(static_cast<size_t>(n));
     world_of_.assign(n, -1);
     for (size_t r = 0; r < local_of_.size(); ++r)
       if (local_of_[r] >= 0) world_of_[local_of_[r]] = static_cast<int>(r);
@@ -240,9 +257,19 @@ class ShmEngineImpl {
     for (int i = 0; i < t.ndim(); ++i) m->h.dims[i] = t.shape()[i];
     m->h.meta = meta;
     m->h.nbytes = m->keep.nbytes();
-    m->done = [op](const std::string& err) { complete(*op, err.empty() ? err : cat(op->what_, ": ", err)); };
+    op->is_send_ = true;
     const int dst = local_of_[peer];
-    submit([this, dst, m] { post_send(dst, m); });
+    // Written on this thread when nothing to the peer is queued and the
+    // ring has room: the caller's tensor is free the moment send returns
+    // (its memory does not depend on when the progress thread next runs),
+    // and the message is one thread wake-up closer to its receiver.
+    if (write_now(dst, *m)) {
+      complete(*op, "");
+      return Request(op);
+    }
+    m->done = [op](const std::string& err) { complete(*op, err.empty() ? err : cat(op->what_, ": ", err)); };
+    post_send(dst, m);
+    seg_.ring_doorbell(me_);
     return Request(op);
   }
 
@@ -262,18 +289,90 @@ class ShmEngineImpl {
       }
       complete(*op, q.error);
     };
+    // Not handed to the progress thread yet: the message stays in the ring
+    // until the owner first tests or waits, and is then copied out, on the
+    // owner's thread when it is there whole. So what a worker holds of its
+    // received tensors follows its own order of actions, not when its peers'
+    // messages happened to arrive (a pipeline posts its receives many
+    // actions ahead), and a message already there costs no thread wake-up.
     const int src = local_of_[peer];
-    submit([this, src, p] { post_recv(src, p); });
+    {
+      std::lock_guard lk(in_mu_[src]);
+      in_[src].lazy[{static_cast<int32_t>(p->kind), p->tag}].push_back(p);
+    }
+    std::weak_ptr<InPost> weak = p;
+    op->arm_ = [this, src, weak] {
+      if (auto q = weak.lock()) arm(src, q);
+    };
     return Request(op);
+  }
+
+  // Posts `p` and the receives of its (peer, tag) posted before it, then
+  // takes what is already in the ring on this thread.
+  void arm(int src, const std::shared_ptr<InPost>& p) {
+    std::lock_guard lk(in_mu_[src]);
+    Inbound& in = in_[src];
+    auto it = in.lazy.find({static_cast<int32_t>(p->kind), p->tag});
+    if (it == in.lazy.end()) return;  // posted with a later one, or failed
+    auto& q = it->second;
+    const auto pos = std::find(q.begin(), q.end(), p);
+    if (pos == q.end()) return;
+    std::vector<std::shared_ptr<InPost>> now(q.begin(), pos + 1);
+    q.erase(q.begin(), pos + 1);
+    if (q.empty()) in.lazy.erase(it);
+    for (auto& r : now) post_recv(src, r);
+    service_inbound(src, /*tensors_only=*/true);
+    // Whatever is left (a message not there yet, one behind a collective's)
+    // is the progress thread's.
+    seg_.ring_doorbell(me_);
+  }
+
+  // Before blocking on a send: every receive is posted, as MPI's would be,
+  // so a peer whose send waits for one of them moves. (An all-reduce needs
+  // none of this: its receives from a peer make the messages ahead of them
+  // from that peer be buffered, and a pipeline waits on its sends only at
+  // its end.)
+  void arm_all() {
+    for (int l = 0; l < seg_.ranks(); ++l) {
+      if (l == me_) continue;
+      std::lock_guard lk(in_mu_[l]);
+      Inbound& in = in_[l];
+      if (in.lazy.empty()) continue;
+      for (auto& [key, q] : in.lazy)
+        for (auto& r : q) post_recv(l, r);
+      in.lazy.clear();
+    }
+    seg_.ring_doorbell(me_);
   }
 
   Request all_reduce(const std::vector<int>& ranks, int my_index, int64_t tag, std::vector<Tensor> tensors,
                      ReduceOp op);
 
-  // --- progress thread ----------------------------------------------------
-  void post_send(int dst, const std::shared_ptr<OutMsg>& m) { out_[dst].queue.push_back(m); }
+  // --- progress thread (post_send also on the caller's) ---------------------
+  void post_send(int dst, const std::shared_ptr<OutMsg>& m) {
+    std::lock_guard lk(out_mu_[dst]);
+    out_[dst].queue.push_back(m);
+  }
+
+  // The whole message into the ring at once, or false (something to the
+  // peer is queued ahead of it, or the ring lacks room).
+  bool write_now(int dst, const OutMsg& m) {
+    std::lock_guard lk(out_mu_[dst]);
+    Outbound& out = out_[dst];
+    if (!out.queue.empty()) return false;
+    const uint64_t total = kHeaderBytes + padded(m.h.nbytes);
+    const uint64_t space = out.ring.bytes - (out.head - out.ring.tail->load(std::memory_order_acquire));
+    if (space < total) return false;
+    ring_write(out.ring, out.head, reinterpret_cast<const char*>(&m.h), kHeaderBytes);
+    ring_write(out.ring, out.head + kHeaderBytes, m.data, m.h.nbytes);
+    out.head += total;
+    out.ring.head->store(out.head, std::memory_order_release);
+    seg_.ring_doorbell(dst);
+    return true;
+  }
 
   void post_recv(int src, const std::shared_ptr<InPost>& p) {
+    std::lock_guard lk(in_mu_[src]);
     Inbound& in = in_[src];
     const MatchKey key{static_cast<int32_t>(p->kind), p->tag};
     auto it = in.early.find(key);
@@ -370,13 +469,14 @@ class ShmEngineImpl {
 
   // Starts consuming the message whose header is at the ring's tail, if
   // a receive wants it or one from this peer waits behind it.
-  bool take_header(int src, Inbound& in) {
+  bool take_header(int src, Inbound& in, bool tensors_only) {
     Header h;
     ring_read(in.ring, in.tail, reinterpret_cast<char*>(&h), kHeaderBytes);
     if (h.magic != kMagic || (h.kind == MsgKind::Tensor && !valid_tensor_header(h)) ||
         (h.kind == MsgKind::Collective && h.nbytes % 4 != 0))
       throw RuntimeFailure(cat("rank ", rank_, ": malformed shared-memory message from rank ", world_of_[src],
                                " (a different program or version on the other side?)"));
+    if (tensors_only && h.kind != MsgKind::Tensor) return false;
     const MatchKey key{static_cast<int32_t>(h.kind), h.tag};
     auto it = in.posted.find(key);
     if (it != in.posted.end()) {
@@ -414,13 +514,17 @@ class ShmEngineImpl {
     }
   }
 
-  int service_inbound(int src) {
+  // `tensors_only` on a caller's thread: a collective's message, and what
+  // its completion would start, stay with the progress thread.
+  int service_inbound(int src, bool tensors_only = false) {
+    std::lock_guard lk(in_mu_[src]);
     Inbound& in = in_[src];
     int progress = 0;
     for (;;) {
       const uint64_t avail = in.ring.head->load(std::memory_order_acquire) - in.tail;
+      if (tensors_only && in.in_msg && in.h.kind != MsgKind::Tensor) break;
       if (!in.in_msg) {
-        if (avail < kHeaderBytes || !take_header(src, in)) break;
+        if (avail < kHeaderBytes || !take_header(src, in, tensors_only)) break;
       } else if (in.consumed < in.h.nbytes) {
         uint64_t n = std::min({avail, in.h.nbytes - in.consumed, kChunkMax});
         if (in.combine != Combine::Copy) n &= ~uint64_t{3};
@@ -442,6 +546,7 @@ class ShmEngineImpl {
   }
 
   int service_outbound(int dst) {
+    std::lock_guard lk(out_mu_[dst]);
     Outbound& out = out_[dst];
     int progress = 0;
     while (!out.queue.empty()) {
@@ -491,14 +596,24 @@ class ShmEngineImpl {
     return progress;
   }
 
-  bool has_queued_sends() const {
-    for (int l = 0; l < seg_.ranks(); ++l)
+  bool has_queued_sends() {
+    for (int l = 0; l < seg_.ranks(); ++l) {
+      std::lock_guard lk(out_mu_[l]);
       if (l != me_ && !out_[l].queue.empty()) return true;
+    }
     return false;
   }
 
   void fail_everything(const std::string& why_recv, const std::string& why_send) {
-    for (auto& in : in_) {
+    for (int l = 0; l < seg_.ranks(); ++l) {
+      std::lock_guard lk(in_mu_[l]);
+      Inbound& in = in_[l];
+      for (auto& [key, q] : in.lazy)
+        for (auto& p : q) {
+          p->error = cat(p->what, why_recv);
+          p->done(*p);
+        }
+      in.lazy.clear();
       for (auto& [key, q] : in.posted)
         for (auto& p : q) {
           p->error = cat(p->what, why_recv);
@@ -520,8 +635,10 @@ class ShmEngineImpl {
         in.unexpected->claimer->done(*in.unexpected->claimer);
       }
     }
-    for (auto& out : out_)
-      for (auto& m : out.queue) m->done(why_send);
+    for (int l = 0; l < seg_.ranks(); ++l) {
+      std::lock_guard lk(out_mu_[l]);
+      for (auto& m : out_[l].queue) m->done(why_send);
+    }
   }
 
   void loop() {
@@ -591,6 +708,12 @@ class ShmEngineImpl {
   std::function<std::string()> failure_probe_;
   std::vector<Inbound> in_;
   std::vector<Outbound> out_;
+  // out_[l] is shared by the progress thread and callers writing straight
+  // into the ring (write_now). Recursive: a collective's completion, run
+  // under the lock, posts its next sends, possibly to the same peer.
+  std::unique_ptr<std::recursive_mutex[]> out_mu_;
+  // Likewise in_[l], taken by callers (arm) and the progress thread.
+  std::unique_ptr<std::recursive_mutex[]> in_mu_;
   std::thread thread_;
   std::mutex queue_mu_;
   std::deque<std::function<void()>> queue_;
@@ -604,6 +727,7 @@ class ShmEngineImpl {
 // --- ShmOp ------------------------------------------------------------------
 
 bool ShmOp::test() {
+  arm();
   if (done_.load(std::memory_order_acquire)) {
     std::lock_guard lk(eng_.done_mu_);
     if (!error_.empty()) throw RuntimeFailure(error_);
@@ -615,6 +739,7 @@ bool ShmOp::test() {
 }
 
 void ShmOp::wait(double timeout_s) {
+  arm();
   if (timeout_s < 0) timeout_s = eng_.timeout();
   const auto start = Clock::now();
   const auto deadline =
@@ -623,6 +748,7 @@ void ShmOp::wait(double timeout_s) {
   const auto spin_until = start + std::chrono::microseconds(30);
   while (!done_.load(std::memory_order_acquire) && Clock::now() < spin_until) sched_yield();
   if (!done_.load(std::memory_order_acquire)) {
+    if (is_send_) eng_.arm_all();
     note_blocked_on(cat("waiting for rank ", waiting_peer_.load(), " (", what_, ")").c_str());
     struct Leave {
       ~Leave() { note_blocked_on(nullptr); }

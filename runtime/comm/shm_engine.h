@@ -6,20 +6,25 @@
 // which containers often set, makes Open MPI 20x slower for large messages).
 // Internal to runtime/comm/; MpiTransport decides which peers use it.
 //
-// One progress thread per process moves every byte: it writes queued sends
-// into the ring to their peer (in chunks, publishing as it goes, so the
-// receiver copies out while the sender copies in) and copies arriving
-// messages out of the rings into the receives they match. It spins briefly
-// after traffic and otherwise sleeps on its futex doorbell, which a peer
-// (or a local submit) rings.
+// A send that fits the ring with nothing queued ahead of it is written on
+// the caller's thread. One progress thread per process moves the rest: it
+// writes queued sends into the ring to their peer (in chunks, publishing as
+// it goes, so the receiver copies out while the sender copies in) and
+// copies arriving messages out of the rings into the receives they match.
+// It spins briefly after traffic and otherwise sleeps on its futex
+// doorbell, which a peer (or a local submit) rings.
 //
 // Matching is the transport's contract: messages of one (peer, tag) in send
 // order, receives of one (peer, tag) in posting order, tags in any order.
-// A message is copied straight into its receive when one is posted; it is
-// left in the ring while no receive from that peer is posted (so a send
-// larger than the ring completes once the receiver posts, as an MPI
-// rendezvous does), and buffered when a receive from that peer waits for a
-// different tag behind it.
+// A tensor receive is taken (posted to the matching) when its owner first
+// tests or waits on it, and copied out on the owner's thread when its
+// message is in the ring whole: what a worker holds follows its own
+// actions. A message is left in the ring while no taken receive from that
+// peer wants it (so a send larger than the ring completes once the
+// receiver takes it, as an MPI rendezvous does), and buffered when a taken
+// receive from that peer waits for a different tag behind it. Waiting on a
+// send takes every receive first, so no peer hangs on a
+// receive nobody asked for yet.
 //
 // The all-reduce is the MPI transport's arithmetic (transport.h): chunk k
 // is owned by member k, which adds the members' parts in rank order as

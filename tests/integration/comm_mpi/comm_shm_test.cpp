@@ -161,6 +161,37 @@ TEST(CommShm, OneFOneBTrafficInFlight) {
   }
 }
 
+// What a worker holds follows its own actions, not its peers' timing: a
+// send that fits the ring is written on the caller's thread (its tensor is
+// free when isend returns), and a message stays in the ring, not in the
+// receiver's tensors, until its receive is first tested or waited on (a
+// pipeline posts receives many actions ahead).
+TEST(CommShm, AMessageBecomesTheReceiversOnlyWhenItsReceiveIsTaken) {
+  auto& tr = transport();
+  constexpr int64_t kFloats = 4096;  // 16 KiB: fits the 64 KiB ring
+  Allocator& host = allocator_for(Device::cpu());
+  tr.barrier();
+  if (tr.rank() == 0) {
+    usleep(50000);  // rank 1 posts its receive
+    Request s = tr.isend(random_floats(kFloats, 5), 1, 9, 0);
+    EXPECT_TRUE(s.test()) << "a send that fits the ring completes on the caller's thread";
+    tr.barrier();
+    return;
+  }
+  Request r = tr.irecv_any(0, 9);
+  const int64_t before = static_cast<int64_t>(host.current_bytes());
+  // No barrier until the receive is taken: waiting on one would post its
+  // all-reduce's receive from rank 0, and the message ahead of it in the
+  // same ring would be buffered (by design).
+  usleep(300000);  // the message arrives; time for any thread to take it early
+  // Half the message as the line: the barrier's token may be freed meanwhile.
+  EXPECT_LT(static_cast<int64_t>(host.current_bytes()) - before, kFloats * 2) << "taken before its receive was";
+  r.wait();
+  EXPECT_GT(static_cast<int64_t>(host.current_bytes()) - before, kFloats * 2) << "the receive's tensor";
+  EXPECT_TRUE(same_bits(r.tensor(), random_floats(kFloats, 5)));
+  tr.barrier();
+}
+
 TEST(CommShm, ShapeMismatchIsNamedAndTheNextMessageStillArrives) {
   auto& tr = transport();
   if (tr.rank() == 0) {
