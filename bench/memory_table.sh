@@ -6,10 +6,9 @@
 # predicted_memory_bytes per rank (planner/stage_memory.h's
 # worker_memory_bytes over the schedule's replay); measured: `run
 # --metrics`'s peak_training_bytes per rank (the allocator's peak less what
-# was resident before training). The stashes and weights do not depend on
-# the host's load; the messages a worker holds do (ones that arrive before
-# it runs): on a worker of under 1 MB, 1-3 of them are 10-60%
-# (docs/measurements.md, "working memory priced at its time").
+# was resident before training). Neither depends on the host's load: a
+# message becomes its receiver's tensor when its receive takes it, not
+# when it arrives (runtime/comm/README.md); repeated runs differ by a few KB.
 #
 #   bench/memory_table.sh [--out DIR] [--models cnn,gpt-mini] [--schedules a,b] [--recompute none,full]
 #

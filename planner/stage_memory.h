@@ -37,18 +37,18 @@ struct StageFootprint {
 // - the optimizer state; with replicas, one more copy of the gradients,
 //   which the bucketed all-reduce sends from;
 // - the stashed activations of the items (minibatches, or microbatches)
-//   it holds at once and, from a schedule's replay, the messages sent to
-//   it that its receives have not yet taken: `held_activation_bytes`;
+//   it holds at once (from a schedule's replay where there is one):
+//   `held_activation_bytes`;
 // - the working memory of the layer computing at the time (the gradient it
 //   receives and what it allocates while it runs), the most of its layers,
 //   and, recomputing, one recomputed layer's activations again. A replay
 //   that prices these at each compute (SimulationOptions::working_bytes)
 //   passes its peak of all three as `held_activation_bytes` and a
-//   footprint without them: a received gradient is then not counted both
-//   in the inbox and in the backward's working memory.
+//   footprint without them.
 // Messages are not counted per in-flight minibatch: a sent activation or
 // gradient is freed once its send has copied it out (the same-host path's
-// shared segment, MPI's buffers), and a received one becomes the stash of
+// shared segment, MPI's buffers), a message not yet received stays with the
+// transport (the same-host ring), and a received one becomes the stash of
 // the layer it feeds or the gradient its backward takes as working memory.
 // Measured against run's peaks for gpt-mini and cnn under every schedule:
 // docs/measurements.md.

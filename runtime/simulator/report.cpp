@@ -176,7 +176,6 @@ nlohmann::json report_to_json(const SimulationReport& rep) {
                        {"peak_in_flight", w.peak_in_flight},
                        {"peak_held", w.peak_held},
                        {"peak_activation_bytes", w.peak_activation_bytes},
-                       {"peak_with_messages_bytes", w.peak_with_messages_bytes},
                        {"peak_weight_versions", w.peak_weight_versions}});
     if (w.peak_working_bytes > 0) workers.back()["peak_working_bytes"] = w.peak_working_bytes;
     if (w.predicted_memory_bytes > 0) workers.back()["predicted_memory_bytes"] = w.predicted_memory_bytes;

@@ -71,15 +71,14 @@ struct alignas(64) WorkerState {
   int64_t in_flight = 0, peak_in_flight = 0;
   int64_t held = 0, peak_held = 0;         // F until the last backward pass (W for zb-h1)
   uint64_t held_bytes = 0, peak_held_bytes = 0;
-  // Messages sent to it and not yet taken by their receive (the runtime
-  // pulls them into its tensors as they arrive), and the peak of these
-  // with the held stashes.
-  uint64_t inbox_bytes = 0, peak_with_inbox_bytes = 0;
   // Shared cores: the time slice the message it waits for may still wait
   // for once it crosses its link, decided at that moment (busy_latency).
   double slice_wait_s = 0;
   // The working memory of the compute running (0 between computes), and
-  // the peak of it with the held stashes and the inbox.
+  // the peak of it with the held stashes. A message sent to the worker is
+  // not its memory until its receive takes it: the runtime leaves it with
+  // the transport until then (runtime/comm/README.md), and the receive
+  // comes right before the compute it feeds.
   uint64_t working_bytes = 0, peak_working_bytes = 0;
   // Weight versions the in-flight minibatches use: their forwards' versions
   // never decrease, so counting distinct ones needs only the newest and,
@@ -468,7 +467,6 @@ class Simulation {
         send(r, a);
       } else if (a.is_recv()) {
         if (!receive(r, a.key)) return;
-        w.inbox_bytes -= std::min(w.inbox_bytes, message_bytes(r, a));
       } else if (a.kind == ActionKind::OptimizerStep) {
         if (!step(r, a)) return;
         if (w.step_s > 0) {  // finish_compute moves past it
@@ -565,19 +563,18 @@ class Simulation {
       w.peak_held = std::max(w.peak_held, ++w.held);
       w.held_bytes += stashed_bytes(w, a);
       w.peak_held_bytes = std::max(w.peak_held_bytes, w.held_bytes);
-      w.peak_with_inbox_bytes = std::max(w.peak_with_inbox_bytes, w.held_bytes + w.inbox_bytes);
       if (holds_versions_) {
         if (another_version) ++w.distinct_held;
         w.newest_held = a.key;
         count_versions(w);
       }
     }
-    // The pass's working memory (the optimizer step's is not priced); a
-    // backward's received gradient left the inbox at its receive.
+    // The pass's working memory (the optimizer step's is not priced), a
+    // backward's received gradient included.
     w.working_bytes = a.kind == ActionKind::OptimizerStep ? 0
                       : a.kind == ActionKind::Backward    ? cost_of(w, a).backward_working_bytes
                                                           : cost_of(w, a).working_bytes;
-    w.peak_working_bytes = std::max(w.peak_working_bytes, w.held_bytes + w.inbox_bytes + w.working_bytes);
+    w.peak_working_bytes = std::max(w.peak_working_bytes, w.held_bytes + w.working_bytes);
     if (shared_cores_) return;
     if (line >= 0) events_.push_delayed({w.compute_end, r}, static_cast<size_t>(line));
     else events_.push({w.compute_end, r});
@@ -594,7 +591,6 @@ class Simulation {
     if (a.kind == ActionKind::Backward && split_) {  // B leaves what W needs in place of the stash
       w.held_bytes = w.held_bytes - stashed_bytes(w, a) + cost_of(w, a).weight_pass_bytes;
       w.peak_held_bytes = std::max(w.peak_held_bytes, w.held_bytes);
-      w.peak_with_inbox_bytes = std::max(w.peak_with_inbox_bytes, w.held_bytes + w.inbox_bytes);
     }
     if (a.kind == ActionKind::Backward ? !split_ : a.kind == ActionKind::BackwardWeight) {
       --w.held;  // its last backward pass: the forward's tensors are freed
@@ -645,14 +641,6 @@ class Simulation {
     w.peak_versions = std::max(w.peak_versions, n);
   }
 
-  // The bytes of the boundary a send or receive of worker r crosses, per item.
-  uint64_t message_bytes(int r, const PackedAction& a) const {
-    const int stage = schedule_.stage_of(r, a.chunk);
-    const bool upstream_boundary = a.kind == ActionKind::RecvActivation || a.kind == ActionKind::SendGradient;
-    const int boundary = upstream_boundary ? stage - 1 : stage;
-    return boundary < 0 ? 0 : static_cast<uint64_t>(costs_[static_cast<size_t>(boundary)].message_bytes);
-  }
-
   void send(int r, const PackedAction& a) {
     const bool activation = a.kind == ActionKind::SendActivation;
     const int downstream = activation ? a.peer : r;
@@ -684,9 +672,6 @@ class Simulation {
       if (awaited) dst.slice_wait_s = busy_latency(r, a.peer);
       else if (cores_saturated()) arrival += busy_latency(r, a.peer);
     }
-    dst.inbox_bytes += message_bytes(r, a);
-    dst.peak_with_inbox_bytes = std::max(dst.peak_with_inbox_bytes, dst.held_bytes + dst.inbox_bytes);
-    dst.peak_working_bytes = std::max(dst.peak_working_bytes, dst.held_bytes + dst.inbox_bytes + dst.working_bytes);
     dst.mailbox.push_back({a.key, arrival}, spilled_[a.peer]);
     if (awaited) {
       dst.mailbox.wait_tag = -1;
@@ -876,8 +861,7 @@ class Simulation {
       wr.peak_in_flight = w.peak_in_flight;
       wr.peak_held = w.peak_held;
       wr.peak_activation_bytes = w.peak_held_bytes;
-      wr.peak_with_messages_bytes = w.peak_with_inbox_bytes;
-      wr.peak_working_bytes = opt_.working_bytes.empty() ? 0 : std::max(w.peak_working_bytes, w.peak_with_inbox_bytes);
+      wr.peak_working_bytes = opt_.working_bytes.empty() ? 0 : std::max(w.peak_working_bytes, w.peak_held_bytes);
       wr.peak_weight_versions = w.peak_versions;
       rep.workers.push_back(wr);
     }

@@ -210,14 +210,11 @@ struct WorkerReport {
   int rank = 0, stage = 0;
   double busy_fraction = 0, bubble_fraction = 0;  // steady-state window
   uint64_t peak_activation_bytes = 0;             // peak of the held items' stashed bytes
-  // Peak of those and the messages sent to the worker that its receives
-  // have not yet taken (activations and gradients, the boundaries' bytes).
-  uint64_t peak_with_messages_bytes = 0;
   // Peak of those and the working memory of the compute running at the
   // time (SimulationOptions::working_bytes; 0 when not priced): a received
-  // gradient counts once, in the inbox until its B takes it, then in B's
-  // working memory, and a worker of several stages pays the working memory
-  // of the one computing.
+  // gradient counts from its receive, as B's working memory, and a worker
+  // of several stages pays the working memory of the one computing. A
+  // message not yet received is the transport's, not the worker's.
   uint64_t peak_working_bytes = 0;
   int64_t peak_in_flight = 0;                     // items between F and B (interleaved: chunk items)
   // Items whose forward's tensors are held: from F to their last backward

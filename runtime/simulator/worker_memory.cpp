@@ -65,7 +65,7 @@ std::vector<double> predicted_worker_memory(const Plan& plan, const Profile& pro
       out.at(size_t(w.rank)) = worker_memory_bytes(mine, versions, double(w.peak_working_bytes));
       continue;
     }
-    out.at(size_t(w.rank)) = worker_memory_bytes(mine, versions, double(w.peak_with_messages_bytes));
+    out.at(size_t(w.rank)) = worker_memory_bytes(mine, versions, double(w.peak_activation_bytes));
   }
   return out;
 }

@@ -107,20 +107,21 @@ TEST(WorkerMemory, RecomputedLayersKeepTheirInputs) {
   EXPECT_DOUBLE_EQ(a[0] - b[0], 4 * (kActivation - 0) / 4 - kActivation / 4);
 }
 
-TEST(WorkerMemory, CountsMessagesSentAndNotYetReceived) {
+// A message sent to a worker is not its memory until its receive takes it:
+// the same-host transport leaves it in the shared ring until then
+// (runtime/comm/README.md), and the receive comes right before the compute
+// it feeds. So under gpipe, whose later stages are sent microbatches while
+// they still hold others, boundaries of 3 MB add nothing to any worker's
+// predicted peak (the replay used to count them from their send: +3-9 MB).
+TEST(WorkerMemory, MessagesNotYetReceivedAreNotTheWorkers) {
   const Plan plan = straight_plan(chain(0));
   const Profile with_messages = chain(3'000'000);
   const Plan sends = straight_plan(with_messages);
   ASSERT_EQ(sends.stages[0].output_bytes, 3'000'000u);
   const std::vector<double> quiet = predicted(plan, chain(0), parse_schedule_kind("gpipe"), 4);
   const std::vector<double> loud = predicted(sends, with_messages, parse_schedule_kind("gpipe"), 4);
-  // gpipe: a later stage is sent microbatches while it still holds others.
-  bool more = false;
-  for (size_t s = 1; s < 4; ++s) more = more || loud[s] > quiet[s];
-  EXPECT_TRUE(more);
-  for (size_t s = 0; s < 4; ++s) EXPECT_GE(loud[s], quiet[s]);
+  for (size_t s = 0; s < 4; ++s) EXPECT_DOUBLE_EQ(loud[s], quiet[s]) << "stage " << s;
 }
-
 
 // A DAG plan numbers a stage's recomputed layers in its `nodes` order (from
 // its first layer), not by profile index: the stage footprints read them
@@ -146,13 +147,12 @@ TEST(WorkerMemory, DagPlansRecomputeTheLayersThePlannerChose) {
 }
 
 // The replay prices each compute's working memory at its time: the
-// gradient a backward receives is in the worker's inbox until its receive
-// takes it and in the backward's working memory after, never both. Stage 0
+// gradient a backward receives counts from its receive, in the backward's
+// working memory, and once only. Stage 0
 // of two, whose only memory is that gradient (its working memory, nothing
 // stashed) and whose backward ends long before the next gradient comes,
-// holds one microbatch's gradient at a time; the peak of the inbox with
-// the most working memory on top counted it twice.
-TEST(WorkerMemory, ReceivedGradientCountsOnceInTheInboxOrInItsBackward) {
+// holds one microbatch's gradient at a time.
+TEST(WorkerMemory, ReceivedGradientCountsOnce) {
   constexpr double kGradient = 4e6;  // stage 0's output, per minibatch
   ProfileNode n;
   n.output_bytes = uint64_t(kGradient);
