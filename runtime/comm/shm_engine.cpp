@@ -180,7 +180,11 @@ struct Outbound {
   ShmRing ring{};
   uint64_t head = 0;  // local copy of ring.head
   std::deque<std::shared_ptr<OutMsg>> queue;
+  // Bytes the peer has freed for writing.
+  uint64_t room() const { return ring.bytes - (head - ring.tail->load(std::memory_order_acquire)); }
 };
+
+MatchKey key_of(const InPost& p) { return {static_cast<int32_t>(p.kind), p.tag}; }
 
 bool valid_tensor_header(const Header& h) {
   if (h.ndim < 0 || h.ndim > kMaxDims || h.dtype < 0 || h.dtype > static_cast<int>(DType::I64)) return false;
@@ -298,7 +302,7 @@ class ShmEngineImpl {
     const int src = local_of_[peer];
     {
       std::lock_guard lk(in_mu_[src]);
-      in_[src].lazy[{static_cast<int32_t>(p->kind), p->tag}].push_back(p);
+      in_[src].lazy[key_of(*p)].push_back(p);
     }
     std::weak_ptr<InPost> weak = p;
     op->arm_ = [this, src, weak] {
@@ -312,7 +316,7 @@ class ShmEngineImpl {
   void arm(int src, const std::shared_ptr<InPost>& p) {
     std::lock_guard lk(in_mu_[src]);
     Inbound& in = in_[src];
-    auto it = in.lazy.find({static_cast<int32_t>(p->kind), p->tag});
+    auto it = in.lazy.find(key_of(*p));
     if (it == in.lazy.end()) return;  // posted with a later one, or failed
     auto& q = it->second;
     const auto pos = std::find(q.begin(), q.end(), p);
@@ -361,8 +365,7 @@ class ShmEngineImpl {
     Outbound& out = out_[dst];
     if (!out.queue.empty()) return false;
     const uint64_t total = kHeaderBytes + padded(m.h.nbytes);
-    const uint64_t space = out.ring.bytes - (out.head - out.ring.tail->load(std::memory_order_acquire));
-    if (space < total) return false;
+    if (out.room() < total) return false;
     ring_write(out.ring, out.head, reinterpret_cast<const char*>(&m.h), kHeaderBytes);
     ring_write(out.ring, out.head + kHeaderBytes, m.data, m.h.nbytes);
     out.head += total;
@@ -374,7 +377,7 @@ class ShmEngineImpl {
   void post_recv(int src, const std::shared_ptr<InPost>& p) {
     std::lock_guard lk(in_mu_[src]);
     Inbound& in = in_[src];
-    const MatchKey key{static_cast<int32_t>(p->kind), p->tag};
+    const MatchKey key = key_of(*p);
     auto it = in.early.find(key);
     if (it != in.early.end()) {
       auto u = it->second.front();
@@ -551,7 +554,7 @@ class ShmEngineImpl {
     int progress = 0;
     while (!out.queue.empty()) {
       OutMsg& m = *out.queue.front();
-      const uint64_t space = out.ring.bytes - (out.head - out.ring.tail->load(std::memory_order_acquire));
+      const uint64_t space = out.room();
       const uint64_t total = kHeaderBytes + padded(m.h.nbytes);
       if (m.written == 0) {
         if (space < kHeaderBytes) break;

@@ -23,8 +23,8 @@
 // peer wants it (so a send larger than the ring completes once the
 // receiver takes it, as an MPI rendezvous does), and buffered when a taken
 // receive from that peer waits for a different tag behind it. Waiting on a
-// send takes every receive first, so no peer hangs on a
-// receive nobody asked for yet.
+// send takes every receive first, so no peer hangs on a receive nobody
+// asked for yet.
 //
 // The all-reduce is the MPI transport's arithmetic (transport.h): chunk k
 // is owned by member k, which adds the members' parts in rank order as
