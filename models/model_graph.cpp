@@ -31,4 +31,12 @@ size_t saved_bytes_beyond_params(const LayerContext& ctx, std::span<const Tensor
   return n;
 }
 
+size_t saved_bytes_shared_with(const LayerContext& ctx, const LayerContext& other) {
+  size_t n = 0;
+  for (const Tensor& t : ctx.saved)
+    if (t.defined() && other.keeps(t)) n += t.nbytes();
+  for (const LayerContext& c : ctx.children) n += saved_bytes_shared_with(c, other);
+  return n;
+}
+
 }  // namespace pd

@@ -75,5 +75,8 @@ class UnitClock {
 // keeping handles to the weight version its backward must use holds no
 // copy of it). What the profile records as a layer's or unit's stash.
 size_t saved_bytes_beyond_params(const LayerContext& ctx, std::span<const Tensor> params);
+// The bytes of what ctx saves that `other` saves too (the same storage: a
+// ReLU's output that the next Linear keeps as its input).
+size_t saved_bytes_shared_with(const LayerContext& ctx, const LayerContext& other);
 
 }  // namespace pd

@@ -44,7 +44,9 @@ PlanningGraph build_planning_graph(const Profile& profile) {
     planned[i] = int(g.nodes.size());
     g.nodes.push_back({i, p.forward_ms / 1000, p.backward_ms / 1000, double(p.output_bytes),
                        double(p.activation_bytes), double(p.parameter_bytes), double(p.optimizer_state_bytes),
-                       p.source_line, double(p.workspace_bytes)});
+                       p.source_line, double(p.workspace_bytes),
+                       double(p.forward_workspace_bytes > 0 ? p.forward_workspace_bytes : p.workspace_bytes),
+                       double(p.weight_pass_bytes), double(p.shared_activation_bytes)});
   }
   if (g.nodes.empty()) throw UserError(cat(profile.source_path, ": the profile has no layers to plan"));
   g.out.resize(g.nodes.size());

@@ -19,6 +19,10 @@ struct PlanningNode {
   double parameter_bytes = 0, optimizer_state_bytes = 0;
   int source_line = 0;
   double workspace_bytes = 0;  // working memory while it computes (profile.h)
+  // What its forward allocates at its peak (profile.h; not measured: workspace_bytes).
+  double forward_workspace_bytes = 0;
+  double weight_pass_bytes = 0;  // kept from its B to its W where they are split (profile.h)
+  double shared_activation_bytes = 0;  // of activation_bytes, kept by the node before it too (profile.h)
 };
 
 struct PlanningGraph {

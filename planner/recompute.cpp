@@ -95,13 +95,43 @@ StageFootprint stage_footprint(const PlanningGraph& g, const std::vector<int>& n
     f.parameter_bytes += n.parameter_bytes, f.optimizer_state_bytes += n.optimizer_state_bytes;
     f.activation_bytes += n.activation_bytes;
     f.workspace_bytes = std::max(f.workspace_bytes, n.workspace_bytes);
+    f.forward_working_bytes = std::max(f.forward_working_bytes, n.forward_workspace_bytes);
   }
-  for (int v : recomputed) {
+  auto saved_by = [&](int v) {  // a recomputed layer's activations less the input it keeps
     double input = 0;
     for (int u : g.in[size_t(v)]) input += g.nodes[size_t(u)].output_bytes;
-    const double saved = g.nodes[size_t(v)].activation_bytes - input;
+    return g.nodes[size_t(v)].activation_bytes - input;
+  };
+  auto is_recomputed = [&](int v) { return std::find(recomputed.begin(), recomputed.end(), v) != recomputed.end(); };
+  for (int v : recomputed) {
+    const double saved = saved_by(v);
     f.activation_bytes -= saved;
     f.recompute_bytes = std::max(f.recompute_bytes, saved);
+  }
+  // A tensor two neighbours keep (the one before keeps its output, which
+  // this one keeps as its input) is held once - unless the one before
+  // drops what it kept, recomputed.
+  std::vector<double> shared(nodes.size(), 0.0);
+  for (size_t k = 1; k < nodes.size(); ++k) {
+    const int v = nodes[k], u = nodes[k - 1];
+    const std::vector<int>& in = g.in[size_t(v)];
+    if (std::find(in.begin(), in.end(), u) == in.end() || is_recomputed(u)) continue;
+    shared[k] = g.nodes[size_t(v)].shared_activation_bytes;
+    f.activation_bytes -= shared[k];
+  }
+  // The fused backward goes down the layers: each frees what it kept once
+  // done, a recomputed one first makes its activations again.
+  // Split from W, a layer keeps its weight-pass context instead.
+  double freed = 0, freed_for_w = 0;
+  for (size_t k = nodes.size(); k-- > 0;) {
+    const PlanningNode& n = g.nodes[size_t(nodes[k])];
+    const double saved = is_recomputed(nodes[k]) ? saved_by(nodes[k]) : 0.0;
+    const double working = n.workspace_bytes + std::max(0.0, saved);
+    f.backward_working_bytes = std::max(f.backward_working_bytes, working - freed);
+    f.input_backward_working_bytes = std::max(f.input_backward_working_bytes, working - freed_for_w);
+    const double kept = n.activation_bytes - saved - shared[k];
+    freed += kept;
+    freed_for_w += kept - n.weight_pass_bytes;
   }
   return f;
 }

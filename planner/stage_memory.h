@@ -28,6 +28,15 @@ struct StageFootprint {
   // stashing); n >= 1, n whatever the in-flight count (a schedule that
   // flushes: PlannerOptions::weight_versions).
   int weight_versions = 0;
+  // What one item's forward and fused backward hold at their peak beyond
+  // the stage's stash for it (planner/recompute.h's stage_footprint): the
+  // forward, the most one of its layers allocates; the backward, walking
+  // down the layers, a layer's working memory and what its recomputation
+  // makes again, less the stash of the layers above it, already freed
+  // (where B and W are split, less what those layers keep for W:
+  // input_backward_working_bytes). What a replay prices each compute with;
+  // the planner's own check keeps the bound workspace_bytes + recompute_bytes.
+  double forward_working_bytes = 0, backward_working_bytes = 0, input_backward_working_bytes = 0;
 };
 
 // Bytes one worker holds at its peak (what `run` measures: its tensors,

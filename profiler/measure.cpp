@@ -98,6 +98,8 @@ SyntheticBatch make_batch(const Model& m, int64_t batch, uint64_t seed) {
 struct LayerFacts {
   uint64_t output_bytes = 0, saved_bytes = 0, workspace_bytes = 0;
   uint64_t weight_pass_bytes = 0;  // ProfileNode::weight_pass_bytes
+  uint64_t forward_workspace_bytes = 0;  // ProfileNode::forward_workspace_bytes
+  uint64_t shared_activation_bytes = 0;  // ProfileNode::shared_activation_bytes
 };
 
 // What a layer call allocates beyond what was live when it started (the
@@ -146,14 +148,21 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
     ForwardArgs a{operand_params(precision, w.params(i), rounded), w.buffers(i), step};
     a.step.layer_index = static_cast<uint32_t>(i);
     a.step.output_to_loss = i == n - 1;  // as forward_layers does for the trainer
+    // Its input stays alive until the facts are taken: a stage may keep it
+    // (a recomputed layer does), so it is not this layer's working memory.
+    Tensor input = facts ? h : Tensor();
     h = m.layer(i).forward(a, h, ctx[static_cast<size_t>(i)]);
     exact = round_layer_output_if_bf16(precision, m.layer(i), i + 1 < n ? &m.layer(i + 1) : nullptr,
                                        ctx[static_cast<size_t>(i)], h, exact);
     Clock::time_point end = now_synced();
     t.forward_ms[static_cast<size_t>(i)] = ms_between(start, end);
-    if (facts)
-      (*facts)[static_cast<size_t>(i)] = {h.nbytes(), saved_bytes_beyond_params(ctx[static_cast<size_t>(i)], a.params),
-                                          meter->transient()};
+    if (facts) {
+      const LayerContext& c = ctx[static_cast<size_t>(i)];
+      (*facts)[static_cast<size_t>(i)] = {h.nbytes(), saved_bytes_beyond_params(c, a.params), meter->transient(), 0,
+                                          meter->transient() + (h.same_storage(input) ? 0 : h.nbytes()),
+                                          i > 0 ? saved_bytes_shared_with(c, ctx[static_cast<size_t>(i - 1)]) : 0};
+      input = Tensor();
+    }
     start = now_synced();
   }
   // The loss belongs to the last stage's backward: it starts when the
@@ -330,6 +339,7 @@ Profile unit_profile(Profile layers, const ModelGraph& g, const Samples& s, cons
     node.output_bytes = unit.output_bytes_per_sample * static_cast<uint64_t>(layers.batch_size);
     node.activation_bytes = u < saved_bytes.size() ? saved_bytes[u] : 0;
     node.workspace_bytes = layer.workspace_bytes;
+    node.forward_workspace_bytes = layer.forward_workspace_bytes;
     node.parameter_bytes = unit.parameter_bytes;
     node.optimizer_state_bytes = node.parameter_bytes * static_cast<uint64_t>(optimizer_slots);
     nodes.push_back(std::move(node));
@@ -421,7 +431,9 @@ LayerAlone time_layer_alone(const Model& m, int i, const ProfileOptions& o, cons
     const ForwardArgs args{operand_params(o.precision, w.params(i), rounded), w.buffers(i), step};
     Tensor h = layer.forward(args, rounded_copy_if_bf16(o.precision, x), ctx);
     const double forward_ms = ms_between(start, now_synced());
-    if (it == 0) r.facts = {h.nbytes(), saved_bytes_beyond_params(ctx, args.params), meter->bytes()};
+    if (it == 0)
+      r.facts = {h.nbytes(), saved_bytes_beyond_params(ctx, args.params), meter->bytes(), 0,
+                 meter->transient() + h.nbytes()};
     Tensor g = i + 1 < n ? upstream.clone() : softmax_cross_entropy(std::move(h), labels).grad;
     h = Tensor();
     double backward_ms = 0;
@@ -522,6 +534,7 @@ Profile measure_one_layer_at_a_time(const Model& model, const ProfileOptions& o,
     node.output_bytes = l.facts.output_bytes;
     node.activation_bytes = l.facts.saved_bytes;
     node.workspace_bytes = l.facts.workspace_bytes;
+    node.forward_workspace_bytes = l.facts.forward_workspace_bytes;
     node.parameter_bytes = uint64_t(model.parameter_count(i, i)) * sizeof(float);
     node.optimizer_ms = median(l.optimizer_ms);
     node.optimizer_state_bytes = node.parameter_bytes * static_cast<uint64_t>(slots);
@@ -653,6 +666,8 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
     node.output_bytes = facts[k].output_bytes;
     node.activation_bytes = facts[k].saved_bytes;
     node.workspace_bytes = facts[k].workspace_bytes;
+    node.forward_workspace_bytes = facts[k].forward_workspace_bytes;
+    node.shared_activation_bytes = facts[k].shared_activation_bytes;
     node.weight_pass_bytes = facts[k].weight_pass_bytes;
     node.parameter_bytes = parameter_bytes(w, i);
     node.optimizer_ms = optimizer_share(node.parameter_bytes);

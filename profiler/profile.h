@@ -33,6 +33,14 @@ struct ProfileNode {
   // what it allocates beyond its inputs while it runs, plus, in the
   // backward, the gradient it receives (0: not measured, e.g. graph.txt).
   uint64_t workspace_bytes = 0;
+  // The working memory of the layer's forward: its output and its
+  // temporaries at their peak, not its input or the context it keeps
+  // (activation_bytes; 0: not measured, readers then take workspace_bytes).
+  uint64_t forward_workspace_bytes = 0;
+  // Of activation_bytes, what the previous layer (the one before it in a
+  // chain) keeps too, the same tensor: a stage holding both holds it once
+  // (0: none, or not measured).
+  uint64_t shared_activation_bytes = 0;
   // What the layer keeps from its input-gradient pass (B) until its
   // weight-gradient pass (W) where the schedule splits them (zb-h1, zb-h2,
   // the V shapes): the context backward_weights needs, its output gradient

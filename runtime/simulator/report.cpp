@@ -52,10 +52,15 @@ std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile
 
 void set_memory_from_profile(SimulationOptions& o, const Plan& plan, const Profile& profile) {
   o.stashed_bytes.clear(), o.working_bytes.clear(), o.recompute_bytes.clear();
+  o.forward_working_bytes.clear(), o.backward_working_bytes.clear(), o.input_backward_working_bytes.clear();
   for (const StageFootprint& f : stage_footprints(plan, profile)) {
     o.stashed_bytes.push_back(uint64_t(std::max(0.0, f.activation_bytes)));
     o.working_bytes.push_back(uint64_t(std::max(0.0, f.workspace_bytes)));
     o.recompute_bytes.push_back(uint64_t(std::max(0.0, f.recompute_bytes)));
+    o.forward_working_bytes.push_back(uint64_t(std::max(0.0, f.forward_working_bytes)));
+    o.backward_working_bytes.push_back(uint64_t(std::max(0.0, f.backward_working_bytes)));
+    if (records_weight_passes(profile))
+      o.input_backward_working_bytes.push_back(uint64_t(std::max(0.0, f.input_backward_working_bytes)));
   }
   o.weight_pass_bytes = weight_pass_bytes_from_profile(plan, profile);
 }

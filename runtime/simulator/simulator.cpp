@@ -80,6 +80,9 @@ struct alignas(64) WorkerState {
   // the transport until then (runtime/comm/README.md), and the receive
   // comes right before the compute it feeds.
   uint64_t working_bytes = 0, peak_working_bytes = 0;
+  // A V's turn: what it sent itself (tag, bytes), its own from the send
+  // (a copy, LoopbackTransport) until its receive takes it.
+  std::vector<std::pair<int64_t, uint64_t>> to_itself;
   // Weight versions the in-flight minibatches use: their forwards' versions
   // never decrease, so counting distinct ones needs only the newest and,
   // when the oldest leaves, the version of the next one (from the source) -
@@ -124,7 +127,9 @@ struct StageCost {
   double message_bytes;
   uint64_t stashed_bytes;
   uint64_t weight_pass_bytes;  // SimulationOptions::weight_pass_bytes, per item
-  uint64_t working_bytes, backward_working_bytes;  // SimulationOptions::working_bytes (B: with recompute_bytes), per item
+  // SimulationOptions::working_bytes (W), forward_working_bytes (F) and
+  // backward_working_bytes (B), per item.
+  uint64_t working_bytes, backward_working_bytes, forward_working_bytes;
   int forward_line = -1, backward_line = -1, weight_line = -1;  // the event queue's delay lines; -1: none
 };
 
@@ -162,7 +167,9 @@ class Simulation {
     // Per-stage byte figures: none, or one for every stage.
     const std::pair<const char*, const std::vector<uint64_t>*> per_stage[] = {
         {"weight-pass", &opt.weight_pass_bytes}, {"working", &opt.working_bytes},
-        {"recompute", &opt.recompute_bytes}, {"stashed", &opt.stashed_bytes}};
+        {"recompute", &opt.recompute_bytes}, {"stashed", &opt.stashed_bytes},
+        {"forward working", &opt.forward_working_bytes}, {"backward working", &opt.backward_working_bytes},
+        {"input-backward working", &opt.input_backward_working_bytes}};
     for (const auto& [what, v] : per_stage)
       if (!v->empty() && v->size() != plan.stages.size())
         throw UserError(cat(what, " bytes are given for ", v->size(), " stages, the plan has ", plan.stages.size()));
@@ -220,10 +227,17 @@ class Simulation {
       const uint64_t working = opt.working_bytes.empty() ? 0 : opt.working_bytes[s];
       const uint64_t recomputed =
           opt.recompute_bytes.empty() || (split_ && !opt.weight_pass_bytes.empty()) ? 0 : opt.recompute_bytes[s];
+      // F and B, where the profile gives them (a split B's with what W keeps).
+      const uint64_t forward_working = opt.forward_working_bytes.empty() ? working : opt.forward_working_bytes[s];
+      const std::vector<uint64_t>& b_working =
+          split_ ? (opt.weight_pass_bytes.empty() ? std::vector<uint64_t>{} : opt.input_backward_working_bytes)
+                 : opt.backward_working_bytes;
+      const uint64_t backward_working = b_working.empty() ? working + recomputed : b_working[s];
       const auto per_item = [&](double bytes) { return static_cast<uint64_t>(std::llround(bytes / items)); };
       costs_.push_back({forward, backward * (1 - w_share) + recompute, backward * w_share, step,
                         double(st.output_bytes) / items, per_item(double(stash)), per_item(double(weight_pass)),
-                        per_item(double(working)), per_item(double(working + recomputed))});
+                        per_item(double(working)), per_item(double(backward_working)),
+                        per_item(double(forward_working))});
       if (st.replicas > 1) {
         g.allreduce_s = allreduce_seconds(plan.topology, st.ranks, double(st.parameter_bytes), shared_cores_);
         // Each member sends and receives 2(r-1)/r of the bytes in 2(r-1) messages each way.
@@ -573,6 +587,7 @@ class Simulation {
     // backward's received gradient included.
     w.working_bytes = a.kind == ActionKind::OptimizerStep ? 0
                       : a.kind == ActionKind::Backward    ? cost_of(w, a).backward_working_bytes
+                      : a.kind == ActionKind::Forward     ? cost_of(w, a).forward_working_bytes
                                                           : cost_of(w, a).working_bytes;
     w.peak_working_bytes = std::max(w.peak_working_bytes, w.held_bytes + w.working_bytes);
     if (shared_cores_) return;
@@ -661,6 +676,7 @@ class Simulation {
     // busy time still bounds throughput at 2 C per minibatch but an
     // activation never waits behind a gradient.
     WorkerState& dst = workers_[a.peer];
+    if (a.peer == r) hold_message_to_itself(dst, a, activation);
     const bool awaited = dst.mailbox.wait_tag == a.key;
     double arrival = std::max(now_, start - duration);
     if (opt_.realistic_latency) {
@@ -700,10 +716,31 @@ class Simulation {
         }
       }
       box.erase_unordered(i, spill);
+      release_message_to_itself(workers_[r], tag);
       return true;
     }
     box.wait_tag = tag;
     return false;
+  }
+
+  // The copy is made while the output it copies is still there.
+  void hold_message_to_itself(WorkerState& w, const PackedAction& a, bool activation) {
+    const int stage = schedule_.stage_of(static_cast<int>(&w - workers_.data()), a.chunk);
+    const uint64_t bytes =
+        static_cast<uint64_t>(std::llround(costs_[static_cast<size_t>(activation ? stage : stage - 1)].message_bytes));
+    w.to_itself.emplace_back(a.key, bytes);
+    w.held_bytes += bytes;
+    w.peak_held_bytes = std::max(w.peak_held_bytes, w.held_bytes);
+    if (!opt_.working_bytes.empty()) w.peak_working_bytes = std::max(w.peak_working_bytes, w.held_bytes + bytes);
+  }
+
+  void release_message_to_itself(WorkerState& w, int64_t tag) {
+    for (auto it = w.to_itself.begin(); it != w.to_itself.end(); ++it)
+      if (it->first == tag) {
+        w.held_bytes -= it->second;
+        w.to_itself.erase(it);
+        return;
+      }
   }
 
   // The planner's idealised all-reduce: it may overlap the round's compute

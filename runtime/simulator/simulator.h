@@ -103,6 +103,12 @@ struct SimulationOptions {
   // 0 where the weight-pass bytes already hold it). Empty: not priced, and
   // WorkerReport::peak_working_bytes stays 0.
   std::vector<uint64_t> working_bytes, recompute_bytes;
+  // Where the profile measured them (StageFootprint's): what an item's
+  // forward and fused backward hold beyond its stash, per minibatch, in
+  // place of working_bytes (and, for B, recompute_bytes); a B split from
+  // its W: input_backward_working_bytes, given with weight_pass_bytes.
+  // Empty: those.
+  std::vector<uint64_t> forward_working_bytes, backward_working_bytes, input_backward_working_bytes;
   // Schedules with microbatches: each stage's forward and backward seconds
   // for one microbatch, measured at its size (microbatch_times_from_profile).
   // Empty: the stage's minibatch times / microbatches, which undercounts

@@ -33,6 +33,7 @@ std::vector<StageFootprint> stage_footprints(const Plan& plan, const Profile& pr
     }
     StageFootprint f = stage_footprint(g, nodes, recomputed, plan.stages[s].replicas);
     f.activation_bytes *= share, f.workspace_bytes *= share, f.recompute_bytes *= share;
+    f.forward_working_bytes *= share, f.backward_working_bytes *= share, f.input_backward_working_bytes *= share;
     out.push_back(f);
   }
   return out;

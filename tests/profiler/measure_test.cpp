@@ -111,6 +111,28 @@ TEST(MeasureProfile, ActivationBytesAreWhatForwardSavesForBackward) {
   EXPECT_GT(p.nodes[0].activation_bytes, 0u);  // conv1 keeps its input
 }
 
+// What a stage holds while it computes, layer by layer: the forward's own
+// working memory (its output and temporaries, not its input or what it
+// keeps), and the storage a layer keeps that the layer before keeps too.
+TEST(MeasureProfile, ForwardWorkingMemoryAndTheTensorsNeighboursShare) {
+  Model m = build_model(zoo_spec("cnn"));
+  Profile p = measure_profile(m, quick(2));
+  auto node = [&](const std::string& name) -> const ProfileNode& {
+    for (const ProfileNode& n : p.nodes)
+      if (n.name == name) return n;
+    throw std::runtime_error("no layer " + name);
+  };
+  // A ReLU allocates its output, which it keeps, and nothing else: its
+  // forward's working memory is that output, not its backward's figure
+  // (the gradient it receives and the one it makes: twice as much).
+  EXPECT_EQ(node("relu2").forward_workspace_bytes, node("relu2").output_bytes);
+  EXPECT_EQ(node("relu2").workspace_bytes, 2 * node("relu2").output_bytes);
+  EXPECT_EQ(node("flatten").forward_workspace_bytes, 0u);  // a view of its input
+  // fc2 keeps its input, relu3's output, which relu3 keeps too.
+  EXPECT_EQ(node("fc2").shared_activation_bytes, node("relu3").output_bytes);
+  EXPECT_EQ(node("relu3").shared_activation_bytes, 0u);  // fc1 keeps its input, not its output
+}
+
 TEST(MeasureProfile, LanguageModelUsesTokenInputs) {
   Model m = build_model(zoo_spec("gpt-mini", {{"context", 8}, {"width", 16}, {"depth", 1}, {"heads", 2}, {"vocab", 32}}));
   Profile p = measure_profile(m, quick(2));

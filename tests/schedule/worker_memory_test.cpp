@@ -171,5 +171,92 @@ TEST(WorkerMemory, ReceivedGradientCountsOnce) {
   }
 }
 
+// A fused backward goes down its stage's layers and frees each one's stash
+// once done: a bottom layer with a large working memory runs after the
+// layers above gave theirs back. The forward is priced with what the
+// forward itself allocates (ProfileNode::forward_workspace_bytes), not the
+// larger of forward and backward.
+TEST(WorkerMemory, ABackwardFreesTheStashOfTheLayersAboveItAsItGoesDown) {
+  ProfileNode n;
+  n.forward_ms = 10, n.backward_ms = 20;
+  n.activation_bytes = 8'000'000;
+  n.workspace_bytes = 2'000'000;
+  n.forward_workspace_bytes = 1'000'000;
+  Profile p = testing::equal_chain_profile(2, 8, n);
+  p.nodes[0].workspace_bytes = 10'000'000;  // the bottom layer's backward
+  PlannerOptions o;
+  o.straight = true;
+  const Plan plan = plan_pipeline(p, flat_topology(1, 10), o);
+  ASSERT_EQ(plan.stages.size(), 1u);
+  const StageFootprint f = stage_footprints(plan, p).at(0);
+  EXPECT_DOUBLE_EQ(f.workspace_bytes, 10e6);           // the planner's bound
+  EXPECT_DOUBLE_EQ(f.backward_working_bytes, 2e6);     // 10 MB less the top layer's 8 MB, freed
+  EXPECT_DOUBLE_EQ(f.forward_working_bytes, 1e6);
+  // The replay's peak: the stash and the forward's 1 MB or the backward's 2 MB.
+  const std::vector<double> bytes = predicted(plan, p, parse_schedule_kind("1f1b-rr"), 1);
+  EXPECT_DOUBLE_EQ(bytes[0], 2 * double(n.parameter_bytes) + 16e6 + 2e6);
+}
+
+// A tensor two neighbours keep (a ReLU's output that the next Linear keeps
+// as its input) is one tensor in a stage holding both, two across a cut,
+// and two again when the first neighbour is recomputed (it then keeps its
+// input instead).
+TEST(WorkerMemory, ATensorTwoNeighboursKeepIsHeldOnceInTheirStage) {
+  ProfileNode n;
+  n.forward_ms = 10, n.backward_ms = 20;
+  n.output_bytes = 3'000'000;
+  n.activation_bytes = 3'000'000;
+  Profile p = testing::equal_chain_profile(2, 8, n);
+  p.nodes[1].shared_activation_bytes = 3'000'000;
+  PlannerOptions o;
+  o.straight = true;
+  const Plan together = plan_pipeline(p, flat_topology(1, 10), o);
+  ASSERT_EQ(together.stages.size(), 1u);
+  EXPECT_DOUBLE_EQ(stage_footprints(together, p).at(0).activation_bytes, 3e6);
+  const Plan apart = plan_pipeline(p, flat_topology(2, 10), o);
+  ASSERT_EQ(apart.stages.size(), 2u);
+  EXPECT_DOUBLE_EQ(stage_footprints(apart, p).at(1).activation_bytes, 3e6);
+  Plan first_recomputed = together;
+  first_recomputed.stages[0].recompute_layers = {0};
+  // Layer 0 keeps its input (the data: 0 bytes) instead; layer 1 its own copy of the output.
+  EXPECT_DOUBLE_EQ(stage_footprints(first_recomputed, p).at(0).activation_bytes, 3e6);
+  p.nodes[0].activation_bytes = 5'000'000;  // layer 0 keeps more than the shared output
+  EXPECT_DOUBLE_EQ(stage_footprints(together, p).at(0).activation_bytes, 5e6);
+}
+
+// Where a V schedule turns, a worker sends its first stage's output to its
+// second stage: the runtime keeps a copy (LoopbackTransport) from the send
+// until the receive takes it, so the replay counts it there - and nowhere
+// else, a message to another worker staying with the transport.
+TEST(WorkerMemory, AMessageAWorkerSendsItselfIsItsOwnUntilItsReceive) {
+  ProfileNode n;
+  n.forward_ms = 10, n.backward_ms = 20;
+  n.activation_bytes = 1'000'000;
+  const auto replay = [&](uint64_t output_bytes) {
+    n.output_bytes = output_bytes;
+    const Profile p = testing::equal_chain_profile(8, 8, n);
+    PlannerOptions o;
+    o.straight = true;
+    const Plan plan = plan_pipeline(p, flat_topology(8, 10), o);
+    SimulationOptions so;
+    so.schedule.kind = parse_schedule_kind("zb-v");
+    so.schedule.microbatches = 8;
+    so.schedule.minibatches = 2;
+    set_memory_from_profile(so, plan, p);
+    return simulate(plan, so);
+  };
+  const SimulationReport quiet = replay(0), loud = replay(4'000'000);
+  ASSERT_EQ(loud.workers.size(), 4u);
+  for (const WorkerReport& w : loud.workers) {
+    const uint64_t before = quiet.workers[size_t(w.rank)].peak_activation_bytes;
+    if (w.rank == 3) {  // the turn: a microbatch's message (4 MB / 8), at most one each way, taken after its send
+      EXPECT_GE(w.peak_activation_bytes, before + 500'000) << "worker 3";
+      EXPECT_LE(w.peak_activation_bytes, before + 2 * 500'000) << "worker 3";
+    }
+    else
+      EXPECT_EQ(w.peak_activation_bytes, before) << "worker " << w.rank;
+  }
+}
+
 }  // namespace
 }  // namespace pd
