@@ -100,6 +100,7 @@ struct LayerFacts {
   uint64_t weight_pass_bytes = 0;  // ProfileNode::weight_pass_bytes
   uint64_t forward_workspace_bytes = 0;  // ProfileNode::forward_workspace_bytes
   uint64_t shared_activation_bytes = 0;  // ProfileNode::shared_activation_bytes
+  std::optional<uint64_t> weight_workspace_bytes;  // ProfileNode::weight_workspace_bytes
 };
 
 // What a layer call allocates beyond what was live when it started (the
@@ -187,8 +188,18 @@ StepTimes timed_layer_step(const Model& m, const ParameterStore& w, ParameterSto
       // The same kernels in the same order as backward (SplitBackwardLayer),
       // with what B leaves for W weighed between them.
       g = m.layer(i).backward_input(a, g, c);
-      (*facts)[static_cast<size_t>(i)].weight_pass_bytes = saved_bytes_beyond_params(c, a.params);
-      m.layer(i).backward_weights(a, c);
+      LayerFacts& f = (*facts)[static_cast<size_t>(i)];
+      f.weight_pass_bytes = saved_bytes_beyond_params(c, a.params);
+      // W's own working memory: what it allocates beyond what B left (its
+      // context is held already). A second meter restarts the peak, so the
+      // first one's reading so far is kept.
+      const uint64_t b_bytes = meter->bytes();
+      {
+        const WorkspaceMeter w_meter(allocator);
+        m.layer(i).backward_weights(a, c);
+        f.weight_workspace_bytes = w_meter.bytes();
+      }
+      f.workspace_bytes = std::max(f.workspace_bytes, received + b_bytes);
     } else {
       g = m.layer(i).backward(a, g, c);
     }
@@ -668,6 +679,7 @@ Profile measure_at_batch(const Model& model, const ProfileOptions& o, MeasureDet
     node.workspace_bytes = facts[k].workspace_bytes;
     node.forward_workspace_bytes = facts[k].forward_workspace_bytes;
     node.shared_activation_bytes = facts[k].shared_activation_bytes;
+    node.weight_workspace_bytes = facts[k].weight_workspace_bytes;
     node.weight_pass_bytes = facts[k].weight_pass_bytes;
     node.parameter_bytes = parameter_bytes(w, i);
     node.optimizer_ms = optimizer_share(node.parameter_bytes);

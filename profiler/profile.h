@@ -2,6 +2,7 @@
 // The profile format (docs/design.md §4): per-layer costs of a model on a device.
 // No dependency on the compute core: the planner reads this alone.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,10 @@ struct ProfileNode {
   // the V shapes): the context backward_weights needs, its output gradient
   // included (0: the layer does not split, or not measured).
   uint64_t weight_pass_bytes = 0;
+  // What its W allocates beyond that context while it runs (often 0: the
+  // weight gradient accumulates into its buffer); unset: not measured,
+  // readers then take workspace_bytes.
+  std::optional<uint64_t> weight_workspace_bytes;
   // The optimizer's update of this node's parameters, once per minibatch
   // (0: not measured, e.g. graph.txt). The planner's cost model leaves it
   // out, as PipeDream's does; simulate counts it (plan stages' optimizer_s).

@@ -192,7 +192,7 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
                         {"id", "name", "op", "forward_ms", "backward_ms", "forward_p90_ms", "backward_p90_ms",
                          "output_bytes", "activation_bytes", "parameter_bytes", "optimizer_state_bytes",
                          "workspace_bytes", "forward_workspace_bytes", "optimizer_ms", "at_batch",
-                         "weight_pass_bytes", "shared_activation_bytes"},
+                         "weight_pass_bytes", "shared_activation_bytes", "weight_workspace_bytes"},
                         where);
     ProfileNode node;
     node.id = checked::integer_as<int>(n["id"], {where, "\"id\""}, 0);
@@ -211,6 +211,8 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     node.weight_pass_bytes = bytes_field(n, "weight_pass_bytes", node_where, false);
     node.forward_workspace_bytes = bytes_field(n, "forward_workspace_bytes", node_where, false);
     node.shared_activation_bytes = bytes_field(n, "shared_activation_bytes", node_where, false);
+    if (n.contains("weight_workspace_bytes"))
+      node.weight_workspace_bytes = bytes_field(n, "weight_workspace_bytes", node_where, true);
     node.optimizer_ms = number_field(n, "optimizer_ms", node_where, false);
     node.at_batch = at_batch_field(n, p.batch_size, node_where);
     node.source_line = int(i) + 1;
@@ -291,6 +293,7 @@ void write_profile_json(const Profile& p, const std::string& path) {
     if (n.weight_pass_bytes > 0) node["weight_pass_bytes"] = n.weight_pass_bytes;
     if (n.forward_workspace_bytes > 0) node["forward_workspace_bytes"] = n.forward_workspace_bytes;
     if (n.shared_activation_bytes > 0) node["shared_activation_bytes"] = n.shared_activation_bytes;
+    if (n.weight_workspace_bytes) node["weight_workspace_bytes"] = *n.weight_workspace_bytes;
     if (n.forward_p90_ms > 0 || n.backward_p90_ms > 0) {
       node["forward_p90_ms"] = n.forward_p90_ms;
       node["backward_p90_ms"] = n.backward_p90_ms;

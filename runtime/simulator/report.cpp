@@ -63,6 +63,22 @@ void set_memory_from_profile(SimulationOptions& o, const Plan& plan, const Profi
       o.input_backward_working_bytes.push_back(uint64_t(std::max(0.0, f.input_backward_working_bytes)));
   }
   o.weight_pass_bytes = weight_pass_bytes_from_profile(plan, profile);
+  o.weight_working_bytes = weight_working_bytes_from_profile(plan, profile);
+}
+
+std::vector<uint64_t> weight_working_bytes_from_profile(const Plan& plan, const Profile& profile) {
+  const bool measured = std::any_of(profile.nodes.begin(), profile.nodes.end(),
+                                    [](const ProfileNode& n) { return n.weight_workspace_bytes.has_value(); });
+  if (!measured || !records_weight_passes(profile)) return {};
+  const double share =
+      plan.batch > 0 && profile.batch_size > 0 ? double(plan.batch) / double(profile.batch_size) : 1.0;
+  std::vector<uint64_t> out;
+  for (const auto& nodes : stage_nodes(plan, profile)) {
+    uint64_t most = 0;
+    for (const ProfileNode* n : nodes) most = std::max(most, n->weight_workspace_bytes.value_or(0));
+    out.push_back(uint64_t(double(most) * share));
+  }
+  return out;
 }
 
 std::vector<uint64_t> weight_pass_bytes_from_profile(const Plan& plan, const Profile& profile) {

@@ -127,8 +127,8 @@ struct StageCost {
   double message_bytes;
   uint64_t stashed_bytes;
   uint64_t weight_pass_bytes;  // SimulationOptions::weight_pass_bytes, per item
-  // SimulationOptions::working_bytes (W), forward_working_bytes (F) and
-  // backward_working_bytes (B), per item.
+  // SimulationOptions::weight_working_bytes (W; else working_bytes),
+  // forward_working_bytes (F) and backward_working_bytes (B), per item.
   uint64_t working_bytes, backward_working_bytes, forward_working_bytes;
   int forward_line = -1, backward_line = -1, weight_line = -1;  // the event queue's delay lines; -1: none
 };
@@ -169,7 +169,8 @@ class Simulation {
         {"weight-pass", &opt.weight_pass_bytes}, {"working", &opt.working_bytes},
         {"recompute", &opt.recompute_bytes}, {"stashed", &opt.stashed_bytes},
         {"forward working", &opt.forward_working_bytes}, {"backward working", &opt.backward_working_bytes},
-        {"input-backward working", &opt.input_backward_working_bytes}};
+        {"input-backward working", &opt.input_backward_working_bytes},
+        {"weight working", &opt.weight_working_bytes}};
     for (const auto& [what, v] : per_stage)
       if (!v->empty() && v->size() != plan.stages.size())
         throw UserError(cat(what, " bytes are given for ", v->size(), " stages, the plan has ", plan.stages.size()));
@@ -233,10 +234,11 @@ class Simulation {
           split_ ? (opt.weight_pass_bytes.empty() ? std::vector<uint64_t>{} : opt.input_backward_working_bytes)
                  : opt.backward_working_bytes;
       const uint64_t backward_working = b_working.empty() ? working + recomputed : b_working[s];
+      const uint64_t weight_working = opt.weight_working_bytes.empty() ? working : opt.weight_working_bytes[s];
       const auto per_item = [&](double bytes) { return static_cast<uint64_t>(std::llround(bytes / items)); };
       costs_.push_back({forward, backward * (1 - w_share) + recompute, backward * w_share, step,
                         double(st.output_bytes) / items, per_item(double(stash)), per_item(double(weight_pass)),
-                        per_item(double(working)), per_item(double(backward_working)),
+                        per_item(double(weight_working)), per_item(double(backward_working)),
                         per_item(double(forward_working))});
       if (st.replicas > 1) {
         g.allreduce_s = allreduce_seconds(plan.topology, st.ranks, double(st.parameter_bytes), shared_cores_);

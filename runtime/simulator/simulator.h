@@ -109,6 +109,9 @@ struct SimulationOptions {
   // its W: input_backward_working_bytes, given with weight_pass_bytes.
   // Empty: those.
   std::vector<uint64_t> forward_working_bytes, backward_working_bytes, input_backward_working_bytes;
+  // What a W allocates beyond the context B left it, per minibatch
+  // (weight_working_bytes_from_profile). Empty: working_bytes.
+  std::vector<uint64_t> weight_working_bytes;
   // Schedules with microbatches: each stage's forward and backward seconds
   // for one microbatch, measured at its size (microbatch_times_from_profile).
   // Empty: the stage's minibatch times / microbatches, which undercounts
@@ -170,6 +173,9 @@ std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile
 // Each stage's ProfileNode::weight_pass_bytes summed, per minibatch; empty
 // when the profile records none (older profiles, graph.txt, imported graphs).
 std::vector<uint64_t> weight_pass_bytes_from_profile(const Plan& plan, const Profile& profile);
+// Per stage, the most one of its layers' W allocates (ProfileNode::
+// weight_workspace_bytes), per minibatch; empty where the profile did not measure it.
+std::vector<uint64_t> weight_working_bytes_from_profile(const Plan& plan, const Profile& profile);
 // The memory a replay prices from the profile, set in `o`: the stashes
 // (stashed_bytes_from_profile), what B keeps for W (where o.schedule
 // splits them and the profile measured it) and each compute's working

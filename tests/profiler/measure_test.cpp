@@ -131,6 +131,9 @@ TEST(MeasureProfile, ForwardWorkingMemoryAndTheTensorsNeighboursShare) {
   // fc2 keeps its input, relu3's output, which relu3 keeps too.
   EXPECT_EQ(node("fc2").shared_activation_bytes, node("relu3").output_bytes);
   EXPECT_EQ(node("relu3").shared_activation_bytes, 0u);  // fc1 keeps its input, not its output
+  // A W accumulates into the gradient buffers: measured, nothing more.
+  EXPECT_EQ(node("conv2").weight_workspace_bytes, std::optional<uint64_t>(0));
+  EXPECT_FALSE(node("relu2").weight_workspace_bytes.has_value());  // no W
 }
 
 TEST(MeasureProfile, LanguageModelUsesTokenInputs) {

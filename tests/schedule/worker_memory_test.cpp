@@ -197,6 +197,32 @@ TEST(WorkerMemory, ABackwardFreesTheStashOfTheLayersAboveItAsItGoesDown) {
   EXPECT_DOUBLE_EQ(bytes[0], 2 * double(n.parameter_bytes) + 16e6 + 2e6);
 }
 
+// W allocates little beyond the context B left it (its weight gradient
+// accumulates into its buffer): where the profile measured that
+// (ProfileNode::weight_workspace_bytes), a W is priced with it, not with
+// the layer's backward working memory, whose received gradient W's
+// context already holds.
+TEST(WorkerMemory, AWeightPassIsPricedWithWhatItAllocatesItself) {
+  const auto replay = [](std::optional<uint64_t> weight_workspace) {
+    ProfileNode n;
+    n.forward_ms = 10, n.backward_ms = 20;
+    n.activation_bytes = 1'000'000;
+    n.workspace_bytes = 6'000'000;
+    n.forward_workspace_bytes = 1;
+    n.weight_pass_bytes = 2'000'000;
+    n.weight_workspace_bytes = weight_workspace;
+    const Profile p = testing::equal_chain_profile(4, 8, n);
+    return predicted(straight_plan(p), p, parse_schedule_kind("zb-h1"), 4);
+  };
+  const std::vector<double> unmeasured = replay(std::nullopt), none = replay(0), more = replay(8'000'000);
+  // Per microbatch (a quarter): B works in 1.5 MB on top of the stashes; a
+  // W holds its 0.5 MB context where the stash was 0.25 MB. Priced like a
+  // B, the W is the peak, 0.25 MB above B's; priced by its own nothing, B
+  // is; a W allocating 2 MB is again, 0.75 MB above B's.
+  EXPECT_DOUBLE_EQ(unmeasured[3] - none[3], 250'000);
+  EXPECT_DOUBLE_EQ(more[3] - none[3], 750'000);
+}
+
 // A tensor two neighbours keep (a ReLU's output that the next Linear keeps
 // as its input) is one tensor in a stage holding both, two across a cut,
 // and two again when the first neighbour is recomputed (it then keeps its
