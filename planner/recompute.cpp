@@ -120,13 +120,16 @@ StageFootprint stage_footprint(const PlanningGraph& g, const std::vector<int>& n
     f.activation_bytes -= shared[k];
   }
   // The fused backward goes down the layers: each frees what it kept once
-  // done, a recomputed one first makes its activations again.
+  // done, a recomputed one first makes its activations again - its forward
+  // runs beside the gradient it received (its output's size), then its
+  // backward.
   // Split from W, a layer keeps its weight-pass context instead.
   double freed = 0, freed_for_w = 0;
   for (size_t k = nodes.size(); k-- > 0;) {
     const PlanningNode& n = g.nodes[size_t(nodes[k])];
     const double saved = is_recomputed(nodes[k]) ? saved_by(nodes[k]) : 0.0;
-    const double working = n.workspace_bytes + std::max(0.0, saved);
+    const double again = is_recomputed(nodes[k]) ? n.output_bytes + n.forward_workspace_bytes : 0.0;
+    const double working = std::max(n.workspace_bytes, again) + std::max(0.0, saved);
     f.backward_working_bytes = std::max(f.backward_working_bytes, working - freed);
     f.input_backward_working_bytes = std::max(f.input_backward_working_bytes, working - freed_for_w);
     const double kept = n.activation_bytes - saved - shared[k];

@@ -32,7 +32,8 @@ struct StageFootprint {
   // the stage's stash for it (planner/recompute.h's stage_footprint): the
   // forward, the most one of its layers allocates; the backward, walking
   // down the layers, a layer's working memory and what its recomputation
-  // makes again, less the stash of the layers above it, already freed
+  // makes again (and, recomputed, its forward beside the gradient it
+  // received), less the stash of the layers above it, already freed
   // (where B and W are split, less what those layers keep for W:
   // input_backward_working_bytes). What a replay prices each compute with;
   // the planner's own check keeps the bound workspace_bytes + recompute_bytes.

@@ -197,6 +197,26 @@ TEST(WorkerMemory, ABackwardFreesTheStashOfTheLayersAboveItAsItGoesDown) {
   EXPECT_DOUBLE_EQ(bytes[0], 2 * double(n.parameter_bytes) + 16e6 + 2e6);
 }
 
+// A recomputed layer's forward runs again inside the backward, beside the
+// gradient the layer received (its output's size): its output and
+// temporaries come on top of that gradient, not instead of it.
+TEST(WorkerMemory, ARecomputedForwardRunsBesideTheGradientReceived) {
+  ProfileNode n;
+  n.forward_ms = 10, n.backward_ms = 20;
+  n.output_bytes = 4'000'000;            // and so the gradient it receives
+  n.activation_bytes = 1'000'000;
+  n.workspace_bytes = 5'000'000;         // its backward: that gradient and 1 MB more
+  n.forward_workspace_bytes = 3'000'000;
+  const Profile p = testing::equal_chain_profile(1, 8, n);
+  PlannerOptions o;
+  o.straight = true;
+  Plan plan = plan_pipeline(p, flat_topology(1, 10), o);
+  EXPECT_DOUBLE_EQ(stage_footprints(plan, p).at(0).backward_working_bytes, 5e6);
+  plan.stages[0].recompute_layers = {0};
+  // 4 MB received + 3 MB of forward, and its 1 MB of activations made again (it keeps no input: the data).
+  EXPECT_DOUBLE_EQ(stage_footprints(plan, p).at(0).backward_working_bytes, 8e6);
+}
+
 // W allocates little beyond the context B left it (its weight gradient
 // accumulates into its buffer): where the profile measured that
 // (ProfileNode::weight_workspace_bytes), a W is priced with it, not with
