@@ -97,16 +97,19 @@ StageFootprint stage_footprint(const PlanningGraph& g, const std::vector<int>& n
     f.workspace_bytes = std::max(f.workspace_bytes, n.workspace_bytes);
     f.forward_working_bytes = std::max(f.forward_working_bytes, n.forward_workspace_bytes);
   }
-  auto saved_by = [&](int v) {  // a recomputed layer's activations less the input it keeps
+  // Per position in the stage: recomputed, and what that saves (its
+  // activations less the input it keeps).
+  std::vector<bool> again(nodes.size(), false);
+  std::vector<double> saved(nodes.size(), 0.0);
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    const int v = nodes[k];
+    if (std::find(recomputed.begin(), recomputed.end(), v) == recomputed.end()) continue;
     double input = 0;
     for (int u : g.in[size_t(v)]) input += g.nodes[size_t(u)].output_bytes;
-    return g.nodes[size_t(v)].activation_bytes - input;
-  };
-  auto is_recomputed = [&](int v) { return std::find(recomputed.begin(), recomputed.end(), v) != recomputed.end(); };
-  for (int v : recomputed) {
-    const double saved = saved_by(v);
-    f.activation_bytes -= saved;
-    f.recompute_bytes = std::max(f.recompute_bytes, saved);
+    again[k] = true;
+    saved[k] = g.nodes[size_t(v)].activation_bytes - input;
+    f.activation_bytes -= saved[k];
+    f.recompute_bytes = std::max(f.recompute_bytes, saved[k]);
   }
   // A tensor two neighbours keep (the one before keeps its output, which
   // this one keeps as its input) is held once - unless the one before
@@ -115,7 +118,7 @@ StageFootprint stage_footprint(const PlanningGraph& g, const std::vector<int>& n
   for (size_t k = 1; k < nodes.size(); ++k) {
     const int v = nodes[k], u = nodes[k - 1];
     const std::vector<int>& in = g.in[size_t(v)];
-    if (std::find(in.begin(), in.end(), u) == in.end() || is_recomputed(u)) continue;
+    if (std::find(in.begin(), in.end(), u) == in.end() || again[k - 1]) continue;
     shared[k] = g.nodes[size_t(v)].shared_activation_bytes;
     f.activation_bytes -= shared[k];
   }
@@ -127,12 +130,11 @@ StageFootprint stage_footprint(const PlanningGraph& g, const std::vector<int>& n
   double freed = 0, freed_for_w = 0;
   for (size_t k = nodes.size(); k-- > 0;) {
     const PlanningNode& n = g.nodes[size_t(nodes[k])];
-    const double saved = is_recomputed(nodes[k]) ? saved_by(nodes[k]) : 0.0;
-    const double again = is_recomputed(nodes[k]) ? n.output_bytes + n.forward_workspace_bytes : 0.0;
-    const double working = std::max(n.workspace_bytes, again) + std::max(0.0, saved);
+    const double forward_again = again[k] ? n.output_bytes + n.forward_workspace_bytes : 0.0;
+    const double working = std::max(n.workspace_bytes, forward_again) + std::max(0.0, saved[k]);
     f.backward_working_bytes = std::max(f.backward_working_bytes, working - freed);
     f.input_backward_working_bytes = std::max(f.input_backward_working_bytes, working - freed_for_w);
-    const double kept = n.activation_bytes - saved - shared[k];
+    const double kept = n.activation_bytes - saved[k] - shared[k];
     freed += kept;
     freed_for_w += kept - n.weight_pass_bytes;
   }

@@ -53,25 +53,33 @@ std::vector<uint64_t> stashed_bytes_from_profile(const Plan& plan, const Profile
 void set_memory_from_profile(SimulationOptions& o, const Plan& plan, const Profile& profile) {
   o.stashed_bytes.clear(), o.working_bytes.clear(), o.recompute_bytes.clear();
   o.forward_working_bytes.clear(), o.backward_working_bytes.clear(), o.input_backward_working_bytes.clear();
+  const bool splits = records_weight_passes(profile);
   for (const StageFootprint& f : stage_footprints(plan, profile)) {
     o.stashed_bytes.push_back(uint64_t(std::max(0.0, f.activation_bytes)));
     o.working_bytes.push_back(uint64_t(std::max(0.0, f.workspace_bytes)));
     o.recompute_bytes.push_back(uint64_t(std::max(0.0, f.recompute_bytes)));
     o.forward_working_bytes.push_back(uint64_t(std::max(0.0, f.forward_working_bytes)));
     o.backward_working_bytes.push_back(uint64_t(std::max(0.0, f.backward_working_bytes)));
-    if (records_weight_passes(profile))
+    if (splits)
       o.input_backward_working_bytes.push_back(uint64_t(std::max(0.0, f.input_backward_working_bytes)));
   }
   o.weight_pass_bytes = weight_pass_bytes_from_profile(plan, profile);
   o.weight_working_bytes = weight_working_bytes_from_profile(plan, profile);
 }
 
+namespace {
+// A minibatch of the plan's batch against the profile's, as
+// stashed_bytes_from_profile's figures are.
+double plan_batch_share(const Plan& plan, const Profile& profile) {
+  return plan.batch > 0 && profile.batch_size > 0 ? double(plan.batch) / double(profile.batch_size) : 1.0;
+}
+}  // namespace
+
 std::vector<uint64_t> weight_working_bytes_from_profile(const Plan& plan, const Profile& profile) {
   const bool measured = std::any_of(profile.nodes.begin(), profile.nodes.end(),
                                     [](const ProfileNode& n) { return n.weight_workspace_bytes.has_value(); });
   if (!measured || !records_weight_passes(profile)) return {};
-  const double share =
-      plan.batch > 0 && profile.batch_size > 0 ? double(plan.batch) / double(profile.batch_size) : 1.0;
+  const double share = plan_batch_share(plan, profile);
   std::vector<uint64_t> out;
   for (const auto& nodes : stage_nodes(plan, profile)) {
     uint64_t most = 0;
@@ -83,9 +91,7 @@ std::vector<uint64_t> weight_working_bytes_from_profile(const Plan& plan, const 
 
 std::vector<uint64_t> weight_pass_bytes_from_profile(const Plan& plan, const Profile& profile) {
   if (!records_weight_passes(profile)) return {};
-  // Per minibatch of the plan's batch, as stashed_bytes_from_profile's.
-  const double share =
-      plan.batch > 0 && profile.batch_size > 0 ? double(plan.batch) / double(profile.batch_size) : 1.0;
+  const double share = plan_batch_share(plan, profile);
   std::vector<uint64_t> out;
   for (const auto& nodes : stage_nodes(plan, profile)) {
     double bytes = 0;

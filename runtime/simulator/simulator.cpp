@@ -230,10 +230,9 @@ class Simulation {
           opt.recompute_bytes.empty() || (split_ && !opt.weight_pass_bytes.empty()) ? 0 : opt.recompute_bytes[s];
       // F and B, where the profile gives them (a split B's with what W keeps).
       const uint64_t forward_working = opt.forward_working_bytes.empty() ? working : opt.forward_working_bytes[s];
-      const std::vector<uint64_t>& b_working =
-          split_ ? (opt.weight_pass_bytes.empty() ? std::vector<uint64_t>{} : opt.input_backward_working_bytes)
-                 : opt.backward_working_bytes;
-      const uint64_t backward_working = b_working.empty() ? working + recomputed : b_working[s];
+      const std::vector<uint64_t>* b_working =
+          !split_ ? &opt.backward_working_bytes : opt.weight_pass_bytes.empty() ? nullptr : &opt.input_backward_working_bytes;
+      const uint64_t backward_working = !b_working || b_working->empty() ? working + recomputed : (*b_working)[s];
       const uint64_t weight_working = opt.weight_working_bytes.empty() ? working : opt.weight_working_bytes[s];
       const auto per_item = [&](double bytes) { return static_cast<uint64_t>(std::llround(bytes / items)); };
       costs_.push_back({forward, backward * (1 - w_share) + recompute, backward * w_share, step,
@@ -666,9 +665,7 @@ class Simulation {
     const double end = start + duration;
     link_free_[downstream] = end;
     if (charges_comm_cpu_) {
-      const int stage = schedule_.stage_of(r, a.chunk);
-      const double bytes = costs_[static_cast<size_t>(activation ? stage : stage - 1)].message_bytes;
-      const double cpu = plan_.topology.comm_cpu_between(r, a.peer).seconds(bytes);
+      const double cpu = plan_.topology.comm_cpu_between(r, a.peer).seconds(message_bytes(r, a, activation));
       charge_comm_cpu(r, cpu);       // the sender's thread, and
       charge_comm_cpu(a.peer, cpu);  // the receiver's, both from the send on
     }
@@ -678,7 +675,7 @@ class Simulation {
     // busy time still bounds throughput at 2 C per minibatch but an
     // activation never waits behind a gradient.
     WorkerState& dst = workers_[a.peer];
-    if (a.peer == r) hold_message_to_itself(dst, a, activation);
+    if (a.peer == r) hold_message_to_itself(dst, a.key, message_bytes(r, a, activation));
     const bool awaited = dst.mailbox.wait_tag == a.key;
     double arrival = std::max(now_, start - duration);
     if (opt_.realistic_latency) {
@@ -725,12 +722,17 @@ class Simulation {
     return false;
   }
 
+  // One message of worker r's send `a`, per item: an activation has the
+  // size of the sender's output, a gradient that of the stage before.
+  double message_bytes(int r, const PackedAction& a, bool activation) const {
+    const int stage = schedule_.stage_of(r, a.chunk);
+    return costs_[static_cast<size_t>(activation ? stage : stage - 1)].message_bytes;
+  }
+
   // The copy is made while the output it copies is still there.
-  void hold_message_to_itself(WorkerState& w, const PackedAction& a, bool activation) {
-    const int stage = schedule_.stage_of(static_cast<int>(&w - workers_.data()), a.chunk);
-    const uint64_t bytes =
-        static_cast<uint64_t>(std::llround(costs_[static_cast<size_t>(activation ? stage : stage - 1)].message_bytes));
-    w.to_itself.emplace_back(a.key, bytes);
+  void hold_message_to_itself(WorkerState& w, int64_t tag, double message) {
+    const uint64_t bytes = static_cast<uint64_t>(std::llround(message));
+    w.to_itself.emplace_back(tag, bytes);
     w.held_bytes += bytes;
     w.peak_held_bytes = std::max(w.peak_held_bytes, w.held_bytes);
     if (!opt_.working_bytes.empty()) w.peak_working_bytes = std::max(w.peak_working_bytes, w.held_bytes + bytes);
