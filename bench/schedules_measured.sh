@@ -3,9 +3,9 @@
 # 4 CPU workers (mpirun through `pipedream run`, one compute thread each)
 # with 1f1b-flush, interleaved-1f1b (v = 2), zb-h1, zb-h2, zb-v and dualpipev
 # at the same batch and microbatch count, runs alternated (each order, then
-# the reverse); next to `pipedream simulate`'s prediction on the profiled
-# plans.
-#   bench/schedules_measured.sh [--out DIR] [--steps N] [--models cnn,gpt-mini]
+# the reverse, then the order again: --rounds, default 3) and their median
+# taken; next to `pipedream simulate`'s prediction on the profiled plans.
+#   bench/schedules_measured.sh [--out DIR] [--steps N] [--rounds R] [--models cnn,gpt-mini]
 # Profiles each model once at the whole batch and at its microbatch (profile
 # --microbatches M: the simulator costs a microbatch as measured, not as
 # 1/M of the batch), measures this host's links (bench-comm over the 4
@@ -36,16 +36,19 @@ cd "$(dirname "$0")/.."
 
 out=runs/schedules-measured
 steps=32
+rounds=3
 models="cnn gpt-mini"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=${2:?}; shift 2 ;;
     --steps) steps=${2:?}; shift 2 ;;
+    --rounds) rounds=${2:?}; shift 2 ;;
     --models) models=${2:?}; models=${models//,/ }; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "schedules_measured.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "schedules_measured.sh: --rounds must be a positive integer, got '$rounds'" >&2; exit 2; }
 pipedream=${BUILD_DIR:-build}/bin/pipedream
 [ -x "$pipedream" ] || { echo "schedules_measured.sh: $pipedream not found: build first" >&2; exit 2; }
 mkdir -p "$out"
@@ -131,7 +134,14 @@ for model in $models; do
     "$pipedream" plan --profile "$out/$model.profile.json" --topology "$out/topology$w.json" --straight \
       -o "$out/$model.plan$w.json" > /dev/null
   done
-  for schedule in $schedules $(echo "$schedules" | tr ' ' '\n' | tac | tr '\n' ' '); do
+  # Odd rounds in the list's order, even rounds reversed: a slow phase of
+  # the host lands on different schedules each round, and the median of 3
+  # drops a run caught in one.
+  order=""
+  for ((r = 0; r < rounds; r++)); do
+    if ((r % 2 == 0)); then order+=" $schedules"; else order+=" $(echo "$schedules" | tr ' ' '\n' | tac | tr '\n' ' ')"; fi
+  done
+  for schedule in $order; do
     read -r w flags <<< "$(schedule_args "$schedule")"
     metrics="$out/$model.$schedule.$RANDOM.jsonl"
     # shellcheck disable=SC2046,SC2086
