@@ -70,6 +70,35 @@ double steady_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The moment every rank's trace counts from. Each rank's own moment after
+// the start barrier can lag another's by a time slice on a busy host (4
+// ranks on 2 cores: up to 5 ms), which draws a message taken before it was
+// sent. Ranks on one host share its steady clock, so they take the moment
+// of their host's first rank; across hosts the barrier is the reference.
+double shared_trace_zero(Transport& t) {
+  const double mine = steady_now();
+  const int me = t.rank();
+  const std::string host = t.host_of(me);
+  int first = me;
+  for (int r = 0; r < me; ++r)
+    if (t.host_of(r) == host) {
+      first = r;
+      break;
+    }
+  const Tensor token = Tensor::zeros({1}, DType::I32);
+  if (first != me) {
+    Request r = t.irecv_any(first, gather_tag(t));
+    r.wait();
+    return static_cast<double>(r.meta()) * 1e-9;
+  }
+  const auto ns = static_cast<int64_t>(mine * 1e9);
+  std::vector<Request> sends;
+  for (int r = me + 1; r < t.world_size(); ++r)
+    if (t.host_of(r) == host) sends.push_back(t.isend(token, r, gather_tag(t), ns));
+  wait_all(sends);
+  return static_cast<double>(ns) * 1e-9;
+}
+
 // Where this rank sits in the plan.
 struct WorkerRole {
   int rank = 0;
@@ -353,6 +382,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
   const int64_t common = replica_count_lcm(spec);
   t.barrier();  // everyone built its stage: start the common clock
   const double zero = steady_now(), comm_cpu_zero = comm_threads_cpu_s();
+  const double trace_zero = spec.tracing() ? shared_trace_zero(t) : zero;
   TrainingOutcome out;
   for (const Segment& seg : run_segments(spec, from.in_flight ? 0 : from.step)) {
     ScheduleOptions o = spec.schedule;
@@ -372,7 +402,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
         chunks.push_back(std::make_unique<StageExecutor>(schedule, role.rank, states[c], training, t,
                                                          last_stage ? observer : nullptr, static_cast<int>(c)));
         if (ev.test && !ev.at_versions.empty()) chunks.back()->set_evaluation(ev);
-        if (spec.tracing()) chunks.back()->enable_trace(zero);
+        if (spec.tracing()) chunks.back()->enable_trace(trace_zero);
         drive.push_back(chunks.back().get());
       }
       checkpoint_chunks_inside(seg, spec, model, role, states, t, bar, drive);
@@ -392,7 +422,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
     StageExecutor ex(schedule, role.rank, state, training, t, observer);
     const StageEvaluation ev = evaluation_in(seg, eval_points, common, spec, data);
     if (ev.test && !ev.at_versions.empty()) ex.set_evaluation(ev);
-    if (spec.tracing()) ex.enable_trace(zero);
+    if (spec.tracing()) ex.enable_trace(trace_zero);
     checkpoint_inside(seg, spec, model, role, state, t, bar, ex);
     if (from.in_flight && seg.first == 0) ex.resume_at(from.step, std::move(from.older));
     report.set_segment_start(seg.first);
