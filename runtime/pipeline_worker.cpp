@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -68,6 +69,12 @@ namespace {
 
 double steady_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // The moment every rank's trace counts from. Each rank's own moment after
@@ -345,7 +352,7 @@ void checkpoint_chunks_after(const Segment& seg, const RunSpec& spec, const Mode
 
 // What one rank did, for the reporter's metrics line of it.
 nlohmann::json rank_stats(const RunSpec& spec, const WorkerRole& role, const ExecutorStats& total, double wall,
-                          double comm_cpu_s, double resident_before) {
+                          double comm_cpu_s, double process_cpu_s, double resident_before) {
   const Allocator& alloc = allocator_for(spec.device);
   return {{"event", "rank"},
           {"rank", role.rank},
@@ -354,6 +361,7 @@ nlohmann::json rank_stats(const RunSpec& spec, const WorkerRole& role, const Exe
           {"busy_s", total.busy_s},
           {"busy_cpu_s", total.busy_cpu_s},
           {"comm_cpu_s", comm_cpu_s},
+          {"process_cpu_s", process_cpu_s},
           {"wait_s", total.wait_s},
           {"data_s", total.data_s},
           {"actions", total.actions},
@@ -372,6 +380,7 @@ struct TrainingOutcome {
   std::vector<ActionSpan> events;  // trace spans, when tracing
   double wall_s = 0;
   double comm_cpu_s = 0;  // the communication threads' CPU over the same span
+  double process_cpu_s = 0;  // every thread of the process over the same span
 };
 
 TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const DataSplits& data,
@@ -381,7 +390,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
   const std::vector<int64_t> eval_points = evaluation_points(spec, data.train->size());
   const int64_t common = replica_count_lcm(spec);
   t.barrier();  // everyone built its stage: start the common clock
-  const double zero = steady_now(), comm_cpu_zero = comm_threads_cpu_s();
+  const double zero = steady_now(), comm_cpu_zero = comm_threads_cpu_s(), process_cpu_zero = process_cpu_seconds();
   const double trace_zero = spec.tracing() ? shared_trace_zero(t) : zero;
   TrainingOutcome out;
   for (const Segment& seg : run_segments(spec, from.in_flight ? 0 : from.step)) {
@@ -436,6 +445,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
   }
   out.wall_s = steady_now() - zero;
   out.comm_cpu_s = comm_threads_cpu_s() - comm_cpu_zero;
+  out.process_cpu_s = process_cpu_seconds() - process_cpu_zero;
   bar.finish();
   return out;
 }
@@ -697,7 +707,8 @@ static WorkerSummary run_worker(const RunSpec& spec, const Model& model, const D
   const TrainingOutcome trained =
       train_segments(spec, model, data, role, states, training, from, report, bar, t);
 
-  const nlohmann::json mine = rank_stats(spec, role, trained.total, trained.wall_s, trained.comm_cpu_s, resident_before);
+  const nlohmann::json mine = rank_stats(spec, role, trained.total, trained.wall_s, trained.comm_cpu_s, trained.process_cpu_s,
+                                         resident_before);
   WorkerSummary out;
   if (!role.reporter) {
     send_results(spec, model, role, mine, trained.events, states, t, reporter);

@@ -237,6 +237,9 @@ TEST(RunOutputs, MetricsEvaluationAndTraceCoverEveryRank) {
     // take some CPU, and less than the whole run on one core.
     EXPECT_GT(l["comm_cpu_s"].get<double>(), 0.0);
     EXPECT_LT(l["comm_cpu_s"].get<double>(), run_seconds);
+    // The whole process's CPU holds both, and the runtime's own between actions.
+    EXPECT_GE(l["process_cpu_s"].get<double>(), l["busy_cpu_s"].get<double>() + l["comm_cpu_s"].get<double>() - 0.005)
+        << l.dump();
   }
   // Steady state: the middle half of the 40 steps, evaluations included.
   auto summary = metric_lines(dir + "/m.jsonl", "summary");
