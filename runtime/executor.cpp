@@ -1,15 +1,14 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <ctime>
 #include <limits>
 #include <set>
 #include <string_view>
 
 #include "core/error.h"
 #include "core/loss.h"
+#include "runtime/clocks.h"
 #include "runtime/wire_format.h"
 
 namespace pd {
@@ -24,17 +23,6 @@ StageState make_stage_state(const Model& m, int stage, int first_layer, int last
   s.optimizer = optimizer.make_state(s.weights.all_params());
   return s;
 }
-
-namespace {
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-}  // namespace
 
 StageExecutor::StageExecutor(const Schedule& schedule, int rank, StageState& state, const StageTraining& training,
                              Transport& transport, ExecutorObserver* observer, int chunk)

@@ -1,10 +1,8 @@
 #include "runtime/pipeline_worker.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -17,6 +15,7 @@
 #include "core/text.h"
 #include "models/sharded_weights.h"
 #include "runtime/checkpoint.h"
+#include "runtime/clocks.h"
 #include "runtime/comm/loopback_transport.h"
 #include "runtime/gather.h"
 #include "runtime/run_report.h"
@@ -67,23 +66,13 @@ void require_resumable(const ResumePoint& p, const RunSpec& spec, const Model& m
 
 namespace {
 
-double steady_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 // The moment every rank's trace counts from. Each rank's own moment after
 // the start barrier can lag another's by a time slice on a busy host (4
 // ranks on 2 cores: up to 5 ms), which draws a message taken before it was
 // sent. Ranks on one host share its steady clock, so they take the moment
 // of their host's first rank; across hosts the barrier is the reference.
 double shared_trace_zero(Transport& t) {
-  const double mine = steady_now();
+  const double mine = steady_seconds();
   const int me = t.rank();
   const std::string host = t.host_of(me);
   int first = me;
@@ -390,7 +379,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
   const std::vector<int64_t> eval_points = evaluation_points(spec, data.train->size());
   const int64_t common = replica_count_lcm(spec);
   t.barrier();  // everyone built its stage: start the common clock
-  const double zero = steady_now(), comm_cpu_zero = comm_threads_cpu_s(), process_cpu_zero = process_cpu_seconds();
+  const double zero = steady_seconds(), comm_cpu_zero = comm_threads_cpu_s(), process_cpu_zero = process_cpu_seconds();
   const double trace_zero = spec.tracing() ? shared_trace_zero(t) : zero;
   TrainingOutcome out;
   for (const Segment& seg : run_segments(spec, from.in_flight ? 0 : from.step)) {
@@ -443,7 +432,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
     out.events.insert(out.events.end(), ex.trace().begin(), ex.trace().end());
     checkpoint_after(seg, spec, model, role, state, t, bar);
   }
-  out.wall_s = steady_now() - zero;
+  out.wall_s = steady_seconds() - zero;
   out.comm_cpu_s = comm_threads_cpu_s() - comm_cpu_zero;
   out.process_cpu_s = process_cpu_seconds() - process_cpu_zero;
   bar.finish();
