@@ -5,7 +5,10 @@
 # at the same batch and microbatch count, runs alternated (each order, then
 # the reverse, then the order again: --rounds, default 3) and their median
 # taken; next to `pipedream simulate`'s prediction on the profiled plans.
-#   bench/schedules_measured.sh [--out DIR] [--steps N] [--rounds R] [--models cnn,gpt-mini]
+#   bench/schedules_measured.sh [--out DIR] [--steps N] [--rounds R] [--workers P] [--models cnn,gpt-mini]
+# --workers P (default 4) plans P stages on P workers and 2P on P for the
+# interleaved and V schedules; --workers 2 on this 2-core host is the
+# control where no core is shared.
 # Profiles each model once at the whole batch and at its microbatch (profile
 # --microbatches M: the simulator costs a microbatch as measured, not as
 # 1/M of the batch), measures this host's links (bench-comm over the 4
@@ -37,18 +40,22 @@ cd "$(dirname "$0")/.."
 out=runs/schedules-measured
 steps=32
 rounds=3
+workers=4
 models="cnn gpt-mini"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=${2:?}; shift 2 ;;
     --steps) steps=${2:?}; shift 2 ;;
     --rounds) rounds=${2:?}; shift 2 ;;
+    --workers) workers=${2:?}; shift 2 ;;
     --models) models=${2:?}; models=${models//,/ }; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "schedules_measured.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "schedules_measured.sh: --rounds must be a positive integer, got '$rounds'" >&2; exit 2; }
+[[ "$workers" =~ ^[1-9][0-9]*$ ]] && ((workers >= 2)) ||
+  { echo "schedules_measured.sh: --workers must be an integer >= 2, got '$workers'" >&2; exit 2; }
 pipedream=${BUILD_DIR:-build}/bin/pipedream
 [ -x "$pipedream" ] || { echo "schedules_measured.sh: $pipedream not found: build first" >&2; exit 2; }
 mkdir -p "$out"
@@ -63,14 +70,14 @@ model_args() {  # name -> model and options
 }
 micro() { case "$1" in cnn) echo 16 ;; gpt-mini) echo 2 ;; esac; }
 
-schedule_args() {  # schedule -> plan suffix and flags
+schedule_args() {  # schedule -> the plan's stages and the flags
   case "$1" in
-    1f1b-flush) echo "4 --schedule 1f1b-flush" ;;
-    zb-h1) echo "4 --schedule zb-h1" ;;
-    zb-h2) echo "4 --schedule zb-h2" ;;
-    interleaved-1f1b) echo "8 --schedule interleaved-1f1b --virtual-stages 2" ;;
-    zb-v) echo "8 --schedule zb-v" ;;
-    dualpipev) echo "8 --schedule dualpipev" ;;
+    1f1b-flush) echo "$workers --schedule 1f1b-flush" ;;
+    zb-h1) echo "$workers --schedule zb-h1" ;;
+    zb-h2) echo "$workers --schedule zb-h2" ;;
+    interleaved-1f1b) echo "$((2 * workers)) --schedule interleaved-1f1b --virtual-stages 2" ;;
+    zb-v) echo "$((2 * workers)) --schedule zb-v" ;;
+    dualpipev) echo "$((2 * workers)) --schedule dualpipev" ;;
   esac
 }
 
@@ -122,14 +129,14 @@ measure_topology() {  # out.json
 }
 
 measure_topology "$out/topology.json"
-table="| model | schedule | measured samples/s (runs) | simulated samples/s | measured / simulated | runs' compute CPU / profile's | measured / simulated at the runs' speed (runs) | cores bound (${cores} cores) | measured / cores bound |\n|---|---|---|---|---|---|---|---|---|\n"
+table="| model (${workers} workers) | schedule | measured samples/s (runs) | simulated samples/s | measured / simulated | runs' compute CPU / profile's | measured / simulated at the runs' speed (runs) | cores bound (${cores} cores) | measured / cores bound |\n|---|---|---|---|---|---|---|---|---|\n"
 for model in $models; do
   b=$(micro "$model")
   batch=$((M * b))
   # shellcheck disable=SC2046
   c=$(profile_with_contention "$pipedream" "$out" "$cores" "$out/$model.profile.json" $(model_args "$model") \
     --batch "$batch" --warmup 1 --iters 5 --min-time 3 --microbatches "$M")
-  for w in 4 8; do
+  for w in $workers $((2 * workers)); do
     jq --argjson w "$w" '.levels[0].count = $w' "$out/topology.json" > "$out/topology$w.json"
     "$pipedream" plan --profile "$out/$model.profile.json" --topology "$out/topology$w.json" --straight \
       -o "$out/$model.plan$w.json" > /dev/null
@@ -156,7 +163,7 @@ for model in $models; do
     at_speed=$("$pipedream" simulate --plan "$out/$model.plan$w.json" --profile "$metrics.profile.json" $flags \
       --microbatches "$M" --minibatches 16 --cores "$cores" --threads 1 --realistic-latency --json \
       | jq -r '.throughput_samples_per_s')
-    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"steady_samples_per_s\": $sps, \"compute_cpu_over_profile\": $speed, \"simulated_at_run_speed_samples_per_s\": $at_speed}"
+    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"workers\": $workers, \"steady_samples_per_s\": $sps, \"compute_cpu_over_profile\": $speed, \"simulated_at_run_speed_samples_per_s\": $at_speed}"
     echo "$sps" >> "$out/$model.$schedule.sps"
     echo "$speed" >> "$out/$model.$schedule.speed"
     awk -v m="$sps" -v s="$at_speed" 'BEGIN { printf "%.2f\n", m / s }' >> "$out/$model.$schedule.at_speed"
@@ -179,7 +186,7 @@ for model in $models; do
     rm "$out/$model.$schedule.sps" "$out/$model.$schedule.speed" "$out/$model.$schedule.at_speed"
     ratio=$(awk -v m="$med" -v s="$sim" 'BEGIN { printf "%.2f", m / s }')
     bound_ratio=$(awk -v m="$med" -v s="$bound" 'BEGIN { printf "%.2f", m / s }')
-    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"median_steady_samples_per_s\": $med, \"simulated_samples_per_s\": $sim, \"ratio\": $ratio, \"contention\": $c, \"cores_bound_samples_per_s\": $bound, \"median_ratio_at_run_speed\": $at_speed_med}"
+    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"workers\": $workers, \"median_steady_samples_per_s\": $med, \"simulated_samples_per_s\": $sim, \"ratio\": $ratio, \"contention\": $c, \"cores_bound_samples_per_s\": $bound, \"median_ratio_at_run_speed\": $at_speed_med}"
     runs=$(for x in $runs; do printf '%.0f ' "$x"; done)
     table+="| $model | $schedule | $(printf '%.0f' "$med") (${runs% }) | $(printf '%.0f' "$sim") | $ratio | ${speeds% } | $at_speed_med (${at_speed_runs}) | $(printf '%.0f' "$bound") | $bound_ratio |\n"
   done
