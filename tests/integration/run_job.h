@@ -14,6 +14,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -81,6 +82,36 @@ inline constexpr const char* kPlan211 = R"({"format": "pipedream-plan/1", "confi
   {"index": 0, "layers": [0, 3], "replicas": 2, "ranks": [0, 1]},
   {"index": 1, "layers": [4, 5], "replicas": 1, "ranks": [2]},
   {"index": 2, "layers": [6, 7], "replicas": 1, "ranks": [3]}]})";
+
+// A straight pipeline's trace (stage k on rank k): every forward of an
+// item beside the same item's forward on the rank before, every backward
+// beside the backward on the rank after. `early` names those that start
+// before their input was finished: the ranks' clocks disagree.
+struct TraceOrder {
+  int pairs = 0;
+  std::vector<std::string> early;
+};
+inline TraceOrder trace_order(const std::string& trace_path) {
+  std::ifstream f(trace_path);
+  const auto trace = nlohmann::json::parse(f);
+  std::map<std::tuple<int, std::string, int64_t>, std::pair<double, double>> spans;  // start, end (us)
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && (e["cat"] == "F" || e["cat"] == "B"))
+      spans[{e["pid"].get<int>(), e["cat"].get<std::string>(), e["args"]["item"].get<int64_t>()}] = {
+          e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()};
+  TraceOrder out;
+  for (const auto& [key, span] : spans) {
+    const auto& [rank, kind, item] = key;
+    const int from = kind == "F" ? rank - 1 : rank + 1;  // where its input was made
+    auto input = spans.find({from, kind, item});
+    if (input == spans.end()) continue;
+    ++out.pairs;
+    if (span.first < input->second.second - 1.0)
+      out.early.push_back(kind + " of item " + std::to_string(item) + " on rank " + std::to_string(rank) + " by " +
+                          std::to_string(input->second.second - span.first) + " us");
+  }
+  return out;
+}
 
 inline std::string pipedream_binary() { return std::string(PD_BINARY_DIR) + "/bin/pipedream"; }
 
