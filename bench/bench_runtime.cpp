@@ -24,7 +24,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -37,6 +36,7 @@
 #include "runtime/comm/mpi_transport.h"
 #include "runtime/executor.h"
 #include "runtime/gather.h"
+#include "runtime/clocks.h"
 #include "runtime/launcher.h"
 #include "runtime/simulator/simulator.h"
 #include "runtime/trace.h"
@@ -49,15 +49,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-double cpu_seconds(clockid_t c) {
-  timespec ts{};
-  clock_gettime(c, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-// CPU time of this thread and of the whole process (all threads): wall time
-// on a shared machine says how much CPU we got, these say how much we used.
-double thread_cpu() { return cpu_seconds(CLOCK_THREAD_CPUTIME_ID); }
-double process_cpu() { return cpu_seconds(CLOCK_PROCESS_CPUTIME_ID); }
 
 struct BenchArgs {
   std::string models = "mlp,cnn";
@@ -98,7 +89,7 @@ double compute_loop_seconds(const Model& m, const Dataset& data, const PlanStage
   const bool last = s.last_layer == m.size() - 1;
   Tensor dy;
   LoopPhases ph;
-  const double c0 = thread_cpu();
+  const double c0 = thread_cpu_seconds();
   const auto t0 = Clock::now();
   for (int64_t i = 0; i < n; ++i) {
     const auto f0 = Clock::now();
@@ -116,7 +107,7 @@ double compute_loop_seconds(const Model& m, const Dataset& data, const PlanStage
     ph.step += since(s0);
   }
   const double wall = since(t0);
-  ph.cpu = thread_cpu() - c0;
+  ph.cpu = thread_cpu_seconds() - c0;
   if (phases) *phases = ph;
   return wall;
 }
@@ -147,12 +138,12 @@ PipelineRun pipeline_run(const Model& m, const Dataset& data, const Plan& plan, 
   t.barrier();
   const auto t0 = Clock::now();
   ex.enable_trace(std::chrono::duration<double>(t0.time_since_epoch()).count());
-  const double c0 = thread_cpu(), p0 = process_cpu();
+  const double c0 = thread_cpu_seconds(), p0 = process_cpu_seconds();
   ex.run();
   PipelineRun r;
   r.seconds = since(t0);
-  r.thread_cpu_s = thread_cpu() - c0;
-  r.process_cpu_s = process_cpu() - p0;
+  r.thread_cpu_s = thread_cpu_seconds() - c0;
+  r.process_cpu_s = process_cpu_seconds() - p0;
   r.actions = ex.stats().actions;
   r.events = ex.trace();
   for (const ActionSpan& e : r.events) r.phase_s[e.name] += e.end_s - e.start_s;

@@ -71,8 +71,8 @@ namespace {
 // ranks on 2 cores: up to 5 ms), which draws a message taken before it was
 // sent. Ranks on one host share its steady clock, so they take the moment
 // of their host's first rank; across hosts the barrier is the reference.
-double shared_trace_zero(Transport& t) {
-  const double mine = steady_seconds();
+// `mine`: this rank's moment after the barrier.
+double shared_trace_zero(Transport& t, double mine) {
   const int me = t.rank();
   const std::string host = t.host_of(me);
   int first = me;
@@ -81,12 +81,12 @@ double shared_trace_zero(Transport& t) {
       first = r;
       break;
     }
-  const Tensor token = Tensor::zeros({1}, DType::I32);
   if (first != me) {
     Request r = t.irecv_any(first, gather_tag(t));
     r.wait();
     return static_cast<double>(r.meta()) * 1e-9;
   }
+  const Tensor token = Tensor::zeros({1}, DType::I32);
   const auto ns = static_cast<int64_t>(mine * 1e9);
   std::vector<Request> sends;
   for (int r = me + 1; r < t.world_size(); ++r)
@@ -380,7 +380,7 @@ TrainingOutcome train_segments(const RunSpec& spec, const Model& model, const Da
   const int64_t common = replica_count_lcm(spec);
   t.barrier();  // everyone built its stage: start the common clock
   const double zero = steady_seconds(), comm_cpu_zero = comm_threads_cpu_s(), process_cpu_zero = process_cpu_seconds();
-  const double trace_zero = spec.tracing() ? shared_trace_zero(t) : zero;
+  const double trace_zero = spec.tracing() ? shared_trace_zero(t, zero) : zero;
   TrainingOutcome out;
   for (const Segment& seg : run_segments(spec, from.in_flight ? 0 : from.step)) {
     ScheduleOptions o = spec.schedule;
