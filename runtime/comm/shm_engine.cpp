@@ -111,6 +111,9 @@ class ShmOp final : public RequestState {
   std::function<void()> arm_;
   // A send: blocking on it first takes every receive (arm_all).
   bool is_send_ = false;
+  // A tensor receive: the local index of its peer, whose ring the caller
+  // polls while it spins in wait(). -1 otherwise.
+  int poll_src_ = -1;
   void arm() {
     if (!arm_) return;
     auto f = std::move(arm_);
@@ -161,6 +164,7 @@ using MatchKey = std::pair<int32_t, int64_t>;  // kind, tag
 struct Inbound {
   ShmRing ring{};
   uint64_t tail = 0;  // local copy of ring.tail
+  bool wants = false;  // what ring.reader_wants says
   bool in_msg = false;
   Header h;
   uint64_t consumed = 0;
@@ -179,12 +183,28 @@ struct Inbound {
 struct Outbound {
   ShmRing ring{};
   uint64_t head = 0;  // local copy of ring.head
+  bool wants = false;  // what ring.writer_wants says
   std::deque<std::shared_ptr<OutMsg>> queue;
   // Bytes the peer has freed for writing.
   uint64_t room() const { return ring.bytes - (head - ring.tail->load(std::memory_order_acquire)); }
 };
 
 MatchKey key_of(const InPost& p) { return {static_cast<int32_t>(p.kind), p.tag}; }
+
+// Publishing interest, then looking at the ring (or publishing bytes, then
+// looking at the interest) with a full fence between, on both sides: one
+// of them sees the other, so no wake-up is lost.
+void publish_wants(std::atomic<uint32_t>* flag, bool& cached, bool wants) {
+  if (wants == cached) return;
+  cached = wants;
+  flag->store(wants ? 1 : 0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+bool peer_wants(const std::atomic<uint32_t>* flag) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return flag->load(std::memory_order_relaxed) != 0;
+}
 
 bool valid_tensor_header(const Header& h) {
   if (h.ndim < 0 || h.ndim > kMaxDims || h.dtype < 0 || h.dtype > static_cast<int>(DType::I64)) return false;
@@ -300,6 +320,7 @@ class ShmEngineImpl {
     // messages happened to arrive (a pipeline posts its receives many
     // actions ahead), and a message already there costs no thread wake-up.
     const int src = local_of_[peer];
+    op->poll_src_ = src;
     {
       std::lock_guard lk(in_mu_[src]);
       in_[src].lazy[key_of(*p)].push_back(p);
@@ -326,9 +347,10 @@ class ShmEngineImpl {
     if (q.empty()) in.lazy.erase(it);
     for (auto& r : now) post_recv(src, r);
     service_inbound(src, /*tensors_only=*/true);
-    // Whatever is left (a message not there yet, one behind a collective's)
-    // is the progress thread's.
-    seg_.ring_doorbell(me_);
+    // Bytes left in the ring (a collective's message ahead, a message still
+    // streaming in) are the progress thread's to move now; bytes not there
+    // yet ring it when they come, since the receive is posted.
+    if (in.ring.head->load(std::memory_order_acquire) != in.tail) seg_.ring_doorbell(me_);
   }
 
   // Before blocking on a send: every receive is posted, as MPI's would be,
@@ -356,6 +378,7 @@ class ShmEngineImpl {
   void post_send(int dst, const std::shared_ptr<OutMsg>& m) {
     std::lock_guard lk(out_mu_[dst]);
     out_[dst].queue.push_back(m);
+    publish_wants(out_[dst].ring.writer_wants, out_[dst].wants, true);
   }
 
   // The whole message into the ring at once, or false (something to the
@@ -370,7 +393,7 @@ class ShmEngineImpl {
     ring_write(out.ring, out.head + kHeaderBytes, m.data, m.h.nbytes);
     out.head += total;
     out.ring.head->store(out.head, std::memory_order_release);
-    seg_.ring_doorbell(dst);
+    if (peer_wants(out.ring.reader_wants)) seg_.ring_doorbell(dst);
     return true;
   }
 
@@ -391,7 +414,11 @@ class ShmEngineImpl {
     }
     in.posted[key].push_back(p);
     ++in.posted_count;
+    publish_wants(in.ring.reader_wants, in.wants, true);
   }
+
+  // A caller waiting on a receive from `src` takes what has arrived.
+  void poll(int src) { service_inbound(src, /*tensors_only=*/true); }
 
   int global_to_local(int world_rank) const { return local_of_[world_rank]; }
   int world_rank() const { return rank_; }
@@ -542,9 +569,10 @@ class ShmEngineImpl {
         finish_inbound(in);
       }
       in.ring.tail->store(in.tail, std::memory_order_release);
-      seg_.ring_doorbell(src);
+      if (peer_wants(in.ring.writer_wants)) seg_.ring_doorbell(src);
       ++progress;
     }
+    publish_wants(in.ring.reader_wants, in.wants, in.posted_count > 0 || in.in_msg);
     return progress;
   }
 
@@ -578,7 +606,7 @@ class ShmEngineImpl {
         m.written = total;
       }
       out.ring.head->store(out.head, std::memory_order_release);
-      seg_.ring_doorbell(dst);
+      if (peer_wants(out.ring.reader_wants)) seg_.ring_doorbell(dst);
       ++progress;
       if (m.written == total) {
         auto done = std::move(m.done);
@@ -586,6 +614,7 @@ class ShmEngineImpl {
         done("");
       }
     }
+    publish_wants(out.ring.writer_wants, out.wants, !out.queue.empty());
     return progress;
   }
 
@@ -747,9 +776,13 @@ void ShmOp::wait(double timeout_s) {
   const auto start = Clock::now();
   const auto deadline =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-  // A reply microseconds away should not pay for a sleep and wake-up.
+  // A reply microseconds away should not pay for a sleep and wake-up, nor
+  // wait for the progress thread: a receive takes its message itself.
   const auto spin_until = start + std::chrono::microseconds(30);
-  while (!done_.load(std::memory_order_acquire) && Clock::now() < spin_until) sched_yield();
+  while (!done_.load(std::memory_order_acquire) && Clock::now() < spin_until) {
+    if (poll_src_ >= 0) eng_.poll(poll_src_);
+    if (!done_.load(std::memory_order_acquire)) sched_yield();
+  }
   if (!done_.load(std::memory_order_acquire)) {
     if (is_send_) eng_.arm_all();
     note_blocked_on(cat("waiting for rank ", waiting_peer_.load(), " (", what_, ")").c_str());

@@ -12,7 +12,10 @@
 // it goes, so the receiver copies out while the sender copies in) and
 // copies arriving messages out of the rings into the receives they match.
 // It spins briefly after traffic and otherwise sleeps on its futex
-// doorbell, which a peer (or a local submit) rings.
+// doorbell, which a peer (or a local submit) rings only when that thread
+// has something to do (the rings' reader_wants and writer_wants flags). A
+// receive being waited on polls its peer's ring on the caller's thread
+// for its first microseconds.
 //
 // Matching is the transport's contract: messages of one (peer, tag) in send
 // order, receives of one (peer, tag) in posting order, tags in any order.

@@ -26,7 +26,8 @@
 namespace pd {
 namespace {
 
-constexpr uint64_t kRingControlBytes = 128;  // head and tail on their own cache lines
+// head, tail, reader_wants and writer_wants, each on its own cache line
+constexpr uint64_t kRingControlBytes = 256;
 constexpr const char* kShmDir = "/dev/shm";
 
 struct Announcement {
@@ -155,6 +156,7 @@ ShmRing ShmSegment::ring(int src, int dst) const {
   char* p = base_ + static_cast<uint64_t>(n_) * sizeof(ShmDoorbell) +
             (static_cast<uint64_t>(src) * n_ + dst) * (kRingControlBytes + ring_bytes_);
   return {reinterpret_cast<std::atomic<uint64_t>*>(p), reinterpret_cast<std::atomic<uint64_t>*>(p + 64),
+          reinterpret_cast<std::atomic<uint32_t>*>(p + 128), reinterpret_cast<std::atomic<uint32_t>*>(p + 192),
           p + kRingControlBytes, ring_bytes_};
 }
 

@@ -23,9 +23,16 @@ struct alignas(64) ShmDoorbell {
   std::atomic<uint32_t> sleeping;  // 1 while its thread waits on seq
 };
 
+// Each side says whether it wants to hear of the other's progress, so a
+// doorbell is rung only for a thread with something to do: a needless
+// wake-up on busy cores preempts a compute thread for microseconds and
+// leaves it queued, cache-hot, behind another while a core idles
+// (docs/measurements.md, "Doorbells").
 struct ShmRing {
   std::atomic<uint64_t>* head;  // bytes written by src
   std::atomic<uint64_t>* tail;  // bytes consumed by dst
+  std::atomic<uint32_t>* reader_wants;  // dst has a receive from src that new bytes may serve
+  std::atomic<uint32_t>* writer_wants;  // src has sends to dst queued for room
   char* data;
   uint64_t bytes;  // capacity, a multiple of 64
 };
