@@ -66,6 +66,10 @@ void ring_read(const ShmRing& r, uint64_t pos, char* dst, uint64_t n) {
   if (n > first) std::memcpy(dst + first, r.data, n - first);
 }
 
+// reader_wants: bit 0 for the progress thread, kOwnerWaiting per thread
+// asleep on reader_seq.
+constexpr uint32_t kProgressWants = 1, kOwnerWaiting = 2;
+
 // How an arriving collective chunk combines with what is in its target.
 enum class Combine : uint8_t { Copy, AccPlusIn, InPlusAcc };
 
@@ -112,8 +116,19 @@ class ShmOp final : public RequestState {
   // A send: blocking on it first takes every receive (arm_all).
   bool is_send_ = false;
   // A tensor receive: the local index of its peer, whose ring the caller
-  // polls while it spins in wait(). -1 otherwise.
+  // polls while it waits. -1 otherwise.
   int poll_src_ = -1;
+  // The caller sleeps on that ring's reader_seq: completing the receive
+  // elsewhere (the progress thread) must wake it.
+  std::atomic<bool> sleeps_on_ring_{false};
+  // Throws the job's failure, or a timeout naming the silent peer.
+  void throw_if_failed_or_late(Clock::time_point deadline, double timeout_s);
+  // Waits for a receive by taking its message on this thread.
+  void wait_on_ring(Clock::time_point deadline, double timeout_s);
+  void ring_leave(const ShmRing& ring) {
+    ring.reader_wants->fetch_sub(kOwnerWaiting, std::memory_order_seq_cst);
+    sleeps_on_ring_.store(false, std::memory_order_relaxed);
+  }
   void arm() {
     if (!arm_) return;
     auto f = std::move(arm_);
@@ -194,16 +209,25 @@ MatchKey key_of(const InPost& p) { return {static_cast<int32_t>(p.kind), p.tag};
 // Publishing interest, then looking at the ring (or publishing bytes, then
 // looking at the interest) with a full fence between, on both sides: one
 // of them sees the other, so no wake-up is lost.
+
 void publish_wants(std::atomic<uint32_t>* flag, bool& cached, bool wants) {
   if (wants == cached) return;
   cached = wants;
-  flag->store(wants ? 1 : 0, std::memory_order_relaxed);
+  if (wants)
+    flag->fetch_or(kProgressWants, std::memory_order_relaxed);
+  else
+    flag->fetch_and(~kProgressWants, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-bool peer_wants(const std::atomic<uint32_t>* flag) {
+uint32_t peer_wants(const std::atomic<uint32_t>* flag) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  return flag->load(std::memory_order_relaxed) != 0;
+  return flag->load(std::memory_order_relaxed);
+}
+
+void bump_and_wake(std::atomic<uint32_t>* seq) {
+  seq->fetch_add(1, std::memory_order_seq_cst);
+  ShmSegment::wake_all(seq);
 }
 
 bool valid_tensor_header(const Header& h) {
@@ -393,7 +417,7 @@ class ShmEngineImpl {
     ring_write(out.ring, out.head + kHeaderBytes, m.data, m.h.nbytes);
     out.head += total;
     out.ring.head->store(out.head, std::memory_order_release);
-    if (peer_wants(out.ring.reader_wants)) seg_.ring_doorbell(dst);
+    notify_reader(dst, out.ring);
     return true;
   }
 
@@ -419,6 +443,27 @@ class ShmEngineImpl {
 
   // A caller waiting on a receive from `src` takes what has arrived.
   void poll(int src) { service_inbound(src, /*tensors_only=*/true); }
+  const ShmRing& inbound_ring(int src) const { return in_[src].ring; }
+  // Bytes from `src` the caller's poll left (a collective's message ahead
+  // of its own) go to the progress thread.
+  void hand_rest_to_progress(int src) {
+    bool left;
+    {
+      std::lock_guard lk(in_mu_[src]);
+      left = in_[src].ring.head->load(std::memory_order_acquire) != in_[src].tail;
+    }
+    if (left) seg_.ring_doorbell(me_);
+  }
+
+  // A thread of dst asleep on a receive from us takes the bytes itself;
+  // otherwise dst's progress thread, if it has a receive they may serve.
+  void notify_reader(int dst, const ShmRing& r) {
+    const uint32_t w = peer_wants(r.reader_wants);
+    if (w >= kOwnerWaiting)
+      bump_and_wake(r.reader_seq);
+    else if (w & kProgressWants)
+      seg_.ring_doorbell(dst);
+  }
 
   int global_to_local(int world_rank) const { return local_of_[world_rank]; }
   int world_rank() const { return rank_; }
@@ -439,9 +484,11 @@ class ShmEngineImpl {
     {
       std::lock_guard lk(e.done_mu_);
       op.error_ = err;
-      op.done_.store(true, std::memory_order_release);
+      op.done_.store(true, std::memory_order_seq_cst);
     }
     e.done_cv_.notify_all();
+    if (op.poll_src_ >= 0 && op.sleeps_on_ring_.load(std::memory_order_seq_cst))
+      bump_and_wake(e.in_[op.poll_src_].ring.reader_seq);
   }
 
   std::mutex done_mu_;
@@ -606,7 +653,7 @@ class ShmEngineImpl {
         m.written = total;
       }
       out.ring.head->store(out.head, std::memory_order_release);
-      if (peer_wants(out.ring.reader_wants)) seg_.ring_doorbell(dst);
+      notify_reader(dst, out.ring);
       ++progress;
       if (m.written == total) {
         auto done = std::move(m.done);
@@ -770,6 +817,48 @@ bool ShmOp::test() {
   return false;
 }
 
+void ShmOp::throw_if_failed_or_late(Clock::time_point deadline, double timeout_s) {
+  const std::string f = eng_.failure();
+  if (!f.empty()) throw RuntimeFailure(f);
+  if (Clock::now() < deadline) return;
+  char secs[32];
+  snprintf(secs, sizeof secs, "%g", timeout_s);
+  throw RuntimeFailure(cat("rank ", eng_.world_rank(), ": timed out after ", secs, " s waiting for rank ",
+                           waiting_peer_.load(), " (", what_,
+                           "); that rank is silent: dead, hung or behind. Raise --timeout if "
+                           "it is only slow."));
+}
+
+// The sender wakes this thread itself (reader_wants counts it), and the
+// message is copied here: one wake-up on the way from the sender's last
+// write to this thread running, not two (the progress thread's, then
+// this one's), each of which waits for a time slice when the cores are
+// busy. A receive the progress thread completes instead (one behind a
+// collective's message) wakes it through complete().
+void ShmOp::wait_on_ring(Clock::time_point deadline, double timeout_s) {
+  const ShmRing& ring = eng_.inbound_ring(poll_src_);
+  sleeps_on_ring_.store(true, std::memory_order_seq_cst);
+  ring.reader_wants->fetch_add(kOwnerWaiting, std::memory_order_seq_cst);
+  struct Leave {
+    ShmOp& op;
+    const ShmRing& ring;
+    ~Leave() {
+      op.ring_leave(ring);
+    }
+  } leave{*this, ring};
+  for (;;) {
+    const uint32_t seen = ring.reader_seq->load(std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // our count is out before we look at the ring
+    eng_.poll(poll_src_);
+    if (done_.load(std::memory_order_seq_cst)) return;
+    eng_.hand_rest_to_progress(poll_src_);
+    throw_if_failed_or_late(deadline, timeout_s);
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
+    ShmSegment::wait_word(ring.reader_seq, seen, std::clamp<int64_t>(left, 1, 100000));
+    if (done_.load(std::memory_order_seq_cst)) return;
+  }
+}
+
 void ShmOp::wait(double timeout_s) {
   arm();
   if (timeout_s < 0) timeout_s = eng_.timeout();
@@ -789,22 +878,17 @@ void ShmOp::wait(double timeout_s) {
     struct Leave {
       ~Leave() { note_blocked_on(nullptr); }
     } leave;
-    std::unique_lock lk(eng_.done_mu_);
-    while (!done_.load(std::memory_order_acquire)) {
-      lk.unlock();
-      const std::string f = eng_.failure();
-      lk.lock();
-      if (done_.load(std::memory_order_acquire)) break;  // completed while the lock was released
-      if (!f.empty()) throw RuntimeFailure(f);
-      if (Clock::now() >= deadline) {
-        char secs[32];
-        snprintf(secs, sizeof secs, "%g", timeout_s);
-        throw RuntimeFailure(cat("rank ", eng_.world_rank(), ": timed out after ", secs, " s waiting for rank ",
-                                 waiting_peer_.load(), " (", what_,
-                                 "); that rank is silent: dead, hung or behind. Raise --timeout if "
-                                 "it is only slow."));
+    if (poll_src_ >= 0) {
+      wait_on_ring(deadline, timeout_s);
+    } else {
+      std::unique_lock lk(eng_.done_mu_);
+      while (!done_.load(std::memory_order_acquire)) {
+        lk.unlock();
+        throw_if_failed_or_late(deadline, timeout_s);
+        lk.lock();
+        if (done_.load(std::memory_order_acquire)) break;
+        eng_.done_cv_.wait_until(lk, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
       }
-      eng_.done_cv_.wait_until(lk, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
     }
   }
   std::lock_guard lk(eng_.done_mu_);

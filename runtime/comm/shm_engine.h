@@ -14,8 +14,9 @@
 // It spins briefly after traffic and otherwise sleeps on its futex
 // doorbell, which a peer (or a local submit) rings only when that thread
 // has something to do (the rings' reader_wants and writer_wants flags). A
-// receive being waited on polls its peer's ring on the caller's thread
-// for its first microseconds.
+// receive being waited on is taken on the caller's thread: it polls its
+// peer's ring, then sleeps on the ring's reader_seq, which the sender
+// wakes directly.
 //
 // Matching is the transport's contract: messages of one (peer, tag) in send
 // order, receives of one (peer, tag) in posting order, tags in any order.

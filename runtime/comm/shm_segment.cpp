@@ -26,7 +26,8 @@
 namespace pd {
 namespace {
 
-// head, tail, reader_wants and writer_wants, each on its own cache line
+// head, tail, reader_wants (with reader_seq) and writer_wants, each on its
+// own cache line
 constexpr uint64_t kRingControlBytes = 256;
 constexpr const char* kShmDir = "/dev/shm";
 
@@ -156,7 +157,8 @@ ShmRing ShmSegment::ring(int src, int dst) const {
   char* p = base_ + static_cast<uint64_t>(n_) * sizeof(ShmDoorbell) +
             (static_cast<uint64_t>(src) * n_ + dst) * (kRingControlBytes + ring_bytes_);
   return {reinterpret_cast<std::atomic<uint64_t>*>(p), reinterpret_cast<std::atomic<uint64_t>*>(p + 64),
-          reinterpret_cast<std::atomic<uint32_t>*>(p + 128), reinterpret_cast<std::atomic<uint32_t>*>(p + 192),
+          reinterpret_cast<std::atomic<uint32_t>*>(p + 128), reinterpret_cast<std::atomic<uint32_t>*>(p + 136),
+          reinterpret_cast<std::atomic<uint32_t>*>(p + 192),
           p + kRingControlBytes, ring_bytes_};
 }
 
@@ -171,6 +173,13 @@ void ShmSegment::ring_doorbell(int local_rank) const {
   ShmDoorbell& d = doorbell(local_rank);
   d.seq.fetch_add(1, std::memory_order_seq_cst);
   if (d.sleeping.load(std::memory_order_seq_cst)) futex(&d.seq, FUTEX_WAKE, 1, nullptr);
+}
+
+void ShmSegment::wake_all(std::atomic<uint32_t>* word) { futex(word, FUTEX_WAKE, INT32_MAX, nullptr); }
+
+void ShmSegment::wait_word(std::atomic<uint32_t>* word, uint32_t seen, int64_t timeout_us) {
+  timespec ts{static_cast<time_t>(timeout_us / 1000000), static_cast<long>(timeout_us % 1000000) * 1000};
+  futex(word, FUTEX_WAIT, seen, &ts);
 }
 
 void ShmSegment::wait_doorbell(int local_rank, uint32_t seen, int64_t timeout_us) const {

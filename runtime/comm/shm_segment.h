@@ -31,7 +31,12 @@ struct alignas(64) ShmDoorbell {
 struct ShmRing {
   std::atomic<uint64_t>* head;  // bytes written by src
   std::atomic<uint64_t>* tail;  // bytes consumed by dst
-  std::atomic<uint32_t>* reader_wants;  // dst has a receive from src that new bytes may serve
+  // Bit 0: dst's progress thread has a receive from src that new bytes may
+  // serve; above it, twice the number of dst's threads sleeping on
+  // reader_seq for a receive from src (they are woken instead, and take
+  // the message themselves).
+  std::atomic<uint32_t>* reader_wants;
+  std::atomic<uint32_t>* reader_seq;
   std::atomic<uint32_t>* writer_wants;  // src has sends to dst queued for room
   char* data;
   uint64_t bytes;  // capacity, a multiple of 64
@@ -64,6 +69,9 @@ class ShmSegment {
   // Sleeps until the doorbell moves past `seen` or `timeout_us` passes.
   void wait_doorbell(int local_rank, uint32_t seen, int64_t timeout_us) const;
 
+  // A futex on any word of the segment (not private: processes share it).
+  static void wake_all(std::atomic<uint32_t>* word);
+  static void wait_word(std::atomic<uint32_t>* word, uint32_t seen, int64_t timeout_us);
   // The bytes a segment for n ranks with rings of ring_bytes takes.
   static uint64_t size_for(int n, uint64_t ring_bytes);
 
