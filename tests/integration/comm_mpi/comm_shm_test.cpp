@@ -5,6 +5,8 @@
 // (PIPEDREAM_SHM_RING_BYTES, see tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <numeric>
 
 #include <unistd.h>
@@ -189,6 +191,69 @@ TEST(CommShm, AMessageBecomesTheReceiversOnlyWhenItsReceiveIsTaken) {
   r.wait();
   EXPECT_GT(static_cast<int64_t>(host.current_bytes()) - before, kFloats * 2) << "the receive's tensor";
   EXPECT_TRUE(same_bits(r.tensor(), random_floats(kFloats, 5)));
+  tr.barrier();
+}
+
+// A receiver asleep on its ring is woken by its sender's write: a lost
+// wake-up would show as the 100 ms the sleeper waits at most before it
+// looks again. The median over trials keeps a slow moment of the host out.
+TEST(CommShm, ASleepingReceiverIsWokenByItsSendersWrite) {
+  auto& tr = transport();
+  constexpr int kTrials = 15;
+  std::vector<double> late_ms;
+  for (int k = 0; k < kTrials; ++k) {
+    tr.barrier();
+    if (tr.rank() == 0) {
+      usleep(20000);  // rank 1 is asleep on its receive by now
+      const auto sent = std::chrono::steady_clock::now().time_since_epoch();
+      tr.isend(random_floats(1000, k), 1, 11, std::chrono::duration_cast<std::chrono::nanoseconds>(sent).count())
+          .wait();
+      continue;
+    }
+    Request r = tr.irecv(Tensor::empty({1000}), 0, 11);
+    r.wait();
+    const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now().time_since_epoch())
+                         .count();
+    late_ms.push_back(static_cast<double>(now - r.meta()) / 1e6);
+    EXPECT_TRUE(same_bits(r.tensor(), random_floats(1000, k)));
+  }
+  if (tr.rank() == 1) {
+    std::sort(late_ms.begin(), late_ms.end());
+    EXPECT_LT(late_ms[kTrials / 2], 50.0) << "median ms from the send to the woken receiver";
+  }
+}
+
+// A tensor receive whose message sits behind a collective's from the same
+// peer: the waiting caller leaves the collective's bytes to the progress
+// thread, which buffers them and takes the tensor message behind, and the
+// caller, asleep on the ring, is woken. Receiver asleep first, then the
+// receiver arriving when both messages are in the ring.
+TEST(CommShm, AReceiveBehindACollectivesMessageCompletes) {
+  auto& tr = transport();
+  constexpr int64_t kFloats = 4096;  // both messages fit the 64 KiB ring
+  for (bool receiver_first : {true, false}) {
+    const int tag = receiver_first ? 12 : 13;
+    const Tensor x0 = random_floats(kFloats, 1), x1 = random_floats(kFloats, 2);
+    Tensor mine = (tr.rank() == 0 ? x0 : x1).clone();
+    tr.barrier();
+    if (tr.rank() == 0) {
+      if (receiver_first) usleep(50000);
+      Request ar = tr.iall_reduce(*tr.world_group(), {mine}, ReduceOp::Sum);
+      usleep(20000);  // the progress thread writes its piece for rank 1 first
+      tr.isend(random_floats(1000, tag), 1, tag, 0).wait();
+      ar.wait();
+    } else {
+      if (!receiver_first) usleep(100000);
+      Request r = tr.irecv(Tensor::empty({1000}), 0, tag);
+      r.wait();
+      EXPECT_TRUE(same_bits(r.tensor(), random_floats(1000, tag))) << "receiver first " << receiver_first;
+      tr.iall_reduce(*tr.world_group(), {mine}, ReduceOp::Sum).wait();
+    }
+    Tensor sum = Tensor::empty({kFloats});
+    for (int64_t i = 0; i < kFloats; ++i) sum.f32()[i] = x0.f32()[i] + x1.f32()[i];
+    EXPECT_TRUE(same_bits(mine, sum)) << "rank " << tr.rank() << ", receiver first " << receiver_first;
+  }
   tr.barrier();
 }
 
