@@ -121,8 +121,9 @@ class ShmOp final : public RequestState {
   // The caller sleeps on that ring's reader_seq: completing the receive
   // elsewhere (the progress thread) must wake it.
   std::atomic<bool> sleeps_on_ring_{false};
-  // Throws the job's failure, or a timeout naming the silent peer.
-  void throw_if_failed_or_late(Clock::time_point deadline, double timeout_s);
+  // Throws `failure` (the job's, read without done_mu_ held) if there is
+  // one, or a timeout naming the silent peer once `deadline` has passed.
+  void throw_if_failed_or_late(const std::string& failure, Clock::time_point deadline, double timeout_s);
   // Waits for a receive by taking its message on this thread.
   void wait_on_ring(Clock::time_point deadline, double timeout_s);
   void ring_leave(const ShmRing& ring) {
@@ -371,10 +372,9 @@ class ShmEngineImpl {
     if (q.empty()) in.lazy.erase(it);
     for (auto& r : now) post_recv(src, r);
     service_inbound(src, /*tensors_only=*/true);
-    // Bytes left in the ring (a collective's message ahead, a message still
-    // streaming in) are the progress thread's to move now; bytes not there
-    // yet ring it when they come, since the receive is posted.
-    if (in.ring.head->load(std::memory_order_acquire) != in.tail) seg_.ring_doorbell(me_);
+    // Bytes not there yet ring the progress thread when they come, since
+    // the receive is posted.
+    hand_rest_to_progress(src);
   }
 
   // Before blocking on a send: every receive is posted, as MPI's would be,
@@ -444,8 +444,8 @@ class ShmEngineImpl {
   // A caller waiting on a receive from `src` takes what has arrived.
   void poll(int src) { service_inbound(src, /*tensors_only=*/true); }
   const ShmRing& inbound_ring(int src) const { return in_[src].ring; }
-  // Bytes from `src` the caller's poll left (a collective's message ahead
-  // of its own) go to the progress thread.
+  // Bytes from `src` a caller's taking left (a collective's message ahead
+  // of its own, a message still streaming in) go to the progress thread.
   void hand_rest_to_progress(int src) {
     bool left;
     {
@@ -817,9 +817,8 @@ bool ShmOp::test() {
   return false;
 }
 
-void ShmOp::throw_if_failed_or_late(Clock::time_point deadline, double timeout_s) {
-  const std::string f = eng_.failure();
-  if (!f.empty()) throw RuntimeFailure(f);
+void ShmOp::throw_if_failed_or_late(const std::string& failure, Clock::time_point deadline, double timeout_s) {
+  if (!failure.empty()) throw RuntimeFailure(failure);
   if (Clock::now() < deadline) return;
   char secs[32];
   snprintf(secs, sizeof secs, "%g", timeout_s);
@@ -852,10 +851,11 @@ void ShmOp::wait_on_ring(Clock::time_point deadline, double timeout_s) {
     eng_.poll(poll_src_);
     if (done_.load(std::memory_order_seq_cst)) return;
     eng_.hand_rest_to_progress(poll_src_);
-    throw_if_failed_or_late(deadline, timeout_s);
+    const std::string f = eng_.failure();
+    if (done_.load(std::memory_order_seq_cst)) return;  // completed meanwhile: it wins
+    throw_if_failed_or_late(f, deadline, timeout_s);
     const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
     ShmSegment::wait_word(ring.reader_seq, seen, std::clamp<int64_t>(left, 1, 100000));
-    if (done_.load(std::memory_order_seq_cst)) return;
   }
 }
 
@@ -884,9 +884,10 @@ void ShmOp::wait(double timeout_s) {
       std::unique_lock lk(eng_.done_mu_);
       while (!done_.load(std::memory_order_acquire)) {
         lk.unlock();
-        throw_if_failed_or_late(deadline, timeout_s);
+        const std::string f = eng_.failure();
         lk.lock();
-        if (done_.load(std::memory_order_acquire)) break;
+        if (done_.load(std::memory_order_acquire)) break;  // completed while the lock was released
+        throw_if_failed_or_late(f, deadline, timeout_s);
         eng_.done_cv_.wait_until(lk, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
       }
     }

@@ -183,9 +183,7 @@ void ShmSegment::wait_word(std::atomic<uint32_t>* word, uint32_t seen, int64_t t
 }
 
 void ShmSegment::wait_doorbell(int local_rank, uint32_t seen, int64_t timeout_us) const {
-  ShmDoorbell& d = doorbell(local_rank);
-  timespec ts{static_cast<time_t>(timeout_us / 1000000), static_cast<long>(timeout_us % 1000000) * 1000};
-  futex(&d.seq, FUTEX_WAIT, seen, &ts);
+  wait_word(&doorbell(local_rank).seq, seen, timeout_us);
 }
 
 }  // namespace pd
