@@ -19,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "runtime/comm/core_handoff.h"
 #include "runtime/comm/mpi_allreduce.h"
 #include "runtime/comm/mpi_engine.h"
 #include "runtime/comm/mpi_p2p.h"
@@ -86,6 +87,7 @@ void MpiTransport::start_same_host_path(double timeout_s) {
   PD_MPI_CHECK(MPI_Comm_rank(node, &node_rank));
   PD_MPI_CHECK(MPI_Allreduce(&want, &all_want, 1, MPI_INT, MPI_MIN, node));
   if (all_want && n > 1) {
+    const bool handoff = core_handoff_enabled(core_handoff_mode_from_env(), n);
     const char* ring_env = std::getenv("PIPEDREAM_SHM_RING_BYTES");
     ShmSegment seg = ShmSegment::create(node, shm_ring_bytes(), !(ring_env && *ring_env));
     if (seg.ok()) {
@@ -94,7 +96,7 @@ void MpiTransport::start_same_host_path(double timeout_s) {
       std::vector<int> local_of(static_cast<size_t>(size_), -1);
       for (int i = 0; i < n; ++i) local_of[members[i]] = i;
       shm_ = std::make_unique<ShmEngine>(std::move(seg), rank_, std::move(local_of), timeout_s,
-                                         [this] { return engine_ ? engine_->failure() : std::string(); });
+                                         [this] { return engine_ ? engine_->failure() : std::string(); }, handoff);
       shm_on_ = true;
     } else if (node_rank == 0) {
       fprintf(stderr, "pipedream: note: same-host transfers go through MPI: %s\n", seg.why().c_str());

@@ -9,6 +9,7 @@
 #include "runtime/comm/shm_engine.h"
 
 #include <pthread.h>
+#include <unistd.h>  // gettid
 #include <sched.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "runtime/comm/core_handoff.h"
 #include "runtime/comm/mpi_engine.h"  // ranks_text
 
 namespace pd {
@@ -248,10 +250,12 @@ Shape shape_of(const Header& h) { return Shape(h.dims, h.dims + h.ndim); }
 class ShmEngineImpl {
  public:
   ShmEngineImpl(ShmSegment seg, int world_rank, std::vector<int> local_of, double timeout_s,
-                std::function<std::string()> failure)
+                std::function<std::string()> failure, bool core_handoff)
       : seg_(std::move(seg)), rank_(world_rank), local_of_(std::move(local_of)), timeout_s_(timeout_s),
-        failure_probe_(std::move(failure)) {
+        failure_probe_(std::move(failure)), handoff_(core_handoff) {
     me_ = local_of_[rank_];
+    // The rank's actions run on the thread that makes its transport.
+    seg_.doorbell(me_).worker_tid.store(static_cast<int32_t>(gettid()), std::memory_order_relaxed);
     const int n = seg_.ranks();
     in_.resize(n);
     out_.resize(n);
@@ -443,6 +447,15 @@ class ShmEngineImpl {
 
   // A caller waiting on a receive from `src` takes what has arrived.
   void poll(int src) { service_inbound(src, /*tensors_only=*/true); }
+
+  // Called on a thread about to sleep in a wait (core_handoff.h).
+  void offer_core() {
+    if (!handoff_.enabled()) return;
+    std::vector<int> tids;
+    for (int l = 0; l < seg_.ranks(); ++l)
+      if (l != me_) tids.push_back(seg_.doorbell(l).worker_tid.load(std::memory_order_relaxed));
+    handoff_.offer_my_core(tids);
+  }
   const ShmRing& inbound_ring(int src) const { return in_[src].ring; }
   // Bytes from `src` a caller's taking left (a collective's message ahead
   // of its own, a message still streaming in) go to the progress thread.
@@ -799,6 +812,7 @@ class ShmEngineImpl {
   bool stopping_ = false, drain_ = true;
   std::string failure_;  // the thread died on this; guarded by done_mu_
   Clock::time_point last_progress_;
+  CoreHandoff handoff_;
 
   friend class ShmAllReduce;
 };
@@ -879,8 +893,10 @@ void ShmOp::wait(double timeout_s) {
       ~Leave() { note_blocked_on(nullptr); }
     } leave;
     if (poll_src_ >= 0) {
+      eng_.offer_core();
       wait_on_ring(deadline, timeout_s);
     } else {
+      eng_.offer_core();
       std::unique_lock lk(eng_.done_mu_);
       while (!done_.load(std::memory_order_acquire)) {
         lk.unlock();
@@ -1098,9 +1114,9 @@ Request ShmEngineImpl::all_reduce(const std::vector<int>& ranks, int my_index, i
 // --- ShmEngine ------------------------------------------------------------------
 
 ShmEngine::ShmEngine(ShmSegment segment, int world_rank, std::vector<int> local_of, double timeout_s,
-                     std::function<std::string()> failure)
+                     std::function<std::string()> failure, bool core_handoff)
     : impl_(std::make_unique<ShmEngineImpl>(std::move(segment), world_rank, std::move(local_of), timeout_s,
-                                            std::move(failure))) {}
+                                            std::move(failure), core_handoff)) {}
 
 ShmEngine::~ShmEngine() = default;
 

@@ -51,9 +51,12 @@ class ShmEngine {
  public:
   // `local_of[world rank]`: the rank's index in the segment, -1 if on
   // another host. `failure()` returns a non-empty reason once the job is
-  // failing (a peer aborted): every wait then throws it.
+  // failing (a peer aborted): every wait then throws it. `core_handoff`:
+  // a wait about to sleep hands its core to a queued rank (core_handoff.h);
+  // the constructing thread is taken to be the one running the rank's
+  // actions.
   ShmEngine(ShmSegment segment, int world_rank, std::vector<int> local_of, double timeout_s,
-            std::function<std::string()> failure);
+            std::function<std::string()> failure, bool core_handoff);
   ~ShmEngine();
 
   bool reaches(int world_rank) const;

@@ -21,6 +21,7 @@ namespace pd {
 struct alignas(64) ShmDoorbell {
   std::atomic<uint32_t> seq;       // bumped by whoever has news for this rank
   std::atomic<uint32_t> sleeping;  // 1 while its thread waits on seq
+  std::atomic<int32_t> worker_tid;  // the rank's compute thread, for core_handoff.h
 };
 
 // Each side says whether it wants to hear of the other's progress, so a
