@@ -102,9 +102,12 @@ int CoreHandoff::offer_my_core(const std::vector<int>& peer_tids) {
     char state = 0;
     int cpu = -1;
     if (tid <= 0 || !read_thread_cpu(tid, &state, &cpu) || state != 'R') continue;
+    // A mask of one core is either a binding (then a thread may not come)
+    // or another rank's hand-off in flight, which would be given back as
+    // this thread's own mask and pin it.
     cpu_set_t mask;
     const bool known = sched_getaffinity(tid, sizeof mask, &mask) == 0;
-    runnable.push_back({tid, cpu, known && CPU_ISSET(my_cpu, &mask)});
+    runnable.push_back({tid, cpu, known && CPU_COUNT(&mask) > 1 && CPU_ISSET(my_cpu, &mask)});
     masks.push_back(mask);
   }
   const int tid = choose_thread_to_move(my_cpu, runnable);
