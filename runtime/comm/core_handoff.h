@@ -13,7 +13,7 @@
 //
 // PIPEDREAM_CORE_HANDOFF=auto (default: on when the host's ranks outnumber
 // the cores this process may run on), on, or off. Internal to
-// runtime/comm/; ShmEngine calls it before a receive sleeps.
+// runtime/comm/; ShmEngine calls it before a wait sleeps.
 #include <atomic>
 #include <map>
 #include <mutex>

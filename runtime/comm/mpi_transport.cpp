@@ -86,8 +86,9 @@ void MpiTransport::start_same_host_path(double timeout_s) {
   PD_MPI_CHECK(MPI_Comm_size(node, &n));
   PD_MPI_CHECK(MPI_Comm_rank(node, &node_rank));
   PD_MPI_CHECK(MPI_Allreduce(&want, &all_want, 1, MPI_INT, MPI_MIN, node));
+  const CoreHandoffMode handoff_mode = core_handoff_mode_from_env();  // a bad value is an error on any host
   if (all_want && n > 1) {
-    const bool handoff = core_handoff_enabled(core_handoff_mode_from_env(), n);
+    const bool handoff = core_handoff_enabled(handoff_mode, n);
     const char* ring_env = std::getenv("PIPEDREAM_SHM_RING_BYTES");
     ShmSegment seg = ShmSegment::create(node, shm_ring_bytes(), !(ring_env && *ring_env));
     if (seg.ok()) {

@@ -119,5 +119,12 @@ TEST(ShmRun, BadRingSizeIsNamed) {
       << r.output;
 }
 
+TEST(ShmRun, BadCoreHandoffSwitchIsNamed) {
+  JobResult r = run_shell(bench_comm("PIPEDREAM_CORE_HANDOFF=yes"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PIPEDREAM_CORE_HANDOFF must be auto, on or off, got 'yes'"), std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace pd::testing
