@@ -32,8 +32,11 @@
 # speed - bubbles, sharing of the cores, messages, wake-ups - stays the
 # replay's. Both ratios are printed.
 # Prints JSON lines (one per run, then one per model and schedule with the
-# medians), a Markdown table and a last line counting the rows within 10%
-# of the prediction (ratios to three places, so 0.897 is not read as 0.90); DIR (default runs/schedules-measured) keeps
+# medians), a Markdown table, a line counting the rows within 10%
+# of the prediction (ratios to three places, so 0.897 is not read as 0.90)
+# and a last line naming the rows whose runs' median compute was more than
+# 10% off the profile's (the host not quiet: compare those at the runs'
+# speed); DIR (default runs/schedules-measured) keeps
 # profiles, plans, metrics and traces. Environment: BUILD_DIR (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -134,6 +137,7 @@ table="| model (${workers} workers) | schedule | measured samples/s (runs) | sim
 rows=0
 within=0
 worst=""
+drifted=""
 for model in $models; do
   b=$(micro "$model")
   batch=$((M * b))
@@ -185,6 +189,10 @@ for model in $models; do
     runs=$(paste -sd' ' "$out/$model.$schedule.sps")
     med=$(median < "$out/$model.$schedule.sps")
     speeds=$(for x in $(cat "$out/$model.$schedule.speed"); do printf '%.2f ' "$x"; done)
+    speed_med=$(median < "$out/$model.$schedule.speed")
+    # The runs' median compute more than 10% off the profile's: the host
+    # was not quiet between the profile and these runs.
+    if awk -v s="$speed_med" 'BEGIN { exit !(s > 1.1 || s < 1 / 1.1) }'; then drifted+=" $model/$schedule"; fi
     at_speed_runs=$(paste -sd' ' "$out/$model.$schedule.at_speed")
     at_speed_med=$(median < "$out/$model.$schedule.at_speed")
     rm "$out/$model.$schedule.sps" "$out/$model.$schedule.speed" "$out/$model.$schedule.at_speed"
@@ -196,10 +204,12 @@ for model in $models; do
       worst="$model $schedule $ratio"
     fi
     bound_ratio=$(awk -v m="$med" -v s="$bound" 'BEGIN { printf "%.2f", m / s }')
-    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"workers\": $workers, \"median_steady_samples_per_s\": $med, \"simulated_samples_per_s\": $sim, \"ratio\": $ratio, \"contention\": $c, \"cores_bound_samples_per_s\": $bound, \"median_ratio_at_run_speed\": $at_speed_med}"
+    echo "{\"bench\": \"schedules_measured\", \"model\": \"$model\", \"schedule\": \"$schedule\", \"workers\": $workers, \"median_steady_samples_per_s\": $med, \"simulated_samples_per_s\": $sim, \"ratio\": $ratio, \"contention\": $c, \"cores_bound_samples_per_s\": $bound, \"median_ratio_at_run_speed\": $at_speed_med, \"median_compute_cpu_over_profile\": $speed_med}"
     runs=$(for x in $runs; do printf '%.0f ' "$x"; done)
     table+="| $model | $schedule | $(printf '%.0f' "$med") (${runs% }) | $(printf '%.0f' "$sim") | $ratio | ${speeds% } | $at_speed_med (${at_speed_runs}) | $(printf '%.0f' "$bound") | $bound_ratio |\n"
   done
 done
 printf "%b" "$table"
 echo "rows within 10% of simulate's prediction: $within of $rows (farthest: $worst)"
+drifted=${drifted# }
+echo "rows whose runs computed more than 10% off the profile's speed (median; the host not quiet): ${drifted:-none}"
