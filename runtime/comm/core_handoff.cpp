@@ -106,6 +106,7 @@ int CoreHandoff::offer_my_core(const std::vector<int>& peer_tids) {
     // or another rank's hand-off in flight, which would be given back as
     // this thread's own mask and pin it.
     cpu_set_t mask;
+    CPU_ZERO(&mask);  // copied into masks below even when unknown
     const bool known = sched_getaffinity(tid, sizeof mask, &mask) == 0;
     runnable.push_back({tid, cpu, known && CPU_COUNT(&mask) > 1 && CPU_ISSET(my_cpu, &mask)});
     masks.push_back(mask);

@@ -892,11 +892,10 @@ void ShmOp::wait(double timeout_s) {
     struct Leave {
       ~Leave() { note_blocked_on(nullptr); }
     } leave;
+    eng_.offer_core();
     if (poll_src_ >= 0) {
-      eng_.offer_core();
       wait_on_ring(deadline, timeout_s);
     } else {
-      eng_.offer_core();
       std::unique_lock lk(eng_.done_mu_);
       while (!done_.load(std::memory_order_acquire)) {
         lk.unlock();
